@@ -1,0 +1,1 @@
+"""botmesh-admin: the operations control plane for chat bots (Django project and shared kernel)."""

@@ -1,0 +1,177 @@
+"""The one NinjaAPI: auth, the error shape, cursor pagination, and the package routers.
+
+Every package mounts one ``Router`` under ``/api/v1/tenants/{tenant}/…``. Auth
+resolves the caller to a ``Principal`` bound to the path's tenant (per-tenant
+API token as ``Authorization: Bearer bm_…``, or the UI session with CSRF); a
+token of another tenant gets 404. Errors always have the shape
+``{"error": code, "message": ..., "field": ...}`` (ARCHITECTURE §11).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Field, NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.security import APIKeyCookie, HttpBearer
+from django.conf import settings
+
+from botmesh_admin.errors import DomainError
+from botmesh_admin.tenancy.principal import Principal
+from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
+
+T = TypeVar("T")
+MAX_PAGE = 200
+
+
+def _path_tenant(request: HttpRequest) -> str:
+    match = request.resolver_match
+    tenant = match.kwargs.get("tenant") if match else None
+    if not tenant:
+        raise Http404("no tenant in path")
+    return str(tenant)
+
+
+class TenantTokenAuth(HttpBearer):
+    """``Authorization: Bearer bm_<prefix>_<secret>`` of the path's tenant."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        principal = principal_for_token(token, _path_tenant(request))
+        if principal is not None:
+            request.principal = principal  # type: ignore[attr-defined]
+        return principal
+
+
+class TenantSessionAuth(APIKeyCookie):
+    """The admin UI's session (CSRF checked on unsafe methods), as a member of the path's tenant."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
+        if not request.user.is_authenticated:
+            return None
+        principal = principal_for_user(request.user, _path_tenant(request))
+        request.principal = principal  # type: ignore[attr-defined]
+        return principal
+
+
+api = NinjaAPI(
+    title="botmesh-admin",
+    version="1",
+    urls_namespace="api",
+    docs_url="/docs",
+    auth=[TenantTokenAuth(), TenantSessionAuth()],
+)
+
+
+def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
+    """Render the one error shape."""
+    return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(DomainError)
+def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    response = error_response(request, exc.status, exc.as_dict())
+    retry = exc.details.get("retry_after_s")
+    if retry is not None:
+        response["Retry-After"] = str(max(1, round(retry)))
+    return response
+
+
+@api.exception_handler(NinjaValidationError)
+def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    errors = exc.errors
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", [])]
+    field = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path", "form") else loc) or None
+    if loc and loc[0] == "body" and len(loc) > 2:
+        field = ".".join(loc[2:])  # drop the schema parameter name
+    message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid input"))
+    return error_response(
+        request,
+        422,
+        {
+            "error": "validation_error",
+            "message": message,
+            "field": field,
+            "errors": [{"loc": e.get("loc"), "msg": e.get("msg")} for e in errors],
+        },
+    )
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(
+        request, 401, {"error": "unauthenticated", "message": "a valid API token or session is required", "field": None}
+    )
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, 404, {"error": "not_found", "message": str(exc) or "not found", "field": None})
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error_response(request, exc.status_code, {"error": "http_error", "message": str(exc), "field": None})
+
+
+class ErrorOut(Schema):
+    """The error shape of every non-2xx answer."""
+
+    error: str
+    message: str
+    field: str | None = None
+
+
+class Page(Schema, Generic[T]):
+    """One page of a cursor-paginated list: pass ``next`` back as ``after`` for the following page."""
+
+    items: list[T]
+    next: str | None = None
+
+
+class CursorParams(Schema):
+    """``limit`` (1..200, default 50) and ``after`` (exclusive cursor from the previous ``next``)."""
+
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    after: str | None = Field(None, max_length=512)
+
+
+def principal(request: HttpRequest) -> Principal:
+    """Return the request's principal (set by the auth classes)."""
+    return request.auth  # type: ignore[attr-defined,no-any-return]
+
+
+def mount_routers() -> None:
+    """Mount each package's router. Each ``<app>.api`` module exposes ``router`` and ``PREFIX``."""
+    import importlib
+
+    for module_name in (
+        "botmesh_admin.events.api",
+        "botmesh_admin.channels.api",
+        "botmesh_admin.observability.api",
+        "botmesh_admin.dashboard.api",
+        "botmesh_admin.tenancy.api",
+        "inbox.api",
+        "crm.api",
+        "campaigns.api",
+        "hub.api",
+        "deployments.api",
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        router = getattr(module, "router", None)
+        if router is not None:
+            api.add_router(getattr(module, "PREFIX", "/tenants/{tenant}/"), router)
+
+
+mount_routers()
+
+__all__ = ["api", "CursorParams", "ErrorOut", "Page", "Query", "principal"]

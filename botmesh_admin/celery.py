@@ -1,0 +1,20 @@
+"""The Celery app. Tasks live in each app's ``tasks.py`` and are thin (STYLE §9)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+from botmesh_admin import config
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botmesh_admin.settings")
+config.load_or_exit()
+
+app = Celery("botmesh_admin")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(
+    ["botmesh_admin.events", "botmesh_admin.coordination", "botmesh_admin.channels",
+     "botmesh_admin.observability", "botmesh_admin.dashboard", "inbox", "crm", "campaigns", "hub",
+     "deployments"]
+)

@@ -1,0 +1,1 @@
+"""botmesh kernel: channels."""

@@ -1,0 +1,198 @@
+"""Settings from the environment, validated at start (ARCHITECTURE §2).
+
+Every variable is read here and nowhere else. A missing or malformed value
+raises ``ConfigError`` whose message is one line naming the variable; the entry
+points (``manage.py``, ``wsgi.py``, the Celery app) print that line and exit
+with status 2 instead of a traceback.
+
+A secret may also come from a file: ``SECRET_KEY_FILE=/run/secrets/key`` is
+read when ``SECRET_KEY`` is unset (Docker/systemd credentials style).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEV_SECRET_KEY = "botmesh-dev-secret-key-do-not-use-in-production-0123456789"
+PROFILES = ("dev", "production")
+KV_SCHEMES = ("memory", "file", "sqlite", "postgresql", "postgres", "redis", "rediss", "redis+cluster")
+JOURNAL_SCHEMES = ("memory", "file", "sqlite", "postgresql", "postgres", "redis", "rediss")
+LOG_ID_MODES = ("hashed", "raw", "omit")
+
+
+class ConfigError(ValueError):
+    """A configuration variable is missing or malformed; ``str()`` is one line naming it."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+def env(name: str, default: str | None = None, environ: dict[str, str] | None = None) -> str | None:
+    """Return ``name`` from the environment, or the content of the file named by ``name_FILE``."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(name)
+    if value is not None and value != "":
+        return value
+    path = environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"{name}_FILE", f"cannot read {path}: {exc.strerror}") from None
+    return default
+
+
+def _bool(name: str, raw: str | None, default: bool) -> bool:
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(name, f"expected true/false (1/0), got {raw!r}")
+
+
+def _int(name: str, raw: str | None, default: int, minimum: int = 0) -> int:
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(name, f"must be at least {minimum}")
+    return value
+
+
+def _url(name: str, raw: str | None, schemes: tuple[str, ...]) -> str | None:
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    if "://" not in raw or parts.scheme.lower() not in schemes:
+        raise ConfigError(name, f"expected a URL with scheme {' or '.join(schemes)}, got {_redact(raw)!r}")
+    return raw
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration (paths absolute, URLs checked)."""
+
+    profile: str
+    debug: bool
+    secret_key: str
+    allowed_hosts: list[str]
+    csrf_trusted_origins: list[str]
+    data_dir: Path
+    database_url: str
+    redis_url: str | None
+    kv_url: str
+    journal_url: str
+    broker_url: str
+    hash_key: str
+    credentials_keys: list[str]
+    log_ids: str
+    port: int
+    secure_proxy: bool
+    drain_timeout_s: int
+    otel_enabled: bool
+
+    @property
+    def production(self) -> bool:
+        return self.profile == "production"
+
+
+def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) -> Config:
+    """Read and validate every variable; raise ``ConfigError`` on the first bad one."""
+    environ = dict(os.environ) if environ is None else environ
+    base_dir = base_dir or Path(__file__).resolve().parent.parent
+
+    def get(name: str, default: str | None = None) -> str | None:
+        return env(name, default, environ)
+
+    profile = (get("BOTMESH_PROFILE", "dev") or "dev").lower()
+    if profile not in PROFILES:
+        raise ConfigError("BOTMESH_PROFILE", f"expected one of {', '.join(PROFILES)}, got {profile!r}")
+    production = profile == "production"
+
+    debug = _bool("DEBUG", get("DEBUG"), default=not production)
+    if production and debug:
+        raise ConfigError("DEBUG", "must be off in the production profile")
+
+    secret_key = get("SECRET_KEY")
+    if secret_key is None:
+        if production:
+            raise ConfigError("SECRET_KEY", "required in the production profile")
+        secret_key = DEV_SECRET_KEY
+    if production and (secret_key == DEV_SECRET_KEY or len(secret_key) < 32):
+        raise ConfigError("SECRET_KEY", "the production profile needs your own key of 32+ characters")
+
+    hosts_raw = get("ALLOWED_HOSTS")
+    if hosts_raw is None and production:
+        raise ConfigError("ALLOWED_HOSTS", "required in the production profile (comma-separated host names)")
+    allowed_hosts = [h.strip() for h in (hosts_raw or "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
+    origins = [o.strip() for o in (get("CSRF_TRUSTED_ORIGINS") or "").split(",") if o.strip()]
+    for origin in origins:
+        if not origin.startswith(("http://", "https://")):
+            raise ConfigError("CSRF_TRUSTED_ORIGINS", f"{origin!r} must start with http:// or https://")
+
+    data_dir = Path(get("BOTMESH_DATA_DIR") or base_dir / "var").resolve()
+
+    database_url = _url("DATABASE_URL", get("DATABASE_URL"), ("sqlite", "postgres", "postgresql")) or (
+        f"sqlite:///{data_dir / 'db.sqlite3'}"
+    )
+    redis_url = _url("REDIS_URL", get("REDIS_URL"), ("redis", "rediss"))
+    kv_url = _url("BOTMESH_KV_URL", get("BOTMESH_KV_URL"), KV_SCHEMES) or f"sqlite:///{data_dir / 'kv.sqlite3'}"
+    journal_url = _url("BOTMESH_JOURNAL_URL", get("BOTMESH_JOURNAL_URL"), JOURNAL_SCHEMES) or (
+        f"sqlite:///{data_dir / 'journal.sqlite3'}"
+    )
+    broker_url = get("CELERY_BROKER_URL") or redis_url or "filesystem://"
+    _url("CELERY_BROKER_URL", broker_url, ("filesystem", "redis", "rediss", "memory", "amqp"))
+
+    log_ids = (get("BOTMESH_LOG_IDS", "hashed") or "hashed").lower()
+    if log_ids not in LOG_ID_MODES:
+        raise ConfigError("BOTMESH_LOG_IDS", f"expected one of {', '.join(LOG_ID_MODES)}, got {log_ids!r}")
+
+    creds = [k.strip() for k in (get("BOTMESH_CREDENTIALS_KEYS") or "").split(",") if k.strip()]
+
+    return Config(
+        profile=profile,
+        debug=debug,
+        secret_key=secret_key,
+        allowed_hosts=allowed_hosts,
+        csrf_trusted_origins=origins,
+        data_dir=data_dir,
+        database_url=database_url,
+        redis_url=redis_url,
+        kv_url=kv_url,
+        journal_url=journal_url,
+        broker_url=broker_url,
+        hash_key=get("BOTMESH_HASH_KEY") or secret_key,
+        credentials_keys=creds,
+        log_ids=log_ids,
+        port=_int("BOTMESH_PORT", get("BOTMESH_PORT"), 8000, minimum=1),
+        secure_proxy=_bool("BOTMESH_SECURE_PROXY", get("BOTMESH_SECURE_PROXY"), default=production),
+        drain_timeout_s=_int("BOTMESH_DRAIN_TIMEOUT", get("BOTMESH_DRAIN_TIMEOUT"), 25, minimum=1),
+        otel_enabled=bool(get("OTEL_EXPORTER_OTLP_ENDPOINT") or get("OTEL_TRACES_EXPORTER")),
+    )
+
+
+def load_or_exit() -> Config:
+    """Return ``load()``; on ``ConfigError`` print one line to stderr and exit with status 2."""
+    try:
+        return load()
+    except ConfigError as exc:
+        print(f"botmesh-admin: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DashboardConfig(AppConfig):
+    name = "botmesh_admin.dashboard"
+    label = "dashboard"
+    nav: list[tuple[str, str, str]] = []

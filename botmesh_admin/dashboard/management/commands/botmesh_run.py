@@ -1,0 +1,109 @@
+"""``manage.py botmesh_run``: the embedded default — web, Celery worker and beat in one command.
+
+Starts the three processes on the embedded backends (SQLite, filesystem broker),
+waits for ``/readyz``, loads the demo tenant through the real HTTP endpoints
+(``--no-demo`` to skip), prints the URL and the login, and on Ctrl-C (SIGINT)
+or SIGTERM stops all three, workers first draining what they hold.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from botmesh_admin import demo
+
+
+class Command(BaseCommand):
+    help = "Run the admin (web + Celery worker + Celery beat) on the embedded default."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=settings.CONFIG.port)
+        parser.add_argument("--no-demo", action="store_true", help="do not load the demo tenant")
+        parser.add_argument("--exit-after-load", action="store_true", help="stop once the demo is loaded (smoke test)")
+
+    def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
+        base_url = f"http://{opts['host']}:{opts['port']}"
+        py = sys.executable
+        log_dir = settings.BOTMESH_DATA_DIR / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        commands = {
+            "web": [py, "manage.py", "runserver", f"{opts['host']}:{opts['port']}", "--noreload"],
+            "worker": [py, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "INFO",
+                       "--concurrency", "2", "-n", "worker@%h"],
+            "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
+        }
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        for name, cmd in commands.items():
+            log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child's life)
+            procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR)
+
+        stopping = False
+
+        def stop(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            self._wait_ready(base_url, procs)
+            summaries: list[str] = []
+            if not opts["no_demo"]:
+                tokens = demo.ensure_accounts()
+                summaries = demo.load_over_http(base_url, tokens)
+            self.stdout.write("")
+            self.stdout.write(self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"))
+            self.stdout.write(f"  log in as {demo.ADMIN_USER} / {demo.ADMIN_PASSWORD} (admin) "
+                              f"or {demo.AGENT_USER} / {demo.AGENT_PASSWORD} (agent)")
+            self.stdout.write(f"  demo tenant: {base_url}/t/{demo.DEMO_TENANT}/   API docs: {base_url}/api/v1/docs")
+            for line in summaries:
+                self.stdout.write(f"  demo: {line}")
+            self.stdout.write(f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything")
+            sys.stdout.flush()
+            while not stopping and not opts["exit_after_load"]:
+                for name, proc in procs.items():
+                    if proc.poll() is not None:
+                        raise CommandError(f"{name} exited with status {proc.returncode}; see {log_dir / (name + '.log')}")
+                time.sleep(0.5)
+        finally:
+            self._stop(procs)
+
+    def _wait_ready(self, base_url: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        deadline = time.monotonic() + 90
+        last = ""
+        while time.monotonic() < deadline:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    raise CommandError(f"{name} exited with status {proc.returncode} during start-up")
+            try:
+                with urllib.request.urlopen(f"{base_url}/readyz", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except urllib.error.HTTPError as exc:
+                last = json.loads(exc.read() or b"{}").get("reason", "")
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        raise CommandError(f"web did not become ready: {last}")
+
+    def _stop(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        self.stdout.write("stopping web, worker and beat …")
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + settings.BOTMESH_DRAIN_TIMEOUT_S + 5
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.stdout.write("stopped.")

@@ -1,0 +1,152 @@
+"""The DurableKv contract (ARCHITECTURE §4).
+
+A DurableKv holds *tables*; a table holds *entries* ordered by key (byte order of
+the UTF-8 encoding). Every write goes through ``commit(table, ops)``, an atomic
+batch inside one table: either every operation applies or none does.
+
+Each entry carries a ``version`` that grows by one with every write of its key;
+a key that is absent (never written, deleted or expired) starts again at 1 on
+its next ``Put``. Expectations make a commit a compare-and-set:
+
+- ``ANY`` — no condition;
+- ``ABSENT`` — the key must not exist (or have expired);
+- an ``int`` — the key must exist with exactly that version.
+
+Times are epoch **milliseconds**; ``ttl_ms`` is a duration in milliseconds.
+Every backend passes ``tests/kv/test_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from botmesh_admin.errors import Conflict
+
+JsonValue: TypeAlias = Any  # dict | list | str | int | float | bool | None, checked by validate_value
+
+
+class _Expect(enum.Enum):
+    ANY = "any"
+    ABSENT = "absent"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+ANY = _Expect.ANY
+"""Expectation that always holds."""
+ABSENT = _Expect.ABSENT
+"""Expectation that the key does not exist (never written, deleted, or expired)."""
+
+Expect: TypeAlias = _Expect | int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored entry. ``expires_at`` is epoch milliseconds or ``None`` (no TTL)."""
+
+    key: str
+    value: JsonValue
+    version: int
+    expires_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``value`` at ``key`` if ``expect`` holds; ``ttl_ms`` (milliseconds) sets an expiry."""
+
+    key: str
+    value: JsonValue
+    expect: Expect = ANY
+    ttl_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete ``key`` if ``expect`` holds. Deleting an absent key with ``ANY`` is a no-op."""
+
+    key: str
+    expect: Expect = ANY
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Assert ``expect`` on ``key`` without writing it (a read guard inside a batch)."""
+
+    key: str
+    expect: Expect
+
+
+Op: TypeAlias = Put | Delete | Check
+
+
+class ConflictError(Conflict):
+    """An expectation in a commit failed; nothing of the batch was applied.
+
+    ``key`` names the first key (in batch order) whose expectation failed;
+    ``current_version`` is that key's version, or ``None`` if it is absent.
+    """
+
+    code = "kv_conflict"
+
+    def __init__(self, table: str, key: str, expected: Expect, current_version: int | None) -> None:
+        super().__init__(
+            f"conflict on {table!r} key {key!r}: expected {expected!r}, found "
+            f"{'absent' if current_version is None else f'version {current_version}'}",
+            current_version=current_version,
+            key=key,
+        )
+        self.table = table
+        self.key = key
+        self.expected = expected
+
+
+@runtime_checkable
+class DurableKv(Protocol):
+    """Contract of every Kv backend. All methods are thread-safe."""
+
+    url: str
+
+    def get(self, table: str, key: str) -> Entry | None:
+        """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired."""
+        ...
+
+    def scan(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[Entry]:
+        """Return up to ``limit`` live entries whose key starts with ``prefix``.
+
+        Entries are in ascending byte order of the key; ``after`` is exclusive
+        (pass the last key of the previous page to get the next one). ``limit``
+        is 1..10000.
+        """
+        ...
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        """Apply ``ops`` atomically and return, per op, the entry after it.
+
+        ``Put`` returns the written entry, ``Delete`` returns ``None``, ``Check``
+        returns the checked entry (or ``None`` if absent). Raise ``ConflictError``
+        naming the first failed key if any expectation fails; then nothing is
+        written. A key may appear at most once in a batch.
+        """
+        ...
+
+    def drop(self, table: str) -> None:
+        """Delete every entry of ``table`` (tenant erasure)."""
+        ...
+
+    def sweep(self, limit: int = 1000) -> int:
+        """Reclaim up to ``limit`` expired entries; return how many were removed."""
+        ...
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` if the backend cannot be reached."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files. The instance is unusable afterwards."""
+        ...

@@ -1,0 +1,591 @@
+"""SqlKv: DurableKv in one SQL table, on SQLite (stdlib) or PostgreSQL (psycopg 3).
+
+Both dialects share one table, created if missing::
+
+    botmesh_kv(tbl, key, value, version, expires_at, PRIMARY KEY (tbl, key))
+
+``key`` compares in byte order (PostgreSQL ``COLLATE "C"``, SQLite ``BINARY``),
+``value`` is the JSON text of the value (text rather than ``jsonb``, so every
+JSON value, ``"\\u0000"`` included, round-trips exactly) and ``expires_at`` is
+epoch milliseconds or NULL.
+
+- **PostgreSQL**: a commit is one round trip to the PL/pgSQL function
+  ``botmesh_kv_commit_v1``, one transaction that takes a transaction-level
+  advisory lock per (table, key) — absent keys included, so ``ABSENT``
+  expectations are exact under concurrency — then row locks, checks every
+  expectation and only then writes. Expiry uses the server's clock.
+- **SQLite**: a commit is one ``BEGIN IMMEDIATE`` transaction (WAL mode,
+  ``synchronous=FULL``, 30 s busy timeout). Expiry uses this host's clock.
+
+Each thread (and each process) gets its own connection. Driver errors are
+raised as ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from botmesh_admin.errors import StoreUnavailable, ValidationError
+
+from .base import ABSENT, ANY, Check, ConflictError, Delete, Entry, Op, Put
+from .encoding import dump_value, load_value, prefix_end, scan_start
+from .validation import (
+    expectation_holds,
+    now_ms,
+    validate_commit,
+    validate_key,
+    validate_limit,
+    validate_scan,
+    validate_table,
+)
+
+Conn = TypeVar("Conn")
+
+
+class _Slot:
+    """One thread's connection; closing it is left to a finalizer (thread exit or ``close``)."""
+
+    __slots__ = ("conn", "pid", "finalizer", "__weakref__")
+
+    conn: Any
+    pid: int
+    finalizer: weakref.finalize
+
+
+def _close_quietly(close: Callable[[Any], None], conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        close(conn)
+
+
+class ThreadConnections(Generic[Conn]):
+    """Hand each thread (and each process) its own connection; close them all on ``close``.
+
+    A connection made before a ``fork`` is abandoned in the child, never closed
+    there, so the parent's session survives.
+    """
+
+    def __init__(self, open_conn: Callable[[], Conn], close_conn: Callable[[Conn], None]) -> None:
+        self._open = open_conn
+        self._close_conn = close_conn
+        self._local = threading.local()
+        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def get(self) -> Conn:
+        """Return this thread's connection, opening it first if needed."""
+        if self.closed:
+            raise StoreUnavailable("the Kv is closed")
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is not None:
+            if slot.pid == os.getpid():
+                return slot.conn
+            slot.finalizer.detach()  # inherited through fork: belongs to the parent
+        conn = self._open()
+        slot = _Slot()
+        slot.conn, slot.pid = conn, os.getpid()
+        slot.finalizer = weakref.finalize(slot, _close_quietly, self._close_conn, conn)
+        with self._lock:
+            self._slots.add(slot)
+        self._local.slot = slot
+        return conn
+
+    def discard(self) -> None:
+        """Close this thread's connection (after a connection-level error)."""
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is not None:
+            self._local.slot = None
+            if slot.pid == os.getpid():
+                slot.finalizer()
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
+        self.closed = True
+        with self._lock:
+            slots = list(self._slots)
+        for slot in slots:
+            if slot.pid == os.getpid():
+                slot.finalizer()
+
+
+def _expect_code(op: Op) -> int:
+    """Encode an expectation for SQL: -1 any, 0 absent, n a version."""
+    return -1 if op.expect is ANY else 0 if op.expect is ABSENT else int(op.expect)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+
+# Epoch milliseconds on the server. statement_timestamp() is fixed for a statement,
+# so a scan filters every row against the same instant.
+_PG_NOW = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+_PG_SCHEMA_LOCK = 0x626F746D65736801  # "botmesh\x01": serialises concurrent schema creation
+
+_PG_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS botmesh_kv (
+        tbl text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value text NOT NULL,
+        version bigint NOT NULL,
+        expires_at bigint,
+        PRIMARY KEY (tbl, key)
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS botmesh_kv_expires_at
+        ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
+    """,
+    """
+    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v1(
+        p_tbl text, p_kinds text[], p_keys text[], p_values text[],
+        p_expects bigint[], p_ttls bigint[])
+    RETURNS TABLE (r_pos int, r_conflict boolean, r_version bigint,
+                   r_expires_at bigint, r_value text)
+    LANGUAGE plpgsql AS $fn$
+    -- p_kinds[i]: 'p' put, 'd' delete, 'c' check; p_expects[i]: -1 any, 0 absent, n version.
+    -- Returns one row per op, or a single row with r_conflict for the first failed op.
+    DECLARE
+        v_n int := cardinality(p_keys);
+        v_lock bigint;
+        v_now bigint;
+        v_row record;
+        v_present boolean[] := '{}';
+        v_versions bigint[] := '{}';
+        v_expires bigint[] := '{}';
+        v_values text[] := '{}';
+    BEGIN
+        -- One advisory lock per key, absent keys included, always taken in the same
+        -- order: concurrent commits on a key serialise and never deadlock.
+        FOR v_lock IN
+            SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0)
+            FROM unnest(p_keys) AS k ORDER BY 1
+        LOOP
+            PERFORM pg_advisory_xact_lock(v_lock);
+        END LOOP;
+        -- Row locks too, so drop() and sweep() cannot delete a row between check and write.
+        PERFORM 1 FROM botmesh_kv b
+            WHERE b.tbl = p_tbl AND b.key = ANY (p_keys) ORDER BY b.key FOR UPDATE;
+        v_now := floor(extract(epoch FROM clock_timestamp()) * 1000);
+        FOR i IN 1 .. v_n LOOP
+            SELECT b.version, b.expires_at, b.value INTO v_row
+                FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i];
+            v_present[i] := FOUND;
+            IF FOUND AND (v_row.expires_at IS NULL OR v_row.expires_at > v_now) THEN
+                v_versions[i] := v_row.version;
+                v_expires[i] := v_row.expires_at;
+                v_values[i] := CASE WHEN p_kinds[i] = 'c' THEN v_row.value END;
+            ELSE
+                v_versions[i] := NULL;
+                v_expires[i] := NULL;
+                v_values[i] := NULL;
+            END IF;
+            IF (p_expects[i] = 0 AND v_versions[i] IS NOT NULL)
+               OR (p_expects[i] > 0 AND v_versions[i] IS DISTINCT FROM p_expects[i]) THEN
+                r_pos := i; r_conflict := true; r_version := v_versions[i];
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END LOOP;
+        FOR i IN 1 .. v_n LOOP
+            r_pos := i; r_conflict := false; r_value := NULL;
+            IF p_kinds[i] = 'p' THEN
+                r_version := coalesce(v_versions[i], 0) + 1;
+                r_expires_at := v_now + p_ttls[i];
+                IF v_present[i] THEN
+                    UPDATE botmesh_kv b
+                        SET value = p_values[i], version = r_version, expires_at = r_expires_at
+                        WHERE b.tbl = p_tbl AND b.key = p_keys[i];
+                ELSE
+                    INSERT INTO botmesh_kv (tbl, key, value, version, expires_at)
+                        VALUES (p_tbl, p_keys[i], p_values[i], r_version, r_expires_at);
+                END IF;
+            ELSIF p_kinds[i] = 'd' THEN
+                r_version := NULL; r_expires_at := NULL;
+                IF v_present[i] THEN
+                    DELETE FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i];
+                END IF;
+            ELSE
+                r_version := v_versions[i]; r_expires_at := v_expires[i]; r_value := v_values[i];
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+    END
+    $fn$
+    """,
+)
+_PG_SCHEMA_READY = (
+    "SELECT to_regclass('botmesh_kv') IS NOT NULL AND to_regprocedure("
+    "'botmesh_kv_commit_v1(text,text[],text[],text[],bigint[],bigint[])') IS NOT NULL"
+)
+_PG_COMMIT = (
+    "SELECT r_pos, r_conflict, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v1("
+    "%s::text, %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+)
+_PG_GET = (
+    "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = %s AND key = %s"
+    f" AND (expires_at IS NULL OR expires_at > {_PG_NOW})"
+)
+_PG_SWEEP = (
+    "DELETE FROM botmesh_kv b USING (SELECT tbl, key FROM botmesh_kv"
+    f" WHERE expires_at <= {_PG_NOW} LIMIT %s FOR UPDATE SKIP LOCKED) d"
+    f" WHERE b.tbl = d.tbl AND b.key = d.key AND b.expires_at <= {_PG_NOW}"
+)
+
+
+def _scan_sql(placeholder: str, now: str, inclusive: bool, bounded: bool) -> str:
+    p = placeholder
+    return (
+        f"SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = {p}"
+        f" AND key {'>=' if inclusive else '>'} {p}"
+        f"{f' AND key < {p}' if bounded else ''}"
+        f" AND (expires_at IS NULL OR expires_at > {now}) ORDER BY key LIMIT {p}"
+    )
+
+
+_PG_SCAN = {
+    (inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)
+}
+
+
+class _Postgres:
+    """PostgreSQL dialect: one autocommit round trip per call."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self._url = url
+        self._schema_ready = False
+        self._conns: ThreadConnections[psycopg.Connection[Any]] = ThreadConnections(
+            self._connect, lambda conn: conn.close()
+        )
+        with self._errors():
+            self._conns.get()
+
+    def _connect(self) -> Any:
+        options = {} if "connect_timeout" in self._url else {"connect_timeout": 10}
+        conn = self._psycopg.connect(self._url, autocommit=True, **options)
+        if not self._schema_ready:
+            self._ensure_schema(conn)
+            self._schema_ready = True
+        return conn
+
+    @staticmethod
+    def _ensure_schema(conn: Any) -> None:
+        if conn.execute(_PG_SCHEMA_READY).fetchone()[0]:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_SCHEMA_LOCK,))
+            for statement in _PG_DDL:
+                conn.execute(statement)
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            if isinstance(exc, self._psycopg.OperationalError | self._psycopg.InterfaceError):
+                self._conns.discard()  # the session may be gone; reconnect on next use
+            raise StoreUnavailable(f"PostgreSQL Kv: {exc}") from exc
+
+    def get(self, table: str, key: str) -> Entry | None:
+        with self._errors():
+            row = self._conns.get().execute(_PG_GET, (table, key)).fetchone()
+        return None if row is None else Entry(key, load_value(row[0]), row[1], row[2])
+
+    def scan(
+        self, table: str, start: str, inclusive: bool, end: str | None, limit: int
+    ) -> list[Entry]:
+        params: tuple[Any, ...] = (table, start, end, limit) if end else (table, start, limit)
+        with self._errors():
+            rows = self._conns.get().execute(_PG_SCAN[inclusive, end is not None], params)
+            return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        kinds, keys, values, expects, ttls = [], [], [], [], []
+        for op in ops:
+            keys.append(op.key)
+            expects.append(_expect_code(op))
+            if isinstance(op, Put):
+                kinds.append("p")
+                values.append(dump_value(op.value))
+                ttls.append(op.ttl_ms)
+            else:
+                kinds.append("d" if isinstance(op, Delete) else "c")
+                values.append(None)
+                ttls.append(None)
+        with self._errors():
+            cursor = self._conns.get().execute(
+                _PG_COMMIT, (table, kinds, keys, values, expects, ttls)
+            )
+            rows = cursor.fetchall()
+        if rows[0][1]:
+            op = ops[rows[0][0] - 1]
+            raise ConflictError(table, op.key, op.expect, rows[0][2])
+        results: list[Entry | None] = []
+        for op, (_, _, version, expires_at, value) in zip(ops, rows, strict=True):
+            if isinstance(op, Put):
+                results.append(Entry(op.key, op.value, version, expires_at))
+            elif isinstance(op, Check) and version is not None:
+                results.append(Entry(op.key, load_value(value), version, expires_at))
+            else:
+                results.append(None)
+        return results
+
+    def drop(self, table: str) -> None:
+        with self._errors():
+            self._conns.get().execute("DELETE FROM botmesh_kv WHERE tbl = %s", (table,))
+
+    def sweep(self, limit: int) -> int:
+        with self._errors():
+            return self._conns.get().execute(_PG_SWEEP, (limit,)).rowcount
+
+    def ping(self) -> None:
+        with self._errors():
+            self._conns.get().execute("SELECT 1")
+
+    def close(self) -> None:
+        self._conns.close()
+
+
+# -- SQLite ----------------------------------------------------------------------------
+
+_SQLITE_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS botmesh_kv (
+        tbl TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        expires_at INTEGER,
+        PRIMARY KEY (tbl, key)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS botmesh_kv_expires_at
+        ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
+    """,
+)
+_SQLITE_SCAN = {
+    (inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)
+}
+_SQLITE_ROW = "SELECT version, expires_at FROM botmesh_kv WHERE tbl = ? AND key = ?"
+_SQLITE_ROW_VALUE = "SELECT version, expires_at, value FROM botmesh_kv WHERE tbl = ? AND key = ?"
+
+
+def sqlite_path_from_url(url: str) -> str:
+    """Return the database path of ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``.
+
+    Raise ``ValidationError`` (field ``url``) for an empty path or ``:memory:``
+    (use ``memory://``: each thread would get a different in-memory database).
+    """
+    parts = urlsplit(url)
+    path = unquote(parts.path)[1:]
+    if parts.netloc or not path or path == ":memory:":
+        raise ValidationError(
+            "url", f"use sqlite:///relative.db or sqlite:////absolute/path.db, not {url!r}"
+        )
+    return path
+
+
+class _Sqlite:
+    """SQLite dialect: WAL, ``BEGIN IMMEDIATE`` commits, the host's clock."""
+
+    def __init__(self, url: str) -> None:
+        import sqlite3
+
+        self._sqlite3 = sqlite3
+        self._path = sqlite_path_from_url(url)
+        self._schema_ready = False
+        self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(
+            self._connect, lambda conn: conn.close()
+        )
+        with self._errors():
+            self._conns.get()
+
+    def _connect(self) -> Any:
+        # check_same_thread=False only so a finalizer may close it from another
+        # thread; ThreadConnections never shares a connection between threads.
+        conn = self._sqlite3.connect(
+            self._path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA synchronous=FULL")
+        if not self._schema_ready:
+            conn.execute("PRAGMA journal_mode=WAL")
+            for statement in _SQLITE_DDL:
+                conn.execute(statement)
+            self._schema_ready = True
+        return conn
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite Kv {self._path}: {exc}") from exc
+
+    def get(self, table: str, key: str) -> Entry | None:
+        with self._errors():
+            row = (
+                self._conns.get()
+                .execute(
+                    "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = ? AND key = ?"
+                    " AND (expires_at IS NULL OR expires_at > ?)",
+                    (table, key, now_ms()),
+                )
+                .fetchone()
+            )
+        return None if row is None else Entry(key, load_value(row[0]), row[1], row[2])
+
+    def scan(
+        self, table: str, start: str, inclusive: bool, end: str | None, limit: int
+    ) -> list[Entry]:
+        now = now_ms()
+        params = (table, start, end, now, limit) if end else (table, start, now, limit)
+        with self._errors():
+            rows = self._conns.get().execute(_SQLITE_SCAN[inclusive, end is not None], params)
+            return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        with self._errors():
+            conn = self._conns.get()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                results = self._apply(conn, table, ops)
+            except BaseException:
+                with contextlib.suppress(self._sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return results
+
+    @staticmethod
+    def _apply(conn: Any, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        now = now_ms()
+        current: list[tuple[bool, Entry | None]] = []  # (row present, live entry)
+        for op in ops:
+            check = isinstance(op, Check)
+            row = conn.execute(_SQLITE_ROW_VALUE if check else _SQLITE_ROW, (table, op.key))
+            row = row.fetchone()
+            live = None
+            if row is not None and (row[1] is None or row[1] > now):
+                live = Entry(op.key, load_value(row[2]) if check else None, row[0], row[1])
+            if not expectation_holds(live, op.expect):
+                raise ConflictError(table, op.key, op.expect, live and live.version)
+            current.append((row is not None, live))
+        results: list[Entry | None] = []
+        for op, (present, live) in zip(ops, current, strict=True):
+            if isinstance(op, Put):
+                entry = Entry(
+                    op.key,
+                    op.value,
+                    live.version + 1 if live else 1,
+                    None if op.ttl_ms is None else now + op.ttl_ms,
+                )
+                conn.execute(
+                    "UPDATE botmesh_kv SET value = ?, version = ?, expires_at = ?"
+                    " WHERE tbl = ? AND key = ?"
+                    if present
+                    else "INSERT INTO botmesh_kv (value, version, expires_at, tbl, key)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (dump_value(op.value), entry.version, entry.expires_at, table, op.key),
+                )
+                results.append(entry)
+            elif isinstance(op, Delete):
+                if present:
+                    conn.execute(
+                        "DELETE FROM botmesh_kv WHERE tbl = ? AND key = ?", (table, op.key)
+                    )
+                results.append(None)
+            else:
+                results.append(live)
+        return results
+
+    def drop(self, table: str) -> None:
+        with self._errors():
+            self._conns.get().execute("DELETE FROM botmesh_kv WHERE tbl = ?", (table,))
+
+    def sweep(self, limit: int) -> int:
+        with self._errors():
+            cursor = self._conns.get().execute(
+                "DELETE FROM botmesh_kv WHERE (tbl, key) IN (SELECT tbl, key FROM botmesh_kv"
+                " WHERE expires_at <= ? LIMIT ?)",
+                (now_ms(), limit),
+            )
+            return cursor.rowcount
+
+    def ping(self) -> None:
+        with self._errors():
+            self._conns.get().execute("SELECT 1")
+
+    def close(self) -> None:
+        self._conns.close()
+
+
+# -- the backend -----------------------------------------------------------------------
+
+
+class SqlKv:
+    """DurableKv over SQLite (``sqlite:///path``) or PostgreSQL (``postgresql://…``).
+
+    Raise ``ValidationError`` (field ``url``) for another scheme and
+    ``StoreUnavailable`` if the database cannot be opened.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        scheme = urlsplit(url).scheme.lower()
+        if scheme == "sqlite":
+            self._db: _Sqlite | _Postgres = _Sqlite(url)
+        elif scheme in ("postgresql", "postgres"):
+            self._db = _Postgres(url)
+        else:
+            raise ValidationError("url", f"SqlKv needs sqlite:// or postgresql://, not {scheme!r}")
+
+    def __repr__(self) -> str:
+        return f"<SqlKv {type(self._db).__name__.strip('_').lower()}>"
+
+    def get(self, table: str, key: str) -> Entry | None:
+        """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired."""
+        validate_table(table)
+        validate_key(key)
+        return self._db.get(table, key)
+
+    def scan(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[Entry]:
+        """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
+        validate_scan(table, prefix, after, limit)
+        start, inclusive = scan_start(prefix, after)
+        return self._db.scan(table, start, inclusive, prefix_end(prefix), limit)
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        """Apply ``ops`` in one transaction; raise ``ConflictError`` if an expectation fails."""
+        validate_commit(table, ops)
+        return self._db.commit(table, ops)
+
+    def drop(self, table: str) -> None:
+        """Delete every entry of ``table``."""
+        validate_table(table)
+        self._db.drop(table)
+
+    def sweep(self, limit: int = 1000) -> int:
+        """Delete up to ``limit`` expired rows of any table; return how many."""
+        return self._db.sweep(validate_limit(limit))
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` if the database cannot be reached."""
+        self._db.ping()
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
+        self._db.close()
+
+
+__all__ = ["SqlKv", "ThreadConnections"]

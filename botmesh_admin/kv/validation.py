@@ -1,0 +1,182 @@
+"""Validation of everything that reaches a DurableKv backend.
+
+Backends call ``validate_commit`` / ``validate_table`` / ``validate_key`` first, so a
+bad write raises ``ValidationError`` naming what is wrong and never reaches the
+backend (ARCHITECTURE §4, "Validation before write").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+from botmesh_admin.errors import BadType, ValidationError
+
+from .base import ABSENT, ANY, Check, Delete, Entry, Expect, Op, Put
+
+MAX_NAME_BYTES = 512
+MAX_DEPTH = 64
+MAX_VALUE_BYTES = 16 * 1024 * 1024
+MAX_SCAN_LIMIT = 10_000
+# Versions and expiry times must fit a signed 64-bit integer (PostgreSQL bigint)
+# and, for expiry times, a double exactly (Redis sorted-set scores, Lua numbers).
+MAX_VERSION = 2**63 - 1
+MAX_TTL_MS = 100 * 366 * 24 * 3600 * 1000  # about a century
+
+
+def now_ms() -> int:
+    """Return the wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def _check_name(kind: str, name: object, *, forbid: str = "") -> str:
+    if not isinstance(name, str):
+        raise BadType(kind, f"must be a string, not {type(name).__name__}")
+    if not name:
+        raise ValidationError(kind, "must not be empty")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise ValidationError(kind, f"longer than {MAX_NAME_BYTES} bytes")
+    for ch in name:
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            raise ValidationError(kind, f"contains control character U+{code:04X}")
+        if 0xD800 <= code <= 0xDFFF:
+            raise ValidationError(kind, "contains a lone surrogate (not valid UTF-8)")
+        if ch in forbid:
+            raise ValidationError(kind, f"must not contain {ch!r}")
+    return name
+
+
+def validate_table(table: object) -> str:
+    """Return ``table`` if it is a valid table name, else raise ``ValidationError``.
+
+    Table names are 1..512 UTF-8 bytes with no control characters and no braces
+    (braces are reserved for the Redis Cluster hash tag).
+    """
+    return _check_name("table", table, forbid="{}")
+
+
+def validate_key(key: object, field: str = "key") -> str:
+    """Return ``key`` if it is a valid key (1..512 UTF-8 bytes, no control characters)."""
+    return _check_name(field, key)
+
+
+def validate_value(value: object, field: str = "value") -> None:
+    """Raise ``ValidationError`` unless ``value`` is plain JSON.
+
+    Allowed: dict with string keys, list, str, int, finite float, bool, None;
+    nesting depth at most 64. NaN/Infinity, bytes, sets, tuples and other
+    objects are refused with the path of the offending element.
+    """
+    stack: list[tuple[object, str, int]] = [(value, field, 1)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValidationError(path, f"nested deeper than {MAX_DEPTH} levels")
+        if item is None or isinstance(item, (bool, int, str)):
+            if isinstance(item, str):
+                _check_text(item, path)
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValidationError(path, f"{item!r} is not a JSON number")
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise BadType(path, f"object key {k!r} is not a string")
+                _check_text(k, path)
+                stack.append((v, f"{path}.{k}", depth + 1))
+            continue
+        if isinstance(item, list):
+            for i, v in enumerate(item):
+                stack.append((v, f"{path}[{i}]", depth + 1))
+            continue
+        raise BadType(path, f"{type(item).__name__} is not a JSON value")
+
+
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(path, "string is not valid UTF-8 (lone surrogate)") from None
+
+
+def validate_expect(expect: object, field: str) -> Expect:
+    """Return ``expect`` if it is ``ANY``, ``ABSENT`` or a version number >= 1."""
+    if expect is ANY or expect is ABSENT:
+        return expect
+    if isinstance(expect, bool) or not isinstance(expect, int):
+        raise BadType(field, "must be ANY, ABSENT or a version number")
+    if not 1 <= expect <= MAX_VERSION:
+        raise ValidationError(field, f"a version number is between 1 and {MAX_VERSION}")
+    return expect
+
+
+def validate_limit(limit: object) -> int:
+    """Return ``limit`` if it is an int in 1..10000."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadType("limit", "must be an integer")
+    if not 1 <= limit <= MAX_SCAN_LIMIT:
+        raise ValidationError("limit", f"must be between 1 and {MAX_SCAN_LIMIT}")
+    return limit
+
+
+def validate_scan(table: object, prefix: object, after: object, limit: object) -> None:
+    """Validate the arguments of ``scan``."""
+    validate_table(table)
+    if not isinstance(prefix, str):
+        raise BadType("prefix", "must be a string")
+    if prefix:
+        validate_key(prefix, "prefix")
+    if after is not None:
+        validate_key(after, "after")
+    validate_limit(limit)
+
+
+def validate_commit(table: object, ops: Sequence[Op]) -> None:
+    """Validate a whole batch before any of it reaches the backend.
+
+    Checks the table name, each op's type, key, value (plain JSON), expectation
+    and ``ttl_ms`` (an int of milliseconds, 1..MAX_TTL_MS), that no key repeats and
+    that the batch is not empty.
+    """
+    validate_table(table)
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
+        raise BadType("ops", "must be a list of Put, Delete or Check")
+    if not ops:
+        raise ValidationError("ops", "must not be empty")
+    seen: set[str] = set()
+    for i, op in enumerate(ops):
+        where = f"ops[{i}]"
+        if not isinstance(op, (Put, Delete, Check)):
+            raise BadType(where, f"{type(op).__name__} is not Put, Delete or Check")
+        validate_key(op.key, f"{where}.key")
+        if op.key in seen:
+            raise ValidationError(f"{where}.key", f"key {op.key!r} appears twice in one batch")
+        seen.add(op.key)
+        validate_expect(op.expect, f"{where}.expect")
+        if isinstance(op, Put):
+            validate_value(op.value, f"{where}.value")
+            if op.ttl_ms is not None:
+                if isinstance(op.ttl_ms, bool) or not isinstance(op.ttl_ms, int):
+                    raise BadType(f"{where}.ttl_ms", "must be an integer number of milliseconds")
+                if not 0 < op.ttl_ms <= MAX_TTL_MS:
+                    raise ValidationError(
+                        f"{where}.ttl_ms", f"must be between 1 and {MAX_TTL_MS} milliseconds"
+                    )
+
+
+def expectation_holds(entry: Entry | None, expect: Expect) -> bool:
+    """Return True if ``expect`` holds for ``entry`` (``None`` means absent)."""
+    if expect is ANY:
+        return True
+    if expect is ABSENT:
+        return entry is None
+    return entry is not None and entry.version == expect
+
+
+def is_live(entry: Entry | None, now: int) -> bool:
+    """Return True if ``entry`` exists and has not expired at ``now`` (epoch ms)."""
+    return entry is not None and (entry.expires_at is None or entry.expires_at > now)

@@ -1,0 +1,1 @@
+"""Metrics, Prometheus rendering, health, tracing and logging (ARCHITECTURE §10)."""

@@ -1,0 +1,71 @@
+"""``/api/v1/tenants/{tenant}/`` — who am I, and token management (admins only)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from botmesh_admin.api import ErrorOut, principal
+
+from . import selectors, services
+
+router = Router(tags=["tenancy"])
+
+
+class WhoAmIOut(Schema):
+    tenant: str
+    role: str
+    actor: str
+
+
+class TokenIn(Schema):
+    name: str
+    role: str = "admin"
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    role: str
+    prefix: str
+    created_by: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreatedOut(TokenOut):
+    token: str
+
+
+@router.get("whoami", response={200: WhoAmIOut})
+def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
+    """Return the caller's tenant, role and actor name."""
+    p = principal(request)
+    return WhoAmIOut(tenant=p.tenant, role=p.role, actor=p.actor)
+
+
+@router.get("tokens", response={200: list[TokenOut], 403: ErrorOut})
+def token_list(request: HttpRequest, tenant: str) -> list[TokenOut]:
+    """List the tenant's API tokens (admins only)."""
+    principal(request).require("admin")
+    return [TokenOut.from_orm(t) for t in selectors.token_list(tenant)]
+
+
+@router.post("tokens", response={201: TokenCreatedOut, 403: ErrorOut, 422: ErrorOut})
+def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> tuple[int, TokenCreatedOut]:
+    """Create a token; the plaintext ``token`` is returned once and never stored."""
+    p = principal(request)
+    p.require("admin")
+    token, plaintext = services.token_create(tenant, name=body.name, role=body.role, created_by=p.actor)
+    out = TokenCreatedOut(**TokenOut.from_orm(token).dict(), token=plaintext)
+    return 201, out
+
+
+@router.delete("tokens/{token_id}", response={200: TokenOut, 403: ErrorOut, 404: ErrorOut})
+def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> TokenOut:
+    """Revoke a token (admins only)."""
+    principal(request).require("admin")
+    return TokenOut.from_orm(services.token_revoke(tenant, token_id=token_id))

@@ -1,0 +1,59 @@
+"""Tenancy for admin pages, enforced in one place (NetBox style).
+
+Every tenant page is ``/t/<tenant>/…`` and is wrapped in ``@tenant_page(role)``:
+the user must be logged in and a member of the tenant (else 404, never 403 for a
+foreign tenant); ``request.principal`` is then set. A ``DomainError`` raised by a
+service renders as an error page (or an htmx fragment) with its status.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from botmesh_admin.errors import DomainError, NotFound
+
+from .principal import Principal
+from .selectors import principal_for_user
+
+View = Callable[..., HttpResponse]
+
+
+def tenant_page(role: str = "agent") -> Callable[[View], View]:
+    """Decorate a view taking ``tenant`` so it runs only for members with ``role`` or above."""
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, tenant: str, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            try:
+                principal = principal_for_user(request.user, tenant)
+                request.principal = principal  # type: ignore[attr-defined]
+                principal.require(role)
+                return view(request, tenant, *args, **kwargs)
+            except DomainError as exc:
+                return render_error(request, exc)
+
+        return wrapper
+
+    return decorator
+
+
+def render_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    """Render a domain error as a page, or as a fragment for htmx requests."""
+    template = "_error.html" if request.headers.get("HX-Request") else "error.html"
+    return render(request, template, {"error": exc}, status=exc.status)
+
+
+def page_principal(request: HttpRequest) -> Principal:
+    """Return the principal that ``tenant_page`` set."""
+    principal = getattr(request, "principal", None)
+    if principal is None:
+        raise NotFound("no tenant")
+    return principal

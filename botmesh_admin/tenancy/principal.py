@@ -1,0 +1,32 @@
+"""Who is acting, inside which tenant, with which role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from botmesh_admin.errors import PermissionDenied
+
+ROLE_RANK = {"agent": 1, "admin": 2}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of a request, already bound to one tenant.
+
+    ``actor`` is what audit trails record: ``user:<username>`` or ``token:<name>``.
+    """
+
+    tenant: str
+    role: str
+    actor: str
+    user_id: int | None = None
+    token_id: int | None = None
+
+    def can(self, role: str) -> bool:
+        """Return True if this principal's role is ``role`` or above (admin > agent)."""
+        return ROLE_RANK.get(self.role, 0) >= ROLE_RANK[role]
+
+    def require(self, role: str) -> None:
+        """Raise ``PermissionDenied`` (403) unless the principal has ``role`` or above."""
+        if not self.can(role):
+            raise PermissionDenied(f"this action needs the {role} role in tenant {self.tenant!r}")

@@ -1,0 +1,69 @@
+"""Reads of tenants, memberships and tokens. Lookups answer "not found" for foreign objects."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+
+from botmesh_admin.errors import NotFound
+
+from .models import ApiToken, Membership, Tenant
+from .principal import Principal
+
+
+def token_digest(plaintext: str) -> str:
+    """Return the hex SHA-256 of a token (tokens are 256-bit random, so no slow hash is needed)."""
+    return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+
+
+def tenant_list_for_user(user: AbstractBaseUser | AnonymousUser) -> list[Tenant]:
+    """Return the tenants ``user`` belongs to (every tenant for a superuser)."""
+    if not user.is_authenticated:
+        return []
+    if user.is_superuser:
+        return list(Tenant.objects.all())
+    return list(Tenant.objects.filter(memberships__user=user).distinct())
+
+
+def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:
+    """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant)."""
+    if not user.is_authenticated:
+        raise NotFound(f"tenant {tenant!r} not found")
+    if user.is_superuser:
+        if not Tenant.objects.filter(id=tenant).exists():
+            raise NotFound(f"tenant {tenant!r} not found")
+        return Principal(tenant=tenant, role="admin", actor=f"user:{user.get_username()}", user_id=user.pk)
+    membership = Membership.objects.filter(user=user, tenant_id=tenant).first()
+    if membership is None:
+        raise NotFound(f"tenant {tenant!r} not found")
+    return Principal(
+        tenant=tenant, role=membership.role, actor=f"user:{user.get_username()}", user_id=user.pk
+    )
+
+
+def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
+    """Return the principal of a live token, or ``None`` if the token is unknown or revoked.
+
+    Raise ``NotFound`` if the token is valid but belongs to another tenant:
+    a token of tenant A asking for tenant B's objects gets 404, never their data.
+    """
+    parts = plaintext.split("_")
+    if len(parts) != 3 or parts[0] != "bm":
+        return None
+    token = ApiToken.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
+    if token is None or not hmac.compare_digest(token.digest, token_digest(plaintext)):
+        return None
+    if token.tenant_id != tenant:
+        raise NotFound(f"tenant {tenant!r} not found")
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return Principal(tenant=tenant, role=token.role, actor=f"token:{token.name}", token_id=token.pk)
+
+
+def token_list(tenant: str) -> list[ApiToken]:
+    """Return the tenant's tokens, newest first (revoked ones included)."""
+    return list(ApiToken.objects.filter(tenant_id=tenant))

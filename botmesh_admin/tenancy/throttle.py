@@ -1,0 +1,52 @@
+"""Limit on failed logins, kept in the Kv so every web replica sees the same count.
+
+After ``BOTMESH_LOGIN_MAX_FAILURES`` failed attempts for one user name, further
+attempts are refused for ``BOTMESH_LOGIN_LOCKOUT_MS`` milliseconds counted from
+the first failure. The key is a hash of the user name: no readable names in the Kv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, Put
+from botmesh_admin.kv.runtime import default_kv
+from botmesh_admin.kv.validation import now_ms
+
+TABLE = "system/login-failures"
+
+
+def _key(username: str) -> str:
+    return hashlib.sha256(username.strip().lower().encode()).hexdigest()[:40]
+
+
+def login_locked(username: str) -> bool:
+    """Return True if ``username`` has reached the failure limit inside the window."""
+    entry = default_kv().get(TABLE, _key(username))
+    return bool(entry and entry.value >= settings.BOTMESH_LOGIN_MAX_FAILURES)
+
+
+def login_failed(username: str) -> int:
+    """Count one failed attempt (compare-and-set retry); return the count in the window."""
+    kv, key = default_kv(), _key(username)
+    for _ in range(20):
+        entry = kv.get(TABLE, key)
+        try:
+            if entry is None:
+                kv.commit(TABLE, [Put(key, 1, ABSENT, ttl_ms=settings.BOTMESH_LOGIN_LOCKOUT_MS)])
+                return 1
+            remaining = max(1, (entry.expires_at or 0) - now_ms())
+            kv.commit(TABLE, [Put(key, entry.value + 1, entry.version, ttl_ms=remaining)])
+            return int(entry.value) + 1
+        except ConflictError:
+            continue
+    return settings.BOTMESH_LOGIN_MAX_FAILURES
+
+
+
+
+def login_succeeded(username: str) -> None:
+    """Forget the failures of ``username``."""
+    default_kv().commit(TABLE, [Delete(_key(username))])

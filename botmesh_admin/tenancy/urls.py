@@ -1,0 +1,9 @@
+from django.urls import path
+
+from . import views
+
+app_name = "tenancy"
+urlpatterns = [
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+]

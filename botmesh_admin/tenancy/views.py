@@ -1,0 +1,100 @@
+"""Login (with a failed-attempt limit), tenant switching and API token pages."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.errors import DomainError
+
+from . import selectors, services, throttle
+from .pages import page_principal, render_error, tenant_page
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login view, refusing a user name that failed too often (HTTP 429)."""
+
+    template_name = "registration/login.html"
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:  # type: ignore[override]
+        username = request.POST.get("username", "")
+        if username and throttle.login_locked(username):
+            form = self.get_form()
+            form.errors.clear()
+            return render(
+                request,
+                self.template_name,
+                {"form": form, "locked": True},
+                status=429,
+            )
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):  # type: ignore[no-untyped-def]
+        username = self.request.POST.get("username", "")
+        if username:
+            throttle.login_failed(username)
+        return super().form_invalid(form)
+
+    def form_valid(self, form):  # type: ignore[no-untyped-def]
+        throttle.login_succeeded(form.get_user().get_username())
+        return super().form_valid(form)
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """Send the user to their first tenant, or explain that they have none."""
+    tenants = selectors.tenant_list_for_user(request.user)
+    if tenants:
+        return redirect("tenant-home", tenant=tenants[0].id)
+    return render(request, "no_tenant.html")
+
+
+@login_required
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    """Go to the tenant chosen in the switcher (a GET form, so it works without JavaScript)."""
+    return redirect("tenant-home", tenant=request.GET.get("tenant", ""))
+
+
+@tenant_page("agent")
+def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The tenant's overview: links to every package."""
+    return render(request, "tenancy/home.html", {"tenant": tenant})
+
+
+@tenant_page("admin")
+def tokens(request: HttpRequest, tenant: str) -> HttpResponse:
+    """List, create and revoke the tenant's API tokens."""
+    created = None
+    if request.method == "POST":
+        try:
+            _, created = services.token_create(
+                tenant,
+                name=request.POST.get("name", ""),
+                role=request.POST.get("role", "admin"),
+                created_by=page_principal(request).actor,
+            )
+            messages.success(request, "Token created. Copy it now: it is not shown again.")
+        except DomainError as exc:
+            messages.error(request, exc.message)
+    return render(
+        request,
+        "tenancy/tokens.html",
+        {"tenant": tenant, "tokens": selectors.token_list(tenant), "created": created},
+    )
+
+
+@require_POST
+@tenant_page("admin")
+def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> HttpResponse:
+    """Revoke one token and go back to the list."""
+    try:
+        services.token_revoke(tenant, token_id=token_id)
+    except DomainError as exc:
+        return render_error(request, exc)
+    messages.success(request, "Token revoked.")
+    return redirect("tenancy:tokens", tenant=tenant)

@@ -1,0 +1,56 @@
+"""URL map. Tenant pages live under ``/t/<tenant>/<package>/``; each app owns its ``urls.py``."""
+
+from __future__ import annotations
+
+import importlib
+
+from django.urls import include, path
+
+from botmesh_admin.api import api
+from botmesh_admin.observability import health
+from botmesh_admin.tenancy import views as tenancy_views
+
+# (module, URL prefix inside /t/<tenant>/) — a module that does not exist yet is skipped.
+TENANT_APPS = [
+    ("botmesh_admin.tenancy.urls", "settings/"),
+    ("botmesh_admin.dashboard.urls", ""),
+    ("botmesh_admin.events.urls", "journal/"),
+    ("inbox.urls", "inbox/"),
+    ("crm.urls", "crm/"),
+    ("campaigns.urls", "campaigns/"),
+    ("hub.urls", "plugins/"),
+    ("deployments.urls", "deployments/"),
+]
+# (module, URL prefix at the root) for pages outside a tenant: webhooks, /metrics.
+ROOT_APPS = [
+    ("botmesh_admin.channels.urls", "webhooks/"),
+    ("botmesh_admin.observability.urls", ""),
+]
+
+
+def _optional(module_name: str) -> object | None:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", api.urls),
+    path("login/", tenancy_views.LoginView.as_view(), name="login"),
+    path("logout/", tenancy_views.auth_views.LogoutView.as_view(), name="logout"),
+    path("", tenancy_views.home, name="home"),
+    path("switch", tenancy_views.switch_tenant, name="switch-tenant"),
+    path("t/<str:tenant>/", tenancy_views.tenant_home, name="tenant-home"),
+]
+
+for _module, _prefix in TENANT_APPS:
+    if _optional(_module) is not None:
+        urlpatterns.append(path(f"t/<str:tenant>/{_prefix}", include(_module)))
+for _module, _prefix in ROOT_APPS:
+    if _optional(_module) is not None:
+        urlpatterns.append(path(_prefix, include(_module)))

@@ -1,0 +1,1 @@
+"""The campaigns package (ARCHITECTURE §5)."""

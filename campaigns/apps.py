@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class CampaignsConfig(AppConfig):
+    name = "campaigns"
+    verbose_name = "campaigns"
+    nav: list[tuple[str, str, str]] = []

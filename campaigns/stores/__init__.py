@@ -1,0 +1,1 @@
+"""Store implementations of the campaigns package: base (contract), memory (reference), kv."""

@@ -1,0 +1,1 @@
+"""The crm package (ARCHITECTURE §5)."""

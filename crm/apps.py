@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class CrmConfig(AppConfig):
+    name = "crm"
+    verbose_name = "crm"
+    nav: list[tuple[str, str, str]] = []

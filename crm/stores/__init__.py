@@ -1,0 +1,1 @@
+"""Store implementations of the crm package: base (contract), memory (reference), kv."""

@@ -1,0 +1,1 @@
+"""The deployments package (ARCHITECTURE §5)."""

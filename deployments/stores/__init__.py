@@ -1,0 +1,1 @@
+"""Store implementations of the deployments package: base (contract), memory (reference), kv."""

@@ -1,0 +1,1 @@
+"""The hub package (ARCHITECTURE §5)."""

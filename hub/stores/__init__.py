@@ -1,0 +1,1 @@
+"""Store implementations of the hub package: base (contract), memory (reference), kv."""

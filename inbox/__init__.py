@@ -1,0 +1,1 @@
+"""The inbox package (ARCHITECTURE §5)."""

@@ -1,0 +1,1 @@
+"""Store implementations of the inbox package: base (contract), memory (reference), kv."""
