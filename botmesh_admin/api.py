@@ -169,7 +169,26 @@ def mount_routers() -> None:
             raise
         router = getattr(module, "router", None)
         if router is not None:
-            api.add_router(getattr(module, "PREFIX", "/tenants/{tenant}/"), router)
+            prefix = getattr(module, "PREFIX", "/tenants/{tenant}/")
+            _bind_prefix_path_params(router, prefix)
+            api.add_router(prefix, router)
+
+
+def _bind_prefix_path_params(router: Any, prefix: str) -> None:
+    """Treat ``{tenant}`` (and any other ``{name}`` of the mount prefix) as a path parameter.
+
+    django-ninja derives path parameters from the operation's own path only, so
+    an operation's ``tenant: str`` would otherwise be read from the query string.
+    Rebuilding the signature with the full path makes it a path parameter.
+    """
+    from ninja.signature import ViewSignature
+
+    for path, path_view in router.path_operations.items():
+        for operation in path_view.operations:
+            operation.signature = ViewSignature(prefix + path, operation.view_func)
+            operation.models = operation.signature.models
+    for sub_prefix, sub_router, *_ in getattr(router, "_routers", []):
+        _bind_prefix_path_params(sub_router, prefix + sub_prefix)
 
 
 mount_routers()

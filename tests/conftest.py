@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests import services
+from tests import backends, services
 
 _cluster: services.RedisCluster | None = None
 
@@ -36,3 +38,67 @@ def redis_url() -> str:
 def redis_cluster_url() -> str:
     """``redis+cluster://`` URL of the three-master test cluster (skip/fail if absent)."""
     return services.need("BOTMESH_TEST_REDIS_CLUSTER_URL", "Redis Cluster")
+
+
+@pytest.fixture(params=backends.KV_BACKENDS)
+def any_kv(request: pytest.FixtureRequest):
+    """A fresh DurableKv of each backend in turn (use unique table names / tenant ids)."""
+    return backends.open_kv(request.param, request)
+
+
+@pytest.fixture
+def tenant_id() -> str:
+    """A tenant id unique to this test (PostgreSQL and Redis are shared across workers)."""
+    return backends.unique_id()
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium driven by Playwright (no browser download); skip/fail if absent."""
+    import shutil
+
+    path = os.environ.get("BOTMESH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        if services.REQUIRE:
+            pytest.fail("BOTMESH_REQUIRE_SERVICES=1 but chromium is not installed")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium, live_server):
+    """A fresh browser page; ``page.base_url`` is the live server's URL."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 800}, base_url=live_server.url)
+    pg = context.new_page()
+    pg.set_default_timeout(15000)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def screenshot_dir() -> "os.PathLike[str]":
+    """Where browser tests save screenshots for a person to look at (``var/screenshots``)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def login(page, username: str, password: str) -> None:
+    """Log in through the real login form."""
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")

@@ -231,9 +231,12 @@ _PG_GET = (
     "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = %s AND key = %s"
     f" AND (expires_at IS NULL OR expires_at > {_PG_NOW})"
 )
+# A materialised CTE: a LIMIT subquery inside the DELETE could be re-scanned per
+# row and pick further victims each time, deleting more than ``limit`` rows.
 _PG_SWEEP = (
-    "DELETE FROM botmesh_kv b USING (SELECT tbl, key FROM botmesh_kv"
-    f" WHERE expires_at <= {_PG_NOW} LIMIT %s FOR UPDATE SKIP LOCKED) d"
+    "WITH d AS MATERIALIZED (SELECT tbl, key FROM botmesh_kv"
+    f" WHERE expires_at <= {_PG_NOW} LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " DELETE FROM botmesh_kv b USING d"
     f" WHERE b.tbl = d.tbl AND b.key = d.key AND b.expires_at <= {_PG_NOW}"
 )
 

@@ -1,0 +1,350 @@
+"""Channel value types: normalised inbound events, outbound messages and send results.
+
+Inbound events are what the webhook views journal (one envelope per raw webhook
+body, ``payload = {"config": name, "events": [event.to_dict(), ...]}``), so every
+type round-trips through JSON: ``event_from_dict(e.to_dict()) == e``.
+
+Identifiers follow the bot ledger (``StoredMessage.chatId``), so a conversation
+fed by a webhook and by a bot's ledger push is the same conversation:
+
+- ``chat_key``: ``"whatsapp:<wa_id>"``; ``"telegram:<chat id>"`` for a private
+  chat; ``"telegram:<chat id>:<user id>"`` in a group or supergroup (one
+  conversation per participant).
+- ``sender_id``: ``"whatsapp:<wa_id>"`` / ``"telegram:<user id>"``.
+- ``provider_message_id``: the WhatsApp ``wamid``; for Telegram, whose message
+  ids are unique only inside a chat, ``"<chat id>:<message id>"``.
+
+Times are epoch milliseconds (``timestamp_ms``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from botmesh_admin.errors import BadType, ValidationError
+
+CHANNEL_KINDS = ("whatsapp", "telegram")
+MESSAGE_TYPES = (
+    "text", "image", "video", "audio", "document", "sticker", "location", "contacts",
+    "reaction", "button", "unsupported",
+)
+STATUSES = ("sent", "delivered", "read", "failed")
+MAX_TEXT = 4096  # Telegram's sendMessage limit; WhatsApp allows 4096 too.
+
+
+@dataclass(frozen=True)
+class Media:
+    """An attachment: the provider's media/file ``id`` (download it later with the access token)."""
+
+    id: str
+    mime_type: str | None = None
+    caption: str | None = None
+    filename: str | None = None
+    size_bytes: int | None = None
+    width: int | None = None
+    height: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Reaction:
+    """An emoji reaction to ``target_message_id``; ``emoji`` is ``""`` when the reaction was removed."""
+
+    target_message_id: str
+    emoji: str
+
+
+@dataclass(frozen=True)
+class Button:
+    """A button press: WhatsApp ``button_reply`` / ``list_reply`` / template quick reply, Telegram callback.
+
+    ``id`` is the payload the bot defined (Telegram ``callback_data``); ``title`` the label the user saw.
+    """
+
+    id: str
+    title: str | None = None
+    kind: str = "button_reply"
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Location:
+    """A shared location (degrees)."""
+
+    latitude: float
+    longitude: float
+    name: str | None = None
+    address: str | None = None
+
+
+class _Event:
+    kind: ClassVar[str]
+    _nested: ClassVar[dict[str, type]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict (with ``kind``) that ``event_from_dict`` reads back."""
+        data = dataclasses.asdict(self)  # type: ignore[call-overload]
+        data["kind"] = self.kind
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Build the event from ``to_dict()`` output (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in names:
+                continue
+            nested = cls._nested.get(key)
+            values[key] = nested(**value) if nested is not None and value is not None else value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class InboundMessage(_Event):
+    """A message a user sent to the bot.
+
+    ``type`` is one of ``MESSAGE_TYPES``; ``raw_type`` keeps the provider's own type
+    (``interactive``, ``photo``, ``callback_query``, ``bot_command``…). ``text`` is
+    what a human reads: the body, a media caption or a button title. ``reply_to``
+    is the message this one answers (WhatsApp ``context.id``, Telegram
+    ``reply_to_message`` or the message a callback button belongs to).
+    ``edit_of`` is set on an edit and names the edited message, whose new text is ``text``.
+    """
+
+    kind: ClassVar[str] = "message"
+    _nested: ClassVar[dict[str, type]] = {
+        "media": Media, "reaction": Reaction, "button": Button, "location": Location,
+    }
+
+    channel: str
+    chat_key: str
+    sender_id: str
+    provider_message_id: str
+    type: str
+    text: str | None = None
+    timestamp_ms: int = 0
+    sender_name: str | None = None
+    media: Media | None = None
+    reply_to: str | None = None
+    reaction: Reaction | None = None
+    button: Button | None = None
+    location: Location | None = None
+    edit_of: str | None = None
+    raw_type: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusUpdate(_Event):
+    """A delivery status of a message the bot sent (``sent`` < ``delivered`` < ``read``; ``failed`` is final).
+
+    ``recipient`` is the provider's id of the recipient (WhatsApp ``recipient_id``,
+    e.g. ``573001112233``) and ``chat_key`` the matching conversation key.
+    """
+
+    kind: ClassVar[str] = "status"
+
+    channel: str
+    provider_message_id: str
+    status: str
+    timestamp_ms: int
+    error_code: int | None = None
+    error_title: str | None = None
+    recipient: str | None = None
+    chat_key: str | None = None
+
+
+@dataclass(frozen=True)
+class MemberUpdate(_Event):
+    """The bot's membership in a chat changed: Telegram ``my_chat_member``.
+
+    ``status`` is Telegram's new status (``member``, ``kicked``, ``left``…);
+    ``kicked`` in a private chat means the user blocked the bot (see ``blocked``).
+    ``sender_id`` is the user who made the change.
+    """
+
+    kind: ClassVar[str] = "member"
+
+    channel: str
+    chat_key: str
+    status: str
+    timestamp_ms: int
+    sender_id: str | None = None
+    previous_status: str | None = None
+
+    @property
+    def blocked(self) -> bool:
+        """Return True if the user blocked (or removed) the bot."""
+        return self.status in ("kicked", "left")
+
+
+InboundEvent = InboundMessage | StatusUpdate | MemberUpdate
+_EVENT_TYPES: dict[str, type[_Event]] = {c.kind: c for c in (InboundMessage, StatusUpdate, MemberUpdate)}
+
+
+def event_from_dict(data: dict[str, Any]) -> InboundEvent:
+    """Return the event serialised by ``to_dict()``; raise ``ValidationError`` for an unknown ``kind``."""
+    cls = _EVENT_TYPES.get(data.get("kind", ""))
+    if cls is None:
+        raise ValidationError("event.kind", f"must be one of {', '.join(_EVENT_TYPES)}")
+    return cls.from_dict(data)  # type: ignore[no-any-return]
+
+
+# --- outbound -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Template:
+    """A WhatsApp message template: ``name``, ``language`` code and body ``parameters`` (in order)."""
+
+    name: str
+    language: str = "en_US"
+    parameters: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 1 <= len(self.name) <= 512:
+            raise ValidationError("message.template.name", "must be 1-512 characters")
+        if not isinstance(self.language, str) or not 2 <= len(self.language) <= 15:
+            raise ValidationError("message.template.language", "must be a language code like en_US")
+        for i, param in enumerate(self.parameters):
+            if not isinstance(param, str):
+                raise BadType(f"message.template.parameters[{i}]", "must be a string")
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    """One message to send: exactly one of ``text`` or ``template``.
+
+    ``chat_key`` is a conversation key (``whatsapp:573001112233``,
+    ``telegram:700000001``, ``telegram:<group>:<user>``) or a bare provider
+    address (``+57 300 111 2233``, ``700000001``). ``idempotency_key`` identifies
+    the send in the outbox; HTTP providers pass it as an ``Idempotency-Key`` header.
+    """
+
+    chat_key: str
+    text: str | None = None
+    template: Template | None = None
+    idempotency_key: str | None = None
+    reply_to: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chat_key, str) or not self.chat_key.strip():
+            raise ValidationError("message.chat_key", "must not be empty")
+        if len(self.chat_key) > 200:
+            raise ValidationError("message.chat_key", "longer than 200 characters")
+        if (self.text is None) == (self.template is None):
+            raise ValidationError("message.text", "give exactly one of text or template")
+        if self.text is not None:
+            if not isinstance(self.text, str):
+                raise BadType("message.text", "must be a string")
+            if not self.text.strip():
+                raise ValidationError("message.text", "must not be blank")
+            if len(self.text) > MAX_TEXT:
+                raise ValidationError("message.text", f"longer than {MAX_TEXT} characters")
+        if self.template is not None and not isinstance(self.template, Template):
+            raise BadType("message.template", "must be a Template")
+        if self.idempotency_key is not None and not 1 <= len(self.idempotency_key) <= 200:
+            raise ValidationError("message.idempotency_key", "must be 1-200 characters")
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What a provider answered for one ``OutboundMessage``.
+
+    ``status`` is ``accepted`` or ``failed``. Accepted: ``provider_message_id`` and
+    ``recipient``, the canonical id as the provider answers it (WhatsApp ``wa_id``
+    ``573001112233`` for the input ``+57 300 111 2233``); ``chat_key`` echoes the
+    message's, so a result is matched to its recipient whatever the provider answers.
+    Failed: ``error_code`` (provider code, or HTTP status), ``error_title``,
+    ``retryable`` and, when the provider says, ``retry_after_ms``.
+    """
+
+    status: Literal["accepted", "failed"]
+    chat_key: str
+    provider_message_id: str | None = None
+    recipient: str | None = None
+    error_code: int | None = None
+    error_title: str | None = None
+    retryable: bool = False
+    retry_after_ms: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Return True if the provider accepted the message."""
+        return self.status == "accepted"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict (for the outbox record)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SendResult:
+        """Build a result from ``to_dict()`` output."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# --- configuration --------------------------------------------------------------
+
+ENCRYPTED_SECRETS = ("app_secret", "access_token", "bot_token")
+HASHED_SECRETS = ("verify_token", "webhook_secret")
+SECRETS_OF_KIND = {
+    "whatsapp": ("app_secret", "verify_token", "access_token"),
+    "telegram": ("bot_token", "webhook_secret"),
+}
+PUBLIC_OF_KIND = {
+    "whatsapp": ("phone_number_id", "display_phone_number"),
+    "telegram": ("bot_username",),
+}
+SECRET_LABELS = {
+    "app_secret": "App secret", "verify_token": "Verify token", "access_token": "Access token",
+    "bot_token": "Bot token", "webhook_secret": "Webhook secret token",
+}
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A tenant's channel configuration, as selectors return it.
+
+    Secrets stay sealed (encrypted or hashed) inside ``sealed``, which is left out
+    of ``repr`` and comparisons: ask ``is_set(name)``, ``secret(name)`` for an
+    encrypted one (decrypted on demand) or ``check(name, value)`` for a hashed one.
+    """
+
+    tenant: str
+    kind: str
+    name: str
+    phone_number_id: str | None = None
+    display_phone_number: str | None = None
+    bot_username: str | None = None
+    api_base_url: str | None = None
+    updated_at_ms: int = 0
+    sealed: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def is_set(self, secret: str) -> bool:
+        """Return True if the secret named ``secret`` has a stored value."""
+        return bool(self.sealed.get(secret))
+
+    def secret(self, secret: str) -> str | None:
+        """Return the clear value of an encrypted secret (``app_secret``, ``access_token``, ``bot_token``)."""
+        if secret not in ENCRYPTED_SECRETS:
+            raise ValueError(f"{secret} is hashed, not encrypted: use check()")
+        from .credentials import decrypt
+
+        stored = self.sealed.get(secret)
+        return decrypt(stored) if stored else None
+
+    def check(self, secret: str, value: str | None) -> bool:
+        """Return True if ``value`` matches a hashed secret (``verify_token``, ``webhook_secret``)."""
+        if secret not in HASHED_SECRETS:
+            raise ValueError(f"{secret} is encrypted, not hashed")
+        from .credentials import secret_matches
+
+        return secret_matches(value, self.sealed.get(secret))
+
+    @property
+    def secrets_set(self) -> dict[str, bool]:
+        """Return ``{secret name: is set}`` for this kind's secrets (what the UI shows: "set ✓")."""
+        return {name: self.is_set(name) for name in SECRETS_OF_KIND[self.kind]}

@@ -1,0 +1,366 @@
+"""Outbound providers: WhatsApp Cloud API, Telegram Bot API and the console provider.
+
+Every provider has ``send(OutboundMessage) -> SendResult`` and
+``broadcast(messages) -> list[SendResult]`` (one result per message, in order).
+A provider never raises for what the provider answered: an HTTP error answer is
+a ``failed`` result with the provider's code and whether to retry; a network
+error or timeout is ``failed`` and retryable (the message may or may not have
+been delivered: the outbox decides). Retry rules (ARCHITECTURE §7):
+
+- 429 / WhatsApp 130429 (and other throughput codes): retryable after
+  ``retry_after_ms`` (Telegram ``parameters.retry_after`` seconds, else the
+  ``Retry-After`` header, else ``DEFAULT_RETRY_AFTER_MS``);
+- 5xx: retryable;
+- Telegram 403 (blocked), 400 (chat not found), WhatsApp 131047 (24-hour
+  window closed), 190 (expired token) and every other 4xx: not retryable.
+
+HTTP goes through ``urllib.request`` with a timeout. Base URLs come from the
+channel configuration, else ``settings.BOTMESH_WHATSAPP_API_BASE`` /
+``BOTMESH_TELEGRAM_API_BASE`` (or the same environment variables), else the
+real APIs, so tests point them at ``channels.testing.FakeProviderServer``.
+Tokens never reach a log line (the Telegram URL holds the bot token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPException
+from typing import Any, Protocol, runtime_checkable
+
+from .domain import Channel, OutboundMessage, SendResult
+
+log = logging.getLogger("botmesh.channels")
+
+WHATSAPP_API_BASE = "https://graph.facebook.com/v21.0"
+TELEGRAM_API_BASE = "https://api.telegram.org"
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_RETRY_AFTER_MS = 1000
+# Graph API error codes that mean "slow down / try again" (WhatsApp Cloud API error codes).
+WHATSAPP_RETRYABLE_CODES = frozenset({1, 2, 4, 80007, 130429, 131000, 131048, 131056, 133004})
+WHATSAPP_RATE_LIMIT_CODES = frozenset({4, 80007, 130429, 131048, 131056})
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Send messages to one channel account."""
+
+    kind: str
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one message; return its result. Never raise for a provider or network error."""
+        ...
+
+    def broadcast(self, messages: Sequence[OutboundMessage]) -> list[SendResult]:
+        """Send every message; return one result per message, in the same order."""
+        ...
+
+
+def log_id(value: str) -> str:
+    """Return ``value`` as logs may show it: hashed (default), raw or omitted (``BOTMESH_LOG_IDS``)."""
+    try:
+        from django.conf import settings
+
+        mode, key = settings.BOTMESH_LOG_IDS, settings.BOTMESH_HASH_KEY
+    except Exception:  # settings not configured (a script): hash with no key
+        mode, key = "hashed", ""
+    if mode == "raw":
+        return value
+    if mode == "omit":
+        return "-"
+    return hmac.new(key.encode(), value.encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def address_of(chat_key: str, channel: str) -> str:
+    """Return the provider address in a chat key: ``whatsapp:573…`` → ``573…``; a group key → the chat id."""
+    address = chat_key.removeprefix(f"{channel}:")
+    if channel == "telegram" and address.count(":") == 1:
+        address = address.split(":", 1)[0]  # "<group chat id>:<user id>": answer in the group
+    return address
+
+
+class _BaseProvider:
+    kind = "base"
+    max_workers = 1
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        raise NotImplementedError
+
+    def broadcast(self, messages: Sequence[OutboundMessage]) -> list[SendResult]:
+        """Send every message (``max_workers`` at a time); return the results in order."""
+        if self.max_workers <= 1 or len(messages) <= 1:
+            return [self.send(m) for m in messages]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(messages))) as pool:
+            return list(pool.map(self.send, messages))
+
+
+class _HttpProvider(_BaseProvider):
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1) -> None:
+        self.timeout_s = timeout_s
+        self.max_workers = max_workers
+
+    def _post(
+        self, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[int, dict[str, Any] | None, str | None] | str:
+        """POST JSON; return ``(status, parsed body or None, Retry-After header)`` or a network error name."""
+        data = json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            url, data=data, method="POST", headers={"Content-Type": "application/json", **headers}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.status, _json(response.read()), response.headers.get("Retry-After")
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, _json(exc.read()), exc.headers.get("Retry-After") if exc.headers else None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException, OSError) as exc:
+            return type(exc).__name__
+
+    def _network_failure(self, message: OutboundMessage, error: str) -> SendResult:
+        log.warning("%s send to %s: no answer (%s)", self.kind, log_id(message.chat_key), error)
+        return SendResult(
+            status="failed", chat_key=message.chat_key, error_title=f"no answer from {self.kind} ({error})",
+            retryable=True, retry_after_ms=DEFAULT_RETRY_AFTER_MS,
+        )
+
+
+def _json(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw or b"null")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _retry_after_header(value: str | None) -> int | None:
+    try:
+        return max(0, int(float(value) * 1000)) if value else None
+    except ValueError:
+        return None
+
+
+class WhatsAppProvider(_HttpProvider):
+    """WhatsApp Cloud API: ``POST {base_url}/{phone_number_id}/messages`` with a bearer access token."""
+
+    kind = "whatsapp"
+
+    def __init__(
+        self, base_url: str, phone_number_id: str, access_token: str, *,
+        timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
+    ) -> None:
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers)
+        self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
+        self._access_token = access_token
+
+    def __repr__(self) -> str:
+        return f"WhatsAppProvider({self.url!r})"
+
+    def payload(self, message: OutboundMessage) -> dict[str, Any]:
+        """Return the Graph API JSON body for ``message`` (text, or template with body parameters)."""
+        body: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "to": address_of(message.chat_key, self.kind),
+        }
+        if message.template is not None:
+            template: dict[str, Any] = {
+                "name": message.template.name, "language": {"code": message.template.language},
+            }
+            if message.template.parameters:
+                template["components"] = [{
+                    "type": "body",
+                    "parameters": [{"type": "text", "text": p} for p in message.template.parameters],
+                }]
+            body.update(type="template", template=template)
+        else:
+            body.update(type="text", text={"body": message.text, "preview_url": False})
+        if message.reply_to:
+            body["context"] = {"message_id": message.reply_to}
+        return body
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one message; see the module docstring for the result rules."""
+        headers = {"Authorization": f"Bearer {self._access_token}"}
+        if message.idempotency_key:
+            headers["Idempotency-Key"] = message.idempotency_key
+        answer = self._post(self.url, self.payload(message), headers)
+        if isinstance(answer, str):
+            return self._network_failure(message, answer)
+        status, body, retry_header = answer
+        body = body or {}
+        messages = body.get("messages")
+        if 200 <= status < 300 and isinstance(messages, list) and messages and messages[0].get("id"):
+            contacts = body.get("contacts") if isinstance(body.get("contacts"), list) else []
+            wa_id = contacts[0].get("wa_id") if contacts and isinstance(contacts[0], dict) else None
+            return SendResult(
+                status="accepted", chat_key=message.chat_key, provider_message_id=str(messages[0]["id"]),
+                recipient=str(wa_id) if wa_id else address_of(message.chat_key, self.kind),
+            )
+        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        code = error.get("code") if isinstance(error.get("code"), int) else status
+        rate_limited = status == 429 or code in WHATSAPP_RATE_LIMIT_CODES
+        retryable = rate_limited or status >= 500 or code in WHATSAPP_RETRYABLE_CODES
+        retry_after = _retry_after_header(retry_header)
+        if rate_limited and retry_after is None:
+            retry_after = DEFAULT_RETRY_AFTER_MS
+        log.info("whatsapp send to %s failed: code %s", log_id(message.chat_key), code)
+        return SendResult(
+            status="failed", chat_key=message.chat_key, error_code=code,
+            error_title=str(error.get("message") or f"HTTP {status}"), retryable=retryable,
+            retry_after_ms=retry_after if retryable else None,
+        )
+
+
+class TelegramProvider(_HttpProvider):
+    """Telegram Bot API: ``POST {base_url}/bot<token>/sendMessage``."""
+
+    kind = "telegram"
+
+    def __init__(
+        self, base_url: str, bot_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
+    ) -> None:
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers)
+        self._base_url = base_url.rstrip("/")
+        self._bot_token = bot_token
+
+    def __repr__(self) -> str:
+        return f"TelegramProvider({self._base_url!r})"
+
+    def payload(self, message: OutboundMessage) -> dict[str, Any]:
+        """Return the ``sendMessage`` JSON body for ``message``."""
+        address = address_of(message.chat_key, self.kind)
+        body: dict[str, Any] = {"chat_id": int(address) if address.lstrip("-").isdigit() else address,
+                                "text": message.text}
+        if message.reply_to:
+            reply_id = message.reply_to.rsplit(":", 1)[-1]
+            if reply_id.isdigit():
+                body["reply_parameters"] = {"message_id": int(reply_id), "allow_sending_without_reply": True}
+        return body
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one text message (Telegram has no templates: a template is a non-retryable failure)."""
+        if message.template is not None:
+            return SendResult(
+                status="failed", chat_key=message.chat_key, error_code=400,
+                error_title="Telegram has no message templates", retryable=False,
+            )
+        headers = {"Idempotency-Key": message.idempotency_key} if message.idempotency_key else {}
+        answer = self._post(f"{self._base_url}/bot{self._bot_token}/sendMessage", self.payload(message), headers)
+        if isinstance(answer, str):
+            return self._network_failure(message, answer)
+        status, body, retry_header = answer
+        body = body or {}
+        result = body.get("result") if isinstance(body.get("result"), dict) else {}
+        if body.get("ok") is True and "message_id" in result:
+            chat_id = (result.get("chat") or {}).get("id")
+            return SendResult(
+                status="accepted", chat_key=message.chat_key,
+                provider_message_id=f"{chat_id}:{result['message_id']}",
+                recipient=str(chat_id) if chat_id is not None else address_of(message.chat_key, self.kind),
+            )
+        code = body.get("error_code") if isinstance(body.get("error_code"), int) else status
+        parameters = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
+        retry_after = parameters.get("retry_after")
+        retryable = code == 429 or code >= 500
+        retry_after_ms = (
+            int(retry_after * 1000) if isinstance(retry_after, int | float) else _retry_after_header(retry_header)
+        )
+        if code == 429 and retry_after_ms is None:
+            retry_after_ms = DEFAULT_RETRY_AFTER_MS
+        log.info("telegram send to %s failed: code %s", log_id(message.chat_key), code)
+        return SendResult(
+            status="failed", chat_key=message.chat_key, error_code=code,
+            error_title=str(body.get("description") or f"HTTP {status}"), retryable=retryable,
+            retry_after_ms=retry_after_ms if retryable else None,
+        )
+
+
+class ConsoleProvider(_BaseProvider):
+    """The embedded default: logs a hashed recipient and accepts every message.
+
+    The same ``idempotency_key`` gets the same provider id; the last
+    ``history_size`` sends are kept in ``sent`` (for the demo and tests).
+    """
+
+    kind = "console"
+
+    def __init__(self, channel: str = "console", *, history_size: int = 1000) -> None:
+        self.channel = channel
+        self.sent: deque[OutboundMessage] = deque(maxlen=history_size)
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Log and accept ``message``."""
+        with self._lock:
+            self._counter += 1
+            self.sent.append(message)
+            seed = message.idempotency_key or f"{id(self)}:{self._counter}"
+        provider_id = "console." + hashlib.sha256(seed.encode()).hexdigest()[:20]
+        log.info("console %s send to %s accepted as %s", self.channel, log_id(message.chat_key), provider_id)
+        return SendResult(
+            status="accepted", chat_key=message.chat_key, provider_message_id=provider_id,
+            recipient=address_of(message.chat_key, self.channel),
+        )
+
+
+class UnconfiguredProvider(_BaseProvider):
+    """A production channel without credentials: every send fails, not retryable, saying why."""
+
+    kind = "unconfigured"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Return a non-retryable failure naming the missing credential."""
+        return SendResult(status="failed", chat_key=message.chat_key, error_title=self.reason, retryable=False)
+
+
+def api_base(kind: str, channel: Channel | None = None) -> str:
+    """Return the API base URL: the channel's override, else the setting/env, else the real API."""
+    from django.conf import settings
+
+    if channel is not None and channel.api_base_url:
+        return channel.api_base_url
+    name = "BOTMESH_WHATSAPP_API_BASE" if kind == "whatsapp" else "BOTMESH_TELEGRAM_API_BASE"
+    configured = getattr(settings, name, None) or os.environ.get(name)
+    return configured or (WHATSAPP_API_BASE if kind == "whatsapp" else TELEGRAM_API_BASE)
+
+
+_console: dict[str, ConsoleProvider] = {}
+
+
+def provider_for(tenant: str, channel: Channel | None) -> Provider:
+    """Return the provider that sends through ``channel`` (a ``selectors`` value of ``tenant``).
+
+    WhatsApp needs ``phone_number_id`` and ``access_token``; Telegram ``bot_token``.
+    Without them (or without a channel) the dev profile sends to the console and
+    production gets an ``UnconfiguredProvider`` that fails every send.
+    """
+    from django.conf import settings
+
+    if channel is not None and channel.tenant != tenant:
+        raise ValueError("channel belongs to another tenant")
+    if channel is not None and channel.kind == "whatsapp":
+        token = channel.secret("access_token")
+        if token and channel.phone_number_id:
+            return WhatsAppProvider(api_base("whatsapp", channel), channel.phone_number_id, token)
+    if channel is not None and channel.kind == "telegram":
+        token = channel.secret("bot_token")
+        if token:
+            return TelegramProvider(api_base("telegram", channel), token)
+    if settings.CONFIG.production:
+        what = f"channel {channel.name!r}" if channel is not None else "this tenant"
+        return UnconfiguredProvider(f"{what} has no credentials to send with")
+    kind = channel.kind if channel is not None else "console"
+    return _console.setdefault(kind, ConsoleProvider(kind))

@@ -1,0 +1,195 @@
+"""Writes of channel configuration: validated, secrets encrypted or hashed before they are stored."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from django.db import IntegrityError, transaction
+
+from botmesh_admin.errors import BadType, Conflict, NotFound, ValidationError
+from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.tenancy.models import Tenant
+
+from . import credentials
+from .domain import (
+    CHANNEL_KINDS,
+    ENCRYPTED_SECRETS,
+    PUBLIC_OF_KIND,
+    SECRETS_OF_KIND,
+    Channel,
+)
+from .models import ChannelConfig
+from .selectors import to_channel
+from .telegram import SECRET_TOKEN_RE
+
+PHONE_NUMBER_ID_RE = re.compile(r"^[0-9]{1,32}$")
+DISPLAY_NUMBER_RE = re.compile(r"^\+?[0-9][0-9 ()-]{2,31}$")
+BOT_USERNAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{3,63}$")
+BOT_TOKEN_RE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{20,100}$")
+PRINTABLE_SECRET_RE = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, no spaces
+
+
+def _check_public(field: str, value: str) -> str:
+    value = value.strip()
+    if not value:
+        return ""
+    if field == "phone_number_id" and not PHONE_NUMBER_ID_RE.fullmatch(value):
+        raise ValidationError("channel.phone_number_id", "must be the numeric phone number id Meta shows")
+    if field == "display_phone_number" and not DISPLAY_NUMBER_RE.fullmatch(value):
+        raise ValidationError("channel.display_phone_number", "not a phone number")
+    if field == "bot_username":
+        value = value.removeprefix("@")
+        if not BOT_USERNAME_RE.fullmatch(value):
+            raise ValidationError("channel.bot_username", "must be 4-64 letters, digits or _")
+    return value
+
+
+def _check_base_url(value: str) -> str:
+    value = value.strip()
+    if not value:
+        return ""
+    if len(value) > 200:
+        raise ValidationError("channel.api_base_url", "longer than 200 characters")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("channel.api_base_url", "must be an http(s) URL")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValidationError("channel.api_base_url", "must not carry a query, fragment or credentials")
+    return value.rstrip("/")
+
+
+def _check_secret(field: str, value: str) -> str:
+    if field == "bot_token" and not BOT_TOKEN_RE.fullmatch(value):
+        raise ValidationError("channel.bot_token", "must look like 123456789:AAE… (as BotFather gives it)")
+    if field == "webhook_secret" and not SECRET_TOKEN_RE.fullmatch(value):
+        raise ValidationError("channel.webhook_secret", "must be 1-256 characters of A-Z a-z 0-9 _ -")
+    if not PRINTABLE_SECRET_RE.fullmatch(value):
+        raise ValidationError(f"channel.{field}", "must be 1-512 visible ASCII characters")
+    return value
+
+
+def channel_config_set(
+    tenant: str,
+    *,
+    kind: str,
+    name: str,
+    phone_number_id: str | None = None,
+    display_phone_number: str | None = None,
+    bot_username: str | None = None,
+    api_base_url: str | None = None,
+    app_secret: str | None = None,
+    verify_token: str | None = None,
+    access_token: str | None = None,
+    bot_token: str | None = None,
+    webhook_secret: str | None = None,
+    clear: tuple[str, ...] = (),
+) -> Channel:
+    """Create or update the channel ``name`` of ``tenant``; return it.
+
+    Public fields: ``None`` keeps the stored value, ``""`` clears it. Secrets:
+    ``None`` or ``""`` keeps the stored value (a form never shows it back); name
+    a secret in ``clear`` to remove it. ``app_secret``, ``access_token`` and
+    ``bot_token`` are stored encrypted; ``verify_token`` and ``webhook_secret``
+    hashed. A WhatsApp channel needs ``phone_number_id``, unique in the tenant.
+
+    Raise ``NotFound`` for an unknown tenant, ``ValidationError`` naming the field
+    (``channel.bot_token: …``) for a bad value, a field of the other kind or a
+    change of kind, and ``Conflict`` if a concurrent write took the name or number.
+    """
+    if not isinstance(kind, str):
+        raise BadType("channel.kind", "must be a string")
+    if kind not in CHANNEL_KINDS:
+        raise ValidationError("channel.kind", f"must be one of {', '.join(CHANNEL_KINDS)}")
+    validate_id(name, "channel.name")
+    public_in = {
+        "phone_number_id": phone_number_id, "display_phone_number": display_phone_number,
+        "bot_username": bot_username,
+    }
+    secrets_in = {
+        "app_secret": app_secret, "verify_token": verify_token, "access_token": access_token,
+        "bot_token": bot_token, "webhook_secret": webhook_secret,
+    }
+    for field, value in (*public_in.items(), *secrets_in.items(), ("api_base_url", api_base_url)):
+        if value is not None and not isinstance(value, str):
+            raise BadType(f"channel.{field}", "must be a string")
+    for field, value in (*public_in.items(), *secrets_in.items()):
+        allowed = PUBLIC_OF_KIND[kind] + SECRETS_OF_KIND[kind]
+        if value and field not in allowed:
+            raise ValidationError(f"channel.{field}", f"not used by {kind} channels")
+    for field in clear:
+        if field not in SECRETS_OF_KIND[kind]:
+            raise ValidationError("channel.clear", f"{field!r} is not a secret of {kind} channels")
+    public = {f: _check_public(f, v) for f, v in public_in.items() if v is not None}
+    base_url = _check_base_url(api_base_url) if api_base_url is not None else None
+    secrets = {f: _check_secret(f, v) for f, v in secrets_in.items() if v}
+
+    if not Tenant.objects.filter(id=tenant).exists():
+        raise NotFound(f"tenant {tenant!r} not found")
+    try:
+        with transaction.atomic():
+            row = ChannelConfig.objects.select_for_update().filter(tenant_id=tenant, name=name).first()
+            if row is None:
+                row = ChannelConfig(tenant_id=tenant, kind=kind, name=name)
+            elif row.kind != kind:
+                raise ValidationError("channel.kind", f"channel {name!r} is a {row.kind} channel")
+            for field, value in public.items():
+                setattr(row, field, value)
+            if base_url is not None:
+                row.api_base_url = base_url
+            for field in clear:
+                setattr(row, _column(field), "")
+            for field, value in secrets.items():
+                sealed = credentials.encrypt(value) if field in ENCRYPTED_SECRETS else credentials.secret_hash(value)
+                setattr(row, _column(field), sealed)
+            if kind == "whatsapp":
+                _check_whatsapp_number(row)
+            row.save()
+    except IntegrityError:
+        raise Conflict(f"channel {name!r} or its phone number id was just taken by another write") from None
+    return to_channel(row)
+
+
+def _column(secret: str) -> str:
+    return f"{secret}_encrypted" if secret in ENCRYPTED_SECRETS else f"{secret}_hash"
+
+
+def _check_whatsapp_number(row: ChannelConfig) -> None:
+    if not row.phone_number_id:
+        raise ValidationError("channel.phone_number_id", "required for a WhatsApp channel")
+    other = (
+        ChannelConfig.objects.filter(tenant_id=row.tenant_id, kind="whatsapp", phone_number_id=row.phone_number_id)
+        .exclude(pk=row.pk)
+        .values_list("name", flat=True)
+        .first()
+    )
+    if other is not None:
+        raise ValidationError("channel.phone_number_id", f"already used by channel {other!r}")
+
+
+def channel_config_delete(tenant: str, *, name: str) -> None:
+    """Delete the channel ``name`` of ``tenant``; raise ``NotFound`` if there is none."""
+    deleted, _ = ChannelConfig.objects.filter(tenant_id=tenant, name=name).delete()
+    if not deleted:
+        raise NotFound(f"channel {name!r} not found")
+
+
+def channel_credentials_rotate() -> int:
+    """Re-encrypt every stored channel secret with the newest key; return how many values changed.
+
+    Run after putting a new key first in ``BOTMESH_CREDENTIALS_KEYS``; once it has
+    run, the old key may be removed. Raise ``CredentialUnreadable`` if a value
+    cannot be decrypted with any configured key (nothing is written then).
+    """
+    columns = [_column(s) for s in ENCRYPTED_SECRETS]
+    changed = 0
+    with transaction.atomic():
+        for row in ChannelConfig.objects.select_for_update().order_by("pk"):
+            for column in columns:
+                token = getattr(row, column)
+                if token:
+                    setattr(row, column, credentials.reencrypt(token))
+                    changed += 1
+            row.save(update_fields=[*columns, "updated_at"])
+    return changed
+

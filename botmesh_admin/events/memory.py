@@ -1,0 +1,254 @@
+"""MemoryEventJournal: the reference journal, in one process's memory.
+
+Every method runs under one lock, so each state change and its fencing-token
+check are one atomic step. ``FileEventJournal`` adds a durable snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable
+
+from .base import (
+    Clock,
+    Envelope,
+    EventRecord,
+    RetryPolicy,
+    StaleLeaseError,
+    clip_error,
+    lease_expired_error,
+    not_replayable,
+    now_ms,
+    validate_channel,
+    validate_envelope,
+    validate_event_id,
+    validate_lease,
+    validate_list_args,
+    validate_time,
+    validate_token,
+)
+
+
+class MemoryEventJournal:
+    """EventJournal in memory (``memory://``): the reference for every backend."""
+
+    def __init__(
+        self, url: str = "memory://", *, policy: RetryPolicy | None = None, clock: Clock | None = None
+    ) -> None:
+        self.url = url
+        self.policy = policy or RetryPolicy()
+        self.clock: Clock = clock or now_ms
+        self._lock = threading.RLock()
+        self._records: dict[str, EventRecord] = {}
+        self._by_key: dict[tuple[str, str], str] = {}
+        self._fence = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {len(self._records)} records>"
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the lock for one change; subclasses persist it before the lock is released."""
+        with self._lock:
+            self._check_open()
+            yield
+            self._persist()
+
+    def _persist(self) -> None:
+        """Make the last change durable (nothing to do in memory)."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("the journal is closed")
+
+    def _next_token(self) -> int:
+        self._fence += 1
+        return self._fence
+
+    # -- the contract ----------------------------------------------------------------
+
+    def append(self, envelope: Envelope) -> EventRecord:
+        """Store ``envelope`` as a ``pending`` record, or return the tenant's record with its key."""
+        record = validate_envelope(envelope, self.clock())
+        with self._writing():
+            existing = self._by_key.get((record.tenant, record.idempotency_key))
+            if existing is not None:
+                return self._records[existing]
+            if record.id in self._records:
+                raise Conflict(f"event id {record.id!r} is taken by another record")
+            self._records[record.id] = record
+            self._by_key[(record.tenant, record.idempotency_key)] = record.id
+            return record
+
+    def get(self, event_id: str) -> EventRecord | None:
+        """Return the record ``event_id``, or ``None``."""
+        validate_event_id(event_id)
+        with self._lock:
+            self._check_open()
+            return self._records.get(event_id)
+
+    def claim(self, now: int, lease_ms: int, channel: str | None = None) -> EventRecord | None:
+        """Lease the oldest ready record of ``channel`` until ``now + lease_ms``."""
+        validate_lease(now, lease_ms)
+        validate_channel(channel, "channel")
+        with self._writing():
+            while True:
+                ready = [
+                    r
+                    for r in self._records.values()
+                    if r.channel == channel
+                    and r.state in ("pending", "leased")
+                    and r.available_at <= now
+                ]
+                if not ready:
+                    return None
+                record = min(ready, key=lambda r: (r.available_at, r.id))
+                token = self._next_token()
+                if record.state == "leased" and record.attempts >= self.policy.max_attempts:
+                    self._records[record.id] = dataclasses.replace(
+                        record,
+                        state="dead",
+                        fencing_token=token,
+                        leased_until=None,
+                        available_at=now,
+                        last_error=lease_expired_error(record.attempts),
+                    )
+                    continue
+                leased = dataclasses.replace(
+                    record,
+                    state="leased",
+                    attempts=record.attempts + 1,
+                    fencing_token=token,
+                    leased_until=now + lease_ms,
+                    available_at=now + lease_ms,
+                )
+                self._records[record.id] = leased
+                return leased
+
+    def _leased(self, event_id: str, now: int, fencing_token: int, *, live: bool) -> EventRecord:
+        validate_event_id(event_id)
+        validate_time(now, "now")
+        validate_token(fencing_token)
+        record = self._records.get(event_id)
+        if record is None:
+            raise NotFound(f"event {event_id!r} not found")
+        if record.state != "leased" or record.fencing_token != fencing_token:
+            raise StaleLeaseError(event_id, fencing_token)
+        if live and record.leased_until is not None and record.leased_until <= now:
+            raise StaleLeaseError(event_id, fencing_token, "expired")
+        return record
+
+    def ack(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
+        """Mark the leased record ``done`` if ``fencing_token`` is its live lease."""
+        with self._writing():
+            record = self._leased(event_id, now, fencing_token, live=True)
+            done = dataclasses.replace(record, state="done", leased_until=None, available_at=now)
+            self._records[event_id] = done
+            return done
+
+    def fail(self, event_id: str, now: int, fencing_token: int, error: str) -> EventRecord:
+        """Retry the record after the backoff, or dead-letter it after ``max_attempts``."""
+        error = clip_error(error)
+        factor = self.policy.jitter_factor()
+        with self._writing():
+            record = self._leased(event_id, now, fencing_token, live=True)
+            if record.attempts >= self.policy.max_attempts:
+                after = dataclasses.replace(
+                    record, state="dead", leased_until=None, available_at=now, last_error=error
+                )
+            else:
+                after = dataclasses.replace(
+                    record,
+                    state="pending",
+                    leased_until=None,
+                    available_at=now + self.policy.delay_ms(record.attempts, factor),
+                    last_error=error,
+                )
+            self._records[event_id] = after
+            return after
+
+    def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
+        """Give the lease back without spending an attempt."""
+        with self._writing():
+            record = self._leased(event_id, now, fencing_token, live=False)
+            after = dataclasses.replace(
+                record,
+                state="pending",
+                attempts=max(record.attempts - 1, 0),
+                leased_until=None,
+                available_at=now,
+            )
+            self._records[event_id] = after
+            return after
+
+    def replay(self, event_id: str) -> EventRecord:
+        """Put a ``dead`` or ``done`` record back to ``pending`` with a fresh token."""
+        validate_event_id(event_id)
+        now = self.clock()
+        with self._writing():
+            record = self._records.get(event_id)
+            if record is None:
+                raise NotFound(f"event {event_id!r} not found")
+            if record.state not in ("dead", "done"):
+                raise not_replayable(record)
+            after = dataclasses.replace(
+                record,
+                state="pending",
+                attempts=0,
+                fencing_token=self._next_token(),
+                leased_until=None,
+                available_at=now,
+            )
+            self._records[event_id] = after
+            return after
+
+    def list(
+        self,
+        *,
+        tenant: str | None = None,
+        state: str | None = None,
+        channel: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> list[EventRecord]:
+        """Return up to ``limit`` records, newest id first, ids below ``after``."""
+        validate_list_args(tenant, state, channel, limit, after)
+        want_channel = None if channel == "" else channel
+        with self._lock:
+            self._check_open()
+            rows = [
+                r
+                for r in self._records.values()
+                if (tenant is None or r.tenant == tenant)
+                and (state is None or r.state == state)
+                and (channel is None or r.channel == want_channel)
+                and (after is None or r.id < after)
+            ]
+        rows.sort(key=lambda r: r.id, reverse=True)
+        return rows[:limit]
+
+    def counts(self, tenant: str) -> dict[tuple[str, str | None], int]:
+        """Return ``{(state, channel): n}`` for ``tenant``."""
+        validate_list_args(tenant, None, None, 1, None)
+        out: dict[tuple[str, str | None], int] = {}
+        with self._lock:
+            self._check_open()
+            for r in self._records.values():
+                if r.tenant == tenant:
+                    out[(r.state, r.channel)] = out.get((r.state, r.channel), 0) + 1
+        return out
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` once closed."""
+        with self._lock:
+            self._check_open()
+
+    def close(self) -> None:
+        """Forget nothing (memory), but refuse later calls."""
+        self._closed = True
+

@@ -1,0 +1,476 @@
+"""SqlEventJournal: the journal in one SQL table, on SQLite (stdlib) or PostgreSQL (psycopg 3).
+
+Table ``botmesh_events`` (``botmesh_events_<namespace>`` with ``?namespace=`` in
+the URL, used by tests to stay apart on a shared server), one row per record;
+``channel`` is ``''`` for the default channel so it can be indexed and compared
+with ``=``. A partial index ``(channel, available_at, id) WHERE state IN
+('pending','leased')`` serves ``claim``: a leased record's ``available_at`` is
+its ``leased_until``, so a ready record and an expired lease are one range scan.
+
+- **PostgreSQL**: every call is one autocommit statement. ``claim`` is one
+  ``UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`` that takes its token from
+  the sequence ``botmesh_events_fence`` (``nextval`` never repeats, also after a
+  server restart). ``ack``/``fail``/``release`` are one ``UPDATE … WHERE id = …
+  AND fencing_token = …``: the token check and the change are one statement.
+- **SQLite** (the embedded default: web, worker and beat are separate processes
+  sharing one file): WAL, ``synchronous=FULL``; ``claim`` and ``replay`` are one
+  ``BEGIN IMMEDIATE`` transaction that bumps the counter row and updates the
+  record; the other changes are single statements.
+
+Each thread (and each process) gets its own connection; driver errors are raised
+as ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable, ValidationError
+from botmesh_admin.kv.sql import ThreadConnections, sqlite_path_from_url
+
+from .base import (
+    Clock,
+    Envelope,
+    EventRecord,
+    RetryPolicy,
+    StaleLeaseError,
+    clip_error,
+    lease_expired_error,
+    not_replayable,
+    now_ms,
+    validate_channel,
+    validate_envelope,
+    validate_event_id,
+    validate_lease,
+    validate_list_args,
+    validate_time,
+    validate_token,
+)
+
+NAMESPACE_RE = re.compile(r"^[a-z0-9_]{1,40}$")
+COLS = (
+    "id, type, channel, tenant, payload, idempotency_key, created_at, state, attempts,"
+    " available_at, leased_until, fencing_token, last_error"
+)
+_SCHEMA_LOCK = 0x626F746D65736802  # "botmesh\x02": serialises concurrent schema creation
+
+
+def split_namespace(url: str) -> tuple[str, str]:
+    """Return ``(url without ?namespace=, table name)``; raise ``ValidationError`` for a bad one."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    namespace = [v for k, v in query if k == "namespace"]
+    rest = [(k, v) for k, v in query if k != "namespace"]
+    table = "botmesh_events"
+    if namespace:
+        if not NAMESPACE_RE.match(namespace[-1]):
+            raise ValidationError("url", "namespace must be 1-40 characters of a-z, 0-9, '_'")
+        table = f"botmesh_events_{namespace[-1]}"
+    return urlunsplit(parts._replace(query=urlencode(rest))), table
+
+
+def _named(sql: str) -> str:
+    """Turn ``:name`` placeholders into psycopg's ``%(name)s`` (``::type`` casts untouched)."""
+    return re.sub(r"(?<![:\w]):([a-z_]+)", r"%(\1)s", sql)
+
+
+def _record(row: Sequence[Any]) -> EventRecord:
+    return EventRecord(
+        id=row[0],
+        type=row[1],
+        channel=row[2] or None,
+        tenant=row[3],
+        payload=json.loads(row[4]),
+        idempotency_key=row[5],
+        created_at=row[6],
+        state=row[7],
+        attempts=row[8],
+        available_at=row[9],
+        leased_until=row[10],
+        fencing_token=row[11],
+        last_error=row[12],
+    )
+
+
+def _statements(t: str, pg: bool) -> dict[str, str]:
+    """Return the SQL of every operation on table ``t`` for one dialect (``:name`` placeholders)."""
+    greatest, least = ("GREATEST", "LEAST") if pg else ("max", "min")
+    if pg:
+        backoff = (
+            "floor(LEAST(:cap::bigint, :base::bigint << LEAST(GREATEST(attempts - 1, 0), 40)::int)"
+            " * :factor::float8)::bigint"
+        )
+    else:
+        backoff = "CAST(min(:cap, :base << min(max(attempts - 1, 0), 40)) * :factor AS INTEGER)"
+    lease_check = "id = :id AND state = 'leased' AND fencing_token = :token"
+    sql = {
+        "insert": f"INSERT INTO {t} ({COLS}) VALUES (:id, :type, :channel, :tenant, :payload,"
+        " :idempotency_key, :created_at, 'pending', 0, :now, NULL, 0, NULL)"
+        f" ON CONFLICT (tenant, idempotency_key) DO NOTHING RETURNING {COLS}",
+        "by_key": f"SELECT {COLS} FROM {t} WHERE tenant = :tenant AND idempotency_key = :idempotency_key",
+        "get": f"SELECT {COLS} FROM {t} WHERE id = :id",
+        "ack": f"UPDATE {t} SET state = 'done', leased_until = NULL, available_at = :now"
+        f" WHERE {lease_check} AND leased_until > :now RETURNING {COLS}",
+        "fail": f"UPDATE {t} SET"
+        " state = CASE WHEN attempts >= :max THEN 'dead' ELSE 'pending' END,"
+        f" available_at = CASE WHEN attempts >= :max THEN :now ELSE :now + {backoff} END,"
+        " leased_until = NULL, last_error = :error"
+        f" WHERE {lease_check} AND leased_until > :now RETURNING {COLS}",
+        "release": f"UPDATE {t} SET state = 'pending', attempts = {greatest}(attempts - 1, 0),"
+        f" leased_until = NULL, available_at = :now WHERE {lease_check} RETURNING {COLS}",
+        "counts": f"SELECT state, channel, count(*) FROM {t} WHERE tenant = :tenant GROUP BY state, channel",
+    }
+    # What a claim writes into the chosen row: a lease, or the DLQ when an expired
+    # lease was the record's last attempt (the worker died on it max_attempts times).
+    last = "e.state = 'leased' AND e.attempts >= :max"
+    claim_set = (
+        f"fencing_token = {{token}},"
+        f" state = CASE WHEN {last} THEN 'dead' ELSE 'leased' END,"
+        f" attempts = CASE WHEN {last} THEN e.attempts ELSE e.attempts + 1 END,"
+        f" leased_until = CASE WHEN {last} THEN NULL ELSE :until END,"
+        f" available_at = CASE WHEN {last} THEN :now ELSE :until END,"
+        f" last_error = CASE WHEN {last} THEN :lease_error ELSE e.last_error END"
+    )
+    ready = (
+        f"SELECT id FROM {t} WHERE channel = :channel AND state IN ('pending', 'leased')"
+        " AND available_at <= :now ORDER BY available_at, id LIMIT 1"
+    )
+    ecols = ", ".join(f"e.{c.strip()}" for c in COLS.split(","))
+    if pg:
+        sql["claim"] = (
+            f"UPDATE {t} e SET {claim_set.format(token=f"nextval('{t}_fence')")}"
+            f" FROM ({ready} FOR UPDATE SKIP LOCKED) c WHERE e.id = c.id RETURNING {ecols}"
+        )
+        sql["replay"] = (
+            f"UPDATE {t} SET state = 'pending', attempts = 0, leased_until = NULL,"
+            f" available_at = :now, fencing_token = nextval('{t}_fence')"
+            f" WHERE id = :id AND state IN ('dead', 'done') RETURNING {COLS}"
+        )
+    else:
+        sql["ready"] = ready
+        sql["bump"] = f"UPDATE {t}_fence SET value = value + 1 WHERE one = 1 RETURNING value"
+        sql["claim"] = (
+            f"UPDATE {t} AS e SET {claim_set.format(token=':token')} WHERE e.id = :id RETURNING {COLS}"
+        )
+        sql["replay"] = (
+            f"UPDATE {t} SET state = 'pending', attempts = 0, leased_until = NULL,"
+            " available_at = :now, fencing_token = :token"
+            f" WHERE id = :id AND state IN ('dead', 'done') RETURNING {COLS}"
+        )
+    if pg:
+        sql = {name: _named(text) for name, text in sql.items()}
+    return sql
+
+
+def _ddl(t: str, pg: bool) -> list[str]:
+    text = 'text COLLATE "C"' if pg else "TEXT"
+    big = "bigint" if pg else "INTEGER"
+    ddl = [
+        f"""CREATE TABLE IF NOT EXISTS {t} (
+            id {text} PRIMARY KEY,
+            type {text} NOT NULL,
+            channel {text} NOT NULL,
+            tenant {text} NOT NULL,
+            payload {text} NOT NULL,
+            idempotency_key {text} NOT NULL,
+            created_at {big} NOT NULL,
+            state {text} NOT NULL,
+            attempts {big} NOT NULL,
+            available_at {big} NOT NULL,
+            leased_until {big},
+            fencing_token {big} NOT NULL,
+            last_error {text},
+            UNIQUE (tenant, idempotency_key))""",
+        f"CREATE INDEX IF NOT EXISTS {t}_ready ON {t} (channel, available_at, id)"
+        " WHERE state IN ('pending', 'leased')",
+        f"CREATE INDEX IF NOT EXISTS {t}_tenant_state ON {t} (tenant, state, id)",
+        f"CREATE INDEX IF NOT EXISTS {t}_tenant_id ON {t} (tenant, id)",
+    ]
+    if pg:
+        ddl.insert(0, f"CREATE SEQUENCE IF NOT EXISTS {t}_fence")
+    else:
+        ddl += [
+            f"CREATE TABLE IF NOT EXISTS {t}_fence (one INTEGER PRIMARY KEY CHECK (one = 1),"
+            " value INTEGER NOT NULL)",
+            f"INSERT OR IGNORE INTO {t}_fence (one, value) VALUES (1, 0)",
+        ]
+    return ddl
+
+
+class _Postgres:
+    pg = True
+
+    def __init__(self, url: str, table: str) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self._url = url
+        self._table = table
+        self._schema_ready = False
+        self._conns: ThreadConnections[Any] = ThreadConnections(self._connect, lambda c: c.close())
+
+    def _connect(self) -> Any:
+        options = {} if "connect_timeout" in self._url else {"connect_timeout": 10}
+        conn = self._psycopg.connect(self._url, autocommit=True, prepare_threshold=0, **options)
+        if not self._schema_ready:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                for statement in _ddl(self._table, pg=True):
+                    conn.execute(statement)
+            self._schema_ready = True
+        return conn
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.errors.UniqueViolation as exc:
+            raise Conflict("event id is taken by another record") from exc
+        except self._psycopg.Error as exc:
+            if isinstance(exc, self._psycopg.OperationalError | self._psycopg.InterfaceError):
+                self._conns.discard()
+            raise StoreUnavailable(f"PostgreSQL journal: {exc}") from exc
+
+    def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self.errors():
+            return self._conns.get().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        self._conns.close()
+
+
+class _Sqlite:
+    pg = False
+
+    def __init__(self, url: str, table: str) -> None:
+        import sqlite3
+
+        self._sqlite3 = sqlite3
+        self._path = sqlite_path_from_url(url)
+        self._table = table
+        self._schema_ready = False
+        self._conns: ThreadConnections[Any] = ThreadConnections(self._connect, lambda c: c.close())
+
+    def _connect(self) -> Any:
+        conn = self._sqlite3.connect(
+            self._path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA synchronous=FULL")
+        if not self._schema_ready:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _ddl(self._table, pg=False):
+                conn.execute(statement)
+            conn.execute("COMMIT")
+            self._schema_ready = True
+        return conn
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._sqlite3.IntegrityError as exc:
+            raise Conflict("event id is taken by another record") from exc
+        except self._sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite journal {self._path}: {exc}") from exc
+
+    def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self.errors():
+            return self._conns.get().execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """Run the block in one ``BEGIN IMMEDIATE`` transaction (the database write lock)."""
+        with self.errors():
+            conn = self._conns.get()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(self._sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conns.close()
+
+
+class SqlEventJournal:
+    """EventJournal over SQLite (``sqlite:///path``) or PostgreSQL (``postgresql://…``).
+
+    Raise ``ValidationError`` (field ``url``) for another scheme or a bad
+    ``namespace`` and ``StoreUnavailable`` when the database cannot be reached.
+    """
+
+    def __init__(
+        self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None
+    ) -> None:
+        self.url = url
+        self.policy = policy or RetryPolicy()
+        self.clock: Clock = clock or now_ms
+        conn_url, self.table = split_namespace(url)
+        scheme = urlsplit(url).scheme.lower()
+        if scheme == "sqlite":
+            self._db: _Sqlite | _Postgres = _Sqlite(conn_url, self.table)
+        elif scheme in ("postgresql", "postgres"):
+            self._db = _Postgres(conn_url, self.table)
+        else:
+            raise ValidationError("url", f"SqlEventJournal needs sqlite:// or postgresql://, not {scheme!r}")
+        self._sql = _statements(self.table, self._db.pg)
+        self.ping()
+
+    def __repr__(self) -> str:
+        return f"<SqlEventJournal {'postgresql' if self._db.pg else 'sqlite'} {self.table}>"
+
+    def _one(self, name: str, **params: Any) -> EventRecord | None:
+        rows = self._db.run(self._sql[name], params)
+        return _record(rows[0]) if rows else None
+
+    def append(self, envelope: Envelope) -> EventRecord:
+        """Store ``envelope`` as a ``pending`` record, or return the tenant's record with its key."""
+        record = validate_envelope(envelope, self.clock())
+        params = {
+            "id": record.id,
+            "type": record.type,
+            "channel": record.channel or "",
+            "tenant": record.tenant,
+            "payload": json.dumps(record.payload, ensure_ascii=False, separators=(",", ":")),
+            "idempotency_key": record.idempotency_key,
+            "created_at": record.created_at,
+            "now": record.available_at,
+        }
+        for _ in range(3):
+            stored = self._one("insert", **params)
+            if stored is None:
+                stored = self._one("by_key", tenant=record.tenant, idempotency_key=record.idempotency_key)
+            if stored is not None:
+                return stored
+        raise StoreUnavailable("journal append did not settle (idempotency key contended)")
+
+    def get(self, event_id: str) -> EventRecord | None:
+        """Return the record ``event_id``, or ``None``."""
+        return self._one("get", id=validate_event_id(event_id))
+
+    def claim(self, now: int, lease_ms: int, channel: str | None = None) -> EventRecord | None:
+        """Lease the oldest ready record of ``channel`` until ``now + lease_ms``."""
+        validate_lease(now, lease_ms)
+        params: dict[str, Any] = {
+            "channel": validate_channel(channel, "channel") or "",
+            "now": now,
+            "until": now + lease_ms,
+            "max": self.policy.max_attempts,
+            "lease_error": lease_expired_error(self.policy.max_attempts),
+        }
+        while True:
+            record = self._claim_once(params)
+            if record is None or record.state == "leased":
+                return record
+            # An expired last lease went to the DLQ: try the next record.
+
+    def _claim_once(self, params: dict[str, Any]) -> EventRecord | None:
+        if isinstance(self._db, _Postgres):
+            return self._one("claim", **params)
+        with self._db.transaction() as conn:
+            row = conn.execute(self._sql["ready"], params).fetchone()
+            if row is None:
+                return None
+            token = conn.execute(self._sql["bump"]).fetchone()[0]
+            rows = conn.execute(self._sql["claim"], {**params, "id": row[0], "token": token})
+            return _record(rows.fetchone())
+
+    def _settle(
+        self, name: str, event_id: str, now: int, fencing_token: int, **params: Any
+    ) -> EventRecord:
+        validate_event_id(event_id)
+        validate_time(now, "now")
+        validate_token(fencing_token)
+        record = self._one(name, id=event_id, now=now, token=fencing_token, **params)
+        if record is not None:
+            return record
+        current = self.get(event_id)
+        if current is None:
+            raise NotFound(f"event {event_id!r} not found")
+        expired = current.state == "leased" and current.fencing_token == fencing_token
+        raise StaleLeaseError(event_id, fencing_token, "expired" if expired else "superseded")
+
+    def ack(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
+        """Mark the leased record ``done`` if ``fencing_token`` is its live lease."""
+        return self._settle("ack", event_id, now, fencing_token)
+
+    def fail(self, event_id: str, now: int, fencing_token: int, error: str) -> EventRecord:
+        """Retry the record after the backoff, or dead-letter it after ``max_attempts``."""
+        p = self.policy
+        return self._settle(
+            "fail", event_id, now, fencing_token,
+            max=p.max_attempts, cap=p.max_delay_ms, base=p.base_delay_ms,
+            factor=p.jitter_factor(), error=clip_error(error),
+        )  # fmt: skip
+
+    def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
+        """Give the lease back without spending an attempt."""
+        return self._settle("release", event_id, now, fencing_token)
+
+    def replay(self, event_id: str) -> EventRecord:
+        """Put a ``dead`` or ``done`` record back to ``pending`` with a fresh token."""
+        validate_event_id(event_id)
+        params = {"id": event_id, "now": self.clock()}
+        if isinstance(self._db, _Postgres):
+            record = self._one("replay", **params)
+        else:
+            with self._db.transaction() as conn:
+                token = conn.execute(self._sql["bump"]).fetchone()[0]
+                row = conn.execute(self._sql["replay"], {**params, "token": token}).fetchone()
+                record = _record(row) if row else None
+        if record is not None:
+            return record
+        current = self.get(event_id)
+        if current is None:
+            raise NotFound(f"event {event_id!r} not found")
+        raise not_replayable(current)
+
+    def list(
+        self,
+        *,
+        tenant: str | None = None,
+        state: str | None = None,
+        channel: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> list[EventRecord]:
+        """Return up to ``limit`` records, newest id first, ids below ``after``."""
+        validate_list_args(tenant, state, channel, limit, after)
+        where, params = [], {"limit": limit}
+        for column, value in (("tenant", tenant), ("state", state), ("channel", channel)):
+            if value is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
+        if after is not None:
+            where.append("id < :after")
+            params["after"] = after
+        sql = f"SELECT {COLS} FROM {self.table}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT :limit"
+        if self._db.pg:
+            sql = _named(sql)
+        return [_record(row) for row in self._db.run(sql, params)]
+
+    def counts(self, tenant: str) -> dict[tuple[str, str | None], int]:
+        """Return ``{(state, channel): n}`` for ``tenant``."""
+        validate_list_args(tenant, None, None, 1, None)
+        rows = self._db.run(self._sql["counts"], {"tenant": tenant})
+        return {(state, channel or None): n for state, channel, n in rows}
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` if the database cannot be reached."""
+        self._db.run("SELECT 1", {})
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
+        self._db.close()

@@ -1,0 +1,371 @@
+"""RedisKv: DurableKv on a standalone Redis (``redis://``) or Redis Cluster (``redis+cluster://``).
+
+Layout of a table ``T`` (every key carries the hash tag ``{T}``, so a table lives
+in one cluster slot and a commit is one Lua script on one node):
+
+=======================  ==========================================================
+``bmkv:{T}:e:<key>``     hash ``v`` (JSON text), ``ver`` (version), ``exp`` (epoch ms)
+``bmkv:{T}:i``           sorted set of keys, score 0: ``ZRANGEBYLEX`` gives byte order
+``bmkv:{T}:x``           sorted set of keys with a TTL, score ``exp``: what ``sweep`` visits
+``bmkv:ttl-tables``      set of tables that have had TTL entries (a hint for ``sweep``)
+=======================  ==========================================================
+
+A commit is one ``EVALSHA``: the script checks every expectation, then applies
+every op, so it is atomic without ``WATCH``. Expiry uses the Redis server's clock
+(``TIME``). An entry with a TTL also gets ``PEXPIREAT``, so Redis reclaims its
+memory by itself; index members left behind are removed lazily by ``scan`` and
+by ``sweep``. Redis errors are raised as ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from botmesh_admin.errors import StoreUnavailable, ValidationError
+
+from .base import ABSENT, ANY, Check, ConflictError, Delete, Entry, Op, Put
+from .encoding import dump_value, load_value, prefix_end, scan_start
+from .validation import validate_commit, validate_key, validate_limit, validate_scan, validate_table
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+COMMIT_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index, KEYS[2 + i] entry hash of op i.
+-- ARGV, five per op: kind (p put, d delete, c check), key, expect (a any, x absent,
+-- or a version), value JSON, ttl_ms ('' for none).
+-- Reply: {0, i, version or -1} for the first failed expectation (nothing written),
+-- else {1, then per op: version or -1, expires_at or -1, value or ''}.
+local n = #KEYS - 2
+local present, vers, exps, vals = {}, {}, {}, {}
+for i = 1, n do
+  local b = (i - 1) * 5
+  local kind, expect = ARGV[b + 1], ARGV[b + 3]
+  local h
+  if kind == 'c' then
+    h = redis.call('HMGET', KEYS[2 + i], 'ver', 'exp', 'v')
+  else
+    h = redis.call('HMGET', KEYS[2 + i], 'ver', 'exp')
+  end
+  local ver, exp = tonumber(h[1]), tonumber(h[2])
+  present[i] = ver ~= nil
+  if ver and exp and exp <= now then ver = nil end
+  if expect == 'x' then
+    if ver then return {0, i, ver} end
+  elseif expect ~= 'a' and ver ~= tonumber(expect) then
+    return {0, i, ver or -1}
+  end
+  vers[i], exps[i], vals[i] = ver or 0, exp or -1, h[3] or ''
+end
+local out = {1}
+for i = 1, n do
+  local b = (i - 1) * 5
+  local kind, member, key = ARGV[b + 1], ARGV[b + 2], KEYS[2 + i]
+  if kind == 'p' then
+    local ver, exp = vers[i] + 1, -1
+    if ARGV[b + 5] == '' then
+      redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver)
+      if present[i] then
+        redis.call('HDEL', key, 'exp')
+        redis.call('PERSIST', key)
+      end
+      redis.call('ZREM', KEYS[2], member)
+    else
+      exp = now + tonumber(ARGV[b + 5])
+      redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver, 'exp', string.format('%d', exp))
+      -- Redis drops a key once now > its expiry time; exp - 1 makes it vanish at exp,
+      -- matching "live while expires_at > now".
+      redis.call('PEXPIREAT', key, string.format('%d', exp - 1))
+      redis.call('ZADD', KEYS[2], exp, member)
+    end
+    redis.call('ZADD', KEYS[1], 0, member)
+    out[#out + 1], out[#out + 2], out[#out + 3] = ver, exp, ''
+  elseif kind == 'd' then
+    redis.call('DEL', key)
+    redis.call('ZREM', KEYS[1], member)
+    redis.call('ZREM', KEYS[2], member)
+    out[#out + 1], out[#out + 2], out[#out + 3] = -1, -1, ''
+  elseif vers[i] == 0 then
+    out[#out + 1], out[#out + 2], out[#out + 3] = -1, -1, ''
+  else
+    out[#out + 1], out[#out + 2], out[#out + 3] = vers[i], exps[i], vals[i]
+  end
+end
+return out
+"""
+)
+
+SCAN_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, lex min, lex max, limit.
+-- Reply: flat {key, value, version, expires_at or '', ...} of up to limit live entries.
+-- Members whose entry expired or was reclaimed by Redis are removed on the way.
+local prefix, min, max, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out, found = {}, 0
+while found < limit do
+  local want = limit - found
+  local members = redis.call('ZRANGEBYLEX', KEYS[1], min, max, 'LIMIT', 0, want)
+  for _, m in ipairs(members) do
+    local h = redis.call('HMGET', prefix .. m, 'v', 'ver', 'exp')
+    local exp = tonumber(h[3])
+    if h[2] and (not exp or exp > now) then
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = m, h[1], h[2], h[3] or ''
+      found = found + 1
+    else
+      redis.call('DEL', prefix .. m)
+      redis.call('ZREM', KEYS[1], m)
+      redis.call('ZREM', KEYS[2], m)
+    end
+  end
+  if #members < want then break end
+  min = '(' .. members[#members]
+end
+return out
+"""
+)
+
+SWEEP_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, limit.
+-- Reply: {entries removed, expiry-index members visited}.
+local prefix = ARGV[1]
+local members = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local removed = 0
+for _, m in ipairs(members) do
+  local h = redis.call('HMGET', prefix .. m, 'ver', 'exp')
+  local exp = tonumber(h[2])
+  if h[1] and exp and exp > now then
+    redis.call('ZADD', KEYS[2], exp, m)
+  elseif h[1] and not exp then
+    redis.call('ZREM', KEYS[2], m)
+  else
+    redis.call('DEL', prefix .. m)
+    redis.call('ZREM', KEYS[1], m)
+    redis.call('ZREM', KEYS[2], m)
+    removed = removed + 1
+  end
+end
+return {removed, #members}
+"""
+)
+
+DROP_LUA = """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, chunk size.
+-- Delete up to one chunk of entries; reply how many. Below a full chunk, the table is gone.
+local chunk = tonumber(ARGV[2])
+local members = redis.call('ZRANGE', KEYS[1], 0, chunk - 1)
+for _, m in ipairs(members) do redis.call('DEL', ARGV[1] .. m) end
+if #members > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+if #members < chunk then redis.call('DEL', KEYS[1], KEYS[2]) end
+return #members
+"""
+
+TTL_TABLES = b"bmkv:ttl-tables"
+_DROP_CHUNK = 500
+_REGISTER_EVERY_S = 60.0
+
+
+def _table_keys(table: str) -> tuple[bytes, bytes, bytes]:
+    """Return (index, expiry index, entry key prefix) of ``table``."""
+    tag = b"bmkv:{" + table.encode() + b"}:"
+    return tag + b"i", tag + b"x", tag + b"e:"
+
+
+def _parse_cluster_url(url: str) -> dict[str, Any]:
+    """Return RedisCluster arguments for ``redis+cluster://[user:password@]host:port,host:port``."""
+    netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    auth, _, hosts = netloc.rpartition("@")
+    nodes = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValidationError("url", f"cluster nodes must be host:port, got {item!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    username, _, password = auth.partition(":") if auth else ("", "", "")
+    return {
+        "nodes": nodes,
+        "username": unquote(username) or None,
+        "password": unquote(password) or None,
+    }
+
+
+class RedisKv:
+    """DurableKv over Redis; every table stays in one hash slot.
+
+    Raise ``ValidationError`` (field ``url``) for a malformed URL and
+    ``StoreUnavailable`` when Redis cannot be reached.
+    """
+
+    def __init__(self, url: str) -> None:
+        import redis
+        import redis.cluster
+
+        self.url = url
+        self._redis_errors = (redis.RedisError, redis.cluster.RedisClusterException)
+        self._registered: dict[str, float] = {}  # table -> monotonic time of last SADD
+        self._registered_lock = threading.Lock()
+        options = {"socket_connect_timeout": 10, "socket_timeout": 30}
+        with self._errors():
+            if url.lower().startswith("redis+cluster://"):
+                parsed = _parse_cluster_url(url)
+                self._client: Any = redis.cluster.RedisCluster(
+                    startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in parsed["nodes"]],
+                    username=parsed["username"],
+                    password=parsed["password"],
+                    **options,
+                )
+            else:
+                self._client = redis.Redis.from_url(url, **options)
+        self._commit = self._client.register_script(COMMIT_LUA)
+        self._scan = self._client.register_script(SCAN_LUA)
+        self._sweep = self._client.register_script(SWEEP_LUA)
+        self._drop = self._client.register_script(DROP_LUA)
+
+    def __repr__(self) -> str:
+        return f"<RedisKv {self.url.split('://', 1)[0]}>"
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._redis_errors as exc:
+            raise StoreUnavailable(f"Redis Kv: {exc}") from exc
+
+    def get(self, table: str, key: str) -> Entry | None:
+        """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired.
+
+        One ``HMGET``: Redis itself hides an entry from its ``expires_at`` on.
+        """
+        validate_table(table)
+        validate_key(key)
+        entry_key = _table_keys(table)[2] + key.encode()
+        with self._errors():
+            value, version, expires_at = self._client.hmget(entry_key, (b"v", b"ver", b"exp"))
+        if version is None:
+            return None
+        return Entry(key, load_value(value), int(version), expires_at and int(expires_at))
+
+    def scan(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[Entry]:
+        """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
+        validate_scan(table, prefix, after, limit)
+        start, inclusive = scan_start(prefix, after)
+        end = prefix_end(prefix)
+        if inclusive:
+            lex_min = b"[" + start.encode() if start else b"-"
+        else:
+            lex_min = b"(" + start.encode()
+        lex_max = b"(" + end.encode() if end is not None else b"+"
+        index, expiry, entry_prefix = _table_keys(table)
+        with self._errors():
+            flat = self._scan(keys=[index, expiry], args=[entry_prefix, lex_min, lex_max, limit])
+        return [
+            Entry(
+                flat[i].decode(),
+                load_value(flat[i + 1]),
+                int(flat[i + 2]),
+                int(flat[i + 3]) if flat[i + 3] else None,
+            )
+            for i in range(0, len(flat), 4)
+        ]
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        """Apply ``ops`` in one Lua script; raise ``ConflictError`` if an expectation fails."""
+        validate_commit(table, ops)
+        index, expiry, entry_prefix = _table_keys(table)
+        keys = [index, expiry]
+        args: list[bytes | str | int] = []
+        has_ttl = False
+        for op in ops:
+            key = op.key.encode()
+            keys.append(entry_prefix + key)
+            expect = b"a" if op.expect is ANY else b"x" if op.expect is ABSENT else op.expect
+            if isinstance(op, Put):
+                ttl: bytes | int = b"" if op.ttl_ms is None else op.ttl_ms
+                has_ttl = has_ttl or op.ttl_ms is not None
+                args += (b"p", key, expect, dump_value(op.value), ttl)
+            else:
+                args += (b"d" if isinstance(op, Delete) else b"c", key, expect, b"", b"")
+        with self._errors():
+            reply = self._commit(keys=keys, args=args)
+            if reply[0] == 0:
+                op = ops[reply[1] - 1]
+                raise ConflictError(table, op.key, op.expect, None if reply[2] < 0 else reply[2])
+            if has_ttl:
+                self._register_ttl_table(table)
+        results: list[Entry | None] = []
+        for i, op in enumerate(ops):
+            version, expires_at, value = reply[1 + 3 * i : 4 + 3 * i]
+            if isinstance(op, Put):
+                results.append(Entry(op.key, op.value, version, None if expires_at < 0 else expires_at))
+            elif isinstance(op, Check) and version > 0:
+                results.append(
+                    Entry(op.key, load_value(value), version, None if expires_at < 0 else expires_at)
+                )
+            else:
+                results.append(None)
+        return results
+
+    def _register_ttl_table(self, table: str) -> None:
+        """Record ``table`` in the set ``sweep`` visits (at most once a minute per process)."""
+        now = time.monotonic()
+        with self._registered_lock:
+            if now - self._registered.get(table, -_REGISTER_EVERY_S) < _REGISTER_EVERY_S:
+                return
+            if len(self._registered) > 10_000:
+                self._registered.clear()
+            self._registered[table] = now
+        self._client.sadd(TTL_TABLES, table.encode())
+
+    def drop(self, table: str) -> None:
+        """Delete every entry of ``table``, a chunk of entries per script call."""
+        validate_table(table)
+        index, expiry, entry_prefix = _table_keys(table)
+        with self._errors():
+            while self._drop(keys=[index, expiry], args=[entry_prefix, _DROP_CHUNK]) == _DROP_CHUNK:
+                pass
+            self._client.srem(TTL_TABLES, table.encode())
+        with self._registered_lock:
+            self._registered.pop(table, None)
+
+    def sweep(self, limit: int = 1000) -> int:
+        """Remove up to ``limit`` expired entries (and stale index members); return how many."""
+        validate_limit(limit)
+        removed = 0
+        with self._errors():
+            for raw in self._client.sscan_iter(TTL_TABLES, count=500):
+                index, expiry, entry_prefix = _table_keys(raw.decode())
+                while removed < limit:
+                    batch = limit - removed
+                    gone, visited = self._sweep(keys=[index, expiry], args=[entry_prefix, batch])
+                    removed += gone
+                    if visited < batch:  # no more expired members in this table
+                        break
+                if removed >= limit:
+                    break
+        return removed
+
+    def ping(self) -> None:
+        """Raise ``StoreUnavailable`` if Redis cannot be reached."""
+        with self._errors():
+            self._client.ping()
+
+    def close(self) -> None:
+        """Close the connection pool(s)."""
+        with self._errors():
+            self._client.close()
+
+
+__all__ = ["RedisKv"]

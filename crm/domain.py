@@ -1,0 +1,572 @@
+"""CRM value types and their validation (ARCHITECTURE §5, crm).
+
+A ``Contact`` has channel identities (``whatsapp`` E.164, ``telegram`` numeric
+user id, ``email``), a display name, tags, attributes (string, number, boolean
+or null), marketing consent per channel with its history, a ``version`` and
+created/updated times in epoch **milliseconds**. A ``Segment`` is a saved set of
+rules evaluated against contacts.
+
+Everything a store persists is built here first: ``contact_from_input`` and
+``segment_rules_from_input`` raise ``ValidationError`` naming the field path
+(``contact.identities[1].address: not a phone number``), so a bad write never
+reaches a store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+import phonenumbers
+
+from botmesh_admin.errors import BadType, Conflict, ValidationError
+
+CHANNELS = ("whatsapp", "telegram", "email")
+CONSENT_STATUSES = ("granted", "denied", "unknown")
+ATTRIBUTE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+TAG_RE = re.compile(r"^[^\W_][\w .:/-]{0,63}$")
+EMAIL_RE = re.compile(
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@"
+    r"(?=.{4,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$"
+)
+PHONE_CHARS_RE = re.compile(r"^\+?[0-9 ().\-/]{4,40}$")
+MAX_NAME = 200
+MAX_TAGS = 100
+MAX_ATTRIBUTES = 100
+MAX_IDENTITIES = 20
+MAX_ATTRIBUTE_TEXT = 1000
+MAX_SOURCE = 100
+MAX_EVIDENCE = 500
+MAX_CONSENT_HISTORY = 50
+MAX_TELEGRAM_ID = 2**53  # Bot API: user ids fit a 53-bit integer
+
+AttributeValue: TypeAlias = str | int | float | bool | None
+
+
+def now_ms() -> int:
+    """Return the wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def new_id(prefix: str) -> str:
+    """Return a new id that sorts by creation time: ``c_`` + 12 hex ms + 10 random hex."""
+    return f"{prefix}_{now_ms():012x}{os.urandom(5).hex()}"
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def _normalize_phone(address: str, default_region: str, field: str) -> str:
+    text = address.strip()
+    if not PHONE_CHARS_RE.fullmatch(text):
+        raise ValidationError(field, "not a phone number")
+    digits = re.sub(r"\D", "", text)
+    candidates: list[phonenumbers.PhoneNumber] = []
+    try:
+        if text.isdigit():
+            # WhatsApp wa_id (``573001112233``) is international without "+".
+            candidates.append(phonenumbers.parse("+" + digits, None))
+        candidates.append(phonenumbers.parse(text, default_region))
+    except phonenumbers.NumberParseException:
+        pass
+    for check in (phonenumbers.is_valid_number, phonenumbers.is_possible_number):
+        for number in candidates:
+            if check(number):
+                return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    raise ValidationError(field, "not an E.164 phone number (and not a number of the default region)")
+
+
+def normalize_identity(
+    channel: str, address: str, default_region: str = "CO", *, field: str = "address"
+) -> str:
+    """Return ``address`` in the canonical form of ``channel``; raise ``ValidationError``.
+
+    - ``whatsapp``: E.164 (``+573001112233``) parsed with the ``phonenumbers``
+      library; a number without ``+`` is read in ``default_region`` (ISO 3166),
+      and a digits-only address (a WhatsApp ``wa_id``) is read as international.
+    - ``telegram``: the numeric user id as decimal digits (``"700001004"``).
+    - ``email``: trimmed and lower-cased.
+
+    ``field`` names the value in the error (``contact.identities[0].address``).
+    """
+    if not isinstance(channel, str) or channel not in CHANNELS:
+        raise ValidationError(_sibling(field, "channel"), f"must be one of {', '.join(CHANNELS)}")
+    if isinstance(address, bool) or not isinstance(address, (str, int)):
+        raise BadType(field, f"must be a string, not {type(address).__name__}")
+    text = str(address).strip()
+    if not text:
+        raise ValidationError(field, "must not be empty")
+    if channel == "whatsapp":
+        return _normalize_phone(text, default_region or "CO", field)
+    if channel == "telegram":
+        if not text.isascii() or not text.isdigit() or not 0 < int(text) < MAX_TELEGRAM_ID:
+            raise ValidationError(field, "not a Telegram user id (a positive integer)")
+        return str(int(text))
+    if len(text) > 254 or not EMAIL_RE.fullmatch(text):
+        raise ValidationError(field, "not an email address")
+    return text.lower()
+
+
+def _sibling(field: str, name: str) -> str:
+    head, dot, _ = field.rpartition(".")
+    return f"{head}.{name}" if dot else name
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """One channel identity; ``address`` is normalised (see ``normalize_identity``)."""
+
+    channel: str
+    address: str
+
+    @property
+    def key(self) -> str:
+        """Return ``"<channel>:<address>"``, the identity's unique key inside a tenant."""
+        return f"{self.channel}:{self.address}"
+
+
+# --------------------------------------------------------------------------- consent
+
+
+@dataclass(frozen=True, slots=True)
+class Consent:
+    """Marketing consent on one channel: status, when (epoch ms), who/what set it, and why."""
+
+    channel: str
+    status: str
+    at: int
+    source: str
+    evidence: str | None = None
+
+
+def validate_consent(
+    channel: object, status: object, source: object, evidence: object, field: str = "consent"
+) -> None:
+    """Raise ``ValidationError`` unless the consent fields are valid."""
+    if channel not in CHANNELS:
+        raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNELS)}")
+    if status not in CONSENT_STATUSES:
+        raise ValidationError(f"{field}.status", f"must be one of {', '.join(CONSENT_STATUSES)}")
+    _text(source, f"{field}.source", MAX_SOURCE, required=True)
+    if evidence is not None:
+        _text(evidence, f"{field}.evidence", MAX_EVIDENCE)
+
+
+# --------------------------------------------------------------------------- contact
+
+
+@dataclass(frozen=True, slots=True)
+class Contact:
+    """A person known to the tenant. Times are epoch milliseconds.
+
+    ``consent`` maps channel → current ``Consent`` (a channel without an entry is
+    ``unknown``); ``consent_history`` holds the last changes, oldest first.
+    """
+
+    id: str
+    identities: tuple[Identity, ...] = ()
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    consent: Mapping[str, Consent] = field(default_factory=dict)
+    consent_history: tuple[Consent, ...] = ()
+    version: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+
+    def consent_status(self, channel: str) -> str:
+        """Return ``granted``, ``denied`` or ``unknown`` for ``channel``."""
+        entry = self.consent.get(channel)
+        return entry.status if entry else "unknown"
+
+    def addresses(self, channel: str) -> list[str]:
+        """Return the contact's addresses on ``channel``."""
+        return [i.address for i in self.identities if i.channel == channel]
+
+    def with_consent(self, consent: Consent) -> Contact:
+        """Return a copy with ``consent`` current for its channel and appended to the history."""
+        history = (*self.consent_history, consent)[-MAX_CONSENT_HISTORY:]
+        return replace(self, consent={**self.consent, consent.channel: consent}, consent_history=history)
+
+
+def _text(value: object, field: str, max_len: int, *, required: bool = False) -> str:
+    if not isinstance(value, str):
+        raise BadType(field, f"must be a string, not {type(value).__name__}")
+    if required and not value.strip():
+        raise ValidationError(field, "must not be empty")
+    if len(value) > max_len:
+        raise ValidationError(field, f"longer than {max_len} characters")
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\t" for ch in value):
+        raise ValidationError(field, "contains a control character")
+    return value
+
+
+def validate_name(name: object, field: str = "contact.name") -> str | None:
+    """Return the trimmed display name (``None`` if empty); raise ``ValidationError``."""
+    if name is None:
+        return None
+    text = _text(name, field, MAX_NAME).strip()
+    return text or None
+
+
+def normalize_tag(tag: object, field: str) -> str:
+    """Return ``tag`` trimmed and lower-cased; 1-64 letters, digits, spaces or ``_ - . : /``."""
+    if not isinstance(tag, str):
+        raise BadType(field, f"must be a string, not {type(tag).__name__}")
+    text = " ".join(tag.split()).lower()
+    if not TAG_RE.fullmatch(text):
+        raise ValidationError(
+            field, "must be 1-64 letters, digits, spaces or _ - . : /, starting with a letter or digit"
+        )
+    return text
+
+
+def normalize_tags(tags: object, field: str = "contact.tags") -> tuple[str, ...]:
+    """Return the tags sorted and without duplicates; raise ``ValidationError``."""
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+        raise BadType(field, "must be a list of strings")
+    out = sorted({normalize_tag(t, f"{field}[{i}]") for i, t in enumerate(tags)})
+    if len(out) > MAX_TAGS:
+        raise ValidationError(field, f"more than {MAX_TAGS} tags")
+    return tuple(out)
+
+
+def validate_attribute_name(name: object, field: str) -> str:
+    """Return ``name`` if it matches ``^[a-z][a-z0-9_]{0,63}$``."""
+    if not isinstance(name, str) or not ATTRIBUTE_NAME_RE.fullmatch(name):
+        raise ValidationError(field, "attribute names match ^[a-z][a-z0-9_]{0,63}$")
+    return name
+
+
+def validate_attribute_value(value: object, field: str) -> AttributeValue:
+    """Return ``value`` if it is a string (≤1000 chars), finite number, boolean or null."""
+    if value is None or isinstance(value, (bool, int)):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**53:
+            raise ValidationError(field, "integer outside ±2**53")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(field, "must be a finite number")
+        return value
+    if isinstance(value, str):
+        return _text(value, field, MAX_ATTRIBUTE_TEXT)
+    raise BadType(field, f"must be a string, number, boolean or null, not {type(value).__name__}")
+
+
+def validate_attributes(
+    attributes: object, field: str = "contact.attributes"
+) -> dict[str, AttributeValue]:
+    """Return a validated copy of ``attributes``; raise ``ValidationError`` naming the entry."""
+    if not isinstance(attributes, Mapping):
+        raise BadType(field, "must be an object")
+    out: dict[str, AttributeValue] = {}
+    for name, value in attributes.items():
+        validate_attribute_name(name, f"{field}.{name}")
+        out[name] = validate_attribute_value(value, f"{field}.{name}")
+    if len(out) > MAX_ATTRIBUTES:
+        raise ValidationError(field, f"more than {MAX_ATTRIBUTES} attributes")
+    return dict(sorted(out.items()))
+
+
+def normalize_identities(
+    identities: object, default_region: str, field: str = "contact.identities"
+) -> tuple[Identity, ...]:
+    """Return the identities normalised, without duplicates, in the given order."""
+    if isinstance(identities, (str, bytes)) or not isinstance(identities, Iterable):
+        raise BadType(field, "must be a list of {channel, address}")
+    out: list[Identity] = []
+    for i, item in enumerate(identities):
+        path = f"{field}[{i}]"
+        if isinstance(item, Identity):
+            channel, address = item.channel, item.address
+        elif isinstance(item, Mapping):
+            channel, address = item.get("channel"), item.get("address")
+        else:
+            raise BadType(path, "must be an object with channel and address")
+        if not isinstance(channel, str):
+            raise ValidationError(f"{path}.channel", f"must be one of {', '.join(CHANNELS)}")
+        ident = Identity(channel, normalize_identity(channel, address, default_region, field=f"{path}.address"))
+        if ident not in out:
+            out.append(ident)
+    if len(out) > MAX_IDENTITIES:
+        raise ValidationError(field, f"more than {MAX_IDENTITIES} identities")
+    return tuple(out)
+
+
+def validate_contact(contact: Contact) -> Contact:
+    """Check a fully built contact again before it reaches a store (defence in depth)."""
+    if not isinstance(contact.id, str) or not re.fullmatch(r"c_[0-9a-f]{22}", contact.id):
+        raise ValidationError("contact.id", "not a contact id")
+    validate_name(contact.name)
+    for i, ident in enumerate(contact.identities):
+        if normalize_identity(ident.channel, ident.address, field=f"contact.identities[{i}].address") != ident.address:
+            raise ValidationError(f"contact.identities[{i}].address", "not normalised")
+    if normalize_tags(contact.tags) != tuple(contact.tags):
+        raise ValidationError("contact.tags", "not normalised")
+    validate_attributes(contact.attributes)
+    for channel, consent in contact.consent.items():
+        validate_consent(channel, consent.status, consent.source, consent.evidence, f"contact.consent.{channel}")
+    return contact
+
+
+# --------------------------------------------------------------------------- JSON shapes
+
+
+def consent_to_json(c: Consent) -> dict[str, Any]:
+    return {"channel": c.channel, "status": c.status, "at": c.at, "source": c.source, "evidence": c.evidence}
+
+
+def consent_from_json(d: Mapping[str, Any]) -> Consent:
+    return Consent(d["channel"], d["status"], int(d["at"]), d["source"], d.get("evidence"))
+
+
+def contact_to_json(contact: Contact) -> dict[str, Any]:
+    """Return the stored JSON shape of ``contact`` (without ``version``: the store owns it)."""
+    return {
+        "id": contact.id,
+        "identities": [[i.channel, i.address] for i in contact.identities],
+        "name": contact.name,
+        "tags": list(contact.tags),
+        "attributes": dict(contact.attributes),
+        "consent": {ch: consent_to_json(c) for ch, c in contact.consent.items()},
+        "consent_history": [consent_to_json(c) for c in contact.consent_history],
+        "created_at": contact.created_at,
+        "updated_at": contact.updated_at,
+    }
+
+
+def contact_from_json(d: Mapping[str, Any], version: int) -> Contact:
+    """Return the ``Contact`` stored as ``d`` with ``version``."""
+    return Contact(
+        id=d["id"],
+        identities=tuple(Identity(ch, addr) for ch, addr in d["identities"]),
+        name=d.get("name"),
+        tags=tuple(d.get("tags", ())),
+        attributes=dict(d.get("attributes", {})),
+        consent={ch: consent_from_json(c) for ch, c in d.get("consent", {}).items()},
+        consent_history=tuple(consent_from_json(c) for c in d.get("consent_history", ())),
+        version=version,
+        created_at=int(d.get("created_at", 0)),
+        updated_at=int(d.get("updated_at", 0)),
+    )
+
+
+# --------------------------------------------------------------------------- segments
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRules:
+    """Who belongs to a segment. Every given rule must hold (AND).
+
+    - ``tags_all``: the contact has every one of these tags;
+    - ``tags_any``: the contact has at least one (ignored when empty);
+    - ``tags_none``: the contact has none of these tags;
+    - ``attributes``: each attribute is present and equal *strictly*: same JSON
+      type and value, so ``"1"`` ≠ ``1`` and ``true`` ≠ ``1`` (ints and floats
+      are both JSON numbers, so ``1`` = ``1.0``);
+    - ``consent_required``: the contact has an identity on that channel and
+      its marketing consent there is ``granted``.
+    """
+
+    tags_all: tuple[str, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    tags_none: tuple[str, ...] = ()
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    consent_required: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tags_all": list(self.tags_all),
+            "tags_any": list(self.tags_any),
+            "tags_none": list(self.tags_none),
+            "attributes": dict(self.attributes),
+            "consent_required": self.consent_required,
+        }
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
+
+
+def strict_equal(a: object, b: object) -> bool:
+    """Return True if ``a`` and ``b`` are the same JSON type and value (``"1"`` ≠ ``1`` ≠ ``true``)."""
+    return _kind(a) == _kind(b) and a == b
+
+
+def rules_match_json(rules: SegmentRules, data: Mapping[str, Any]) -> bool:
+    """Return True if the stored contact JSON ``data`` satisfies ``rules`` (fast path for scans)."""
+    tags = data.get("tags") or ()
+    if rules.tags_all and not all(t in tags for t in rules.tags_all):
+        return False
+    if rules.tags_any and not any(t in tags for t in rules.tags_any):
+        return False
+    if rules.tags_none and any(t in tags for t in rules.tags_none):
+        return False
+    if rules.attributes:
+        attrs = data.get("attributes") or {}
+        for name, want in rules.attributes.items():
+            if name not in attrs or not strict_equal(attrs[name], want):
+                return False
+    if rules.consent_required:
+        channel = rules.consent_required
+        consent = (data.get("consent") or {}).get(channel)
+        if not consent or consent.get("status") != "granted":
+            return False
+        if not any(ch == channel for ch, _ in data.get("identities") or ()):
+            return False
+    return True
+
+
+def rules_match(rules: SegmentRules, contact: Contact) -> bool:
+    """Return True if ``contact`` satisfies ``rules``."""
+    return rules_match_json(rules, contact_to_json(contact))
+
+
+def segment_rules_from_input(data: object, field: str = "segment.rules") -> SegmentRules:
+    """Return validated ``SegmentRules`` from a JSON object; unknown rule names are refused."""
+    if isinstance(data, SegmentRules):
+        data = data.to_json()
+    if not isinstance(data, Mapping):
+        raise BadType(field, "must be an object")
+    known = {"tags_all", "tags_any", "tags_none", "attributes", "consent_required"}
+    for name in data:
+        if name not in known:
+            raise ValidationError(f"{field}.{name}", f"unknown rule; use {', '.join(sorted(known))}")
+    consent = data.get("consent_required")
+    if consent is not None and consent not in CHANNELS:
+        raise ValidationError(f"{field}.consent_required", f"must be one of {', '.join(CHANNELS)} or null")
+    return SegmentRules(
+        tags_all=normalize_tags(data.get("tags_all") or (), f"{field}.tags_all"),
+        tags_any=normalize_tags(data.get("tags_any") or (), f"{field}.tags_any"),
+        tags_none=normalize_tags(data.get("tags_none") or (), f"{field}.tags_none"),
+        attributes=validate_attributes(data.get("attributes") or {}, f"{field}.attributes"),
+        consent_required=consent,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A saved, named set of rules. Times are epoch milliseconds."""
+
+    id: str
+    name: str
+    rules: SegmentRules
+    version: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+
+
+def validate_segment_name(name: object, field: str = "segment.name") -> str:
+    """Return the trimmed segment name (1-200 characters)."""
+    return _text(name, field, MAX_NAME, required=True).strip()
+
+
+def segment_to_json(segment: Segment) -> dict[str, Any]:
+    return {
+        "id": segment.id,
+        "name": segment.name,
+        "rules": segment.rules.to_json(),
+        "created_at": segment.created_at,
+        "updated_at": segment.updated_at,
+    }
+
+
+def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
+    r = d["rules"]
+    rules = SegmentRules(
+        tuple(r.get("tags_all", ())), tuple(r.get("tags_any", ())), tuple(r.get("tags_none", ())),
+        dict(r.get("attributes", {})), r.get("consent_required"),
+    )
+    return Segment(d["id"], d["name"], rules, version, int(d["created_at"]), int(d["updated_at"]))
+
+
+# --------------------------------------------------------------------------- import jobs
+
+
+@dataclass(frozen=True, slots=True)
+class ImportJob:
+    """A CSV import and its report. ``status``: queued → running → done (or failed).
+
+    ``errors`` lists ``{"row", "field", "message"}`` where ``row`` is the row as a
+    spreadsheet numbers it (the header is row 1, the first contact row 2).
+    """
+
+    id: str
+    status: str
+    filename: str
+    total_rows: int = 0
+    processed: int = 0
+    created: int = 0
+    merged: int = 0
+    failed_rows: int = 0
+    errors: tuple[Mapping[str, Any], ...] = ()
+    notices: tuple[Mapping[str, Any], ...] = ()
+    message: str | None = None
+    created_by: str = ""
+    version: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "failed")
+
+    @property
+    def percent(self) -> int:
+        if self.finished:
+            return 100
+        return int(100 * self.processed / self.total_rows) if self.total_rows else 0
+
+
+IMPORT_FIELDS = (
+    "id", "status", "filename", "total_rows", "processed", "created", "merged", "failed_rows",
+    "message", "created_by", "created_at", "updated_at",
+)
+
+
+def import_job_to_json(job: ImportJob) -> dict[str, Any]:
+    d = {name: getattr(job, name) for name in IMPORT_FIELDS}
+    d["errors"] = [dict(e) for e in job.errors]
+    d["notices"] = [dict(n) for n in job.notices]
+    return d
+
+
+def import_job_from_json(d: Mapping[str, Any], version: int) -> ImportJob:
+    values = {name: d.get(name) for name in IMPORT_FIELDS}
+    return ImportJob(
+        **{k: v for k, v in values.items() if v is not None},
+        errors=tuple(d.get("errors", ())),
+        notices=tuple(d.get("notices", ())),
+        version=version,
+    )
+
+
+class IdentityTaken(Conflict):
+    """An identity already belongs to another contact of the tenant. HTTP 409.
+
+    ``identity`` is ``"<channel>:<address>"``; ``contact_id`` is its owner.
+    """
+
+    code = "identity_taken"
+
+    def __init__(self, identity: str, contact_id: str | None) -> None:
+        channel = identity.partition(":")[0]
+        super().__init__(
+            f"this {channel} identity already belongs to contact {contact_id}",
+            contact_id=contact_id,
+            field="identities",
+        )
+        self.identity = identity
+        self.contact_id = contact_id

@@ -1,0 +1,143 @@
+"""The contract of every CRM store (enforced by ``tests/crm/test_store_contract.py``).
+
+A store persists what the services already validated; it knows nothing of HTTP,
+Celery or settings. Every method is tenant-scoped: nothing reads across
+tenants, and another tenant's object is simply absent.
+
+Rules every implementation keeps:
+
+- A contact's identities are unique per tenant. Inserting or replacing a
+  contact claims its identities in the same atomic write as the contact itself;
+  if any identity belongs to another contact nothing is written and
+  ``IdentityTaken`` names it. Two concurrent inserts of one new identity leave
+  exactly one contact.
+- ``version`` starts at 1 and grows by one with every write of the object;
+  a write with a stale ``expected_version`` raises ``Conflict`` carrying the
+  current version, and a missing object raises ``NotFound``.
+- Deleting a contact deletes its identities and writes the given suppression
+  entries in the same atomic write.
+- Listings are ordered by id (ids sort by creation time) and paginated with an
+  exclusive ``after`` cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from crm.domain import Contact, Identity, ImportJob, Segment
+
+MAX_SCAN = 5000
+
+
+@runtime_checkable
+class ContactStore(Protocol):
+    """Contacts with their identity index and suppression list, segments and import jobs."""
+
+    # contacts ---------------------------------------------------------------
+
+    def contact_get(self, tenant: str, contact_id: str) -> Contact | None:
+        """Return the contact with ``contact_id``, or ``None`` if it does not exist."""
+        ...
+
+    def contact_find(self, tenant: str, identity: Identity) -> Contact | None:
+        """Return the contact that owns the (normalised) ``identity``, or ``None``."""
+        ...
+
+    def contact_insert(self, tenant: str, contact: Contact) -> Contact:
+        """Store a new contact and claim its identities atomically; return it at version 1.
+
+        Raise ``IdentityTaken`` if an identity belongs to another contact, and
+        ``Conflict`` if the id exists already. On error nothing is written.
+        """
+        ...
+
+    def contact_replace(
+        self,
+        tenant: str,
+        contact: Contact,
+        *,
+        expected_version: int,
+        release_suppressions: tuple[str, ...] = (),
+    ) -> Contact:
+        """Replace a contact if its version is ``expected_version``; return it at the next version.
+
+        Identities added since the stored version are claimed and removed ones
+        released in the same atomic write; the suppression entries whose keys
+        are in ``release_suppressions`` are deleted in it too. Raise
+        ``NotFound`` (absent), ``Conflict`` with ``current_version`` (stale) or
+        ``IdentityTaken``; on error nothing is written.
+        """
+        ...
+
+    def contact_delete(
+        self,
+        tenant: str,
+        contact_id: str,
+        *,
+        expected_version: int,
+        suppressions: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Delete a contact and release its identities; write ``suppressions`` (key → record).
+
+        All in one atomic write. Raise ``NotFound`` or ``Conflict`` as for replace.
+        """
+        ...
+
+    def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
+        """Return up to ``limit`` (1..5000) contacts with id greater than ``after``, by id."""
+        ...
+
+    # suppression list -------------------------------------------------------
+
+    def suppression_get(self, tenant: str, key: str) -> Mapping[str, Any] | None:
+        """Return the suppression record stored under ``key`` (a keyed hash), or ``None``."""
+        ...
+
+    # segments ---------------------------------------------------------------
+
+    def segment_get(self, tenant: str, segment_id: str) -> Segment | None:
+        """Return the segment, or ``None``."""
+        ...
+
+    def segment_insert(self, tenant: str, segment: Segment) -> Segment:
+        """Store a new segment at version 1; raise ``Conflict`` if the id exists."""
+        ...
+
+    def segment_replace(self, tenant: str, segment: Segment, *, expected_version: int) -> Segment:
+        """Replace a segment if its version is ``expected_version``; raise ``NotFound``/``Conflict``."""
+        ...
+
+    def segment_delete(self, tenant: str, segment_id: str) -> bool:
+        """Delete a segment; return False if it did not exist."""
+        ...
+
+    def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
+        """Return up to ``limit`` segments with id greater than ``after``, by id."""
+        ...
+
+    # import jobs ------------------------------------------------------------
+
+    def import_job_insert(self, tenant: str, job: ImportJob, data: str) -> ImportJob:
+        """Store a new import job at version 1 together with its CSV text ``data``."""
+        ...
+
+    def import_job_get(self, tenant: str, job_id: str) -> ImportJob | None:
+        """Return the import job, or ``None``."""
+        ...
+
+    def import_job_replace(self, tenant: str, job: ImportJob, *, expected_version: int) -> ImportJob:
+        """Replace an import job if its version is ``expected_version``; raise ``NotFound``/``Conflict``."""
+        ...
+
+    def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
+        """Return up to ``limit`` import jobs with id greater than ``after``, by id (oldest first)."""
+        ...
+
+    def import_data_get(self, tenant: str, job_id: str) -> str | None:
+        """Return the CSV text of an import job, or ``None`` once it was released."""
+        ...
+
+    def import_data_delete(self, tenant: str, job_id: str) -> None:
+        """Release the CSV text of an import job (after it finished)."""
+        ...

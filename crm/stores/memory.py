@@ -1,0 +1,213 @@
+"""The reference CRM store: plain dictionaries behind one lock (one process)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from crm.domain import Contact, Identity, IdentityTaken, ImportJob, Segment
+
+from .base import MAX_SCAN
+
+
+@dataclass
+class _Tenant:
+    contacts: dict[str, Contact] = field(default_factory=dict)
+    identities: dict[str, str] = field(default_factory=dict)  # "channel:address" -> contact id
+    suppressions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    segments: dict[str, Segment] = field(default_factory=dict)
+    jobs: dict[str, ImportJob] = field(default_factory=dict)
+    job_data: dict[str, str] = field(default_factory=dict)
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_SCAN:
+        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+
+
+def _page(items: dict[str, Any], after: str | None, limit: int) -> list[Any]:
+    _check_limit(limit)
+    keys = sorted(k for k in items if after is None or k > after)[:limit]
+    return [items[k] for k in keys]
+
+
+def _copy(contact: Contact, version: int) -> Contact:
+    return replace(
+        contact, version=version, attributes=dict(contact.attributes), consent=dict(contact.consent)
+    )
+
+
+class MemoryContactStore:
+    """``ContactStore`` in memory. Thread-safe; state lives as long as the instance."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tenants: dict[str, _Tenant] = {}
+
+    def _t(self, tenant: str) -> _Tenant:
+        return self._tenants.setdefault(tenant, _Tenant())
+
+    @staticmethod
+    def _stale(kind: str, current: int | None, expected: int) -> Exception:
+        if current is None:
+            return NotFound(f"{kind} not found")
+        return Conflict(
+            f"{kind} changed: expected version {expected}, found {current}", current_version=current
+        )
+
+    # contacts
+
+    def contact_get(self, tenant: str, contact_id: str) -> Contact | None:
+        with self._lock:
+            found = self._t(tenant).contacts.get(contact_id)
+            return _copy(found, found.version) if found else None
+
+    def contact_find(self, tenant: str, identity: Identity) -> Contact | None:
+        with self._lock:
+            t = self._t(tenant)
+            owner = t.identities.get(identity.key)
+            found = t.contacts.get(owner) if owner else None
+            return _copy(found, found.version) if found else None
+
+    def _claim(self, t: _Tenant, contact: Contact) -> None:
+        for ident in contact.identities:
+            owner = t.identities.get(ident.key)
+            if owner is not None and owner != contact.id:
+                raise IdentityTaken(ident.key, owner)
+
+    def contact_insert(self, tenant: str, contact: Contact) -> Contact:
+        with self._lock:
+            t = self._t(tenant)
+            if contact.id in t.contacts:
+                raise Conflict(f"contact {contact.id} exists", current_version=t.contacts[contact.id].version)
+            self._claim(t, contact)
+            stored = _copy(contact, 1)
+            t.contacts[contact.id] = stored
+            for ident in contact.identities:
+                t.identities[ident.key] = contact.id
+            return _copy(stored, 1)
+
+    def contact_replace(
+        self,
+        tenant: str,
+        contact: Contact,
+        *,
+        expected_version: int,
+        release_suppressions: tuple[str, ...] = (),
+    ) -> Contact:
+        with self._lock:
+            t = self._t(tenant)
+            current = t.contacts.get(contact.id)
+            if current is None or current.version != expected_version:
+                raise self._stale("contact", current.version if current else None, expected_version)
+            self._claim(t, contact)
+            for ident in current.identities:
+                t.identities.pop(ident.key, None)
+            for ident in contact.identities:
+                t.identities[ident.key] = contact.id
+            for key in release_suppressions:
+                t.suppressions.pop(key, None)
+            stored = _copy(contact, expected_version + 1)
+            t.contacts[contact.id] = stored
+            return _copy(stored, stored.version)
+
+    def contact_delete(
+        self,
+        tenant: str,
+        contact_id: str,
+        *,
+        expected_version: int,
+        suppressions: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        with self._lock:
+            t = self._t(tenant)
+            current = t.contacts.get(contact_id)
+            if current is None or current.version != expected_version:
+                raise self._stale("contact", current.version if current else None, expected_version)
+            del t.contacts[contact_id]
+            for ident in current.identities:
+                t.identities.pop(ident.key, None)
+            for key, record in (suppressions or {}).items():
+                t.suppressions[key] = copy.deepcopy(dict(record))
+
+    def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
+        with self._lock:
+            return [_copy(c, c.version) for c in _page(self._t(tenant).contacts, after, limit)]
+
+    # suppression list
+
+    def suppression_get(self, tenant: str, key: str) -> Mapping[str, Any] | None:
+        with self._lock:
+            record = self._t(tenant).suppressions.get(key)
+            return copy.deepcopy(record) if record is not None else None
+
+    # segments
+
+    def segment_get(self, tenant: str, segment_id: str) -> Segment | None:
+        with self._lock:
+            return self._t(tenant).segments.get(segment_id)
+
+    def segment_insert(self, tenant: str, segment: Segment) -> Segment:
+        with self._lock:
+            t = self._t(tenant)
+            if segment.id in t.segments:
+                raise Conflict(f"segment {segment.id} exists", current_version=t.segments[segment.id].version)
+            t.segments[segment.id] = replace(segment, version=1)
+            return t.segments[segment.id]
+
+    def segment_replace(self, tenant: str, segment: Segment, *, expected_version: int) -> Segment:
+        with self._lock:
+            t = self._t(tenant)
+            current = t.segments.get(segment.id)
+            if current is None or current.version != expected_version:
+                raise self._stale("segment", current.version if current else None, expected_version)
+            t.segments[segment.id] = replace(segment, version=expected_version + 1)
+            return t.segments[segment.id]
+
+    def segment_delete(self, tenant: str, segment_id: str) -> bool:
+        with self._lock:
+            return self._t(tenant).segments.pop(segment_id, None) is not None
+
+    def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
+        with self._lock:
+            return _page(self._t(tenant).segments, after, limit)
+
+    # import jobs
+
+    def import_job_insert(self, tenant: str, job: ImportJob, data: str) -> ImportJob:
+        with self._lock:
+            t = self._t(tenant)
+            if job.id in t.jobs:
+                raise Conflict(f"import {job.id} exists", current_version=t.jobs[job.id].version)
+            t.jobs[job.id] = replace(job, version=1)
+            t.job_data[job.id] = data
+            return t.jobs[job.id]
+
+    def import_job_get(self, tenant: str, job_id: str) -> ImportJob | None:
+        with self._lock:
+            return self._t(tenant).jobs.get(job_id)
+
+    def import_job_replace(self, tenant: str, job: ImportJob, *, expected_version: int) -> ImportJob:
+        with self._lock:
+            t = self._t(tenant)
+            current = t.jobs.get(job.id)
+            if current is None or current.version != expected_version:
+                raise self._stale("import", current.version if current else None, expected_version)
+            t.jobs[job.id] = replace(job, version=expected_version + 1)
+            return t.jobs[job.id]
+
+    def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
+        with self._lock:
+            return _page(self._t(tenant).jobs, after, limit)
+
+    def import_data_get(self, tenant: str, job_id: str) -> str | None:
+        with self._lock:
+            return self._t(tenant).job_data.get(job_id)
+
+    def import_data_delete(self, tenant: str, job_id: str) -> None:
+        with self._lock:
+            self._t(tenant).job_data.pop(job_id, None)

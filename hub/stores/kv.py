@@ -1,0 +1,93 @@
+"""KvPluginStore: the plugin store over any DurableKv.
+
+One table per tenant (``hub/<tenant>/plugins``) so a write and its audit events
+commit in one atomic batch:
+
+- ``plugin/<plugin id>`` — the installation record; the entry version is its revision;
+- ``audit/<audit id>`` and ``plugin-audit/<plugin id>/<audit id>`` — each audit
+  event, tenant-wide and per plugin (audit ids sort newest first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from botmesh_admin.errors import Conflict
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from hub.domain import AuditEvent, Installation
+
+COLLECTION = "plugins"
+
+
+class KvPluginStore:
+    """Plugin store over ``kv`` (see the module docstring for the key layout)."""
+
+    def __init__(self, kv: DurableKv) -> None:
+        self.kv = kv
+        self.tables = TenantKv(kv, "hub")
+
+    def _table(self, tenant: str) -> str:
+        return self.tables.table(tenant, COLLECTION)
+
+    def get(self, tenant: str, plugin_id: str) -> Installation | None:
+        """Return the installation or ``None``."""
+        entry = self.kv.get(self._table(tenant), f"plugin/{plugin_id}")
+        return Installation.from_record(entry.value, entry.version) if entry else None
+
+    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+        """Return installations by plugin id after ``after``."""
+        entries = self.kv.scan(
+            self._table(tenant), prefix="plugin/", after=f"plugin/{after}" if after else None, limit=limit
+        )
+        return [Installation.from_record(e.value, e.version) for e in entries]
+
+    @staticmethod
+    def _audit_ops(audit: Sequence[AuditEvent]) -> list[Op]:
+        ops: list[Op] = []
+        for event in audit:
+            record = event.as_record()
+            ops.append(Put(f"audit/{event.id}", record, expect=ABSENT))
+            ops.append(Put(f"plugin-audit/{event.plugin_id}/{event.id}", record, expect=ABSENT))
+        return ops
+
+    def _commit(self, tenant: str, plugin_id: str, ops: list[Op]) -> list:
+        try:
+            return self.kv.commit(self._table(tenant), ops)
+        except ConflictError as exc:
+            raise Conflict(
+                f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version
+            ) from None
+
+    def save(
+        self, tenant: str, installation: Installation, *, expect_revision: int | None,
+        audit: Sequence[AuditEvent] = (),
+    ) -> Installation:
+        """Compare-and-set the record and store ``audit`` in the same batch."""
+        put = Put(
+            f"plugin/{installation.plugin_id}",
+            installation.as_record(),
+            expect=ABSENT if expect_revision is None else expect_revision,
+        )
+        written = self._commit(tenant, installation.plugin_id, [put, *self._audit_ops(audit)])
+        return installation.evolve(revision=written[0].version)
+
+    def delete(
+        self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
+    ) -> None:
+        """Delete the record if its revision matches, storing ``audit`` in the same batch."""
+        ops: list[Op] = [Delete(f"plugin/{plugin_id}", expect=expect_revision), *self._audit_ops(audit)]
+        self._commit(tenant, plugin_id, ops)
+
+    def audit_list(
+        self, tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+    ) -> list[AuditEvent]:
+        """Return audit events newest first."""
+        prefix = "audit/" if plugin_id is None else f"plugin-audit/{plugin_id}/"
+        entries = self.kv.scan(
+            self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit
+        )
+        return [AuditEvent.from_record(e.value) for e in entries]
+
+    def drop_tenant(self, tenant: str) -> None:
+        """Drop the tenant's table."""
+        self.tables.drop_tenant(tenant, [COLLECTION])

@@ -1,0 +1,44 @@
+"""The DurableKv backends every contract test runs over.
+
+``open_kv(name, request)`` returns a fresh DurableKv of one backend; PostgreSQL
+and Redis are shared by every xdist worker, so callers must use table names (or
+tenant ids) unique to the test — ``unique_id()`` gives one.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from botmesh_admin.kv import DurableKv, connect
+
+KV_BACKENDS = ["memory", "file", "sqlite", "postgresql", "redis", "redis-cluster"]
+
+
+def unique_id(prefix: str = "t") -> str:
+    """Return an id valid as a tenant id and unique across workers (``t-3f2a9c1b0d``)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def kv_url(name: str, request: pytest.FixtureRequest) -> str:
+    """Return the URL of backend ``name`` (files under the test's tmp_path; servers from the env)."""
+    if name == "memory":
+        return "memory://"
+    if name in ("file", "sqlite"):
+        tmp = request.getfixturevalue("tmp_path")
+        return f"file://{tmp}/kv.json" if name == "file" else f"sqlite:///{tmp}/kv.sqlite3"
+    if name == "postgresql":
+        return request.getfixturevalue("postgres_url")
+    if name == "redis":
+        return request.getfixturevalue("redis_url")
+    if name == "redis-cluster":
+        return request.getfixturevalue("redis_cluster_url")
+    raise ValueError(name)
+
+
+def open_kv(name: str, request: pytest.FixtureRequest) -> DurableKv:
+    """Connect to backend ``name`` and close it when the test ends."""
+    kv = connect(kv_url(name, request))
+    request.addfinalizer(kv.close)
+    return kv

@@ -1,0 +1,678 @@
+"""The DurableKv contract (ARCHITECTURE §4), run against every backend.
+
+Every test takes the ``kv`` fixture (memory, file, sqlite, postgresql, redis,
+redis-cluster) and works in fresh uuid-named tables.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+
+from botmesh_admin.errors import BadType, StoreUnavailable, ValidationError
+from botmesh_admin.kv import (
+    ABSENT,
+    ANY,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Put,
+    connect,
+)
+from botmesh_admin.kv.file import FileKv
+from botmesh_admin.kv.memory import MemoryKv
+from botmesh_admin.kv.validation import now_ms
+
+from .conftest import SHARED_BACKENDS, backend_params, new_table
+from .workers import increment, increment_by_url, snapshot_value
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Code point order, which is also UTF-8 byte order.
+ORDERED_KEYS = ["a", "a/b", "ab", "abc", "b", "z", "é", "ö", "中", "中文", "😀"]
+
+
+def keys_of(entries: list[Entry]) -> list[str]:
+    return [e.key for e in entries]
+
+
+# -- basic contract -----------------------------------------------------------------------
+
+
+def test_kv_satisfies_the_protocol(kv: DurableKv) -> None:
+    """Every backend is a DurableKv and answers ping."""
+    assert isinstance(kv, DurableKv)
+    kv.ping()
+
+
+def test_put_then_get_returns_the_value_at_version_1(kv: DurableKv, table: str) -> None:
+    """A first Put creates version 1; get returns the same JSON."""
+    value = {"name": "Zoë", "tags": ["a", "b"], "n": 1, "x": 1.5, "ok": True, "none": None}
+    (entry,) = kv.commit(table, [Put("k", value)])
+    assert entry == Entry("k", value, 1, None)
+    assert kv.get(table, "k") == Entry("k", value, 1, None)
+    assert kv.get(table, "missing") is None
+
+
+def test_versions_grow_by_one_per_write(kv: DurableKv, table: str) -> None:
+    """Each Put of a key adds one to its version."""
+    for version in range(1, 6):
+        (entry,) = kv.commit(table, [Put("k", version)])
+        assert entry.version == version
+    assert kv.get(table, "k") == Entry("k", 5, 5, None)
+
+
+def test_cas_with_stale_version_conflicts_and_names_key_and_current_version(
+    kv: DurableKv, table: str
+) -> None:
+    """A compare-and-set with an old version raises ConflictError and writes nothing."""
+    kv.commit(table, [Put("k", "one")])
+    kv.commit(table, [Put("k", "two", expect=1)])
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, [Put("k", "three", expect=1)])
+    err = info.value
+    assert (err.key, err.current_version, err.table) == ("k", 2, table)
+    assert "'k'" in str(err) and "version 2" in str(err)
+    assert err.status == 409 and err.as_dict()["current_version"] == 2
+    assert kv.get(table, "k") == Entry("k", "two", 2, None)
+
+
+def test_absent_expectation(kv: DurableKv, table: str) -> None:
+    """ABSENT holds only for a missing key; a version expectation fails on a missing key."""
+    kv.commit(table, [Put("k", 1, expect=ABSENT)])
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, [Put("k", 2, expect=ABSENT)])
+    assert info.value.current_version == 1
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, [Put("other", 2, expect=1)])
+    assert info.value.key == "other" and info.value.current_version is None
+
+
+def test_batch_is_all_or_nothing(kv: DurableKv, table: str) -> None:
+    """When any expectation fails, no op of the batch is applied; the first failed key is named."""
+    kv.commit(table, [Put("a", 1), Put("b", 1)])
+    with pytest.raises(ConflictError) as info:
+        kv.commit(
+            table,
+            [Put("a", 2, expect=1), Delete("b"), Put("c", 1), Put("d", 1, expect=7), Check("e", 9)],
+        )
+    assert info.value.key == "d"
+    assert kv.scan(table) == [Entry("a", 1, 1, None), Entry("b", 1, 1, None)]
+
+
+def test_batch_applies_every_op_and_returns_one_result_per_op(kv: DurableKv, table: str) -> None:
+    """A successful batch returns the entry after each op (None for Delete)."""
+    kv.commit(table, [Put("a", "x"), Put("b", "y")])
+    results = kv.commit(
+        table, [Put("a", "x2", expect=1), Delete("b", expect=1), Check("d", ABSENT), Put("c", [])]
+    )
+    assert results == [Entry("a", "x2", 2, None), None, None, Entry("c", [], 1, None)]
+    assert kv.scan(table) == [Entry("a", "x2", 2, None), Entry("c", [], 1, None)]
+
+
+def test_check_guards_a_batch_without_writing(kv: DurableKv, table: str) -> None:
+    """Check returns the checked entry, fails the batch on mismatch and never bumps a version."""
+    kv.commit(table, [Put("guard", {"v": 1})])
+    results = kv.commit(table, [Check("guard", 1), Put("x", 1)])
+    assert results[0] == Entry("guard", {"v": 1}, 1, None)
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, [Check("guard", ABSENT), Put("y", 1)])
+    assert info.value.key == "guard" and info.value.current_version == 1
+    assert kv.get(table, "y") is None
+    assert kv.commit(table, [Check("guard", ANY)])[0] == Entry("guard", {"v": 1}, 1, None)
+    assert kv.commit(table, [Check("nothing", ANY)]) == [None]
+    assert kv.get(table, "guard").version == 1
+
+
+def test_delete(kv: DurableKv, table: str) -> None:
+    """Delete removes a key; with a version it is a compare-and-delete; absent + ANY is a no-op."""
+    kv.commit(table, [Put("k", 1)])
+    with pytest.raises(ConflictError):
+        kv.commit(table, [Delete("k", expect=2)])
+    assert kv.commit(table, [Delete("k", expect=1)]) == [None]
+    assert kv.get(table, "k") is None and kv.scan(table) == []
+    assert kv.commit(table, [Delete("k")]) == [None]
+    with pytest.raises(ConflictError):
+        kv.commit(table, [Delete("k", expect=1)])
+
+
+def test_recreate_after_delete_starts_at_version_1(kv: DurableKv, table: str) -> None:
+    """A key deleted and written again starts a new life at version 1."""
+    kv.commit(table, [Put("k", 1)])
+    kv.commit(table, [Put("k", 2)])
+    kv.commit(table, [Delete("k")])
+    (entry,) = kv.commit(table, [Put("k", 3, expect=ABSENT)])
+    assert entry.version == 1
+    assert kv.get(table, "k") == Entry("k", 3, 1, None)
+
+
+def test_tables_are_independent(kv: DurableKv) -> None:
+    """The same key in two tables is two entries."""
+    one, two = new_table(), new_table()
+    kv.commit(one, [Put("k", 1)])
+    assert kv.get(two, "k") is None
+    kv.commit(two, [Put("k", 2, expect=ABSENT)])
+    assert kv.get(one, "k") == Entry("k", 1, 1, None)
+    assert kv.scan(two) == [Entry("k", 2, 1, None)]
+
+
+def test_one_mib_value_round_trips(kv: DurableKv, table: str) -> None:
+    """A 1 MiB value (with non-ASCII text) comes back unchanged from get and scan."""
+    value = {"blob": "x" * (1024 * 1024), "text": "zoë 中文 😀", "list": list(range(1000))}
+    kv.commit(table, [Put("big", value)])
+    assert kv.get(table, "big").value == value
+    assert kv.scan(table)[0].value == value
+
+
+def test_json_edge_values_round_trip(kv: DurableKv, table: str) -> None:
+    """NUL and escapes in strings, big ints, floats and nesting round-trip exactly."""
+    value = {
+        "nul": "a\u0000b",
+        "escapes": '"\\\n\t',
+        "big": 2**70,
+        "neg": -(2**63),
+        "float": 0.1,
+        "tiny": 5e-324,
+        "deep": [[[[{"k": [None]}]]]],
+        "": "empty key",
+    }
+    kv.commit(table, [Put("v", value), Put("s", "plain"), Put("n", None), Put("f", False)])
+    assert kv.get(table, "v").value == value
+    assert [e.value for e in kv.scan(table)] == [False, None, "plain", value]
+
+
+# -- scans --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ordered_table(kv: DurableKv, table: str) -> str:
+    shuffled = ORDERED_KEYS[:]
+    random.Random(7).shuffle(shuffled)
+    kv.commit(table, [Put(key, i) for i, key in enumerate(shuffled[:6])])
+    kv.commit(table, [Put(key, i) for i, key in enumerate(shuffled[6:])])
+    return table
+
+
+def test_scan_orders_by_byte_order(kv: DurableKv, ordered_table: str) -> None:
+    """Keys come back in UTF-8 byte order: z < é < ö < 中 < 😀."""
+    assert keys_of(kv.scan(ordered_table)) == ORDERED_KEYS
+
+
+def test_scan_prefix(kv: DurableKv, ordered_table: str) -> None:
+    """Only keys starting with the prefix are returned."""
+    assert keys_of(kv.scan(ordered_table, prefix="a")) == ["a", "a/b", "ab", "abc"]
+    assert keys_of(kv.scan(ordered_table, prefix="ab")) == ["ab", "abc"]
+    assert keys_of(kv.scan(ordered_table, prefix="中")) == ["中", "中文"]
+    assert keys_of(kv.scan(ordered_table, prefix="😀")) == ["😀"]
+    assert kv.scan(ordered_table, prefix="c") == []
+    assert kv.scan(ordered_table, prefix="abcd") == []
+
+
+def test_scan_after_is_exclusive(kv: DurableKv, ordered_table: str) -> None:
+    """``after`` skips keys up to and including itself, whether or not it exists."""
+    assert keys_of(kv.scan(ordered_table, after="é")) == ["ö", "中", "中文", "😀"]
+    assert keys_of(kv.scan(ordered_table, after="c")) == ["z", "é", "ö", "中", "中文", "😀"]
+    assert keys_of(kv.scan(ordered_table, prefix="a", after="a/b")) == ["ab", "abc"]
+    assert keys_of(kv.scan(ordered_table, prefix="ab", after="a")) == ["ab", "abc"]
+    assert keys_of(kv.scan(ordered_table, prefix="a", after="b")) == []
+    assert kv.scan(ordered_table, after="😀") == []
+
+
+def test_scan_pages_with_limit_and_after(kv: DurableKv, ordered_table: str) -> None:
+    """Paging with ``limit`` and the last key as ``after`` visits every key once, in order."""
+    for limit in (1, 3, 4):
+        seen: list[str] = []
+        after = None
+        while True:
+            page = kv.scan(ordered_table, after=after, limit=limit)
+            assert len(page) <= limit
+            if not page:
+                break
+            seen += keys_of(page)
+            after = page[-1].key
+        assert seen == ORDERED_KEYS
+    assert keys_of(kv.scan(ordered_table, prefix="a", limit=2)) == ["a", "a/b"]
+
+
+def test_scan_of_unknown_table_is_empty(kv: DurableKv, table: str) -> None:
+    assert kv.scan(table) == []
+    assert kv.get(table, "k") is None
+
+
+# -- TTL, sweep, drop ---------------------------------------------------------------------
+
+
+def test_ttl_sets_expires_at_in_epoch_ms(kv: DurableKv, table: str) -> None:
+    """A Put with ttl_ms reports expires_at ≈ now + ttl_ms; a later Put without TTL clears it."""
+    before = now_ms()
+    (entry,) = kv.commit(table, [Put("k", 1, ttl_ms=60_000)])
+    assert before + 60_000 - 1000 <= entry.expires_at <= now_ms() + 60_000 + 1000
+    assert kv.get(table, "k") == entry
+    (entry,) = kv.commit(table, [Put("k", 2, expect=1)])
+    assert entry.expires_at is None and kv.get(table, "k").expires_at is None
+
+
+def test_expired_entries_are_invisible(kv: DurableKv, table: str) -> None:
+    """After its TTL an entry is gone for get, scan, ABSENT and versions (re-create is version 1)."""
+    kv.commit(table, [Put("a", 1), Put("b", 1, ttl_ms=150), Put("c", 1, ttl_ms=150), Put("d", 1)])
+    kv.commit(table, [Put("c", 2, expect=1, ttl_ms=150)])
+    assert keys_of(kv.scan(table)) == ["a", "b", "c", "d"]
+    time.sleep(0.3)
+    assert kv.get(table, "b") is None
+    assert keys_of(kv.scan(table)) == ["a", "d"]
+    assert keys_of(kv.scan(table, limit=1)) == ["a"]
+    assert keys_of(kv.scan(table, after="a", limit=1)) == ["d"]
+    assert kv.commit(table, [Check("c", ABSENT)]) == [None]
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, [Put("c", 3, expect=2)])
+    assert info.value.current_version is None
+    (entry,) = kv.commit(table, [Put("c", 3, expect=ABSENT)])
+    assert entry.version == 1 and entry.expires_at is None
+    assert keys_of(kv.scan(table)) == ["a", "c", "d"]
+
+
+def test_scan_skips_expired_entries_and_still_fills_the_limit(kv: DurableKv, table: str) -> None:
+    """Many expired keys before the live ones do not shorten a page."""
+    kv.commit(table, [Put(f"a{i:02}", i, ttl_ms=100) for i in range(30)])
+    kv.commit(table, [Put(f"b{i:02}", i) for i in range(5)])
+    time.sleep(0.25)
+    assert keys_of(kv.scan(table, limit=3)) == ["b00", "b01", "b02"]
+    assert keys_of(kv.scan(table, prefix="a")) == []
+    assert keys_of(kv.scan(table, after="b02", limit=10)) == ["b03", "b04"]
+
+
+def test_sweep_reclaims_expired_entries(kv: DurableKv, table: str) -> None:
+    """sweep removes expired entries (others' too, on shared servers) and keeps live ones."""
+    kv.commit(table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)])
+    kv.commit(table, [Put("long", 1, ttl_ms=600_000)])
+    time.sleep(0.25)
+    assert kv.sweep(limit=2) <= 2
+    removed = kv.sweep()
+    assert removed >= 3 or len(kv.scan(table)) == 2  # shared servers: other workers sweep too
+    assert keys_of(kv.scan(table)) == ["live", "long"]
+    assert kv.get(table, "x1") is None
+    (entry,) = kv.commit(table, [Put("x1", "again", expect=ABSENT)])
+    assert entry.version == 1
+
+
+def test_sweep_counts_exactly_on_a_private_store(tmp_path: Path) -> None:
+    """On a store no one else uses, sweep returns exactly the number of expired entries."""
+    for url in ("memory://", f"file://{tmp_path}/kv.json", f"sqlite:///{tmp_path}/kv.db"):
+        kv = connect(url)
+        table = new_table()
+        kv.commit(table, [Put(f"x{i}", i, ttl_ms=50) for i in range(4)] + [Put("live", 0)])
+        time.sleep(0.12)
+        assert kv.sweep(limit=3) == 3, url
+        assert kv.sweep() == 1, url
+        assert kv.sweep() == 0, url
+        assert keys_of(kv.scan(table)) == ["live"], url
+        kv.close()
+
+
+def test_drop_removes_the_whole_table_only(kv: DurableKv, table: str) -> None:
+    """drop deletes every entry (TTL ones too) of one table; other tables stay."""
+    other = new_table()
+    kv.commit(table, [Put(f"k{i}", i) for i in range(20)] + [Put("t", 1, ttl_ms=60_000)])
+    kv.commit(other, [Put("k1", "keep")])
+    kv.drop(table)
+    assert kv.scan(table) == [] and kv.get(table, "k1") is None
+    assert kv.get(other, "k1") == Entry("k1", "keep", 1, None)
+    (entry,) = kv.commit(table, [Put("k1", 1, expect=ABSENT)])
+    assert entry.version == 1
+    kv.drop(new_table())  # dropping an unknown table is fine
+
+
+# -- validation (item 8): bad input raises and writes nothing -----------------------------
+
+DEEP: Any = "leaf"
+for _ in range(70):
+    DEEP = [DEEP]
+
+BAD_OPS = [
+    pytest.param(Put("", 1), "ops[1].key", id="empty-key"),
+    pytest.param(Put("k" * 513, 1), "ops[1].key", id="key-over-512-bytes"),
+    pytest.param(Put("é" * 257, 1), "ops[1].key", id="key-over-512-utf8-bytes"),
+    pytest.param(Put("a\nb", 1), "ops[1].key", id="newline-in-key"),
+    pytest.param(Put("a\x00b", 1), "ops[1].key", id="nul-in-key"),
+    pytest.param(Put("a\x85", 1), "ops[1].key", id="c1-control-in-key"),
+    pytest.param(Put(7, 1), "ops[1].key", id="int-key"),  # type: ignore[arg-type]
+    pytest.param(Put("k", float("nan")), "ops[1].value", id="nan"),
+    pytest.param(Put("k", {"x": [1, float("inf")]}), "ops[1].value.x[1]", id="infinity"),
+    pytest.param(Put("k", b"bytes"), "ops[1].value", id="bytes"),
+    pytest.param(Put("k", {1, 2}), "ops[1].value", id="set"),
+    pytest.param(Put("k", (1, 2)), "ops[1].value", id="tuple"),
+    pytest.param(Put("k", {"when": object()}), "ops[1].value.when", id="object"),
+    pytest.param(Put("k", DEEP), "ops[1].value" + "[0]" * 64, id="depth-over-64"),
+    pytest.param(Put("k", {1: "x"}), "ops[1].value", id="non-str-dict-key"),
+    pytest.param(Put("k", "\ud800"), "ops[1].value", id="lone-surrogate"),
+    pytest.param(Put("k", 1, ttl_ms=0), "ops[1].ttl_ms", id="ttl-zero"),
+    pytest.param(Put("k", 1, ttl_ms=-5), "ops[1].ttl_ms", id="ttl-negative"),
+    pytest.param(Put("k", 1, ttl_ms=1.5), "ops[1].ttl_ms", id="ttl-float"),  # type: ignore[arg-type]
+    pytest.param(Put("k", 1, ttl_ms=True), "ops[1].ttl_ms", id="ttl-bool"),
+    pytest.param(Put("k", 1, ttl_ms="10"), "ops[1].ttl_ms", id="ttl-str"),  # type: ignore[arg-type]
+    pytest.param(Put("k", 1, ttl_ms=10**20), "ops[1].ttl_ms", id="ttl-huge"),
+    pytest.param(Put("k", 1, expect=0), "ops[1].expect", id="expect-zero"),
+    pytest.param(Put("k", 1, expect=2**63), "ops[1].expect", id="expect-huge"),
+    pytest.param(Put("k", 1, expect="1"), "ops[1].expect", id="expect-str"),  # type: ignore[arg-type]
+    pytest.param(Delete("k", expect=True), "ops[1].expect", id="expect-bool"),
+    pytest.param(Put("good", 2), "ops[1].key", id="duplicate-key"),
+    pytest.param(("put", "k", 1), "ops[1]", id="not-an-op"),
+]
+
+
+@pytest.mark.parametrize(("bad_op", "field"), BAD_OPS)
+def test_bad_op_raises_validation_error_naming_the_field_and_writes_nothing(
+    kv: DurableKv, table: str, bad_op: Any, field: str
+) -> None:
+    """A batch with one bad op raises ValidationError for that op's field; nothing is written."""
+    with pytest.raises(ValidationError) as info:
+        kv.commit(table, [Put("good", 1), bad_op])
+    assert info.value.field == field and str(info.value).startswith(f"{field}: ")
+    assert info.value.status == 422
+    assert kv.get(table, "good") is None
+    assert kv.scan(table) == []
+
+
+@pytest.mark.parametrize(
+    "bad_table",
+    ["", "t" * 513, "a\tb", "a\x7fb", "a{b}", None],
+    ids=["empty", "too-long", "tab", "del", "braces", "none"],
+)
+def test_bad_table_name_is_refused_everywhere(kv: DurableKv, bad_table: Any) -> None:
+    """A bad table name fails every call with field ``table``."""
+    calls = [
+        lambda: kv.commit(bad_table, [Put("k", 1)]),
+        lambda: kv.get(bad_table, "k"),
+        lambda: kv.scan(bad_table),
+        lambda: kv.drop(bad_table),
+    ]
+    for call in calls:
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.field == "table"
+
+
+def test_bad_read_arguments(kv: DurableKv, table: str) -> None:
+    """get and scan validate key, prefix, after and limit, naming the argument."""
+    cases = [
+        (lambda: kv.get(table, ""), "key"),
+        (lambda: kv.get(table, "x\n"), "key"),
+        (lambda: kv.scan(table, prefix="a\x01"), "prefix"),
+        (lambda: kv.scan(table, prefix=None), "prefix"),
+        (lambda: kv.scan(table, after=""), "after"),
+        (lambda: kv.scan(table, limit=0), "limit"),
+        (lambda: kv.scan(table, limit=10_001), "limit"),
+        (lambda: kv.scan(table, limit="5"), "limit"),
+        (lambda: kv.commit(table, []), "ops"),
+        (lambda: kv.commit(table, "ops"), "ops"),
+    ]
+    for call, field in cases:
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.field == field
+
+
+def test_type_errors_are_also_type_errors(kv: DurableKv, table: str) -> None:
+    """A wrong type raises BadType, which plain callers can catch as TypeError."""
+    with pytest.raises(TypeError):
+        kv.commit(table, [Put("k", b"raw")])
+    with pytest.raises(BadType):
+        kv.get(table, 5)  # type: ignore[arg-type]
+
+
+# -- concurrency --------------------------------------------------------------------------
+
+
+def test_concurrent_cas_increments_from_8_threads_are_exact(kv: DurableKv, table: str) -> None:
+    """8 threads x 25 read-CAS-retry increments end at exactly 200, version 200."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            increment(kv, table, "counter", 25)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert kv.get(table, "counter") == Entry("counter", 200, 200, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", backend_params(SHARED_BACKENDS))
+def test_concurrent_cas_increments_from_4_processes_are_exact(
+    kv: DurableKv, kv_url: str, table: str
+) -> None:
+    """4 processes, each connected by URL, x 25 CAS increments end at exactly 100."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        pool.starmap(increment_by_url, [(kv_url, table, "counter", 25)] * 4)
+    assert kv.get(table, "counter") == Entry("counter", 100, 100, None)
+
+
+# -- hypothesis: every backend behaves like MemoryKv --------------------------------------
+
+KEYS = st.sampled_from(["a", "ab", "a/b", "b", "z", "é", "ö", "中", "😀", "~"])
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=6,
+)
+OP_SPECS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "put", "put-ttl", "delete", "check"]),
+        KEYS,
+        JSON,
+        st.sampled_from(["any", "absent", "current", "current", "stale"]),
+    ),
+    min_size=1,
+    max_size=4,
+    unique_by=lambda spec: spec[1],
+)
+
+
+def comparable(result: Entry | None) -> tuple[object, ...] | None:
+    """Entry fields compared with the model (clocks differ, so only whether a TTL is set)."""
+    if result is None:
+        return None
+    return (result.key, result.value, result.version, result.expires_at is not None)
+
+
+class KvAgainstModel(RuleBasedStateMachine):
+    """Drive a backend and MemoryKv with the same calls; every answer must match."""
+
+    store: DurableKv
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = MemoryKv()
+        self.table = new_table("model")
+
+    def _expect(self, key: str, kind: str) -> object:
+        current = self.model.get(self.table, key)
+        if kind == "any":
+            return ANY
+        if kind == "absent":
+            return ABSENT
+        if kind == "current":
+            return current.version if current else ABSENT
+        return current.version + 1 if current else 1
+
+    @rule(specs=OP_SPECS)
+    def commit(self, specs: list[tuple[str, str, object, str]]) -> None:
+        ops: list[Any] = []
+        for kind, key, value, expect_kind in specs:
+            expect = self._expect(key, expect_kind)
+            if kind == "put":
+                ops.append(Put(key, value, expect=expect))
+            elif kind == "put-ttl":
+                ops.append(Put(key, value, expect=expect, ttl_ms=3_600_000))
+            elif kind == "delete":
+                ops.append(Delete(key, expect=expect))
+            else:
+                ops.append(Check(key, expect))
+        try:
+            expected = [comparable(r) for r in self.model.commit(self.table, ops)]
+        except ConflictError as err:
+            with pytest.raises(ConflictError) as info:
+                self.store.commit(self.table, ops)
+            assert (info.value.key, info.value.current_version) == (err.key, err.current_version)
+        else:
+            assert [comparable(r) for r in self.store.commit(self.table, ops)] == expected
+
+    @rule(key=KEYS)
+    def get(self, key: str) -> None:
+        assert comparable(self.store.get(self.table, key)) == comparable(
+            self.model.get(self.table, key)
+        )
+
+    @rule(
+        prefix=st.sampled_from(["", "", "a", "中", "z", "x"]),
+        after=st.none() | KEYS,
+        limit=st.integers(1, 5),
+    )
+    def scan(self, prefix: str, after: str | None, limit: int) -> None:
+        got = self.store.scan(self.table, prefix=prefix, after=after, limit=limit)
+        want = self.model.scan(self.table, prefix=prefix, after=after, limit=limit)
+        assert [comparable(e) for e in got] == [comparable(e) for e in want]
+
+    @precondition(lambda self: bool(self.model.scan(self.table, limit=1)))
+    @rule()
+    def drop(self) -> None:
+        self.store.drop(self.table)
+        self.model.drop(self.table)
+
+    def teardown(self) -> None:
+        got = self.store.scan(self.table, limit=100)
+        assert [comparable(e) for e in got] == [
+            comparable(e) for e in self.model.scan(self.table, limit=100)
+        ]
+        self.store.drop(self.table)
+
+
+def test_backend_matches_the_memory_model(kv: DurableKv) -> None:
+    """Random sequences of commits, gets, scans and drops answer exactly like MemoryKv."""
+    machine = type("Machine", (KvAgainstModel,), {"store": kv})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=20,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+# -- FileKv specifics ---------------------------------------------------------------------
+
+
+def test_file_kv_survives_reopen(tmp_path: Path) -> None:
+    """A FileKv reopened on the same file sees every committed entry, versions and TTLs."""
+    url = f"file://{tmp_path}/data/kv.json"
+    kv = connect(url)
+    kv.commit("t", [Put("a", {"x": "é"}), Put("b", 1, ttl_ms=60_000), Put("gone", 1, ttl_ms=50)])
+    kv.commit("t", [Put("a", {"x": "ö"}, expect=1)])
+    kv.commit("u", [Put("z", None)])
+    expected = kv.scan("t")
+    time.sleep(0.1)
+    kv.close()
+    reopened = connect(url)
+    assert reopened.scan("t") == [e for e in expected if e.key != "gone"]
+    assert reopened.get("t", "a") == Entry("a", {"x": "ö"}, 2, None)
+    assert reopened.get("u", "z") == Entry("z", None, 1, None)
+    reopened.close()
+
+
+def test_file_kv_refuses_a_second_opener(tmp_path: Path) -> None:
+    """While one FileKv holds the file, another (any process) gets a clear StoreUnavailable."""
+    url = f"file://{tmp_path}/kv.json"
+    first = connect(url)
+    with pytest.raises(StoreUnavailable, match="already open by another FileKv"):
+        connect(url)
+    first.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        first.get("t", "k")
+    connect(url).close()  # the lock is free again
+
+
+def test_file_kv_ignores_a_leftover_temp_file(tmp_path: Path) -> None:
+    """A half-written temporary snapshot from a crash is never loaded."""
+    path = tmp_path / "kv.json"
+    kv = FileKv(f"file://{path}")
+    kv.commit("t", [Put("k", 1)])
+    kv.close()
+    (tmp_path / ".kv.json.tmp").write_text('{"format": "botmesh-kv/1", "tables": {"t": [["k", 2')
+    kv = FileKv(f"file://{path}")
+    assert kv.get("t", "k") == Entry("k", 1, 1, None)
+    kv.close()
+
+
+def test_file_kv_rejects_a_corrupt_snapshot(tmp_path: Path) -> None:
+    """A snapshot that is not FileKv JSON is an error, never an empty store."""
+    path = tmp_path / "kv.json"
+    path.write_text("not json")
+    with pytest.raises(StoreUnavailable, match="not a FileKv snapshot"):
+        FileKv(f"file://{path}")
+    with pytest.raises(ValidationError):
+        FileKv("file://relative/kv.json")
+
+
+@pytest.mark.slow
+def test_file_kv_killed_mid_write_leaves_old_or_new_snapshot(tmp_path: Path) -> None:
+    """SIGKILL at random moments while writing ~2 MB snapshots never corrupts the file.
+
+    After each kill the file loads, and holds either the last acknowledged write
+    or the one in flight; the next writer continues from it.
+    """
+    url = f"file://{tmp_path}/kv.json"
+    size = 2 * 1024 * 1024
+    rng = random.Random()
+    done = 0
+    for _ in range(5):
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "tests.kv.workers", url, str(done), str(size)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None
+        first = writer.stdout.readline()  # at least one write landed
+        assert first.strip(), "the writer died before its first write"
+        time.sleep(rng.uniform(0.0, 0.15))
+        writer.kill()
+        acknowledged = [int(line) for line in [first, *writer.stdout.read().split()]]
+        writer.wait()
+        kv = FileKv(url)
+        entry = kv.get("crash", "doc")
+        kv.close()
+        assert entry is not None
+        n = entry.value["n"]
+        assert n in (acknowledged[-1], acknowledged[-1] + 1)
+        assert entry.value == snapshot_value(n, size)
+        assert entry.version == n
+        done = n
+    assert done >= 5

@@ -1,0 +1,97 @@
+"""API tokens resolve the tenant; foreign tenants are 404; roles are enforced; one error shape."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from botmesh_admin.tenancy.models import ApiToken
+from botmesh_admin.tenancy.selectors import token_digest
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def test_token_resolves_its_tenant(world, client: Client) -> None:
+    resp = client.get("/api/v1/tenants/acme/whoami", **bearer(world.acme_token))
+    assert resp.status_code == 200
+    assert resp.json() == {"tenant": "acme", "role": "admin", "actor": "token:ci"}
+
+
+def test_token_of_another_tenant_gets_404_not_data(world, client: Client) -> None:
+    resp = client.get("/api/v1/tenants/acme/tokens", **bearer(world.globex_token))
+    assert resp.status_code == 404
+    assert resp.json()["error"] == "not_found"
+    assert "ci" not in resp.content.decode().replace("not_found", "")
+
+
+def test_missing_or_unknown_token_is_401(world, client: Client) -> None:
+    assert client.get("/api/v1/tenants/acme/whoami").status_code == 401
+    resp = client.get("/api/v1/tenants/acme/whoami", **bearer("bm_nope_nope"))
+    assert resp.status_code == 401
+    assert resp.json() == {
+        "error": "unauthenticated", "message": "a valid API token or session is required", "field": None
+    }
+
+
+def test_tokens_are_stored_hashed(world) -> None:
+    prefix = world.acme_token.split("_")[1]
+    row = ApiToken.objects.get(prefix=prefix)
+    assert row.digest == token_digest(world.acme_token)
+    assert world.acme_token not in (row.digest, row.prefix, row.name)
+
+
+def test_revoked_token_stops_working(world, client: Client) -> None:
+    created = client.post(
+        "/api/v1/tenants/acme/tokens", {"name": "temp"}, content_type="application/json", **bearer(world.acme_token)
+    )
+    assert created.status_code == 201
+    temp = created.json()["token"]
+    assert client.get("/api/v1/tenants/acme/whoami", **bearer(temp)).status_code == 200
+    revoked = client.delete(f"/api/v1/tenants/acme/tokens/{created.json()['id']}", **bearer(world.acme_token))
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    assert client.get("/api/v1/tenants/acme/whoami", **bearer(temp)).status_code == 401
+
+
+def test_agent_cannot_manage_tokens(world, client: Client) -> None:
+    resp = client.get("/api/v1/tenants/acme/tokens", **bearer(world.acme_agent_token))
+    assert resp.status_code == 403
+    assert resp.json()["error"] == "permission_denied"
+
+
+def test_revoking_a_foreign_token_is_404(world, client: Client) -> None:
+    globex_id = ApiToken.objects.get(tenant_id="globex").pk
+    resp = client.delete(f"/api/v1/tenants/acme/tokens/{globex_id}", **bearer(world.acme_token))
+    assert resp.status_code == 404
+    assert ApiToken.objects.get(pk=globex_id).revoked_at is None
+
+
+def test_bad_input_is_422_naming_the_field(world, client: Client) -> None:
+    resp = client.post(
+        "/api/v1/tenants/acme/tokens", {"name": "", "role": "admin"}, content_type="application/json",
+        **bearer(world.acme_token),
+    )
+    assert resp.status_code == 422
+    assert resp.json()["field"] == "token.name"
+    resp = client.post(
+        "/api/v1/tenants/acme/tokens", {"role": "admin"}, content_type="application/json", **bearer(world.acme_token)
+    )
+    assert resp.status_code == 422
+    assert resp.json()["field"] == "name"
+    assert ApiToken.objects.filter(tenant_id="acme").count() == 2
+
+
+def test_session_auth_needs_membership_and_csrf(world) -> None:
+    client = Client(enforce_csrf_checks=True)
+    assert client.login(username="bob", password="bob-password-1")
+    assert client.get("/api/v1/tenants/acme/whoami").json()["role"] == "agent"
+    assert client.get("/api/v1/tenants/globex/whoami").status_code == 404
+    # an unsafe method without the CSRF token is refused
+    resp = client.post("/api/v1/tenants/acme/tokens", {"name": "x"}, content_type="application/json")
+    assert resp.status_code in (401, 403)
+    assert ApiToken.objects.filter(tenant_id="acme", name="x").count() == 0
+
+
+def test_openapi_documents_the_routes(world, client: Client) -> None:
+    spec = client.get("/api/v1/openapi.json").json()
+    assert "/api/v1/tenants/{tenant}/whoami" in spec["paths"]

@@ -1,0 +1,72 @@
+"""Login with a failed-attempt limit; tenant pages only for members; no asset from a CDN."""
+
+from __future__ import annotations
+
+import re
+
+from django.test import Client
+
+from botmesh_admin.tenancy.models import ApiToken
+
+
+def test_anonymous_is_sent_to_login(world, client: Client) -> None:
+    resp = client.get("/t/acme/")
+    assert resp.status_code == 302 and resp["Location"].startswith("/login/")
+
+
+def test_member_sees_tenant_and_switcher(world, client: Client) -> None:
+    client.login(username="alice", password="alice-password-1")
+    resp = client.get("/t/acme/")
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    assert '<option value="acme" selected>' in html
+    assert 'value="globex"' not in html  # alice is not a member of globex
+
+
+def test_non_member_gets_404(world, client: Client) -> None:
+    client.login(username="alice", password="alice-password-1")
+    assert client.get("/t/globex/").status_code == 404
+    assert client.get("/t/globex/settings/tokens/").status_code == 404
+
+
+def test_agent_cannot_open_token_page(world, client: Client) -> None:
+    client.login(username="bob", password="bob-password-1")
+    assert client.get("/t/acme/settings/tokens/").status_code == 403
+
+
+def test_admin_creates_and_revokes_token_in_ui(world, client: Client) -> None:
+    client.login(username="alice", password="alice-password-1")
+    resp = client.post("/t/acme/settings/tokens/", {"name": "deploy", "role": "admin"})
+    token = re.search(r'data-testid="new-token">([^<]+)<', resp.content.decode()).group(1)
+    api = Client()  # no session: the token alone
+    assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    row = ApiToken.objects.get(tenant_id="acme", name="deploy")
+    client.post(f"/t/acme/settings/tokens/{row.pk}/revoke")
+    assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+    assert "revoked" in client.get("/t/acme/settings/tokens/").content.decode()
+
+
+def test_login_is_locked_after_five_failures(world) -> None:
+    client = Client()
+    for _ in range(5):
+        resp = client.post("/login/", {"username": "alice", "password": "wrong"})
+        assert resp.status_code == 200
+    resp = client.post("/login/", {"username": "alice", "password": "alice-password-1"})
+    assert resp.status_code == 429
+    assert "Too many failed attempts" in resp.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_login_form_has_csrf(world) -> None:
+    client = Client(enforce_csrf_checks=True)
+    html = client.get("/login/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in html
+    assert client.post("/login/", {"username": "alice", "password": "alice-password-1"}).status_code == 403
+
+
+def test_pages_load_no_asset_from_another_host(world, client: Client) -> None:
+    client.login(username="alice", password="alice-password-1")
+    for url in ("/login/", "/t/acme/", "/t/acme/settings/tokens/"):
+        html = client.get(url).content.decode()
+        for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
+            assert not re.match(r"^(https?:)?//", ref), f"{url} loads {ref} from another host"
