@@ -91,7 +91,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "botmesh_admin" / "static"]
-STATIC_ROOT = CONFIG.data_dir / "static"
+STATIC_ROOT = Path(_config.env("BOTMESH_STATIC_ROOT") or CONFIG.data_dir / "static")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -13,6 +13,7 @@ from botmesh_admin.tenancy import views as tenancy_views
 # (module, URL prefix inside /t/<tenant>/) — a module that does not exist yet is skipped.
 TENANT_APPS = [
     ("botmesh_admin.tenancy.urls", "settings/"),
+    ("botmesh_admin.channels.pages", "channels/"),
     ("botmesh_admin.dashboard.urls", ""),
     ("botmesh_admin.events.urls", "journal/"),
     ("inbox.urls", "inbox/"),

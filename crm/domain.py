@@ -176,6 +176,7 @@ class Contact:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     consent: Mapping[str, Consent] = field(default_factory=dict)
     consent_history: tuple[Consent, ...] = ()
+    source: str | None = None
     version: int = 0
     created_at: int = 0
     updated_at: int = 0
@@ -336,6 +337,7 @@ def contact_to_json(contact: Contact) -> dict[str, Any]:
         "attributes": dict(contact.attributes),
         "consent": {ch: consent_to_json(c) for ch, c in contact.consent.items()},
         "consent_history": [consent_to_json(c) for c in contact.consent_history],
+        "source": contact.source,
         "created_at": contact.created_at,
         "updated_at": contact.updated_at,
     }
@@ -351,6 +353,7 @@ def contact_from_json(d: Mapping[str, Any], version: int) -> Contact:
         attributes=dict(d.get("attributes", {})),
         consent={ch: consent_from_json(c) for ch, c in d.get("consent", {}).items()},
         consent_history=tuple(consent_from_json(c) for c in d.get("consent_history", ())),
+        source=d.get("source"),
         version=version,
         created_at=int(d.get("created_at", 0)),
         updated_at=int(d.get("updated_at", 0)),

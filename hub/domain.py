@@ -14,8 +14,10 @@ The hub never runs plugin code.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -433,12 +435,15 @@ class Installation:
         """Return the error ``enable`` must raise now, or ``None`` if it may enable."""
         ok, reason = self.compatibility(runtime)
         if not ok:
-            return IncompatibleRuntime(f"{self.plugin_id} {self.manifest.version} {reason}")
+            return IncompatibleRuntime(
+                f"{self.plugin_id} {self.manifest.version} {reason}", current_version=self.revision
+            )
         pending = self.pending_permissions
         if pending:
             return PermissionsPending(
                 f"{self.plugin_id} {self.manifest.version} asks for permissions not granted: "
                 + ", ".join(pending),
+                current_version=self.revision,
                 pending=list(pending),
             )
         return None
@@ -529,10 +534,14 @@ class AuditEvent:
 
 
 AUDIT_EPOCH_END = 10**15  # epoch ms far in the future; keys count down from it
+_audit_counter = itertools.count()
 
 
 def new_audit_id(at: int) -> str:
-    """Return an audit id that sorts newest first (inverted ms, then a random tiebreak)."""
-    import secrets
+    """Return an audit id that sorts newest first.
 
-    return f"{AUDIT_EPOCH_END - at:015d}-{secrets.token_hex(5)}"
+    Inverted epoch ms, then an inverted per-process counter (events of one
+    process within one millisecond keep their order), then a random tiebreak
+    that keeps ids of different processes distinct.
+    """
+    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"

@@ -461,15 +461,10 @@ class Coordinator:
                         self._lose(lease, "the service no longer holds it")
                         continue
                     with self._lock:
-                        if lease._state == "held" and time.monotonic() < lease._deadline:
+                        late = lease._state == "held" and time.monotonic() >= lease._deadline
+                        if lease._state == "held" and not late:
                             lease._deadline = deadline
-                        elif lease._state == "held":
-                            late = True
-                        else:
-                            late = False
-                    if lease._state == "held" and lease._deadline != deadline and not late:
-                        pass
-                    if lease._state == "held" and lease._deadline < deadline and late:
+                    if late:
                         self._lose(lease, "renewal answered after the local deadline")
         self._beat()
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable, ValidationError
 from botmesh_admin.kv.sql import ThreadConnections, sqlite_path_from_url
@@ -71,7 +72,8 @@ def split_namespace(url: str) -> tuple[str, str]:
         if not NAMESPACE_RE.match(namespace[-1]):
             raise ValidationError("url", "namespace must be 1-40 characters of a-z, 0-9, '_'")
         table = f"botmesh_events_{namespace[-1]}"
-    return urlunsplit(parts._replace(query=urlencode(rest))), table
+    base = url.split("?", 1)[0]
+    return (f"{base}?{urlencode(rest)}" if rest else base), table
 
 
 def _named(sql: str) -> str:
@@ -99,7 +101,7 @@ def _record(row: Sequence[Any]) -> EventRecord:
 
 def _statements(t: str, pg: bool) -> dict[str, str]:
     """Return the SQL of every operation on table ``t`` for one dialect (``:name`` placeholders)."""
-    greatest, least = ("GREATEST", "LEAST") if pg else ("max", "min")
+    greatest = "GREATEST" if pg else "max"
     if pg:
         backoff = (
             "floor(LEAST(:cap::bigint, :base::bigint << LEAST(GREATEST(attempts - 1, 0), 40)::int)"
@@ -142,8 +144,9 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     )
     ecols = ", ".join(f"e.{c.strip()}" for c in COLS.split(","))
     if pg:
+        pg_set = claim_set.format(token=f"nextval('{t}_fence')")
         sql["claim"] = (
-            f"UPDATE {t} e SET {claim_set.format(token=f"nextval('{t}_fence')")}"
+            f"UPDATE {t} e SET {pg_set}"
             f" FROM ({ready} FOR UPDATE SKIP LOCKED) c WHERE e.id = c.id RETURNING {ecols}"
         )
         sql["replay"] = (
@@ -252,6 +255,8 @@ class _Sqlite:
 
         self._sqlite3 = sqlite3
         self._path = sqlite_path_from_url(url)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
         self._table = table
         self._schema_ready = False
         self._conns: ThreadConnections[Any] = ThreadConnections(self._connect, lambda c: c.close())

@@ -46,7 +46,7 @@ COMMIT_LUA = (
 -- Reply: {0, i, version or -1} for the first failed expectation (nothing written),
 -- else {1, then per op: version or -1, expires_at or -1, value or ''}.
 local n = #KEYS - 2
-local present, vers, exps, vals = {}, {}, {}, {}
+local present, had_ttl, vers, exps, vals = {}, {}, {}, {}, {}
 for i = 1, n do
   local b = (i - 1) * 5
   local kind, expect = ARGV[b + 1], ARGV[b + 3]
@@ -58,6 +58,7 @@ for i = 1, n do
   end
   local ver, exp = tonumber(h[1]), tonumber(h[2])
   present[i] = ver ~= nil
+  had_ttl[i] = exp ~= nil
   if ver and exp and exp <= now then ver = nil end
   if expect == 'x' then
     if ver then return {0, i, ver} end
@@ -74,11 +75,13 @@ for i = 1, n do
     local ver, exp = vers[i] + 1, -1
     if ARGV[b + 5] == '' then
       redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver)
-      if present[i] then
+      if had_ttl[i] then
         redis.call('HDEL', key, 'exp')
         redis.call('PERSIST', key)
       end
-      redis.call('ZREM', KEYS[2], member)
+      if had_ttl[i] or not present[i] then  -- a reclaimed entry may have left its member
+        redis.call('ZREM', KEYS[2], member)
+      end
     else
       exp = now + tonumber(ARGV[b + 5])
       redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver, 'exp', string.format('%d', exp))
@@ -87,7 +90,9 @@ for i = 1, n do
       redis.call('PEXPIREAT', key, string.format('%d', exp - 1))
       redis.call('ZADD', KEYS[2], exp, member)
     end
-    redis.call('ZADD', KEYS[1], 0, member)
+    if not present[i] then  -- an existing entry is always in the index already
+      redis.call('ZADD', KEYS[1], 0, member)
+    end
     out[#out + 1], out[#out + 2], out[#out + 3] = ver, exp, ''
   elseif kind == 'd' then
     redis.call('DEL', key)

@@ -161,20 +161,24 @@ _PG_DDL = (
         v_values text[] := '{}';
     BEGIN
         -- One advisory lock per key, absent keys included, always taken in the same
-        -- order: concurrent commits on a key serialise and never deadlock.
-        FOR v_lock IN
-            SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0)
-            FROM unnest(p_keys) AS k ORDER BY 1
-        LOOP
-            PERFORM pg_advisory_xact_lock(v_lock);
-        END LOOP;
-        -- Row locks too, so drop() and sweep() cannot delete a row between check and write.
-        PERFORM 1 FROM botmesh_kv b
-            WHERE b.tbl = p_tbl AND b.key = ANY (p_keys) ORDER BY b.key FOR UPDATE;
+        -- order: concurrent commits on a key serialise and never deadlock. Only this
+        -- function inserts rows, so an absent key stays absent while we hold its lock.
+        IF v_n = 1 THEN
+            PERFORM pg_advisory_xact_lock(hashtextextended(p_tbl || chr(31) || p_keys[1], 0));
+        ELSE
+            FOR v_lock IN
+                SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0)
+                FROM unnest(p_keys) AS k ORDER BY 1
+            LOOP
+                PERFORM pg_advisory_xact_lock(v_lock);
+            END LOOP;
+        END IF;
         v_now := floor(extract(epoch FROM clock_timestamp()) * 1000);
         FOR i IN 1 .. v_n LOOP
+            -- The row lock keeps single-statement writers, drop() and sweep() off the
+            -- row between this check and the write below.
             SELECT b.version, b.expires_at, b.value INTO v_row
-                FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i];
+                FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i] FOR UPDATE;
             v_present[i] := FOUND;
             IF FOUND AND (v_row.expires_at IS NULL OR v_row.expires_at > v_now) THEN
                 v_versions[i] := v_row.version;
@@ -227,6 +231,19 @@ _PG_COMMIT = (
     "SELECT r_pos, r_conflict, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v1("
     "%s::text, %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
 )
+# Single-op fast paths: one statement that updates or deletes an existing live row.
+# They never insert, so the function's "absent stays absent under the advisory
+# lock" rule holds; and they lock the row, as the function does, before deciding.
+_PG_LIVE = f"(expires_at IS NULL OR expires_at > {_PG_NOW})"
+_PG_UPDATE = (
+    f"UPDATE botmesh_kv SET value = %s, version = version + 1, expires_at = {_PG_NOW} + %s::bigint"
+    f" WHERE tbl = %s AND key = %s AND {_PG_LIVE}"
+)
+_PG_UPDATE_ANY = _PG_UPDATE + " RETURNING version, expires_at"
+_PG_UPDATE_VERSION = _PG_UPDATE + " AND version = %s::bigint RETURNING version, expires_at"
+_PG_DELETE_ANY = "DELETE FROM botmesh_kv WHERE tbl = %s AND key = %s"
+_PG_DELETE_VERSION = f"{_PG_DELETE_ANY} AND version = %s::bigint AND {_PG_LIVE}"
+_PG_VERSION = f"SELECT version FROM botmesh_kv WHERE tbl = %s AND key = %s AND {_PG_LIVE}"
 _PG_GET = (
     "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = %s AND key = %s"
     f" AND (expires_at IS NULL OR expires_at > {_PG_NOW})"
@@ -311,6 +328,35 @@ class _Postgres:
             return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        if len(ops) == 1 and ops[0].expect is not ABSENT and not isinstance(ops[0], Check):
+            with self._errors():
+                done, result = self._commit_one(table, ops[0])
+            if done:
+                return [result]
+        return self._commit_batch(table, ops)
+
+    def _commit_one(self, table: str, op: Put | Delete) -> tuple[bool, Entry | None]:
+        """Try the one-statement path; return (applied, result). Raise ``ConflictError``."""
+        conn = self._conns.get()
+        if isinstance(op, Put):
+            params: tuple[Any, ...] = (dump_value(op.value), op.ttl_ms, table, op.key)
+            if op.expect is ANY:
+                row = conn.execute(_PG_UPDATE_ANY, params).fetchone()
+                if row is None:
+                    return False, None  # absent or expired: creating it needs the function
+                return True, Entry(op.key, op.value, row[0], row[1])
+            row = conn.execute(_PG_UPDATE_VERSION, (*params, op.expect)).fetchone()
+            if row is not None:
+                return True, Entry(op.key, op.value, row[0], row[1])
+        elif op.expect is ANY:
+            conn.execute(_PG_DELETE_ANY, (table, op.key))
+            return True, None
+        elif conn.execute(_PG_DELETE_VERSION, (table, op.key, op.expect)).rowcount == 1:
+            return True, None
+        current = conn.execute(_PG_VERSION, (table, op.key)).fetchone()
+        raise ConflictError(table, op.key, op.expect, current and current[0])
+
+    def _commit_batch(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         kinds, keys, values, expects, ttls = [], [], [], [], []
         for op in ops:
             keys.append(op.key)

@@ -1,0 +1,135 @@
+"""Inbound webhooks: verify, parse, journal, then answer (ARCHITECTURE §6-7).
+
+- ``GET  /webhooks/whatsapp/<tenant>`` — Meta's subscription handshake.
+- ``POST /webhooks/whatsapp/<tenant>`` — signed with ``X-Hub-Signature-256``.
+- ``POST /webhooks/telegram/<tenant>/<name>`` — with ``X-Telegram-Bot-Api-Secret-Token``.
+
+A POST is durable before it is answered: one journal envelope per raw body
+(``whatsapp.webhook`` / ``telegram.update`` on the ``inbound`` channel, payload
+``{"config": <channel name(s)>, "events": [event.to_dict(), ...]}``) is appended,
+idempotent by the SHA-256 of the raw body (WhatsApp) or the ``update_id``
+(Telegram), so a provider's redelivery is journaled once. If the journal cannot
+be written the view fails with 500 and the provider retries. Projection into
+the inbox happens in a worker.
+
+Answers: 200 once journaled; 401 (nothing written) for a bad signature or
+secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
+object. Order: the signature is checked before the body is parsed, so
+unauthenticated input is never interpreted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from botmesh_admin.errors import NotFound, ValidationError
+
+from . import selectors, telegram, whatsapp
+from .domain import InboundEvent
+
+log = logging.getLogger("botmesh.channels")
+
+INBOUND_CHANNEL = "inbound"
+
+
+def _error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": code, "message": message, "field": None}, status=status)
+
+
+def _journal(tenant: str, type_: str, key: str, config: str, events: list[InboundEvent]) -> str:
+    from botmesh_admin.events import Envelope, default_journal
+
+    record = default_journal().append(
+        Envelope(
+            type=type_,
+            tenant=tenant,
+            channel=INBOUND_CHANNEL,
+            payload={"config": config, "events": [e.to_dict() for e in events]},
+            idempotency_key=key,
+        )
+    )
+    return str(record.id)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Answer Meta's handshake (GET) or journal a signed webhook body (POST)."""
+    channels = selectors.channel_config_list(tenant, kind="whatsapp")
+    if not channels:
+        return _error(404, "not_found", "no WhatsApp channel here")
+    if request.method == "GET":
+        challenge = whatsapp.verify_handshake(
+            request.GET, lambda token: any(c.check("verify_token", token) for c in channels)
+        )
+        if challenge is None:
+            return _error(403, "forbidden", "verification failed")
+        return HttpResponse(challenge, content_type="text/plain")
+
+    raw = request.body
+    header = request.headers.get(whatsapp.SIGNATURE_HEADER)
+    signed_by = {
+        c.phone_number_id for c in channels
+        if c.is_set("app_secret") and whatsapp.verify_signature(raw, header, c.secret("app_secret") or "")
+    }
+    if not signed_by:
+        log.warning("whatsapp webhook for tenant %s: bad signature", tenant)
+        return _error(401, "bad_signature", f"{whatsapp.SIGNATURE_HEADER} does not match the body")
+    body = _json_object(raw)
+    if body is None:
+        return _error(400, "bad_request", "the body is not a JSON object")
+    names = []
+    for phone_number_id in whatsapp.phone_number_ids(body):
+        try:
+            channel = selectors.channel_for_whatsapp(tenant, phone_number_id=phone_number_id)
+        except NotFound as exc:
+            return _error(404, "not_found", exc.message)
+        if phone_number_id not in signed_by:  # signed with another number's app secret
+            return _error(401, "bad_signature", "the body is not signed with this number's app secret")
+        names.append(channel.name)
+    if not names:  # a change without metadata (an account-level field): name the signing channel(s)
+        names = [c.name for c in channels if c.phone_number_id in signed_by]
+    events = whatsapp.parse_webhook(body)
+    key = "whatsapp:" + hashlib.sha256(raw).hexdigest()
+    event_id = _journal(tenant, "whatsapp.webhook", key, ",".join(names), events)
+    log.info("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
+    return JsonResponse({"received": len(events), "event_id": event_id})
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+def telegram_webhook(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
+    """Journal a Telegram ``Update`` sent with the channel's secret token."""
+    try:
+        channel = selectors.channel_for_telegram(tenant, name=name)
+    except NotFound as exc:
+        return _error(404, "not_found", exc.message)
+    if not channel.check("webhook_secret", request.headers.get(telegram.SECRET_HEADER)):
+        log.warning("telegram webhook for tenant %s channel %s: bad secret token", tenant, name)
+        return _error(401, "bad_secret", f"{telegram.SECRET_HEADER} does not match")
+    update = _json_object(request.body)
+    update_id = telegram.update_id(update)
+    if update is None or update_id is None:
+        return _error(400, "bad_request", "the body is not a Telegram Update")
+    try:
+        events = telegram.parse_update(update)
+    except ValidationError as exc:
+        return _error(400, "bad_request", exc.message)
+    event_id = _journal(tenant, "telegram.update", f"telegram:{name}:{update_id}", name, events)
+    log.info("telegram update for tenant %s channel %s: %d events journaled as %s", tenant, name, len(events), event_id)
+    return JsonResponse({"received": len(events), "event_id": event_id})

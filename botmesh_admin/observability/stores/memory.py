@@ -1,0 +1,154 @@
+"""The reference stores: plain dicts under a lock (one process)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.kv.validation import now_ms
+
+from .. import trace_records
+from .base import BotSample, TraceSummary
+
+DEFAULT_HISTORY = 720
+DEFAULT_RETENTION_MS = 24 * 3600 * 1000
+DEFAULT_MAX_TRACES = 500
+
+
+def _tenant(tenant: str | None) -> str | None:
+    return None if tenant is None else validate_id(tenant, "tenant")
+
+
+class MemoryCounterStore:
+    """Counters in a dict."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[str, int] = {}
+
+    def add(self, deltas: Mapping[str, int]) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                self._counters[name] = self._counters.get(name, 0) + delta
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            return {k: v for k, v in self._counters.items() if v}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counters.clear()
+
+
+class MemoryBotMetricsStore:
+    """Per (tenant, bot, replica): a deque of the last ``history`` samples."""
+
+    def __init__(self, *, history: int = DEFAULT_HISTORY, retention_ms: int = DEFAULT_RETENTION_MS,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.history_size = history
+        self.retention_ms = retention_ms
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._samples: dict[tuple[str, str, str], deque[tuple[int, BotSample]]] = {}
+
+    def push(self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int) -> BotSample:
+        key = (validate_id(tenant, "tenant"), bot, replica)
+        with self._lock:
+            ring = self._live(key)
+            seq = ring[-1][1].seq + 1 if ring else 1
+            sample = BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot)
+            ring.append((self._clock() + self.retention_ms, sample))
+            return sample
+
+    def _live(self, key: tuple[str, str, str]) -> deque[tuple[int, BotSample]]:
+        ring = self._samples.setdefault(key, deque(maxlen=self.history_size))
+        now = self._clock()
+        if ring and ring[-1][0] <= now:
+            ring.clear()  # the replica's latest expired, so did its history
+        while ring and ring[0][0] <= now:
+            ring.popleft()
+        return ring
+
+    def latest(self, tenant: str, *, bot: str | None = None) -> list[BotSample]:
+        tenant = validate_id(tenant, "tenant")
+        with self._lock:
+            out = []
+            for key in sorted(self._samples):
+                if key[0] == tenant and (bot is None or key[1] == bot):
+                    ring = self._live(key)
+                    if ring:
+                        out.append(ring[-1][1])
+            return out
+
+    def history(self, tenant: str, *, bot: str, replica: str, since_ms: int | None = None) -> list[BotSample]:
+        key = (validate_id(tenant, "tenant"), bot, replica)
+        with self._lock:
+            if key not in self._samples:
+                return []
+            return [s for _, s in self._live(key) if since_ms is None or s.received_at_ms > since_ms]
+
+
+class MemoryTraceStore:
+    """Per tenant: trace records by id, pruned to the newest ``max_traces``."""
+
+    def __init__(self, *, max_traces: int = DEFAULT_MAX_TRACES, retention_ms: int = DEFAULT_RETENTION_MS,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.max_traces = max_traces
+        self.retention_ms = retention_ms
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._traces: dict[str | None, dict[str, tuple[int, dict[str, Any]]]] = {}
+
+    def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
+        if not spans:
+            return
+        tenant = _tenant(tenant)
+        trace_id = spans[0]["trace_id"]
+        now = self._clock()
+        with self._lock:
+            table = self._live(tenant)
+            existing = table.get(trace_id)
+            merged = trace_records.merge_trace(existing[1] if existing else None, trace_id, tenant, spans, now)
+            table[trace_id] = (now + self.retention_ms, merged)
+            if len(table) > self.max_traces:
+                ordered = sorted(table.values(), key=lambda e: trace_records.index_key(e[1]))
+                for _, old in ordered[self.max_traces:]:
+                    del table[old["trace_id"]]
+
+    def _live(self, tenant: str | None) -> dict[str, tuple[int, dict[str, Any]]]:
+        table = self._traces.setdefault(tenant, {})
+        now = self._clock()
+        for trace_id in [t for t, (exp, _) in table.items() if exp <= now]:
+            del table[trace_id]
+        return table
+
+    def list(self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
+             limit: int = 50, after: str | None = None) -> tuple[list[TraceSummary], str | None]:
+        tenant = _tenant(tenant)
+        with self._lock:
+            records = sorted((r for _, r in self._live(tenant).values()), key=trace_records.index_key)
+        out: list[TraceSummary] = []
+        last_key: str | None = None
+        for record in records:
+            key = trace_records.index_key(record)
+            if after is not None and key <= after:
+                continue
+            summary = trace_records.summarize(record)
+            if trace_records.matches(summary, kind, conversation):
+                if len(out) == limit:
+                    return out, last_key
+                out.append(summary)
+                last_key = key
+        return out, None
+
+    def get(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
+        tenant = _tenant(tenant)
+        with self._lock:
+            entry = self._live(tenant).get(trace_id)
+        if entry is None:
+            return None
+        record = entry[1]
+        return {"trace_id": trace_id, "summary": trace_records.summarize(record), "spans": record["spans"]}

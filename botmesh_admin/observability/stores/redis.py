@@ -1,0 +1,35 @@
+"""Process counters in one Redis hash (``HINCRBY`` in a MULTI/EXEC transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_KEY = "botmesh-admin:metrics:counters"
+
+
+class RedisCounterStore:
+    """Counters as fields of the hash ``key``; ``add`` is one transaction."""
+
+    def __init__(self, url: str, key: str = DEFAULT_KEY) -> None:
+        import redis
+
+        self.key = key
+        self._client: Any = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+    def add(self, deltas: Mapping[str, int]) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        for name, delta in deltas.items():
+            if delta:
+                pipe.hincrby(self.key, name, delta)
+        pipe.execute()
+
+    def read(self) -> dict[str, int]:
+        raw = self._client.hgetall(self.key)
+        return {k.decode(): int(v) for k, v in raw.items() if int(v)}
+
+    def reset(self) -> None:
+        self._client.delete(self.key)
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,557 @@
+"""CRM writes: contacts, identities, consent, erasure, segments and CSV imports.
+
+Every function takes the tenant first, the rest keyword-only, validates its
+input (``ValidationError`` names the field path) and only then writes through
+the store. Contacts written by several writers at once (the inbox upserting
+from inbound messages, an import, an agent) are changed by read → compare-and-set
+→ retry, so no concurrent change is lost. Times are epoch milliseconds.
+
+Logs carry contact ids only, never phone numbers, emails or chat ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+
+from . import csvio
+from .domain import (
+    CHANNELS,
+    Consent,
+    Contact,
+    Identity,
+    IdentityTaken,
+    ImportJob,
+    Segment,
+    _text,
+    new_id,
+    normalize_identities,
+    normalize_identity,
+    normalize_tags,
+    now_ms,
+    segment_rules_from_input,
+    validate_attribute_name,
+    validate_attributes,
+    validate_consent,
+    validate_contact,
+    validate_name,
+    validate_segment_name,
+)
+from .selectors import tenant_region
+from .stores import default_store
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 200
+MAX_REPORTED_ERRORS = 1000
+PROGRESS_EVERY_ROWS = 25
+STALE_RUN_MS = 120_000
+UNSET: Any = object()
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**min(attempt, 6))))
+
+
+def identity_hash(identity: Identity) -> str:
+    """Return the keyed hash (HMAC-SHA256 with ``settings.BOTMESH_HASH_KEY``) of an identity.
+
+    Suppression entries are keyed by it, so the list holds no readable phone or email.
+    """
+    from django.conf import settings
+
+    key = str(settings.BOTMESH_HASH_KEY).encode()
+    return hmac.new(key, identity.key.encode(), hashlib.sha256).hexdigest()
+
+
+def _source(source: object, field: str = "source") -> str:
+    return _text(source, field, 100, required=True).strip()
+
+
+def _apply_suppressions(tenant: str, contact: Contact, identities: Iterable[Identity]) -> Contact:
+    """Deny consent on channels whose identity was erased with a denied consent (unless decided)."""
+    store = default_store()
+    for ident in identities:
+        if contact.consent_status(ident.channel) != "unknown":
+            continue
+        record = store.suppression_get(tenant, identity_hash(ident))
+        if record is not None:
+            contact = contact.with_consent(
+                Consent(ident.channel, "denied", now_ms(), "suppression list",
+                        "consent was denied before this identity was erased")
+            )
+    return contact
+
+
+# --------------------------------------------------------------------------- contacts
+
+
+def _mutate(
+    tenant: str,
+    contact_id: str,
+    change: Callable[[Contact], Contact | None],
+    *,
+    release: Callable[[Contact, Contact], tuple[str, ...]] | None = None,
+) -> Contact:
+    """Apply ``change`` by compare-and-set, re-reading and retrying after a concurrent write.
+
+    ``change`` returns the new contact, or ``None`` when nothing changes.
+    """
+    store = default_store()
+    for attempt in range(MAX_ATTEMPTS):
+        current = store.contact_get(tenant, contact_id)
+        if current is None:
+            raise NotFound(f"contact {contact_id} not found")
+        changed = change(current)
+        if changed is None or changed == current:
+            return current
+        changed = validate_contact(replace(changed, updated_at=now_ms()))
+        try:
+            return store.contact_replace(
+                tenant, changed, expected_version=current.version,
+                release_suppressions=release(current, changed) if release else (),
+            )
+        except Conflict as exc:
+            if isinstance(exc, IdentityTaken) or exc.current_version is None:
+                raise
+            _backoff(attempt)
+    raise Conflict(f"contact {contact_id} is changing too fast; try again")
+
+
+def _new_contact(
+    tenant: str,
+    *,
+    identities: tuple[Identity, ...],
+    name: str | None,
+    tags: tuple[str, ...] = (),
+    attributes: Mapping[str, Any] | None = None,
+    source: str,
+) -> Contact:
+    at = now_ms()
+    contact = Contact(
+        id=new_id("c"), identities=identities, name=name, tags=tags,
+        attributes=dict(attributes or {}), source=source, created_at=at, updated_at=at,
+    )
+    return _apply_suppressions(tenant, contact, identities)
+
+
+def contact_upsert_identity(
+    tenant: str, *, channel: str, address: str, name: str | None = None, source: str
+) -> Contact:
+    """Return the contact owning the identity, creating it if there is none.
+
+    ``address`` is normalised first (a digits-only WhatsApp ``wa_id`` is read as
+    international). ``name`` fills in the display name of a contact that has
+    none; it never overwrites one. Concurrent calls for one new identity create
+    exactly one contact. Raise ``ValidationError`` for a bad channel or address.
+    """
+    source = _source(source)
+    identity = Identity(channel, normalize_identity(channel, address, tenant_region(tenant)))
+    try:
+        name = validate_name(name, "name")
+    except ValidationError:
+        name = None  # a profile name we cannot store must not lose the message's contact
+    store = default_store()
+    for attempt in range(MAX_ATTEMPTS):
+        found = store.contact_find(tenant, identity)
+        if found is not None:
+            if name and not found.name:
+                return _mutate(tenant, found.id, lambda c: None if c.name else replace(c, name=name))
+            return found
+        contact = validate_contact(_new_contact(tenant, identities=(identity,), name=name, source=source))
+        try:
+            created = store.contact_insert(tenant, contact)
+            log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
+            return created
+        except IdentityTaken:
+            _backoff(attempt)  # another writer created it first: read theirs
+    raise Conflict("identity is changing too fast; try again")
+
+
+def contact_create(
+    tenant: str,
+    *,
+    identities: Iterable[Mapping[str, Any] | Identity],
+    name: str | None = None,
+    tags: Iterable[str] = (),
+    attributes: Mapping[str, Any] | None = None,
+    consent: Mapping[str, Mapping[str, Any]] | None = None,
+    source: str = "api",
+) -> Contact:
+    """Create a contact; raise ``IdentityTaken`` (409) if an identity already has an owner.
+
+    ``consent`` maps channel → ``{"status", "evidence"?}``. An identity on the
+    suppression list starts with consent denied; a ``granted`` given here does
+    not lift that (use ``consent_set`` with the person's new opt-in).
+    """
+    source = _source(source, "contact.source")
+    contact = _new_contact(
+        tenant,
+        identities=normalize_identities(identities, tenant_region(tenant)),
+        name=validate_name(name),
+        tags=normalize_tags(tags),
+        attributes=validate_attributes(attributes or {}),
+        source=source,
+    )
+    if not contact.identities:
+        raise ValidationError("contact.identities", "a contact needs at least one identity")
+    for channel, entry in _consent_input(consent, "contact.consent").items():
+        if contact.consent_status(channel) == "denied" and entry["status"] == "granted":
+            continue
+        contact = contact.with_consent(
+            Consent(channel, entry["status"], now_ms(), source, entry.get("evidence"))
+        )
+    created = default_store().contact_insert(tenant, validate_contact(contact))
+    log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
+    return created
+
+
+def _consent_input(consent: object, field: str) -> dict[str, dict[str, Any]]:
+    if consent is None:
+        return {}
+    if not isinstance(consent, Mapping):
+        raise ValidationError(field, "must be an object of channel → {status, evidence}")
+    out: dict[str, dict[str, Any]] = {}
+    for channel, entry in consent.items():
+        if isinstance(entry, str):
+            entry = {"status": entry}
+        if not isinstance(entry, Mapping):
+            raise ValidationError(f"{field}.{channel}", "must be an object {status, evidence}")
+        validate_consent(channel, entry.get("status"), "input", entry.get("evidence"), f"{field}.{channel}")
+        out[channel] = dict(entry)
+    return out
+
+
+def contact_update(
+    tenant: str,
+    contact_id: str,
+    *,
+    expected_version: int,
+    name: str | None = UNSET,
+    identities: Iterable[Mapping[str, Any] | Identity] | None = UNSET,
+    tags: Iterable[str] | None = UNSET,
+    add_tags: Iterable[str] = (),
+    remove_tags: Iterable[str] = (),
+    attributes: Mapping[str, Any] | None = None,
+    remove_attributes: Iterable[str] = (),
+) -> Contact:
+    """Change a contact if it is still at ``expected_version`` (compare-and-set).
+
+    ``identities`` and ``tags`` replace the lists; ``add_tags``/``remove_tags``
+    edit them; ``attributes`` are merged in (a ``null`` value is stored as
+    null) and ``remove_attributes`` deletes names. Raise ``Conflict`` (409, with
+    ``current_version``) on a stale version, ``NotFound``, ``IdentityTaken`` or
+    ``ValidationError`` — all before anything is written.
+    """
+    store = default_store()
+    current = store.contact_get(tenant, contact_id)
+    if current is None:
+        raise NotFound(f"contact {contact_id} not found")
+    changes: dict[str, Any] = {}
+    if name is not UNSET:
+        changes["name"] = validate_name(name)
+    new_identities: tuple[Identity, ...] = current.identities
+    if identities is not UNSET and identities is not None:
+        new_identities = normalize_identities(identities, tenant_region(tenant))
+        if not new_identities:
+            raise ValidationError("contact.identities", "a contact needs at least one identity")
+        changes["identities"] = new_identities
+    new_tags = set(current.tags)
+    if tags is not UNSET and tags is not None:
+        new_tags = set(normalize_tags(tags))
+    new_tags |= set(normalize_tags(add_tags, "contact.add_tags"))
+    new_tags -= set(normalize_tags(remove_tags, "contact.remove_tags"))
+    changes["tags"] = normalize_tags(new_tags)
+    attrs = {**current.attributes, **validate_attributes(attributes or {})}
+    for i, attr in enumerate(remove_attributes):
+        attrs.pop(validate_attribute_name(attr, f"contact.remove_attributes[{i}]"), None)
+    changes["attributes"] = validate_attributes(attrs)
+    if current.version != expected_version:
+        raise Conflict(
+            f"contact changed: expected version {expected_version}, found {current.version}",
+            current_version=current.version,
+        )
+    updated = replace(current, **changes, updated_at=now_ms())
+    added = [i for i in new_identities if i not in current.identities]
+    updated = validate_contact(_apply_suppressions(tenant, updated, added))
+    return store.contact_replace(tenant, updated, expected_version=expected_version)
+
+
+def contact_tags_add(tenant: str, contact_id: str, *, tags: Iterable[str]) -> Contact:
+    """Add ``tags`` to a contact (compare-and-set retry: concurrent edits are kept)."""
+    wanted = normalize_tags(tags, "tags")
+    return _mutate(tenant, contact_id, lambda c: replace(c, tags=normalize_tags({*c.tags, *wanted})))
+
+
+def contact_tags_remove(tenant: str, contact_id: str, *, tags: Iterable[str]) -> Contact:
+    """Remove ``tags`` from a contact (compare-and-set retry)."""
+    unwanted = set(normalize_tags(tags, "tags"))
+    return _mutate(tenant, contact_id, lambda c: replace(c, tags=tuple(t for t in c.tags if t not in unwanted)))
+
+
+def consent_set(
+    tenant: str, contact_id: str, *, channel: str, status: str, source: str, evidence: str | None = None
+) -> Contact:
+    """Record marketing consent on ``channel`` (``granted`` / ``denied`` / ``unknown``).
+
+    Read → compare-and-set → retry, so concurrent consent and tag changes are
+    all kept. Setting the status it already has writes nothing. ``granted``
+    is a new opt-in: it also lifts the channel's suppression entries. Return the
+    contact; raise ``NotFound`` or ``ValidationError`` (``consent.status``…).
+    """
+    validate_consent(channel, status, source, evidence)
+    source = source.strip()
+
+    def change(contact: Contact) -> Contact | None:
+        if contact.consent_status(channel) == status:
+            return None
+        return contact.with_consent(Consent(channel, status, now_ms(), source, evidence))
+
+    def release(before: Contact, after: Contact) -> tuple[str, ...]:
+        if status != "granted":
+            return ()
+        return tuple(identity_hash(i) for i in after.identities if i.channel == channel)
+
+    contact = _mutate(tenant, contact_id, change, release=release)
+    log.info("crm consent tenant=%s contact=%s channel=%s status=%s", tenant, contact_id, channel, status)
+    return contact
+
+
+@dataclass(frozen=True)
+class ErasureReport:
+    """What ``contact_erase`` removed (counts and channel names: no personal data)."""
+
+    contact_id: str
+    identities: int
+    channels: tuple[str, ...]
+    tags: int
+    attributes: int
+    consent_records: int
+    suppressed_channels: tuple[str, ...]
+
+
+def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
+    """Erase a contact: the record, its identities, tags, attributes and consent history.
+
+    A ``denied`` consent survives as suppression entries keyed by the keyed hash
+    of each identity on that channel (``identity_hash``), so re-importing the
+    same phone does not revive marketing consent. Raise ``NotFound``.
+    """
+    store = default_store()
+    for attempt in range(MAX_ATTEMPTS):
+        contact = store.contact_get(tenant, contact_id)
+        if contact is None:
+            raise NotFound(f"contact {contact_id} not found")
+        suppressions: dict[str, dict[str, Any]] = {}
+        for ident in contact.identities:
+            consent = contact.consent.get(ident.channel)
+            if consent is not None and consent.status == "denied":
+                suppressions[identity_hash(ident)] = {
+                    "channel": ident.channel, "status": "denied", "at": consent.at, "erased_at": now_ms(),
+                }
+        try:
+            store.contact_delete(tenant, contact_id, expected_version=contact.version, suppressions=suppressions)
+        except Conflict as exc:
+            if exc.current_version is None:
+                raise
+            _backoff(attempt)
+            continue
+        log.info("crm contact erased tenant=%s contact=%s", tenant, contact_id)
+        return ErasureReport(
+            contact_id=contact_id,
+            identities=len(contact.identities),
+            channels=tuple(dict.fromkeys(i.channel for i in contact.identities)),
+            tags=len(contact.tags),
+            attributes=len(contact.attributes),
+            consent_records=len(contact.consent_history),
+            suppressed_channels=tuple(dict.fromkeys(r["channel"] for r in suppressions.values())),
+        )
+    raise Conflict(f"contact {contact_id} is changing too fast; try again")
+
+
+erase = contact_erase
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def segment_create(tenant: str, *, name: str, rules: Mapping[str, Any]) -> Segment:
+    """Save a segment; raise ``ValidationError`` naming the bad rule (``segment.rules.tags_all[0]``)."""
+    at = now_ms()
+    segment = Segment(
+        id=new_id("s"), name=validate_segment_name(name), rules=segment_rules_from_input(rules),
+        created_at=at, updated_at=at,
+    )
+    return default_store().segment_insert(tenant, segment)
+
+
+def segment_update(
+    tenant: str, segment_id: str, *, expected_version: int, name: str | None = None,
+    rules: Mapping[str, Any] | None = None,
+) -> Segment:
+    """Change a segment's name and/or rules at ``expected_version``; raise ``Conflict``/``NotFound``."""
+    store = default_store()
+    current = store.segment_get(tenant, segment_id)
+    if current is None:
+        raise NotFound(f"segment {segment_id} not found")
+    updated = replace(
+        current,
+        name=validate_segment_name(name) if name is not None else current.name,
+        rules=segment_rules_from_input(rules) if rules is not None else current.rules,
+        updated_at=now_ms(),
+    )
+    return store.segment_replace(tenant, updated, expected_version=expected_version)
+
+
+def segment_delete(tenant: str, segment_id: str) -> None:
+    """Delete a segment; raise ``NotFound``."""
+    if not default_store().segment_delete(tenant, segment_id):
+        raise NotFound(f"segment {segment_id} not found")
+
+
+# --------------------------------------------------------------------------- CSV import
+
+
+def contact_import_start(tenant: str, *, filename: str, data: bytes | str, created_by: str = "") -> ImportJob:
+    """Record an import job with its CSV text (status ``queued``); the caller dispatches the task.
+
+    Raise ``ValidationError`` (field ``file``) for an empty or oversized file.
+    """
+    text = csvio.decode(data)
+    total = csvio.count_rows(text)
+    at = now_ms()
+    job = ImportJob(
+        id=new_id("imp"), status="queued", filename=(filename or "upload.csv")[:200],
+        total_rows=total, created_by=created_by[:150], created_at=at, updated_at=at,
+    )
+    return default_store().import_job_insert(tenant, job, text)
+
+
+def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, list[str]]:
+    """Create or merge the contact of one row; return ``("created"|"merged", notices)``."""
+    store = default_store()
+    notices: list[str] = []
+
+    def with_row(contact: Contact) -> Contact:
+        notices.clear()
+        contact = replace(
+            contact,
+            name=contact.name or row.name,
+            identities=(*contact.identities, *(i for i in row.identities if i not in contact.identities)),
+            tags=normalize_tags({*contact.tags, *row.tags}),
+            attributes=dict(sorted({**contact.attributes, **row.attributes}.items())),
+        )
+        contact = _apply_suppressions(tenant, contact, row.identities)
+        for channel, status in row.consent.items():
+            current = contact.consent_status(channel)
+            if current == status:
+                continue
+            if current == "denied" and status != "denied":
+                # An opt-out is lifted only by the person's new opt-in, never by a file.
+                notices.append(f"consent on {channel} stays denied: an import cannot lift an opt-out")
+                continue
+            contact = contact.with_consent(Consent(channel, status, now_ms(), "import", evidence))
+        return contact
+
+    for attempt in range(20):
+        owners = {c.id: c for i in row.identities if (c := store.contact_find(tenant, i)) is not None}
+        if len(owners) > 1:
+            raise ValidationError("phone", "the row's identities belong to different contacts: "
+                                  + ", ".join(sorted(owners)))
+        try:
+            if owners:
+                (owner,) = owners.values()
+                _mutate(tenant, owner.id, with_row)
+                return "merged", list(notices)
+            contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
+            store.contact_insert(tenant, validate_contact(contact))
+            return "created", list(notices)
+        except (IdentityTaken, NotFound):
+            _backoff(attempt)  # a concurrent writer claimed an identity or erased the owner: re-read
+    raise Conflict("the row's contacts are changing too fast; try again")
+
+
+def contact_import_run(tenant: str, job_id: str) -> ImportJob:
+    """Run (or resume) an import job: every row is created or merged by identity.
+
+    Bad rows are reported by row number and field, and the import keeps going.
+    Progress is saved every few rows, so a job killed mid-run resumes after the
+    last saved row (merging is idempotent by identity). A job that another
+    worker is running (updated within two minutes) is left alone.
+    """
+    store = default_store()
+    job = store.import_job_get(tenant, job_id)
+    if job is None:
+        raise NotFound(f"import {job_id} not found")
+    if job.finished or (job.status == "running" and now_ms() - job.updated_at < STALE_RUN_MS):
+        return job
+    job = store.import_job_replace(
+        tenant, replace(job, status="running", updated_at=now_ms()), expected_version=job.version
+    )
+    text = store.import_data_get(tenant, job_id)
+    if text is None:
+        return store.import_job_replace(
+            tenant, replace(job, status="failed", message="the uploaded file is gone"),
+            expected_version=job.version,
+        )
+    region = tenant_region(tenant)
+    header, rows = csvio.read_rows(text)
+    errors = list(job.errors)
+    notices = list(job.notices)
+    counts = {"processed": job.processed, "created": job.created, "merged": job.merged,
+              "failed_rows": job.failed_rows}
+    if not job.processed:
+        errors += [e.as_dict() for e in header.errors]
+
+    def save(**extra: Any) -> ImportJob:
+        return store.import_job_replace(
+            tenant,
+            replace(job, errors=tuple(errors[:MAX_REPORTED_ERRORS]), notices=tuple(notices[:MAX_REPORTED_ERRORS]),
+                    updated_at=now_ms(), **counts, **extra),
+            expected_version=job.version,
+        )
+
+    try:
+        for index, (number, cells) in enumerate(rows):
+            if index < job.processed:
+                continue
+            parsed = csvio.parse_row(header, cells, number, region)
+            if isinstance(parsed, list):
+                errors += [e.as_dict() for e in parsed]
+                counts["failed_rows"] += 1
+            else:
+                try:
+                    outcome, row_notices = _merge_row(tenant, parsed, f"CSV import {job.filename} row {number}")
+                    counts[outcome] += 1
+                    notices += [{"row": number, "field": None, "message": n} for n in row_notices]
+                except (ValidationError, Conflict) as exc:
+                    errors.append({"row": number, "field": exc.field, "message": getattr(exc, "problem", exc.message)})
+                    counts["failed_rows"] += 1
+            counts["processed"] = index + 1
+            if counts["processed"] % PROGRESS_EVERY_ROWS == 0:
+                job = save()
+    except Exception as exc:
+        log.exception("crm import failed tenant=%s import=%s", tenant, job_id)
+        save(status="failed", message=f"the import stopped: {type(exc).__name__}")
+        raise
+    job = save(status="done", total_rows=counts["processed"])
+    store.import_data_delete(tenant, job_id)
+    log.info("crm import done tenant=%s import=%s created=%d merged=%d failed_rows=%d",
+             tenant, job_id, job.created, job.merged, job.failed_rows)
+    return job
+
+
+__all__ = [
+    "CHANNELS", "ErasureReport", "consent_set", "contact_create", "contact_erase", "contact_import_run",
+    "contact_import_start", "contact_tags_add", "contact_tags_remove", "contact_update",
+    "contact_upsert_identity", "erase", "identity_hash", "segment_create", "segment_delete",
+    "segment_update",
+]

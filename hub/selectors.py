@@ -1,0 +1,29 @@
+"""Reads of the hub: installations, their status and the audit trail."""
+
+from __future__ import annotations
+
+from .domain import AuditEvent, Installation
+from .runtime import RuntimeInfo
+from .services import default_hub
+
+
+def plugin_get(tenant: str, plugin_id: str) -> Installation:
+    """Return the installation of ``plugin_id`` in ``tenant``; ``NotFound`` if absent or foreign."""
+    return default_hub().get(tenant, plugin_id)
+
+
+def plugin_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+    """Return up to ``limit`` installations by plugin id, after the id ``after``."""
+    return default_hub().list(tenant, limit=limit, after=after)
+
+
+def plugin_audit_list(
+    tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+) -> list[AuditEvent]:
+    """Return audit events, newest first (pass the last event's id as ``after``)."""
+    return default_hub().audit(tenant, plugin_id=plugin_id, limit=limit, after=after)
+
+
+def hub_runtime() -> RuntimeInfo:
+    """Return the runtime plugins are checked against."""
+    return default_hub().runtime
