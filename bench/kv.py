@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from botmesh_admin.kv import Put, connect  # noqa: E402
 
 TARGET_RATIO = 0.5
+ROUNDS = 3
 
 
 def rate(step: Callable[[], None], seconds: float) -> float:
@@ -99,7 +100,7 @@ def raw_postgres_step(url: str) -> tuple[Callable[[], None], Callable[[], None]]
     conn = psycopg.connect(url, autocommit=True)
     table = f"bench_raw_cas_{uuid.uuid4().hex[:12]}"
     conn.execute(
-        f"CREATE TABLE {table} (key text COLLATE \"C\" PRIMARY KEY, value text, version bigint)"
+        f'CREATE TABLE {table} (key text COLLATE "C" PRIMARY KEY, value text, version bigint)'
     )
     conn.execute(f"INSERT INTO {table} VALUES ('counter', '{{}}', 1)")
 
@@ -173,14 +174,17 @@ def compare(
     baselines: list[tuple[str, Callable[[], tuple[Callable[[], None], Callable[[], None]]]]],
     seconds: float,
 ) -> list[tuple[str, float, str, float]]:
-    """Measure ``kv_factory`` and each baseline twice, interleaved; keep the best of each."""
+    """Measure ``kv_factory`` and each baseline in interleaved rounds; keep the best of each.
+
+    The best of several rounds filters out noise from other processes on the host.
+    """
     factories = [("DurableKv", kv_factory), *baselines]
     best = {label: 0.0 for label, _ in factories}
-    for _ in range(2):
+    for _ in range(ROUNDS):
         for label, factory in factories:
             step, cleanup = factory()
             try:
-                best[label] = max(best[label], rate(step, seconds / 2))
+                best[label] = max(best[label], rate(step, seconds / ROUNDS))
             finally:
                 cleanup()
     return [(name, best["DurableKv"], label, best[label]) for label, _ in baselines]
@@ -188,7 +192,9 @@ def compare(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="per backend and baseline (default 3)"
+    )
     args = parser.parse_args()
     rows: list[tuple[str, float, str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,9 +31,9 @@ from typing import Any
 from botmesh_admin.errors import ValidationError
 
 from .domain import (
+    ATTRIBUTE_NAME_RE,
     CHANNELS,
     CONSENT_STATUSES,
-    ATTRIBUTE_NAME_RE,
     AttributeValue,
     Contact,
     Identity,
@@ -87,7 +87,7 @@ def decode(data: bytes | str) -> str:
         return data.decode("cp1252", errors="replace")
 
 
-def _reader(text: str) -> csv.reader:
+def _reader(text: str) -> Iterator[list[str]]:
     first = text.split("\n", 1)[0]
     delimiter = max(",;\t", key=first.count) if first else ","
     return csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)

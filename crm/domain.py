@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -54,9 +55,26 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_id_lock = threading.Lock()
+_id_last = [0, 0]  # last ms, sequence inside it
+
+
 def new_id(prefix: str) -> str:
-    """Return a new id that sorts by creation time: ``c_`` + 12 hex ms + 10 random hex."""
-    return f"{prefix}_{now_ms():012x}{os.urandom(5).hex()}"
+    """Return a new id that sorts by creation time: prefix, ``_``, 22 hex digits.
+
+    12 hex of epoch ms, 4 of a per-process sequence (ids made by one process in
+    one millisecond keep their order), 6 random.
+    """
+    with _id_lock:
+        ms = now_ms()
+        if ms <= _id_last[0]:
+            ms, seq = _id_last[0], _id_last[1] + 1
+            if seq > 0xFFFF:
+                ms, seq = ms + 1, 0
+        else:
+            seq = 0
+        _id_last[:] = [ms, seq]
+    return f"{prefix}_{ms:012x}{seq:04x}{os.urandom(3).hex()}"
 
 
 # --------------------------------------------------------------------------- identities
@@ -433,8 +451,25 @@ def rules_match_json(rules: SegmentRules, data: Mapping[str, Any]) -> bool:
 
 
 def rules_match(rules: SegmentRules, contact: Contact) -> bool:
-    """Return True if ``contact`` satisfies ``rules``."""
-    return rules_match_json(rules, contact_to_json(contact))
+    """Return True if ``contact`` satisfies ``rules`` (the same test as ``rules_match_json``)."""
+    tags = contact.tags
+    if rules.tags_all and not all(t in tags for t in rules.tags_all):
+        return False
+    if rules.tags_any and not any(t in tags for t in rules.tags_any):
+        return False
+    if rules.tags_none and any(t in tags for t in rules.tags_none):
+        return False
+    attrs = contact.attributes
+    for name, want in rules.attributes.items():
+        if name not in attrs or not strict_equal(attrs[name], want):
+            return False
+    if rules.consent_required:
+        channel = rules.consent_required
+        if contact.consent_status(channel) != "granted":
+            return False
+        if not any(i.channel == channel for i in contact.identities):
+            return False
+    return True
 
 
 def segment_rules_from_input(data: object, field: str = "segment.rules") -> SegmentRules:

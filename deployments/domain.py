@@ -71,11 +71,20 @@ class VersionExists(Conflict):
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+    names = {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }
     return names.get(type(value), type(value).__name__)
 
 
-def _string(data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool) -> str | None:
+def _string(
+    data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool
+) -> str | None:
     if key not in data or (data[key] is None and not required):
         if required:
             raise ValidationError(path, "is required")
@@ -129,7 +138,9 @@ class VersionSpec:
     @property
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON: equal content, equal digest."""
-        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(
+            self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -187,7 +198,9 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
     _unknown_keys(artifact, ARTIFACT_FIELDS, f"{path}.artifact")
     digest = _string(artifact, "digest", f"{path}.artifact.digest", max_len=80, required=True) or ""
     if not DIGEST_RE.fullmatch(digest):
-        raise ValidationError(f"{path}.artifact.digest", "must be 'sha256:' and 64 lowercase hex digits")
+        raise ValidationError(
+            f"{path}.artifact.digest", "must be 'sha256:' and 64 lowercase hex digits"
+        )
     url = _string(artifact, "url", f"{path}.artifact.url", max_len=500, required=True) or ""
     if not ARTIFACT_URL_RE.fullmatch(url):
         raise ValidationError(f"{path}.artifact.url", "must be an oci:// or https:// URL")
@@ -201,10 +214,17 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
         if gate in gates[:i]:
             raise ValidationError(f"{path}.gates[{i}]", f"duplicate gate {gate!r}")
     notes = _string(data, "notes", f"{path}.notes", max_len=MAX_NOTES, required=False) or ""
-    created_by = _string(data, "createdBy", f"{path}.createdBy", max_len=MAX_CREATED_BY, required=False) or ""
+    created_by = (
+        _string(data, "createdBy", f"{path}.createdBy", max_len=MAX_CREATED_BY, required=False)
+        or ""
+    )
     return VersionSpec(
-        bot=bot, version=version, artifact=Artifact(digest=digest, url=url), gates=tuple(gates),
-        notes=notes, created_by=created_by,
+        bot=bot,
+        version=version,
+        artifact=Artifact(digest=digest, url=url),
+        gates=tuple(gates),
+        notes=notes,
+        created_by=created_by,
     )
 
 
@@ -236,9 +256,15 @@ class GateState:
     def as_record(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
-            "name": self.name, "status": self.status, "run_id": self.run_id, "runner": self.runner,
-            "started_at": self.started_at, "expires_at": self.expires_at,
-            "finished_at": self.finished_at, "details": self.details, "runs": self.runs,
+            "name": self.name,
+            "status": self.status,
+            "run_id": self.run_id,
+            "runner": self.runner,
+            "started_at": self.started_at,
+            "expires_at": self.expires_at,
+            "finished_at": self.finished_at,
+            "details": self.details,
+            "runs": self.runs,
         }
 
     @classmethod
@@ -297,8 +323,11 @@ class BotVersion:
     def as_record(self) -> dict[str, Any]:
         """Return the JSON record a store persists (``revision`` is the store's own)."""
         return {
-            "spec": self.spec.as_dict(), "seq": self.seq, "digest": self.digest,
-            "published_at": self.published_at, "published_by": self.published_by,
+            "spec": self.spec.as_dict(),
+            "seq": self.seq,
+            "digest": self.digest,
+            "published_at": self.published_at,
+            "published_by": self.published_by,
             "gates": [g.as_record() for g in self.gates],
         }
 
@@ -306,9 +335,13 @@ class BotVersion:
     def from_record(cls, data: Mapping[str, Any], revision: int) -> BotVersion:
         """Rebuild from ``as_record()`` output and the store's revision."""
         return cls(
-            spec=VersionSpec.from_stored(data["spec"]), seq=int(data["seq"]), digest=data["digest"],
-            published_at=int(data["published_at"]), published_by=data["published_by"],
-            gates=tuple(GateState.from_record(g) for g in data["gates"]), revision=revision,
+            spec=VersionSpec.from_stored(data["spec"]),
+            seq=int(data["seq"]),
+            digest=data["digest"],
+            published_at=int(data["published_at"]),
+            published_by=data["published_by"],
+            gates=tuple(GateState.from_record(g) for g in data["gates"]),
+            revision=revision,
         )
 
 
@@ -329,9 +362,13 @@ class ActivePointer:
     def as_record(self) -> dict[str, Any]:
         """Return the JSON record a store persists."""
         return {
-            "bot": self.bot, "version": self.version, "seq": self.seq,
-            "activated_at": self.activated_at, "activated_by": self.activated_by,
-            "kind": self.kind, "previous_version": self.previous_version,
+            "bot": self.bot,
+            "version": self.version,
+            "seq": self.seq,
+            "activated_at": self.activated_at,
+            "activated_by": self.activated_by,
+            "kind": self.kind,
+            "previous_version": self.previous_version,
         }
 
     @classmethod
@@ -372,22 +409,37 @@ class AuditEvent:
     def as_record(self) -> dict[str, Any]:
         """Return the JSON record a store persists."""
         return {
-            "id": self.id, "at": self.at, "actor": self.actor, "action": self.action,
-            "bot": self.bot, "version": self.version, "detail": self.detail,
+            "id": self.id,
+            "at": self.at,
+            "actor": self.actor,
+            "action": self.action,
+            "bot": self.bot,
+            "version": self.version,
+            "detail": self.detail,
         }
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> AuditEvent:
         """Rebuild from ``as_record()`` output."""
         return cls(
-            id=data["id"], at=int(data["at"]), actor=data["actor"], action=data["action"],
-            bot=data["bot"], version=data.get("version"), detail=dict(data.get("detail") or {}),
+            id=data["id"],
+            at=int(data["at"]),
+            actor=data["actor"],
+            action=data["action"],
+            bot=data["bot"],
+            version=data.get("version"),
+            detail=dict(data.get("detail") or {}),
         )
 
 
 AUDIT_ACTIONS = (
-    "published", "gate_run_started", "gate_run_taken_over", "gate_run_finished",
-    "activated", "rolled_back", "pruned",
+    "published",
+    "gate_run_started",
+    "gate_run_taken_over",
+    "gate_run_finished",
+    "activated",
+    "rolled_back",
+    "pruned",
 )
 
 AUDIT_EPOCH_END = 10**15  # epoch ms far in the future; ids count down from it
@@ -396,7 +448,7 @@ _audit_counter = itertools.count()
 
 def new_audit_id(at: int) -> str:
     """Return an audit id that sorts newest first (inverted ms, inverted per-process counter, random)."""
-    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"
+    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - 1 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"
 
 
 def new_run_id() -> str:

@@ -4,4 +4,4 @@ from django.apps import AppConfig
 class HubConfig(AppConfig):
     name = "hub"
     verbose_name = "hub"
-    nav: list[tuple[str, str, str]] = []
+    nav: list[tuple[str, str, str]] = [("Plugins", "hub:plugins", "admin")]

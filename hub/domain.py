@@ -544,4 +544,4 @@ def new_audit_id(at: int) -> str:
     process within one millisecond keep their order), then a random tiebreak
     that keeps ids of different processes distinct.
     """
-    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"
+    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - 1 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"

@@ -44,7 +44,10 @@ class PluginHub:
     """
 
     def __init__(
-        self, store: PluginStore, *, runtime: RuntimeInfo | None = None,
+        self,
+        store: PluginStore,
+        *,
+        runtime: RuntimeInfo | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
@@ -73,7 +76,12 @@ class PluginHub:
         return self.store.list(tenant, limit=limit, after=after)
 
     def audit(
-        self, tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+        self,
+        tenant: str,
+        *,
+        plugin_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
     ) -> list[AuditEvent]:
         """Return audit events newest first (only ``plugin_id``'s when given)."""
         validate_id(tenant, "tenant")
@@ -85,13 +93,20 @@ class PluginHub:
 
     def _event(self, at: int, actor: str, action: str, plugin_id: str, **detail: Any) -> AuditEvent:
         return AuditEvent(
-            id=new_audit_id(at), at=at, actor=actor, action=action, plugin_id=plugin_id, detail=detail
+            id=new_audit_id(at),
+            at=at,
+            actor=actor,
+            action=action,
+            plugin_id=plugin_id,
+            detail=detail,
         )
 
     def install(
         self, tenant: str, manifest: bytes | str | Mapping[str, Any], *, actor: str
-    ) -> Installation:
+    ) -> tuple[Installation, bool]:
         """Validate ``manifest`` (untrusted JSON) and install or replace it in ``tenant``.
+
+        Return ``(installation, created)``; ``created`` is True for a first install.
 
         A first install is disabled with nothing granted. Re-installing the same
         content is a no-op. A different manifest replaces the old one: grants it
@@ -106,10 +121,10 @@ class PluginHub:
             current = self.store.get(tenant, parsed.id)
             try:
                 if current is None:
-                    return self._first_install(tenant, parsed, actor)
+                    return self._first_install(tenant, parsed, actor), True
                 if current.digest == parsed.digest:
-                    return current
-                return self._replace(tenant, current, parsed, actor)
+                    return current, False
+                return self._replace(tenant, current, parsed, actor), False
             except Conflict:
                 continue
         raise Conflict(f"plugin {parsed.id!r} keeps changing; try again")
@@ -117,11 +132,22 @@ class PluginHub:
     def _first_install(self, tenant: str, manifest: Manifest, actor: str) -> Installation:
         now = self.clock()
         installation = Installation(
-            plugin_id=manifest.id, manifest=manifest, digest=manifest.digest, granted=(),
-            enabled=False, installed_at=now, installed_by=actor, updated_at=now,
+            plugin_id=manifest.id,
+            manifest=manifest,
+            digest=manifest.digest,
+            granted=(),
+            enabled=False,
+            installed_at=now,
+            installed_by=actor,
+            updated_at=now,
         )
         event = self._event(
-            now, actor, "installed", manifest.id, version=manifest.version, digest=manifest.digest,
+            now,
+            actor,
+            "installed",
+            manifest.id,
+            version=manifest.version,
+            digest=manifest.digest,
             permissions=list(manifest.permissions),
         )
         return self.store.save(tenant, installation, expect_revision=None, audit=[event])
@@ -134,30 +160,50 @@ class PluginHub:
         order = semver.Version.parse(manifest.version).compare(old.version)
         action = {1: "upgraded", -1: "downgraded"}.get(order, "reinstalled")
         replaced = current.evolve(
-            manifest=manifest, digest=manifest.digest,
+            manifest=manifest,
+            digest=manifest.digest,
             granted=tuple(p for p in manifest.permissions if p in current.granted),
-            installed_at=now, installed_by=actor, updated_at=now,
-            previous_version=old.version, previous_permissions=old.permissions,
+            installed_at=now,
+            installed_by=actor,
+            updated_at=now,
+            previous_version=old.version,
+            previous_permissions=old.permissions,
         )
         refusal = replaced.enable_refusal(self.runtime)
         replaced = replaced.evolve(enabled=current.enabled and refusal is None)
         events = [
             self._event(
-                now, actor, action, manifest.id, version=manifest.version, previous_version=old.version,
-                digest=manifest.digest, added_permissions=list(replaced.added_permissions),
+                now,
+                actor,
+                action,
+                manifest.id,
+                version=manifest.version,
+                previous_version=old.version,
+                digest=manifest.digest,
+                added_permissions=list(replaced.added_permissions),
                 removed_permissions=list(replaced.removed_permissions),
             )
         ]
         if current.enabled and not replaced.enabled:
             events.append(
-                self._event(now, actor, "disabled", manifest.id, version=manifest.version,
-                            reason=refusal.message if refusal else "")
+                self._event(
+                    now,
+                    actor,
+                    "disabled",
+                    manifest.id,
+                    version=manifest.version,
+                    reason=refusal.message if refusal else "",
+                )
             )
         return self.store.save(tenant, replaced, expect_revision=current.revision, audit=events)
 
     def _update(
-        self, tenant: str, plugin_id: str, change: Callable[[Installation, int], tuple[Installation, list[AuditEvent]] | None],
-        *, expected_revision: int | None = None,
+        self,
+        tenant: str,
+        plugin_id: str,
+        change: Callable[[Installation, int], tuple[Installation, list[AuditEvent]] | None],
+        *,
+        expected_revision: int | None = None,
     ) -> Installation:
         """Run ``change`` on a fresh read and compare-and-set its result, retrying lost races.
 
@@ -177,14 +223,21 @@ class PluginHub:
                 return current
             updated, events = decided
             try:
-                return self.store.save(tenant, updated, expect_revision=current.revision, audit=events)
+                return self.store.save(
+                    tenant, updated, expect_revision=current.revision, audit=events
+                )
             except Conflict:
                 if expected_revision is not None:
                     raise
         raise Conflict(f"plugin {plugin_id!r} keeps changing; try again")
 
     def grant(
-        self, tenant: str, plugin_id: str, *, permissions: list[str] | tuple[str, ...], actor: str,
+        self,
+        tenant: str,
+        plugin_id: str,
+        *,
+        permissions: list[str] | tuple[str, ...],
+        actor: str,
         expected_revision: int | None = None,
     ) -> Installation:
         """Grant ``permissions`` (each requested by the installed manifest) to the plugin.
@@ -204,15 +257,29 @@ class PluginHub:
             new = [p for p in perms if p not in current.granted]
             if not new:
                 return None
-            granted = tuple(p for p in current.manifest.permissions if p in current.granted or p in new)
-            event = self._event(now, actor, "granted", plugin_id, permissions=new,
-                                version=current.manifest.version, digest=current.digest)
+            granted = tuple(
+                p for p in current.manifest.permissions if p in current.granted or p in new
+            )
+            event = self._event(
+                now,
+                actor,
+                "granted",
+                plugin_id,
+                permissions=new,
+                version=current.manifest.version,
+                digest=current.digest,
+            )
             return current.evolve(granted=granted, updated_at=now), [event]
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
 
     def revoke(
-        self, tenant: str, plugin_id: str, *, permissions: list[str] | tuple[str, ...], actor: str,
+        self,
+        tenant: str,
+        plugin_id: str,
+        *,
+        permissions: list[str] | tuple[str, ...],
+        actor: str,
         expected_revision: int | None = None,
     ) -> Installation:
         """Withdraw granted ``permissions``; an enabled plugin that needs one is disabled too."""
@@ -222,13 +289,31 @@ class PluginHub:
             gone = [p for p in perms if p in current.granted]
             if not gone:
                 return None
-            updated = current.evolve(granted=tuple(p for p in current.granted if p not in gone), updated_at=now)
-            events = [self._event(now, actor, "revoked", plugin_id, permissions=gone,
-                                  version=current.manifest.version)]
+            updated = current.evolve(
+                granted=tuple(p for p in current.granted if p not in gone), updated_at=now
+            )
+            events = [
+                self._event(
+                    now,
+                    actor,
+                    "revoked",
+                    plugin_id,
+                    permissions=gone,
+                    version=current.manifest.version,
+                )
+            ]
             if current.enabled and updated.pending_permissions:
                 updated = updated.evolve(enabled=False)
-                events.append(self._event(now, actor, "disabled", plugin_id, version=current.manifest.version,
-                                          reason="revoked " + ", ".join(gone)))
+                events.append(
+                    self._event(
+                        now,
+                        actor,
+                        "disabled",
+                        plugin_id,
+                        version=current.manifest.version,
+                        reason="revoked " + ", ".join(gone),
+                    )
+                )
             return updated, events
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
@@ -251,8 +336,15 @@ class PluginHub:
                 raise refusal
             if current.enabled:
                 return None
-            event = self._event(now, actor, "enabled", plugin_id, version=current.manifest.version,
-                                digest=current.digest, granted=list(current.granted))
+            event = self._event(
+                now,
+                actor,
+                "enabled",
+                plugin_id,
+                version=current.manifest.version,
+                digest=current.digest,
+                granted=list(current.granted),
+            )
             return current.evolve(enabled=True, updated_at=now), [event]
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
@@ -265,8 +357,14 @@ class PluginHub:
         def change(current: Installation, now: int) -> tuple[Installation, list[AuditEvent]] | None:
             if not current.enabled:
                 return None
-            event = self._event(now, actor, "disabled", plugin_id, version=current.manifest.version,
-                                reason="disabled by an admin")
+            event = self._event(
+                now,
+                actor,
+                "disabled",
+                plugin_id,
+                version=current.manifest.version,
+                reason="disabled by an admin",
+            )
             return current.evolve(enabled=False, updated_at=now), [event]
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
@@ -276,10 +374,18 @@ class PluginHub:
         for _ in range(CAS_ATTEMPTS):
             current = self.get(tenant, plugin_id)
             now = self.clock()
-            event = self._event(now, actor, "uninstalled", plugin_id, version=current.manifest.version,
-                                was_enabled=current.enabled)
+            event = self._event(
+                now,
+                actor,
+                "uninstalled",
+                plugin_id,
+                version=current.manifest.version,
+                was_enabled=current.enabled,
+            )
             try:
-                self.store.delete(tenant, plugin_id, expect_revision=current.revision, audit=[event])
+                self.store.delete(
+                    tenant, plugin_id, expect_revision=current.revision, audit=[event]
+                )
                 return
             except Conflict:
                 continue
@@ -298,13 +404,20 @@ def default_hub() -> PluginHub:
     return PluginHub(KvPluginStore(default_kv()))
 
 
-def plugin_install(tenant: str, *, manifest: bytes | str | Mapping[str, Any], actor: str) -> Installation:
-    """Install or replace a plugin from its untrusted manifest (see ``PluginHub.install``)."""
+def plugin_install(
+    tenant: str, *, manifest: bytes | str | Mapping[str, Any], actor: str
+) -> tuple[Installation, bool]:
+    """Install or replace a plugin from its manifest; return ``(installation, created)``."""
     return default_hub().install(tenant, manifest, actor=actor)
 
 
 def plugin_grant(
-    tenant: str, plugin_id: str, *, permissions: list[str], actor: str, expected_revision: int | None = None
+    tenant: str,
+    plugin_id: str,
+    *,
+    permissions: list[str],
+    actor: str,
+    expected_revision: int | None = None,
 ) -> Installation:
     """Grant permissions to an installed plugin (see ``PluginHub.grant``)."""
     return default_hub().grant(
@@ -313,7 +426,12 @@ def plugin_grant(
 
 
 def plugin_revoke(
-    tenant: str, plugin_id: str, *, permissions: list[str], actor: str, expected_revision: int | None = None
+    tenant: str,
+    plugin_id: str,
+    *,
+    permissions: list[str],
+    actor: str,
+    expected_revision: int | None = None,
 ) -> Installation:
     """Withdraw permissions (see ``PluginHub.revoke``)."""
     return default_hub().revoke(
@@ -332,7 +450,9 @@ def plugin_disable(
     tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None
 ) -> Installation:
     """Disable a plugin (see ``PluginHub.disable``)."""
-    return default_hub().disable(tenant, plugin_id, actor=actor, expected_revision=expected_revision)
+    return default_hub().disable(
+        tenant, plugin_id, actor=actor, expected_revision=expected_revision
+    )
 
 
 def plugin_uninstall(tenant: str, plugin_id: str, *, actor: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 
 from botmesh_admin.api import ErrorOut, principal
 
@@ -80,8 +80,8 @@ def channel_put(request: HttpRequest, tenant: str, name: str, body: ChannelIn) -
 
 
 @router.delete("channels/{name}", response={204: None, 403: ErrorOut, 404: ErrorOut})
-def channel_delete(request: HttpRequest, tenant: str, name: str) -> tuple[int, None]:
+def channel_delete(request: HttpRequest, tenant: str, name: str) -> Status[None]:
     """Delete the channel ``name``."""
     principal(request).require("admin")
     services.channel_config_delete(tenant, name=name)
-    return 204, None
+    return Status(204, None)

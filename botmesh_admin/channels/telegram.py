@@ -178,7 +178,7 @@ def _callback(query: dict[str, Any], now_ms: int) -> InboundMessage | None:
     key = chat_key(chat, user) or f"{CHANNEL}:{user_id}"  # an inline message has no chat
     data = _str(query.get("data")) or ""
     title = _button_title(message, data)
-    message_id = _int(message.get("message_id"))
+    message_id, chat_id = _int(message.get("message_id")), _int(chat.get("id"))
     return InboundMessage(
         channel=CHANNEL,
         chat_key=key,
@@ -189,7 +189,7 @@ def _callback(query: dict[str, Any], now_ms: int) -> InboundMessage | None:
         timestamp_ms=now_ms,
         sender_name=_name(user),
         button=Button(id=data, title=title, kind="callback"),
-        reply_to=f"{chat.get('id')}:{message_id}" if message_id is not None and chat else None,
+        reply_to=f"{chat_id}:{message_id}" if message_id is not None and chat_id is not None else None,
         raw_type="callback_query",
     )
 

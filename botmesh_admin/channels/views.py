@@ -20,16 +20,18 @@ unauthenticated input is never interpreted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.errors import DomainError, NotFound, ValidationError
 
 from . import selectors, telegram, whatsapp
 from .domain import InboundEvent
@@ -66,8 +68,23 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def _domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Render a ``DomainError`` (say, an unreadable credential: 503) in the API's error shape."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except DomainError as exc:
+            log.error("webhook %s failed: %s", request.path.split("/")[2], exc.code)
+            return JsonResponse(exc.as_dict(), status=exc.status)
+
+    return wrapper
+
+
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
+@_domain_errors
 def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
     """Answer Meta's handshake (GET) or journal a signed webhook body (POST)."""
     channels = selectors.channel_config_list(tenant, kind="whatsapp")
@@ -113,6 +130,7 @@ def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @csrf_exempt
 @require_http_methods(["POST"])
+@_domain_errors
 def telegram_webhook(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
     """Journal a Telegram ``Update`` sent with the channel's secret token."""
     try:

@@ -80,9 +80,11 @@ if tonumber(ARGV[2]) > c then redis.call('HSET', KEYS[1], 'ceil', ARGV[2]) end
 return 0
 """
 
-# KEYS q d h m; ARGV owner, ticket ('' = new), lease_ms, fence ('' = not fetched), idle_ms.
-# Reply {0, ticket} queued, {1, ticket, fence, previous owner or ''} granted,
-# {2, ticket, last fence} fence too low, {3, ticket} grantable: fetch a fence.
+# KEYS q d h m [fence counter]; ARGV owner, ticket ('' = new), lease_ms, fence ('' = not
+# fetched), idle_ms. With the counter key (standalone Redis, where every key is on one
+# node) the script takes the fence itself. Reply {0, ticket} queued, {1, ticket, fence,
+# previous owner or ''} granted, {2, ticket, last fence} fence too low, {3, ticket}
+# grantable: fetch a fence, {4, ticket} grantable but the counter needs its ceiling raised.
 TURN_ACQUIRE_LUA = _NOW + """
 local owner, ticket, lease, fence, idle = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local h = redis.call('HMGET', KEYS[3], 'ticket', 'exp')
@@ -109,7 +111,16 @@ while true do
   redis.call('ZREM', KEYS[1], head)
   redis.call('HDEL', KEYS[2], head)
 end
-if fence == '' then return {3, ticket} end
+if fence == '' then
+  if not KEYS[5] then return {3, ticket} end
+  -- Standalone Redis: take the fence from the prefix counter in the same script.
+  local n = redis.call('HGET', KEYS[5], 'n')
+  if not n then return {4, ticket} end
+  n = tonumber(n) + 1
+  if n > tonumber(redis.call('HGET', KEYS[5], 'ceil') or '0') then return {4, ticket} end
+  fence = string.format('%d', n)
+  redis.call('HSET', KEYS[5], 'n', fence)
+end
 local last = tonumber(redis.call('HGET', KEYS[4], 'fence') or '0')
 if tonumber(fence) <= last then return {2, ticket, tostring(last)} end
 redis.call('ZREM', KEYS[1], ticket)
@@ -379,17 +390,25 @@ class RedisBackend:
             fence = int(self._call(lambda: self._fence_next(keys=[key])))
             if fence > 0:
                 return fence
-            with self._fence_lock:
-                ceiling = self._call(lambda: self.client.hget(key, "ceil"))
-                old, new = self.watermark.raise_past(int(ceiling or 0), self._fence_block)
-                self._call(lambda: self._fence_seed(keys=[key], args=[old, new]))
+            self._raise_ceiling()
         raise StoreUnavailable("Redis coordinator: could not obtain a fence")
+
+    def _raise_ceiling(self) -> None:
+        """Raise the durable mark past the counter's ceiling, then the ceiling (seeding a lost counter)."""
+        key = self._global("fence")
+        with self._fence_lock:
+            ceiling = self._call(lambda: self.client.hget(key, "ceil"))
+            old, new = self.watermark.raise_past(int(ceiling or 0), self._fence_block)
+            self._call(lambda: self._fence_seed(keys=[key], args=[old, new]))
 
     # -- turns ---------------------------------------------------------------
 
     def turn_acquire(self, key: str, owner: str, ticket: str | None, lease_ms: int) -> Granted | Queued:
         keys, _ = self._turn_keys(key)
-        fence = str(self.next_fence()) if ticket is None else ""
+        if not self.cluster:
+            keys.append(self._global("fence"))
+        # In a cluster the fence counter is on another node: fetch one first, optimistically.
+        fence = str(self.next_fence()) if ticket is None and self.cluster else ""
         ticket = ticket or ""
         while True:
             reply = self._call(
@@ -400,6 +419,9 @@ class RedisBackend:
                 return Queued(ticket)
             if status == 1:
                 return Granted(ticket, int(reply[2]), reply[3].decode() or None)
+            if status == 4:
+                self._raise_ceiling()
+                continue
             fence = str(self.next_fence())  # 2: too low (a race), 3: grantable — fetch one
 
     def turn_wait(self, key: str, ticket: str, timeout_s: float) -> None:

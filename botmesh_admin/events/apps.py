@@ -1,7 +1,17 @@
+"""botmesh kernel: events (the journal, its worker, its pages)."""
+
 from django.apps import AppConfig
 
 
 class EventsConfig(AppConfig):
     name = "botmesh_admin.events"
     label = "events"
-    nav: list[tuple[str, str, str]] = []
+    nav: list[tuple[str, str, str]] = [("Journal", "events:list", "admin")]
+
+    def ready(self) -> None:
+        from botmesh_admin.observability.health import register_check
+
+        from .runtime import default_journal
+
+        # /readyz answers 503 while the journal cannot be reached (ARCHITECTURE §10).
+        register_check("journal", lambda: default_journal().ping())

@@ -13,7 +13,8 @@ its ``leased_until``, so a ready record and an expired lease are one range scan.
   server restart). ``ack``/``fail``/``release`` are one ``UPDATE … WHERE id = …
   AND fencing_token = …``: the token check and the change are one statement.
 - **SQLite** (the embedded default: web, worker and beat are separate processes
-  sharing one file): WAL, ``synchronous=FULL``; ``claim`` and ``replay`` are one
+  sharing one file): WAL, ``synchronous=FULL`` (``?synchronous=normal`` trades
+  durability across a power loss — not across a process crash — for speed); ``claim`` and ``replay`` are one
   ``BEGIN IMMEDIATE`` transaction that bumps the counter row and updates the
   record; the other changes are single statements.
 
@@ -29,7 +30,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable, ValidationError
 from botmesh_admin.kv.sql import ThreadConnections, sqlite_path_from_url
@@ -73,7 +74,7 @@ def split_namespace(url: str) -> tuple[str, str]:
             raise ValidationError("url", "namespace must be 1-40 characters of a-z, 0-9, '_'")
         table = f"botmesh_events_{namespace[-1]}"
     base = url.split("?", 1)[0]
-    return (f"{base}?{urlencode(rest)}" if rest else base), table
+    return (f"{base}?{urlencode(rest, quote_via=quote)}" if rest else base), table
 
 
 def _named(sql: str) -> str:
@@ -255,6 +256,10 @@ class _Sqlite:
 
         self._sqlite3 = sqlite3
         self._path = sqlite_path_from_url(url)
+        query = dict(parse_qsl(urlsplit(url).query))
+        self._synchronous = query.get("synchronous", "full").upper()
+        if self._synchronous not in ("FULL", "NORMAL"):
+            raise ValidationError("url", "synchronous must be full or normal")
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
         self._table = table
@@ -265,7 +270,7 @@ class _Sqlite:
         conn = self._sqlite3.connect(
             self._path, timeout=30, isolation_level=None, check_same_thread=False
         )
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
         if not self._schema_ready:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("BEGIN IMMEDIATE")
@@ -304,6 +309,10 @@ class _Sqlite:
 
     def close(self) -> None:
         self._conns.close()
+
+
+class _NotReplayed(Exception):
+    """Internal: the record is not dead or done (rolls the replay transaction back)."""
 
 
 class SqlEventJournal:
@@ -425,19 +434,28 @@ class SqlEventJournal:
         """Put a ``dead`` or ``done`` record back to ``pending`` with a fresh token."""
         validate_event_id(event_id)
         params = {"id": event_id, "now": self.clock()}
-        if isinstance(self._db, _Postgres):
-            record = self._one("replay", **params)
-        else:
-            with self._db.transaction() as conn:
-                token = conn.execute(self._sql["bump"]).fetchone()[0]
-                row = conn.execute(self._sql["replay"], {**params, "token": token}).fetchone()
-                record = _record(row) if row else None
+        record = (
+            self._one("replay", **params)
+            if isinstance(self._db, _Postgres)
+            else self._replay_sqlite(self._db, params)
+        )
         if record is not None:
             return record
         current = self.get(event_id)
         if current is None:
             raise NotFound(f"event {event_id!r} not found")
         raise not_replayable(current)
+
+    def _replay_sqlite(self, db: _Sqlite, params: dict[str, Any]) -> EventRecord | None:
+        try:
+            with db.transaction() as conn:
+                token = conn.execute(self._sql["bump"]).fetchone()[0]
+                row = conn.execute(self._sql["replay"], {**params, "token": token}).fetchone()
+                if row is None:
+                    raise _NotReplayed  # roll back: only a replay spends a token
+                return _record(row)
+        except _NotReplayed:
+            return None
 
     def list(
         self,

@@ -12,9 +12,9 @@ from .validation import (
     is_live,
     now_ms,
     validate_commit,
+    validate_key,
     validate_scan,
     validate_table,
-    validate_key,
 )
 
 
@@ -76,7 +76,9 @@ class MemoryKv:
             for op in ops:
                 current = self._live(table, op.key, now)
                 if not expectation_holds(current, op.expect):
-                    raise ConflictError(table, op.key, op.expect, current and current.version)
+                    raise ConflictError(
+                        table, op.key, op.expect, current.version if current else None
+                    )
             rows = self._tables.setdefault(table, {})
             keys = self._keys.setdefault(table, [])
             results: list[Entry | None] = []

@@ -15,6 +15,9 @@ every op, so it is atomic without ``WATCH``. Expiry uses the Redis server's cloc
 (``TIME``). An entry with a TTL also gets ``PEXPIREAT``, so Redis reclaims its
 memory by itself; index members left behind are removed lazily by ``scan`` and
 by ``sweep``. Redis errors are raised as ``StoreUnavailable``.
+
+Durability is Redis's own: run it with AOF persistence and
+``maxmemory-policy noeviction``, or evicted entries are simply lost.
 """
 
 from __future__ import annotations
@@ -28,9 +31,15 @@ from urllib.parse import unquote
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
-from .base import ABSENT, ANY, Check, ConflictError, Delete, Entry, Op, Put
+from .base import ANY, Check, ConflictError, Delete, Entry, Op, Put
 from .encoding import dump_value, load_value, prefix_end, scan_start
-from .validation import validate_commit, validate_key, validate_limit, validate_scan, validate_table
+from .validation import (
+    validate_commit,
+    validate_key,
+    validate_scan,
+    validate_sweep_limit,
+    validate_table,
+)
 
 _NOW = """
 local t = redis.call('TIME')
@@ -220,7 +229,7 @@ class RedisKv:
         self._redis_errors = (redis.RedisError, redis.cluster.RedisClusterException)
         self._registered: dict[str, float] = {}  # table -> monotonic time of last SADD
         self._registered_lock = threading.Lock()
-        options = {"socket_connect_timeout": 10, "socket_timeout": 30}
+        options: dict[str, Any] = {"socket_connect_timeout": 10, "socket_timeout": 30}
         with self._errors():
             if url.lower().startswith("redis+cluster://"):
                 parsed = _parse_cluster_url(url)
@@ -231,7 +240,11 @@ class RedisKv:
                     **options,
                 )
             else:
-                self._client = redis.Redis.from_url(url, **options)
+                try:
+                    self._client = redis.Redis.from_url(url, **options)
+                except ValueError as exc:
+                    raise ValidationError("url", f"not a Redis URL: {exc}") from None
+            self._client.ping()  # fail at connect time, like the other backends
         self._commit = self._client.register_script(COMMIT_LUA)
         self._scan = self._client.register_script(SCAN_LUA)
         self._sweep = self._client.register_script(SWEEP_LUA)
@@ -296,7 +309,11 @@ class RedisKv:
         for op in ops:
             key = op.key.encode()
             keys.append(entry_prefix + key)
-            expect = b"a" if op.expect is ANY else b"x" if op.expect is ABSENT else op.expect
+            expect: bytes | int
+            if isinstance(op.expect, int):
+                expect = op.expect
+            else:
+                expect = b"a" if op.expect is ANY else b"x"
             if isinstance(op, Put):
                 ttl: bytes | int = b"" if op.ttl_ms is None else op.ttl_ms
                 has_ttl = has_ttl or op.ttl_ms is not None
@@ -304,20 +321,24 @@ class RedisKv:
             else:
                 args += (b"d" if isinstance(op, Delete) else b"c", key, expect, b"", b"")
         with self._errors():
-            reply = self._commit(keys=keys, args=args)
-            if reply[0] == 0:
-                op = ops[reply[1] - 1]
-                raise ConflictError(table, op.key, op.expect, None if reply[2] < 0 else reply[2])
-            if has_ttl:
+            if has_ttl:  # before the write: a failure here must leave nothing applied
                 self._register_ttl_table(table)
+            reply = self._commit(keys=keys, args=args)
+        if reply[0] == 0:
+            op = ops[reply[1] - 1]
+            raise ConflictError(table, op.key, op.expect, None if reply[2] < 0 else reply[2])
         results: list[Entry | None] = []
         for i, op in enumerate(ops):
             version, expires_at, value = reply[1 + 3 * i : 4 + 3 * i]
             if isinstance(op, Put):
-                results.append(Entry(op.key, op.value, version, None if expires_at < 0 else expires_at))
+                results.append(
+                    Entry(op.key, op.value, version, None if expires_at < 0 else expires_at)
+                )
             elif isinstance(op, Check) and version > 0:
                 results.append(
-                    Entry(op.key, load_value(value), version, None if expires_at < 0 else expires_at)
+                    Entry(
+                        op.key, load_value(value), version, None if expires_at < 0 else expires_at
+                    )
                 )
             else:
                 results.append(None)
@@ -329,10 +350,11 @@ class RedisKv:
         with self._registered_lock:
             if now - self._registered.get(table, -_REGISTER_EVERY_S) < _REGISTER_EVERY_S:
                 return
+        self._client.sadd(TTL_TABLES, table.encode())
+        with self._registered_lock:
             if len(self._registered) > 10_000:
                 self._registered.clear()
             self._registered[table] = now
-        self._client.sadd(TTL_TABLES, table.encode())
 
     def drop(self, table: str) -> None:
         """Delete every entry of ``table``, a chunk of entries per script call."""
@@ -347,7 +369,7 @@ class RedisKv:
 
     def sweep(self, limit: int = 1000) -> int:
         """Remove up to ``limit`` expired entries (and stale index members); return how many."""
-        validate_limit(limit)
+        validate_sweep_limit(limit)
         removed = 0
         with self._errors():
             for raw in self._client.sscan_iter(TTL_TABLES, count=500):

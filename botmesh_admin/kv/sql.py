@@ -13,7 +13,10 @@ epoch milliseconds or NULL.
   ``botmesh_kv_commit_v1``, one transaction that takes a transaction-level
   advisory lock per (table, key) — absent keys included, so ``ABSENT``
   expectations are exact under concurrency — then row locks, checks every
-  expectation and only then writes. Expiry uses the server's clock.
+  expectation and only then writes. A single ``Put``/``Delete`` of an existing
+  key with ``ANY`` or a version is one ``UPDATE``/``DELETE … WHERE version = n``
+  instead (the common compare-and-set, as cheap as hand-written SQL). Expiry
+  uses the server's clock.
 - **SQLite**: a commit is one ``BEGIN IMMEDIATE`` transaction (WAL mode,
   ``synchronous=FULL``, 30 s busy timeout). Expiry uses this host's clock.
 
@@ -40,8 +43,8 @@ from .validation import (
     now_ms,
     validate_commit,
     validate_key,
-    validate_limit,
     validate_scan,
+    validate_sweep_limit,
     validate_table,
 )
 
@@ -116,7 +119,9 @@ class ThreadConnections(Generic[Conn]):
 
 def _expect_code(op: Op) -> int:
     """Encode an expectation for SQL: -1 any, 0 absent, n a version."""
-    return -1 if op.expect is ANY else 0 if op.expect is ABSENT else int(op.expect)
+    if isinstance(op.expect, int):
+        return op.expect
+    return -1 if op.expect is ANY else 0
 
 
 # -- PostgreSQL ------------------------------------------------------------------------
@@ -289,7 +294,11 @@ class _Postgres:
             self._conns.get()
 
     def _connect(self) -> Any:
-        options = {} if "connect_timeout" in self._url else {"connect_timeout": 10}
+        options: dict[str, Any] = {}
+        if "connect_timeout" not in self._url:
+            options["connect_timeout"] = 10
+        if "application_name" not in self._url:
+            options["application_name"] = "botmesh-kv"  # visible in pg_stat_activity
         conn = self._psycopg.connect(self._url, autocommit=True, **options)
         if not self._schema_ready:
             self._ensure_schema(conn)
@@ -357,7 +366,11 @@ class _Postgres:
         raise ConflictError(table, op.key, op.expect, current and current[0])
 
     def _commit_batch(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
-        kinds, keys, values, expects, ttls = [], [], [], [], []
+        kinds: list[str] = []
+        keys: list[str] = []
+        values: list[str | None] = []
+        expects: list[int] = []
+        ttls: list[int | None] = []
         for op in ops:
             keys.append(op.key)
             expects.append(_expect_code(op))
@@ -526,7 +539,7 @@ class _Sqlite:
             if row is not None and (row[1] is None or row[1] > now):
                 live = Entry(op.key, load_value(row[2]) if check else None, row[0], row[1])
             if not expectation_holds(live, op.expect):
-                raise ConflictError(table, op.key, op.expect, live and live.version)
+                raise ConflictError(table, op.key, op.expect, live.version if live else None)
             current.append((row is not None, live))
         results: list[Entry | None] = []
         for op, (present, live) in zip(ops, current, strict=True):
@@ -626,7 +639,7 @@ class SqlKv:
 
     def sweep(self, limit: int = 1000) -> int:
         """Delete up to ``limit`` expired rows of any table; return how many."""
-        return self._db.sweep(validate_limit(limit))
+        return self._db.sweep(validate_sweep_limit(limit))
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if the database cannot be reached."""

@@ -123,6 +123,15 @@ def validate_limit(limit: object) -> int:
     return limit
 
 
+def validate_sweep_limit(limit: object) -> int:
+    """Return ``limit`` if it is a positive int (how many expired entries ``sweep`` may remove)."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadType("limit", "must be an integer")
+    if limit < 1:
+        raise ValidationError("limit", "must be at least 1")
+    return limit
+
+
 def validate_scan(table: object, prefix: object, after: object, limit: object) -> None:
     """Validate the arguments of ``scan``."""
     validate_table(table)

@@ -195,7 +195,7 @@ def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | No
         uptime_ms = max(0, now_ms - started_at) if (started_at is not None and now_ms is not None) else 0
     else:
         uptime_ms = _count(uptime, f"{path}.uptime_ms")
-    flows_raw = obj.get("flows") or {}
+    flows_raw = _or_empty(obj.get("flows"))
     if not isinstance(flows_raw, Mapping):
         raise BadType(f"{path}.flows", "must be an object of flow name to counters")
     if len(flows_raw) > MAX_FLOWS:
@@ -204,13 +204,13 @@ def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | No
     for name, counts in flows_raw.items():
         _flow_name(name, f"{path}.flows")
         flows.append((name, _outcome_counts(counts, f"{path}.flows.{name}")))
-    messages = _object(obj.get("messages") or {}, f"{path}.messages")
-    dropped = _object(obj.get("dropped") or {}, f"{path}.dropped")
-    presence = _object(obj.get("presence_skipped") or {}, f"{path}.presence_skipped")
+    messages = _object(_or_empty(obj.get("messages")), f"{path}.messages")
+    dropped = _object(_or_empty(obj.get("dropped")), f"{path}.dropped")
+    presence = _object(_or_empty(obj.get("presence_skipped")), f"{path}.presence_skipped")
     return Snapshot(
         started_at_ms=started_at,
         uptime_ms=uptime_ms,
-        conversations=_outcome_counts(obj.get("conversations") or {}, f"{path}.conversations"),
+        conversations=_outcome_counts(_or_empty(obj.get("conversations")), f"{path}.conversations"),
         flows=tuple(sorted(flows)),
         messages=MessageCounts(
             in_=_count(messages.get("in", 0), f"{path}.messages.in"),
@@ -226,6 +226,10 @@ def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | No
         triggered=_count(obj.get("triggered", 0), f"{path}.triggered"),
         errors=_count(obj.get("errors", 0), f"{path}.errors"),
     )
+
+
+def _or_empty(value: object) -> object:
+    return {} if value is None else value
 
 
 def _object(data: object, path: str) -> dict[str, Any]:

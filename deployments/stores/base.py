@@ -59,7 +59,12 @@ class DeploymentStore(Protocol):
         ...
 
     def update_version(
-        self, tenant: str, version: BotVersion, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
+        self,
+        tenant: str,
+        version: BotVersion,
+        *,
+        expect_revision: int,
+        audit: Sequence[AuditEvent] = (),
     ) -> BotVersion:
         """Replace the version's record (its gate states) if its revision is ``expect_revision``.
 
@@ -72,8 +77,13 @@ class DeploymentStore(Protocol):
         ...
 
     def set_active(
-        self, tenant: str, pointer: ActivePointer, *, expect_revision: int | None,
-        version: BotVersion, audit: Sequence[AuditEvent] = (),
+        self,
+        tenant: str,
+        pointer: ActivePointer,
+        *,
+        expect_revision: int | None,
+        version: BotVersion,
+        audit: Sequence[AuditEvent] = (),
     ) -> ActivePointer:
         """Point the bot at ``pointer.version`` if the pointer's revision is ``expect_revision``
         (``None``: no pointer yet) and ``version`` is still stored at ``version.revision``.
@@ -83,7 +93,12 @@ class DeploymentStore(Protocol):
         ...
 
     def delete_versions(
-        self, tenant: str, bot: str, victims: Sequence[BotVersion], *, active_revision: int | None,
+        self,
+        tenant: str,
+        bot: str,
+        victims: Sequence[BotVersion],
+        *,
+        active_revision: int | None,
         audit: Sequence[AuditEvent] = (),
     ) -> None:
         """Delete ``victims`` (each at its ``revision``) and mark them pruned in the index, atomically.

@@ -15,6 +15,7 @@ Entry versions are the records' revisions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import ABSENT, Check, ConflictError, Delete, DurableKv, Op, Put, TenantKv
@@ -50,7 +51,9 @@ class KvDeploymentStore:
         try:
             return self.kv.commit(self._table(tenant), ops)
         except ConflictError as exc:
-            raise Conflict(f"{what} changed concurrently", current_version=exc.current_version) from None
+            raise Conflict(
+                f"{what} changed concurrently", current_version=exc.current_version
+            ) from None
 
     def publish(self, tenant: str, version: BotVersion, *, audit: AuditFor) -> BotVersion:
         """Assign the next seq and store the version, its index entry and audit (see the contract)."""
@@ -59,10 +62,16 @@ class KvDeploymentStore:
         for _ in range(PUBLISH_ATTEMPTS):
             counter = self.kv.get(table, f"bot/{bot}")
             seq = counter.value["next_seq"] if counter else 1
-            stored = version.__class__(**{**version.__dict__, "seq": seq})
+            stored = replace(version, seq=seq)
             ops: list[Op] = [
-                Put(f"bot/{bot}", {"next_seq": seq + 1}, expect=counter.version if counter else ABSENT),
-                Put(index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT),
+                Put(
+                    f"bot/{bot}",
+                    {"next_seq": seq + 1},
+                    expect=counter.version if counter else ABSENT,
+                ),
+                Put(
+                    index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT
+                ),
                 Put(version_key(bot, seq), stored.as_record(), expect=ABSENT),
                 *_audit_ops(audit(stored)),
             ]
@@ -75,7 +84,7 @@ class KvDeploymentStore:
                     f"version {version.version!r} of {bot!r} is already published",
                     current_version=exc.current_version,
                 ) from None
-            return stored.__class__(**{**stored.__dict__, "revision": written[2].version})
+            return replace(stored, revision=written[2].version)
         raise Conflict(f"too many concurrent publishes for {bot!r}; try again")
 
     def index_get(self, tenant: str, bot: str, version: str) -> IndexEntry | None:
@@ -96,11 +105,18 @@ class KvDeploymentStore:
     ) -> list[BotVersion]:
         """Return retained versions by descending seq."""
         after = version_key(bot, after_seq) if after_seq is not None else None
-        entries = self.kv.scan(self._table(tenant), prefix=f"version/{bot}/", after=after, limit=limit)
+        entries = self.kv.scan(
+            self._table(tenant), prefix=f"version/{bot}/", after=after, limit=limit
+        )
         return [BotVersion.from_record(e.value, e.version) for e in entries]
 
     def update_version(
-        self, tenant: str, version: BotVersion, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
+        self,
+        tenant: str,
+        version: BotVersion,
+        *,
+        expect_revision: int,
+        audit: Sequence[AuditEvent] = (),
     ) -> BotVersion:
         """Compare-and-set the version record."""
         ops: list[Op] = [
@@ -108,7 +124,7 @@ class KvDeploymentStore:
             *_audit_ops(audit),
         ]
         written = self._commit(tenant, ops, f"version {version.version!r}")
-        return version.__class__(**{**version.__dict__, "revision": written[0].version})
+        return replace(version, revision=written[0].version)
 
     def get_active(self, tenant: str, bot: str) -> ActivePointer | None:
         """Return the active pointer or ``None``."""
@@ -116,13 +132,21 @@ class KvDeploymentStore:
         return ActivePointer.from_record(entry.value, entry.version) if entry else None
 
     def set_active(
-        self, tenant: str, pointer: ActivePointer, *, expect_revision: int | None,
-        version: BotVersion, audit: Sequence[AuditEvent] = (),
+        self,
+        tenant: str,
+        pointer: ActivePointer,
+        *,
+        expect_revision: int | None,
+        version: BotVersion,
+        audit: Sequence[AuditEvent] = (),
     ) -> ActivePointer:
         """Compare-and-set the active pointer, guarded by the version's revision."""
         ops: list[Op] = [
-            Put(f"active/{pointer.bot}", pointer.as_record(),
-                expect=ABSENT if expect_revision is None else expect_revision),
+            Put(
+                f"active/{pointer.bot}",
+                pointer.as_record(),
+                expect=ABSENT if expect_revision is None else expect_revision,
+            ),
             Check(version_key(version.bot, version.seq), expect=version.revision),
             *_audit_ops(audit),
         ]
@@ -130,15 +154,25 @@ class KvDeploymentStore:
         return ActivePointer.from_record(pointer.as_record(), written[0].version)
 
     def delete_versions(
-        self, tenant: str, bot: str, victims: Sequence[BotVersion], *, active_revision: int | None,
+        self,
+        tenant: str,
+        bot: str,
+        victims: Sequence[BotVersion],
+        *,
+        active_revision: int | None,
         audit: Sequence[AuditEvent] = (),
     ) -> None:
         """Delete ``victims`` and tombstone their index entries in one batch."""
-        ops: list[Op] = [Check(f"active/{bot}", expect=ABSENT if active_revision is None else active_revision)]
+        ops: list[Op] = [
+            Check(f"active/{bot}", expect=ABSENT if active_revision is None else active_revision)
+        ]
         for v in victims:
             ops.append(Delete(version_key(bot, v.seq), expect=v.revision))
             ops.append(
-                Put(f"version-index/{bot}/{v.version}", {"seq": v.seq, "digest": v.digest, "pruned": True})
+                Put(
+                    f"version-index/{bot}/{v.version}",
+                    {"seq": v.seq, "digest": v.digest, "pruned": True},
+                )
             )
         ops.extend(_audit_ops(audit))
         self._commit(tenant, ops, f"versions of {bot!r}")

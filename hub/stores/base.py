@@ -27,7 +27,11 @@ class PluginStore(Protocol):
         ...
 
     def save(
-        self, tenant: str, installation: Installation, *, expect_revision: int | None,
+        self,
+        tenant: str,
+        installation: Installation,
+        *,
+        expect_revision: int | None,
         audit: Sequence[AuditEvent] = (),
     ) -> Installation:
         """Store ``installation`` and ``audit`` atomically; return it with its new revision.
@@ -48,7 +52,12 @@ class PluginStore(Protocol):
         ...
 
     def audit_list(
-        self, tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+        self,
+        tenant: str,
+        *,
+        plugin_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
     ) -> list[AuditEvent]:
         """Return up to ``limit`` audit events, newest first, with ids ``> after``.
 

@@ -37,7 +37,10 @@ class KvPluginStore:
     def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
         """Return installations by plugin id after ``after``."""
         entries = self.kv.scan(
-            self._table(tenant), prefix="plugin/", after=f"plugin/{after}" if after else None, limit=limit
+            self._table(tenant),
+            prefix="plugin/",
+            after=f"plugin/{after}" if after else None,
+            limit=limit,
         )
         return [Installation.from_record(e.value, e.version) for e in entries]
 
@@ -59,7 +62,11 @@ class KvPluginStore:
             ) from None
 
     def save(
-        self, tenant: str, installation: Installation, *, expect_revision: int | None,
+        self,
+        tenant: str,
+        installation: Installation,
+        *,
+        expect_revision: int | None,
         audit: Sequence[AuditEvent] = (),
     ) -> Installation:
         """Compare-and-set the record and store ``audit`` in the same batch."""
@@ -75,11 +82,19 @@ class KvPluginStore:
         self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
     ) -> None:
         """Delete the record if its revision matches, storing ``audit`` in the same batch."""
-        ops: list[Op] = [Delete(f"plugin/{plugin_id}", expect=expect_revision), *self._audit_ops(audit)]
+        ops: list[Op] = [
+            Delete(f"plugin/{plugin_id}", expect=expect_revision),
+            *self._audit_ops(audit),
+        ]
         self._commit(tenant, plugin_id, ops)
 
     def audit_list(
-        self, tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+        self,
+        tenant: str,
+        *,
+        plugin_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
     ) -> list[AuditEvent]:
         """Return audit events newest first."""
         prefix = "audit/" if plugin_id is None else f"plugin-audit/{plugin_id}/"

@@ -14,7 +14,6 @@ from hub.domain import AuditEvent, Installation
 class _Tenant:
     def __init__(self) -> None:
         self.plugins: dict[str, tuple[dict[str, Any], int]] = {}
-        self.last_revision: dict[str, int] = {}
         self.audit_ids: list[str] = []  # sorted: audit ids sort newest first
         self.audit: dict[str, AuditEvent] = {}
 
@@ -59,7 +58,11 @@ class MemoryPluginStore:
             t.audit[event.id] = event
 
     def save(
-        self, tenant: str, installation: Installation, *, expect_revision: int | None,
+        self,
+        tenant: str,
+        installation: Installation,
+        *,
+        expect_revision: int | None,
         audit: Sequence[AuditEvent] = (),
     ) -> Installation:
         """Compare-and-set the record and append ``audit`` (see the contract)."""
@@ -82,7 +85,12 @@ class MemoryPluginStore:
             self._append_audit(t, audit)
 
     def audit_list(
-        self, tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
+        self,
+        tenant: str,
+        *,
+        plugin_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
     ) -> list[AuditEvent]:
         """Return audit events newest first."""
         with self._lock:

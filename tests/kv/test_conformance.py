@@ -476,8 +476,9 @@ JSON = st.recursive(
     | st.integers(-(2**64), 2**64)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=6),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
     max_leaves=6,
 )
 OP_SPECS = st.lists(
@@ -639,6 +640,25 @@ def test_file_kv_rejects_a_corrupt_snapshot(tmp_path: Path) -> None:
         FileKv(f"file://{path}")
     with pytest.raises(ValidationError):
         FileKv("file://relative/kv.json")
+
+
+def test_file_kv_failed_write_keeps_nothing_of_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the snapshot cannot be written, commit raises StoreUnavailable and memory rolls back."""
+    kv = FileKv(f"file://{tmp_path}/kv.json")
+    kv.commit("t", [Put("k", 1)])
+
+    def disk_full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("botmesh_admin.kv.file.os.replace", disk_full)
+    with pytest.raises(StoreUnavailable, match="No space left"):
+        kv.commit("t", [Put("k", 2, expect=1), Put("new", 1)])
+    assert kv.scan("t") == [Entry("k", 1, 1, None)]
+    monkeypatch.undo()
+    assert kv.commit("t", [Put("k", 2, expect=1)])[0].version == 2
+    kv.close()
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ processes may write the same table at once; every entry has a TTL
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -61,29 +62,40 @@ def _scan_all(kv: DurableKv, table: str, prefix: str, limit: int = 10_000) -> li
 
 
 class KvCounterStore:
-    """One key per counter; ``add`` is one compare-and-set batch over the keys it touches."""
+    """Counters sharded by process: key ``<counter>#<shard>``; ``add`` is one compare-and-set batch.
 
-    def __init__(self, kv: DurableKv, table: str = COUNTERS) -> None:
+    Each process writes its own shard (``pid % shards``), so processes rarely
+    contend for a key; ``read`` sums the shards.
+    """
+
+    def __init__(self, kv: DurableKv, table: str = COUNTERS, shards: int = 64) -> None:
         self.kv = kv
         self.table = table
+        self.shards = shards
 
     def add(self, deltas: Mapping[str, int]) -> None:
         names = sorted(n for n, d in deltas.items() if d)
         if not names:
             return
+        shard = os.getpid() % self.shards
 
         def attempt() -> None:
             ops = []
             for name in names:
-                entry = self.kv.get(self.table, name)
+                key = f"{name}#{shard}"
+                entry = self.kv.get(self.table, key)
                 current = entry.value if entry else 0
-                ops.append(Put(name, current + deltas[name], expect=entry.version if entry else ABSENT))
+                ops.append(Put(key, current + deltas[name], expect=entry.version if entry else ABSENT))
             self.kv.commit(self.table, ops)
 
         retry_cas(attempt)
 
     def read(self) -> dict[str, int]:
-        return {e.key: int(e.value) for e in _scan_all(self.kv, self.table, "") if e.value}
+        totals: dict[str, int] = {}
+        for entry in _scan_all(self.kv, self.table, ""):
+            name = entry.key.rsplit("#", 1)[0]
+            totals[name] = totals.get(name, 0) + int(entry.value)
+        return {k: v for k, v in totals.items() if v}
 
     def reset(self) -> None:
         self.kv.drop(self.table)
@@ -150,7 +162,7 @@ class KvTraceStore:
 
     def __init__(self, kv: DurableKv, *, max_traces: int = DEFAULT_MAX_TRACES,
                  retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int = 25,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, system_table: str = SYSTEM_TRACES) -> None:
         from botmesh_admin.kv.validation import now_ms
 
         self.kv = kv
@@ -158,12 +170,13 @@ class KvTraceStore:
         self.max_traces = max_traces
         self.retention_ms = retention_ms
         self.prune_every = prune_every
+        self.system_table = system_table
         self._clock = clock or now_ms
         self._created = 0
         self._lock = threading.Lock()
 
     def _table(self, tenant: str | None) -> str:
-        return SYSTEM_TRACES if tenant is None else self.tables.table(tenant, "traces")
+        return self.system_table if tenant is None else self.tables.table(tenant, "traces")
 
     def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
         if not spans:

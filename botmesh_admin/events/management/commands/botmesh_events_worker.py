@@ -1,0 +1,61 @@
+"""``manage.py botmesh_events_worker [--channel X]``: a long-running journal worker.
+
+Claims records of one channel (the default channel without ``--channel``) and
+dispatches them to the registered handlers. SIGTERM or SIGINT stops it
+gracefully: the record in hand is finished (acked or failed), then it exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.module_loading import import_string
+
+from botmesh_admin.errors import ValidationError
+from botmesh_admin.events import default_journal
+from botmesh_admin.events.base import validate_channel
+from botmesh_admin.events.handlers import dispatch
+from botmesh_admin.events.worker import EventWorker
+
+
+class Command(BaseCommand):
+    help = "Drain the event journal (one channel) until SIGTERM/SIGINT; finishes the record in hand."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--channel", default=None, help="channel to drain (default: records without one)")
+        parser.add_argument("--lease-ms", type=int, default=30_000, help="lease per record, ms (default 30000)")
+        parser.add_argument("--batch", type=int, default=20, help="records per batch (default 20)")
+        parser.add_argument("--idle-ms", type=int, default=500, help="sleep when idle, ms (default 500)")
+        parser.add_argument("--max-events", type=int, default=None, help="exit after this many records")
+        parser.add_argument(
+            "--handler", default=None,
+            help="dotted path of a handler function instead of the registry's dispatch",
+        )  # fmt: skip
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            channel = validate_channel(opts["channel"], "--channel")
+        except ValidationError as exc:
+            raise CommandError(str(exc)) from None
+        if opts["lease_ms"] < 1:
+            raise CommandError("--lease-ms must be positive")
+        handler = import_string(opts["handler"]) if opts["handler"] else dispatch
+        worker = EventWorker(default_journal(), lease_ms=opts["lease_ms"], channel=channel)
+
+        def stop(signum: int, frame: object) -> None:
+            self.stderr.write(f"signal {signum}: finishing the record in hand, then stopping")
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.stdout.write(f"events worker draining channel {channel or '(default)'}")
+        self.stdout.flush()
+        totals = worker.run_forever(
+            handler, batch=opts["batch"], idle_ms=opts["idle_ms"], max_events=opts["max_events"]
+        )
+        self.stdout.write(
+            f"events worker stopped: {totals['processed']} processed, {totals['failed']} failed, "
+            f"{totals['stale']} stale"
+        )

@@ -1,0 +1,86 @@
+"""Writes to the event journal: publish, replay, drain (HackSoft services).
+
+Tenant first and positional, the rest keyword-only. Dispatching the drain task
+happens after the enclosing database transaction commits (``on_commit``), and
+a broker that is down never fails a publish: the beat safety net drains anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from botmesh_admin.errors import NotFound
+from botmesh_admin.kv.tenant import validate_id
+
+from .base import Envelope, EventRecord, validate_channel, validate_event_id
+from .runtime import default_journal
+
+logger = logging.getLogger("botmesh.events")
+
+DEFAULT_LEASE_MS = 30_000
+
+
+def _drain_after_commit(channel: str | None) -> None:
+    def send() -> None:
+        from .tasks import drain
+
+        try:
+            drain.delay(channel)
+        except Exception as exc:  # the broker is optional for correctness: beat drains too
+            logger.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
+
+    transaction.on_commit(send)
+
+
+def event_publish(
+    tenant: str,
+    *,
+    type: str,
+    payload: dict[str, Any],
+    idempotency_key: str,
+    channel: str | None = None,
+) -> EventRecord:
+    """Append an event for ``tenant`` and queue a drain of its channel after commit.
+
+    Return the stored record — the first one if ``idempotency_key`` was seen
+    before for this tenant (then nothing new is queued). Raise
+    ``ValidationError`` naming the envelope field at fault.
+    """
+    record = default_journal().append(
+        Envelope(type=type, tenant=tenant, payload=payload, idempotency_key=idempotency_key, channel=channel)
+    )
+    if record.state == "pending":
+        _drain_after_commit(record.channel)
+    return record
+
+
+def event_replay(tenant: str, *, event_id: str, actor: str) -> EventRecord:
+    """Put ``tenant``'s dead or done event back to pending and queue a drain after commit.
+
+    Raise ``NotFound`` for an unknown or foreign event and ``Conflict`` if it
+    is pending or leased. ``actor`` is logged (audit), never the payload.
+    """
+    validate_id(tenant, "tenant")
+    journal = default_journal()
+    current = journal.get(validate_event_id(event_id))
+    if current is None or current.tenant != tenant:
+        raise NotFound(f"event {event_id!r} not found")
+    record = journal.replay(event_id)
+    logger.info("event %s replayed by %s (was %s)", event_id, actor, current.state)
+    _drain_after_commit(record.channel)
+    return record
+
+
+def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int = DEFAULT_LEASE_MS) -> dict[str, int]:
+    """Handle up to ``limit`` ready records of ``channel`` with the registered handlers.
+
+    Return ``{"processed", "failed", "stale"}`` (see ``EventWorker.run_batch``).
+    """
+    from .handlers import dispatch
+    from .worker import EventWorker
+
+    worker = EventWorker(default_journal(), lease_ms=lease_ms, channel=validate_channel(channel, "channel"))
+    return worker.run_batch(dispatch, limit)

@@ -1,0 +1,58 @@
+"""Celery tasks of the event journal: thin wrappers over services (STYLE §9).
+
+``events.drain`` is queued by ``event_publish`` after commit; beat also drains
+every known channel every few seconds as a safety net (a lost task message, a
+broker outage, a retry whose backoff has just elapsed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from . import services
+
+CHANNELS: tuple[str | None, ...] = (None, "inbound", "outbox")
+"""The channels in use: default (None), inbound webhooks/ledger, outbox sends."""
+SAFETY_NET_S = 5.0
+
+
+@shared_task(name="events.drain", ignore_result=True)
+def drain(channel: str | None = None, limit: int = 100) -> dict[str, int]:
+    """Handle up to ``limit`` ready records of ``channel``; return the worker's counts."""
+    return services.journal_drain(channel=channel, limit=limit)
+
+
+def beat_entries() -> dict[str, dict[str, Any]]:
+    """Return the beat schedule entries that drain every known channel."""
+    return {
+        f"events.drain.{channel or 'default'}": {
+            "task": "events.drain",
+            "schedule": SAFETY_NET_S,
+            "kwargs": {"channel": channel},
+            "options": {"expires": SAFETY_NET_S * 2},
+        }
+        for channel in CHANNELS
+    }
+
+
+def _register_beat(app: Any) -> None:
+    schedule = dict(app.conf.beat_schedule or {})
+    for name, entry in beat_entries().items():
+        schedule.setdefault(name, entry)
+    app.conf.beat_schedule = schedule
+
+
+def _install() -> None:
+    from botmesh_admin.celery import app
+
+    # Tasks modules are usually imported after the app is configured (autodiscovery);
+    # register now in that case, and on configuration otherwise.
+    if app.configured:
+        _register_beat(app)
+    else:
+        app.on_after_configure.connect(lambda sender, **kwargs: _register_beat(sender), weak=False)
+
+
+_install()

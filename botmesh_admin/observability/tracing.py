@@ -1,0 +1,396 @@
+"""OpenTelemetry traces: Django requests, Celery tasks and the message path (ARCHITECTURE §10).
+
+Helpers for the other packages::
+
+    from botmesh_admin.observability.tracing import span, hash_id, inject_context, extract_context
+
+    with span("message.receive", tenant=tenant, chat_id=chat_id, channel="whatsapp"):
+        envelope["trace"] = inject_context()          # {"traceparent": "00-…", "tenant": …}
+        journal.append(envelope)
+    # later, in a worker:
+    with span("message.project", parent=envelope["trace"], conversation_id=conv.id):
+        ...
+
+One message is one trace: webhook → journal → projection → CRM upsert → send,
+because each step starts its span under the context carried in the journal
+payload. Attribute names without a dot get the ``botmesh.`` namespace; ids
+(``chat_id``, ``sender_id``, ``phone``…) are stored only as keyed hashes
+(``botmesh.chat_id_hash``) and content (``text``, ``caption``, ``note``…) never
+(see ``guard``). A span whose name starts with ``message.`` makes its trace a
+*message* trace; ``tenant=`` files the trace under that tenant, and
+``conversation_id=`` makes it findable from the conversation.
+
+``setup()`` (called from ``ObservabilityConfig.ready()``; idempotent) installs the
+tracer provider: export by the standard ``OTEL_*`` variables (OTLP over HTTP
+when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set), plus the built-in exporter that
+keeps recent traces in the Kv for the dashboard, both behind the guard.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from botmesh_admin.kv.tenant import ID_RE
+
+from .guard import GuardedSpanProcessor, guard_attributes, hash_id
+
+__all__ = ["span", "hash_id", "inject_context", "extract_context", "setup", "force_flush"]
+
+log = logging.getLogger(__name__)
+TRACER_NAME = "botmesh_admin"
+EXCLUDED_URLS = "/healthz$,/readyz$,/metrics$,/static/,/favicon.ico$"
+_propagator = TraceContextTextMapPropagator()
+_tenant: ContextVar[str | None] = ContextVar("botmesh_trace_tenant", default=None)
+_setup_lock = threading.Lock()
+_provider: TracerProvider | None = None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _namespaced(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {(k if "." in k else f"botmesh.{k}"): v for k, v in attributes.items() if v is not None}
+
+
+@contextmanager
+def span(name: str, /, *, parent: Mapping[str, str] | None = None, **attributes: Any) -> Iterator[trace.Span]:
+    """Run the block inside a new span ``name``; ``parent`` is a carrier from ``inject_context()``.
+
+    Keyword arguments become attributes (guarded: ids hashed, content dropped).
+    ``tenant`` defaults to the enclosing span's or the carrier's. An exception
+    marks the span as an error with the exception's type only (its message
+    may hold customer data) and propagates.
+    """
+    tenant = attributes.get("tenant") or (parent or {}).get("tenant") or _tenant.get()
+    if tenant is not None:
+        attributes["tenant"] = tenant
+    context = extract_context(parent) if parent else None
+    tracer = trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(
+        name, context=context, attributes=guard_attributes(_namespaced(attributes)),
+        record_exception=False, set_status_on_exception=False,
+    ) as current:
+        token = _tenant.set(tenant) if tenant else None
+        try:
+            yield current
+        except BaseException as exc:
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            current.add_event("exception", {"exception.type": type(exc).__qualname__, "exception.escaped": True})
+            raise
+        finally:
+            if token is not None:
+                _tenant.reset(token)
+
+
+def inject_context() -> dict[str, str]:
+    """Return the current trace context as a W3C carrier (``traceparent``, ``tracestate``) plus ``tenant``.
+
+    Store it in a journal payload; ``span(..., parent=carrier)`` continues the trace.
+    Empty when no span is active.
+    """
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)
+    tenant = _tenant.get()
+    if carrier and tenant:
+        carrier["tenant"] = tenant
+    return carrier
+
+
+def extract_context(carrier: Mapping[str, str] | None) -> Context:
+    """Return the OpenTelemetry context of a carrier from ``inject_context()`` (empty if none)."""
+    return _propagator.extract(dict(carrier or {}))
+
+
+def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
+    """Return a finished (guarded) span as the JSON the trace store keeps."""
+    ctx = span.context
+    start = span.start_time or 0
+    end = span.end_time or start
+    resource = span.resource.attributes if span.resource else {}
+    return {
+        "trace_id": format(ctx.trace_id, "032x"),
+        "span_id": format(ctx.span_id, "016x"),
+        "parent_id": format(span.parent.span_id, "016x") if span.parent else None,
+        "name": span.name,
+        "kind": span.kind.name.lower(),
+        "start_ms": start / 1e6,
+        "duration_ms": round((end - start) / 1e6, 3),
+        "status": {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}[span.status.status_code],
+        "status_message": span.status.description or None,
+        "attributes": {k: _json(v) for k, v in list((span.attributes or {}).items())[:40]},
+        "events": [
+            {"name": e.name, "offset_ms": round((e.timestamp - start) / 1e6, 3),
+             "attributes": {k: _json(v) for k, v in (e.attributes or {}).items()}}
+            for e in list(span.events)[:16]
+        ],
+        "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
+        "service": str(resource.get("service.name", "")) or None,
+    }
+
+
+def _json(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+# ----------------------------------------------------------------------------- Kv exporter
+
+
+class KvTraceProcessor(SpanProcessor):
+    """Keep finished spans in the Kv (``services.trace_record``) so every process's traces reach the dashboard.
+
+    Spans are held per trace until the process's local root span ends (or for
+    ``hold_s`` seconds), so the whole local part of a trace is filed under the
+    tenant that any of its spans names (``botmesh.tenant``); a background
+    thread writes them every ``interval_s``. At most ``max_pending`` traces
+    wait in memory; beyond that new spans are dropped (and counted).
+    """
+
+    def __init__(self, record: Callable[[str | None, list[dict[str, Any]]], None] | None = None, *,
+                 hold_s: float = 10.0, interval_s: float = 0.5, max_pending: int = 2000,
+                 max_spans: int = 256) -> None:
+        self._record = record
+        self.hold_s = hold_s
+        self.interval_s = interval_s
+        self.max_pending = max_pending
+        self.max_spans = max_spans
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._last_error_log = 0.0
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending = {}
+        self._wake = threading.Event()
+        self._thread = None
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        data = span_to_dict(span)
+        local_root = span.parent is None or span.parent.is_remote
+        tenant = data["attributes"].get("botmesh.tenant")
+        with self._lock:
+            if self._stopped:
+                return
+            segment = self._pending.get(data["trace_id"])
+            if segment is None:
+                if len(self._pending) >= self.max_pending:
+                    self.dropped += 1
+                    return
+                segment = {"since": time.monotonic(), "spans": [], "tenant": None, "done": False}
+                self._pending[data["trace_id"]] = segment
+            if len(segment["spans"]) < self.max_spans:
+                segment["spans"].append(data)
+            else:
+                self.dropped += 1
+            if isinstance(tenant, str) and ID_RE.fullmatch(tenant) and segment["tenant"] is None:
+                segment["tenant"] = tenant
+            segment["done"] = segment["done"] or local_root
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="botmesh-trace-writer", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            self.flush(force=False)
+
+    def flush(self, force: bool = True) -> None:
+        """Write every finished local trace (every held span with ``force``)."""
+        now = time.monotonic()
+        with self._lock:
+            ready = [
+                (tid, seg) for tid, seg in self._pending.items()
+                if force or seg["done"] or now - seg["since"] > self.hold_s
+            ]
+            for tid, _ in ready:
+                del self._pending[tid]
+        with self._write_lock:
+            for _, segment in ready:
+                self._write(segment["tenant"], segment["spans"])
+
+    def _write(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
+        try:
+            if self._record is not None:
+                self._record(tenant, spans)
+            else:
+                from .services import trace_record
+
+                trace_record(tenant, spans)
+        except Exception as exc:  # exporting never breaks the traced code
+            if time.monotonic() - self._last_error_log > 60:
+                self._last_error_log = time.monotonic()
+                log.warning("could not keep a trace in the Kv: %s", type(exc).__name__)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flush(force=True)
+        return True
+
+    def shutdown(self) -> None:
+        self.flush(force=True)
+        self._stopped = True
+        self._wake.set()
+
+
+class _Fanout(SpanProcessor):
+    """Processors added after setup (tests add an in-memory exporter here), each behind the guard."""
+
+    def __init__(self) -> None:
+        self.processors: list[SpanProcessor] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        for p in list(self.processors):
+            p.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for p in list(self.processors):
+            p.on_end(span)
+
+    def shutdown(self) -> None:
+        for p in list(self.processors):
+            p.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return all(p.force_flush(timeout_millis) for p in list(self.processors))
+
+
+_fanout = _Fanout()
+_kv_processor: KvTraceProcessor | None = None
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def _process_role() -> str:
+    argv = " ".join(sys.argv[:4])
+    if "celery" in argv:
+        return "beat" if " beat" in argv else "worker"
+    return "web"
+
+
+def _otlp_processor() -> SpanProcessor | None:
+    choice = (os.environ.get("OTEL_TRACES_EXPORTER") or "").strip().lower()
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if choice == "none" or (not choice and not endpoint):
+        return None
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if choice == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return BatchSpanProcessor(ConsoleSpanExporter())
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def setup() -> TracerProvider | None:
+    """Install the tracer provider, the exporters and the Django and Celery instrumentation, once.
+
+    Does nothing when ``OTEL_SDK_DISABLED=true``. Return the provider.
+    """
+    global _provider, _kv_processor
+    with _setup_lock:
+        if _provider is not None:
+            return _provider
+        if (os.environ.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true":
+            return None
+        from django.conf import settings
+        from opentelemetry.sdk.resources import Resource
+
+        attributes = {"botmesh.process": _process_role()}
+        if not os.environ.get("OTEL_SERVICE_NAME"):
+            attributes["service.name"] = "botmesh-admin"
+        provider = TracerProvider(resource=Resource.create(attributes))
+        otlp = _otlp_processor()
+        if otlp is not None:
+            provider.add_span_processor(GuardedSpanProcessor(otlp))
+        if getattr(settings, "BOTMESH_TRACE_STORE", True):
+            _kv_processor = KvTraceProcessor()
+            provider.add_span_processor(GuardedSpanProcessor(_kv_processor))
+        provider.add_span_processor(GuardedSpanProcessor(_fanout))
+        trace.set_tracer_provider(provider)
+        _provider = provider
+    _instrument_django(provider)
+    _instrument_celery(provider)
+    return provider
+
+
+def _django_response_hook(span: trace.Span, request: Any, response: Any) -> None:
+    principal = getattr(request, "principal", None)
+    if principal is not None and span.is_recording():
+        span.set_attribute("botmesh.tenant", principal.tenant)
+
+
+def _instrument_django(provider: TracerProvider) -> None:
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    instrumentor = DjangoInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(
+            tracer_provider=provider, excluded_urls=EXCLUDED_URLS, response_hook=_django_response_hook
+        )
+
+
+def _instrument_celery(provider: TracerProvider) -> None:
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    instrumentor = CeleryInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(tracer_provider=provider)
+
+
+def setup_worker_child(**_: Any) -> None:
+    """``worker_process_init``: make sure this prefork child traces (its own writer thread, Celery spans)."""
+    provider = setup()
+    if provider is not None:
+        _instrument_celery(provider)
+
+
+def force_flush(timeout_ms: int = 5000, **_: Any) -> None:
+    """Export every finished span now (on shutdown; also the ``worker_process_shutdown`` hook)."""
+    if _provider is not None:
+        _provider.force_flush(timeout_ms)
+
+
+def add_span_processor(processor: SpanProcessor) -> Callable[[], None]:
+    """Add ``processor`` (behind the guard) to the running provider; return a function that removes it."""
+    _fanout.processors.append(processor)
+    return lambda: _fanout.processors.remove(processor)
+
+
+@contextmanager
+def capture(exporter: SpanExporter) -> Iterator[SpanExporter]:
+    """Send every span that ends inside the block to ``exporter``, guarded like any export (tests)."""
+    setup()
+    processor = SimpleSpanProcessor(exporter)
+    remove = add_span_processor(processor)
+    try:
+        yield exporter
+    finally:
+        remove()

@@ -1,0 +1,112 @@
+"""``/metrics`` for Prometheus, and the tenant's metrics and traces pages."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.kv.validation import now_ms
+from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+
+from . import metrics, prometheus, selectors
+
+log = logging.getLogger(__name__)
+
+WINDOWS = {"15m": 15 * 60_000, "1h": 3_600_000, "6h": 6 * 3_600_000, "24h": 24 * 3_600_000}
+PAGE_SIZE = 50
+
+
+@require_GET
+def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    """Serve this process's snapshot plus one series set per pushed bot and replica, text format 0.0.4.
+
+    When ``settings.BOTMESH_METRICS_TOKEN`` is set, the scraper must send it as
+    ``Authorization: Bearer <token>`` (else 401).
+    """
+    token = getattr(settings, "BOTMESH_METRICS_TOKEN", None)
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), str(token).encode()):
+            return HttpResponse("unauthorized\n", status=401, content_type="text/plain; charset=utf-8")
+    try:
+        sets: list[tuple[prometheus.SnapshotLike, dict[str, str] | None]] = [(metrics.process_snapshot(), None)]
+        for tenant, sample in selectors.bot_metrics_all_latest():
+            sets.append((sample.snapshot, {"tenant": tenant, "bot": sample.bot, "replica": sample.replica}))
+        body = prometheus.to_prometheus_many(sets)
+    except Exception as exc:  # the scraper gets a clear failure, not a half page
+        log.warning("metrics unavailable: %s", type(exc).__name__)
+        return HttpResponse("metrics store unavailable\n", status=503, content_type="text/plain; charset=utf-8")
+    return HttpResponse(body, content_type=prometheus.CONTENT_TYPE)
+
+
+@tenant_page("agent")
+def metrics_page(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Per bot and replica: the latest counters (a table) and counters and rates over time (charts)."""
+    latest = selectors.bot_metrics_latest(tenant)
+    bots = sorted({s.bot for s in latest})
+    bot = request.GET.get("bot") or (bots[0] if bots else None)
+    window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "1h"
+    series = None
+    if bot is not None:
+        if bot not in bots:
+            return render_error(request, ValidationError("bot", f"no live replica of bot {bot!r}"))
+        series = selectors.bot_metrics_series(tenant, bot=bot, since_ms=now_ms() - WINDOWS[window])
+    return render(request, "observability/metrics.html", {
+        "tenant": tenant, "bots": bots, "bot": bot, "window": window, "windows": list(WINDOWS),
+        "replicas": [s for s in latest if s.bot == bot], "series": series,
+    })
+
+
+@tenant_page("agent")
+def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Recent traces, newest first; filters ``kind``, ``conversation``; admins may see traces of no tenant."""
+    principal = page_principal(request)
+    scope = request.GET.get("scope", "tenant")
+    if scope == "system":
+        principal.require("admin")
+    kind = request.GET.get("kind") or None
+    conversation = (request.GET.get("conversation") or "").strip() or None
+    after = request.GET.get("after") or None
+    try:
+        items, next_cursor = selectors.trace_list(
+            None if scope == "system" else tenant, kind=kind, conversation=conversation,
+            limit=PAGE_SIZE, after=after,
+        )
+    except DomainError as exc:
+        return render_error(request, exc)
+    context = {
+        "tenant": tenant, "items": items, "next": next_cursor, "kind": kind or "", "kinds": selectors.TRACE_KINDS,
+        "conversation": conversation or "", "scope": scope, "can_system": principal.can("admin"),
+    }
+    template = "observability/_trace_list.html" if request.headers.get("HX-Request") else "observability/traces.html"
+    return render(request, template, context)
+
+
+@tenant_page("agent")
+def trace_page(request: HttpRequest, tenant: str, trace_id: str) -> HttpResponse:
+    """One trace as a span tree with each span's start offset and duration."""
+    principal = page_principal(request)
+    scope = request.GET.get("scope", "tenant")
+    if scope == "system":
+        principal.require("admin")
+    trace = selectors.trace_get(None if scope == "system" else tenant, trace_id)
+    summary = trace["summary"]
+    total = max(summary.duration_ms, 0.001)
+    rows = []
+    for depth, span in trace["tree"]:
+        offset = span["start_ms"] - summary.start_ms
+        rows.append({
+            "depth": depth, "indent": depth * 16, "span": span, "offset_ms": round(offset, 3),
+            "left": round(100 * offset / total, 2),
+            "width": max(0.5, round(100 * span["duration_ms"] / total, 2)),
+            "attributes": sorted(span["attributes"].items()),
+        })
+    return render(request, "observability/trace.html", {
+        "tenant": tenant, "trace": trace, "summary": summary, "rows": rows, "scope": scope,
+    })

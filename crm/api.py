@@ -1,0 +1,370 @@
+"""``/api/v1/tenants/{tenant}/contacts`` and ``/segments`` (ARCHITECTURE §11).
+
+Reads, create, update and consent need the agent role; erasure, import,
+export and segment writes need admin. Times are epoch milliseconds. Bad input
+is 422 with the field path and writes nothing; a stale ``expected_version`` is
+409 with ``current_version``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Field, Query, Router, Schema, Status
+
+from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+
+from . import selectors, services
+from .domain import Consent, Contact, ImportJob, Segment
+
+router = Router(tags=["crm"])
+
+ERRORS: dict[int, type[Schema]] = {403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+
+
+class IdentityIO(Schema):
+    channel: str = Field(..., description="whatsapp, telegram or email")
+    address: str = Field(..., description="normalised on write: E.164, numeric id, lower-case email")
+
+
+class ConsentOut(Schema):
+    channel: str
+    status: str
+    at: int = Field(..., description="epoch milliseconds")
+    source: str
+    evidence: str | None = None
+
+
+class ContactOut(Schema):
+    id: str
+    name: str | None
+    identities: list[IdentityIO]
+    tags: list[str]
+    attributes: dict[str, Any]
+    consent: dict[str, ConsentOut]
+    consent_history: list[ConsentOut]
+    source: str | None
+    version: int
+    created_at: int
+    updated_at: int
+    conversations_url: str
+
+
+
+class ContactIn(Schema):
+    identities: list[dict[str, Any]]
+    name: str | None = None
+    tags: list[Any] = []
+    attributes: dict[str, Any] = {}
+    consent: dict[str, Any] = {}
+
+
+class ContactPatch(Schema):
+    expected_version: int
+    name: str | None = None
+    identities: list[dict[str, Any]] | None = None
+    tags: list[Any] | None = None
+    add_tags: list[Any] = []
+    remove_tags: list[Any] = []
+    attributes: dict[str, Any] = {}
+    remove_attributes: list[Any] = []
+
+
+class ConsentIn(Schema):
+    channel: str
+    status: str
+    evidence: str | None = None
+    source: str | None = Field(None, description="defaults to the caller (token or user)")
+
+
+class ContactFilters(CursorParams):
+    tag: str | None = Field(None, max_length=64)
+    q: str | None = Field(None, max_length=200, description="name or part of an address")
+    identity: str | None = Field(None, max_length=300, description="<channel>:<address>")
+
+
+class ErasureOut(Schema):
+    contact_id: str
+    erased: bool = True
+    identities: int
+    channels: list[str]
+    tags: int
+    attributes: int
+    consent_records: int
+    suppressed_channels: list[str] = Field(..., description="channels kept as hashed suppression entries")
+
+
+class RowReportOut(Schema):
+    row: int
+    field: str | None
+    message: str
+
+
+class ImportJobOut(Schema):
+    id: str
+    status: str
+    filename: str
+    total_rows: int
+    processed: int
+    percent: int
+    created: int
+    merged: int
+    failed_rows: int
+    errors: list[RowReportOut]
+    notices: list[RowReportOut]
+    message: str | None
+    created_at: int
+    updated_at: int
+
+
+class RulesOut(Schema):
+    tags_all: list[str]
+    tags_any: list[str]
+    tags_none: list[str]
+    attributes: dict[str, Any]
+    consent_required: str | None
+
+
+class SegmentOut(Schema):
+    id: str
+    name: str
+    rules: RulesOut
+    version: int
+    created_at: int
+    updated_at: int
+    count: int | None = None
+
+
+class SegmentIn(Schema):
+    name: str
+    rules: dict[str, Any] = {}
+
+
+class SegmentPatch(Schema):
+    expected_version: int
+    name: str | None = None
+    rules: dict[str, Any] | None = None
+
+
+class RulesIn(Schema):
+    rules: dict[str, Any]
+
+
+class CountOut(Schema):
+    count: int
+
+
+class PreviewOut(Schema):
+    count: int
+    items: list[ContactOut]
+
+
+def _consent(c: Consent) -> dict[str, Any]:
+    return {"channel": c.channel, "status": c.status, "at": c.at, "source": c.source, "evidence": c.evidence}
+
+
+def contact_out(tenant: str, c: Contact) -> dict[str, Any]:
+    """Return the API shape of a contact."""
+    return {
+        "id": c.id, "name": c.name,
+        "identities": [{"channel": i.channel, "address": i.address} for i in c.identities],
+        "tags": list(c.tags), "attributes": dict(c.attributes),
+        "consent": {ch: _consent(v) for ch, v in c.consent.items()},
+        "consent_history": [_consent(v) for v in c.consent_history],
+        "source": c.source, "version": c.version, "created_at": c.created_at, "updated_at": c.updated_at,
+        "conversations_url": f"/t/{tenant}/inbox/?contact={c.id}",
+    }
+
+
+def job_out(job: ImportJob) -> dict[str, Any]:
+    """Return the API shape of an import job."""
+    return {
+        "id": job.id, "status": job.status, "filename": job.filename, "total_rows": job.total_rows,
+        "processed": job.processed, "percent": job.percent, "created": job.created, "merged": job.merged,
+        "failed_rows": job.failed_rows, "errors": list(job.errors), "notices": list(job.notices),
+        "message": job.message, "created_at": job.created_at, "updated_at": job.updated_at,
+    }
+
+
+def segment_out(s: Segment, count: int | None = None) -> dict[str, Any]:
+    """Return the API shape of a segment."""
+    return {"id": s.id, "name": s.name, "rules": s.rules.to_json(), "version": s.version,
+            "created_at": s.created_at, "updated_at": s.updated_at, "count": count}
+
+
+# --------------------------------------------------------------------------- contacts
+
+
+@router.get("contacts", response={200: Page[ContactOut], **ERRORS})
+def contact_list(request: HttpRequest, tenant: str, filters: Query[ContactFilters]) -> dict[str, Any]:
+    """List contacts by id (creation time); filter by ``tag``, text ``q`` or ``identity``."""
+    page = selectors.contact_list(
+        tenant, limit=filters.limit, after=filters.after, tag=filters.tag, q=filters.q,
+        identity=filters.identity,
+    )
+    return {"items": [contact_out(tenant, c) for c in page.items], "next": page.next}
+
+
+@router.post("contacts", response={201: ContactOut, **ERRORS})
+def contact_create(request: HttpRequest, tenant: str, body: ContactIn) -> Status:
+    """Create a contact; 409 ``identity_taken`` (with ``contact_id``) if an identity has an owner."""
+    p = principal(request)
+    contact = services.contact_create(
+        tenant, identities=body.identities, name=body.name, tags=body.tags, attributes=body.attributes,
+        consent=body.consent, source=p.actor,
+    )
+    return Status(201, contact_out(tenant, contact))
+
+
+@router.get("contacts/export", response={200: None, **ERRORS})
+def contact_export(request: HttpRequest, tenant: str) -> StreamingHttpResponse:
+    """Download every contact as CSV (admins); the file imports back to the same contacts."""
+    principal(request).require("admin")
+    response = StreamingHttpResponse(selectors.contact_export_csv(tenant), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="contacts-{tenant}.csv"'
+    return response
+
+
+@router.post("contacts/imports", response={202: ImportJobOut, **ERRORS})
+def contact_import(request: HttpRequest, tenant: str) -> Status:
+    """Start a CSV import (admins): a multipart ``file`` or the raw CSV body (``text/csv``).
+
+    Answers 202 with the job; poll ``GET contacts/imports/{id}`` for progress and the report.
+    """
+    from .tasks import dispatch_import
+
+    p = principal(request)
+    p.require("admin")
+    upload = request.FILES.get("file")
+    data = upload.read() if upload is not None else request.body
+    filename = upload.name if upload is not None else request.headers.get("X-Filename", "upload.csv")
+    job = services.contact_import_start(tenant, filename=filename, data=data, created_by=p.actor)
+    dispatch_import(tenant, job.id)
+    return Status(202, job_out(selectors.import_job_get(tenant, job.id)))
+
+
+@router.get("contacts/imports", response={200: list[ImportJobOut], **ERRORS})
+def contact_import_list(request: HttpRequest, tenant: str) -> list[dict[str, Any]]:
+    """The 20 most recent imports, newest first."""
+    return [job_out(j) for j in selectors.import_job_list(tenant)]
+
+
+@router.get("contacts/imports/{job_id}", response={200: ImportJobOut, **ERRORS})
+def contact_import_get(request: HttpRequest, tenant: str, job_id: str) -> dict[str, Any]:
+    """An import's progress and its report (bad rows by row number and field)."""
+    return job_out(selectors.import_job_get(tenant, job_id))
+
+
+@router.get("contacts/{contact_id}", response={200: ContactOut, **ERRORS})
+def contact_get(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
+    """One contact with identities, tags, attributes and consent history."""
+    return contact_out(tenant, selectors.contact_get(tenant, contact_id))
+
+
+@router.patch("contacts/{contact_id}", response={200: ContactOut, **ERRORS})
+def contact_update(request: HttpRequest, tenant: str, contact_id: str, body: ContactPatch) -> dict[str, Any]:
+    """Change a contact at ``expected_version``; 409 with ``current_version`` when stale.
+
+    ``identities``/``tags`` replace; ``add_tags``/``remove_tags`` edit; ``attributes``
+    merge (null is a value); ``remove_attributes`` deletes.
+    """
+    sent = body.model_fields_set
+    kwargs: dict[str, Any] = {}
+    if "name" in sent:
+        kwargs["name"] = body.name
+    if "identities" in sent and body.identities is not None:
+        kwargs["identities"] = body.identities
+    if "tags" in sent and body.tags is not None:
+        kwargs["tags"] = body.tags
+    contact = services.contact_update(
+        tenant, contact_id, expected_version=body.expected_version, add_tags=body.add_tags,
+        remove_tags=body.remove_tags, attributes=body.attributes, remove_attributes=body.remove_attributes,
+        **kwargs,
+    )
+    return contact_out(tenant, contact)
+
+
+@router.post("contacts/{contact_id}/consent", response={200: ContactOut, **ERRORS})
+def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: ConsentIn) -> dict[str, Any]:
+    """Record marketing consent on one channel (kept alongside concurrent changes)."""
+    contact = services.consent_set(
+        tenant, contact_id, channel=body.channel, status=body.status,
+        source=body.source or principal(request).actor, evidence=body.evidence,
+    )
+    return contact_out(tenant, contact)
+
+
+@router.delete("contacts/{contact_id}", response={200: ErasureOut, **ERRORS})
+def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
+    """Erase a contact (admins): identities, tags, attributes, consent history. Reports what went."""
+    principal(request).require("admin")
+    report = services.contact_erase(tenant, contact_id)
+    return {**report.__dict__, "channels": list(report.channels),
+            "suppressed_channels": list(report.suppressed_channels)}
+
+
+# --------------------------------------------------------------------------- segments
+
+
+@router.get("segments", response={200: list[SegmentOut], **ERRORS})
+def segment_list(request: HttpRequest, tenant: str, counts: bool = False) -> list[dict[str, Any]]:
+    """Saved segments; ``counts=true`` adds each live count (one pass over the contacts)."""
+    segments = selectors.segment_list(tenant)
+    live = selectors.segment_counts(tenant, segments) if counts else {}
+    return [segment_out(s, live.get(s.id)) for s in segments]
+
+
+@router.post("segments", response={201: SegmentOut, **ERRORS})
+def segment_create(request: HttpRequest, tenant: str, body: SegmentIn) -> Status:
+    """Save a segment (admins). Rules: tags_all, tags_any, tags_none, attributes, consent_required."""
+    principal(request).require("admin")
+    return Status(201, segment_out(services.segment_create(tenant, name=body.name, rules=body.rules)))
+
+
+@router.post("segments/preview", response={200: PreviewOut, **ERRORS})
+def segment_preview_rules(
+    request: HttpRequest, tenant: str, body: RulesIn, limit: int = Query(20, ge=0, le=200)
+) -> dict[str, Any]:
+    """Live count and first members of unsaved rules (for editing a segment)."""
+    preview = selectors.segment_preview(tenant, body.rules, limit=limit)
+    return {"count": preview.count, "items": [contact_out(tenant, c) for c in preview.sample]}
+
+
+@router.get("segments/{segment_id}", response={200: SegmentOut, **ERRORS})
+def segment_get(request: HttpRequest, tenant: str, segment_id: str) -> dict[str, Any]:
+    """One segment."""
+    return segment_out(selectors.segment_get(tenant, segment_id))
+
+
+@router.patch("segments/{segment_id}", response={200: SegmentOut, **ERRORS})
+def segment_update(request: HttpRequest, tenant: str, segment_id: str, body: SegmentPatch) -> dict[str, Any]:
+    """Rename or change the rules at ``expected_version`` (admins); 409 when stale."""
+    principal(request).require("admin")
+    segment = services.segment_update(
+        tenant, segment_id, expected_version=body.expected_version, name=body.name, rules=body.rules
+    )
+    return segment_out(segment)
+
+
+@router.delete("segments/{segment_id}", response={204: None, **ERRORS})
+def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> Status:
+    """Delete a segment (admins)."""
+    principal(request).require("admin")
+    services.segment_delete(tenant, segment_id)
+    return Status(204, None)
+
+
+@router.get("segments/{segment_id}/count", response={200: CountOut, **ERRORS})
+def segment_count(request: HttpRequest, tenant: str, segment_id: str) -> dict[str, int]:
+    """How many contacts match now."""
+    return {"count": selectors.segment_count(tenant, segment_id)}
+
+
+@router.get("segments/{segment_id}/preview", response={200: PreviewOut, **ERRORS})
+def segment_preview(
+    request: HttpRequest, tenant: str, segment_id: str, limit: int = Query(20, ge=0, le=200)
+) -> dict[str, Any]:
+    """Live count and the first ``limit`` members."""
+    preview = selectors.segment_preview(tenant, segment_id, limit=limit)
+    return {"count": preview.count, "items": [contact_out(tenant, c) for c in preview.sample]}

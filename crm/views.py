@@ -1,0 +1,230 @@
+"""CRM admin pages: contacts (search, tag filter, detail), CSV import with progress, segments.
+
+Pages read without JavaScript; htmx adds live search, import progress polling
+and segment previews. Views call services and selectors only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+
+from . import selectors, services
+from .domain import CHANNELS, CONSENT_STATUSES
+from .tasks import dispatch_import
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return bool(request.headers.get("HX-Request"))
+
+
+# --------------------------------------------------------------------------- contacts
+
+
+@tenant_page("agent")
+def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The contact list with text search and a tag filter (cursor pages of 50)."""
+    q = request.GET.get("q", "").strip()
+    tag = request.GET.get("tag", "").strip()
+    after = request.GET.get("after") or None
+    error = None
+    try:
+        page = selectors.contact_list(tenant, limit=50, after=after, tag=tag or None, q=q or None)
+    except DomainError as exc:
+        page, error = selectors.ContactPage([], None), exc.message
+    context = {"tenant": tenant, "page": page, "q": q, "tag": tag, "error": error,
+               "is_admin": page_principal(request).can("admin")}
+    template = "crm/_contact_rows.html" if _is_htmx(request) else "crm/contacts.html"
+    return render(request, template, context)
+
+
+@tenant_page("agent")
+def contact_detail(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
+    """One contact: identities, tags, attributes, consent and its history, link to conversations."""
+    contact = selectors.contact_get(tenant, contact_id)
+    return render(request, "crm/contact.html", {
+        "tenant": tenant, "contact": contact, "channels": CHANNELS, "statuses": CONSENT_STATUSES,
+        "consent_rows": [(ch, contact.consent.get(ch)) for ch in CHANNELS],
+        "history": list(reversed(contact.consent_history)),
+        "is_admin": page_principal(request).can("admin"),
+    })
+
+
+@require_POST
+@tenant_page("agent")
+def contact_tags(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
+    """Add or remove one tag (compare-and-set retry, so concurrent edits are kept)."""
+    tag = request.POST.get("tag", "")
+    try:
+        if request.POST.get("action") == "remove":
+            services.contact_tags_remove(tenant, contact_id, tags=[tag])
+        else:
+            services.contact_tags_add(tenant, contact_id, tags=[tag])
+    except ValidationError as exc:
+        messages.error(request, exc.message)
+    return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
+
+
+@require_POST
+@tenant_page("agent")
+def contact_consent(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
+    """Record a consent change made by the signed-in user."""
+    try:
+        services.consent_set(
+            tenant, contact_id, channel=request.POST.get("channel", ""), status=request.POST.get("status", ""),
+            source=page_principal(request).actor, evidence=request.POST.get("evidence", "").strip() or None,
+        )
+        messages.success(request, "Consent recorded.")
+    except ValidationError as exc:
+        messages.error(request, exc.message)
+    return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
+
+
+@require_POST
+@tenant_page("admin")
+def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
+    """Erase a contact and say what was removed."""
+    report = services.contact_erase(tenant, contact_id)
+    kept = f"; kept a hashed suppression entry for {', '.join(report.suppressed_channels)}" if report.suppressed_channels else ""
+    messages.success(
+        request,
+        f"Contact {report.contact_id} erased: {report.identities} identities, {report.tags} tags, "
+        f"{report.attributes} attributes, {report.consent_records} consent records{kept}.",
+    )
+    return redirect("crm:contacts", tenant=tenant)
+
+
+# --------------------------------------------------------------------------- import / export
+
+
+@tenant_page("admin")
+def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Upload a CSV (the import runs as a Celery task) and list recent imports."""
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        try:
+            if upload is None:
+                raise ValidationError("file", "choose a CSV file")
+            job = services.contact_import_start(
+                tenant, filename=upload.name, data=upload.read(), created_by=page_principal(request).actor
+            )
+        except ValidationError as exc:
+            messages.error(request, exc.message)
+        else:
+            dispatch_import(tenant, job.id)
+            return redirect("crm:import-job", tenant=tenant, job_id=job.id)
+    return render(request, "crm/import.html", {"tenant": tenant, "jobs": selectors.import_job_list(tenant)})
+
+
+@tenant_page("admin")
+def import_job(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
+    """An import's progress (htmx polls ``_import_progress.html`` until it is done) and report."""
+    job = selectors.import_job_get(tenant, job_id)
+    template = "crm/_import_progress.html" if _is_htmx(request) else "crm/import_job.html"
+    return render(request, template, {"tenant": tenant, "job": job})
+
+
+@tenant_page("admin")
+def contact_export(request: HttpRequest, tenant: str) -> StreamingHttpResponse:
+    """Download every contact as CSV."""
+    response = StreamingHttpResponse(selectors.contact_export_csv(tenant), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="contacts-{tenant}.csv"'
+    return response
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.replace(";", ",").split(",") if t.strip()]
+
+
+def rules_from_form(data: Any) -> dict[str, Any]:
+    """Return segment rules from the form: comma-separated tags, ``name = value`` attribute lines.
+
+    An attribute value is read as JSON (``1``, ``true``, ``null``, ``"1"``) and,
+    when it is not JSON, as text — so ``plan = pro`` is the string ``"pro"``
+    while ``plan = 1`` is the number 1 and ``plan = "1"`` the string.
+    """
+    attributes: dict[str, Any] = {}
+    for number, line in enumerate(data.get("attributes", "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, raw = line.partition("=")
+        if not sep:
+            raise ValidationError("segment.rules.attributes", f"line {number}: write name = value")
+        try:
+            value = json.loads(raw.strip())
+        except ValueError:
+            value = raw.strip()
+        attributes[name.strip()] = value
+    return {
+        "tags_all": _split(data.get("tags_all", "")),
+        "tags_any": _split(data.get("tags_any", "")),
+        "tags_none": _split(data.get("tags_none", "")),
+        "attributes": attributes,
+        "consent_required": data.get("consent_required") or None,
+    }
+
+
+@tenant_page("agent")
+def segments(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Saved segments with live counts; admins create new ones here."""
+    form = request.POST if request.method == "POST" else {}
+    if request.method == "POST":
+        try:
+            page_principal(request).require("admin")
+            segment = services.segment_create(tenant, name=request.POST.get("name", ""), rules=rules_from_form(request.POST))
+            messages.success(request, f"Segment {segment.name!r} saved.")
+            return redirect("crm:segments", tenant=tenant)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+    items = selectors.segment_list(tenant)
+    counts = selectors.segment_counts(tenant, items)
+    template = "crm/_segment_rows.html" if _is_htmx(request) else "crm/segments.html"
+    return render(request, template, {
+        "tenant": tenant, "segments": [(s, counts[s.id]) for s in items], "channels": CHANNELS, "form": form,
+        "is_admin": page_principal(request).can("admin"),
+    })
+
+
+@tenant_page("agent")
+def segment_preview(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The live count and first members of the rules being edited (an htmx fragment)."""
+    try:
+        preview = selectors.segment_preview(tenant, rules_from_form(request.POST or request.GET), limit=10)
+    except DomainError as exc:
+        return render(request, "crm/_segment_preview.html", {"tenant": tenant, "error": exc.message})
+    return render(request, "crm/_segment_preview.html", {"tenant": tenant, "preview": preview})
+
+
+@tenant_page("agent")
+def segment_detail(request: HttpRequest, tenant: str, segment_id: str) -> HttpResponse:
+    """One segment: rules, live count and the first 50 members."""
+    segment = selectors.segment_get(tenant, segment_id)
+    preview = selectors.segment_preview(tenant, segment.id, limit=50)
+    return render(request, "crm/segment.html", {
+        "tenant": tenant, "segment": segment, "preview": preview,
+        "attributes": [(k, json.dumps(v, ensure_ascii=False)) for k, v in segment.rules.attributes.items()],
+        "is_admin": page_principal(request).can("admin"),
+    })
+
+
+@require_POST
+@tenant_page("admin")
+def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> HttpResponse:
+    """Delete a segment."""
+    try:
+        services.segment_delete(tenant, segment_id)
+    except DomainError as exc:
+        return render_error(request, exc)
+    messages.success(request, "Segment deleted.")
+    return redirect("crm:segments", tenant=tenant)

@@ -1,0 +1,49 @@
+"""Reads of deployments: bots, versions (newest first), the active pointer, the audit trail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .domain import ActivePointer, AuditEvent, BotVersion
+from .services import default_registry
+
+
+@dataclass(frozen=True)
+class BotSummary:
+    """A bot of the tenant with its active deployment (``None`` if nothing is live)."""
+
+    bot: str
+    active: ActivePointer | None
+
+
+def bot_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[BotSummary]:
+    """Return the tenant's bots (that published at least once) with their active version."""
+    registry = default_registry()
+    return [
+        BotSummary(bot=b, active=registry.active(tenant, b))
+        for b in registry.bots(tenant, limit=limit, after=after)
+    ]
+
+
+def version_list(
+    tenant: str, bot: str, *, limit: int = 50, after: str | None = None
+) -> list[BotVersion]:
+    """Return up to ``limit`` retained versions, newest first (``after``: previous page's cursor)."""
+    return default_registry().list(tenant, bot, limit, after)
+
+
+def version_get(tenant: str, bot: str, version: str) -> BotVersion:
+    """Return one retained version; ``NotFound`` if absent, pruned or foreign."""
+    return default_registry().get(tenant, bot, version)
+
+
+def deployment_active(tenant: str, bot: str) -> ActivePointer | None:
+    """Return the bot's active deployment, or ``None``."""
+    return default_registry().active(tenant, bot)
+
+
+def deployment_audit_list(
+    tenant: str, bot: str, *, limit: int = 50, after: str | None = None
+) -> list[AuditEvent]:
+    """Return the bot's audit trail, newest first (``after``: the last event id seen)."""
+    return default_registry().audit(tenant, bot, limit=limit, after=after)

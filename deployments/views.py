@@ -1,0 +1,143 @@
+"""Admin pages of deployments: the bots, a bot's versions timeline with gate
+status, activate / roll back with a confirmation step, and the audit log.
+
+Pages read with the agent role; activation and rollback need admin. The
+confirmation is a page of its own (works without JavaScript) whose form
+carries the active pointer's revision the admin saw: if someone else switched
+the deployment meanwhile, the admin gets a conflict, not a surprise.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from botmesh_admin.errors import DomainError, NotFound, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, tenant_page
+
+from . import selectors, services
+from .domain import validate_bot
+
+PAGE = 50
+ACTIONS = ("activate", "rollback")
+
+
+@tenant_page("agent")
+def bots(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The tenant's bots with their active version."""
+    after = request.GET.get("after") or None
+    items = selectors.bot_list(tenant, limit=PAGE, after=after)
+    return render(
+        request,
+        "deployments/bots.html",
+        {"tenant": tenant, "bots": items, "next": items[-1].bot if len(items) == PAGE else None},
+    )
+
+
+@tenant_page("agent")
+def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
+    """The versions timeline of one bot (newest first) with gates, actions and recent audit."""
+    validate_bot(bot)
+    versions = selectors.version_list(
+        tenant, bot, limit=PAGE, after=request.GET.get("after") or None
+    )
+    active = selectors.deployment_active(tenant, bot)
+    if not versions and active is None and not request.GET.get("after"):
+        raise NotFound(f"bot {bot!r} has no versions")
+    now = services.default_registry().clock()
+    rows = []
+    for v in versions:
+        is_active = active is not None and active.version == v.version
+        action = None
+        if not is_active and v.gates_passed:
+            action = "rollback" if active is not None and v.seq < active.seq else "activate"
+        rows.append({"v": v, "summary": v.gate_summary(now), "active": is_active, "action": action})
+    return render(
+        request,
+        "deployments/bot.html",
+        {
+            "tenant": tenant,
+            "bot": bot,
+            "rows": rows,
+            "active": active,
+            "next": str(versions[-1].seq) if len(versions) == PAGE else None,
+            "audit": selectors.deployment_audit_list(tenant, bot, limit=10),
+            "can_write": page_principal(request).can("admin"),
+        },
+    )
+
+
+def _revision(request: HttpRequest) -> int | None:
+    raw = request.POST.get("expected_revision", "")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        raise ValidationError("expected_revision", "not a number") from None
+
+
+@tenant_page("agent")
+def confirm(request: HttpRequest, tenant: str, bot: str, action: str, version: str) -> HttpResponse:
+    """GET: ask to confirm activating / rolling back to ``version``. POST (admin): do it."""
+    if action not in ACTIONS:
+        raise NotFound(f"no action {action!r}")
+    target = selectors.version_get(tenant, bot, version)
+    active = selectors.deployment_active(tenant, bot)
+    if request.method == "POST":
+        principal = page_principal(request)
+        principal.require("admin")
+        try:
+            if action == "activate":
+                services.deployment_activate(
+                    tenant,
+                    bot,
+                    version,
+                    actor=principal.actor,
+                    expected_revision=_revision(request),
+                )
+                messages.success(request, f"{bot} {version} is now active.")
+            else:
+                services.deployment_rollback(
+                    tenant,
+                    bot,
+                    to=version,
+                    actor=principal.actor,
+                    expected_revision=_revision(request),
+                )
+                messages.success(request, f"Rolled {bot} back to {version}.")
+        except DomainError as exc:
+            if exc.status == 404:
+                raise
+            messages.error(request, exc.message)
+        return redirect("deployments:bot", tenant=tenant, bot=bot)
+    return render(
+        request,
+        "deployments/confirm.html",
+        {
+            "tenant": tenant,
+            "bot": bot,
+            "action": action,
+            "target": target,
+            "active": active,
+            "revision": active.revision if active else 0,
+            "can_write": page_principal(request).can("admin"),
+        },
+    )
+
+
+@tenant_page("agent")
+def audit(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
+    """Every publish, gate run, activation, rollback and prune of the bot, newest first."""
+    events = selectors.deployment_audit_list(
+        tenant, bot, limit=PAGE, after=request.GET.get("after") or None
+    )
+    return render(
+        request,
+        "deployments/audit.html",
+        {
+            "tenant": tenant,
+            "bot": bot,
+            "events": events,
+            "next": events[-1].id if len(events) == PAGE else None,
+        },
+    )

@@ -1,0 +1,203 @@
+"""Admin pages of the hub: the catalogue, one plugin (manifest, permission diff,
+grant / enable buttons) and the audit trail.
+
+Pages read with the agent role; every write needs admin. Writes are plain
+POST forms that redirect back (they work without JavaScript) and carry the
+``revision`` the admin saw, so an approval applies to exactly that manifest:
+if it changed meanwhile, the admin gets a conflict message and the new diff.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, tenant_page
+
+from . import selectors, services
+from .domain import MAX_MANIFEST_BYTES
+
+PAGE = 50
+
+
+def _revision(request: HttpRequest) -> int | None:
+    raw = request.POST.get("expected_revision", "")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        raise ValidationError("expected_revision", "not a number") from None
+
+
+@tenant_page("agent")
+def plugins(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The catalogue of installed plugins with their status, and the install form."""
+    after = request.GET.get("after") or None
+    items = selectors.plugin_list(tenant, limit=PAGE, after=after)
+    runtime = selectors.hub_runtime()
+    rows = [
+        {"i": i, "status": i.status(runtime), "compat": i.compatibility(runtime)} for i in items
+    ]
+    return render(
+        request,
+        "hub/plugins.html",
+        {
+            "tenant": tenant,
+            "rows": rows,
+            "runtime": runtime,
+            "next": items[-1].plugin_id if len(items) == PAGE else None,
+            "can_write": page_principal(request).can("admin"),
+        },
+    )
+
+
+@require_POST
+@tenant_page("admin")
+def install(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Install a plugin from a pasted or uploaded manifest."""
+    upload = request.FILES.get("file")
+    if upload is not None:
+        if upload.size and upload.size > MAX_MANIFEST_BYTES:
+            messages.error(request, f"manifest: body larger than {MAX_MANIFEST_BYTES} bytes")
+            return redirect("hub:plugins", tenant=tenant)
+        raw: bytes = upload.read(MAX_MANIFEST_BYTES + 1)
+    else:
+        raw = request.POST.get("manifest", "").encode("utf-8")
+    try:
+        installation, created = services.plugin_install(
+            tenant, manifest=raw, actor=page_principal(request).actor
+        )
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect("hub:plugins", tenant=tenant)
+    verb = "Installed" if created else "Updated"
+    messages.success(request, f"{verb} {installation.plugin_id} {installation.manifest.version}.")
+    return redirect("hub:plugin", tenant=tenant, plugin_id=installation.plugin_id)
+
+
+@tenant_page("agent")
+def plugin(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """One plugin: status, permission diff, grant and enable buttons, manifest and audit."""
+    installation = selectors.plugin_get(tenant, plugin_id)
+    runtime = selectors.hub_runtime()
+    compatible, reason = installation.compatibility(runtime)
+    permissions = [
+        {
+            "name": p,
+            "granted": p in installation.granted,
+            "new": p in installation.added_permissions,
+        }
+        for p in installation.manifest.permissions
+    ]
+    return render(
+        request,
+        "hub/plugin.html",
+        {
+            "tenant": tenant,
+            "i": installation,
+            "status": installation.status(runtime),
+            "compatible": compatible,
+            "reason": reason,
+            "runtime": runtime,
+            "permissions": permissions,
+            "manifest_json": json.dumps(
+                installation.manifest.as_dict(), indent=2, ensure_ascii=False
+            ),
+            "audit": selectors.plugin_audit_list(tenant, plugin_id=plugin_id, limit=20),
+            "can_write": page_principal(request).can("admin"),
+        },
+    )
+
+
+def _act(request: HttpRequest, tenant: str, plugin_id: str, action: str) -> HttpResponse:
+    actor = page_principal(request).actor
+    try:
+        revision = _revision(request)
+        if action == "grant":
+            services.plugin_grant(
+                tenant,
+                plugin_id,
+                permissions=request.POST.getlist("permission"),
+                actor=actor,
+                expected_revision=revision,
+            )
+            messages.success(request, "Permissions granted.")
+        elif action == "revoke":
+            services.plugin_revoke(
+                tenant,
+                plugin_id,
+                permissions=request.POST.getlist("permission"),
+                actor=actor,
+                expected_revision=revision,
+            )
+            messages.success(request, "Permissions revoked.")
+        elif action == "enable":
+            services.plugin_enable(tenant, plugin_id, actor=actor, expected_revision=revision)
+            messages.success(request, f"{plugin_id} enabled.")
+        elif action == "disable":
+            services.plugin_disable(tenant, plugin_id, actor=actor, expected_revision=revision)
+            messages.success(request, f"{plugin_id} disabled.")
+        else:  # uninstall
+            services.plugin_uninstall(tenant, plugin_id, actor=actor)
+            messages.success(request, f"{plugin_id} uninstalled.")
+            return redirect("hub:plugins", tenant=tenant)
+    except DomainError as exc:
+        if exc.status == 404:
+            raise
+        messages.error(request, exc.message)
+    return redirect("hub:plugin", tenant=tenant, plugin_id=plugin_id)
+
+
+@require_POST
+@tenant_page("admin")
+def grant(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """Grant the checked permissions."""
+    return _act(request, tenant, plugin_id, "grant")
+
+
+@require_POST
+@tenant_page("admin")
+def revoke(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """Revoke the checked permissions."""
+    return _act(request, tenant, plugin_id, "revoke")
+
+
+@require_POST
+@tenant_page("admin")
+def enable(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """Enable the plugin (refused with the reason while permissions are pending)."""
+    return _act(request, tenant, plugin_id, "enable")
+
+
+@require_POST
+@tenant_page("admin")
+def disable(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """Disable the plugin."""
+    return _act(request, tenant, plugin_id, "disable")
+
+
+@require_POST
+@tenant_page("admin")
+def uninstall(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
+    """Uninstall the plugin."""
+    return _act(request, tenant, plugin_id, "uninstall")
+
+
+@tenant_page("agent")
+def audit(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The tenant's plugin audit trail, newest first."""
+    after = request.GET.get("after") or None
+    events = selectors.plugin_audit_list(tenant, limit=PAGE, after=after)
+    return render(
+        request,
+        "hub/audit.html",
+        {
+            "tenant": tenant,
+            "events": events,
+            "next": events[-1].id if len(events) == PAGE else None,
+        },
+    )

@@ -1,0 +1,539 @@
+"""Inbox value types, their validation and their JSON form (ARCHITECTURE §5, inbox).
+
+A *conversation* is one chat of one tenant, keyed by the chat key the bot ledger
+and the channel webhooks share (``whatsapp:573001112233``,
+``telegram:700000001``, ``telegram:<group>:<user>``). Its *messages* come from
+the bot's ledger (``StoredMessage``), from channel webhooks and from agents'
+replies; they are ordered by ``(timestamp_ms, id)``.
+
+Two version numbers, on purpose:
+
+- ``Conversation.version`` is the *agent-facing* version: it changes when the
+  assignee, status, handoff or blocked flag changes, and is what
+  ``conversation_assign(..., expected_version=)`` compares. A customer writing
+  again does not make an agent's assign fail.
+- ``revision`` (conversation, message, read marker) is the store's own version,
+  used by services for compare-and-set of whole records.
+
+Times are epoch milliseconds (``*_ms``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from botmesh_admin.errors import BadType, ValidationError
+
+DIRECTIONS = ("in", "out")
+CONVERSATION_STATUSES = ("open", "pending", "resolved")
+# WhatsApp delivery statuses only move forward; ``failed`` is final (Cloud API, "Status messages").
+DELIVERY_RANK = {"sent": 1, "delivered": 2, "read": 3, "failed": 4}
+REPLY_STATES = ("queued", "sending", "accepted", "failed", "not_confirmed")
+SOURCES = ("ledger", "webhook", "agent")
+MAX_ID = 200
+MAX_TEXT = 65536
+MAX_REPLY = 4096
+MAX_NOTE = 4000
+MAX_PREVIEW = 140
+MAX_EDITS = 20
+AGENT_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,150}$")
+CHANNEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+TYPE_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+CONVERSATION_ID_RE = re.compile(r"^cv_[0-9a-f]{20}$")
+MAX_MS = 2**53
+
+
+def now_ms() -> int:
+    """Return the wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def new_conversation_id() -> str:
+    """Return a fresh conversation id: ``cv_`` + 20 hex digits (a new id after each erasure)."""
+    return f"cv_{secrets.token_hex(10)}"
+
+
+def new_note_id(at_ms: int) -> str:
+    """Return a note id that sorts by creation time: ``n_<13 digit ms>_<6 hex>``."""
+    return f"n_{at_ms:013d}_{secrets.token_hex(3)}"
+
+
+def new_reply_id(at_ms: int) -> str:
+    """Return an agent reply's message id: ``r_<13 digit ms>_<8 hex>``."""
+    return f"r_{at_ms:013d}_{secrets.token_hex(4)}"
+
+
+def chat_hash(chat_key: str) -> str:
+    """Return the index key of a chat key (so raw chat ids never appear in store keys)."""
+    return hashlib.sha256(chat_key.encode()).hexdigest()[:32]
+
+
+def sort_key(timestamp_ms: int, message_id: str) -> str:
+    """Return the key that orders a conversation's messages: ``<13 digit ms>/<id>``."""
+    return f"{timestamp_ms:013d}/{message_id}"
+
+
+def preview(text: str | None) -> str | None:
+    """Return ``text`` cut to ``MAX_PREVIEW`` characters for list rows."""
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_PREVIEW else text[: MAX_PREVIEW - 1] + "…"
+
+
+# -- field validators ------------------------------------------------------------
+
+
+def check_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
+    """Return ``value`` (a string of at most ``max_len`` characters, or ``None`` unless required)."""
+    if value is None:
+        if required:
+            raise ValidationError(field, "is required")
+        return None
+    if not isinstance(value, str):
+        raise BadType(field, f"must be a string, not {type(value).__name__}")
+    if required and not value.strip():
+        raise ValidationError(field, "must not be blank")
+    if len(value) > max_len:
+        raise ValidationError(field, f"longer than {max_len} characters")
+    if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise ValidationError(field, "contains NUL or a lone surrogate")
+    return value
+
+
+def check_id(value: object, field: str) -> str:
+    """Return ``value`` if it is an id: 1..200 printable characters without spaces or ``/``."""
+    if not isinstance(value, str):
+        raise BadType(field, f"must be a string, not {type(value).__name__}")
+    if not 0 < len(value) <= MAX_ID:
+        raise ValidationError(field, f"must be 1..{MAX_ID} characters")
+    if not value.isprintable() or any(c.isspace() or c == "/" for c in value):
+        raise ValidationError(field, "must be printable characters without spaces or '/'")
+    return value
+
+
+def check_ms(value: object, field: str) -> int:
+    """Return ``value`` if it is epoch milliseconds (a non-negative int below 2**53)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadType(field, f"must be an integer of epoch milliseconds, not {type(value).__name__}")
+    if not 0 <= value < MAX_MS:
+        raise ValidationError(field, "must be epoch milliseconds (0 <= t < 2**53)")
+    return value
+
+
+def check_agent(value: object, field: str = "agent") -> str:
+    """Return ``value`` if it is an agent id (a username: letters, digits and ``_.@+-``)."""
+    if not isinstance(value, str):
+        raise BadType(field, f"must be a string, not {type(value).__name__}")
+    if not AGENT_RE.fullmatch(value):
+        raise ValidationError(field, "must be a username (1-150 letters, digits or _.@+-)")
+    return value
+
+
+def check_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise ValidationError(field, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def check_conversation_id(value: object, field: str = "conversation_id") -> str:
+    """Return ``value`` if it has the shape of a conversation id (``cv_`` + 20 hex digits)."""
+    if not isinstance(value, str) or not CONVERSATION_ID_RE.fullmatch(value):
+        raise ValidationError(field, "not a conversation id")
+    return value
+
+
+# -- the bot ledger record -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One record of a bot's message ledger, as the bot pushes it (JSON names in brackets).
+
+    ``id`` (``id``) is the bot's message id and the idempotency key;
+    ``chat_id`` (``chatId``) the conversation key; ``direction`` ``in`` (from the
+    user) or ``out`` (from the bot); ``timestamp_ms`` (``timestamp``) epoch ms.
+    ``dropped`` (``dropped``) is set by a bot that did *not* send an outbound
+    message, with the reason (``handoff`` while a human holds the chat).
+    """
+
+    id: str
+    tenant_id: str | None
+    channel: str
+    chat_id: str
+    sender_id: str
+    direction: str
+    type: str
+    body: str | None
+    timestamp_ms: int
+    provider_message_id: str | None = None
+    dropped: str | None = None
+    sender_name: str | None = None
+
+    @classmethod
+    def from_record(cls, data: object, field: str = "record") -> StoredMessage:
+        """Validate one ledger record (its JSON object); raise ``ValidationError`` naming ``field.<name>``."""
+        if not isinstance(data, Mapping):
+            raise BadType(field, "must be a JSON object")
+        tenant = data.get("tenantId")
+        if tenant is not None:
+            from botmesh_admin.kv.tenant import validate_id
+
+            validate_id(tenant, f"{field}.tenantId")
+        channel = data.get("channel")
+        if not isinstance(channel, str) or not CHANNEL_RE.fullmatch(channel):
+            raise ValidationError(f"{field}.channel", "must be a channel name like whatsapp or telegram")
+        direction = data.get("direction")
+        check_choice(direction, f"{field}.direction", DIRECTIONS)
+        kind = data.get("type", "text")
+        if not isinstance(kind, str) or not TYPE_RE.fullmatch(kind):
+            raise ValidationError(f"{field}.type", "must be a message type like text or image")
+        dropped = data.get("dropped")
+        if dropped is not None and (not isinstance(dropped, str) or not TYPE_RE.fullmatch(dropped)):
+            raise ValidationError(f"{field}.dropped", "must be a reason like handoff")
+        provider_id = data.get("providerMessageId")
+        return cls(
+            id=check_id(data.get("id"), f"{field}.id"),
+            tenant_id=tenant,
+            channel=channel,
+            chat_id=check_id(data.get("chatId"), f"{field}.chatId"),
+            sender_id=check_id(data.get("senderId"), f"{field}.senderId"),
+            direction=str(direction),
+            type=kind,
+            body=check_text(data.get("body"), f"{field}.body", MAX_TEXT),
+            timestamp_ms=check_ms(data.get("timestamp"), f"{field}.timestamp"),
+            provider_message_id=None if provider_id is None else check_id(provider_id, f"{field}.providerMessageId"),
+            dropped=dropped,
+            sender_name=check_text(data.get("senderName"), f"{field}.senderName", 200),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """Return the ledger JSON form (``from_record(to_record())`` round-trips)."""
+        record: dict[str, Any] = {
+            "id": self.id, "tenantId": self.tenant_id, "channel": self.channel, "chatId": self.chat_id,
+            "senderId": self.sender_id, "direction": self.direction, "type": self.type, "body": self.body,
+            "timestamp": self.timestamp_ms, "providerMessageId": self.provider_message_id,
+        }
+        if self.dropped is not None:
+            record["dropped"] = self.dropped
+        if self.sender_name is not None:
+            record["senderName"] = self.sender_name
+        return record
+
+
+# -- conversation ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Who took the chat from the bot and when; ``active`` False once given back (who/when too)."""
+
+    active: bool
+    taken_by: str
+    taken_at_ms: int
+    released_by: str | None = None
+    released_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One chat of a tenant. ``version`` is agent-facing, ``revision`` the store's (see module doc).
+
+    ``inbound_count`` counts messages from the user (the base of unread counts);
+    ``last_*`` describe the newest message by timestamp (the list row).
+    ``snoozed_until_ms``: a ``pending`` conversation that reopens at that time.
+    """
+
+    id: str
+    chat_key: str
+    channel: str
+    created_at_ms: int
+    status: str = "open"
+    assignee: str | None = None
+    version: int = 1
+    contact_id: str | None = None
+    display_name: str | None = None
+    blocked: bool = False
+    blocked_at_ms: int | None = None
+    blocked_evidence: str | None = None
+    handoff: Handoff | None = None
+    snoozed_until_ms: int | None = None
+    last_activity_ms: int = 0
+    last_message_id: str | None = None
+    last_text: str | None = None
+    last_direction: str | None = None
+    message_count: int = 0
+    inbound_count: int = 0
+    last_inbound_ms: int | None = None
+    updated_at_ms: int = 0
+    revision: int = 0
+
+    @property
+    def handed_off(self) -> bool:
+        """Return True while a human holds the chat (the bot must not answer)."""
+        return self.handoff is not None and self.handoff.active
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``revision``, which is the store's)."""
+        data = _plain(asdict(self))
+        data.pop("revision")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> Conversation:
+        """Build a conversation from ``to_json()`` output."""
+        values = _known(cls, data)
+        if values.get("handoff") is not None:
+            values["handoff"] = Handoff(**values["handoff"])
+        return cls(**values, revision=revision)
+
+
+def validate_conversation(conversation: Conversation) -> Conversation:
+    """Return ``conversation`` if every field is valid, else raise ``ValidationError``."""
+    c = conversation
+    check_conversation_id(c.id, "conversation.id")
+    check_id(c.chat_key, "conversation.chat_key")
+    if not CHANNEL_RE.fullmatch(c.channel):
+        raise ValidationError("conversation.channel", "must be a channel name")
+    check_choice(c.status, "conversation.status", CONVERSATION_STATUSES)
+    if c.assignee is not None:
+        check_agent(c.assignee, "conversation.assignee")
+    check_text(c.display_name, "conversation.display_name", 200)
+    check_text(c.blocked_evidence, "conversation.blocked_evidence", 500)
+    check_text(c.last_text, "conversation.last_text", MAX_PREVIEW)
+    for name in ("created_at_ms", "last_activity_ms", "updated_at_ms", "message_count", "inbound_count", "version"):
+        check_ms(getattr(c, name), f"conversation.{name}")
+    for name in ("snoozed_until_ms", "blocked_at_ms", "last_inbound_ms"):
+        if getattr(c, name) is not None:
+            check_ms(getattr(c, name), f"conversation.{name}")
+    if c.handoff is not None:
+        check_agent(c.handoff.taken_by, "conversation.handoff.taken_by")
+        check_ms(c.handoff.taken_at_ms, "conversation.handoff.taken_at_ms")
+        if c.handoff.released_by is not None:
+            check_agent(c.handoff.released_by, "conversation.handoff.released_by")
+    return c
+
+
+# -- message ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageReaction:
+    """An emoji a user put on a message (one per sender; a newer one replaces it)."""
+
+    sender_id: str
+    emoji: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A previous text of an edited message, and when it was replaced."""
+
+    text: str | None
+    replaced_at_ms: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Delivery state of an agent's reply through the outbox.
+
+    ``queued`` → ``sending`` (marked durably before the provider request) →
+    ``accepted`` or ``failed`` (``error_code``/``error_title`` shown to the agent).
+    ``not_confirmed``: a worker stopped between the request and its answer, so
+    nobody knows if it went out; it is never resent automatically (the agent may).
+    """
+
+    author: str
+    state: str
+    idempotency_key: str
+    attempts: int = 0
+    error_code: int | None = None
+    error_title: str | None = None
+    retry_at_ms: int | None = None
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation.
+
+    ``type``: text, image, video, audio, document, sticker, location, contacts,
+    button, unsupported, ... (``media``/``button``/``location`` hold the details,
+    ``text`` what a person reads: body, caption or button title).
+    ``status``: provider delivery status of an outbound message (sent < delivered
+    < read; failed is final with ``error_code``/``error_title``).
+    ``placeholder``: an outbound message known only from a status or a reaction
+    (sent outside the inbox); replaced by the full record when it arrives.
+    ``aliases``: other ids the same message arrived under (ledger and webhook).
+    """
+
+    id: str
+    conversation_id: str
+    direction: str
+    type: str
+    timestamp_ms: int
+    text: str | None = None
+    sender_id: str | None = None
+    sender_name: str | None = None
+    provider_message_id: str | None = None
+    source: str = "ledger"
+    status: str | None = None
+    status_at_ms: int | None = None
+    error_code: int | None = None
+    error_title: str | None = None
+    reactions: tuple[MessageReaction, ...] = ()
+    button: dict[str, Any] | None = None
+    media: dict[str, Any] | None = None
+    location: dict[str, Any] | None = None
+    reply_to: str | None = None
+    edits: tuple[Edit, ...] = ()
+    dropped: str | None = None
+    placeholder: bool = False
+    aliases: tuple[str, ...] = ()
+    reply: Reply | None = None
+    revision: int = 0
+
+    @property
+    def sort_key(self) -> str:
+        """Return the key that orders this message in its conversation."""
+        return sort_key(self.timestamp_ms, self.id)
+
+    @property
+    def edited(self) -> bool:
+        """Return True if the text was edited (``edits`` keeps the previous texts)."""
+        return bool(self.edits)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``revision``)."""
+        data = _plain(asdict(self))
+        data.pop("revision")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> Message:
+        """Build a message from ``to_json()`` output."""
+        values = _known(cls, data)
+        values["reactions"] = tuple(MessageReaction(**r) for r in values.get("reactions") or ())
+        values["edits"] = tuple(Edit(**e) for e in values.get("edits") or ())
+        values["aliases"] = tuple(values.get("aliases") or ())
+        if values.get("reply") is not None:
+            values["reply"] = Reply(**values["reply"])
+        return cls(**values, revision=revision)
+
+
+def validate_message(message: Message) -> Message:
+    """Return ``message`` if every field is valid, else raise ``ValidationError``."""
+    m = message
+    check_id(m.id, "message.id")
+    check_conversation_id(m.conversation_id, "message.conversation_id")
+    check_choice(m.direction, "message.direction", DIRECTIONS)
+    if not TYPE_RE.fullmatch(m.type):
+        raise ValidationError("message.type", "must be a message type like text or image")
+    check_ms(m.timestamp_ms, "message.timestamp_ms")
+    check_text(m.text, "message.text", MAX_TEXT)
+    check_text(m.sender_name, "message.sender_name", 200)
+    for name in ("sender_id", "provider_message_id", "reply_to"):
+        if getattr(m, name) is not None:
+            check_id(getattr(m, name), f"message.{name}")
+    check_choice(m.source, "message.source", SOURCES)
+    if m.status is not None:
+        check_choice(m.status, "message.status", tuple(DELIVERY_RANK))
+    for i, alias in enumerate(m.aliases):
+        check_id(alias, f"message.aliases[{i}]")
+    for i, reaction in enumerate(m.reactions):
+        check_text(reaction.emoji, f"message.reactions[{i}].emoji", 32)
+    if m.reply is not None:
+        check_choice(m.reply.state, "message.reply.state", REPLY_STATES)
+        check_agent(m.reply.author, "message.reply.author")
+    return m
+
+
+# -- notes and read markers --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    """A private note on a conversation (agents only; never sent to the customer)."""
+
+    id: str
+    conversation_id: str
+    author: str
+    text: str
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Note:
+        """Build a note from ``to_json()`` output."""
+        return cls(**_known(cls, data))
+
+
+def validate_note(note: Note) -> Note:
+    """Return ``note`` if valid: text 1..4000 characters, an agent author."""
+    check_text(note.text, "note.text", MAX_NOTE, required=True)
+    check_agent(note.author, "note.author")
+    check_conversation_id(note.conversation_id, "note.conversation_id")
+    check_ms(note.created_at_ms, "note.created_at_ms")
+    return note
+
+
+@dataclass(frozen=True)
+class ReadMarker:
+    """The last message ``agent`` read in a conversation (its id and its sort key)."""
+
+    conversation_id: str
+    agent: str
+    message_id: str
+    message_sort_key: str
+    at_ms: int
+    revision: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``revision``)."""
+        data = _plain(asdict(self))
+        data.pop("revision")
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> ReadMarker:
+        """Build a marker from ``to_json()`` output."""
+        return cls(**_known(cls, data), revision=revision)
+
+
+def validate_marker(marker: ReadMarker) -> ReadMarker:
+    """Return ``marker`` if valid."""
+    check_agent(marker.agent, "marker.agent")
+    check_id(marker.message_id, "marker.message_id")
+    check_conversation_id(marker.conversation_id, "marker.conversation_id")
+    return marker
+
+
+def _plain(value: Any) -> Any:
+    """Return ``value`` with tuples turned into lists (what a JSON store keeps)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)} - {"revision"}
+    return {k: v for k, v in data.items() if k in names}
+
+
+__all__ = [
+    "Conversation", "Edit", "Handoff", "Message", "MessageReaction", "Note", "ReadMarker", "Reply",
+    "StoredMessage", "replace",
+]

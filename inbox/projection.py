@@ -1,0 +1,474 @@
+"""Projection services: bot ledger records and channel events become conversations and messages.
+
+Every function here is a *write* (a services module, named for what it does)
+and is idempotent: the journal delivers at least once, so projecting the same
+record or event twice changes nothing the second time.
+
+- ``StoredMessage`` (bot ledger): idempotent by message id; a message the
+  webhook already brought (same provider message id) is recorded as an alias.
+- ``InboundMessage`` (webhook): a new message; a reaction attaches to the
+  message it reacts to; an edit replaces the text and keeps the previous one.
+- ``StatusUpdate``: delivery status moves forward only (sent < delivered <
+  read); ``failed`` is final and keeps its code and title.
+- ``MemberUpdate``: ``kicked``/``left`` marks the conversation blocked and sets
+  the contact's consent on that channel to ``denied`` with the evidence.
+
+A status or reaction for a message the inbox has not seen yet creates a
+*placeholder* outbound message, which the full record replaces when it arrives.
+Conflicting writers are handled by read → compare-and-set → retry.
+
+Logs carry conversation ids and hashed chat ids only, never raw chat or sender ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botmesh_admin.errors import Conflict, DomainError
+
+from .domain import (
+    DELIVERY_RANK,
+    MAX_EDITS,
+    Conversation,
+    Edit,
+    Message,
+    MessageReaction,
+    StoredMessage,
+    check_id,
+    new_conversation_id,
+    preview,
+    replace,
+    validate_conversation,
+    validate_message,
+)
+from .stores.base import Change
+
+if TYPE_CHECKING:
+    from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
+
+    from .services import Inbox
+
+log = logging.getLogger(__name__)
+
+RETRIES = 50
+UNPLACED = "cv_" + "0" * 20  # the conversation id a message gets once it is placed
+
+
+@dataclass(frozen=True)
+class Projected:
+    """What a projection did: ``outcome`` is ``created``, ``updated``, ``duplicate`` or ``ignored``."""
+
+    outcome: str
+    conversation_id: str | None = None
+    message_id: str | None = None
+
+
+def _backoff(attempt: int) -> None:
+    if attempt:
+        time.sleep(min(0.05, 0.001 * (2 ** min(attempt, 6))) * random.random())
+
+
+def _hash(value: str | None) -> str:
+    from botmesh_admin.observability.tracing import hash_id
+
+    return hash_id(value) if value else "-"
+
+
+def _count(name: str) -> None:
+    from botmesh_admin.observability.metrics import count
+
+    count(name)
+
+
+# -- conversation bookkeeping ---------------------------------------------------------
+
+
+def _new_conversation(chat_key: str, channel: str, at_ms: int) -> Conversation:
+    return Conversation(
+        id=new_conversation_id(), chat_key=chat_key, channel=channel, created_at_ms=at_ms,
+        updated_at_ms=at_ms,
+    )
+
+
+def _after_message(conv: Conversation, m: Message, now: int, removed: Message | None = None) -> Conversation:
+    """Return the conversation with ``m`` counted (``removed``: the placeholder it replaces)."""
+    newest = (m.timestamp_ms, m.id) >= (conv.last_activity_ms, conv.last_message_id or "")
+    if removed is not None and removed.id == conv.last_message_id:
+        newest = True
+    changes: dict[str, Any] = {
+        "message_count": conv.message_count + (0 if removed is not None else 1),
+        "updated_at_ms": now,
+    }
+    if newest:
+        changes.update(
+            last_activity_ms=max(m.timestamp_ms, 0), last_message_id=m.id,
+            last_text=preview(m.text) if m.text else f"[{m.type}]", last_direction=m.direction,
+        )
+    if m.direction == "in":
+        changes["inbound_count"] = conv.inbound_count + 1
+        changes["last_inbound_ms"] = max(conv.last_inbound_ms or 0, m.timestamp_ms)
+        if m.sender_name and not conv.display_name:
+            changes["display_name"] = m.sender_name[:200]
+        # A customer writing again reopens a resolved or snoozed conversation.
+        if newest and (conv.status == "resolved" or conv.snoozed_until_ms is not None):
+            changes.update(status="open", snoozed_until_ms=None, version=conv.version + 1)
+    return replace(conv, **changes)
+
+
+def _merge_placeholder(m: Message, placeholder: Message) -> Message:
+    """Return ``m`` carrying what was learnt about it while only its provider id was known."""
+    ahead = DELIVERY_RANK.get(placeholder.status or "", 0) > DELIVERY_RANK.get(m.status or "", 0)
+    source = placeholder if ahead else m
+    return replace(
+        m,
+        status=source.status,
+        status_at_ms=source.status_at_ms,
+        error_code=source.error_code,
+        error_title=source.error_title,
+        reactions=placeholder.reactions + tuple(
+            r for r in m.reactions if r.sender_id not in {p.sender_id for p in placeholder.reactions}
+        ),
+        aliases=tuple(dict.fromkeys((*m.aliases, *placeholder.aliases))),
+    )
+
+
+# -- the projection loop ----------------------------------------------------------------
+
+
+def ingest(
+    inbox: Inbox,
+    tenant: str,
+    message: Message,
+    *,
+    chat_key: str,
+    channel: str,
+    contact: Callable[[Conversation], str | None] | None = None,
+) -> Projected:
+    """Add ``message`` (its ``conversation_id`` is filled in) to the conversation of ``chat_key``.
+
+    Idempotent by message id; a message whose provider id belongs to a message
+    already stored is recorded as an alias of it (``duplicate``); one that
+    replaces a placeholder takes over its status and reactions. ``contact``
+    (called outside the write) returns the CRM contact id for the conversation.
+    """
+    store = inbox.store
+    for attempt in range(RETRIES):
+        _backoff(attempt)
+        existing = store.message_get(tenant, message.id)
+        if existing is not None:
+            return Projected("duplicate", existing.conversation_id, existing.id)
+        conv = store.conversation_by_chat(tenant, chat_key) or _new_conversation(chat_key, channel, inbox.clock())
+        m = replace(message, conversation_id=conv.id)
+        removed: Message | None = None
+        if m.provider_message_id:
+            twin = store.message_by_provider_id(tenant, m.provider_message_id)
+            if twin is not None and not twin.placeholder:
+                try:
+                    store.write(tenant, Change(
+                        messages=(replace(twin, aliases=(*twin.aliases, m.id)),), aliases=((m.id, twin),),
+                    ))
+                except Conflict:
+                    continue
+                return Projected("duplicate", twin.conversation_id, twin.id)
+            if twin is not None and twin.conversation_id == conv.id:
+                removed, m = twin, _merge_placeholder(m, twin)
+        if contact is not None and m.direction == "in":
+            contact_id = contact(conv)
+            if contact_id and contact_id != conv.contact_id:
+                conv = replace(conv, contact_id=contact_id)
+        new_conv = validate_conversation(_after_message(conv, validate_message(m), inbox.clock(), removed))
+        try:
+            store.write(tenant, Change(conversation=new_conv, messages=(m,), removed=(removed,) if removed else ()))
+        except Conflict:
+            continue
+        if conv.revision == 0:
+            _count("conversations.started")
+        return Projected("created", conv.id, m.id)
+    raise Conflict(f"conversation {_hash(chat_key)} is too busy; the record will be retried")
+
+
+def update_message(
+    inbox: Inbox, tenant: str, find: Callable[[], Message | None], change: Callable[[Message], Message | None],
+    *, alias: str | None = None,
+) -> Projected | None:
+    """Apply ``change`` to the message ``find`` returns, by compare-and-set; ``None`` if not found.
+
+    ``change`` returns the new message or ``None`` for "nothing to do". ``alias``
+    (an event's own id) is claimed for the message in the same write, so a
+    redelivered event is recognised as a duplicate.
+    """
+    for attempt in range(RETRIES):
+        _backoff(attempt)
+        if alias is not None:
+            seen = inbox.store.message_get(tenant, alias)
+            if seen is not None:
+                return Projected("duplicate", seen.conversation_id, seen.id)
+        current = find()
+        if current is None:
+            return None
+        new = change(current)
+        if new is None and alias is None:
+            return Projected("duplicate", current.conversation_id, current.id)
+        new = new or current
+        aliases: tuple[tuple[str, Message], ...] = ()
+        if alias is not None:
+            new = replace(new, aliases=(*new.aliases, alias))
+            aliases = ((alias, new),)
+        try:
+            inbox.store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
+        except Conflict:
+            continue
+        return Projected("updated", current.conversation_id, current.id)
+    raise Conflict("message is too busy; the record will be retried")
+
+
+# -- ledger records -------------------------------------------------------------------
+
+
+def project_stored(inbox: Inbox, tenant: str, record: StoredMessage) -> Projected:
+    """Project one bot ledger record into ``tenant`` (the caller checked the record's tenant)."""
+    message = Message(
+        id=record.id, conversation_id=UNPLACED, direction=record.direction, type=record.type,
+        timestamp_ms=record.timestamp_ms, text=record.body, sender_id=record.sender_id,
+        sender_name=record.sender_name, provider_message_id=record.provider_message_id, source="ledger",
+        dropped=record.dropped,
+        status="sent" if record.direction == "out" and record.provider_message_id and not record.dropped else None,
+        status_at_ms=record.timestamp_ms if record.direction == "out" and record.provider_message_id else None,
+    )
+    result = ingest(
+        inbox, tenant, message, chat_key=record.chat_id, channel=record.channel,
+        contact=lambda conv: _contact_for(tenant, conv, record.channel, record.sender_id, record.sender_name),
+    )
+    if result.outcome == "created":
+        if record.direction == "in":
+            _count("messages.in")
+        elif record.dropped == "handoff":
+            _count("dropped.handoff")
+        elif record.dropped is None:
+            _count("messages.out")
+    log.debug("inbox ledger %s conversation=%s outcome=%s", record.id, result.conversation_id, result.outcome)
+    return result
+
+
+# -- channel events -------------------------------------------------------------------
+
+
+def _media(event: InboundMessage) -> dict[str, Any] | None:
+    if event.media is None:
+        return None
+    m = event.media
+    return {k: v for k, v in (
+        ("id", m.id), ("mime_type", m.mime_type), ("caption", m.caption), ("filename", m.filename),
+        ("size_bytes", m.size_bytes), ("width", m.width), ("height", m.height),
+    ) if v is not None}
+
+
+def _placeholder(inbox: Inbox, provider_id: str, at_ms: int, **fields: Any) -> Message:
+    return Message(
+        id=check_id(provider_id, "event.provider_message_id"), conversation_id=UNPLACED,
+        direction="out", type="text", timestamp_ms=at_ms, provider_message_id=provider_id,
+        source="webhook", placeholder=True, **fields,
+    )
+
+
+def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+    """Project a webhook ``InboundMessage`` (a message, a reaction, a button reply or an edit)."""
+    if event.reaction is not None:
+        return _project_reaction(inbox, tenant, event)
+    if event.edit_of is not None:
+        edited = _project_edit(inbox, tenant, event)
+        if edited is not None:
+            return edited
+    message = Message(
+        id=check_id(event.edit_of or event.provider_message_id, "event.provider_message_id"),
+        conversation_id=UNPLACED, direction="in", type=event.type,
+        timestamp_ms=event.timestamp_ms, text=event.text, sender_id=event.sender_id,
+        sender_name=event.sender_name, provider_message_id=event.edit_of or event.provider_message_id,
+        source="webhook", media=_media(event), reply_to=event.reply_to,
+        button=None if event.button is None else {
+            "id": event.button.id, "title": event.button.title, "kind": event.button.kind,
+        },
+        location=None if event.location is None else {
+            "latitude": event.location.latitude, "longitude": event.location.longitude,
+            "name": event.location.name, "address": event.location.address,
+        },
+        edits=(Edit(None, event.timestamp_ms),) if event.edit_of else (),
+    )
+    result = ingest(
+        inbox, tenant, message, chat_key=event.chat_key, channel=event.channel,
+        contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
+    )
+    if result.outcome == "created":
+        _count("messages.in")
+    return result
+
+
+def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+    assert event.reaction is not None
+    target_id, emoji = event.reaction.target_message_id, event.reaction.emoji
+    reaction = MessageReaction(sender_id=event.sender_id, emoji=emoji, at_ms=event.timestamp_ms)
+
+    def react(m: Message) -> Message | None:
+        mine = [r for r in m.reactions if r.sender_id == event.sender_id]
+        if mine and mine[0].at_ms > event.timestamp_ms:
+            return None  # an older reaction arriving late does not undo a newer one
+        others = tuple(r for r in m.reactions if r.sender_id != event.sender_id)
+        return replace(m, reactions=others + ((reaction,) if emoji else ()))
+
+    done = update_message(
+        inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, target_id), react,
+        alias=event.provider_message_id,
+    )
+    if done is not None:
+        return done
+    placeholder = _placeholder(
+        inbox, target_id, event.timestamp_ms, reactions=(reaction,) if emoji else (),
+        aliases=(event.provider_message_id,),
+    )
+    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel)
+    if result.outcome == "duplicate":  # the target arrived meanwhile: attach to it
+        return project_inbound(inbox, tenant, event)
+    return result
+
+
+def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected | None:
+    assert event.edit_of is not None
+
+    def edit(m: Message) -> Message | None:
+        if m.text == event.text:
+            return None
+        edits = (*m.edits, Edit(m.text, event.timestamp_ms))[-MAX_EDITS:]
+        return replace(m, text=event.text, edits=edits, media=_media(event) or m.media)
+
+    return update_message(
+        inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, event.edit_of or ""), edit,
+        alias=event.provider_message_id,
+    )
+
+
+def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
+    """Apply a delivery status to the outbound message with that provider id (forward only)."""
+    rank = DELIVERY_RANK.get(event.status)
+    if rank is None:
+        return Projected("ignored")
+
+    def advance(m: Message) -> Message | None:
+        current = DELIVERY_RANK.get(m.status or "", 0)
+        if m.status == "failed" or rank <= current:
+            return None  # statuses only move forward; failed is final
+        changes: dict[str, Any] = {"status": event.status, "status_at_ms": event.timestamp_ms}
+        if event.status == "failed":
+            changes.update(error_code=event.error_code, error_title=event.error_title)
+        return replace(m, **changes)
+
+    pid = event.provider_message_id
+    done = update_message(inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, pid), advance)
+    if done is not None:
+        if done.outcome == "updated" and event.status == "failed":
+            _count("messages.out_failed")
+        return done
+    if not event.chat_key:
+        log.info("inbox status for unknown message %s and no chat; ignored", _hash(pid))
+        return Projected("ignored")
+    placeholder = _placeholder(
+        inbox, pid, event.timestamp_ms, status=event.status, status_at_ms=event.timestamp_ms,
+        error_code=event.error_code if event.status == "failed" else None,
+        error_title=event.error_title if event.status == "failed" else None,
+    )
+    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel)
+    if result.outcome == "duplicate":
+        return project_status(inbox, tenant, event)
+    return result
+
+
+def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
+    """Record that the user blocked (``kicked``/``left``) or unblocked (``member``) the bot."""
+    evidence = (
+        f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} "
+        f"at {event.timestamp_ms} ms"
+    )
+    contact_id: str | None = None
+    for attempt in range(RETRIES):
+        _backoff(attempt)
+        conv = inbox.store.conversation_by_chat(tenant, event.chat_key)
+        if conv is None:
+            conv = _new_conversation(event.chat_key, event.channel, inbox.clock())
+            conv = replace(conv, last_activity_ms=event.timestamp_ms)
+        if contact_id is None and event.sender_id:
+            contact_id = _contact_for(tenant, conv, event.channel, event.sender_id, None)
+        if event.blocked:
+            if conv.blocked and conv.blocked_at_ms is not None and conv.blocked_at_ms >= event.timestamp_ms:
+                if conv.contact_id:  # a retry after a consent failure finishes the job
+                    _consent_denied(tenant, conv.contact_id, event.channel, conv.blocked_evidence or evidence)
+                return Projected("duplicate", conv.id)
+            new = replace(conv, blocked=True, blocked_at_ms=event.timestamp_ms, blocked_evidence=evidence)
+        elif event.status == "member" and conv.blocked and (conv.blocked_at_ms or 0) < event.timestamp_ms:
+            new = replace(conv, blocked=False, blocked_at_ms=event.timestamp_ms, blocked_evidence=evidence)
+        else:
+            return Projected("ignored", conv.id if conv.revision else None)
+        new = replace(new, version=conv.version + 1, updated_at_ms=inbox.clock(),
+                      contact_id=conv.contact_id or contact_id)
+        try:
+            inbox.store.write(tenant, Change(conversation=validate_conversation(new)))
+        except Conflict:
+            continue
+        break
+    else:
+        raise Conflict("conversation is too busy; the record will be retried")
+    if event.blocked and new.contact_id:
+        _consent_denied(tenant, new.contact_id, event.channel, evidence)
+    if event.blocked:
+        _count("dropped.blocked")
+    return Projected("updated", new.id)
+
+
+# -- CRM ------------------------------------------------------------------------------
+
+
+def _address(channel: str, sender_id: str) -> str | None:
+    """Return the CRM address of a sender id (``whatsapp:5730…`` → ``+5730…``; ``telegram:7…`` → ``7…``)."""
+    prefix, _, rest = sender_id.partition(":")
+    if prefix != channel or not rest:
+        return None
+    if channel == "whatsapp":
+        return "+" + rest if rest.isdigit() else None
+    if channel == "telegram":
+        return rest if rest.isdigit() else None
+    return None
+
+
+def _contact_for(tenant: str, conv: Conversation, channel: str, sender_id: str, name: str | None) -> str | None:
+    """Upsert the sender's CRM contact; return its id (``None`` if CRM is unavailable or not applicable).
+
+    A CRM failure is reported (log + ``errors`` metric) and never stops the
+    message from being projected; the next inbound message tries again.
+    """
+    address = _address(channel, sender_id)
+    if address is None:
+        return conv.contact_id
+    try:
+        from crm.services import contact_upsert_identity
+
+        contact = contact_upsert_identity(tenant, channel=channel, address=address, name=name, source="inbox")
+        return contact.id
+    except (DomainError, ImportError) as exc:
+        log.warning("inbox contact upsert failed conversation=%s: %s", conv.id, type(exc).__name__)
+        _count("errors")
+        return conv.contact_id
+
+
+def _consent_denied(tenant: str, contact_id: str, channel: str, evidence: str) -> None:
+    try:
+        from crm.services import consent_set
+
+        consent_set(tenant, contact_id, channel=channel, status="denied", source=f"{channel}:my_chat_member",
+                    evidence=evidence)
+    except (DomainError, ImportError) as exc:
+        log.warning("inbox consent update failed contact=%s: %s", contact_id, type(exc).__name__)
+        _count("errors")
+        raise

@@ -1,0 +1,223 @@
+"""Inbox reads: conversation lists with unread badges, threads, notes, handoff state.
+
+Tenant first, the rest keyword-only. A conversation of another tenant is
+``NotFound`` (it is simply absent from this tenant's store). Times are epoch ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from botmesh_admin.errors import NotFound, ValidationError
+
+from .domain import (
+    CONVERSATION_STATUSES,
+    Conversation,
+    Message,
+    Note,
+    check_agent,
+    check_conversation_id,
+    now_ms,
+    sort_key,
+)
+from .stores import default_store
+from .stores.base import InboxStore, activity_cursor
+
+VIEWS = ("all", "mine", "unassigned")
+SCAN_BATCH = 200
+MAX_SCANNED = 5000
+UNREAD_BATCH = 500
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    """A list row: the conversation, its effective status and the agent's unread count."""
+
+    conversation: Conversation
+    status: str
+    unread: int
+
+
+def effective_status(conversation: Conversation, now: int | None = None) -> str:
+    """Return the status an agent sees: a snoozed conversation whose time has come is ``open``."""
+    c = conversation
+    if c.status == "pending" and c.snoozed_until_ms is not None and c.snoozed_until_ms <= (now or now_ms()):
+        return "open"
+    return c.status
+
+
+def conversation_get(tenant: str, conversation_id: str, *, store: InboxStore | None = None) -> Conversation:
+    """Return the conversation; raise ``NotFound`` if it does not exist in ``tenant``."""
+    check_conversation_id(conversation_id)
+    conversation = (store or default_store()).conversation_get(tenant, conversation_id)
+    if conversation is None:
+        raise NotFound(f"conversation {conversation_id} not found")
+    return conversation
+
+
+def unread_count(
+    tenant: str, conversation: Conversation, *, agent: str, store: InboxStore | None = None
+) -> int:
+    """Return how many inbound messages come after ``agent``'s read marker (exact).
+
+    Without a marker every inbound message is unread.
+    """
+    store = store or default_store()
+    marker = store.marker_get(tenant, conversation.id, agent)
+    if marker is None:
+        return conversation.inbound_count
+    if conversation.last_message_id is None or marker.message_sort_key >= sort_key(
+        conversation.last_activity_ms, conversation.last_message_id
+    ):
+        return 0
+    count, after = 0, marker.message_sort_key
+    while True:
+        page = store.message_page(tenant, conversation.id, after=after, limit=UNREAD_BATCH)
+        count += sum(1 for m in page if m.direction == "in")
+        if len(page) < UNREAD_BATCH:
+            return count
+        after = page[-1].sort_key
+
+
+def conversation_list(
+    tenant: str,
+    *,
+    agent: str,
+    view: str = "all",
+    status: str | None = None,
+    channel: str | None = None,
+    unread_only: bool = False,
+    limit: int = 50,
+    after: str | None = None,
+    store: InboxStore | None = None,
+) -> tuple[list[ConversationRow], str | None]:
+    """Return one page of conversations, newest activity first, and the cursor of the next page.
+
+    ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
+    ``status``: open / pending / resolved (effective status, see
+    ``effective_status``); ``channel``: whatsapp, telegram…; ``unread_only``:
+    only rows where ``agent`` has unread messages. At most ``MAX_SCANNED``
+    conversations are examined per call; the cursor continues from there.
+    """
+    check_agent(agent)
+    if view not in VIEWS:
+        raise ValidationError("view", f"must be one of {', '.join(VIEWS)}")
+    if status is not None and status not in CONVERSATION_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    store = store or default_store()
+    now = now_ms()
+    rows: list[ConversationRow] = []
+    cursor, scanned = after, 0
+    while scanned < MAX_SCANNED:
+        page, next_cursor = store.conversation_page(tenant, after=cursor, limit=SCAN_BATCH)
+        for i, c in enumerate(page):
+            scanned += 1
+            cursor = activity_cursor(c)
+            if view == "mine" and c.assignee != agent or view == "unassigned" and c.assignee is not None:
+                continue
+            shown = effective_status(c, now)
+            if status is not None and shown != status or channel is not None and c.channel != channel:
+                continue
+            unread = unread_count(tenant, c, agent=agent, store=store)
+            if unread_only and not unread:
+                continue
+            rows.append(ConversationRow(c, shown, unread))
+            if len(rows) == limit:
+                last_of_all = i == len(page) - 1 and next_cursor is None
+                return rows, None if last_of_all else cursor
+        if next_cursor is None:
+            return rows, None
+    return rows, cursor
+
+
+def unread_total(tenant: str, *, agent: str, view: str = "all", store: InboxStore | None = None) -> int:
+    """Return ``agent``'s unread inbound messages over every conversation of ``view``."""
+    store = store or default_store()
+    total, cursor = 0, None
+    while True:
+        rows, cursor = conversation_list(
+            tenant, agent=agent, view=view, unread_only=True, limit=200, after=cursor, store=store
+        )
+        total += sum(r.unread for r in rows)
+        if cursor is None:
+            return total
+
+
+def message_list(
+    tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 100,
+    store: InboxStore | None = None,
+) -> tuple[list[Message], str | None]:
+    """Return messages in order (timestamp, then id) after the cursor, and the next cursor."""
+    store = store or default_store()
+    conversation_get(tenant, conversation_id, store=store)
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    page = store.message_page(tenant, conversation_id, after=after, limit=limit + 1)
+    more = len(page) > limit
+    page = page[:limit]
+    return page, (page[-1].sort_key if more and page else None)
+
+
+def message_latest(
+    tenant: str, conversation_id: str, *, limit: int = 100, store: InboxStore | None = None
+) -> list[Message]:
+    """Return the newest ``limit`` messages of a conversation, oldest first (the thread view)."""
+    store = store or default_store()
+    conversation_get(tenant, conversation_id, store=store)
+    window: list[Message] = []
+    after: str | None = None
+    while True:
+        page = store.message_page(tenant, conversation_id, after=after, limit=1000)
+        window = (window + page)[-limit:]
+        if len(page) < 1000:
+            return window
+        after = page[-1].sort_key
+
+
+def message_get(tenant: str, message_id: str, *, store: InboxStore | None = None) -> Message:
+    """Return a message by id (or alias); ``NotFound`` if absent."""
+    message = (store or default_store()).message_get(tenant, message_id)
+    if message is None:
+        raise NotFound(f"message {message_id} not found")
+    return message
+
+
+def note_list(
+    tenant: str, conversation_id: str, *, limit: int = 50, after: str | None = None,
+    store: InboxStore | None = None,
+) -> tuple[list[Note], str | None]:
+    """Return notes oldest first; ``after`` is the id of the last note of the previous page."""
+    store = store or default_store()
+    conversation_get(tenant, conversation_id, store=store)
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    notes = store.note_page(tenant, conversation_id, after=after, limit=limit + 1)
+    more = len(notes) > limit
+    notes = notes[:limit]
+    return notes, (notes[-1].id if more and notes else None)
+
+
+@dataclass(frozen=True)
+class HandoffState:
+    """What a bot asks before answering a chat: may it answer (``handed_off`` False)?"""
+
+    chat_key: str
+    handed_off: bool
+    conversation_id: str | None = None
+    taken_by: str | None = None
+    taken_at_ms: int | None = None
+    released_by: str | None = None
+    released_at_ms: int | None = None
+
+
+def handoff_get(tenant: str, chat_key: str, *, store: InboxStore | None = None) -> HandoffState:
+    """Return the handoff state of a chat (not handed off if the inbox does not know the chat)."""
+    conversation = (store or default_store()).conversation_by_chat(tenant, chat_key)
+    if conversation is None or conversation.handoff is None:
+        return HandoffState(chat_key, False, conversation.id if conversation else None)
+    h = conversation.handoff
+    return HandoffState(
+        chat_key, h.active, conversation.id, h.taken_by, h.taken_at_ms, h.released_by, h.released_at_ms
+    )

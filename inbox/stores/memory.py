@@ -1,0 +1,219 @@
+"""The reference inbox store: plain dicts under one lock (one process)."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from inbox.domain import Conversation, Message, Note, ReadMarker, chat_hash, replace
+
+from .base import MAX_SCAN, Change, activity_cursor
+
+
+def _check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_SCAN:
+        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+
+
+@dataclass
+class _Tenant:
+    conversations: dict[str, Conversation] = field(default_factory=dict)
+    chats: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, dict[str, Message]] = field(default_factory=lambda: defaultdict(dict))
+    ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    provider_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    notes: dict[str, dict[str, Note]] = field(default_factory=lambda: defaultdict(dict))
+    markers: dict[tuple[str, str], ReadMarker] = field(default_factory=dict)
+    tombstones: set[str] = field(default_factory=set)
+
+
+_cursor = activity_cursor
+
+
+class MemoryInboxStore:
+    """``InboxStore`` in memory; thread-safe, not shared between processes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tenants: dict[str, _Tenant] = defaultdict(_Tenant)
+
+    def conversation_get(self, tenant: str, conversation_id: str) -> Conversation | None:
+        with self._lock:
+            return self._tenants[tenant].conversations.get(conversation_id)
+
+    def conversation_by_chat(self, tenant: str, chat_key: str) -> Conversation | None:
+        with self._lock:
+            t = self._tenants[tenant]
+            cid = t.chats.get(chat_hash(chat_key))
+            return None if cid is None else t.conversations.get(cid)
+
+    def conversation_page(
+        self, tenant: str, *, after: str | None = None, limit: int = 50
+    ) -> tuple[list[Conversation], str | None]:
+        _check_limit(limit)
+        with self._lock:
+            ordered = sorted(self._tenants[tenant].conversations.values(), key=_cursor)
+        if after is not None:
+            ordered = [c for c in ordered if _cursor(c) > after]
+        page = ordered[:limit]
+        return page, (_cursor(page[-1]) if len(ordered) > limit else None)
+
+    def _at(self, t: _Tenant, pointer: tuple[str, str] | None) -> Message | None:
+        return None if pointer is None else t.messages.get(pointer[0], {}).get(pointer[1])
+
+    def message_get(self, tenant: str, message_id: str) -> Message | None:
+        with self._lock:
+            t = self._tenants[tenant]
+            return self._at(t, t.ids.get(message_id))
+
+    def message_by_provider_id(self, tenant: str, provider_message_id: str) -> Message | None:
+        with self._lock:
+            t = self._tenants[tenant]
+            return self._at(t, t.provider_ids.get(provider_message_id))
+
+    def message_page(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        _check_limit(limit)
+        with self._lock:
+            messages = self._tenants[tenant].messages.get(conversation_id, {})
+            keys = sorted(k for k in messages if after is None or k > after)[:limit]
+            return [messages[k] for k in keys]
+
+    def write(self, tenant: str, change: Change) -> Change:
+        with self._lock:
+            t = self._tenants[tenant]
+            self._check(t, change)
+            new_conversation = None
+            if change.conversation is not None:
+                c = change.conversation
+                new_conversation = replace(c, revision=c.revision + 1)
+                t.conversations[c.id] = new_conversation
+                t.chats[chat_hash(c.chat_key)] = c.id
+            for m in change.removed:
+                del t.messages[m.conversation_id][m.sort_key]
+                for message_id in (m.id, *m.aliases):
+                    t.ids.pop(message_id, None)
+                if m.provider_message_id:
+                    t.provider_ids.pop(m.provider_message_id, None)
+            messages = []
+            for m in change.messages:
+                stored = replace(m, revision=m.revision + 1)
+                t.messages[m.conversation_id][m.sort_key] = stored
+                for message_id in (m.id, *m.aliases) if m.revision == 0 else (m.id,):
+                    t.ids[message_id] = (m.conversation_id, m.sort_key)
+                if m.provider_message_id:
+                    t.provider_ids[m.provider_message_id] = (m.conversation_id, m.sort_key)
+                messages.append(stored)
+            for alias, m in change.aliases:
+                t.ids[alias] = (m.conversation_id, m.sort_key)
+            return Change(new_conversation, tuple(messages), change.removed, change.aliases)
+
+    def _check(self, t: _Tenant, change: Change) -> None:
+        c = change.conversation
+        if c is not None:
+            current = t.conversations.get(c.id)
+            revision = 0 if current is None else current.revision
+            if revision != c.revision:
+                raise Conflict("conversation changed concurrently", current_version=revision or None)
+            if c.revision == 0 and chat_hash(c.chat_key) in t.chats:
+                raise Conflict("chat key already has a conversation")
+        for m in change.removed:
+            current = t.messages.get(m.conversation_id, {}).get(m.sort_key)
+            if current is None or current.revision != m.revision:
+                raise Conflict("message changed concurrently")
+        removed_ids = {i for m in change.removed for i in (m.id, *m.aliases)}
+        for m in change.messages:
+            current = t.messages.get(m.conversation_id, {}).get(m.sort_key)
+            if current is not None and any(r.sort_key == m.sort_key for r in change.removed):
+                current = None
+            revision = 0 if current is None else current.revision
+            if revision != m.revision:
+                raise Conflict("message changed concurrently", current_version=revision or None)
+            for message_id in (m.id, *m.aliases) if m.revision == 0 else ():
+                if message_id in t.ids and message_id not in removed_ids:
+                    raise Conflict(f"message id {message_id!r} already exists")
+        for alias, _ in change.aliases:
+            if alias in t.ids and alias not in removed_ids:
+                raise Conflict(f"message id {alias!r} already exists")
+
+    def _require(self, t: _Tenant, conversation_id: str) -> None:
+        if conversation_id not in t.conversations:
+            raise NotFound("conversation not found")
+
+    def note_add(self, tenant: str, note: Note) -> Note:
+        with self._lock:
+            t = self._tenants[tenant]
+            self._require(t, note.conversation_id)
+            if note.id in t.notes[note.conversation_id]:
+                raise Conflict(f"note {note.id!r} already exists")
+            t.notes[note.conversation_id][note.id] = note
+            return note
+
+    def note_page(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
+    ) -> list[Note]:
+        _check_limit(limit)
+        with self._lock:
+            notes = self._tenants[tenant].notes.get(conversation_id, {})
+            return [notes[k] for k in sorted(k for k in notes if after is None or k > after)[:limit]]
+
+    def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:
+        with self._lock:
+            return self._tenants[tenant].markers.get((conversation_id, agent))
+
+    def marker_put(self, tenant: str, marker: ReadMarker) -> ReadMarker:
+        with self._lock:
+            t = self._tenants[tenant]
+            self._require(t, marker.conversation_id)
+            current = t.markers.get((marker.conversation_id, marker.agent))
+            revision = 0 if current is None else current.revision
+            if revision != marker.revision:
+                raise Conflict("read marker changed concurrently", current_version=revision or None)
+            stored = replace(marker, revision=revision + 1)
+            t.markers[(marker.conversation_id, marker.agent)] = stored
+            return stored
+
+    def conversation_delete(self, tenant: str, conversation: Conversation) -> None:
+        with self._lock:
+            t = self._tenants[tenant]
+            current = t.conversations.get(conversation.id)
+            if current is None:
+                raise NotFound("conversation not found")
+            if current.revision != conversation.revision:
+                raise Conflict("conversation changed concurrently", current_version=current.revision)
+            del t.conversations[conversation.id]
+            t.chats.pop(chat_hash(current.chat_key), None)
+            t.tombstones.add(conversation.id)
+
+    def erasure_pending(self, tenant: str, conversation_id: str) -> bool:
+        with self._lock:
+            return conversation_id in self._tenants[tenant].tombstones
+
+    def conversation_purge(self, tenant: str, conversation_id: str, *, limit: int = 500) -> int:
+        _check_limit(limit)
+        with self._lock:
+            t = self._tenants[tenant]
+            removed = 0
+            messages = t.messages.get(conversation_id, {})
+            for key in sorted(messages)[:limit]:
+                m = messages.pop(key)
+                for message_id in (m.id, *m.aliases):
+                    t.ids.pop(message_id, None)
+                if m.provider_message_id and t.provider_ids.get(m.provider_message_id, ("",))[0] == conversation_id:
+                    del t.provider_ids[m.provider_message_id]
+                removed += 1
+            notes = t.notes.get(conversation_id, {})
+            for key in sorted(notes)[: limit - removed]:
+                del notes[key]
+                removed += 1
+            for key in [k for k in t.markers if k[0] == conversation_id][: max(limit - removed, 0)]:
+                del t.markers[key]
+                removed += 1
+            if removed == 0:
+                t.tombstones.discard(conversation_id)
+                t.messages.pop(conversation_id, None)
+                t.notes.pop(conversation_id, None)
+            return removed

@@ -1,0 +1,172 @@
+"""Providers against the local fake provider server, for every answer of send_responses.json."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from botmesh_admin.channels.domain import OutboundMessage, SendResult, Template
+from botmesh_admin.channels.providers import (
+    ConsoleProvider,
+    Provider,
+    TelegramProvider,
+    WhatsAppProvider,
+)
+from botmesh_admin.channels.testing import FakeProviderServer
+from botmesh_admin.errors import ValidationError
+
+PHONE_ID = "106540352242922"
+TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset(fake: FakeProviderServer):
+    fake.reset()
+    fake.set_delay(0)
+
+
+def wa(fake: FakeProviderServer, **kw) -> WhatsAppProvider:
+    return WhatsAppProvider(fake.base_url, PHONE_ID, "EAAG-token", **kw)
+
+
+def tg(fake: FakeProviderServer, **kw) -> TelegramProvider:
+    return TelegramProvider(fake.base_url, TOKEN, **kw)
+
+
+def test_whatsapp_accepted_answers_with_the_canonical_wa_id(fake) -> None:
+    result = wa(fake).send(OutboundMessage("+57 300 111 2233", text="Hola", idempotency_key="reply-1"))
+    assert result.status == "accepted" and result.accepted
+    assert result.recipient == "573001112233" and result.chat_key == "+57 300 111 2233"
+    assert result.provider_message_id.startswith("wamid.")
+    [req] = fake.requests
+    assert req.path == f"/{PHONE_ID}/messages"
+    assert req.body == {"messaging_product": "whatsapp", "recipient_type": "individual", "to": "+57 300 111 2233",
+                        "type": "text", "text": {"body": "Hola", "preview_url": False}}
+    assert req.headers["authorization"] == "Bearer EAAG-token" and req.headers["idempotency-key"] == "reply-1"
+
+
+def test_whatsapp_chat_key_is_stripped_and_template_has_parameters(fake) -> None:
+    message = OutboundMessage("whatsapp:573001112233", template=Template("pedido_listo", "es", ("Ana", "8812")))
+    assert wa(fake).send(message).recipient == "573001112233"
+    body = fake.requests[0].body
+    assert body["to"] == "573001112233" and body["type"] == "template"
+    assert body["template"] == {"name": "pedido_listo", "language": {"code": "es"}, "components": [
+        {"type": "body", "parameters": [{"type": "text", "text": "Ana"}, {"type": "text", "text": "8812"}]}]}
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "retryable", "retry_after_ms"),
+    [("window_closed", 131047, False, None), ("rate_limited", 130429, True, 1000), ("bad_token", 190, False, None)],
+)
+def test_whatsapp_errors(fake, answer, code, retryable, retry_after_ms) -> None:
+    fake.script("573001112233", answer)
+    result = wa(fake).send(OutboundMessage("whatsapp:573001112233", text="hola"))
+    assert result == SendResult(
+        status="failed", chat_key="whatsapp:573001112233", error_code=code, error_title=result.error_title,
+        retryable=retryable, retry_after_ms=retry_after_ms,
+    )
+    assert result.error_title
+
+
+def test_telegram_accepted(fake) -> None:
+    result = tg(fake).send(OutboundMessage("telegram:700000001", text="Claro, te ayudo.", reply_to="700000001:3"))
+    assert result.accepted and result.recipient == "700000001"
+    assert result.provider_message_id.startswith("700000001:")
+    [req] = fake.requests
+    assert req.path == f"/bot{TOKEN}/sendMessage"
+    assert req.body == {"chat_id": 700000001, "text": "Claro, te ayudo.",
+                        "reply_parameters": {"message_id": 3, "allow_sending_without_reply": True}}
+
+
+def test_telegram_group_participant_is_answered_in_the_group(fake) -> None:
+    tg(fake).send(OutboundMessage("telegram:-1001234567890:700000002", text="hola"))
+    assert fake.requests[0].body["chat_id"] == -1001234567890
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "retryable", "retry_after_ms"),
+    [("blocked", 403, False, None), ("rate_limited", 429, True, 3000), ("chat_not_found", 400, False, None)],
+)
+def test_telegram_errors(fake, answer, code, retryable, retry_after_ms) -> None:
+    fake.script("700000001", answer)
+    result = tg(fake).send(OutboundMessage("telegram:700000001", text="hola"))
+    assert (result.status, result.error_code, result.retryable, result.retry_after_ms) == (
+        "failed", code, retryable, retry_after_ms)
+    assert result.error_title
+
+
+def test_telegram_refuses_templates_without_a_request(fake) -> None:
+    result = tg(fake).send(OutboundMessage("telegram:1", template=Template("x")))
+    assert (result.status, result.retryable) == ("failed", False) and fake.count() == 0
+
+
+def test_broadcast_returns_one_result_per_message_in_order(fake) -> None:
+    fake.script("+52 1 55 1234 5678", "window_closed")
+    fake.script("573009998877", "rate_limited", times=1)
+    messages = [OutboundMessage(f"whatsapp:{n}", text="promo") for n in
+                ("573001112233", "5215512345678", "573009998877", "573009998877")]
+    results = wa(fake, max_workers=3).broadcast(messages)
+    assert [(r.chat_key, r.status) for r in results] == [
+        ("whatsapp:573001112233", "accepted"), ("whatsapp:5215512345678", "failed"),
+        (results[2].chat_key, results[2].status), (results[3].chat_key, results[3].status)]
+    # the rate limit answered exactly one of the two sends to 573009998877, the other was accepted
+    assert sorted(r.status for r in results[2:]) == ["accepted", "failed"]
+    assert fake.count("573009998877") == 2 and fake.count() == 4
+
+
+def test_network_error_is_a_retryable_failure() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = WhatsAppProvider(f"http://127.0.0.1:{port}", PHONE_ID, "t", timeout_s=2).send(
+        OutboundMessage("whatsapp:1", text="x"))
+    assert (result.status, result.retryable, result.error_code) == ("failed", True, None)
+
+
+def test_dropped_connection_and_timeout_are_retryable_failures_recorded_once(fake) -> None:
+    fake.script("573001112233", "drop")
+    result = wa(fake).send(OutboundMessage("whatsapp:573001112233", text="x"))
+    assert (result.status, result.retryable) == ("failed", True)
+    assert fake.count("573001112233") == 1  # the request arrived: the outbox must not blindly resend
+    fake.script("573001112233", "accepted", delay_s=1.0)
+    started = time.monotonic()
+    result = wa(fake, timeout_s=0.2).send(OutboundMessage("whatsapp:573001112233", text="x"))
+    assert (result.status, result.retryable) == ("failed", True) and time.monotonic() - started < 0.9
+
+
+def test_slow_provider_delays_the_answer(fake) -> None:
+    fake.set_delay(0.2)
+    started = time.monotonic()
+    assert tg(fake).send(OutboundMessage("telegram:1", text="x")).accepted
+    assert time.monotonic() - started >= 0.2
+
+
+def test_script_rejects_unknown_answers(fake) -> None:
+    with pytest.raises(ValueError, match="unknown answer"):
+        fake.script("1", "sometimes")
+
+
+def test_console_provider_accepts_and_is_stable_per_idempotency_key() -> None:
+    console = ConsoleProvider("whatsapp")
+    assert isinstance(console, Provider)
+    first = console.send(OutboundMessage("whatsapp:573001112233", text="x", idempotency_key="k1"))
+    again = console.send(OutboundMessage("whatsapp:573001112233", text="x", idempotency_key="k1"))
+    assert first.accepted and first.provider_message_id == again.provider_message_id
+    assert first.recipient == "573001112233" and len(console.sent) == 2
+
+
+def test_outbound_message_is_validated() -> None:
+    with pytest.raises(ValidationError, match="message.text"):
+        OutboundMessage("whatsapp:1")
+    with pytest.raises(ValidationError, match="message.text"):
+        OutboundMessage("whatsapp:1", text="x" * 4097)
+    with pytest.raises(ValidationError, match="message.chat_key"):
+        OutboundMessage(" ", text="x")

@@ -1,0 +1,215 @@
+"""``/api/v1/tenants/{tenant}/contacts`` and ``/segments`` through Django's test client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+
+from botmesh_admin.celery import app as celery_app
+from botmesh_admin.demo import fixtures_dir
+from botmesh_admin.tenancy import services as tenancy
+
+FIXTURE = fixtures_dir() / "crm" / "contacts.csv"
+
+
+class Api:
+    """A client holding one tenant's bearer token."""
+
+    def __init__(self, tenant: str, token: str) -> None:
+        self.tenant, self.client = tenant, Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def url(self, path: str) -> str:
+        return f"/api/v1/tenants/{self.tenant}/{path}"
+
+    def get(self, path: str, **params):
+        return self.client.get(self.url(path), params)
+
+    def post(self, path: str, body=None, **kw):
+        return self.client.post(self.url(path), body, content_type=kw.pop("content_type", "application/json"), **kw)
+
+    def patch(self, path: str, body):
+        return self.client.patch(self.url(path), body, content_type="application/json")
+
+    def delete(self, path: str):
+        return self.client.delete(self.url(path))
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Run Celery tasks in the calling thread (no worker in these tests)."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+def _tenant(tenant: str, role: str = "admin") -> Api:
+    tenancy.tenant_create(tenant, name=tenant.upper())
+    _, plaintext = tenancy.token_create(tenant, name=f"{role}-token", role=role)
+    return Api(tenant, plaintext)
+
+
+@pytest.fixture
+def api(db, tenant_id: str, eager_celery: None) -> Api:
+    return _tenant(tenant_id)
+
+
+ANA = {"name": "Ana", "identities": [{"channel": "whatsapp", "address": "57 300 111 2233"},
+                                     {"channel": "email", "address": "Ana@Example.com"}],
+       "tags": ["VIP"], "attributes": {"plan": "pro", "score": 3}, "consent": {"whatsapp": {"status": "granted"}}}
+
+
+def test_create_get_and_find_a_contact_by_identity(api: Api) -> None:
+    r = api.post("contacts", ANA)
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert body["identities"] == [{"channel": "whatsapp", "address": "+573001112233"},
+                                  {"channel": "email", "address": "ana@example.com"}]
+    assert body["tags"] == ["vip"] and body["version"] == 1
+    assert body["consent"]["whatsapp"]["status"] == "granted"
+    assert body["conversations_url"] == f"/t/{api.tenant}/inbox/?contact={body['id']}"
+    assert api.get(f"contacts/{body['id']}").json()["name"] == "Ana"
+    found = api.get("contacts", identity="whatsapp:+573001112233").json()
+    assert [c["id"] for c in found["items"]] == [body["id"]]
+    dup = api.post("contacts", {"identities": [{"channel": "whatsapp", "address": "3001112233"}]})
+    assert dup.status_code == 409 and dup.json()["error"] == "identity_taken"
+    assert dup.json()["contact_id"] == body["id"]
+
+
+def test_update_with_stale_version_is_409_with_current_version(api: Api) -> None:
+    cid = api.post("contacts", ANA).json()["id"]
+    r = api.patch(f"contacts/{cid}", {"expected_version": 1, "add_tags": ["nuevo"], "attributes": {"score": None}})
+    assert r.status_code == 200 and r.json()["tags"] == ["nuevo", "vip"] and r.json()["attributes"]["score"] is None
+    stale = api.patch(f"contacts/{cid}", {"expected_version": 1, "name": "B"})
+    assert stale.status_code == 409 and stale.json()["current_version"] == 2
+    assert api.get(f"contacts/{cid}").json()["name"] == "Ana"
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"identities": [{"channel": "email", "address": "ok@x.co"}, {"channel": "whatsapp", "address": "nope"}]},
+     "contact.identities[1].address"),
+    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"Plan": 1}}, "contact.attributes.Plan"),
+    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"p": [1]}}, "contact.attributes.p"),
+    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "tags": ["ok", ""]}, "contact.tags[1]"),
+    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "consent": {"email": {"status": "maybe"}}},
+     "contact.consent.email.status"),
+    ({"name": "no identities"}, "identities"),
+])
+def test_bad_contact_is_422_with_the_field_path_and_writes_nothing(api: Api, body: dict, field: str) -> None:
+    r = api.post("contacts", body)
+    assert r.status_code == 422, r.content
+    assert r.json()["field"] == field
+    assert api.get("contacts").json()["items"] == []
+
+
+def test_bad_update_is_422_and_writes_nothing(api: Api) -> None:
+    cid = api.post("contacts", ANA).json()["id"]
+    r = api.patch(f"contacts/{cid}", {"expected_version": 1, "add_tags": ["fine"], "attributes": {"x": {"a": 1}}})
+    assert r.status_code == 422 and r.json()["field"] == "contact.attributes.x"
+    assert api.patch(f"contacts/{cid}", {"add_tags": ["x"]}).status_code == 422  # expected_version is required
+    got = api.get(f"contacts/{cid}").json()
+    assert got["version"] == 1 and got["tags"] == ["vip"]
+
+
+def test_list_pages_with_cursor_and_filters(api: Api) -> None:
+    for i in range(5):
+        api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(100 + i)}],
+                              "tags": ["even"] if i % 2 == 0 else []})
+    first = api.get("contacts", limit=2).json()
+    second = api.get("contacts", limit=2, after=first["next"]).json()
+    third = api.get("contacts", limit=2, after=second["next"]).json()
+    assert [c["name"] for c in first["items"] + second["items"] + third["items"]] == [f"P{i}" for i in range(5)]
+    assert third["next"] is None
+    assert [c["name"] for c in api.get("contacts", tag="even").json()["items"]] == ["P0", "P2", "P4"]
+    assert [c["name"] for c in api.get("contacts", q="p3").json()["items"]] == ["P3"]
+    assert api.get("contacts", limit=500).status_code == 422
+
+
+def test_consent_endpoint_and_erasure_report(api: Api) -> None:
+    cid = api.post("contacts", ANA).json()["id"]
+    r = api.post(f"contacts/{cid}/consent", {"channel": "whatsapp", "status": "denied",
+                                             "evidence": "telegram: user blocked the bot"})
+    assert r.status_code == 200 and r.json()["consent"]["whatsapp"]["source"] == "token:admin-token"
+    erased = api.delete(f"contacts/{cid}")
+    assert erased.status_code == 200
+    assert erased.json() == {"contact_id": cid, "erased": True, "identities": 2, "channels": ["whatsapp", "email"],
+                             "tags": 1, "attributes": 2, "consent_records": 2, "suppressed_channels": ["whatsapp"]}
+    assert api.get(f"contacts/{cid}").status_code == 404
+    assert api.delete(f"contacts/{cid}").status_code == 404
+
+
+def test_agents_cannot_erase_import_or_edit_segments(db, tenant_id: str) -> None:
+    admin = _tenant(tenant_id)
+    _, token = tenancy.token_create(tenant_id, name="agent", role="agent")
+    agent = Api(tenant_id, token)
+    cid = admin.post("contacts", ANA).json()["id"]
+    assert agent.get(f"contacts/{cid}").status_code == 200
+    assert agent.delete(f"contacts/{cid}").status_code == 403
+    assert agent.post("contacts/imports", b"name,phone\n", content_type="text/csv").status_code == 403
+    assert agent.post("segments", {"name": "x", "rules": {}}).status_code == 403
+    assert agent.get("contacts/export").status_code == 403
+
+
+def test_another_tenants_token_gets_404(db, tenant_id: str) -> None:
+    mine, theirs = _tenant(tenant_id), _tenant(tenant_id + "-b")
+    cid = mine.post("contacts", ANA).json()["id"]
+    theirs_on_mine = Api(tenant_id, "")
+    theirs_on_mine.client = theirs.client
+    assert theirs_on_mine.get(f"contacts/{cid}").status_code == 404
+    assert theirs.get(f"contacts/{cid}").status_code == 404, "a foreign id inside my tenant is not found"
+
+
+def test_import_upload_reports_rows_and_export_round_trips(api: Api, db, tenant_id: str, eager_celery) -> None:
+    r = api.post("contacts/imports", FIXTURE.read_bytes(), content_type="text/csv", HTTP_X_FILENAME="contacts.csv")
+    assert r.status_code == 202, r.content
+    job = api.get(f"contacts/imports/{r.json()['id']}").json()
+    assert (job["status"], job["created"], job["merged"], job["failed_rows"], job["percent"]) == ("done", 201, 1, 1, 100)
+    assert [(e["row"], e["field"]) for e in job["errors"]] == [(204, "phone"), (204, "email"), (204, "marketing_consent")]
+    assert api.get("contacts/imports").json()[0]["id"] == job["id"]
+    export = api.get("contacts/export")
+    assert export["Content-Type"].startswith("text/csv")
+    text = b"".join(export.streaming_content)
+    copy = _tenant(tenant_id + "-copy")
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    r2 = copy.client.post(copy.url("contacts/imports"), {"file": SimpleUploadedFile("export.csv", text)})
+    assert r2.status_code == 202, r2.content
+    job2 = copy.get(f"contacts/imports/{r2.json()['id']}").json()
+    assert (job2["created"], job2["failed_rows"]) == (201, 0)
+    key = lambda c: sorted((i["channel"], i["address"]) for i in c["identities"])  # noqa: E731
+    strip = lambda c: (key(c), c["name"], c["tags"], c["attributes"], {k: v["status"] for k, v in c["consent"].items()})  # noqa: E731
+    def everything(a: Api) -> list:
+        return sorted((strip(c) for c in a.get("contacts", limit=200).json()["items"] +
+                       a.get("contacts", limit=200, after=a.get("contacts", limit=200).json()["next"]).json()["items"]),
+                      key=repr)
+    assert everything(copy) == everything(api)
+
+
+def test_empty_upload_is_422(api: Api) -> None:
+    r = api.post("contacts/imports", b"", content_type="text/csv")
+    assert r.status_code == 422 and r.json()["field"] == "file"
+
+
+def test_segments_crud_count_and_preview(api: Api) -> None:
+    for i, plan in enumerate(["1", 1, True, "pro"]):
+        api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(10 + i)}],
+                              "attributes": {"plan": plan}, "tags": ["vip"]})
+    r = api.post("segments", {"name": "Plan one", "rules": {"attributes": {"plan": 1}, "tags_all": ["vip"]}})
+    assert r.status_code == 201, r.content
+    sid = r.json()["id"]
+    assert api.get(f"segments/{sid}/count").json() == {"count": 1}
+    preview = api.get(f"segments/{sid}/preview", limit=5).json()
+    assert preview["count"] == 1 and [c["name"] for c in preview["items"]] == ["P1"]
+    unsaved = api.post("segments/preview", {"rules": {"attributes": {"plan": "1"}}}).json()
+    assert [c["name"] for c in unsaved["items"]] == ["P0"]
+    assert api.get("segments", counts="true").json()[0]["count"] == 1
+    bad = api.post("segments", {"name": "x", "rules": {"attributes": {"plan": [1]}}})
+    assert bad.status_code == 422 and bad.json()["field"] == "segment.rules.attributes.plan"
+    upd = api.patch(f"segments/{sid}", {"expected_version": 1, "rules": {"attributes": {"plan": True}}})
+    assert upd.status_code == 200 and api.get(f"segments/{sid}/count").json() == {"count": 1}
+    assert api.patch(f"segments/{sid}", {"expected_version": 1, "name": "y"}).status_code == 409
+    assert api.delete(f"segments/{sid}").status_code == 204
+    assert api.get(f"segments/{sid}").status_code == 404
+    assert len(api.get("segments").json()) == 0

@@ -1,0 +1,127 @@
+"""CRM pages as a signed-in member sees them (no JavaScript needed to read them)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from botmesh_admin.celery import app as celery_app
+from botmesh_admin.demo import fixtures_dir
+from botmesh_admin.tenancy import services as tenancy
+from crm import selectors, services
+
+FIXTURE = fixtures_dir() / "crm" / "contacts.csv"
+
+
+def _member(tenant: str, username: str, role: str) -> Client:
+    get_user_model().objects.create_user(username=username, password="x-very-long-password")
+    tenancy.membership_set(tenant, username=username, role=role)
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=username))
+    return client
+
+
+@pytest.fixture
+def tenant(db, tenant_id: str) -> str:
+    tenancy.tenant_create(tenant_id, name="Shop")
+    return tenant_id
+
+
+@pytest.fixture
+def admin(tenant: str) -> Client:
+    return _member(tenant, f"admin-{tenant}", "admin")
+
+
+@pytest.fixture
+def agent(tenant: str) -> Client:
+    return _member(tenant, f"agent-{tenant}", "agent")
+
+
+@pytest.fixture
+def eager_celery():
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+def test_import_page_runs_the_import_and_shows_the_report(admin: Client, tenant: str, eager_celery) -> None:
+    r = admin.post(f"/t/{tenant}/crm/import/", {"file": SimpleUploadedFile("contacts.csv", FIXTURE.read_bytes())})
+    assert r.status_code == 302
+    page = admin.get(r["Location"])
+    html = page.content.decode()
+    assert 'data-status="done"' in html and "hx-trigger" not in html, "a finished import stops polling"
+    assert "201 created · 1 merged into existing contacts · 1 bad row" in html
+    assert "<td>204</td><td><code>phone</code></td>" in html
+    assert "<td>204</td><td><code>marketing_consent</code></td>" in html
+    fragment = admin.get(r["Location"], HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.lstrip().startswith("<div id=\"import-progress\"")
+
+
+def test_running_import_polls_for_progress(admin: Client, tenant: str) -> None:
+    job = services.contact_import_start(tenant, filename="a.csv", data=b"name,phone\nA,3001112233\n")
+    html = admin.get(f"/t/{tenant}/crm/import/{job.id}/").content.decode()
+    assert 'hx-trigger="every 1s"' in html and "0 of 1 rows" in html
+
+
+def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
+    services.contact_create(tenant, name="Ana García", tags=["vip"],
+                            identities=[{"channel": "whatsapp", "address": "3001112233"}])
+    services.contact_create(tenant, name="Luis", identities=[{"channel": "email", "address": "l@x.co"}])
+    html = agent.get(f"/t/{tenant}/crm/").content.decode()
+    assert "Ana García" in html and "Luis" in html and "+573001112233" in html
+    assert 'href="/t/%s/crm/"' % tenant in html, "nav shows Contacts"
+    html = agent.get(f"/t/{tenant}/crm/", {"q": "garcia"}).content.decode()
+    assert "Ana García" in html and "Luis" not in html
+    html = agent.get(f"/t/{tenant}/crm/", {"tag": "vip"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "Ana García" in html and "Luis" not in html and "<h1>" not in html
+    assert "Import CSV" not in agent.get(f"/t/{tenant}/crm/").content.decode(), "agents see no import link"
+
+
+def test_contact_detail_shows_consent_history_and_conversations_link(agent: Client, tenant: str) -> None:
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001004"}],
+                                attributes={"score": 1, "code": "1"})
+    services.consent_set(tenant, c.id, channel="telegram", status="denied", source="telegram",
+                         evidence="telegram: user blocked the bot")
+    html = agent.get(f"/t/{tenant}/crm/contacts/{c.id}/").content.decode()
+    assert f'href="/t/{tenant}/inbox/?contact={c.id}"' in html
+    assert "telegram: user blocked the bot" in html
+    assert "<code>1</code>" in html and "<code>&quot;1&quot;</code>" in html, "number and text look different"
+    r = agent.post(f"/t/{tenant}/crm/contacts/{c.id}/consent", {"channel": "telegram", "status": "granted",
+                                                               "evidence": "user sent /start"})
+    assert r.status_code == 302
+    assert selectors.contact_get(tenant, c.id).consent["telegram"].source == f"user:agent-{tenant}"
+    agent.post(f"/t/{tenant}/crm/contacts/{c.id}/tags", {"tag": "Nuevo"})
+    assert selectors.contact_get(tenant, c.id).tags == ("nuevo",)
+    assert agent.post(f"/t/{tenant}/crm/contacts/{c.id}/erase").status_code == 403
+    assert agent.get(f"/t/{tenant}/crm/contacts/c_missing/").status_code == 404
+
+
+def test_admin_erases_from_the_detail_page(admin: Client, tenant: str) -> None:
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "7"}])
+    r = admin.post(f"/t/{tenant}/crm/contacts/{c.id}/erase", follow=True)
+    assert "erased: 1 identities" in r.content.decode()
+    assert selectors.contact_list(tenant).items == []
+
+
+def test_segments_page_saves_rules_and_shows_live_counts(admin: Client, tenant: str) -> None:
+    for i, plan in enumerate([1, "1", True]):
+        services.contact_create(tenant, name=f"P{i}", tags=["vip"], attributes={"plan": plan},
+                                identities=[{"channel": "telegram", "address": str(10 + i)}])
+    r = admin.post(f"/t/{tenant}/crm/segments/", {"name": "Plan one", "tags_all": "vip", "attributes": "plan = 1"})
+    assert r.status_code == 302
+    html = admin.get(f"/t/{tenant}/crm/segments/").content.decode()
+    assert "Plan one" in html and '<span class="badge" data-testid="segment-count">1</span>' in html
+    preview = admin.post(f"/t/{tenant}/crm/segments/preview", {"attributes": 'plan = "1"'}).content.decode()
+    assert 'data-testid="preview-count">1<' in preview and "P1" in preview
+    bad = admin.post(f"/t/{tenant}/crm/segments/preview", {"attributes": "Plan = 1"}).content.decode()
+    assert "segment.rules.attributes.Plan" in bad
+    sid = selectors.segment_list(tenant)[0].id
+    assert "P0" in admin.get(f"/t/{tenant}/crm/segments/{sid}/").content.decode()
+
+
+def test_pages_of_another_tenant_are_404(agent: Client, tenant: str) -> None:
+    tenancy.tenant_create(tenant + "-b", name="Other")
+    assert agent.get(f"/t/{tenant}-b/crm/").status_code == 404

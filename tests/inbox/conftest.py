@@ -1,0 +1,50 @@
+"""Inbox fixtures: the store contract over the memory store and the Kv store on every backend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from botmesh_admin.demo import fixtures_dir
+from inbox.services import Inbox
+from inbox.stores import use_store
+from inbox.stores.base import InboxStore
+from inbox.stores.kv import KvInboxStore
+from inbox.stores.memory import MemoryInboxStore
+from tests import backends
+
+STORES = ["memory", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
+
+
+def open_store(name: str, request: pytest.FixtureRequest) -> InboxStore:
+    """Return a fresh inbox store: ``memory`` or ``kv-<backend>``."""
+    if name == "memory":
+        return MemoryInboxStore()
+    return KvInboxStore(backends.open_kv(name.removeprefix("kv-"), request))
+
+
+@pytest.fixture(params=STORES)
+def inbox_store(request: pytest.FixtureRequest) -> InboxStore:
+    """An inbox store of each kind in turn (use ``tenant_id`` for a tenant unique to the test)."""
+    return open_store(request.param, request)
+
+
+@pytest.fixture
+def inbox(inbox_store: InboxStore) -> Inbox:
+    """An ``Inbox`` over each store in turn."""
+    return Inbox(inbox_store)
+
+
+@pytest.fixture
+def default_inbox_store():
+    """Make a fresh memory store the services' default for the test."""
+    store = MemoryInboxStore()
+    with use_store(store):
+        yield store
+
+
+def ledger_records() -> list[dict]:
+    """The shared ledger fixture, one dict per line (602 lines)."""
+    path = fixtures_dir() / "ledger" / "messages.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

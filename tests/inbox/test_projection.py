@@ -1,0 +1,226 @@
+"""Projection of bot ledger records and channel events (fixtures from shared/fixtures)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from botmesh_admin.channels import telegram, whatsapp
+from botmesh_admin.demo import fixtures_dir
+from botmesh_admin.errors import ValidationError
+from inbox import selectors
+from inbox.domain import StoredMessage
+from inbox.services import Inbox
+from inbox.stores.memory import MemoryInboxStore
+
+from .conftest import ledger_records
+
+pytestmark = pytest.mark.django_db
+
+
+def whatsapp_events(name: str) -> list:
+    return whatsapp.parse_webhook(json.loads((fixtures_dir() / "whatsapp" / "raw" / name).read_bytes()))
+
+
+def telegram_events(name: str) -> list:
+    return telegram.parse_update(json.loads((fixtures_dir() / "telegram" / name).read_text()), now_ms=1764489671000)
+
+
+def thread(inbox: Inbox, tenant: str, chat_key: str) -> list:
+    conv = inbox.store.conversation_by_chat(tenant, chat_key)
+    assert conv is not None, chat_key
+    return selectors.message_latest(tenant, conv.id, store=inbox.store)
+
+
+def project_ledger(inbox: Inbox, tenant: str, records: list[dict]) -> None:
+    for record in records:
+        inbox.project_message(record, tenant=tenant)
+
+
+def test_ledger_fixture_gives_the_documented_conversations_and_messages(inbox, tenant_id):
+    """fixtures/README: tienda 40 chats, 305 in + 175 out; soporte 38 chats and 121 messages."""
+    records = ledger_records()
+    for tenant in ("tienda", "soporte"):
+        mine = [dict(r, tenantId=None) for r in records if r["tenantId"] == tenant]
+        project_ledger(inbox, f"{tenant_id}-{tenant}", mine)
+    rows = {t: selectors.conversation_list(f"{tenant_id}-{t}", agent="ana", limit=200, store=inbox.store)[0]
+            for t in ("tienda", "soporte")}
+    assert len(rows["tienda"]) == 40 and len(rows["soporte"]) == 38
+    tienda = [r.conversation for r in rows["tienda"]]
+    assert sum(c.message_count for c in tienda) == 480
+    assert sum(c.inbound_count for c in tienda) == 305
+    assert sum(c.message_count for c in (r.conversation for r in rows["soporte"])) == 121
+    # newest activity first
+    activity = [c.last_activity_ms for c in tienda]
+    assert activity == sorted(activity, reverse=True)
+
+
+def test_redelivered_record_changes_nothing(inbox, tenant_id):
+    record = dict(ledger_records()[10], tenantId=None)
+    first = inbox.project_message(record, tenant=tenant_id)
+    conv = inbox.store.conversation_get(tenant_id, first.conversation_id)
+    second = inbox.project_message(record, tenant=tenant_id)
+    assert (first.outcome, second.outcome) == ("created", "duplicate")
+    assert inbox.store.conversation_get(tenant_id, first.conversation_id) == conv
+
+
+def test_late_record_is_placed_by_timestamp():
+    """``msg_late`` (fixtures/README) is older than the records around it: it sorts before them."""
+    inbox = Inbox(MemoryInboxStore())
+    records = ledger_records()
+    late = next(r for r in records if r["id"] == "msg_late")
+    for record in records:
+        inbox.project_message(record)
+    ids = [m.id for m in thread(inbox, "soporte", late["chatId"])]
+    stamps = [m.timestamp_ms for m in thread(inbox, "soporte", late["chatId"])]
+    assert stamps == sorted(stamps)
+    assert ids.index("msg_late") < len(ids) - 1 or stamps[-1] == late["timestamp"]
+    assert "msg_late" in ids
+
+
+def test_record_tenant_must_match(inbox, tenant_id):
+    record = dict(ledger_records()[0], tenantId="soporte")
+    with pytest.raises(ValidationError) as err:
+        inbox.project_message(record, tenant=tenant_id)
+    assert err.value.field == "record.tenantId"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"timestamp": "soon"}, "record.timestamp"), ({"direction": "sideways"}, "record.direction"),
+     ({"chatId": ""}, "record.chatId"), ({"id": None}, "record.id"), ({"tenantId": "Bad Tenant"}, "record.tenantId")],
+)
+def test_bad_record_names_the_field(change, field):
+    with pytest.raises(ValidationError) as err:
+        StoredMessage.from_record(dict(ledger_records()[0], **change))
+    assert err.value.field == field
+
+
+def test_whatsapp_fixtures_project_with_their_details(inbox, tenant_id):
+    for name in sorted(p.name for p in (fixtures_dir() / "whatsapp" / "raw").glob("0*.json")):
+        for event in whatsapp_events(name):
+            inbox.project_event(tenant_id, event)
+    ana = thread(inbox, tenant_id, "whatsapp:573001112233")
+    by_id = {m.id: m for m in ana}
+    bot = by_id["wamid.HBgM9C4C9375A2A8FD488DD06113"]
+    assert bot.placeholder and bot.direction == "out"
+    assert bot.status == "read"  # sent < delivered < read
+    assert [(r.emoji, r.sender_id) for r in bot.reactions] == [("👍", "whatsapp:573001112233")]
+    button = by_id["wamid.HBgM862A51F8B6294A4B0729A7C5"]
+    assert button.button["id"] == "talk_to_human" and button.button["title"] == "Hablar con un asesor"
+    image = by_id["wamid.HBgM32D332DA761F44DF7959E588"]
+    assert image.type == "image" and image.media["caption"] == "Este es el modelo"
+    assert "wamid.HBgM0E5BC0A684C7AFE47FA66CDF" not in by_id  # the reaction is not a message of its own
+    luis = {m.id: m for m in thread(inbox, tenant_id, "whatsapp:5215512345678")}
+    failed = luis["wamid.HBgM671F0D398A85BC55D0EAFC90"]
+    assert (failed.status, failed.error_code) == ("failed", 131047)
+    assert failed.error_title
+    assert luis["wamid.HBgMA2583CF386EF113D138BC18E"].type == "unsupported"
+    assert luis["wamid.HBgMEC4C91AFBF23E886603DAADF"].location["name"] == "Zócalo"
+    # the batch: one entry, two changes, three messages
+    batch = [m for m in [*ana, *luis.values()] if m.id in {
+        "wamid.HBgMF5E6C84556D2C0BED9A257E3", "wamid.HBgM60018F2177591071FCC9A67E", "wamid.HBgM86EF3E57FC04E813CD6C34B5"}]
+    assert len(batch) == 3
+    conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
+    assert conv.contact_id and conv.display_name == "Ana García"
+
+
+def test_statuses_only_move_forward_and_failed_is_final(inbox, tenant_id):
+    events = whatsapp_events("06_statuses.json")
+    for event in reversed(events):  # read first, then delivered, then sent
+        inbox.project_event(tenant_id, event)
+    m = inbox.store.message_by_provider_id(tenant_id, events[0].provider_message_id)
+    assert m.status == "read"
+    failed = whatsapp_events("07_status_failed.json")[0]
+    inbox.project_event(tenant_id, failed)
+    from dataclasses import replace
+
+    inbox.project_event(tenant_id, replace(failed, status="read", timestamp_ms=failed.timestamp_ms + 1))
+    m = inbox.store.message_by_provider_id(tenant_id, failed.provider_message_id)
+    assert (m.status, m.error_code) == ("failed", 131047)
+
+
+def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_id):
+    status = whatsapp_events("06_statuses.json")[2]  # read
+    inbox.project_event(tenant_id, status)
+    record = {"id": "msg_bot_1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
+              "direction": "out", "type": "text", "body": "¿Te ayudo con algo más?",
+              "timestamp": 1764489600500, "providerMessageId": status.provider_message_id}
+    inbox.project_message(record, tenant=tenant_id)
+    messages = thread(inbox, tenant_id, "whatsapp:573001112233")
+    assert [(m.id, m.text, m.status, m.placeholder) for m in messages] == [
+        ("msg_bot_1", "¿Te ayudo con algo más?", "read", False)]
+    conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
+    assert conv.message_count == 1
+
+
+def test_same_message_from_webhook_and_ledger_is_one_message(inbox, tenant_id):
+    event = whatsapp_events("01_text.json")[0]
+    inbox.project_event(tenant_id, event)
+    record = {"id": "msg_in_1", "channel": "whatsapp", "chatId": event.chat_key, "senderId": event.sender_id,
+              "direction": "in", "type": "text", "body": event.text, "timestamp": event.timestamp_ms,
+              "providerMessageId": event.provider_message_id}
+    assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
+    assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
+    assert len(thread(inbox, tenant_id, event.chat_key)) == 1
+
+
+def test_telegram_fixtures(inbox, tenant_id):
+    for name in ("01_start.json", "02_text.json", "03_photo.json", "04_edited.json", "05_group_a.json",
+                 "06_group_b.json", "07_callback.json", "04_edited.json"):
+        for event in telegram_events(name):
+            inbox.project_event(tenant_id, event)
+    sofia = {m.id: m for m in thread(inbox, tenant_id, "telegram:700000001")}
+    edited = sofia["700000001:2"]
+    assert edited.text == "Quiero cambiar mi dirección de entrega, por favor"
+    assert [e.text for e in edited.edits] == ["Quiero cambiar mi dirección de entrega"]
+    photo = sofia["700000001:3"]
+    assert photo.type == "image" and photo.media["caption"] == "la factura" and photo.media["width"] == 800
+    callback = sofia["callback:4382bfdwdsb323b2d9"]
+    assert callback.button["id"] == "confirm:order:8812"
+    # one conversation per participant of the supergroup
+    a = thread(inbox, tenant_id, "telegram:-1001234567890:700000001")
+    b = thread(inbox, tenant_id, "telegram:-1001234567890:700000002")
+    assert [m.text for m in a] == ["¿Hay descuento este mes?"] and [m.text for m in b] == ["Same question here"]
+
+
+def test_blocked_bot_marks_conversation_and_denies_consent(inbox, tenant_id):
+    from botmesh_admin.tenancy.services import tenant_create
+    from crm.selectors import contact_get
+
+    tenant_create(tenant_id, name="Blocked test")
+    for name in ("02_text.json", "08_blocked.json", "08_blocked.json"):
+        for event in telegram_events(name):
+            inbox.project_event(tenant_id, event)
+    conv = inbox.store.conversation_by_chat(tenant_id, "telegram:700000001")
+    assert conv.blocked and "kicked" in conv.blocked_evidence
+    contact = contact_get(tenant_id, conv.contact_id)
+    assert contact.consent_status("telegram") == "denied"
+
+
+def test_handoff_dropped_bot_message_is_projected_and_counted(inbox, tenant_id):
+    from botmesh_admin.observability.metrics import snapshot
+
+    before = snapshot()["dropped"]["handoff"]
+    record = {"id": "msg_d1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
+              "direction": "out", "type": "text", "body": "Hola", "timestamp": 1764489600000,
+              "providerMessageId": None, "dropped": "handoff"}
+    inbox.project_message(record, tenant=tenant_id)
+    inbox.project_message(record, tenant=tenant_id)
+    assert thread(inbox, tenant_id, "whatsapp:573001112233")[0].dropped == "handoff"
+    assert snapshot()["dropped"]["handoff"] == before + 1
+
+
+def test_counts_by_direction_per_tenant_match_the_fixture():
+    inbox = Inbox(MemoryInboxStore())
+    for record in ledger_records():
+        inbox.project_message(record)
+    counts = Counter()
+    for tenant in ("tienda", "soporte"):
+        rows, _ = selectors.conversation_list(tenant, agent="ana", limit=200, store=inbox.store)
+        for row in rows:
+            for m in selectors.message_latest(tenant, row.conversation.id, limit=1000, store=inbox.store):
+                counts[(tenant, m.direction)] += 1
+    assert counts == {("tienda", "in"): 305, ("tienda", "out"): 175, ("soporte", "in"): 71, ("soporte", "out"): 50}

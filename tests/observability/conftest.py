@@ -1,0 +1,70 @@
+"""Fixtures of the observability tests: a tenant with an API client, a member's browser session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.kv import DurableKv, connect
+from botmesh_admin.kv.runtime import use_kv
+from botmesh_admin.observability import metrics
+from botmesh_admin.observability.stores.memory import MemoryCounterStore
+from botmesh_admin.tenancy import services as tenancy
+from tests.backends import unique_id
+
+
+@dataclass
+class TenantClient:
+    """A tenant, an API client holding one of its tokens, and a logged-in member's client."""
+
+    tenant: str
+    api: Client
+    page: Client
+    token: str
+
+    def push(self, bot: str, body: dict, **extra: object):  # type: ignore[no-untyped-def]
+        return self.api.post(f"/api/v1/tenants/{self.tenant}/bots/{bot}/metrics", body,
+                             content_type="application/json", **extra)
+
+
+def make_tenant(role: str = "agent") -> TenantClient:
+    tenant = unique_id("obs")
+    tenancy.tenant_create(tenant, name=f"Tenant {tenant}")
+    _, plaintext = tenancy.token_create(tenant, name="bot", role="agent")
+    user = get_user_model().objects.create_user(username=f"u-{tenant}", password="pw-12345678")
+    tenancy.membership_set(tenant, username=user.username, role=role)
+    page = Client()
+    page.force_login(user)
+    return TenantClient(tenant=tenant, api=Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"), page=page,
+                        token=plaintext)
+
+
+@pytest.fixture
+def fresh_kv() -> Iterator[DurableKv]:
+    """A fresh in-memory Kv as the default Kv for the test (isolates the stores' data)."""
+    kv = connect("memory://")
+    with use_kv(kv):
+        yield kv
+
+
+@pytest.fixture
+def counters() -> Iterator[MemoryCounterStore]:
+    """Process counters in a fresh memory store."""
+    with metrics.use_counter_store(MemoryCounterStore()) as store:
+        yield store
+
+
+@pytest.fixture
+def tenant_client(db: None, fresh_kv: DurableKv) -> TenantClient:
+    """A tenant with an agent API token and a logged-in agent."""
+    return make_tenant("agent")
+
+
+@pytest.fixture
+def admin_client(db: None, fresh_kv: DurableKv) -> TenantClient:
+    """A tenant with an agent API token and a logged-in admin."""
+    return make_tenant("admin")

@@ -1,0 +1,112 @@
+"""Logs hash or drop customer ids, never show secrets, and can be JSON lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from botmesh_admin.observability.guard import hash_id
+from botmesh_admin.observability.logs import IdFilter, JsonFormatter, RedactFilter, install
+
+PHONE = "+573001112233"
+
+
+def capture(mode: str | None = None, json_lines: bool = False) -> tuple[logging.Logger, io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s chat=%(chat_id)s") if not json_lines else JsonFormatter())
+    logger = logging.getLogger(f"test.obs.{id(stream)}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    handler.addFilter(IdFilter(mode))
+    handler.addFilter(RedactFilter())
+    return logger, stream
+
+
+def test_ids_are_hashed_by_default(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.BOTMESH_LOG_IDS = "hashed"
+    logger, stream = capture(json_lines=True)
+    logger.info("sent", extra={"chat_id": PHONE, "sender_id": "12345678", "phone": PHONE, "attempt": 2})
+    line = json.loads(stream.getvalue())
+    assert line["chat_id"] == hash_id(PHONE) and line["phone"] == hash_id(PHONE)
+    assert line["sender_id"] == hash_id("12345678")
+    assert line["attempt"] == 2
+    assert PHONE not in stream.getvalue()
+
+
+def test_raw_mode_keeps_ids() -> None:
+    logger, stream = capture("raw")
+    logger.info("sent", extra={"chat_id": PHONE})
+    assert stream.getvalue().strip() == f"sent chat={PHONE}"
+
+
+def test_omit_mode_drops_ids() -> None:
+    logger, stream = capture("omit", json_lines=True)
+    logger.info("sent", extra={"chat_id": PHONE, "sender_id": "x"})
+    line = json.loads(stream.getvalue())
+    assert "chat_id" not in line and "sender_id" not in line
+
+
+@pytest.mark.parametrize("secret", [
+    "bm_0a1b2c3d4e5f_Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo",
+    "Bearer abcdefghijklmnop123456",
+    "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0",
+    "EAAGm0PX4ZCpsBAKZAxyzABCDEFGHIJKLMNOP",
+    "sha256=" + "a" * 64,
+])
+def test_secrets_in_messages_are_masked(secret: str) -> None:
+    logger, stream = capture()
+    logger.info("calling with %s now", secret, extra={"chat_id": None})
+    assert secret not in stream.getvalue()
+    assert "***" in stream.getvalue()
+
+
+def test_secret_pairs_urls_and_extras_are_masked() -> None:
+    logger, stream = capture(json_lines=True)
+    logger.info("config password=hunter2 url=redis://user:s3cr3t@redis:6379/0 app_secret: 'abc123'",
+                extra={"access_token": "tok-123", "api_key": "k-9"})
+    out = stream.getvalue()
+    for secret in ("hunter2", "s3cr3t", "abc123", "tok-123", "k-9"):
+        assert secret not in out
+    line = json.loads(out)
+    assert line["access_token"] == "***" and "redis://user:***@redis" in line["message"]
+
+
+def test_secrets_in_exceptions_are_masked() -> None:
+    logger, stream = capture(json_lines=True)
+    try:
+        raise RuntimeError("Graph API refused token EAAGm0PX4ZCpsBAKZAxyzABCDEFGHIJKLMNOP")
+    except RuntimeError:
+        logger.exception("send failed")
+    line = json.loads(stream.getvalue())
+    assert "EAAGm0PX4ZCpsBAKZ" not in stream.getvalue()
+    assert "RuntimeError" in line["exception"]
+
+
+def test_json_lines_carry_the_trace_id() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from botmesh_admin.observability import tracing
+
+    logger, stream = capture(json_lines=True)
+    with tracing.capture(InMemorySpanExporter()), tracing.span("message.send") as current:
+        logger.info("sending")
+    line = json.loads(stream.getvalue())
+    assert line["trace_id"] == format(current.get_span_context().trace_id, "032x")
+    assert line["level"] == "INFO" and line["message"] == "sending"
+
+
+def test_install_puts_the_filters_on_every_root_handler_once() -> None:
+    root = logging.getLogger("test.obs.install")
+    handler = logging.StreamHandler(io.StringIO())
+    root.addHandler(handler)
+    install(root, json_lines=True)
+    install(root, json_lines=True)
+    assert sum(isinstance(f, IdFilter) for f in handler.filters) == 1
+    assert sum(isinstance(f, RedactFilter) for f in handler.filters) == 1
+    assert isinstance(handler.formatter, JsonFormatter)
+    root.removeHandler(handler)
