@@ -30,6 +30,7 @@ from .domain import (
 from .stores import default_store
 
 SCAN_BATCH = 1000
+SEGMENT_BATCH = 2000
 REGION_TTL_S = 60.0
 _regions: dict[str, tuple[str, float]] = {}
 _regions_lock = threading.Lock()
@@ -207,11 +208,15 @@ def segment_members(
     (both before the first contact is yielded).
     """
     rules = _rules(tenant, segment_id_or_rules)
+    store = default_store()
 
     def members() -> Iterator[Contact]:
-        for contact in contact_iter(tenant):
-            if rules_match(rules, contact):
-                yield contact
+        cursor: str | None = None
+        while True:
+            matches, cursor = store.contact_scan_matching(tenant, rules, after=cursor, limit=SEGMENT_BATCH)
+            yield from matches
+            if cursor is None:
+                return
 
     return members()
 

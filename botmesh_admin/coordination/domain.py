@@ -141,7 +141,7 @@ class Schedule:
         if self.every_s:
             every = self.every_s * 1000
             first = (after_ms // every + 1) * every
-            return list(range(first, until_ms + 1, every))[:limit]
+            return list(range(first, until_ms + 1, every)[:limit])
         moment = self.next_after(after_ms)
         while moment is not None and moment <= until_ms and len(out) < limit:
             out.append(moment)
@@ -258,18 +258,21 @@ def occurrence_id(job_id: str, scheduled_ms: int) -> str:
 
 def due_occurrences(
     settings: JobSettings, state: JobState | None, now_ms: int, *, grace_ms: int = ON_TIME_GRACE_MS
-) -> tuple[list[int], int]:
+) -> tuple[list[int], int | None]:
     """Return ``(scheduled times to emit now, new considered_until_ms)``.
 
     Occurrences in ``(considered_until, now]`` are due; those older than
     ``grace_ms`` were missed and follow the catch-up policy. A job never run
     before starts ``grace_ms`` ago; a disabled job emits nothing and skips ahead.
+    The second item is None when no occurrence fell due (nothing to record).
     """
     start = max(state.considered_until_ms if state else now_ms - grace_ms, settings.resume_after_ms)
-    if not settings.enabled:
-        return [], max(start, now_ms)
     pending = settings.schedule.occurrences(start, now_ms, MAX_CATCH_UP)
-    considered = pending[-1] if len(pending) == MAX_CATCH_UP else max(start, now_ms)
+    if not pending:
+        return [], None
+    considered = pending[-1] if len(pending) == MAX_CATCH_UP else now_ms
+    if not settings.enabled:
+        return [], considered
     on_time = [s for s in pending if now_ms - s <= grace_ms]
     missed = [s for s in pending if now_ms - s > grace_ms]
     if settings.catch_up == "all":

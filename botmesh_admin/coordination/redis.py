@@ -371,12 +371,12 @@ class RedisBackend:
         except self._errors_t as exc:
             raise StoreUnavailable(f"Redis coordinator: {type(exc).__name__}") from exc
 
-    def _call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn``; retry connection errors briefly (a restarted Redis); wrap driver errors."""
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)``; retry connection errors briefly (a restarted Redis); wrap driver errors."""
         for attempt in range(4):
             try:
                 with self._errors():
-                    return fn()
+                    return fn(*args, **kwargs)
             except StoreUnavailable as exc:
                 if attempt == 3 or not isinstance(exc.__cause__, self._connection_errors):
                     raise
@@ -411,9 +411,7 @@ class RedisBackend:
         fence = str(self.next_fence()) if ticket is None and self.cluster else ""
         ticket = ticket or ""
         while True:
-            reply = self._call(
-                lambda: self._turn_acquire(keys=keys, args=[owner, ticket, lease_ms, fence, IDLE_MS])
-            )
+            reply = self._call(self._turn_acquire, keys=keys, args=[owner, ticket, lease_ms, fence, IDLE_MS])
             status, ticket = int(reply[0]), reply[1].decode()
             if status == 0:
                 return Queued(ticket)
@@ -446,9 +444,7 @@ class RedisBackend:
             self._known_leads.add(name)
         fence = ""
         while True:
-            reply = self._call(
-                lambda: self._lead_acquire(keys=keys, args=[owner, ticket, lease_ms, fence, IDLE_MS])
-            )
+            reply = self._call(self._lead_acquire, keys=keys, args=[owner, ticket, lease_ms, fence, IDLE_MS])
             status = int(reply[0])
             if status == 0:
                 return Held(reply[1].decode(), int(reply[2]))
@@ -480,7 +476,7 @@ class RedisBackend:
         keys = self._lock_keys(key)
         while True:
             fence = self.next_fence()
-            reply = self._call(lambda: self._lock_acquire(keys=keys, args=[token, ttl_ms, fence, IDLE_MS]))
+            reply = self._call(self._lock_acquire, keys=keys, args=[token, ttl_ms, fence, IDLE_MS])
             if int(reply[0]) == 0:
                 return None
             if int(reply[0]) == 1:

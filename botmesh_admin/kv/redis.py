@@ -190,7 +190,7 @@ _DROP_CHUNK = 500
 _REGISTER_EVERY_S = 60.0
 
 
-def _table_keys(table: str) -> tuple[bytes, bytes, bytes]:
+def table_keys(table: str) -> tuple[bytes, bytes, bytes]:
     """Return (index, expiry index, entry key prefix) of ``table``."""
     tag = b"bmkv:{" + table.encode() + b"}:"
     return tag + b"i", tag + b"x", tag + b"e:"
@@ -267,7 +267,7 @@ class RedisKv:
         """
         validate_table(table)
         validate_key(key)
-        entry_key = _table_keys(table)[2] + key.encode()
+        entry_key = table_keys(table)[2] + key.encode()
         with self._errors():
             value, version, expires_at = self._client.hmget(entry_key, (b"v", b"ver", b"exp"))
         if version is None:
@@ -286,7 +286,7 @@ class RedisKv:
         else:
             lex_min = b"(" + start.encode()
         lex_max = b"(" + end.encode() if end is not None else b"+"
-        index, expiry, entry_prefix = _table_keys(table)
+        index, expiry, entry_prefix = table_keys(table)
         with self._errors():
             flat = self._scan(keys=[index, expiry], args=[entry_prefix, lex_min, lex_max, limit])
         return [
@@ -302,7 +302,7 @@ class RedisKv:
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` in one Lua script; raise ``ConflictError`` if an expectation fails."""
         validate_commit(table, ops)
-        index, expiry, entry_prefix = _table_keys(table)
+        index, expiry, entry_prefix = table_keys(table)
         keys = [index, expiry]
         args: list[bytes | str | int] = []
         has_ttl = False
@@ -359,7 +359,7 @@ class RedisKv:
     def drop(self, table: str) -> None:
         """Delete every entry of ``table``, a chunk of entries per script call."""
         validate_table(table)
-        index, expiry, entry_prefix = _table_keys(table)
+        index, expiry, entry_prefix = table_keys(table)
         with self._errors():
             while self._drop(keys=[index, expiry], args=[entry_prefix, _DROP_CHUNK]) == _DROP_CHUNK:
                 pass
@@ -373,7 +373,7 @@ class RedisKv:
         removed = 0
         with self._errors():
             for raw in self._client.sscan_iter(TTL_TABLES, count=500):
-                index, expiry, entry_prefix = _table_keys(raw.decode())
+                index, expiry, entry_prefix = table_keys(raw.decode())
                 while removed < limit:
                     batch = limit - removed
                     gone, visited = self._sweep(keys=[index, expiry], args=[entry_prefix, batch])

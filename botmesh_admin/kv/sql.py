@@ -131,6 +131,8 @@ def _expect_code(op: Op) -> int:
 _PG_NOW = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
 _PG_SCHEMA_LOCK = 0x626F746D65736801  # "botmesh\x01": serialises concurrent schema creation
 
+# Schema creation is skipped when the table and the function exist, so a changed
+# function body must get a new name (botmesh_kv_commit_v2, …), never an edit in place.
 _PG_DDL = (
     """
     CREATE TABLE IF NOT EXISTS botmesh_kv (

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
+from pydantic import BaseModel, ConfigDict
+from ninja.responses import Status
 
 from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
 from botmesh_admin.errors import ValidationError
@@ -17,12 +19,13 @@ from .stores.base import BotSample, TraceSummary
 router = Router(tags=["observability"])
 
 
-class MetricsPushIn(Schema):
+class MetricsPushIn(BaseModel):
     """What ``bot.metrics()`` returns (camelCase or snake_case), plus the pushing replica's id."""
 
-    replica: str | None = Field(None, max_length=128, description="replica id (host or pod name); also as replicaId")
+    # A plain pydantic model: ninja's Schema would drop the snapshot's fields (extras).
+    model_config = ConfigDict(extra="allow")
 
-    model_config = {"extra": "allow"}
+    replica: str | None = Field(None, max_length=128, description="replica id (host or pod name); also as replicaId")
 
 
 class BotSampleOut(Schema):
@@ -82,7 +85,7 @@ def _summary_out(summary: TraceSummary) -> TraceSummaryOut:
 
 
 @router.post("bots/{bot}/metrics", response={201: BotSampleOut, 404: ErrorOut, 422: ErrorOut})
-def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsPushIn) -> tuple[int, BotSampleOut]:
+def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsPushIn) -> Status[BotSampleOut]:
     """Keep one snapshot pushed by a replica of ``bot`` (the JSON of botmesh's ``bot.metrics()``)."""
     principal(request)
     data = body.model_dump()
@@ -91,7 +94,7 @@ def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsP
         raise ValidationError("replica", "is required (the id of the replica that pushes)")
     snapshot = data.pop("snapshot", None) if isinstance(data.get("snapshot"), dict) else data
     sample = services.bot_metrics_push(tenant, bot=bot, replica=replica, snapshot=snapshot)
-    return 201, _sample_out(sample)
+    return Status(201, _sample_out(sample))
 
 
 @router.get("bots/metrics", response={200: list[BotSampleOut]})

@@ -53,7 +53,7 @@ __all__ = ["span", "hash_id", "inject_context", "extract_context", "setup", "for
 
 log = logging.getLogger(__name__)
 TRACER_NAME = "botmesh_admin"
-EXCLUDED_URLS = "/healthz$,/readyz$,/metrics$,/static/,/favicon.ico$"
+EXCLUDED_URLS = "//[^/]+/(healthz|readyz|metrics)$,//[^/]+/static/,//[^/]+/favicon.ico$"
 _propagator = TraceContextTextMapPropagator()
 _tenant: ContextVar[str | None] = ContextVar("botmesh_trace_tenant", default=None)
 _setup_lock = threading.Lock()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from crm.domain import Contact, Identity, ImportJob, Segment
+from crm.domain import Contact, Identity, ImportJob, Segment, SegmentRules
 
 MAX_SCAN = 5000
 
@@ -86,6 +86,17 @@ class ContactStore(Protocol):
 
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
         """Return up to ``limit`` (1..5000) contacts with id greater than ``after``, by id."""
+        ...
+
+    def contact_scan_matching(
+        self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
+    ) -> tuple[list[Contact], str | None]:
+        """Look at up to ``limit`` (1..5000) contacts after ``after``; return those matching ``rules``.
+
+        The second item is the cursor to pass as ``after`` for the rest, or
+        ``None`` when the scan reached the end. (A store may test the rules on
+        its stored form before decoding, which is what makes segments fast.)
+        """
         ...
 
     # suppression list -------------------------------------------------------

@@ -26,10 +26,12 @@ from crm.domain import (
     IdentityTaken,
     ImportJob,
     Segment,
+    SegmentRules,
     contact_from_json,
     contact_to_json,
     import_job_from_json,
     import_job_to_json,
+    rules_match_json,
     segment_from_json,
     segment_to_json,
 )
@@ -155,6 +157,17 @@ class KvContactStore:
             self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
         )
         return [contact_from_json(e.value, e.version) for e in entries]
+
+    def contact_scan_matching(
+        self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
+    ) -> tuple[list[Contact], str | None]:
+        _check_limit(limit)
+        entries = self.kv.scan(
+            self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
+        )
+        # Test the rules on the stored JSON: only members are decoded into Contacts.
+        matches = [contact_from_json(e.value, e.version) for e in entries if rules_match_json(rules, e.value)]
+        return matches, entries[-1].key[2:] if len(entries) == limit else None
 
     # suppression list
 

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from crm.domain import Contact, Identity, IdentityTaken, ImportJob, Segment
+from crm.domain import (
+    Contact,
+    Identity,
+    IdentityTaken,
+    ImportJob,
+    Segment,
+    SegmentRules,
+    rules_match,
+)
 
 from .base import MAX_SCAN
 
@@ -137,6 +145,14 @@ class MemoryContactStore:
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
         with self._lock:
             return [_copy(c, c.version) for c in _page(self._t(tenant).contacts, after, limit)]
+
+    def contact_scan_matching(
+        self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
+    ) -> tuple[list[Contact], str | None]:
+        with self._lock:
+            page = _page(self._t(tenant).contacts, after, limit)
+            matches = [_copy(c, c.version) for c in page if rules_match(rules, c)]
+        return matches, page[-1].id if len(page) == limit else None
 
     # suppression list
 

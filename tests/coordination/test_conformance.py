@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from botmesh_admin.coordination import Coordinator as CoordinatorProtocol
 from botmesh_admin.coordination import CoordinationEvent
+from botmesh_admin.coordination import Coordinator as CoordinatorProtocol
 from botmesh_admin.errors import ValidationError
 
 from .conftest import LEASE_MS, Deployment

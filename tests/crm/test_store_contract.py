@@ -138,3 +138,21 @@ def test_import_jobs_keep_their_file_until_released(contact_store: ContactStore,
     contact_store.import_data_delete(tenant_id, job.id)
     assert contact_store.import_data_get(tenant_id, job.id) is None
     assert [j.id for j in contact_store.import_job_scan(tenant_id)] == [job.id]
+
+
+def test_scan_matching_returns_members_and_a_cursor(contact_store: ContactStore, tenant_id: str) -> None:
+    made = [contact_store.contact_insert(tenant_id, _contact(Identity("telegram", str(100 + i)),
+                                                            tags=("vip",) if i % 3 == 0 else (),
+                                                            attributes={"n": i % 2}))
+            for i in range(10)]
+    rules = SegmentRules(tags_all=("vip",), attributes={"n": 0})
+    found, cursor = [], None
+    while True:
+        page, cursor = contact_store.contact_scan_matching(tenant_id, rules, after=cursor, limit=4)
+        found += page
+        if cursor is None:
+            break
+    assert [c.id for c in found] == [c.id for i, c in enumerate(made) if i % 3 == 0 and i % 2 == 0]
+    assert found[0] == made[0]
+    strict = SegmentRules(attributes={"n": False})
+    assert contact_store.contact_scan_matching(tenant_id, strict, limit=100) == ([], None)

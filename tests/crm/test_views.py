@@ -72,7 +72,7 @@ def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
     services.contact_create(tenant, name="Luis", identities=[{"channel": "email", "address": "l@x.co"}])
     html = agent.get(f"/t/{tenant}/crm/").content.decode()
     assert "Ana García" in html and "Luis" in html and "+573001112233" in html
-    assert 'href="/t/%s/crm/"' % tenant in html, "nav shows Contacts"
+    assert f'href="/t/{tenant}/crm/"' in html, "nav shows Contacts"
     html = agent.get(f"/t/{tenant}/crm/", {"q": "garcia"}).content.decode()
     assert "Ana García" in html and "Luis" not in html
     html = agent.get(f"/t/{tenant}/crm/", {"tag": "vip"}, HTTP_HX_REQUEST="true").content.decode()

@@ -1,0 +1,138 @@
+"""Reads for the replicas and jobs dashboards (HackSoft selectors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botmesh_admin.errors import NotFound
+
+from .base import CoordinationSnapshot, LeaderStatus, ReplicaStatus
+from .domain import Job, JobSpec, JobState, validate_job_id
+from .services import OCCURRENCE_TYPE, SYSTEM_TENANT, effective_job, job_store, jobs_channel, now_ms
+from .stores.base import JobStore
+
+FILE_LEADER_LIVE_MS = 15_000
+JOURNAL_PAGES = 3
+
+
+def coordination_snapshot() -> CoordinationSnapshot:
+    """Return live replicas, leaders and recent lease-lost/handover events.
+
+    Reads the keys the coordinators write (Redis), or this process's hub plus
+    the scheduler leader a file-locked beat published in the Kv (embedded default).
+    """
+    from .runtime import coordination_settings, default_coordinator
+
+    snapshot = default_coordinator().snapshot()
+    if coordination_settings()[0]:
+        return snapshot
+    return _with_file_leader(snapshot)
+
+
+def _with_file_leader(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
+    from botmesh_admin.kv import TenantKv
+    from botmesh_admin.kv.runtime import default_kv
+
+    kv = default_kv()
+    entry = kv.get(TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs"), "leader/scheduler")
+    if entry is None:
+        return snapshot
+    info = entry.value
+    age = max(0, now_ms() - int(info["at_ms"]))
+    if age > FILE_LEADER_LIVE_MS:
+        return snapshot
+    leader = LeaderStatus("scheduler", info["replica_id"], info["incarnation"], int(info["fence"]), -1)
+    beat = ReplicaStatus(info["replica_id"], info["incarnation"], "beat", str(info.get("host", "?")),
+                         int(info.get("pid", 0)), age, 0, {"scheduler": int(info["fence"])})
+    leaders = [x for x in snapshot.leaders if x.name != "scheduler"] + [leader]
+    return replace(snapshot, replicas=[*snapshot.replicas, beat], leaders=sorted(leaders, key=lambda x: x.name))
+
+
+@dataclass(frozen=True)
+class OccurrenceRow:
+    """One occurrence in the ledger: ``state`` pending / leased / done / dead."""
+
+    id: str
+    event_id: str
+    job_id: str
+    scheduled_ms: int
+    state: str
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the jobs page shows it."""
+
+    job: Job
+    state: JobState | None
+    next_ms: int | None
+    last: list[OccurrenceRow]
+
+    @property
+    def channel(self) -> str:
+        return jobs_channel(self.job.spec)
+
+
+def occurrence_list(*, job_id: str | None = None, limit: int = 50, journal: Any = None) -> list[OccurrenceRow]:
+    """Return up to ``limit`` recent occurrences (newest first), of one job or of all."""
+    from botmesh_admin.events import default_journal
+
+    journal = journal or default_journal()
+    rows: list[OccurrenceRow] = []
+    after = None
+    for _ in range(JOURNAL_PAGES):
+        page = journal.list(tenant=SYSTEM_TENANT, limit=200, after=after)
+        for record in page:
+            if record.type != OCCURRENCE_TYPE:
+                continue
+            if job_id is not None and record.payload.get("job") != job_id:
+                continue
+            rows.append(
+                OccurrenceRow(record.idempotency_key, record.id, record.payload.get("job", "?"),
+                              int(record.payload.get("scheduled_ms", 0)), record.state, record.attempts,
+                              record.last_error)
+            )
+        if len(page) < 200 or len(rows) >= limit:
+            break
+        after = page[-1].id
+    rows.sort(key=lambda r: (r.scheduled_ms, r.id), reverse=True)
+    return rows[:limit]
+
+
+def _next_ms(job: Job, state: JobState | None, at_ms: int) -> int | None:
+    if not job.settings.enabled:
+        return None
+    start = max(at_ms, state.considered_until_ms if state else 0, job.settings.resume_after_ms)
+    return job.settings.schedule.next_after(start)
+
+
+def job_list(
+    *, specs: list[JobSpec] | None = None, store: JobStore | None = None, journal: Any = None,
+    at_ms: int | None = None, last: int = 3,
+) -> list[JobRow]:
+    """Return every declared job with its settings, next occurrence and ``last`` recent occurrences."""
+    from .registry import declared_jobs
+
+    specs = declared_jobs() if specs is None else specs
+    store = store or job_store()
+    at_ms = now_ms() if at_ms is None else at_ms
+    recent = occurrence_list(limit=200 * JOURNAL_PAGES, journal=journal)
+    rows = []
+    for spec in specs:
+        job = effective_job(spec, store)
+        state = store.state_get(spec.id)
+        mine = [r for r in recent if r.job_id == spec.id][:last]
+        rows.append(JobRow(job, state, _next_ms(job, state, at_ms), mine))
+    return rows
+
+
+def job_get(job_id: str, **kwargs: Any) -> JobRow:
+    """Return one job's row; raise ``NotFound`` if it is not declared."""
+    validate_job_id(job_id, "job_id")
+    for row in job_list(**kwargs):
+        if row.job.id == job_id:
+            return row
+    raise NotFound(f"job {job_id!r} is not declared")

@@ -1,0 +1,1 @@
+"""Stores of the scheduled jobs' settings and scheduler state (see ``base.JobStore``)."""

@@ -1,0 +1,45 @@
+"""JobStore over any DurableKv: table ``coordination/system/jobs``.
+
+Keys: ``settings/<job id>`` (``JobSettings`` as JSON; the entry version is the
+settings version) and ``state/<job id>``; state writes go through a
+``FenceGuard`` on resource ``scheduler`` in the same table, so the fence check
+and the write are one atomic commit.
+"""
+
+from __future__ import annotations
+
+from botmesh_admin.errors import Conflict
+from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Put, TenantKv
+
+from ..domain import JobSettings, JobState
+from ..fencing import FenceGuard
+
+
+class KvJobStore:
+    """JobStore over a DurableKv (``namespace`` is the tenant part of the table name)."""
+
+    def __init__(self, kv: DurableKv, namespace: str = "system") -> None:
+        self.kv = kv
+        self.table = TenantKv(kv, "coordination").table(namespace, "jobs")
+        self._guard = FenceGuard(kv, self.table)
+
+    def settings_get(self, job_id: str) -> tuple[JobSettings, int] | None:
+        entry = self.kv.get(self.table, f"settings/{job_id}")
+        return None if entry is None else (JobSettings.from_dict(entry.value), entry.version)
+
+    def settings_put(self, job_id: str, settings: JobSettings, *, expected_version: int) -> int:
+        expect = ABSENT if expected_version == 0 else expected_version
+        try:
+            (entry,) = self.kv.commit(self.table, [Put(f"settings/{job_id}", settings.as_dict(), expect=expect)])
+        except ConflictError as exc:
+            raise Conflict(f"job {job_id!r} was changed meanwhile", current_version=exc.current_version or 0) from None
+        assert entry is not None
+        return entry.version
+
+    def state_get(self, job_id: str) -> JobState | None:
+        entry = self.kv.get(self.table, f"state/{job_id}")
+        return None if entry is None else JobState.from_dict(entry.value)
+
+    def state_put(self, states: dict[str, JobState], *, fence: int) -> None:
+        ops = [Put(f"state/{job_id}", state.as_dict()) for job_id, state in sorted(states.items())]
+        self._guard.commit("scheduler", fence, ops)

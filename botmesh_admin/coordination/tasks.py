@@ -1,0 +1,39 @@
+"""Celery tasks of the coordination app: thin wrappers over services (STYLE §9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
+
+from . import services
+
+
+@shared_task(name=services.RUN_TASK, ignore_result=True)
+def run_jobs(channel: str, limit: int = 20) -> dict[str, int]:
+    """Claim and run ready job occurrences of ``channel`` from the ledger; return the counts."""
+    return services.jobs_drain(channel, limit=limit)
+
+
+@shared_task(name="coordination.kv_sweep", ignore_result=True)
+def kv_sweep(limit: int = 1000) -> int:
+    """Reclaim up to ``limit`` expired Kv entries; return how many were removed."""
+    from botmesh_admin.kv.runtime import default_kv
+
+    return default_kv().sweep(limit)
+
+
+@worker_ready.connect(weak=False)
+def _register_worker(**kwargs: Any) -> None:
+    """Show the worker on the replicas dashboard (a coordinator with role ``worker``)."""
+    from .runtime import default_coordinator
+
+    default_coordinator(role="worker")
+
+
+@worker_shutdown.connect(weak=False)
+def _unregister_worker(**kwargs: Any) -> None:
+    from .runtime import shutdown
+
+    shutdown()

@@ -1,0 +1,235 @@
+"""``/api/v1/tenants/{tenant}/events…``, the journal pages, ``event_publish`` and the drain task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.celery import app as celery_app
+from botmesh_admin.events import EventRecord, RetryPolicy, use_journal
+from botmesh_admin.events.handlers import register, unregister
+from botmesh_admin.events.memory import MemoryEventJournal
+from botmesh_admin.events.services import event_publish
+from botmesh_admin.events.tasks import beat_entries, drain
+from botmesh_admin.tenancy import services as tenancy
+
+from .conftest import FakeClock
+
+
+@dataclass
+class World:
+    journal: MemoryEventJournal
+    clock: FakeClock
+    admin: str
+    agent: str
+    other: str
+
+
+@pytest.fixture
+def world(db) -> Iterator[World]:
+    users = get_user_model()
+    users.objects.create_user("ada", password="ada-password-1")
+    users.objects.create_user("ben", password="ben-password-1")
+    tenancy.tenant_create("acme", name="ACME")
+    tenancy.tenant_create("globex", name="Globex")
+    tenancy.membership_set("acme", username="ada", role="admin")
+    tenancy.membership_set("acme", username="ben", role="agent")
+    clock = FakeClock()
+    journal = MemoryEventJournal(clock=clock, policy=RetryPolicy(max_attempts=1, jitter=0.0))
+    with use_journal(journal):
+        yield World(
+            journal=journal,
+            clock=clock,
+            admin=tenancy.token_create("acme", name="ci")[1],
+            agent=tenancy.token_create("acme", name="bot", role="agent")[1],
+            other=tenancy.token_create("globex", name="ci")[1],
+        )
+
+
+def api(token: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def kill(journal: MemoryEventJournal, clock: FakeClock, record: EventRecord, error: str) -> EventRecord:
+    """Dead-letter the next ready record of ``record``'s channel (max_attempts is 1); return it."""
+    leased = journal.claim(clock.now, 1000, record.channel)
+    assert leased is not None
+    return journal.fail(leased.id, clock.now, leased.fencing_token, error)
+
+
+def publish(n: int, tenant: str = "acme", channel: str | None = None) -> list[EventRecord]:
+    return [
+        event_publish(tenant, type="inbox.message", payload={"n": i}, idempotency_key=f"{channel}-{i}", channel=channel)
+        for i in range(n)
+    ]
+
+
+# -- the REST API ------------------------------------------------------------------------------
+
+
+def test_list_pages_with_a_cursor(world: World, client: Client) -> None:
+    ids = []
+    for i in range(5):
+        ids.append(event_publish("acme", type="inbox.message", payload={"n": i}, idempotency_key=f"k{i}").id)
+        world.clock.advance(1)
+    first = client.get("/api/v1/tenants/acme/events?limit=2", **api(world.agent)).json()
+    assert [e["id"] for e in first["items"]] == ids[::-1][:2]
+    second = client.get(f"/api/v1/tenants/acme/events?limit=2&after={first['next']}", **api(world.agent)).json()
+    assert [e["id"] for e in second["items"]] == ids[::-1][2:4]
+    last = client.get(f"/api/v1/tenants/acme/events?limit=2&after={second['next']}", **api(world.agent)).json()
+    assert [e["id"] for e in last["items"]] == [ids[0]] and last["next"] is None
+    assert first["items"][0]["payload"] == {"n": 4} and first["items"][0]["state"] == "pending"
+
+
+def test_list_filters_by_state_and_channel(world: World, client: Client) -> None:
+    [default] = publish(1)
+    [outbox] = publish(1, channel="outbox")
+    kill(world.journal, world.clock, outbox, "403 blocked")
+    dead = client.get("/api/v1/tenants/acme/events?state=dead", **api(world.admin)).json()["items"]
+    assert [(e["id"], e["last_error"]) for e in dead] == [(outbox.id, "403 blocked")]
+    only_default = client.get("/api/v1/tenants/acme/events?channel=default", **api(world.admin)).json()
+    assert [e["id"] for e in only_default["items"]] == [default.id]
+    bad = client.get("/api/v1/tenants/acme/events?state=zombie", **api(world.admin))
+    assert bad.status_code == 422 and bad.json()["field"] == "state"
+
+
+def test_another_tenants_event_is_404_and_never_listed(world: World, client: Client) -> None:
+    [theirs] = publish(1, tenant="globex")
+    assert client.get(f"/api/v1/tenants/acme/events/{theirs.id}", **api(world.admin)).status_code == 404
+    assert client.get("/api/v1/tenants/acme/events", **api(world.admin)).json()["items"] == []
+    assert client.post(f"/api/v1/tenants/acme/events/{theirs.id}/replay", **api(world.admin)).status_code == 404
+    assert client.get(f"/api/v1/tenants/globex/events/{theirs.id}", **api(world.admin)).status_code == 404
+    assert client.get(f"/api/v1/tenants/globex/events/{theirs.id}", **api(world.other)).status_code == 200
+
+
+def test_replay_is_for_admins_and_only_for_dead_or_done(world: World, client: Client) -> None:
+    [record] = publish(1)
+    url = f"/api/v1/tenants/acme/events/{record.id}/replay"
+    conflict = client.post(url, **api(world.admin))
+    assert conflict.status_code == 409 and "pending" in conflict.json()["message"]
+    kill(world.journal, world.clock, record, "boom")
+    assert client.post(url, **api(world.agent)).status_code == 403
+    resp = client.post(url, **api(world.admin))
+    assert resp.status_code == 200
+    body = resp.json()
+    assert (body["state"], body["attempts"], body["last_error"]) == ("pending", 0, "boom")
+    assert client.get(f"/api/v1/tenants/acme/events/{record.id}", **api(world.agent)).json()["state"] == "pending"
+
+
+def test_event_counts_by_state_and_channel(world: World, client: Client) -> None:
+    publish(2)
+    [outbox] = publish(1, channel="outbox")
+    kill(world.journal, world.clock, outbox, "x")
+    body = client.get("/api/v1/tenants/acme/event-counts", **api(world.agent)).json()
+    assert body["by_state"] == {"pending": 2, "leased": 0, "done": 0, "dead": 1}
+    assert body["by_channel"]["default"]["pending"] == 2
+    assert body["by_channel"]["outbox"]["dead"] == 1
+    assert body["total"] == 3
+
+
+def test_api_needs_a_token(world: World, client: Client) -> None:
+    assert client.get("/api/v1/tenants/acme/events").status_code == 401
+
+
+# -- publish, drain, beat ------------------------------------------------------------------------
+
+
+def test_publish_is_idempotent_and_validated(world: World) -> None:
+    first = event_publish("acme", type="crm.import", payload={"a": 1}, idempotency_key="job-1")
+    again = event_publish("acme", type="crm.import", payload={"a": 2}, idempotency_key="job-1")
+    assert again == first
+    with pytest.raises(Exception) as info:
+        event_publish("acme", type="crm.import", payload={"a": {1, 2}}, idempotency_key="job-2")
+    assert getattr(info.value, "field", None) == "envelope.payload"
+
+
+def test_publish_drains_the_channel_after_commit(world: World, django_capture_on_commit_callbacks) -> None:
+    seen: list[str] = []
+    register("test.published")(lambda record: seen.append(record.id))
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            record = event_publish("acme", type="test.published", payload={}, idempotency_key="p1", channel="outbox")
+        assert seen == [] and len(callbacks) == 1  # nothing runs before the commit
+        for callback in callbacks:
+            callback()
+    finally:
+        celery_app.conf.task_always_eager = False
+        unregister("test.published")
+    assert seen == [record.id]
+    assert world.journal.get(record.id).state == "done"
+
+
+def test_drain_task_returns_the_worker_counts(world: World) -> None:
+    register("test.drained")(lambda record: None)
+    try:
+        event_publish("acme", type="test.drained", payload={}, idempotency_key="d1")
+        event_publish("acme", type="nobody.handles", payload={}, idempotency_key="d2")
+        assert drain.run(None, 10) == {"processed": 1, "failed": 1, "stale": 0}
+    finally:
+        unregister("test.drained")
+    assert world.journal.list(state="dead")[0].type == "nobody.handles"
+
+
+def test_beat_drains_every_channel_as_a_safety_net() -> None:
+    entries = beat_entries()
+    assert {e["kwargs"]["channel"] for e in entries.values()} == {None, "inbound", "outbox"}
+    assert all(e["task"] == "events.drain" and e["schedule"] <= 10 for e in entries.values())
+    assert set(entries) <= set(celery_app.conf.beat_schedule)
+
+
+# -- the journal pages -------------------------------------------------------------------------------
+
+
+def test_journal_page_shows_counts_list_and_dlq(world: World, client: Client) -> None:
+    publish(2)
+    [outbox] = publish(1, channel="outbox")
+    kill(world.journal, world.clock, outbox, "131047: outside the 24-hour window")
+    client.login(username="ada", password="ada-password-1")
+    html = client.get("/t/acme/journal/").content.decode()
+    assert 'data-testid="count-dead"' in html and "131047: outside the 24-hour window" in html
+    assert html.count("<tr data-state=") == 3
+    assert 'hx-trigger="every 5s"' in html
+    dead_only = client.get("/t/acme/journal/?state=dead").content.decode()
+    assert dead_only.count("<tr data-state=") == 1
+    fragment = client.get("/t/acme/journal/table?channel=outbox", HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in fragment and fragment.count("<tr data-state=") == 1
+
+
+def test_journal_page_is_for_admins_of_the_tenant(world: World, client: Client) -> None:
+    client.login(username="ben", password="ben-password-1")
+    assert client.get("/t/acme/journal/").status_code == 403
+    client.login(username="ada", password="ada-password-1")
+    assert client.get("/t/globex/journal/").status_code == 404
+    nav = client.get("/t/acme/journal/").content.decode()
+    assert 'href="/t/acme/journal/"' in nav
+
+
+def test_replay_button_without_and_with_htmx(world: World, client: Client) -> None:
+    [first, _] = publish(2)
+    a = kill(world.journal, world.clock, first, "first")
+    b = kill(world.journal, world.clock, first, "second")
+    client.login(username="ada", password="ada-password-1")
+    resp = client.post(f"/t/acme/journal/{a.id}/replay", {"state": "dead"})
+    assert resp.status_code == 302 and resp["Location"] == "/t/acme/journal/?state=dead"
+    assert world.journal.get(a.id).state == "pending"
+    fragment = client.post(f"/t/acme/journal/{b.id}/replay", HTTP_HX_REQUEST="true").content.decode()
+    assert f"Event {b.id} replayed" in fragment and "<html" not in fragment
+    again = client.post(f"/t/acme/journal/{b.id}/replay", HTTP_HX_REQUEST="true")
+    assert again.status_code == 409
+
+
+def test_event_detail_shows_payload_and_last_error(world: World, client: Client) -> None:
+    [record] = publish(1)
+    kill(world.journal, world.clock, record, "ValueError: bad <b>html</b>")
+    client.login(username="ada", password="ada-password-1")
+    html = client.get(f"/t/acme/journal/{record.id}/").content.decode()
+    assert "ValueError: bad &lt;b&gt;html&lt;/b&gt;" in html  # escaped
+    assert '&quot;n&quot;: 0' in html or '"n": 0' in html
+    resp = client.post(f"/t/acme/journal/{record.id}/replay", {"from": "detail"})
+    assert resp["Location"] == f"/t/acme/journal/{record.id}/"
+    assert client.get("/t/acme/journal/ev_nope/").status_code == 404

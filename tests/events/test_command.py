@@ -1,0 +1,57 @@
+"""``manage.py botmesh_events_worker``: drains its channel and stops gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from botmesh_admin.events import Envelope, connect_journal
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/journal.sqlite3"
+    log = tmp_path / "handler.log"
+    journal = connect_journal(url)
+    for n in range(3):
+        journal.append(Envelope(type="test.slow", tenant="acme", payload={}, idempotency_key=f"s{n}", channel="outbox"))
+    env = {
+        **os.environ, "BOTMESH_JOURNAL_URL": url, "BOTMESH_TEST_HANDLER_LOG": str(log),
+        "BOTMESH_TEST_HANDLER_SLEEP": "1.5", "PYTHONPATH": str(ROOT),
+    }  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "outbox",
+         "--handler", "tests.events.slow_handler.handle", "--idle-ms", "50"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "start" in log.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "1 processed" in out
+    lines = log.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["start", "end"]  # finished, took no other
+    states = sorted(r.state for r in journal.list(tenant="acme"))
+    assert states == ["done", "pending", "pending"]
+    journal.close()
+
+
+def test_a_bad_channel_is_refused(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "Not Valid"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "BOTMESH_JOURNAL_URL": f"sqlite:///{tmp_path}/j.sqlite3"},
+    )  # fmt: skip
+    assert proc.returncode != 0 and "--channel" in proc.stderr

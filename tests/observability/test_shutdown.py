@@ -1,0 +1,136 @@
+"""SIGTERM drains in-flight sends, marks /readyz stopping, then exits — in a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.test import RequestFactory
+
+from botmesh_admin.kv import connect
+from botmesh_admin.observability import health, metrics, shutdown
+from botmesh_admin.observability.stores.kv import KvCounterStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SERVER = """
+import sys, threading, time
+import django
+django.setup()
+from django.test import RequestFactory
+from botmesh_admin.observability import health, metrics, shutdown
+
+send_s, timeout_s = float(sys.argv[1]), float(sys.argv[2])
+shutdown.install(timeout_s=timeout_s)
+
+def send():
+    with shutdown.inflight():
+        print("send-started", flush=True)
+        time.sleep(send_s)          # a slow (fake) provider call
+        metrics.count("messages.out")  # the send is recorded once it completed
+        print("send-done", flush=True)
+
+def watch_readiness():
+    while not health._stopping.is_set():
+        time.sleep(0.01)
+    print("readyz", health.readyz(RequestFactory().get("/readyz")).status_code, flush=True)
+
+threading.Thread(target=send).start()
+threading.Thread(target=watch_readiness, daemon=True).start()
+threading.Event().wait()           # the main thread blocks, like a server loop
+"""
+
+
+def run_server(tmp_path: Path, send_s: float, timeout_s: float) -> tuple[subprocess.Popen[str], str]:
+    url = f"sqlite:///{tmp_path}/kv.sqlite3"
+    env = {**os.environ, "BOTMESH_KV_URL": url, "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
+           "BOTMESH_DATA_DIR": str(tmp_path), "OTEL_SDK_DISABLED": "true"}
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(send_s), str(timeout_s)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "send-started"
+    return proc, url
+
+
+def sends_recorded(url: str) -> int:
+    kv = connect(url)
+    try:
+        return KvCounterStore(kv).read().get("messages.out", 0)
+    finally:
+        kv.close()
+
+
+def test_sigterm_waits_for_the_in_flight_send_then_exits(tmp_path: Path) -> None:
+    proc, url = run_server(tmp_path, send_s=1.5, timeout_s=20)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    lines = out.split()
+    assert "send-done" in lines
+    assert "readyz 503" in out
+    assert time.monotonic() - started < 15
+    assert sends_recorded(url) == 1
+
+
+def test_sigterm_gives_up_after_the_drain_timeout(tmp_path: Path) -> None:
+    proc, url = run_server(tmp_path, send_s=60, timeout_s=0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert proc.returncode == 0
+    assert "send-done" not in out
+    assert sends_recorded(url) == 0
+
+
+@pytest.fixture
+def not_stopping() -> Iterator[None]:
+    """Clear the process-wide stopping flag after the test (other tests need /readyz ready)."""
+    yield
+    health._stopping.clear()
+
+
+def test_readyz_answers_503_with_the_reason_while_stopping(db: None, not_stopping: None) -> None:
+    assert health.readyz(RequestFactory().get("/readyz")).status_code == 200
+    health.mark_stopping()
+    response = health.readyz(RequestFactory().get("/readyz"))
+    assert response.status_code == 503 and b"shutting down" in response.content
+
+
+def test_drain_waits_for_every_in_flight_send(not_stopping: None) -> None:
+    finished: list[int] = []
+
+    def send(i: int) -> None:
+        with shutdown.inflight():
+            time.sleep(0.2)
+            finished.append(i)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    assert shutdown.inflight_count() == 3
+    assert shutdown.drain(5) is True
+    assert sorted(finished) == [0, 1, 2] and shutdown.inflight_count() == 0
+    with shutdown.inflight():
+        assert shutdown.drain(0.05) is False
+
+
+def test_stop_gracefully_flushes_counts_kept_during_an_outage(not_stopping: None) -> None:
+    from .test_metrics import BrokenStore
+
+    store = BrokenStore()
+    with metrics.use_counter_store(store):
+        metrics.count("messages.out")
+        store.down = False
+        assert shutdown.stop_gracefully(timeout_s=1) is True
+        assert store.read() == {"messages.out": 1}
+    assert health._stopping.is_set()
