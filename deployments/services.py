@@ -7,6 +7,7 @@ process-wide Kv for the API, the admin pages and tasks.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -104,7 +105,7 @@ class DeploymentRegistry:
 
     def list(
         self, tenant: str, bot: str, limit: int = 50, after: int | str | None = None
-    ) -> list[BotVersion]:
+    ) -> builtins.list[BotVersion]:
         """Return up to ``limit`` (1..200) retained versions, newest first.
 
         ``after`` is the ``seq`` of the last version of the previous page (the
@@ -126,14 +127,14 @@ class DeploymentRegistry:
         self._ids(tenant, bot)
         return self.store.get_active(tenant, bot)
 
-    def bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[str]:
+    def bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[str]:
         """Return the bots of ``tenant`` that have published a version, by id."""
         validate_id(tenant, "tenant")
         return self.store.list_bots(tenant, limit=limit, after=after)
 
     def audit(
         self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-    ) -> list[AuditEvent]:
+    ) -> builtins.list[AuditEvent]:
         """Return the bot's audit trail, newest first (``after``: the last event id seen)."""
         self._ids(tenant, bot)
         return self.store.audit_list(tenant, bot, limit=limit, after=after)
@@ -177,7 +178,7 @@ class DeploymentRegistry:
                 gates=tuple(GateState(name=g) for g in spec.gates),
             )
 
-            def audit(stored: BotVersion, now: int = now) -> list[AuditEvent]:
+            def audit(stored: BotVersion, now: int = now) -> builtins.list[AuditEvent]:
                 return [
                     self._event(
                         now,
@@ -492,7 +493,7 @@ class DeploymentRegistry:
 
     # ------------------------------------------------------------ pruning
 
-    def prune(self, tenant: str, bot: str, *, keep: int, actor: str) -> list[str]:
+    def prune(self, tenant: str, bot: str, *, keep: int, actor: str) -> builtins.list[str]:
         """Delete versions older than the newest ``keep``; return the pruned version strings.
 
         The active version and versions with a running gate are never pruned
@@ -502,7 +503,7 @@ class DeploymentRegistry:
         self._ids(tenant, bot)
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
             raise ValidationError("keep", "must be an integer >= 1")
-        pruned: list[str] = []
+        pruned: builtins.list[str] = []
         for _ in range(CAS_ATTEMPTS):
             active = self.store.get_active(tenant, bot)
             now = self.clock()
@@ -531,8 +532,8 @@ class DeploymentRegistry:
             return pruned
         raise Conflict(f"versions of {bot!r} keep changing; try pruning again")
 
-    def _older_than(self, tenant: str, bot: str, keep: int) -> list[BotVersion]:
-        older: list[BotVersion] = []
+    def _older_than(self, tenant: str, bot: str, keep: int) -> builtins.list[BotVersion]:
+        older: builtins.list[BotVersion] = []
         seen, after = 0, None
         while True:
             page = self.store.list_versions(tenant, bot, limit=MAX_PAGE, after_seq=after)
@@ -615,7 +616,7 @@ def deployment_rollback(
     )
 
 
-def version_prune(tenant: str, bot: str, *, keep: int, actor: str) -> list[str]:
+def version_prune(tenant: str, bot: str, *, keep: int, actor: str) -> builtins.list[str]:
     """Prune old versions (see ``DeploymentRegistry.prune``)."""
     return default_registry().prune(tenant, bot, keep=keep, actor=actor)
 

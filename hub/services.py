@@ -8,6 +8,7 @@ it checked them. Every change is audited (who, when, what) in the same commit.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -70,7 +71,9 @@ class PluginHub:
             raise NotFound(f"plugin {plugin_id!r} is not installed")
         return found
 
-    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+    def list(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> builtins.list[Installation]:
         """Return up to ``limit`` installations ordered by plugin id, after the id ``after``."""
         validate_id(tenant, "tenant")
         return self.store.list(tenant, limit=limit, after=after)
@@ -82,7 +85,7 @@ class PluginHub:
         plugin_id: str | None = None,
         limit: int = 50,
         after: str | None = None,
-    ) -> list[AuditEvent]:
+    ) -> builtins.list[AuditEvent]:
         """Return audit events newest first (only ``plugin_id``'s when given)."""
         validate_id(tenant, "tenant")
         if plugin_id is not None:
@@ -201,7 +204,9 @@ class PluginHub:
         self,
         tenant: str,
         plugin_id: str,
-        change: Callable[[Installation, int], tuple[Installation, list[AuditEvent]] | None],
+        change: Callable[
+            [Installation, int], tuple[Installation, builtins.list[AuditEvent]] | None
+        ],
         *,
         expected_revision: int | None = None,
     ) -> Installation:
@@ -236,7 +241,7 @@ class PluginHub:
         tenant: str,
         plugin_id: str,
         *,
-        permissions: list[str] | tuple[str, ...],
+        permissions: builtins.list[str] | tuple[str, ...],
         actor: str,
         expected_revision: int | None = None,
     ) -> Installation:
@@ -247,7 +252,9 @@ class PluginHub:
         """
         perms = validate_permission_list(list(permissions), "permissions", self.runtime)
 
-        def change(current: Installation, now: int) -> tuple[Installation, list[AuditEvent]] | None:
+        def change(
+            current: Installation, now: int
+        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             for i, perm in enumerate(perms):
                 if perm not in current.manifest.permissions:
                     raise ValidationError(
@@ -278,14 +285,16 @@ class PluginHub:
         tenant: str,
         plugin_id: str,
         *,
-        permissions: list[str] | tuple[str, ...],
+        permissions: builtins.list[str] | tuple[str, ...],
         actor: str,
         expected_revision: int | None = None,
     ) -> Installation:
         """Withdraw granted ``permissions``; an enabled plugin that needs one is disabled too."""
         perms = validate_permission_list(list(permissions), "permissions", self.runtime)
 
-        def change(current: Installation, now: int) -> tuple[Installation, list[AuditEvent]] | None:
+        def change(
+            current: Installation, now: int
+        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             gone = [p for p in perms if p in current.granted]
             if not gone:
                 return None
@@ -330,7 +339,9 @@ class PluginHub:
         ``Conflict`` for a stale ``expected_revision``, ``NotFound`` if not installed.
         """
 
-        def change(current: Installation, now: int) -> tuple[Installation, list[AuditEvent]] | None:
+        def change(
+            current: Installation, now: int
+        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             refusal = current.enable_refusal(self.runtime)
             if refusal is not None:
                 raise refusal
@@ -354,7 +365,9 @@ class PluginHub:
     ) -> Installation:
         """Disable the plugin (a no-op if it is not enabled)."""
 
-        def change(current: Installation, now: int) -> tuple[Installation, list[AuditEvent]] | None:
+        def change(
+            current: Installation, now: int
+        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             if not current.enabled:
                 return None
             event = self._event(
@@ -415,7 +428,7 @@ def plugin_grant(
     tenant: str,
     plugin_id: str,
     *,
-    permissions: list[str],
+    permissions: builtins.list[str],
     actor: str,
     expected_revision: int | None = None,
 ) -> Installation:
@@ -429,7 +442,7 @@ def plugin_revoke(
     tenant: str,
     plugin_id: str,
     *,
-    permissions: list[str],
+    permissions: builtins.list[str],
     actor: str,
     expected_revision: int | None = None,
 ) -> Installation:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -59,9 +60,20 @@ def new_conversation_id() -> str:
     return f"cv_{secrets.token_hex(10)}"
 
 
+_sequence_lock = threading.Lock()
+_sequence = [0, 0]  # last ms, counter within that ms
+
+
 def new_note_id(at_ms: int) -> str:
-    """Return a note id that sorts by creation time: ``n_<13 digit ms>_<6 hex>``."""
-    return f"n_{at_ms:013d}_{secrets.token_hex(3)}"
+    """Return a note id that sorts by creation time: ``n_<13 digit ms>_<4 digit seq><4 hex>``.
+
+    The sequence keeps ids of one process in creation order inside one millisecond.
+    """
+    with _sequence_lock:
+        _sequence[1] = _sequence[1] + 1 if _sequence[0] == at_ms else 0
+        _sequence[0] = at_ms
+        seq = _sequence[1]
+    return f"n_{at_ms:013d}_{seq:04d}{secrets.token_hex(2)}"
 
 
 def new_reply_id(at_ms: int) -> str:

@@ -221,3 +221,10 @@ def handoff_get(tenant: str, chat_key: str, *, store: InboxStore | None = None) 
     return HandoffState(
         chat_key, h.active, conversation.id, h.taken_by, h.taken_at_ms, h.released_by, h.released_at_ms
     )
+
+
+def agent_is_member(tenant: str, agent: str) -> bool:
+    """Return True if ``agent`` (a username) is a member of ``tenant`` (so it can be assigned)."""
+    from botmesh_admin.tenancy.models import Membership
+
+    return Membership.objects.filter(tenant_id=tenant, user__username=agent).exists()

@@ -306,3 +306,91 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
 def conversation_erase(tenant: str, conversation_id: str) -> int:
     """Erase a conversation and everything in it (see ``Inbox.erase``)."""
     return default_inbox().erase(tenant, conversation_id)
+
+
+# -- the ledger push ---------------------------------------------------------------------
+
+MAX_LEDGER_RECORDS = 5000
+LEDGER_EVENT = "ledger.message"
+INBOUND_CHANNEL = "inbound"
+
+
+def ledger_parse(body: bytes) -> list[Any]:
+    """Return the records of a ledger push: a JSON array, or JSON lines (one object a line).
+
+    Raise ``ValidationError`` naming ``records`` or ``records[i]`` (0-based) for
+    a body that is neither.
+    """
+    import json
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError("records", "the body is not UTF-8") from None
+    stripped = text.strip()
+    if not stripped:
+        raise ValidationError("records", "no records")
+    if stripped.startswith("["):
+        try:
+            records = json.loads(stripped)
+        except ValueError as exc:
+            raise ValidationError("records", f"not a JSON array: {exc}") from None
+        if not isinstance(records, list):
+            raise ValidationError("records", "must be a JSON array or JSON lines")
+    else:
+        records = []
+        for i, line in enumerate(line for line in stripped.splitlines() if line.strip()):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                raise ValidationError(f"records[{i}]", "not a JSON object") from None
+    if len(records) > MAX_LEDGER_RECORDS:
+        raise ValidationError("records", f"at most {MAX_LEDGER_RECORDS} records per push")
+    return records
+
+
+def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
+    """Validate every record, then journal each (channel ``inbound``, type ``ledger.message``).
+
+    Nothing is journaled if any record is invalid: ``ValidationError`` names it
+    (``records[3].timestamp``). A record without ``tenantId`` belongs to
+    ``tenant``; one naming another tenant is refused. The idempotency key is
+    the message id, so a pushed-again record is counted in ``duplicates``.
+    Return ``{"records", "accepted", "duplicates"}``; a worker projects them.
+    """
+    from botmesh_admin.events import Envelope, default_journal
+    from botmesh_admin.events.base import new_event_id
+
+    parsed = []
+    for i, data in enumerate(records):
+        record = StoredMessage.from_record(data, f"records[{i}]")
+        if record.tenant_id is not None and record.tenant_id != tenant:
+            raise ValidationError(f"records[{i}].tenantId", "names another tenant than the token's")
+        parsed.append(record)
+    journal = default_journal()
+    accepted = 0
+    for record in parsed:
+        event_id = new_event_id(now_ms())
+        stored = journal.append(Envelope(
+            type=LEDGER_EVENT, tenant=tenant, channel=INBOUND_CHANNEL, id=event_id,
+            payload={"record": replace(record, tenant_id=tenant).to_record()}, idempotency_key=record.id,
+        ))
+        accepted += stored.id == event_id
+    if accepted:
+        drain_soon(INBOUND_CHANNEL)
+    return {"records": len(parsed), "accepted": accepted, "duplicates": len(parsed) - accepted}
+
+
+def drain_soon(channel: str) -> None:
+    """Queue one drain of ``channel`` after the transaction commits (beat drains anyway if the broker is down)."""
+    from django.db import transaction
+
+    def send() -> None:
+        from botmesh_admin.events.tasks import drain
+
+        try:
+            drain.delay(channel)
+        except Exception as exc:  # the broker is optional for correctness
+            log.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
+
+    transaction.on_commit(send)

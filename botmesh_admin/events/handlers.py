@@ -14,12 +14,16 @@ died), so they must be idempotent; ``record.fencing_token`` names the claim.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import threading
 from collections.abc import Callable
 
 from .base import TYPE_RE, EventRecord
 
 Handler = Callable[[EventRecord], None]
+
+logger = logging.getLogger("botmesh.events")
 
 _handlers: dict[str, Handler] = {}
 _discovered = False
@@ -75,17 +79,32 @@ def dispatch(record: EventRecord) -> None:
 
 
 def _autodiscover() -> None:
-    """Import every installed app's ``handlers`` module once (Django's autodiscover_modules)."""
+    """Import every installed app's ``handlers`` module (as Django's ``autodiscover_modules``).
+
+    An app whose module fails to import is logged and skipped, so the other
+    apps' events keep flowing (that app's events fail with ``UnknownEventType``
+    and dead-letter, where an operator sees them); the import is retried on
+    the next dispatch.
+    """
     global _discovered
     if _discovered:
         return
     with _lock:
         if _discovered:
             return
-        from django.utils.module_loading import autodiscover_modules
+        from django.apps import apps
+        from django.utils.module_loading import module_has_submodule
 
-        autodiscover_modules("handlers")
-        _discovered = True
+        complete = True
+        for config in apps.get_app_configs():
+            if not module_has_submodule(config.module, "handlers"):
+                continue
+            try:
+                importlib.import_module(f"{config.name}.handlers")
+            except Exception:
+                complete = False
+                logger.exception("cannot import %s.handlers; its event types have no handler", config.name)
+        _discovered = complete
 
 
 def _qualname(fn: Handler) -> str:

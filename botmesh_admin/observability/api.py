@@ -6,8 +6,8 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
-from pydantic import BaseModel, ConfigDict
 from ninja.responses import Status
+from pydantic import BaseModel, ConfigDict
 
 from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
 from botmesh_admin.errors import ValidationError
@@ -86,14 +86,20 @@ def _summary_out(summary: TraceSummary) -> TraceSummaryOut:
 
 @router.post("bots/{bot}/metrics", response={201: BotSampleOut, 404: ErrorOut, 422: ErrorOut})
 def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsPushIn) -> Status[BotSampleOut]:
-    """Keep one snapshot pushed by a replica of ``bot`` (the JSON of botmesh's ``bot.metrics()``)."""
+    """Keep one snapshot pushed by a replica of ``bot`` (the JSON of botmesh's ``bot.metrics()``).
+
+    The body is the snapshot itself (or ``{"snapshot": {...}}``) with ``replica``
+    (or ``replicaId``) and, optionally, ``at``: when it was taken, epoch ms
+    within the last 24 hours (default: now).
+    """
     principal(request)
     data = body.model_dump()
     replica = data.pop("replica", None) or data.pop("replicaId", None)
     if replica is None:
         raise ValidationError("replica", "is required (the id of the replica that pushes)")
+    at = data.pop("at", None)
     snapshot = data.pop("snapshot", None) if isinstance(data.get("snapshot"), dict) else data
-    sample = services.bot_metrics_push(tenant, bot=bot, replica=replica, snapshot=snapshot)
+    sample = services.bot_metrics_push(tenant, bot=bot, replica=replica, snapshot=snapshot, received_at_ms=at)
     return Status(201, _sample_out(sample))
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from botmesh_admin.errors import ValidationError
 from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.kv.validation import now_ms
 
 from . import stores
 from .domain import snapshot_from_json, validate_bot_id, validate_replica_id
 from .stores.base import BotSample
+from .stores.memory import DEFAULT_RETENTION_MS
 
 
 def bot_metrics_push(
@@ -18,13 +20,17 @@ def bot_metrics_push(
 ) -> BotSample:
     """Validate and keep one snapshot pushed by ``bot``'s ``replica`` (camelCase or snake_case JSON).
 
-    ``received_at_ms`` (epoch ms) defaults to now. Return the stored sample.
-    Raise ``ValidationError`` naming the field (``snapshot.messages.in: …``).
+    ``received_at_ms`` (epoch ms; field ``at`` in the API) defaults to now and
+    must lie within the retention window (24 h back, 1 min ahead). Return the
+    stored sample. Raise ``ValidationError`` naming the field (``snapshot.messages.in: …``).
     """
     validate_id(tenant, "tenant")
     validate_bot_id(bot, "bot")
     validate_replica_id(replica, "replica")
-    at = now_ms() if received_at_ms is None else received_at_ms
+    now = now_ms()
+    at = now if received_at_ms is None else received_at_ms
+    if isinstance(at, bool) or not isinstance(at, int) or not now - DEFAULT_RETENTION_MS < at <= now + 60_000:
+        raise ValidationError("at", "must be epoch milliseconds within the last 24 hours")
     parsed = snapshot_from_json(snapshot, "snapshot", now_ms=at)
     return stores.bot_metrics_store().push(
         tenant, bot=bot, replica=replica, snapshot=parsed.to_json(), received_at_ms=at

@@ -12,7 +12,7 @@ On SIGTERM (``install()``, done for web servers by ``ObservabilityConfig.ready()
 serving what it already accepted, waits until no send is in flight or
 ``settings.BOTMESH_DRAIN_TIMEOUT_S`` seconds have passed, flushes metrics and
 traces, and then lets the previous SIGTERM handler run (gunicorn's graceful
-exit) or exits with status 0.
+exit) or exits: status 0 when every send finished, 1 when the timeout cut some off.
 
 Celery workers: ``on_worker_shutting_down`` (the ``worker_shutting_down``
 signal) marks the worker stopping; Celery's warm shutdown lets running tasks
@@ -40,6 +40,7 @@ _cond = threading.Condition()
 _inflight = 0
 _installed = False
 _drained = threading.Event()
+_abandoned = False  # the drain timed out with sends still in flight
 _draining = False
 _previous: Any = signal.SIG_DFL
 
@@ -99,10 +100,10 @@ def stop_gracefully(timeout_s: float | None = None, then: Callable[[], None] | N
     """Mark the process stopping, drain in-flight sends, flush metrics and traces; return True if drained."""
     health.mark_stopping()
     limit = _timeout(timeout_s)
-    log.info("stopping: draining %d in-flight send(s), at most %.0f s", inflight_count(), limit)
+    log.info("stopping: draining %d in-flight send(s), at most %g s", inflight_count(), limit)
     drained = drain(limit)
     if not drained:
-        log.warning("drain timeout: %d send(s) still in flight after %.0f s", inflight_count(), limit)
+        log.warning("drain timeout: %d send(s) still in flight after %g s", inflight_count(), limit)
     _flush_all()
     if then is not None:
         then()
@@ -126,6 +127,8 @@ def _on_sigterm(signum: int, frame: Any, timeout_s: float | None) -> None:
         if callable(_previous):
             _previous(signum, frame)
         elif _previous != signal.SIG_IGN:
+            if _abandoned:
+                os._exit(1)  # a send thread still runs and would keep the interpreter alive
             raise SystemExit(0)
         return
     if _draining:
@@ -135,7 +138,8 @@ def _on_sigterm(signum: int, frame: Any, timeout_s: float | None) -> None:
     main_id = threading.main_thread().ident
 
     def drain_then_exit() -> None:
-        stop_gracefully(timeout_s)
+        global _abandoned
+        _abandoned = not stop_gracefully(timeout_s)
         _drained.set()
         if main_id is not None:
             signal.pthread_kill(main_id, signal.SIGTERM)  # wakes a main thread blocked in a system call

@@ -18,6 +18,7 @@ from .stores.base import TraceSummary
 
 MAX_SPANS = 256
 KINDS = ("http", "task", "message", "internal")
+MESSAGE_PREFIXES = ("message.", "inbox.")
 INDEX_BASE = 10**13  # epoch ms stays below this until the year 2286
 
 
@@ -40,8 +41,8 @@ def index_key(record: dict[str, Any]) -> str:
 
 
 def trace_kind(spans: list[dict[str, Any]], root: dict[str, Any] | None) -> str:
-    """Return ``message`` if any span is on the message path (``message.*``), else the root's kind."""
-    if any(s["name"].startswith("message.") for s in spans):
+    """Return ``message`` if any span is on the message path (``message.*``, ``inbox.*``), else the root's kind."""
+    if any(s["name"].startswith(MESSAGE_PREFIXES) for s in spans):
         return "message"
     if root is None:
         return "internal"

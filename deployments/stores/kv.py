@@ -18,7 +18,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from botmesh_admin.errors import Conflict
-from botmesh_admin.kv import ABSENT, Check, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv import (
+    ABSENT,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Op,
+    Put,
+    TenantKv,
+)
 from deployments.domain import ActivePointer, AuditEvent, BotVersion
 
 from .base import AuditFor, IndexEntry
@@ -47,7 +57,7 @@ class KvDeploymentStore:
     def _table(self, tenant: str) -> str:
         return self.tables.table(tenant, COLLECTION)
 
-    def _commit(self, tenant: str, ops: list[Op], what: str) -> list:
+    def _commit(self, tenant: str, ops: list[Op], what: str) -> list[Entry | None]:
         try:
             return self.kv.commit(self._table(tenant), ops)
         except ConflictError as exc:
@@ -84,7 +94,9 @@ class KvDeploymentStore:
                     f"version {version.version!r} of {bot!r} is already published",
                     current_version=exc.current_version,
                 ) from None
-            return replace(stored, revision=written[2].version)
+            entry = written[2]
+            assert entry is not None  # a Put returns the written entry
+            return replace(stored, revision=entry.version)
         raise Conflict(f"too many concurrent publishes for {bot!r}; try again")
 
     def index_get(self, tenant: str, bot: str, version: str) -> IndexEntry | None:
@@ -123,8 +135,9 @@ class KvDeploymentStore:
             Put(version_key(version.bot, version.seq), version.as_record(), expect=expect_revision),
             *_audit_ops(audit),
         ]
-        written = self._commit(tenant, ops, f"version {version.version!r}")
-        return replace(version, revision=written[0].version)
+        entry = self._commit(tenant, ops, f"version {version.version!r}")[0]
+        assert entry is not None
+        return replace(version, revision=entry.version)
 
     def get_active(self, tenant: str, bot: str) -> ActivePointer | None:
         """Return the active pointer or ``None``."""
@@ -150,8 +163,9 @@ class KvDeploymentStore:
             Check(version_key(version.bot, version.seq), expect=version.revision),
             *_audit_ops(audit),
         ]
-        written = self._commit(tenant, ops, f"the active deployment of {pointer.bot!r}")
-        return ActivePointer.from_record(pointer.as_record(), written[0].version)
+        entry = self._commit(tenant, ops, f"the active deployment of {pointer.bot!r}")[0]
+        assert entry is not None
+        return ActivePointer.from_record(pointer.as_record(), entry.version)
 
     def delete_versions(
         self,

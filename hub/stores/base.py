@@ -8,6 +8,7 @@ Stores persist only what the hub has already validated.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -22,7 +23,9 @@ class PluginStore(Protocol):
         """Return the installation of ``plugin_id`` in ``tenant`` with its revision, or ``None``."""
         ...
 
-    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+    def list(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> builtins.list[Installation]:
         """Return up to ``limit`` installations of ``tenant`` ordered by plugin id, ids ``> after``."""
         ...
 
@@ -58,7 +61,7 @@ class PluginStore(Protocol):
         plugin_id: str | None = None,
         limit: int = 50,
         after: str | None = None,
-    ) -> list[AuditEvent]:
+    ) -> builtins.list[AuditEvent]:
         """Return up to ``limit`` audit events, newest first, with ids ``> after``.
 
         With ``plugin_id``, only that plugin's events.

@@ -10,10 +10,11 @@ commit in one atomic batch:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 
 from botmesh_admin.errors import Conflict
-from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
 from hub.domain import AuditEvent, Installation
 
 COLLECTION = "plugins"
@@ -34,7 +35,9 @@ class KvPluginStore:
         entry = self.kv.get(self._table(tenant), f"plugin/{plugin_id}")
         return Installation.from_record(entry.value, entry.version) if entry else None
 
-    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+    def list(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
         entries = self.kv.scan(
             self._table(tenant),
@@ -45,15 +48,17 @@ class KvPluginStore:
         return [Installation.from_record(e.value, e.version) for e in entries]
 
     @staticmethod
-    def _audit_ops(audit: Sequence[AuditEvent]) -> list[Op]:
-        ops: list[Op] = []
+    def _audit_ops(audit: Sequence[AuditEvent]) -> builtins.list[Op]:
+        ops: builtins.list[Op] = []
         for event in audit:
             record = event.as_record()
             ops.append(Put(f"audit/{event.id}", record, expect=ABSENT))
             ops.append(Put(f"plugin-audit/{event.plugin_id}/{event.id}", record, expect=ABSENT))
         return ops
 
-    def _commit(self, tenant: str, plugin_id: str, ops: list[Op]) -> list:
+    def _commit(
+        self, tenant: str, plugin_id: str, ops: builtins.list[Op]
+    ) -> builtins.list[Entry | None]:
         try:
             return self.kv.commit(self._table(tenant), ops)
         except ConflictError as exc:
@@ -75,14 +80,15 @@ class KvPluginStore:
             installation.as_record(),
             expect=ABSENT if expect_revision is None else expect_revision,
         )
-        written = self._commit(tenant, installation.plugin_id, [put, *self._audit_ops(audit)])
-        return installation.evolve(revision=written[0].version)
+        entry = self._commit(tenant, installation.plugin_id, [put, *self._audit_ops(audit)])[0]
+        assert entry is not None  # a Put returns the written entry
+        return installation.evolve(revision=entry.version)
 
     def delete(
         self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
     ) -> None:
         """Delete the record if its revision matches, storing ``audit`` in the same batch."""
-        ops: list[Op] = [
+        ops: builtins.list[Op] = [
             Delete(f"plugin/{plugin_id}", expect=expect_revision),
             *self._audit_ops(audit),
         ]
@@ -95,7 +101,7 @@ class KvPluginStore:
         plugin_id: str | None = None,
         limit: int = 50,
         after: str | None = None,
-    ) -> list[AuditEvent]:
+    ) -> builtins.list[AuditEvent]:
         """Return audit events newest first."""
         prefix = "audit/" if plugin_id is None else f"plugin-audit/{plugin_id}/"
         entries = self.kv.scan(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import builtins
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from hub.domain import AuditEvent, Installation
 class _Tenant:
     def __init__(self) -> None:
         self.plugins: dict[str, tuple[dict[str, Any], int]] = {}
-        self.audit_ids: list[str] = []  # sorted: audit ids sort newest first
+        self.audit_ids: builtins.list[str] = []  # sorted: audit ids sort newest first
         self.audit: dict[str, AuditEvent] = {}
 
 
@@ -34,7 +35,9 @@ class MemoryPluginStore:
             found = self._tenant(tenant).plugins.get(plugin_id)
         return Installation.from_record(found[0], found[1]) if found else None
 
-    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
+    def list(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
         with self._lock:
             plugins = self._tenant(tenant).plugins
@@ -91,12 +94,12 @@ class MemoryPluginStore:
         plugin_id: str | None = None,
         limit: int = 50,
         after: str | None = None,
-    ) -> list[AuditEvent]:
+    ) -> builtins.list[AuditEvent]:
         """Return audit events newest first."""
         with self._lock:
             t = self._tenant(tenant)
             start = 0 if after is None else bisect.bisect_right(t.audit_ids, after)
-            out: list[AuditEvent] = []
+            out: builtins.list[AuditEvent] = []
             for audit_id in t.audit_ids[start:]:
                 event = t.audit[audit_id]
                 if plugin_id is None or event.plugin_id == plugin_id:

@@ -52,7 +52,7 @@ def test_timeline_shows_gate_status_and_actions(client: Client, world: World, ve
     assert "confirm/activate/1.0.0" not in html, (
         "no button for a version whose gates have not passed"
     )
-    assert "published" in html and "activated" in html, "recent audit is shown"
+    assert "gate_run_finished" in html and "activated" in html, "recent audit is shown"
 
 
 def test_rollback_needs_a_confirmation_step(client: Client, world: World, versions) -> None:

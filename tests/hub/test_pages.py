@@ -80,7 +80,13 @@ def test_a_stale_page_cannot_approve_a_changed_manifest(
 
 def test_bad_manifest_shows_the_field(client: Client, world: World) -> None:
     _login(client, "ana")
-    resp = client.post(f"/t/{world.a}/plugins/install", {"manifest": '{"id": 1}'}, follow=True)
+    resp = client.post(
+        f"/t/{world.a}/plugins/install",
+        {
+            "manifest": '{"id": 1, "name": "Y", "version": "0.1.0", "runtime": "^1.0.0", "permissions": []}'
+        },
+        follow=True,
+    )
     assert "manifest.id: must be a string" in resp.content.decode()
 
 

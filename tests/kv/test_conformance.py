@@ -52,6 +52,11 @@ def keys_of(entries: list[Entry]) -> list[str]:
     return [e.key for e in entries]
 
 
+def sleep_past(expires_at: int) -> None:
+    """Sleep until ``expires_at`` (epoch ms, from the backend's clock on this host) has passed."""
+    time.sleep(max(0, expires_at - now_ms()) / 1000 + 0.02)
+
+
 # -- basic contract -----------------------------------------------------------------------
 
 
@@ -270,10 +275,10 @@ def test_ttl_sets_expires_at_in_epoch_ms(kv: DurableKv, table: str) -> None:
 
 def test_expired_entries_are_invisible(kv: DurableKv, table: str) -> None:
     """After its TTL an entry is gone for get, scan, ABSENT and versions (re-create is version 1)."""
-    kv.commit(table, [Put("a", 1), Put("b", 1, ttl_ms=150), Put("c", 1, ttl_ms=150), Put("d", 1)])
-    kv.commit(table, [Put("c", 2, expect=1, ttl_ms=150)])
+    kv.commit(table, [Put("a", 1), Put("b", 1, ttl_ms=400), Put("c", 1, ttl_ms=400), Put("d", 1)])
+    (entry,) = kv.commit(table, [Put("c", 2, expect=1, ttl_ms=400)])
     assert keys_of(kv.scan(table)) == ["a", "b", "c", "d"]
-    time.sleep(0.3)
+    sleep_past(entry.expires_at)
     assert kv.get(table, "b") is None
     assert keys_of(kv.scan(table)) == ["a", "d"]
     assert keys_of(kv.scan(table, limit=1)) == ["a"]
@@ -289,9 +294,9 @@ def test_expired_entries_are_invisible(kv: DurableKv, table: str) -> None:
 
 def test_scan_skips_expired_entries_and_still_fills_the_limit(kv: DurableKv, table: str) -> None:
     """Many expired keys before the live ones do not shorten a page."""
-    kv.commit(table, [Put(f"a{i:02}", i, ttl_ms=100) for i in range(30)])
+    *_, last = kv.commit(table, [Put(f"a{i:02}", i, ttl_ms=100) for i in range(30)])
     kv.commit(table, [Put(f"b{i:02}", i) for i in range(5)])
-    time.sleep(0.25)
+    sleep_past(last.expires_at)
     assert keys_of(kv.scan(table, limit=3)) == ["b00", "b01", "b02"]
     assert keys_of(kv.scan(table, prefix="a")) == []
     assert keys_of(kv.scan(table, after="b02", limit=10)) == ["b03", "b04"]
@@ -299,9 +304,11 @@ def test_scan_skips_expired_entries_and_still_fills_the_limit(kv: DurableKv, tab
 
 def test_sweep_reclaims_expired_entries(kv: DurableKv, table: str) -> None:
     """sweep removes expired entries (others' too, on shared servers) and keeps live ones."""
-    kv.commit(table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)])
+    *_, last, _ = kv.commit(
+        table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)]
+    )
     kv.commit(table, [Put("long", 1, ttl_ms=600_000)])
-    time.sleep(0.25)
+    sleep_past(last.expires_at)
     assert kv.sweep(limit=2) <= 2
     assert kv.sweep() >= 0  # shared servers: other workers' sweeps may have taken ours
     assert keys_of(kv.scan(table)) == ["live", "long"]
@@ -315,8 +322,10 @@ def test_sweep_counts_exactly_on_a_private_store(tmp_path: Path) -> None:
     for url in ("memory://", f"file://{tmp_path}/kv.json", f"sqlite:///{tmp_path}/kv.db"):
         kv = connect(url)
         table = new_table()
-        kv.commit(table, [Put(f"x{i}", i, ttl_ms=50) for i in range(4)] + [Put("live", 0)])
-        time.sleep(0.12)
+        *_, last, _ = kv.commit(
+            table, [Put(f"x{i}", i, ttl_ms=50) for i in range(4)] + [Put("live", 0)]
+        )
+        sleep_past(last.expires_at)
         assert kv.sweep(limit=3) == 3, url
         assert kv.sweep() == 1, url
         assert kv.sweep() == 0, url
@@ -341,9 +350,11 @@ def stored_keys(kv: Any, table: str) -> list[str]:
 @pytest.mark.parametrize("backend", backend_params(SERVICE_BACKENDS))
 def test_sweep_physically_removes_expired_entries(kv: DurableKv, table: str) -> None:
     """On the shared servers, expired rows / hashes and index members are really gone."""
-    kv.commit(table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)])
+    *_, last, _ = kv.commit(
+        table, [Put(f"x{i}", i, ttl_ms=300) for i in range(5)] + [Put("live", 1)]
+    )
     assert stored_keys(kv, table) == ["live", "x0", "x1", "x2", "x3", "x4"]
-    time.sleep(0.25)
+    sleep_past(last.expires_at)
     for _ in range(100):  # other workers may be adding expiring entries meanwhile
         if not kv.sweep(limit=10_000):
             break

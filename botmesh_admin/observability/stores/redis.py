@@ -9,7 +9,7 @@ DEFAULT_KEY = "botmesh-admin:metrics:counters"
 
 
 class RedisCounterStore:
-    """Counters as fields of the hash ``key``; ``add`` is one transaction."""
+    """Counters as fields of the hash ``key``; ``add`` is one command or one MULTI/EXEC transaction."""
 
     def __init__(self, url: str, key: str = DEFAULT_KEY) -> None:
         import redis
@@ -18,10 +18,13 @@ class RedisCounterStore:
         self._client: Any = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
     def add(self, deltas: Mapping[str, int]) -> None:
+        items = [(name, delta) for name, delta in deltas.items() if delta]
+        if len(items) == 1:
+            self._client.hincrby(self.key, *items[0])  # one command is atomic by itself
+            return
         pipe = self._client.pipeline(transaction=True)
-        for name, delta in deltas.items():
-            if delta:
-                pipe.hincrby(self.key, name, delta)
+        for name, delta in items:
+            pipe.hincrby(self.key, name, delta)
         pipe.execute()
 
     def read(self) -> dict[str, int]:

@@ -23,6 +23,8 @@ def ms_duration(ms: float | int | None) -> str:
     if ms is None:
         return ""
     value = float(ms)
+    if value == 0:
+        return "0 ms"
     if value < 1:
         return f"{value * 1000:.0f} µs"
     if value < 1000:

@@ -16,7 +16,7 @@
         borderColor: colors[i % colors.length],
         backgroundColor: colors[i % colors.length],
         pointRadius: 2,
-        tension: 0.2,
+        tension: 0,
       };
     });
     canvas.chart = new Chart(canvas, {

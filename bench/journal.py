@@ -1,0 +1,206 @@
+"""Journal throughput: append + claim + ack per second, against procrastinate on the same PostgreSQL.
+
+Run ``.venv/bin/python bench/journal.py [--events 2000] [--rounds 2]`` after
+``eval "$(scripts/services.sh)"``; it reads ``BOTMESH_TEST_POSTGRES_URL`` and
+``BOTMESH_TEST_REDIS_URL`` (a system whose server is missing is skipped).
+
+The workload, identical for every system: W worker processes (W = 1 and 4)
+first each append ``events / W`` small events one by one, then each drains the
+queue — claim one, run a no-op handler, ack — until it is empty. The clock runs
+from the moment every worker is ready to the moment the last one finds the queue
+empty; the figure is events / second (each event = one append + claim + ack).
+
+The peer baseline is procrastinate (``pip install procrastinate`` into the
+virtualenv; it is not a project dependency): ``task.defer()`` per job, then
+``app.run_worker(wait=False, concurrency=1)`` per process, in its own schema on
+the same PostgreSQL database, with the same server settings (fsync on commit).
+Target: the PostgreSQL journal ≥ 1.0× procrastinate with one worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_RATIO = 1.0
+PROCRASTINATE_SCHEMA = "botmesh_bench_procrastinate"
+# procrastinate warns that its App lives in __main__ (a bench script's choice); keep output clean.
+logging.getLogger("procrastinate").setLevel(logging.ERROR)
+
+
+# -- the botmesh journal ---------------------------------------------------------------
+
+
+def journal_worker(url: str, share: int, worker: int, ready: mp.Barrier, go: mp.Barrier) -> None:
+    from botmesh_admin.events import Envelope, connect_journal
+    from botmesh_admin.events.worker import EventWorker
+
+    journal = connect_journal(url)
+    journal.ping()
+    ready.wait()
+    go.wait()
+    for n in range(share):
+        journal.append(
+            Envelope(type="bench.event", tenant="bench", payload={"n": n}, idempotency_key=f"{worker}-{n}")
+        )
+    drainer = EventWorker(journal, lease_ms=30_000)
+    while any(drainer.run_batch(lambda record: None, 100).values()):
+        pass
+    journal.close()
+
+
+def drop_journal(url: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.events.journals import drop
+
+    drop(url)
+
+
+# -- procrastinate -----------------------------------------------------------------------
+
+
+def _procrastinate_app(conninfo: str):  # type: ignore[no-untyped-def]
+    import procrastinate
+
+    app = procrastinate.App(
+        connector=procrastinate.PsycopgConnector(
+            conninfo=conninfo, kwargs={"options": f"-c search_path={PROCRASTINATE_SCHEMA}"}
+        )
+    )
+
+    @app.task(queue="bench", name="bench.noop")
+    def noop(n: int) -> None:
+        return None
+
+    return app, noop
+
+
+def procrastinate_worker(conninfo: str, share: int, worker: int, ready: mp.Barrier, go: mp.Barrier) -> None:
+    app, noop = _procrastinate_app(conninfo)
+    with app.open():
+        app.check_connection()
+        ready.wait()
+        go.wait()
+        for n in range(share):
+            noop.defer(n=n)
+    app.run_worker(
+        queues=["bench"], wait=False, concurrency=1, listen_notify=False,
+        install_signal_handlers=False, name=f"bench-{worker}",
+    )  # fmt: skip
+
+
+def reset_procrastinate(conninfo: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {PROCRASTINATE_SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {PROCRASTINATE_SCHEMA}")
+    app, _ = _procrastinate_app(conninfo)
+    with app.open():
+        app.schema_manager.apply_schema()
+
+
+def drop_procrastinate(conninfo: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {PROCRASTINATE_SCHEMA} CASCADE")
+
+
+# -- the harness ---------------------------------------------------------------------------
+
+
+def run(target: Callable[..., None], arg: str, events: int, workers: int) -> float:
+    """Run ``workers`` processes of ``target``; return events per second."""
+    ctx = mp.get_context("fork")
+    ready, go = ctx.Barrier(workers + 1), ctx.Barrier(workers + 1)
+    share = events // workers
+    procs = [ctx.Process(target=target, args=(arg, share, w, ready, go)) for w in range(workers)]
+    for proc in procs:
+        proc.start()
+    ready.wait(timeout=60)
+    start = time.perf_counter()
+    go.wait(timeout=60)
+    for proc in procs:
+        proc.join(timeout=600)
+        if proc.exitcode != 0:
+            raise SystemExit(f"a {target.__name__} process failed (exit {proc.exitcode})")
+    return share * workers / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2, help="median of this many runs per cell")
+    parser.add_argument("--workers", default="1,4")
+    args = parser.parse_args()
+    worker_counts = [int(w) for w in args.workers.split(",")]
+    pg = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
+    redis_url = os.environ.get("BOTMESH_TEST_REDIS_URL")
+    try:
+        import procrastinate  # noqa: F401
+
+        have_procrastinate = True
+    except ImportError:
+        have_procrastinate = False
+        print("procrastinate is not installed: `.venv/bin/pip install procrastinate` for the peer baseline")
+    if not pg:
+        print("BOTMESH_TEST_POSTGRES_URL is not set: PostgreSQL skipped (eval \"$(scripts/services.sh)\")")
+    if not redis_url:
+        print("BOTMESH_TEST_REDIS_URL is not set: Redis skipped")
+
+    def median(make_url: Callable[[], str], target: Callable[..., None], workers: int) -> float:
+        rates = []
+        for _ in range(args.rounds):
+            url = make_url()
+            try:
+                rates.append(run(target, url, args.events, workers))
+            finally:
+                drop_journal(url) if target is journal_worker else None
+        return statistics.median(rates)
+
+    def journal_url(base: str) -> Callable[[], str]:
+        def make() -> str:
+            url = f"{base}{'&' if '?' in base else '?'}namespace=bench_{uuid.uuid4().hex[:8]}"
+            from botmesh_admin.events import connect_journal
+
+            connect_journal(url).close()  # create the schema outside the timed part
+            return url
+
+        return make
+
+    def procrastinate_url() -> str:
+        reset_procrastinate(pg)  # type: ignore[arg-type]
+        return pg  # type: ignore[return-value]
+
+    print(f"{args.events} events, append + claim + ack, median of {args.rounds} runs (events/s)")
+    for workers in worker_counts:
+        baseline = None
+        if pg and have_procrastinate:
+            baseline = median(procrastinate_url, procrastinate_worker, workers)
+            drop_procrastinate(pg)
+            print(f"  {workers} worker(s)  procrastinate {procrastinate.__version__:<8} {baseline:8.0f}/s  (baseline)")
+        for name, base in (("postgresql", pg), ("redis", redis_url)):
+            if not base:
+                continue
+            value = median(journal_url(base), journal_worker, workers)
+            ratio = f"{value / baseline:5.2f}x procrastinate" if baseline else "(no baseline)"
+            verdict = ""
+            if name == "postgresql" and workers == 1 and baseline:
+                verdict = "  target >= 1.0x: " + ("met" if value / baseline >= TARGET_RATIO else "MISSED")
+            print(f"  {workers} worker(s)  journal {name:<12} {value:8.0f}/s  {ratio}{verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Replicas and scheduled jobs pages. Reads through selectors, writes through services.
+
+Both pages poll themselves with htmx (``hx-trigger="every …"``) and are
+complete without JavaScript. Coordination state is deployment-wide (not
+tenant data): any member may see the replicas; the jobs page is for admins.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.coordination import selectors, services
+from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+
+REPLICAS_POLL_S = 2
+JOBS_POLL_S = 5
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "—"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _relative(ms: int | None, now: int) -> str:
+    if ms is None:
+        return ""
+    delta = (ms - now) / 1000
+    amount = abs(delta)
+    text = f"{amount:.0f} s" if amount < 120 else f"{amount / 60:.0f} min" if amount < 7200 else f"{amount / 3600:.0f} h"
+    return f"in {text}" if delta >= 0 else f"{text} ago"
+
+
+def _age_class(age_ms: int, lease_ms: int) -> str:
+    return "ok" if age_ms <= lease_ms / 2 else "warn" if age_ms <= lease_ms else "bad"
+
+
+@tenant_page("agent")
+def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Live replicas, leaders with fences, chat turns held, recent lease-lost and handover events."""
+    from botmesh_admin.coordination.runtime import coordination_settings
+
+    try:
+        snapshot = selectors.coordination_snapshot()
+        problem = None
+    except DomainError as exc:  # Redis unreachable: say so instead of failing the page
+        snapshot, problem = None, exc.message
+    redis_url, prefix, lease_ms = coordination_settings()
+    context: dict[str, Any] = {
+        "tenant": tenant, "snapshot": snapshot, "problem": problem, "poll_s": REPLICAS_POLL_S,
+        "backend": "Redis" if redis_url else "in-process hub (embedded default)", "prefix": prefix,
+        "lease_ms": lease_ms,
+        "replicas": [
+            {"r": r, "age_s": f"{r.age_ms / 1000:.1f}", "age_class": _age_class(r.age_ms, lease_ms)}
+            for r in (snapshot.replicas if snapshot else [])
+        ],
+        "events": [{"e": e, "at": _when(e.at_ms)} for e in (snapshot.events[:30] if snapshot else [])],
+    }
+    template = "dashboard/_replicas.html" if request.headers.get("HX-Request") else "dashboard/replicas.html"
+    return render(request, template, context)
+
+
+class JobForm(forms.Form):
+    """The editable part of a job (shape only; the rules live in ``services.job_update``)."""
+
+    kind = forms.ChoiceField(choices=[("interval", "interval"), ("crontab", "crontab")])
+    every_s = forms.IntegerField(required=False)
+    crontab = forms.CharField(required=False, max_length=200)
+    enabled = forms.BooleanField(required=False)
+    catch_up = forms.ChoiceField(choices=[(p, p) for p in CATCH_UP_POLICIES])
+    catch_up_window_s = forms.IntegerField(min_value=0)
+    version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+
+
+def _job_context(tenant: str, errors: dict[str, str] | None = None) -> dict[str, Any]:
+    now = services.now_ms()
+    rows = selectors.job_list(at_ms=now)
+    return {
+        "tenant": tenant, "poll_s": JOBS_POLL_S, "errors": errors or {}, "policies": CATCH_UP_POLICIES,
+        "rows": [
+            {
+                "row": row, "next": _when(row.next_ms), "next_rel": _relative(row.next_ms, now),
+                "last": [{"o": o, "at": _when(o.scheduled_ms)} for o in row.last],
+            }
+            for row in rows
+        ],
+        "recent": [{"o": o, "at": _when(o.scheduled_ms)} for o in selectors.occurrence_list(limit=20)],
+    }
+
+
+@tenant_page("admin")
+def jobs(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Scheduled jobs: schedule, next and last occurrences with their outcomes, and edit forms."""
+    template = "dashboard/_jobs.html" if request.headers.get("HX-Request") else "dashboard/jobs.html"
+    return render(request, template, _job_context(tenant))
+
+
+@require_POST
+@tenant_page("admin")
+def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
+    """Save a job's schedule, enabled flag and catch-up policy (compare-and-set on its version)."""
+    form = JobForm(request.POST)
+    if not form.is_valid():
+        field, problems = next(iter(form.errors.items()))
+        errors = {job_id: f"{field}: {problems[0]}"}
+        return render(request, "dashboard/jobs.html", _job_context(tenant, errors), status=422)
+    data = form.cleaned_data
+    try:
+        services.job_update(
+            job_id,
+            every_s=data["every_s"] if data["kind"] == "interval" else None,
+            crontab=data["crontab"] if data["kind"] == "crontab" else None,
+            enabled=data["enabled"], catch_up=data["catch_up"],
+            catch_up_window_s=data["catch_up_window_s"], expected_version=data["version"],
+            actor=page_principal(request).actor,
+        )
+    except ValidationError as exc:
+        return render(request, "dashboard/jobs.html", _job_context(tenant, {job_id: exc.message}), status=422)
+    except DomainError as exc:
+        return render_error(request, exc)
+    messages.success(request, f"Job {job_id} saved.")
+    return redirect("dashboard:jobs", tenant=tenant)

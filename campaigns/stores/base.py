@@ -1,0 +1,282 @@
+"""The contracts of the campaign stores (enforced by ``tests/campaigns/test_store_contract.py``).
+
+Stores persist what the services validated; they know nothing of HTTP, Celery
+or settings. Every method is tenant-scoped: another tenant's campaign is absent.
+
+``CampaignStore`` keeps the campaigns (compare-and-set on ``version``), the
+cross-tenant index of active campaigns the scheduler reads, and the per-channel
+send throttle. ``SlotStore`` keeps one send slot (``Delivery``) per (tenant,
+campaign, recipient) and applies the slot rules of ``campaigns.domain``:
+
+- ``slots_reserve`` takes available slots (pending and due, or an expired
+  reservation without a provider id) for ``ttl_ms`` under one new token;
+- ``slots_mark_sending`` records that their requests are leaving;
+- ``slots_mark_sent`` records the provider id and counts the send;
+- ``slots_mark_failed`` records the refusal and, when retryable, releases the
+  slot (due again after the delay) until ``max_attempts``;
+- ``slots_mark_in_doubt`` / ``slots_mark_dropped`` / ``slots_release`` /
+  ``slots_cancel`` / ``slot_resend`` as their names say.
+
+Each batch method applies its changes atomically per slot and returns the
+slots it changed, in the given order; a slot that is no longer held by the
+caller's token (or not in a state the rule accepts) is left alone and left
+out of the result — it is never an error. Times are epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from botmesh_admin.errors import NotFound
+from campaigns import domain
+from campaigns.domain import Campaign, Delivery, DeliveryCounts, Failure, StateConflict
+
+MAX_SCAN = 5000
+
+Change = Callable[[Delivery], Delivery | None]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """An active campaign as the scheduler sees it: ``at`` is when it is due (ms) or ``None``."""
+
+    tenant: str
+    campaign_id: str
+    state: str
+    at: int | None = None
+
+
+@runtime_checkable
+class CampaignStore(Protocol):
+    """Campaign records, the active-campaign index and the per-channel throttle."""
+
+    def campaign_get(self, tenant: str, campaign_id: str) -> Campaign | None:
+        """Return the campaign, or ``None`` if it does not exist in ``tenant``."""
+        ...
+
+    def campaign_insert(self, tenant: str, campaign: Campaign) -> Campaign:
+        """Store a new campaign; return it at version 1. Raise ``Conflict`` if the id exists."""
+        ...
+
+    def campaign_replace(self, tenant: str, campaign: Campaign, *, expected_version: int) -> Campaign:
+        """Replace the campaign if it is at ``expected_version``; return it at the next version.
+
+        Raise ``NotFound`` if it is absent and ``Conflict`` (with ``current_version``) if stale.
+        """
+        ...
+
+    def campaign_delete(self, tenant: str, campaign_id: str, *, expected_version: int) -> None:
+        """Delete the campaign at ``expected_version``; raise ``NotFound`` / ``Conflict``."""
+        ...
+
+    def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
+        """Return up to ``limit`` (1..5000) campaigns ordered by id, after the id ``after``."""
+        ...
+
+    def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
+        """Record (or update) an active campaign in the scheduler's index."""
+        ...
+
+    def index_delete(self, tenant: str, campaign_id: str) -> None:
+        """Remove a campaign from the index (no error if absent)."""
+        ...
+
+    def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
+        """Return index entries of every tenant ordered by (tenant, campaign id), after ``after``."""
+        ...
+
+    def throttle_take(
+        self, tenant: str, key: str, *, count: int, interval_ms: float, now_ms: int, not_before_ms: int | None = None
+    ) -> int:
+        """Book ``count`` sends on the throttle ``key``, ``interval_ms`` apart; return when they may start (ms).
+
+        The booking is shared by every process using the store: the next caller
+        starts after ``count * interval_ms``. ``not_before_ms`` pushes the
+        throttle back (a provider asked to slow down).
+        """
+        ...
+
+
+@runtime_checkable
+class SlotStore(Protocol):
+    """Send slots, one per (tenant, campaign, recipient), and the campaign's runner lease."""
+
+    def slots_add(self, tenant: str, campaign_id: str, deliveries: Sequence[Delivery]) -> int:
+        """Add pending slots; a recipient that has a slot already keeps it. Return how many were added."""
+        ...
+
+    def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
+        """Return the slot of ``recipient``, or ``None``."""
+        ...
+
+    def slot_scan(
+        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Delivery]:
+        """Return up to ``limit`` (1..5000) slots ordered by recipient, after the recipient ``after``."""
+        ...
+
+    def slot_counts(self, tenant: str, campaign_id: str) -> DeliveryCounts:
+        """Return the slots counted per state and per ``state:reason``."""
+        ...
+
+    def slots_reserve(
+        self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        """Reserve every available candidate for ``ttl_ms`` under ``token``; return the reserved slots.
+
+        Pending slots that are due and reservations that expired without a
+        provider id are available; ``sending``, ``in_doubt`` and final slots never are.
+        """
+        ...
+
+    def slots_mark_sending(
+        self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, ttl_ms: int, now_ms: int
+    ) -> list[Delivery]:
+        """Mark held slots ``sending`` (their requests are about to leave) for ``ttl_ms``."""
+        ...
+
+    def slots_mark_sent(
+        self, tenant: str, campaign_id: str, sent: Sequence[tuple[Delivery, str, str | None]], *, now_ms: int
+    ) -> list[Delivery]:
+        """Record acceptances ``(slot, provider message id, provider's recipient id)``; count each send."""
+        ...
+
+    def slots_mark_failed(
+        self, tenant: str, campaign_id: str, failed: Sequence[tuple[Delivery, Failure]], *, max_attempts: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        """Record refusals; release retryable ones (due after the delay) until ``max_attempts``."""
+        ...
+
+    def slots_mark_dropped(
+        self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, now_ms: int
+    ) -> list[Delivery]:
+        """Drop held slots before their request leaves, each with its reason."""
+        ...
+
+    def slots_mark_in_doubt(
+        self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery, str]], *, now_ms: int,
+        expired_only: bool = False,
+    ) -> list[Delivery]:
+        """Mark ``sending`` slots in doubt with a reason: the holder's own, or (``expired_only``) any expired one."""
+        ...
+
+    def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:
+        """Give held slots back to ``pending`` unchanged (no attempt is counted)."""
+        ...
+
+    def slots_cancel(self, tenant: str, campaign_id: str, *, now_ms: int) -> int:
+        """Cancel every slot nobody holds (pending or expired reservation); return how many."""
+        ...
+
+    def slot_resend(self, tenant: str, campaign_id: str, recipient: str, *, now_ms: int) -> Delivery:
+        """Put an ``in_doubt`` slot back to pending; raise ``NotFound`` or ``StateConflict``."""
+        ...
+
+    def slots_drop_all(self, tenant: str, campaign_id: str) -> None:
+        """Delete every slot of the campaign and its lease."""
+        ...
+
+    def lease_acquire(self, tenant: str, campaign_id: str, *, owner: str, ttl_ms: int, now_ms: int) -> bool:
+        """Take (or renew) the campaign's runner lease for ``owner``; False if another owner holds it."""
+        ...
+
+    def lease_release(self, tenant: str, campaign_id: str, *, owner: str) -> None:
+        """Give the runner lease up if ``owner`` holds it."""
+        ...
+
+    def lease_holder(self, tenant: str, campaign_id: str, *, now_ms: int) -> str | None:
+        """Return the owner of the live runner lease, or ``None``."""
+        ...
+
+
+class SlotRules:
+    """The named slot methods, written once over ``_apply`` (each store supplies the atomic part)."""
+
+    def _apply(self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery | str, Change]]) -> list[Delivery]:
+        """Apply each change to the current slot by compare-and-set; return the changed slots in order."""
+        raise NotImplementedError
+
+    def slots_reserve(
+        self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        def change(d: Delivery) -> Delivery | None:
+            return domain.reserve(d, token=token, ttl_ms=ttl_ms, now=now_ms)
+
+        return self._apply(tenant, campaign_id, [(c, change) for c in candidates])
+
+    def slots_mark_sending(
+        self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, ttl_ms: int, now_ms: int
+    ) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=d.token: domain.mark_sending(cur, token=t or "", ttl_ms=ttl_ms, now=now_ms))
+            for d in held
+        ])
+
+    def slots_mark_sent(
+        self, tenant: str, campaign_id: str, sent: Sequence[tuple[Delivery, str, str | None]], *, now_ms: int
+    ) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=d.token, p=pid, r=rcpt: domain.mark_sent(
+                cur, token=t or "", provider_message_id=p, provider_recipient=r, now=now_ms))
+            for d, pid, rcpt in sent
+        ])
+
+    def slots_mark_failed(
+        self, tenant: str, campaign_id: str, failed: Sequence[tuple[Delivery, Failure]], *, max_attempts: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=d.token, f=failure: domain.mark_failed(
+                cur, token=t or "", failure=f, max_attempts=max_attempts, now=now_ms))
+            for d, failure in failed
+        ])
+
+    def slots_mark_dropped(
+        self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, now_ms: int
+    ) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=d.token, r=reason: domain.mark_dropped(cur, token=t or "", reason=r, now=now_ms))
+            for d, reason in dropped
+        ])
+
+    def slots_mark_in_doubt(
+        self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery, str]], *, now_ms: int,
+        expired_only: bool = False,
+    ) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=(None if expired_only else d.token or ""), r=reason: domain.mark_in_doubt(
+                cur, reason=r, now=now_ms, token=t))
+            for d, reason in items
+        ])
+
+    def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:
+        return self._apply(tenant, campaign_id, [
+            (d, lambda cur, t=d.token: domain.release(cur, token=t or "", now=now_ms)) for d in held
+        ])
+
+    def slots_cancel(self, tenant: str, campaign_id: str, *, now_ms: int) -> int:
+        cancelled, after = 0, None
+        while True:
+            page = self.slot_scan(tenant, campaign_id, after=after, limit=1000)  # type: ignore[attr-defined]
+            todo = [d for d in page if domain.cancel(d, now=now_ms) is not None]
+            if todo:
+                cancelled += len(self._apply(
+                    tenant, campaign_id, [(d, lambda cur: domain.cancel(cur, now=now_ms)) for d in todo]
+                ))
+            if len(page) < 1000:
+                return cancelled
+            after = page[-1].recipient
+
+    def slot_resend(self, tenant: str, campaign_id: str, recipient: str, *, now_ms: int) -> Delivery:
+        current = self.slot_get(tenant, campaign_id, recipient)  # type: ignore[attr-defined]
+        if current is None:
+            raise NotFound("delivery not found")
+        done = self._apply(tenant, campaign_id, [(current, lambda cur: domain.resend(cur, now=now_ms))])
+        if not done:
+            raise StateConflict("only a delivery in doubt can be resent", current_version=current.version)
+        return done[0]

@@ -1,0 +1,420 @@
+"""``/api/v1/tenants/{tenant}/…`` — conversations, messages, notes, assignment, handoff, replies, ledger push.
+
+Agents act as themselves (``user:<username>`` sessions; a token acts as
+``token-<id>``). Stale versions answer 409 with ``current_version`` and the
+current ``assignee``; a conversation of another tenant is 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema, Status
+
+from botmesh_admin.api import CursorParams, ErrorOut, principal
+from botmesh_admin.errors import ValidationError
+from botmesh_admin.tenancy.principal import Principal
+
+from . import replies, selectors, services
+from .domain import Conversation, Message, Note
+
+router = Router(tags=["inbox"])
+
+ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+WRITE_ERRORS: dict[int, Any] = {**ERRORS, 409: ErrorOut}
+
+
+def agent_of(p: Principal) -> str:
+    """Return the agent id a principal acts as: its username, or ``token-<id>`` for an API token."""
+    if p.actor.startswith("user:"):
+        return p.actor.removeprefix("user:")
+    return f"token-{p.token_id}"
+
+
+# -- schemas ------------------------------------------------------------------------------
+
+
+class HandoffOut(Schema):
+    """Who took the chat from the bot and when; ``active`` False once given back."""
+
+    active: bool
+    taken_by: str
+    taken_at_ms: int
+    released_by: str | None = None
+    released_at_ms: int | None = None
+
+
+class ConversationOut(Schema):
+    """A conversation. ``status`` is what agents see (a snooze whose time came is ``open``);
+    ``version`` is what ``assign`` and other agent actions compare; ``unread`` counts the
+    caller's unread inbound messages."""
+
+    id: str
+    chat_key: str
+    channel: str
+    status: str
+    stored_status: str
+    assignee: str | None
+    version: int
+    contact_id: str | None
+    display_name: str | None
+    blocked: bool
+    blocked_at_ms: int | None
+    handoff: HandoffOut | None
+    snoozed_until_ms: int | None
+    created_at_ms: int
+    last_activity_ms: int
+    last_text: str | None
+    last_direction: str | None
+    message_count: int
+    inbound_count: int
+    unread: int
+
+
+class ReactionOut(Schema):
+    sender_id: str
+    emoji: str
+    at_ms: int
+
+
+class EditOut(Schema):
+    """A previous text of an edited message."""
+
+    text: str | None
+    replaced_at_ms: int
+
+
+class ReplyOut(Schema):
+    """Delivery of an agent's reply: queued, sending, accepted, failed (``error_code``) or not_confirmed."""
+
+    author: str
+    state: str
+    attempts: int
+    error_code: int | None
+    error_title: str | None
+    retry_at_ms: int | None
+    updated_at_ms: int
+
+
+class MessageOut(Schema):
+    """A message. ``status``: sent < delivered < read, or failed (``error_code``, ``error_title``)."""
+
+    id: str
+    conversation_id: str
+    direction: str
+    type: str
+    timestamp_ms: int
+    text: str | None
+    sender_id: str | None
+    sender_name: str | None
+    provider_message_id: str | None
+    source: str
+    status: str | None
+    status_at_ms: int | None
+    error_code: int | None
+    error_title: str | None
+    reactions: list[ReactionOut]
+    button: dict[str, Any] | None
+    media: dict[str, Any] | None
+    location: dict[str, Any] | None
+    reply_to: str | None
+    edits: list[EditOut]
+    dropped: str | None
+    placeholder: bool
+    reply: ReplyOut | None
+
+
+class NoteOut(Schema):
+    id: str
+    conversation_id: str
+    author: str
+    text: str
+    created_at_ms: int
+
+
+class ConversationPage(Schema):
+    """One page of conversations; pass ``next`` as ``after`` for the following one."""
+
+    items: list[ConversationOut]
+    next: str | None = None
+
+
+class MessagePage(Schema):
+    items: list[MessageOut]
+    next: str | None = None
+
+
+class NotePage(Schema):
+    """Notes oldest first; ``next`` is the id of the last note (pass it as ``after``)."""
+
+    items: list[NoteOut]
+    next: str | None = None
+
+
+class ConversationFilters(CursorParams):
+    """``view`` all / mine / unassigned; ``status`` open / pending / resolved; ``channel``; ``unread``."""
+
+    view: str = "all"
+    status: str | None = None
+    channel: str | None = None
+    unread: bool = False
+
+
+class AssignIn(Schema):
+    """Compare-and-set: ``expected_version`` is the conversation's ``version`` you saw."""
+
+    agent: str | None = Field(None, description="username to assign, or null to unassign")
+    expected_version: int
+
+
+class HandoffIn(Schema):
+    """``active`` true: a human takes the chat (the bot must stop answering); false: give it back."""
+
+    active: bool
+    expected_version: int | None = None
+
+
+class StatusIn(Schema):
+    status: str
+    snoozed_until_ms: int | None = Field(None, description="pending only: reopen at this time (epoch ms)")
+    expected_version: int | None = None
+
+
+class NoteIn(Schema):
+    text: str
+
+
+class ReadIn(Schema):
+    """The last message the caller read (default: the newest)."""
+
+    message_id: str | None = None
+
+
+class ReadOut(Schema):
+    conversation_id: str
+    agent: str
+    message_id: str
+    at_ms: int
+    unread: int
+
+
+class ReplyIn(Schema):
+    """An agent's reply. Send the same ``idempotency_key`` when retrying a request."""
+
+    text: str
+    idempotency_key: str | None = Field(None, max_length=200)
+
+
+class EraseOut(Schema):
+    conversation_id: str
+    records_removed: int
+
+
+class LedgerOut(Schema):
+    """How many records were journaled (``accepted``) or had been pushed before (``duplicates``)."""
+
+    records: int
+    accepted: int
+    duplicates: int
+
+
+class HandoffStateOut(Schema):
+    """``handed_off`` true: a human holds the chat and the bot must not answer it."""
+
+    chat_id: str
+    handed_off: bool
+    conversation_id: str | None
+    taken_by: str | None
+    taken_at_ms: int | None
+    released_by: str | None
+    released_at_ms: int | None
+
+
+def conversation_out(c: Conversation, unread: int) -> dict[str, Any]:
+    """Return the API form of a conversation."""
+    data = c.to_json()
+    data["stored_status"] = c.status
+    data["status"] = selectors.effective_status(c)
+    data["unread"] = unread
+    return data
+
+
+def message_out(m: Message) -> dict[str, Any]:
+    """Return the API form of a message."""
+    return m.to_json()
+
+
+def note_out(n: Note) -> dict[str, Any]:
+    """Return the API form of a note."""
+    return n.to_json()
+
+
+def _conversation(request: HttpRequest, tenant: str, c: Conversation) -> dict[str, Any]:
+    unread = selectors.unread_count(tenant, c, agent=agent_of(principal(request)))
+    return conversation_out(c, unread)
+
+
+# -- conversations --------------------------------------------------------------------
+
+
+@router.get("conversations", response={200: ConversationPage, **ERRORS})
+def conversation_list(request: HttpRequest, tenant: str, filters: Query[ConversationFilters]) -> dict[str, Any]:
+    """List conversations, newest activity first, with the caller's unread counts."""
+    rows, cursor = selectors.conversation_list(
+        tenant, agent=agent_of(principal(request)), view=filters.view, status=filters.status,
+        channel=filters.channel, unread_only=filters.unread, limit=filters.limit, after=filters.after,
+    )
+    return {"items": [conversation_out(r.conversation, r.unread) for r in rows], "next": cursor}
+
+
+@router.get("conversations/{conversation_id}", response={200: ConversationOut, **ERRORS})
+def conversation_get(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
+    """Return one conversation."""
+    return _conversation(request, tenant, selectors.conversation_get(tenant, conversation_id))
+
+
+@router.get("conversations/{conversation_id}/messages", response={200: MessagePage, **ERRORS})
+def message_list(
+    request: HttpRequest, tenant: str, conversation_id: str, params: Query[CursorParams]
+) -> dict[str, Any]:
+    """List messages oldest first (timestamp, then id); ``next`` continues after the last one."""
+    items, cursor = selectors.message_list(tenant, conversation_id, after=params.after, limit=params.limit)
+    return {"items": [message_out(m) for m in items], "next": cursor}
+
+
+@router.get("conversations/{conversation_id}/notes", response={200: NotePage, **ERRORS})
+def note_list(request: HttpRequest, tenant: str, conversation_id: str, params: Query[CursorParams]) -> dict[str, Any]:
+    """List private notes oldest first; ``after`` is the id of the last note of the previous page."""
+    items, cursor = selectors.note_list(tenant, conversation_id, limit=params.limit, after=params.after)
+    return {"items": [note_out(n) for n in items], "next": cursor}
+
+
+@router.post("conversations/{conversation_id}/notes", response={201: NoteOut, **ERRORS})
+def note_add(request: HttpRequest, tenant: str, conversation_id: str, body: NoteIn) -> Status:
+    """Add a private note (never sent to the customer) as the caller."""
+    note = services.note_add(tenant, conversation_id, author=agent_of(principal(request)), text=body.text)
+    return Status(201, note_out(note))
+
+
+@router.post("conversations/{conversation_id}/assign", response={200: ConversationOut, **WRITE_ERRORS})
+def conversation_assign(request: HttpRequest, tenant: str, conversation_id: str, body: AssignIn) -> dict[str, Any]:
+    """Assign (or unassign) by compare-and-set on ``expected_version``; 409 carries the current one."""
+    if body.agent is not None and not selectors.agent_is_member(tenant, body.agent):
+        raise ValidationError("agent", "is not a member of this tenant")
+    conv = services.conversation_assign(
+        tenant, conversation_id, agent=body.agent, expected_version=body.expected_version
+    )
+    return _conversation(request, tenant, conv)
+
+
+@router.post("conversations/{conversation_id}/handoff", response={200: ConversationOut, **WRITE_ERRORS})
+def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str, body: HandoffIn) -> dict[str, Any]:
+    """Take the chat from the bot (``active`` true) or give it back (false), as the caller."""
+    conv = services.conversation_handoff(
+        tenant, conversation_id, active=body.active, actor=agent_of(principal(request)),
+        expected_version=body.expected_version,
+    )
+    return _conversation(request, tenant, conv)
+
+
+@router.post("conversations/{conversation_id}/status", response={200: ConversationOut, **WRITE_ERRORS})
+def conversation_status(request: HttpRequest, tenant: str, conversation_id: str, body: StatusIn) -> dict[str, Any]:
+    """Set open / pending / resolved (pending may be snoozed until a time)."""
+    conv = services.conversation_status_set(
+        tenant, conversation_id, status=body.status, snoozed_until_ms=body.snoozed_until_ms,
+        expected_version=body.expected_version,
+    )
+    return _conversation(request, tenant, conv)
+
+
+@router.post("conversations/{conversation_id}/read", response={200: ReadOut, **WRITE_ERRORS})
+def conversation_read(request: HttpRequest, tenant: str, conversation_id: str, body: ReadIn) -> dict[str, Any]:
+    """Move the caller's read marker forward to ``message_id`` (default: the newest message)."""
+    agent = agent_of(principal(request))
+    marker = services.read_marker_set(tenant, conversation_id, agent=agent, message_id=body.message_id)
+    conv = selectors.conversation_get(tenant, conversation_id)
+    return {"conversation_id": conversation_id, "agent": agent, "message_id": marker.message_id,
+            "at_ms": marker.at_ms, "unread": selectors.unread_count(tenant, conv, agent=agent)}
+
+
+@router.post("conversations/{conversation_id}/reply", response={202: MessageOut, **WRITE_ERRORS})
+def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, body: ReplyIn) -> Status:
+    """Queue a reply through the outbox; poll the message for ``reply.state``."""
+    message = replies.reply_create(
+        tenant, conversation_id, author=agent_of(principal(request)), text=body.text,
+        idempotency_key=body.idempotency_key,
+    )
+    return Status(202, message_out(message))
+
+
+@router.post("conversations/{conversation_id}/messages/{message_id}/resend",
+             response={202: MessageOut, **WRITE_ERRORS})
+def reply_resend(request: HttpRequest, tenant: str, conversation_id: str, message_id: str) -> Status:
+    """Send a not confirmed or failed reply again (the customer may receive it twice)."""
+    selectors.conversation_get(tenant, conversation_id)
+    message = replies.reply_resend(tenant, message_id, actor=agent_of(principal(request)))
+    return Status(202, message_out(message))
+
+
+@router.delete("conversations/{conversation_id}", response={200: EraseOut, **ERRORS})
+def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
+    """Erase the conversation with its messages, notes and read markers (right to erasure; admins)."""
+    principal(request).require("admin")
+    removed = services.conversation_erase(tenant, conversation_id)
+    return {"conversation_id": conversation_id, "records_removed": removed}
+
+
+# -- bots -----------------------------------------------------------------------------
+
+
+@router.get("handoff/{chat_id}", response={200: HandoffStateOut, **ERRORS})
+def handoff_get(request: HttpRequest, tenant: str, chat_id: str) -> dict[str, Any]:
+    """For bots: is this chat handed off to a human (then do not answer it)?"""
+    state = selectors.handoff_get(tenant, chat_id)
+    return {
+        "chat_id": chat_id, "handed_off": state.handed_off, "conversation_id": state.conversation_id,
+        "taken_by": state.taken_by, "taken_at_ms": state.taken_at_ms, "released_by": state.released_by,
+        "released_at_ms": state.released_at_ms,
+    }
+
+
+class StoredMessageIn(Schema):
+    """A bot's ledger record. ``timestamp`` is epoch ms; ``dropped`` names why the bot did not send it."""
+
+    id: str
+    tenantId: str | None = None  # noqa: N815 - the ledger's own field names
+    channel: str
+    chatId: str  # noqa: N815
+    senderId: str  # noqa: N815
+    direction: str
+    type: str = "text"
+    body: str | None = None
+    timestamp: int
+    providerMessageId: str | None = None  # noqa: N815
+    dropped: str | None = None
+    senderName: str | None = None  # noqa: N815
+
+
+LEDGER_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "StoredMessage records as a JSON array or as JSON lines (one object a line).",
+        "content": {
+            "application/json": {"schema": {"type": "array", "items": StoredMessageIn.model_json_schema()}},
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+@router.post("ledger", response={202: LedgerOut, **ERRORS}, openapi_extra=LEDGER_BODY)
+def ledger_push(request: HttpRequest, tenant: str) -> Status:
+    """Push a bot's message ledger; every record is validated, then journaled before the answer.
+
+    422 names the first bad record (``records[3].timestamp``) and nothing is
+    written. A record without ``tenantId`` belongs to the token's tenant; one
+    naming another tenant is refused. Records are projected by a worker.
+    """
+    records = services.ledger_parse(request.body)
+    return Status(202, services.ledger_push(principal(request).tenant, records))

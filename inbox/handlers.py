@@ -1,0 +1,68 @@
+"""Journal consumers of the inbox (imported from ``InboxConfig.ready()``).
+
+- ``ledger.message`` (channel ``inbound``): one bot ledger record, ``payload = {"record": StoredMessage JSON}``.
+- ``whatsapp.webhook`` / ``telegram.update`` (channel ``inbound``): ``payload = {"config": name,
+  "events": [InboundMessage / StatusUpdate / MemberUpdate .to_dict(), ...]}``.
+- ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.replies``).
+
+Every handler is idempotent (the journal delivers at least once). A projection
+failure is reported — logged with the conversation-free event id, counted in
+the ``errors`` metric — and raised to the worker, so the journal record is
+retried and, after its last attempt, dead-lettered; it never reaches the
+webhook or the bot that sent the message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from botmesh_admin.events.base import EventRecord
+from botmesh_admin.events.handlers import register
+
+from . import replies, services
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _reported(record: EventRecord, what: str) -> Iterator[None]:
+    from botmesh_admin.observability import tracing
+    from botmesh_admin.observability.metrics import count
+
+    try:
+        with tracing.span(f"inbox.{what}", tenant=record.tenant, event_id=record.id, event_type=record.type):
+            yield
+    except Exception as exc:
+        log.error("inbox %s of event %s failed (attempt %d): %s", what, record.id, record.attempts,
+                  type(exc).__name__)
+        count("errors")
+        raise
+
+
+@register(services.LEDGER_EVENT)
+def project_ledger_record(record: EventRecord) -> None:
+    """Project one bot ledger record into its tenant's inbox."""
+    with _reported(record, "project"):
+        services.default_inbox().project_message(record.payload["record"], tenant=record.tenant)
+
+
+def _project_events(record: EventRecord) -> None:
+    from botmesh_admin.channels.domain import event_from_dict
+
+    with _reported(record, "project"):
+        inbox = services.default_inbox()
+        for data in record.payload.get("events", []):
+            inbox.project_event(record.tenant, event_from_dict(data))
+
+
+project_whatsapp_webhook: Callable[[EventRecord], None] = register("whatsapp.webhook")(_project_events)
+project_telegram_update: Callable[[EventRecord], None] = register("telegram.update")(_project_events)
+
+
+@register(replies.REPLY_EVENT)
+def send_reply(record: EventRecord) -> None:
+    """Send an agent's reply through its channel's provider (see ``inbox.replies``)."""
+    with _reported(record, "reply"):
+        replies.reply_send(record.tenant, record.payload["message_id"], fencing_token=record.fencing_token)

@@ -1,0 +1,228 @@
+"""Agents' replies through the outbox (ARCHITECTURE §6-7): queued → sending → accepted / failed.
+
+``reply_create`` stores the reply as an outbound message in state ``queued``
+and journals an ``inbox.reply`` event on the ``outbox`` channel (idempotency key
+per reply). The worker's ``reply_send``:
+
+1. marks the reply ``sending`` **durably, before** the provider request;
+2. sends through the channel's provider with the reply's idempotency key;
+3. records ``accepted`` (with the provider message id, then delivery statuses
+   arrive by webhook) or ``failed`` with the provider's code and title —
+   131047 (24-hour window closed) and 403 (blocked) are shown to the agent and
+   not retried; 429 / 130429 are retried after the delay the provider gave.
+
+A worker that dies between the request and its record leaves the reply in
+``sending``; whoever claims the record next finds it so and marks it
+``not_confirmed`` — it is never resent automatically (the customer may have
+got it). The agent sees "not confirmed" and may ``reply_resend`` it. A
+network error without an answer is ``not_confirmed`` for the same reason.
+
+Times are epoch milliseconds. Logs never carry the text or the chat id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+
+from . import selectors
+from .domain import (
+    Message,
+    Reply,
+    check_agent,
+    check_text,
+    replace,
+    validate_conversation,
+    validate_message,
+)
+from .projection import RETRIES, _after_message
+from .services import Inbox, default_inbox, drain_soon
+from .stores.base import Change
+
+log = logging.getLogger(__name__)
+
+REPLY_EVENT = "inbox.reply"
+OUTBOX_CHANNEL = "outbox"
+MAX_REPLY = 4096
+MAX_INLINE_WAIT_MS = 10_000  # wait this long for a rate limit inside one claim; longer: retry the record
+RATE_LIMIT_CODES = frozenset({429, 130429, 4, 80007, 131048, 131056})
+
+
+class RetryLater(Exception):
+    """The provider asked to slow down; the journal retries the record after its backoff."""
+
+
+def _reply_id(tenant: str, conversation_id: str, idempotency_key: str) -> str:
+    digest = hashlib.sha256(f"{tenant}/{conversation_id}/{idempotency_key}".encode()).hexdigest()
+    return f"r_{digest[:24]}"
+
+
+def reply_create(
+    tenant: str, conversation_id: str, *, author: str, text: str, idempotency_key: str | None = None,
+    inbox: Inbox | None = None,
+) -> Message:
+    """Queue an agent's reply; return its message (state ``queued``).
+
+    The same ``idempotency_key`` (a client's retry) returns the first reply and
+    sends nothing new. Raise ``ValidationError`` (``reply.text``…) or ``NotFound``.
+    """
+    inbox = inbox or default_inbox()
+    check_agent(author, "author")
+    text = check_text(text, "reply.text", MAX_REPLY, required=True) or ""
+    at = inbox.clock()
+    key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
+    check_text(key, "reply.idempotency_key", 200, required=True)
+    message_id = _reply_id(tenant, conversation_id, key)
+    for _ in range(RETRIES):
+        existing = inbox.store.message_get(tenant, message_id)
+        if existing is not None:
+            return existing
+        conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
+        message = validate_message(Message(
+            id=message_id, conversation_id=conv.id, direction="out", type="text", timestamp_ms=at, text=text,
+            sender_id=f"agent:{author}", sender_name=author, source="agent",
+            reply=Reply(author=author, state="queued", idempotency_key=key, updated_at_ms=at),
+        ))
+        new_conv = validate_conversation(_after_message(conv, message, at))
+        try:
+            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,)))
+        except Conflict:
+            continue
+        _enqueue(tenant, message_id, f"reply:{message_id}")
+        log.info("inbox reply %s queued conversation=%s", message_id, conv.id)
+        return inbox.store.message_get(tenant, message_id) or message
+    raise Conflict("conversation is too busy; try again")
+
+
+def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:
+    from botmesh_admin.events import Envelope, default_journal
+
+    default_journal().append(Envelope(
+        type=REPLY_EVENT, tenant=tenant, channel=OUTBOX_CHANNEL, payload={"message_id": message_id},
+        idempotency_key=idempotency_key,
+    ))
+    drain_soon(OUTBOX_CHANNEL)
+
+
+def _set_reply(inbox: Inbox, tenant: str, message: Message, **changes: Any) -> Message:
+    """Compare-and-set the reply state of ``message``; raise ``Conflict`` if it changed meanwhile."""
+    assert message.reply is not None
+    message_changes = changes.pop("fields", {})
+    reply = replace(message.reply, updated_at_ms=inbox.clock(), **changes)
+    new = validate_message(replace(message, reply=reply, **message_changes))
+    return inbox.store.write(tenant, Change(messages=(new,))).messages[0]
+
+
+def _record_outcome(inbox: Inbox, tenant: str, message: Message, **changes: Any) -> Message:
+    """Record what the provider answered, even if the reply moved meanwhile.
+
+    If a slow answer arrives after another worker marked the reply
+    ``not_confirmed``, the answer wins: now it is known.
+    """
+    for _ in range(RETRIES):
+        try:
+            return _set_reply(inbox, tenant, message, **dict(changes, fields=dict(changes.get("fields", {}))))
+        except Conflict:
+            current = inbox.store.message_get(tenant, message.id)
+            if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
+                return current or message
+            message = current
+    raise Conflict("reply is too busy; the record will be retried")
+
+
+def _provider_for(tenant: str, channel_kind: str) -> Any:
+    from botmesh_admin.channels.providers import provider_for
+    from botmesh_admin.channels.selectors import channel_config_list
+
+    configs = channel_config_list(tenant, kind=channel_kind)
+    return provider_for(tenant, configs[0] if configs else None)
+
+
+def reply_send(
+    tenant: str, message_id: str, *, fencing_token: int | None = None, inbox: Inbox | None = None,
+    sleep: Any = time.sleep,
+) -> Message | None:
+    """Send a queued reply (the outbox handler); return the message in its new state.
+
+    A reply found ``sending`` was interrupted mid-request by a dead worker:
+    mark it ``not_confirmed`` and do not send. Raise ``RetryLater`` when the
+    provider's rate limit outlasts ``MAX_INLINE_WAIT_MS`` (the journal retries).
+    """
+    from botmesh_admin.channels.domain import OutboundMessage
+
+    inbox = inbox or default_inbox()
+    message = inbox.store.message_get(tenant, message_id)
+    if message is None or message.reply is None:
+        return None  # erased meanwhile: nothing to send
+    state = message.reply.state
+    if state in ("accepted", "failed", "not_confirmed"):
+        return message
+    if state == "sending":
+        log.warning("inbox reply %s found sending after a restart: not confirmed, not resent", message_id)
+        return _set_reply(inbox, tenant, message, state="not_confirmed", error_title="the worker stopped "
+                          "before the provider answered; it may or may not have been delivered")
+    conv = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
+    provider = _provider_for(tenant, conv.channel)
+    while True:
+        wait = (message.reply.retry_at_ms or 0) - inbox.clock()
+        if wait > MAX_INLINE_WAIT_MS:
+            raise RetryLater(f"rate limited for {wait} ms more")
+        if wait > 0:
+            sleep(wait / 1000)
+        # Durably "sending" before the request: a crash from here on can never lead to a second send.
+        message = _set_reply(inbox, tenant, message, state="sending", attempts=message.reply.attempts + 1)
+        outbound = OutboundMessage(chat_key=conv.chat_key, text=message.text,
+                                   idempotency_key=message.reply.idempotency_key)
+        result = provider.send(outbound)
+        if result.accepted:
+            from botmesh_admin.observability.metrics import count
+
+            count("messages.out")
+            return _record_outcome(
+                inbox, tenant, message, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
+                fields={"provider_message_id": result.provider_message_id, "status": "sent",
+                         "status_at_ms": inbox.clock()},
+            )
+        rate_limited = result.retryable and (result.error_code in RATE_LIMIT_CODES or result.retry_after_ms)
+        if rate_limited and result.error_code is not None:
+            delay = result.retry_after_ms or 1000
+            log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
+            message = _set_reply(inbox, tenant, message, state="queued", error_code=result.error_code,
+                                 error_title=result.error_title, retry_at_ms=inbox.clock() + delay)
+            continue
+        if result.retryable and result.error_code is None:
+            # No answer at all: the request may have arrived. Never guess: let the agent decide.
+            return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
+        from botmesh_admin.observability.metrics import count
+
+        count("messages.out_failed")
+        log.info("inbox reply %s failed with code %s", message_id, result.error_code)
+        return _record_outcome(inbox, tenant, message, state="failed", error_code=result.error_code,
+                          error_title=result.error_title, retry_at_ms=None)
+
+
+def reply_resend(tenant: str, message_id: str, *, actor: str, inbox: Inbox | None = None) -> Message:
+    """Queue a ``not_confirmed`` (or ``failed``) reply again, at the agent's explicit request.
+
+    The resend uses a new idempotency key, so the provider treats it as a new
+    message: the customer may receive it twice, which the agent accepted.
+    """
+    inbox = inbox or default_inbox()
+    check_agent(actor, "actor")
+    message = inbox.store.message_get(tenant, message_id)
+    if message is None or message.reply is None:
+        raise NotFound(f"reply {message_id} not found")
+    if message.reply.state not in ("not_confirmed", "failed"):
+        raise ValidationError("reply.state", f"is {message.reply.state}; only a not confirmed or failed reply "
+                              "can be resent")
+    attempt = message.reply.attempts + 1
+    key = f"{message.reply.idempotency_key[:180]}:resend{attempt}"
+    queued = _set_reply(inbox, tenant, message, state="queued", idempotency_key=key, error_code=None,
+                        error_title=None, retry_at_ms=None)
+    _enqueue(tenant, message_id, f"reply:{message_id}:resend{attempt}")
+    log.info("inbox reply %s resent by agent", message_id)
+    return queued

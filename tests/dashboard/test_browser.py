@@ -1,0 +1,41 @@
+"""The replicas and jobs pages in a real headless Chromium: live refresh and editing."""
+
+from __future__ import annotations
+
+import pytest
+
+from botmesh_admin.coordination.memory import MemoryCoordinator
+from tests.conftest import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("members", "isolated")]
+
+
+def test_replicas_page_refreshes_itself(page, hub, web, screenshot_dir) -> None:  # type: ignore[no-untyped-def]
+    """A replica that starts after the page loaded appears without a reload (htmx polling)."""
+    login(page, "alice", "alice-password-1")
+    page.goto("/t/tienda/replicas/")
+    assert page.locator('[data-replica="web-1"]').count() == 1
+    assert page.locator("nav.sidenav a", has_text="Replicas").count() == 1
+    late = MemoryCoordinator(hub, "worker-late", lease_ms=5000, role="worker")
+    late.try_lead("scheduler")
+    late._beat()
+    page.locator('[data-replica="worker-late"]').wait_for(timeout=8000)
+    page.locator('[data-lead="scheduler"]').wait_for(timeout=8000)
+    page.screenshot(path=str(screenshot_dir / "dashboard-replicas.png"), full_page=True)
+    late.close()
+
+
+def test_admin_changes_a_schedule_in_the_form(page, web, screenshot_dir) -> None:  # type: ignore[no-untyped-def]
+    login(page, "alice", "alice-password-1")
+    page.goto("/t/tienda/jobs/")
+    page.locator("#edit-kv\\.sweep summary").click()
+    form = page.locator("#edit-kv\\.sweep form")
+    form.locator('input[name="every_s"]').fill("120")
+    form.locator('select[name="catch_up"]').select_option("skip")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url("**/t/tienda/jobs/")
+    assert "Job kv.sweep saved." in page.locator("ul.messages").inner_text()
+    row = page.locator('tr[data-job="kv.sweep"]')
+    assert "every 2 min" in row.inner_text() and "skip" in row.inner_text()
+    page.screenshot(path=str(screenshot_dir / "dashboard-jobs.png"), full_page=True)

@@ -1,0 +1,113 @@
+"""Replicas and jobs pages through Django's test client."""
+
+from __future__ import annotations
+
+import pytest
+
+from botmesh_admin.coordination import selectors, services
+from botmesh_admin.coordination.memory import MemoryCoordinator
+from botmesh_admin.coordination.registry import declared_jobs
+
+from .conftest import client_for
+
+pytestmark = pytest.mark.usefixtures("members", "isolated")
+
+
+def test_replicas_page_shows_replicas_leaders_turns_and_events(hub, web) -> None:  # type: ignore[no-untyped-def]
+    """Every live replica with its incarnation, role and turns; leaders with fences; handovers."""
+    worker = MemoryCoordinator(hub, "worker-7", lease_ms=5000, role="worker")
+    worker.acquire_turn("whatsapp:+573001112233", 0)
+    worker.acquire_turn("telegram:42", 0)
+    first = web.try_lead("provider:wa-main")
+    first.release()
+    lead = worker.try_lead("provider:wa-main")
+    worker._beat()
+    html = client_for("bob").get("/t/tienda/replicas/").content.decode()
+    assert 'data-replica="worker-7"' in html and worker.incarnation in html and web.incarnation in html
+    row = html.split('data-replica="worker-7"')[1].split("</tr>")[0]
+    assert "<td>worker</td>" in row and "<td>2</td>" in row and f"provider:wa-main #{lead.fence}" in row
+    leaders = html.split('data-testid="leaders"')[1].split("</table>")[0]
+    assert 'data-lead="provider:wa-main"' in leaders and f"<td>{lead.fence}</td>" in leaders
+    events = html.split('data-testid="events"')[1].split("</table>")[0]
+    assert "handover" in events and web.owner in events
+    assert "573001112233" not in html  # chat ids never shown
+    assert 'hx-trigger="every 2s"' in html and 'href="/t/tienda/replicas/"' in html
+    worker.close()
+
+
+def test_replicas_fragment_for_htmx_polling(web) -> None:  # type: ignore[no-untyped-def]
+    response = client_for("bob").get("/t/tienda/replicas/", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html and 'id="replicas-live"' in html
+
+
+def test_a_dead_replica_leaves_the_list(hub, web) -> None:  # type: ignore[no-untyped-def]
+    gone = MemoryCoordinator(hub, "gone-1", lease_ms=5000, role="worker")
+    assert "gone-1" in client_for("bob").get("/t/tienda/replicas/").content.decode()
+    gone.close()
+    assert "gone-1" not in client_for("bob").get("/t/tienda/replicas/").content.decode()
+
+
+def test_the_embedded_scheduler_leader_is_shown(web) -> None:  # type: ignore[no-untyped-def]
+    """Without Redis the file-locked beat publishes its leadership in the Kv."""
+    services.scheduler_leader_publish("vm-4242", "abcd1234", 17)
+    html = client_for("bob").get("/t/tienda/replicas/").content.decode()
+    assert 'data-lead="scheduler"' in html and "<td>17</td>" in html and 'data-replica="vm-4242"' in html
+
+
+def test_jobs_page_is_for_admins_and_members_only(web) -> None:  # type: ignore[no-untyped-def]
+    assert client_for("bob").get("/t/tienda/jobs/").status_code == 403
+    assert 'href="/t/tienda/jobs/"' not in client_for("bob").get("/t/tienda/replicas/").content.decode()
+    assert client_for("eve").get("/t/tienda/jobs/").status_code == 404
+    assert client_for("eve").get("/t/tienda/replicas/").status_code == 404
+    assert client_for("alice").get("/t/tienda/jobs/").status_code == 200
+
+
+def test_jobs_page_shows_next_and_last_occurrences(hub, web) -> None:  # type: ignore[no-untyped-def]
+    """kv.sweep: its schedule, next occurrence and the outcome of the last ones."""
+    lease = web.try_lead("scheduler")
+    spec = next(s for s in declared_jobs() if s.id == "kv.sweep")
+    at = (services.now_ms() // 300_000) * 300_000
+    services.scheduler_tick(specs=[spec], lease=lease, send=lambda *a: None, at_ms=at + 1000)
+    assert services.jobs_drain("jobs-120s")["processed"] == 1
+    html = client_for("alice").get("/t/tienda/jobs/").content.decode()
+    row = html.split('data-job="kv.sweep"')[1].split("</tr>")[0]
+    assert "every 5 min" in row and "latest (3600 s)" in row and 'pill ok">done' in row
+    assert f"kv.sweep@{at}" in html
+    assert 'data-job="events.drain.default"' in html  # plain beat entries are listed too
+
+
+def test_admin_edits_a_job(web) -> None:  # type: ignore[no-untyped-def]
+    alice = client_for("alice")
+    form = {"kind": "interval", "every_s": "120", "crontab": "", "enabled": "on", "catch_up": "all",
+            "catch_up_window_s": "600", "version": "0"}
+    response = alice.post("/t/tienda/jobs/kv.sweep/", form)
+    assert response.status_code == 302
+    row = selectors.job_get("kv.sweep")
+    assert row.job.settings.schedule.every_s == 120 and row.job.settings.catch_up == "all"
+    assert row.job.settings.updated_by == "user:alice" and row.job.version == 1
+    assert "Job kv.sweep saved." in alice.get("/t/tienda/jobs/").content.decode()
+    # the same form again carries version 0: somebody else saved meanwhile
+    stale = alice.post("/t/tienda/jobs/kv.sweep/", form)
+    assert stale.status_code == 409
+    cron = {**form, "kind": "crontab", "every_s": "", "crontab": "0 3 * * *", "version": "1", "enabled": ""}
+    assert alice.post("/t/tienda/jobs/kv.sweep/", cron).status_code == 302
+    row = selectors.job_get("kv.sweep")
+    assert row.job.settings.schedule.crontab == "0 3 * * *" and not row.job.settings.enabled and row.next_ms is None
+
+
+def test_a_bad_schedule_is_shown_with_its_field(web) -> None:  # type: ignore[no-untyped-def]
+    form = {"kind": "crontab", "every_s": "", "crontab": "99 * * * *", "enabled": "on", "catch_up": "skip",
+            "catch_up_window_s": "0", "version": "0"}
+    response = client_for("alice").post("/t/tienda/jobs/kv.sweep/", form)
+    html = response.content.decode()
+    assert response.status_code == 422 and "schedule.crontab: not a valid crontab" in html
+    assert selectors.job_get("kv.sweep").job.version == 0
+
+
+def test_unknown_job_and_agents_cannot_edit(web) -> None:  # type: ignore[no-untyped-def]
+    form = {"kind": "interval", "every_s": "60", "enabled": "on", "catch_up": "skip", "catch_up_window_s": "0",
+            "version": "0"}
+    assert client_for("alice").post("/t/tienda/jobs/nope/", form).status_code == 404
+    assert client_for("bob").post("/t/tienda/jobs/kv.sweep/", form).status_code == 403
+    assert selectors.job_get("kv.sweep").job.version == 0

@@ -1,0 +1,199 @@
+"""The inbox REST API: ledger push, conversations, assignment, handoff, notes, read markers, erasure."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.events.services import journal_drain
+from botmesh_admin.tenancy import services as tenancy
+from tests.backends import unique_id
+
+from .conftest import ledger_records
+
+
+@dataclass
+class Api:
+    tenant: str
+    client: Client
+    token: str
+    agent_token: str
+    other_tenant: str
+    other_token: str
+
+    def call(self, method: str, path: str, body=None, *, token: str | None = None, tenant: str | None = None,
+             raw: bytes | None = None):
+        url = f"/api/v1/tenants/{tenant or self.tenant}/{path}"
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        response = getattr(self.client, method)(
+            url, data=data, content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token or self.token}",
+        )
+        return response.status_code, response.json() if response.content else None
+
+
+@pytest.fixture
+def api(db) -> Api:
+    tenant, other = unique_id("shop"), unique_id("other")
+    users = get_user_model()
+    for name in ("ana", "bob"):
+        users.objects.get_or_create(username=name)
+    tenancy.tenant_create(tenant, name="Shop")
+    tenancy.tenant_create(other, name="Other")
+    tenancy.membership_set(tenant, username="ana", role="agent")
+    return Api(
+        tenant=tenant, client=Client(), token=tenancy.token_create(tenant, name="ci")[1],
+        agent_token=tenancy.token_create(tenant, name="bot", role="agent")[1],
+        other_tenant=other, other_token=tenancy.token_create(other, name="ci")[1],
+    )
+
+
+def drain() -> None:
+    while sum(journal_drain(channel="inbound", limit=500).values()):
+        pass
+
+
+def records_of(tenant: str) -> list[dict]:
+    return [dict(r, tenantId=None) for r in ledger_records() if r["tenantId"] == tenant]
+
+
+def push_lines(api: Api, records: list[dict], **kw):
+    body = "\n".join(json.dumps(r, ensure_ascii=False) for r in records).encode()
+    return api.call("post", "ledger", raw=body, **kw)
+
+
+def test_ledger_push_journals_then_worker_projects(api):
+    records = records_of("soporte")
+    status, body = push_lines(api, records)
+    assert status == 202
+    assert body == {"records": 122, "accepted": 121, "duplicates": 1}  # one redelivered line
+    drain()
+    status, page = api.call("get", "conversations?limit=200")
+    assert status == 200 and len(page["items"]) == 38
+    assert sum(c["message_count"] for c in page["items"]) == 121
+    # pushing again changes nothing
+    assert push_lines(api, records)[1]["accepted"] == 0
+
+
+def test_ledger_push_accepts_a_json_array(api):
+    status, body = api.call("post", "ledger", records_of("soporte")[:5])
+    assert (status, body["accepted"]) == (202, 5)
+
+
+def test_bad_record_is_422_naming_it_and_nothing_is_written(api):
+    records = records_of("soporte")[:6]
+    records[3]["timestamp"] = "yesterday"
+    status, body = push_lines(api, records)
+    assert status == 422 and body["field"] == "records[3].timestamp"
+    drain()
+    assert api.call("get", "conversations")[1]["items"] == []
+
+
+def test_record_naming_another_tenant_is_refused(api):
+    records = records_of("soporte")[:2]
+    records[1]["tenantId"] = api.other_tenant
+    status, body = push_lines(api, records)
+    assert status == 422 and body["field"] == "records[1].tenantId"
+
+
+def test_ledger_needs_a_token_of_the_tenant(api):
+    status, _ = push_lines(api, records_of("soporte")[:1], token=api.other_token)
+    assert status in (401, 404)
+
+
+@pytest.fixture
+def conversation(api) -> dict:
+    push_lines(api, records_of("soporte")[:40])
+    drain()
+    return api.call("get", "conversations")[1]["items"][0]
+
+
+def test_conversation_of_another_tenant_is_404(api, conversation):
+    status, body = api.call("get", f"conversations/{conversation['id']}", tenant=api.other_tenant,
+                            token=api.other_token)
+    assert status == 404 and body["error"] == "not_found"
+
+
+def test_assign_stale_version_is_409_with_current_assignee_and_version(api, conversation):
+    cid, version = conversation["id"], conversation["version"]
+    status, body = api.call("post", f"conversations/{cid}/assign", {"agent": "ana", "expected_version": version})
+    assert status == 200 and body["assignee"] == "ana" and body["version"] == version + 1
+    status, body = api.call("post", f"conversations/{cid}/assign", {"agent": None, "expected_version": version})
+    assert status == 409
+    assert body["current_version"] == version + 1 and body["assignee"] == "ana"
+    status, body = api.call("post", f"conversations/{cid}/assign", {"agent": "bob", "expected_version": version + 1})
+    assert status == 422 and body["field"] == "agent"  # bob is no member of this tenant
+
+
+def test_handoff_is_readable_by_bots(api, conversation):
+    cid = conversation["id"]
+    status, body = api.call("post", f"conversations/{cid}/handoff", {"active": True}, token=api.agent_token)
+    assert status == 200 and body["handoff"]["active"]
+    status, state = api.call("get", f"handoff/{conversation['chat_key']}", token=api.agent_token)
+    assert status == 200 and state["handed_off"] and state["taken_by"].startswith("token-")
+    api.call("post", f"conversations/{cid}/handoff", {"active": False})
+    assert not api.call("get", f"handoff/{conversation['chat_key']}")[1]["handed_off"]
+
+
+def test_notes_and_read_markers(api, conversation):
+    cid = conversation["id"]
+    for i in range(3):
+        assert api.call("post", f"conversations/{cid}/notes", {"text": f"n{i}"})[0] == 201
+    status, page = api.call("get", f"conversations/{cid}/notes?limit=2")
+    assert [n["text"] for n in page["items"]] == ["n0", "n1"]
+    rest = api.call("get", f"conversations/{cid}/notes?limit=2&after={page['next']}")[1]
+    assert [n["text"] for n in rest["items"]] == ["n2"] and rest["next"] is None
+    assert api.call("post", f"conversations/{cid}/notes", {"text": ""})[1]["field"] == "note.text"
+    before = api.call("get", f"conversations/{cid}")[1]
+    assert before["unread"] == before["inbound_count"]
+    status, read = api.call("post", f"conversations/{cid}/read", {})
+    assert status == 200 and read["unread"] == 0
+    assert api.call("get", f"conversations/{cid}")[1]["unread"] == 0
+    assert api.call("get", "conversations?unread=true")[1]["items"] == [
+        c for c in api.call("get", "conversations?unread=true")[1]["items"] if c["id"] != cid]
+
+
+def test_messages_paginate_in_order(api, conversation):
+    cid = conversation["id"]
+    status, page = api.call("get", f"conversations/{cid}/messages?limit=1")
+    assert status == 200 and len(page["items"]) == 1
+    items = page["items"]
+    while page["next"]:
+        page = api.call("get", f"conversations/{cid}/messages?limit=1&after={page['next']}")[1]
+        items += page["items"]
+    assert len(items) == conversation["message_count"]
+    assert [m["timestamp_ms"] for m in items] == sorted(m["timestamp_ms"] for m in items)
+
+
+def test_list_filters_and_cursor(api, conversation):
+    status, page = api.call("get", "conversations?limit=3")
+    seen = [c["id"] for c in page["items"]]
+    while page["next"]:
+        page = api.call("get", f"conversations?limit=3&after={page['next']}")[1]
+        seen += [c["id"] for c in page["items"]]
+    assert len(seen) == len(set(seen)) == len(api.call("get", "conversations?limit=200")[1]["items"])
+    assert api.call("get", "conversations?view=mine")[1]["items"] == []
+    assert api.call("get", "conversations?status=closed")[0] == 422
+    telegram = api.call("get", "conversations?channel=telegram&limit=200")[1]["items"]
+    assert telegram and all(c["channel"] == "telegram" for c in telegram)
+
+
+def test_erase_needs_admin_and_removes_the_conversation(api, conversation):
+    cid = conversation["id"]
+    assert api.call("delete", f"conversations/{cid}", token=api.agent_token)[0] == 403
+    status, body = api.call("delete", f"conversations/{cid}")
+    assert status == 200 and body["records_removed"] >= 1 + conversation["message_count"]
+    assert api.call("get", f"conversations/{cid}")[0] == 404
+
+
+def test_openapi_documents_the_inbox_schemas(api):
+    schema = api.client.get("/api/v1/openapi.json").json()
+    names = set(schema["components"]["schemas"])
+    assert {"ConversationOut", "MessageOut", "NoteOut", "AssignIn", "LedgerOut", "HandoffStateOut",
+            "ReplyIn", "ConversationPage"} <= names
+    ledger = schema["paths"]["/api/v1/tenants/{tenant}/ledger"]["post"]
+    assert "application/x-ndjson" in ledger["requestBody"]["content"]

@@ -1,0 +1,245 @@
+"""Assignment, handoff, status, notes, unread counts and erasure over every store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from inbox import selectors
+from inbox.services import Inbox
+
+CHAT = "whatsapp:573001112233"
+
+
+def record(mid: str, ts: int, direction: str = "in", chat: str = CHAT, **kw) -> dict:
+    return {
+        "id": mid,
+        "channel": chat.split(":")[0],
+        "chatId": chat,
+        "senderId": chat if direction == "in" else "bot",
+        "direction": direction,
+        "type": "text",
+        "body": f"body {mid}",
+        "timestamp": ts,
+        **kw,
+    }
+
+
+def seeded(inbox: Inbox, tenant: str, n_in: int = 3, n_out: int = 2, chat: str = CHAT) -> str:
+    """Project ``n_in`` inbound then ``n_out`` outbound messages (no CRM: unknown channel prefix)."""
+    result = None
+    for i in range(n_in):
+        result = inbox.project_message(
+            record(f"{chat}-i{i}".replace(":", "_"), 1000 + i, chat=chat), tenant=tenant
+        )
+    for i in range(n_out):
+        result = inbox.project_message(
+            record(f"{chat}-o{i}".replace(":", "_"), 2000 + i, "out", chat=chat), tenant=tenant
+        )
+    assert result is not None
+    return result.conversation_id
+
+
+@pytest.fixture(autouse=True)
+def _db(db):
+    """CRM contact upserts read the tenant's region from the database."""
+
+
+def test_assign_is_compare_and_set(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    conv = inbox.store.conversation_get(tenant_id, cid)
+    assigned = inbox.assign(tenant_id, cid, "ana", conv.version)
+    assert assigned.assignee == "ana" and assigned.version == conv.version + 1
+
+
+def test_assign_with_stale_version_conflicts_with_current_assignee(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    v = inbox.store.conversation_get(tenant_id, cid).version
+    inbox.assign(tenant_id, cid, "ana", v)
+    with pytest.raises(Conflict) as err:
+        inbox.assign(tenant_id, cid, "bob", v)
+    assert err.value.current_version == v + 1
+    assert err.value.details["assignee"] == "ana"
+    assert inbox.store.conversation_get(tenant_id, cid).assignee == "ana"
+
+
+def test_new_message_does_not_make_assign_stale(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    v = inbox.store.conversation_get(tenant_id, cid).version
+    inbox.project_message(record("late-in", 5000), tenant=tenant_id)
+    assert inbox.assign(tenant_id, cid, "ana", v).assignee == "ana"
+
+
+def test_assign_validates_agent_and_finds_only_own_tenant(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    with pytest.raises(ValidationError) as err:
+        inbox.assign(tenant_id, cid, "not an agent!", 1)
+    assert err.value.field == "agent"
+    with pytest.raises(NotFound):
+        inbox.assign(tenant_id + "-other", cid, "ana", 1)
+
+
+def test_handoff_is_stored_with_who_and_when_and_given_back(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    taken = inbox.handoff(tenant_id, cid, active=True, actor="ana")
+    assert taken.handed_off and taken.handoff.taken_by == "ana" and taken.handoff.taken_at_ms > 0
+    assert taken.assignee == "ana"
+    state = selectors.handoff_get(tenant_id, CHAT, store=inbox.store)
+    assert state.handed_off and state.taken_by == "ana"
+    back = inbox.handoff(tenant_id, cid, active=False, actor="bob")
+    assert (
+        not back.handed_off and back.handoff.released_by == "bob" and back.handoff.taken_by == "ana"
+    )
+    assert not selectors.handoff_get(tenant_id, CHAT, store=inbox.store).handed_off
+    assert not selectors.handoff_get(tenant_id, "telegram:1", store=inbox.store).handed_off
+
+
+def test_status_snooze_and_reopen_on_new_inbound_message(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    resolved = inbox.set_status(tenant_id, cid, status="resolved")
+    assert selectors.effective_status(resolved) == "resolved"
+    inbox.project_message(record("again", 9000), tenant=tenant_id)
+    assert inbox.store.conversation_get(tenant_id, cid).status == "open"
+    snoozed = inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=1)
+    assert selectors.effective_status(snoozed) == "open"  # its time has come
+    with pytest.raises(ValidationError):
+        inbox.set_status(tenant_id, cid, status="resolved", snoozed_until_ms=10)
+    with pytest.raises(ValidationError):
+        inbox.set_status(tenant_id, cid, status="closed")
+
+
+def test_notes_paginate_by_last_note_id(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id)
+    for i in range(5):
+        inbox.add_note(tenant_id, cid, author="ana", text=f"note {i}")
+    page, after = inbox.list_notes(tenant_id, cid, limit=2)
+    seen = [n.text for n in page]
+    while after is not None:
+        page, after = inbox.list_notes(tenant_id, cid, limit=2, after=after)
+        seen += [n.text for n in page]
+    assert seen == [f"note {i}" for i in range(5)]
+    assert all(n.author == "ana" for n in page)
+    with pytest.raises(ValidationError) as err:
+        inbox.add_note(tenant_id, cid, author="ana", text="   ")
+    assert err.value.field == "note.text"
+
+
+def test_unread_is_exact_per_agent_and_only_moves_forward(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id, n_in=3, n_out=2)
+    assert inbox.unread(tenant_id, cid, "ana") == 3
+    inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i1")
+    assert inbox.unread(tenant_id, cid, "ana") == 1
+    assert inbox.unread(tenant_id, cid, "bob") == 3
+    # marking an older message does not move the marker back
+    inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i0")
+    assert inbox.unread(tenant_id, cid, "ana") == 1
+    inbox.mark_read(tenant_id, cid, agent="ana")  # the newest
+    assert inbox.unread(tenant_id, cid, "ana") == 0
+    inbox.project_message(record("new-in", 3000), tenant=tenant_id)
+    inbox.project_message(record("new-out", 3001, "out"), tenant=tenant_id)
+    assert inbox.unread(tenant_id, cid, "ana") == 1
+    other = seeded(inbox, tenant_id, n_in=2, n_out=0, chat="whatsapp:573009998877")
+    assert selectors.unread_total(tenant_id, agent="ana", store=inbox.store) == 3
+    rows, _ = selectors.conversation_list(
+        tenant_id, agent="ana", unread_only=True, store=inbox.store
+    )
+    assert {r.conversation.id: r.unread for r in rows} == {cid: 1, other: 2}
+    with pytest.raises(NotFound):
+        inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573009998877-i0")
+
+
+def test_list_filters(inbox, tenant_id):
+    a = seeded(inbox, tenant_id, chat="whatsapp:573000000001")
+    b = seeded(inbox, tenant_id, chat="telegram:700000001")
+    c = seeded(inbox, tenant_id, chat="whatsapp:573000000002")
+    inbox.assign(tenant_id, a, "ana", 1)
+    inbox.assign(tenant_id, b, "bob", 1)
+    inbox.set_status(tenant_id, c, status="resolved")
+
+    def ids(**kw):
+        return {
+            r.conversation.id
+            for r in selectors.conversation_list(tenant_id, agent="ana", store=inbox.store, **kw)[0]
+        }
+
+    assert ids(view="mine") == {a}
+    assert ids(view="unassigned") == {c}
+    assert ids(status="resolved") == {c}
+    assert ids(channel="telegram") == {b}
+    assert ids() == {a, b, c}
+    first, cursor = selectors.conversation_list(tenant_id, agent="ana", limit=2, store=inbox.store)
+    rest, end = selectors.conversation_list(
+        tenant_id, agent="ana", limit=2, after=cursor, store=inbox.store
+    )
+    assert len(first) == 2 and len(rest) == 1 and end is None
+    assert {r.conversation.id for r in first + rest} == {a, b, c}
+
+
+def test_erase_removes_conversation_messages_notes_and_markers(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id, n_in=4, n_out=3)
+    inbox.add_note(tenant_id, cid, author="ana", text="call back tomorrow")
+    inbox.mark_read(tenant_id, cid, agent="ana")
+    removed = inbox.erase(tenant_id, cid)
+    assert removed == 1 + 7 + 1 + 1
+    with pytest.raises(NotFound):
+        selectors.conversation_get(tenant_id, cid, store=inbox.store)
+    assert inbox.store.message_get(tenant_id, "whatsapp_573001112233-i0") is None
+    assert inbox.store.note_page(tenant_id, cid) == []
+    assert inbox.store.marker_get(tenant_id, cid, "ana") is None
+    with pytest.raises(NotFound):
+        inbox.erase(tenant_id, cid)
+    # the same chat writing again starts a fresh conversation
+    again = inbox.project_message(record("after-erase", 9999), tenant=tenant_id)
+    assert again.conversation_id != cid
+
+
+def test_concurrent_assign_with_one_version_has_one_winner(inbox, tenant_id):
+    cid = seeded(inbox, tenant_id, n_in=1, n_out=0)
+    version = inbox.store.conversation_get(tenant_id, cid).version
+    winners, losers = [], []
+    barrier = threading.Barrier(6)
+
+    def attempt(agent: str) -> None:
+        barrier.wait(timeout=10)
+        try:
+            winners.append(inbox.assign(tenant_id, cid, agent, version).assignee)
+        except Conflict:
+            losers.append(agent)
+
+    threads = [threading.Thread(target=attempt, args=(f"agent{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(winners) == 1 and len(losers) == 5
+    assert inbox.store.conversation_get(tenant_id, cid).assignee == winners[0]
+
+
+def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(inbox, tenant_id):
+    records = [record(f"m{i}", 1000 + i, "in" if i % 3 else "out") for i in range(24)]
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        barrier.wait(timeout=10)
+        try:
+            # every worker projects every record (redeliveries), in a different order
+            for r in records[offset:] + records[:offset]:
+                inbox.project_message(r, tenant=tenant_id)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i * 6,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    conv = inbox.store.conversation_by_chat(tenant_id, CHAT)
+    messages = selectors.message_latest(tenant_id, conv.id, limit=100, store=inbox.store)
+    assert [m.id for m in messages] == [r["id"] for r in records]
+    assert conv.message_count == 24 and conv.inbound_count == sum(
+        r["direction"] == "in" for r in records
+    )

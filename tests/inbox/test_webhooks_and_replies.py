@@ -1,0 +1,210 @@
+"""End to end: signed webhooks → journal → worker → inbox; agent replies → outbox → fake provider."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.channels.testing import FakeProviderServer
+from botmesh_admin.demo import fixtures_dir
+from botmesh_admin.events.services import journal_drain
+from botmesh_admin.tenancy import services as tenancy
+from inbox import replies, selectors
+from inbox.services import default_inbox
+from tests.backends import unique_id
+
+PHONE_NUMBER_ID = "106540352242922"
+BOT_TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
+
+
+@dataclass
+class Shop:
+    tenant: str
+    client: Client
+    token: str
+    fake: FakeProviderServer
+
+    def api(self, method: str, path: str, body=None):
+        response = getattr(self.client, method)(
+            f"/api/v1/tenants/{self.tenant}/{path}", data=json.dumps(body) if body is not None else None,
+            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {self.token}",
+        )
+        return response.status_code, response.json()
+
+
+@pytest.fixture
+def shop(db):
+    from botmesh_admin.channels.services import channel_config_set
+
+    tenant = unique_id("shop")
+    tenancy.tenant_create(tenant, name="Shop")
+    get_user_model().objects.get_or_create(username="ana")
+    tenancy.membership_set(tenant, username="ana", role="agent")
+    signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
+    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
+    with FakeProviderServer() as fake:
+        channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id=PHONE_NUMBER_ID,
+                           app_secret=signatures["app_secret"], access_token="EAAG-test", api_base_url=fake.base_url)
+        channel_config_set(tenant, kind="telegram", name="bot", bot_token=BOT_TOKEN,
+                           webhook_secret=meta["secret_token"], api_base_url=fake.base_url)
+        yield Shop(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake)
+
+
+def drain(channel: str = "inbound") -> None:
+    while sum(journal_drain(channel=channel, limit=500).values()):
+        pass
+
+
+def post_whatsapp(shop: Shop, name: str, signature: str | None = None) -> int:
+    raw = (fixtures_dir() / "whatsapp" / "raw" / name).read_bytes()
+    signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
+    response = shop.client.post(
+        f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=signature or signatures["signatures"][name],
+    )
+    return response.status_code
+
+
+def post_telegram(shop: Shop, name: str) -> int:
+    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
+    response = shop.client.post(
+        f"/webhooks/telegram/{shop.tenant}/bot", data=(fixtures_dir() / "telegram" / name).read_bytes(),
+        content_type="application/json", HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
+    )
+    return response.status_code
+
+
+def conversation(shop: Shop, chat_key: str):
+    conv = default_inbox().store.conversation_by_chat(shop.tenant, chat_key)
+    assert conv is not None
+    return conv
+
+
+def test_signed_webhooks_are_projected_by_the_worker(shop):
+    for name in sorted(p.name for p in (fixtures_dir() / "whatsapp" / "raw").glob("0*.json")):
+        assert post_whatsapp(shop, name) == 200
+    for name in sorted(p.name for p in (fixtures_dir() / "telegram").glob("0*.json")):
+        assert post_telegram(shop, name) == 200
+    assert post_whatsapp(shop, "01_text.json", signature="sha256=" + "0" * 64) == 401
+    drain()
+    status, page = shop.api("get", "conversations?limit=200")
+    chats = {c["chat_key"]: c for c in page["items"]}
+    assert set(chats) == {
+        "whatsapp:573001112233", "whatsapp:5215512345678", "telegram:700000001",
+        "telegram:-1001234567890:700000001", "telegram:-1001234567890:700000002",
+    }
+    assert chats["telegram:700000001"]["blocked"]
+    ana = chats["whatsapp:573001112233"]
+    assert ana["display_name"] == "Ana García" and ana["contact_id"]
+    _, messages = shop.api("get", f"conversations/{ana['id']}/messages?limit=200")
+    texts = [m["text"] for m in messages["items"]]
+    assert "Gracias!" in texts and "Hablar con un asesor" in texts
+
+
+def test_reply_is_sent_once_and_shows_the_provider_id(shop):
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    status, reply = shop.api("post", f"conversations/{cid}/reply", {"text": "¡Hola Ana!", "idempotency_key": "k1"})
+    assert status == 202 and reply["reply"]["state"] == "queued"
+    again = shop.api("post", f"conversations/{cid}/reply", {"text": "¡Hola Ana!", "idempotency_key": "k1"})[1]
+    assert again["id"] == reply["id"]
+    drain("outbox")
+    drain("outbox")
+    sent = selectors.message_get(shop.tenant, reply["id"])
+    assert sent.reply.state == "accepted" and sent.provider_message_id.startswith("wamid.")
+    assert shop.fake.count("573001112233") == 1
+    assert shop.fake.requests[0].body["text"]["body"] == "¡Hola Ana!"
+
+
+def test_window_closed_is_shown_and_not_retried(shop):
+    post_whatsapp(shop, "05_location.json")
+    drain()
+    shop.fake.script("5215512345678", "window_closed")
+    cid = conversation(shop, "whatsapp:5215512345678").id
+    reply = shop.api("post", f"conversations/{cid}/reply", {"text": "¿Sigues ahí?"})[1]
+    drain("outbox")
+    failed = selectors.message_get(shop.tenant, reply["id"])
+    assert (failed.reply.state, failed.reply.error_code) == ("failed", 131047)
+    drain("outbox")
+    assert shop.fake.count("5215512345678") == 1
+
+
+def test_telegram_blocked_is_shown_and_not_retried(shop):
+    post_telegram(shop, "02_text.json")
+    drain()
+    shop.fake.script("700000001", "blocked")
+    cid = conversation(shop, "telegram:700000001").id
+    reply = shop.api("post", f"conversations/{cid}/reply", {"text": "hola"})[1]
+    drain("outbox")
+    failed = selectors.message_get(shop.tenant, reply["id"])
+    assert (failed.reply.state, failed.reply.error_code) == ("failed", 403)
+    assert shop.fake.count("700000001") == 1
+
+
+def test_rate_limit_is_retried_after_the_given_delay(shop):
+    post_whatsapp(shop, "05_location.json")
+    drain()
+    shop.fake.script("5215512345678", "rate_limited", times=1)
+    cid = conversation(shop, "whatsapp:5215512345678").id
+    reply = shop.api("post", f"conversations/{cid}/reply", {"text": "un momento"})[1]
+    waits: list[float] = []
+    sent = replies.reply_send(shop.tenant, reply["id"], sleep=waits.append)
+    assert sent.reply.state == "accepted" and sent.reply.attempts == 2
+    assert waits and waits[0] > 0
+    assert shop.fake.count("5215512345678") == 2
+
+
+def test_no_answer_is_not_confirmed_and_resent_only_by_the_agent(shop):
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    shop.fake.script("573001112233", "drop", times=1)
+    cid = conversation(shop, "whatsapp:573001112233").id
+    reply = shop.api("post", f"conversations/{cid}/reply", {"text": "¿recibiste?"})[1]
+    drain("outbox")
+    unknown = selectors.message_get(shop.tenant, reply["id"])
+    assert unknown.reply.state == "not_confirmed"
+    drain("outbox")
+    assert shop.fake.count("573001112233") == 1  # never resent by itself
+    status, resent = shop.api("post", f"conversations/{cid}/messages/{reply['id']}/resend")
+    assert status == 202 and resent["reply"]["state"] == "queued"
+    drain("outbox")
+    assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "accepted"
+    assert shop.fake.count("573001112233") == 2
+
+
+def test_worker_stopped_mid_request_never_sends_twice(shop):
+    """A worker stalls after the request left (lease expires); the next claim must not resend it."""
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.handlers import dispatch
+    from botmesh_admin.events.worker import EventWorker
+
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    shop.fake.set_delay(1.5, "573001112233")
+    reply = shop.api("post", f"conversations/{cid}/reply", {"text": "lento"})[1]
+    seen: list[str] = []
+
+    def rescuer() -> None:  # another worker: only the journal and the Kv, no database
+        deadline = time.monotonic() + 5
+        while shop.fake.count("573001112233") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.4)  # the stalled worker's lease has expired; its request is still in flight
+        EventWorker(default_journal(), lease_ms=5000, channel="outbox").run_batch(dispatch, 10)
+        seen.append(selectors.message_get(shop.tenant, reply["id"]).reply.state)
+
+    other = threading.Thread(target=rescuer)
+    other.start()
+    EventWorker(default_journal(), lease_ms=300, channel="outbox").run_batch(dispatch, 1)  # the stalled one
+    other.join(timeout=10)
+    assert seen == ["not_confirmed"]
+    assert shop.fake.count("573001112233") == 1
+    # the late answer, once it arrived, was recorded: now it is known
+    assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "accepted"
