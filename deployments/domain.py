@@ -25,6 +25,8 @@ from botmesh_admin.kv.tenant import validate_id
 GATE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ARTIFACT_URL_RE = re.compile(r"^(oci|https)://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^\s<>\"'\\]{1,400}$")
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters refused in text fields (tab and newline are allowed)."""
 MAX_GATES = 20
 MAX_NOTES = 2000
 MAX_CREATED_BY = 200
@@ -94,7 +96,7 @@ def _string(
         raise BadType(path, f"must be a string, not {_json_type(value)}")
     if len(value) > max_len:
         raise ValidationError(path, f"longer than {max_len} characters")
-    if any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in value):
+    if CONTROL_RE.search(value):
         raise ValidationError(path, "contains control characters")
     return value
 

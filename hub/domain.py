@@ -13,6 +13,7 @@ The hub never runs plugin code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -31,6 +32,8 @@ from .runtime import RuntimeInfo
 
 MAX_MANIFEST_BYTES = 256 * 1024
 """Largest manifest body accepted (bytes), before parsing."""
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters refused in text fields (tab and newline are allowed)."""
 MAX_DESCRIPTION = 1000
 MAX_NAME = 100
 MAX_ID = 100
@@ -232,7 +235,7 @@ def _text(
         raise ValidationError(path, "must not be blank")
     if len(value) > max_len:
         raise ValidationError(path, f"longer than {max_len} characters")
-    if any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in value):
+    if CONTROL_RE.search(value):
         raise ValidationError(path, "contains control characters")
     return value
 
@@ -245,13 +248,21 @@ def validate_runtime_range(value: str, path: str) -> str:
         raise ValidationError(path, "not an npm semver range (e.g. '>=1.2.0 <2.0.0' or '^1.4.0')")
     if len(re.split(r" \|\| | - | ", value)) > MAX_COMPARATORS:
         raise ValidationError(path, f"more than {MAX_COMPARATORS} comparators")
-    try:
-        nodesemver.make_range(value, loose=False)
-    except (ValueError, TypeError):
-        raise ValidationError(path, "not an npm semver range") from None
+    if not _range_parses(value):
+        raise ValidationError(path, "not an npm semver range")
     return value
 
 
+@functools.lru_cache(maxsize=1024)
+def _range_parses(value: str) -> bool:
+    try:
+        nodesemver.make_range(value, loose=False)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
 def runtime_satisfies(range_: str, version: str) -> bool:
     """Return True if runtime ``version`` lies in ``range_`` (npm semantics, pre-releases excluded)."""
     return bool(nodesemver.satisfies(version, range_, loose=False))

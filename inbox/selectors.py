@@ -228,3 +228,10 @@ def agent_is_member(tenant: str, agent: str) -> bool:
     from botmesh_admin.tenancy.models import Membership
 
     return Membership.objects.filter(tenant_id=tenant, user__username=agent).exists()
+
+
+def member_usernames(tenant: str) -> list[str]:
+    """Return the usernames of ``tenant``'s members, sorted (the assign choices)."""
+    from botmesh_admin.tenancy.models import Membership
+
+    return sorted(Membership.objects.filter(tenant_id=tenant).values_list("user__username", flat=True))

@@ -174,7 +174,7 @@ return {3, redis.call('HGETALL', r)}
 _INTS = ("created_at", "attempts", "available_at", "leased_until", "fencing_token")
 
 
-def _record(flat: list[Any]) -> EventRecord:
+def _record(flat: Any) -> EventRecord:
     """Return the record of an ``HGETALL`` reply (flat list or dict of bytes)."""
     if isinstance(flat, dict):
         h = {k.decode(): v.decode() for k, v in flat.items()}
@@ -211,7 +211,7 @@ class RedisEventJournal:
         conn_url, table = split_namespace(url)
         self.prefix = "{" + table.replace("botmesh_events", "botmesh:events", 1) + "}"
         self._redis_errors = redis.RedisError
-        self._client = redis.Redis.from_url(conn_url, socket_timeout=10, socket_connect_timeout=10)
+        self._client: Any = redis.Redis.from_url(conn_url, socket_timeout=10, socket_connect_timeout=10)
         self._scripts = {
             name: self._client.register_script(lua)
             for name, lua in (

@@ -219,7 +219,7 @@ class _Postgres:
         self._conns: ThreadConnections[Any] = ThreadConnections(self._connect, lambda c: c.close())
 
     def _connect(self) -> Any:
-        options = {} if "connect_timeout" in self._url else {"connect_timeout": 10}
+        options: dict[str, Any] = {} if "connect_timeout" in self._url else {"connect_timeout": 10}
         conn = self._psycopg.connect(self._url, autocommit=True, prepare_threshold=0, **options)
         if not self._schema_ready:
             with conn.transaction():
@@ -468,7 +468,8 @@ class SqlEventJournal:
     ) -> list[EventRecord]:
         """Return up to ``limit`` records, newest id first, ids below ``after``."""
         validate_list_args(tenant, state, channel, limit, after)
-        where, params = [], {"limit": limit}
+        where: list[str] = []
+        params: dict[str, Any] = {"limit": limit}
         for column, value in (("tenant", tenant), ("state", state), ("channel", channel)):
             if value is not None:
                 where.append(f"{column} = :{column}")

@@ -111,7 +111,12 @@ def stop_gracefully(timeout_s: float | None = None, then: Callable[[], None] | N
 
 
 def install(timeout_s: float | None = None) -> None:
-    """Handle SIGTERM in this process (main thread only): stop gracefully, then exit. Idempotent."""
+    """Handle SIGTERM in this process (main thread only): stop gracefully, then exit. Idempotent.
+
+    Python runs signal handlers in the main thread when it next executes
+    bytecode; servers' main loops poll (runserver every 0.5 s, gunicorn's
+    workers every second), so the handler runs within that delay.
+    """
     global _installed, _previous
     if _installed or threading.current_thread() is not threading.main_thread():
         return

@@ -17,8 +17,9 @@ campaign, recipient) and applies the slot rules of ``campaigns.domain``:
 - ``slots_mark_in_doubt`` / ``slots_mark_dropped`` / ``slots_release`` /
   ``slots_cancel`` / ``slot_resend`` as their names say.
 
-Each batch method applies its changes atomically per slot and returns the
-slots it changed, in the given order; a slot that is no longer held by the
+Each batch method takes slots as the store returned them (their ``version``
+and ``token`` say what the caller holds), applies its changes atomically per
+slot and returns the slots it changed, in the given order; a slot that is no longer held by the
 caller's token (or not in a state the rule accepts) is left alone and left
 out of the result — it is never an error. Times are epoch milliseconds.
 """

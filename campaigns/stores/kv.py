@@ -8,9 +8,9 @@ Layout:
   campaign, so a batch of slot changes is one atomic commit and deleting a
   campaign drops one table.
 - ``campaigns/<tenant>/throttle``: ``<channel>`` → ``{"next_ms"}`` (booked send times).
-- ``campaigns/system/index``: ``<tenant>/<campaign id>`` → ``{"state", "at"}``, the
+- ``campaigns/system/index``: ``<tenant>!<campaign id>`` → ``{"state", "at"}``, the
   active campaigns the scheduler's tick reads (the one cross-tenant table; it
-  holds ids only).
+  holds ids only; ``!`` sorts before every id character, so keys sort as (tenant, id) pairs).
 
 Versions are the Kv entry versions. Slot changes are compare-and-set on the
 version the caller read; on a conflict the slot is read again and the rule
@@ -40,6 +40,7 @@ from .base import MAX_SCAN, Change, IndexEntry, SlotRules
 SYSTEM = "system"
 SLOT = "d/"
 LEASE = "m/runner"
+SEP = "!"
 COMMIT_BATCH = 500
 MAX_ROUNDS = 50
 
@@ -110,17 +111,17 @@ class KvCampaignStore:
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
         self.tables.table(tenant, "campaigns")  # validates the tenant id
-        self.kv.commit(self._index(), [Put(f"{tenant}/{campaign_id}", {"state": state, "at": at})])
+        self.kv.commit(self._index(), [Put(f"{tenant}{SEP}{campaign_id}", {"state": state, "at": at})])
 
     def index_delete(self, tenant: str, campaign_id: str) -> None:
-        self.kv.commit(self._index(), [Delete(f"{tenant}/{campaign_id}")])
+        self.kv.commit(self._index(), [Delete(f"{tenant}{SEP}{campaign_id}")])
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
         _check_limit(limit)
-        entries = self.kv.scan(self._index(), after=f"{after[0]}/{after[1]}" if after else None, limit=limit)
+        entries = self.kv.scan(self._index(), after=f"{after[0]}{SEP}{after[1]}" if after else None, limit=limit)
         out = []
         for e in entries:
-            tenant, _, campaign_id = e.key.partition("/")
+            tenant, _, campaign_id = e.key.partition(SEP)
             out.append(IndexEntry(tenant, campaign_id, e.value["state"], e.value.get("at")))
         return out
 

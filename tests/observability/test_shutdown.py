@@ -44,7 +44,9 @@ def watch_readiness():
 
 threading.Thread(target=send).start()
 threading.Thread(target=watch_readiness, daemon=True).start()
-threading.Event().wait()           # the main thread blocks, like a server loop
+idle = threading.Event()
+while True:                        # the main thread polls, like a server loop (runserver: every 0.5 s)
+    idle.wait(0.5)
 """
 
 

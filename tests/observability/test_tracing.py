@@ -195,3 +195,50 @@ def test_celery_tasks_are_traced(exported: InMemorySpanExporter) -> None:
         assert add.apply(args=(2, 3)).get() == 5
     names = [s.name for s in exported.get_finished_spans()]
     assert any("tests.observability.add" in n for n in names), names
+
+
+def test_marker_text_of_a_real_webhook_and_reply_appears_in_no_span(
+    tenant_client: TenantClient, exported: InMemorySpanExporter
+) -> None:
+    """The real path: signed WhatsApp webhook → journal → inbox projection → agent reply → provider send."""
+    import hashlib
+    import hmac
+
+    pytest.importorskip("inbox.handlers")
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.channels.testing import FakeProviderServer
+    from botmesh_admin.demo import fixtures_dir
+    from botmesh_admin.events.services import journal_drain
+
+    tenant = tenant_client.tenant
+    secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
+    raw = (fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_text()
+    raw = raw.replace("Hola, ¿tienen envíos a Medellín? 🚚", f"Mi pedido {MARKER}").encode()
+    signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+
+    def drain(channel: str) -> None:
+        while sum(journal_drain(channel=channel, limit=500).values()):
+            pass
+
+    with FakeProviderServer() as fake:
+        channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
+                           app_secret=secret, access_token="EAAG-test", api_base_url=fake.base_url)
+        response = tenant_client.api.post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
+                                          HTTP_X_HUB_SIGNATURE_256=signature)
+        assert response.status_code == 200, response.content
+        drain("inbound")
+        conversations = tenant_client.api.get(f"/api/v1/tenants/{tenant}/conversations").json()["items"]
+        assert len(conversations) == 1
+        reply = tenant_client.api.post(f"/api/v1/tenants/{tenant}/conversations/{conversations[0]['id']}/reply",
+                                       {"text": f"Respuesta {MARKER}"}, content_type="application/json")
+        assert reply.status_code == 202, reply.content
+        drain("outbox")
+        assert any(MARKER in json.dumps(r.body) for r in fake.requests), "the text did reach the provider"
+    flush_to_kv()
+    text = dump(exported)
+    assert "inbox." in text or "message." in text  # the path was traced
+    assert MARKER not in text and "573001112233" not in text
+    for scope in (tenant, None):
+        for summary in selectors.trace_list(scope, limit=200)[0]:
+            stored = json.dumps(selectors.trace_get(scope, summary.trace_id)["spans"])
+            assert MARKER not in stored and "573001112233" not in stored

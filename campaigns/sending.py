@@ -1,0 +1,299 @@
+"""``send_campaign``: send a planned campaign through the channel's broadcast, never twice to one recipient.
+
+Part of the services layer (it writes through the stores). One batch at a time:
+
+1. reserve available slots (``SlotStore.slots_reserve``; a slot another sender
+   holds, or whose request already left, is never taken);
+2. look at each contact again (``Planner.check``: consent withdrawn since the
+   plan → ``dropped``) and run the bot's send hooks (a reason → ``dropped``);
+3. wait for the channel's throttle (booked in the store, shared by every process);
+4. mark the slots ``sending`` — *before* the requests leave, so a sender that
+   dies now leaves them ``sending``: found later with no answer recorded, they
+   become ``in_doubt`` and are never resent automatically;
+5. ``provider.broadcast(messages)`` and record each result on the slot of its
+   destination chat (the result's ``chat_key``, whatever canonical id the
+   provider answers with): accepted (provider id), failed (code, retryable
+   or not; retryable ones are due again after the provider's delay), in doubt
+   (no answer: the provider may have it). If ``broadcast`` itself raises,
+   every slot of the batch is released and the error propagates.
+
+A Telegram 403 ("bot was blocked by the user") also sets the contact's
+Telegram consent to ``denied``. Times are epoch milliseconds; ``ttl_ms`` must
+be longer than a provider request can take.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from botmesh_admin.channels.domain import OutboundMessage, SendResult, Template
+from botmesh_admin.channels.providers import Provider
+from botmesh_admin.observability import metrics
+from botmesh_admin.observability.shutdown import inflight
+from botmesh_admin.observability.tracing import span
+
+from .domain import (
+    REASON_RE,
+    Campaign,
+    Delivery,
+    Failure,
+    Recipient,
+    new_token,
+    now_ms,
+)
+from .planner import Planner
+from .stores.base import CampaignStore, SlotStore
+
+log = logging.getLogger("botmesh.campaigns")
+
+SendHook = Callable[[Recipient, OutboundMessage], "str | None"]
+"""A send hook returns a reason to drop the message (``"handoff"``), or ``None`` to let it go."""
+
+PAGE = 500
+MAX_IDLE_WAIT_MS = 1000
+
+
+@dataclass(frozen=True)
+class CampaignBot:
+    """What sends a campaign: the channel's provider and the bot's send hooks."""
+
+    provider: Provider
+    hooks: tuple[SendHook, ...] = ()
+
+
+@dataclass(frozen=True)
+class SendOptions:
+    """How to send: batch size, slot lease (ms), throttle (messages/s, ``None`` = none), attempts."""
+
+    batch_size: int = 50
+    ttl_ms: int = 60_000
+    rate_per_s: float | None = None
+    throttle_key: str = "default"
+    max_attempts: int = 3
+
+
+class RunControl(Protocol):
+    """Asked between batches whether to go on (the campaign may be paused or cancelled)."""
+
+    def keep_going(self) -> bool:
+        """Return False to stop after the current batch."""
+        ...
+
+
+class _Always:
+    def keep_going(self) -> bool:
+        return True
+
+
+class BroadcastFailed(RuntimeError):
+    """The provider's ``broadcast`` raised; the batch's slots were released."""
+
+
+@dataclass
+class SendReport:
+    """What one ``send_campaign`` call did (counts of slots), and why it returned."""
+
+    accepted: int = 0
+    failed: int = 0
+    retrying: int = 0
+    dropped: int = 0
+    in_doubt: int = 0
+    finished: bool = False
+    stopped: bool = False
+    drop_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def send_campaign(
+    bot: CampaignBot,
+    planner: Planner,
+    *,
+    tenant: str,
+    campaign: Campaign,
+    slots: SlotStore,
+    campaigns: CampaignStore | None = None,
+    options: SendOptions | None = None,
+    control: RunControl | None = None,
+    clock: Callable[[], int] = now_ms,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SendReport:
+    """Send ``campaign`` to every planned slot that is still open; return when none is, or when told to stop.
+
+    Slots other senders hold are waited for (their lease); retryable failures
+    are retried when due. ``finished`` is True when no slot is pending,
+    reserved or sending any more. Raise ``BroadcastFailed`` if the provider's
+    broadcast raised (after releasing the batch).
+    """
+    options = options or SendOptions()
+    control = control or _Always()
+    run = _Run(bot, planner, tenant, campaign, slots, campaigns, options, clock, sleep)
+    while True:
+        after: str | None = None
+        wake_at: int | None = None
+        while True:
+            if not control.keep_going():
+                run.report.stopped = True
+                return run.report
+            page = slots.slot_scan(tenant, campaign.id, after=after, limit=PAGE)
+            if not page:
+                break
+            after = page[-1].recipient
+            now = clock()
+            stale = [(d, "sender_lost") for d in page if d.stale_sending(now)]
+            if stale:
+                run.report.in_doubt += len(slots.slots_mark_in_doubt(
+                    tenant, campaign.id, stale, now_ms=now, expired_only=True))
+            for d in page:
+                if d.state in ("pending", "reserved", "sending") and not d.available(now) and not d.stale_sending(now):
+                    due = d.not_before if d.state == "pending" else d.lease_until
+                    wake_at = min(wake_at or due or now, due or now)
+            candidates = [d for d in page if d.available(now)]
+            for start in range(0, len(candidates), options.batch_size):
+                if start and not control.keep_going():
+                    run.report.stopped = True
+                    return run.report
+                due = run.send_batch(candidates[start:start + options.batch_size])
+                if due is not None:
+                    wake_at = min(wake_at or due, due)
+            if len(page) < PAGE:
+                break
+        if wake_at is None:
+            run.report.finished = True
+            return run.report
+        # Something is still open: a retry that is not due yet, or slots another sender holds.
+        sleep(max(0.0, min(wake_at - clock(), MAX_IDLE_WAIT_MS)) / 1000)
+
+
+class _Run:
+    def __init__(
+        self, bot: CampaignBot, planner: Planner, tenant: str, campaign: Campaign, slots: SlotStore,
+        campaigns: CampaignStore | None, options: SendOptions, clock: Callable[[], int],
+        sleep: Callable[[float], None],
+    ) -> None:
+        self.bot, self.planner, self.tenant, self.campaign = bot, planner, tenant, campaign
+        self.slots, self.campaigns, self.options = slots, campaigns, options
+        self.clock, self.sleep = clock, sleep
+        self.report = SendReport()
+
+    def send_batch(self, candidates: Sequence[Delivery]) -> int | None:
+        """Send one batch; return when a slot it released for a retry is due (ms), if any."""
+        tenant, cid, channel = self.tenant, self.campaign.id, self.campaign.channel
+        held = self.slots.slots_reserve(tenant, cid, candidates, token=new_token(), ttl_ms=self.options.ttl_ms,
+                                        now_ms=self.clock())
+        if not held:
+            return None
+        dropped: list[tuple[Delivery, str]] = []
+        ready: list[tuple[Delivery, OutboundMessage]] = []
+        blocked_evidence: dict[str, str] = {}
+        for d in held:
+            reason, contact = self.planner.check(d.contact_id, channel, d.recipient)
+            if reason is None:
+                message = self._message(d, contact.name if contact else None)
+                recipient = Recipient(d.contact_id, d.recipient, d.chat_key, contact.name if contact else None)
+                reason = self._hooks(recipient, message)
+            if reason is not None:
+                dropped.append((d, reason))
+            else:
+                ready.append((d, message))
+        if dropped:
+            done = self.slots.slots_mark_dropped(tenant, cid, dropped, now_ms=self.clock())
+            self.report.dropped += len(done)
+            for d in done:
+                self.report.drop_reasons[d.reason or ""] = self.report.drop_reasons.get(d.reason or "", 0) + 1
+        if not ready:
+            return None
+        self._throttle(len(ready))
+        sending = self.slots.slots_mark_sending(
+            tenant, cid, [d for d, _ in ready], ttl_ms=self.options.ttl_ms, now_ms=self.clock())
+        if not sending:
+            return None
+        by_recipient = {d.recipient: d for d in sending}
+        messages = [m for d, m in ready if d.recipient in by_recipient]
+        with span("campaign.batch", tenant=tenant, campaign_id=cid, channel=channel, size=len(messages)):
+            with inflight():
+                try:
+                    results = self.bot.provider.broadcast(messages)
+                except Exception as exc:
+                    self.slots.slots_release(tenant, cid, sending, now_ms=self.clock())
+                    log.warning("campaign %s: broadcast raised %s; %d slot(s) released",
+                                cid, type(exc).__name__, len(sending))
+                    raise BroadcastFailed(f"the provider's broadcast raised {type(exc).__name__}") from exc
+                return self._record(sending, by_recipient, results, blocked_evidence)
+
+    def _message(self, d: Delivery, name: str | None) -> OutboundMessage:
+        m = self.campaign.message.render(name)
+        key = hashlib.sha256(f"{self.tenant}:{self.campaign.id}:{d.recipient}".encode()).hexdigest()[:40]
+        template = Template(m.template, m.language, m.parameters) if m.template is not None else None
+        # Addressed to the planned address itself; the provider may answer with another canonical id.
+        return OutboundMessage(chat_key=d.recipient, text=m.text, template=template, idempotency_key=f"cmp-{key}")
+
+    def _hooks(self, recipient: Recipient, message: OutboundMessage) -> str | None:
+        for hook in self.bot.hooks:
+            reason = hook(recipient, message)
+            if reason:
+                return reason if REASON_RE.fullmatch(reason) else "hook"
+        return None
+
+    def _throttle(self, count: int) -> None:
+        rate = self.options.rate_per_s
+        if not rate or self.campaigns is None:
+            return
+        now = self.clock()
+        start = self.campaigns.throttle_take(
+            self.tenant, self.options.throttle_key, count=count, interval_ms=1000.0 / rate, now_ms=now)
+        if start > now:
+            self.sleep((start - now) / 1000)
+
+    def _record(
+        self, sending: list[Delivery], by_recipient: dict[str, Delivery], results: Sequence[SendResult],
+        blocked: dict[str, str],
+    ) -> int | None:
+        tenant, cid, now = self.tenant, self.campaign.id, self.clock()
+        sent: list[tuple[Delivery, str, str | None]] = []
+        failed: list[tuple[Delivery, Failure]] = []
+        doubt: list[tuple[Delivery, str]] = []
+        answered: set[str] = set()
+        slow_down = 0
+        for result in results:
+            d = by_recipient.get(result.chat_key)
+            if d is None or d.recipient in answered:
+                continue  # not one of ours: never guess which slot an answer belongs to
+            answered.add(d.recipient)
+            if result.accepted and result.provider_message_id:
+                sent.append((d, result.provider_message_id, result.recipient))
+            elif result.error_code is None and result.retryable:
+                doubt.append((d, "no_answer"))  # a network error: the provider may have the message
+            else:
+                failed.append((d, Failure(result.error_code, result.error_title, result.retryable,
+                                          result.retry_after_ms)))
+                if result.retry_after_ms:
+                    slow_down = max(slow_down, result.retry_after_ms)
+                if self.campaign.channel == "telegram" and result.error_code == 403:
+                    blocked[d.contact_id] = f"Telegram 403 to campaign {cid}: {result.error_title or 'blocked'}"
+        doubt += [(d, "no_result") for d in sending if d.recipient not in answered]
+        wake: int | None = None
+        if sent:
+            self.report.accepted += len(self.slots.slots_mark_sent(tenant, cid, sent, now_ms=now))
+            metrics.count("messages.out", len(sent))
+        if failed:
+            done = self.slots.slots_mark_failed(tenant, cid, failed, max_attempts=self.options.max_attempts,
+                                                now_ms=now)
+            for d in done:
+                if d.state == "pending":
+                    self.report.retrying += 1
+                    wake = min(wake or d.not_before or now, d.not_before or now)
+                else:
+                    self.report.failed += 1
+            metrics.count("messages.out_failed", len(failed))
+        if doubt:
+            self.report.in_doubt += len(self.slots.slots_mark_in_doubt(tenant, cid, doubt, now_ms=now))
+        for contact_id, evidence in blocked.items():
+            self.planner.consent_denied(contact_id, "telegram", evidence=evidence)
+        if slow_down and self.campaigns is not None:
+            self.campaigns.throttle_take(tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now,
+                                         not_before_ms=now + slow_down)
+        return wake

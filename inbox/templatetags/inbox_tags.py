@@ -1,0 +1,91 @@
+"""Template filters of the inbox pages: times in ms, delivery ticks, names."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+TICKS = {"sent": "✓", "delivered": "✓✓", "read": "✓✓", "failed": "!"}
+REPLY_LABELS = {
+    "queued": "queued", "sending": "sending…", "accepted": "sent", "failed": "not delivered",
+    "not_confirmed": "not confirmed",
+}
+
+
+@register.filter
+def ms_time(value: int | None) -> str:
+    """Render epoch ms as ``14:05`` today, else ``30 Nov 14:05``."""
+    if not value:
+        return ""
+    at = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone(timezone.get_current_timezone())
+    now = timezone.localtime()
+    return at.strftime("%H:%M") if at.date() == now.date() else at.strftime("%d %b %H:%M")
+
+
+@register.filter
+def ms_iso(value: int | None) -> str:
+    """Render epoch ms as an ISO 8601 timestamp (for ``<time datetime>``)."""
+    if not value:
+        return ""
+    return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).isoformat(timespec="seconds")
+
+
+@register.filter
+def ticks(status: str | None) -> str:
+    """Return the delivery ticks of a provider status."""
+    return TICKS.get(status or "", "")
+
+
+@register.filter
+def reply_label(state: str | None) -> str:
+    """Return what an agent reads for a reply state."""
+    return REPLY_LABELS.get(state or "", state or "")
+
+
+@register.filter
+def initials(name: str | None) -> str:
+    """Return up to two initials of a name (avatar text)."""
+    words = [w for w in (name or "").replace(":", " ").split() if w[:1].isalpha()]
+    return "".join(w[0].upper() for w in words[:2]) or "#"
+
+
+@register.filter
+def get_item(mapping: dict, key: str) -> object:
+    """Return ``mapping[key]`` (or ``""``)."""
+    return mapping.get(key, "")
+
+
+@register.filter
+def split(value: str) -> list[str]:
+    """Split a string on whitespace."""
+    return value.split()
+
+
+@register.filter
+def chat_label(chat_key: str | None) -> str:
+    """Return a readable name for an unnamed chat: ``+57 311 212 5184``, ``Telegram 700000101``."""
+    channel, _, address = (chat_key or "").partition(":")
+    if channel == "whatsapp" and address.isdigit():
+        try:
+            import phonenumbers
+
+            number = phonenumbers.parse("+" + address)
+            return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.INTERNATIONAL)
+        except Exception:  # not a number phonenumbers knows: show it as it is
+            return "+" + address
+    if channel == "telegram":
+        return f"Telegram {address.replace(':', ' · ')}"
+    return chat_key or ""
+
+
+@register.filter
+def avatar(conversation: object) -> str:
+    """Return the avatar text of a conversation: the name's initials, else the channel's."""
+    name = getattr(conversation, "display_name", None)
+    if name:
+        return initials(name)
+    return {"whatsapp": "WA", "telegram": "TG"}.get(getattr(conversation, "channel", ""), "#")

@@ -1,0 +1,245 @@
+"""Admin pages of the inbox, under ``/t/<tenant>/inbox/``.
+
+The list (mine / unassigned / all, by status and channel, unread only) sits
+beside the open thread. Everything is readable without JavaScript: filters are
+a GET form, actions are POST forms that redirect back (PRG). With htmx the list
+and the thread poll for updates (``_list`` / ``_thread`` fragments) and actions
+swap the thread panel in place. Opening a conversation moves the agent's read
+marker to its newest message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages as flash
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+
+from . import replies, selectors, services
+from .domain import Conversation, Message, Note
+
+PAGE = 50
+THREAD = 200
+ERROR_HINTS = {
+    131047: "24-hour window closed: the customer must write first, or send a template",
+    403: "the user blocked the bot",
+    400: "chat not found",
+    130429: "rate limited by WhatsApp",
+    429: "rate limited",
+    190: "the access token expired",
+}
+
+
+def _agent(request: HttpRequest) -> str:
+    return request.user.get_username()
+
+
+def _filters(request: HttpRequest) -> dict[str, Any]:
+    view = request.GET.get("view", "all")
+    status = request.GET.get("status") or None
+    channel = request.GET.get("channel") or None
+    return {
+        "view": view if view in selectors.VIEWS else "all",
+        "status": status if status in ("open", "pending", "resolved") else None,
+        "channel": channel if channel in ("whatsapp", "telegram") else None,
+        "unread": request.GET.get("unread") == "1",
+    }
+
+
+def _query(filters: dict[str, Any], **extra: Any) -> str:
+    data = {k: v for k, v in filters.items() if v not in (None, False, "all")}
+    if data.get("unread"):
+        data["unread"] = "1"
+    data.update({k: v for k, v in extra.items() if v})
+    return urlencode(data)
+
+
+def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> dict[str, Any]:
+    filters = _filters(request)
+    agent = _agent(request)
+    rows, cursor = selectors.conversation_list(
+        tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel"],
+        unread_only=filters["unread"], limit=PAGE, after=request.GET.get("after") or None,
+    )
+    return {
+        "tenant": tenant, "rows": rows, "next": cursor, "filters": filters, "query": _query(filters),
+        "selected": selected, "agent": agent,
+        "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
+        "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},
+        "total_unread": sum(r.unread for r in rows),
+    }
+
+
+def _entries(messages: list[Message], notes: list[Note]) -> list[dict[str, Any]]:
+    """Messages and notes in one timeline (notes set apart by kind)."""
+    items: list[dict[str, Any]] = [{"kind": "message", "m": m, "at": m.timestamp_ms, "hint": _hint(m)}
+                                   for m in messages]
+    items += [{"kind": "note", "n": n, "at": n.created_at_ms} for n in notes]
+    items.sort(key=lambda e: e["at"])
+    return items
+
+
+def _hint(m: Message) -> str | None:
+    code = m.reply.error_code if m.reply is not None and m.reply.error_code else m.error_code
+    return ERROR_HINTS.get(code) if code else None
+
+
+def _thread_context(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
+    agent = _agent(request)
+    conv = selectors.conversation_get(tenant, conversation_id)
+    if conv.last_message_id is not None:
+        services.read_marker_set(tenant, conv.id, agent=agent)
+    messages = selectors.message_latest(tenant, conv.id, limit=THREAD)
+    notes, _ = selectors.note_list(tenant, conv.id, limit=200)
+    return {
+        "tenant": tenant, "c": conv, "status": selectors.effective_status(conv), "entries": _entries(messages, notes),
+        "agent": agent, "members": selectors.member_usernames(tenant), "query": _query(_filters(request)),
+        "can_erase": page_principal(request).can("admin"),
+    }
+
+
+@tenant_page("agent")
+def inbox_list(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The conversation list, with no conversation open."""
+    return render(request, "inbox/inbox.html", _list_context(request, tenant, None))
+
+
+@tenant_page("agent")
+def conversation(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
+    """The list beside one open conversation."""
+    context = _list_context(request, tenant, conversation_id)
+    context.update(_thread_context(request, tenant, conversation_id))
+    return render(request, "inbox/inbox.html", context)
+
+
+@tenant_page("agent")
+def list_fragment(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The list panel alone (htmx polling)."""
+    return render(request, "inbox/_list.html", _list_context(request, tenant, request.GET.get("selected")))
+
+
+@tenant_page("agent")
+def thread_fragment(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
+    """The thread panel alone (action answers), or its live part (``?part=live``, htmx polling)."""
+    template = "inbox/_live.html" if request.GET.get("part") == "live" else "inbox/_thread.html"
+    return render(request, template, _thread_context(request, tenant, conversation_id))
+
+
+def _after_action(request: HttpRequest, tenant: str, conversation_id: str, done: str | None = None) -> HttpResponse:
+    if request.headers.get("HX-Request"):
+        response = render(request, "inbox/_thread.html", _thread_context(request, tenant, conversation_id))
+        response["HX-Trigger"] = "inbox-changed"
+        return response
+    if done:
+        flash.success(request, done)
+    url = reverse("inbox:conversation", kwargs={"tenant": tenant, "conversation_id": conversation_id})
+    query = request.POST.get("query", "")
+    return redirect(f"{url}?{query}" if query else url)
+
+
+def _action(view: Any) -> Any:
+    """Run a POST action; a domain error becomes a message (or an htmx error fragment)."""
+
+    def wrapper(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
+        try:
+            done = view(request, tenant, conversation_id)
+        except DomainError as exc:
+            if request.headers.get("HX-Request"):
+                return render_error(request, exc)
+            flash.error(request, exc.message)
+            done = None
+        return _after_action(request, tenant, conversation_id, done)
+
+    wrapper.__name__ = view.__name__
+    wrapper.__doc__ = view.__doc__
+    return require_POST(tenant_page("agent")(wrapper))
+
+
+def _version(request: HttpRequest) -> int:
+    try:
+        return int(request.POST.get("expected_version", ""))
+    except ValueError:
+        raise ValidationError("expected_version", "not a number") from None
+
+
+@_action
+def assign(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Assign to a member (or to nobody) — compare-and-set on the version the agent saw."""
+    agent = request.POST.get("agent") or None
+    if agent is not None and not selectors.agent_is_member(tenant, agent):
+        raise ValidationError("agent", "is not a member of this tenant")
+    services.conversation_assign(tenant, conversation_id, agent=agent, expected_version=_version(request))
+    return f"Assigned to {agent}" if agent else "Unassigned"
+
+
+@_action
+def handoff(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Take the chat from the bot, or give it back."""
+    active = request.POST.get("active") == "1"
+    services.conversation_handoff(tenant, conversation_id, active=active, actor=_agent(request))
+    return "You took this chat from the bot" if active else "The bot answers this chat again"
+
+
+@_action
+def status(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Resolve, reopen, or set pending (snoozed for a number of hours)."""
+    new = request.POST.get("status", "")
+    hours = request.POST.get("snooze_hours")
+    until = None
+    if new == "pending" and hours:
+        from .domain import now_ms
+
+        try:
+            until = now_ms() + int(float(hours) * 3_600_000)
+        except ValueError:
+            raise ValidationError("snooze_hours", "not a number") from None
+    services.conversation_status_set(tenant, conversation_id, status=new, snoozed_until_ms=until)
+    return f"Marked {new}"
+
+
+@_action
+def note(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Add a private note."""
+    services.note_add(tenant, conversation_id, author=_agent(request), text=request.POST.get("text", ""))
+    return "Note added"
+
+
+@_action
+def reply(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Queue a reply through the outbox (the form's idempotency key makes a double submit harmless)."""
+    replies.reply_create(
+        tenant, conversation_id, author=_agent(request), text=request.POST.get("text", ""),
+        idempotency_key=request.POST.get("idempotency_key") or None,
+    )
+    return "Reply queued"
+
+
+@_action
+def resend(request: HttpRequest, tenant: str, conversation_id: str) -> str:
+    """Resend a not confirmed or failed reply, at the agent's explicit request."""
+    replies.reply_resend(tenant, request.POST.get("message_id", ""), actor=_agent(request))
+    return "Reply queued again"
+
+
+@require_POST
+@tenant_page("admin")
+def erase(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
+    """Erase the conversation (admins): messages, notes and read markers go too."""
+    try:
+        services.conversation_erase(tenant, conversation_id)
+        flash.success(request, "Conversation erased")
+    except DomainError as exc:
+        flash.error(request, exc.message)
+    return redirect("inbox:list", tenant=tenant)
+
+
+def conversation_title(c: Conversation) -> str:
+    """Return the name an agent sees for a conversation."""
+    return c.display_name or c.chat_key

@@ -1,0 +1,106 @@
+"""The inbox pages without JavaScript: list, thread, and POST actions that redirect back."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.events.services import journal_drain
+from botmesh_admin.tenancy import services as tenancy
+from inbox import services
+from inbox.services import default_inbox
+from tests.backends import unique_id
+
+from .conftest import ledger_records
+
+
+@pytest.fixture
+def agent(db):
+    tenant = unique_id("shop")
+    tenancy.tenant_create(tenant, name="Shop")
+    user = get_user_model().objects.create_user(unique_id("agent"), password="pw-agent-123")
+    tenancy.membership_set(tenant, username=user.username, role="agent")
+    for record in ledger_records()[:60]:
+        if record["tenantId"] == "tienda":
+            services.message_project(tenant, dict(record, tenantId=None))
+    client = Client()
+    client.force_login(user)
+    return tenant, user.username, client
+
+
+def first_conversation(tenant: str):
+    page, _ = default_inbox().store.conversation_page(tenant, limit=1)
+    return page[0]
+
+
+def test_list_shows_conversations_newest_first_with_unread_badges(agent):
+    tenant, _, client = agent
+    response = client.get(f"/t/{tenant}/inbox/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    newest = first_conversation(tenant)
+    assert html.index(newest.id) < html.rindex("inbox-row")
+    assert 'class="badge"' in html and "Mine" in html and "Unassigned" in html
+
+
+def test_conversation_page_shows_the_thread_and_marks_it_read(agent):
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    response = client.get(f"/t/{tenant}/inbox/{conv.id}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert conv.last_text.split()[0] in html
+    assert default_inbox().unread(tenant, conv.id, username) == 0
+
+
+def test_actions_work_without_javascript(agent):
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    base = f"/t/{tenant}/inbox/{conv.id}"
+    response = client.post(f"{base}/assign", {"agent": username, "expected_version": conv.version})
+    assert response.status_code == 302
+    assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
+    # the same stale version again: a conflict message, nothing changed
+    response = client.post(f"{base}/assign", {"agent": "", "expected_version": conv.version}, follow=True)
+    assert "conversation changed" in response.content.decode()
+    client.post(f"{base}/handoff", {"active": "1"})
+    client.post(f"{base}/note", {"text": "llamar mañana"})
+    client.post(f"{base}/status", {"status": "resolved"})
+    after = default_inbox().store.conversation_get(tenant, conv.id)
+    assert after.handed_off and after.status == "resolved"
+    html = client.get(f"{base}/").content.decode()
+    assert "llamar mañana" in html and "Private note" in html
+    assert client.get(f"/t/{tenant}/inbox/?view=mine").content.decode().count("inbox-row") >= 1
+
+
+def test_reply_form_queues_through_the_outbox(agent):
+    tenant, _, client = agent
+    conv = first_conversation(tenant)
+    client.post(f"/t/{tenant}/inbox/{conv.id}/reply", {"text": "Hola, te ayudo", "idempotency_key": "k"})
+    client.post(f"/t/{tenant}/inbox/{conv.id}/reply", {"text": "Hola, te ayudo", "idempotency_key": "k"})
+    html = client.get(f"/t/{tenant}/inbox/{conv.id}/").content.decode()
+    assert html.count("inbox-msg inbox-out inbox-agent") == 1
+    journal_drain(channel="outbox")  # console provider in development: accepted
+    html = client.get(f"/t/{tenant}/inbox/{conv.id}/?part=live").content.decode()
+    assert re.search(r"inbox-ticks inbox-sent", html)
+
+
+def test_htmx_fragments(agent):
+    tenant, _, client = agent
+    conv = first_conversation(tenant)
+    assert client.get(f"/t/{tenant}/inbox/_list?view=all").status_code == 200
+    live = client.get(f"/t/{tenant}/inbox/{conv.id}/_thread?part=live")
+    assert live.status_code == 200 and "inbox-messages" in live.content.decode()
+    response = client.post(f"/t/{tenant}/inbox/{conv.id}/note", {"text": "via htmx"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and "via htmx" in response.content.decode()
+    assert response["HX-Trigger"] == "inbox-changed"
+
+
+def test_other_tenant_is_404(agent):
+    _, _, client = agent
+    other = unique_id("other")
+    tenancy.tenant_create(other, name="Other")
+    assert client.get(f"/t/{other}/inbox/").status_code == 404
