@@ -55,6 +55,8 @@ SendHook = Callable[[Recipient, OutboundMessage], "str | None"]
 """A send hook returns a reason to drop the message (``"handoff"``), or ``None`` to let it go."""
 
 PAGE = 500
+# Answers that fail every further send too: stop the campaign (the rest stays pending for a resume).
+FATAL_CODES = {"whatsapp": (190,), "telegram": (401,)}
 MAX_IDLE_WAIT_MS = 1000
 
 
@@ -105,6 +107,7 @@ class SendReport:
     in_doubt: int = 0
     finished: bool = False
     stopped: bool = False
+    fatal: str | None = None
     drop_reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -159,6 +162,9 @@ def send_campaign(
                 due = run.send_batch(candidates[start:start + options.batch_size])
                 if due is not None:
                     wake_at = min(wake_at or due, due)
+                if run.report.fatal:
+                    run.report.stopped = True
+                    return run.report
             if len(page) < PAGE:
                 break
         if wake_at is None:
@@ -272,6 +278,8 @@ class _Run:
                                           result.retry_after_ms)))
                 if result.retry_after_ms:
                     slow_down = max(slow_down, result.retry_after_ms)
+                if result.error_code in FATAL_CODES.get(self.campaign.channel, ()):
+                    self.report.fatal = f"the provider refused the channel's credentials (code {result.error_code})"
                 if self.campaign.channel == "telegram" and result.error_code == 403:
                     blocked[d.contact_id] = f"Telegram 403 to campaign {cid}: {result.error_title or 'blocked'}"
         doubt += [(d, "no_result") for d in sending if d.recipient not in answered]

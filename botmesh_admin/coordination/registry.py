@@ -100,9 +100,10 @@ def declared_jobs(app: Any = None) -> list[JobSpec]:
     from . import builtin  # noqa: F401 (registers the kernel's own jobs)
 
     if app is None:
-        from botmesh_admin.celery import app
+        from botmesh_admin.celery import app as default_app
 
-        app.loader.import_default_modules()
+        default_app.loader.import_default_modules()
+        app = default_app
     found: dict[str, JobSpec] = {}
     with _lock:
         found.update(_jobs)

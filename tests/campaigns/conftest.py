@@ -34,3 +34,44 @@ def slot_store(stores: tuple[CampaignStore, SlotStore]) -> SlotStore:
 @pytest.fixture
 def campaign_store(stores: tuple[CampaignStore, SlotStore]) -> CampaignStore:
     return stores[0]
+
+
+# --------------------------------------------------------------------------- a tenant with a CRM and campaigns
+
+
+@pytest.fixture
+def world(tenant_id: str):
+    """Memory CRM + campaign stores for ``tenant_id`` (region CO); yield the tenant id."""
+    from campaigns.stores import use_stores
+    from crm import selectors as crm_selectors
+    from crm.stores import use_store
+    from crm.stores.memory import MemoryContactStore
+
+    crm_selectors._regions[tenant_id] = ("CO", float("inf"))
+    with use_store(MemoryContactStore()), use_stores(MemoryCampaignStore(), MemorySlotStore()):
+        yield tenant_id
+    crm_selectors.tenant_region_forget(tenant_id)
+
+
+@pytest.fixture
+def fake():
+    """A running FakeProviderServer (WhatsApp + Telegram send APIs)."""
+    from botmesh_admin.channels.testing import FakeProviderServer
+
+    with FakeProviderServer() as server:
+        yield server
+
+
+def make_contacts(tenant: str, n: int, *, channel: str = "whatsapp", consent: str = "granted",
+                  tags: tuple[str, ...] = ("promo",), start: int = 0) -> list:
+    """Create ``n`` contacts with one identity on ``channel`` and that consent; return them."""
+    from crm.services import contact_create
+
+    out = []
+    for i in range(start, start + n):
+        address = f"+5730{i:08d}" if channel == "whatsapp" else str(700_000_000 + i)
+        out.append(contact_create(
+            tenant, identities=[{"channel": channel, "address": address}], name=f"Cliente {i}", tags=tags,
+            consent={channel: consent} if consent else None, source="test",
+        ))
+    return out

@@ -12,6 +12,7 @@ from crm import demo, selectors
 
 @pytest.mark.django_db(transaction=True)
 def test_demo_loader_imports_the_fixture_over_http(live_server, tenant_id: str) -> None:
+    import faulthandler, sys; faulthandler.dump_traceback_later(30, exit=False, file=sys.stderr)
     tenancy.tenant_create(tenant_id, name="Tienda")
     _, token = tenancy.token_create(tenant_id, name="demo", role="admin")
     ctx = DemoContext(base_url=live_server.url, tokens={tenant_id: token}, fixtures=fixtures_dir())

@@ -1,0 +1,263 @@
+"""Inbox ingest: signed webhook POST → journal → worker → projected message, on PostgreSQL.
+
+Run ``.venv/bin/python bench/ingest.py [--messages 2000] [--senders 4] [--workers 4]`` after
+``eval "$(scripts/services.sh)"`` (reads ``BOTMESH_TEST_POSTGRES_URL``).
+
+Setup: a fresh database ``botmesh_bench_inbox`` on that server holds the Django
+tables, the Kv and the event journal. The real Django app is served by Django's
+threaded WSGI server in this process; ``--senders`` threads POST WhatsApp Cloud
+API webhook bodies (one text message each, 200 senders, HMAC-signed with the
+channel's app secret) to ``/webhooks/whatsapp/<tenant>``; ``--workers`` threads
+run the journal's ``EventWorker`` on the ``inbound`` channel, which projects each
+message into the inbox (and upserts its CRM contact).
+
+Measured: messages per second from the first POST until the last message is
+projected (every message is then checked in the inbox), and the p50/p99 of the
+webhook's answer time. Baseline, in the same run on the same server: the same
+rows written by ``--senders`` threads with one psycopg ``INSERT`` per message
+(autocommit). Target: ours ≥ 0.2 × baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET_RATIO = 0.2
+DATABASE = "botmesh_bench_inbox"
+APP_SECRET = "bench-app-secret"
+PHONE_NUMBER_ID = "106540352242922"
+TENANT = "bench-inbox"
+
+
+def database_url(server_url: str, name: str) -> str:
+    parts = urlsplit(server_url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def fresh_database(server_url: str) -> str:
+    """(Re)create the bench database; return its URL."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    return database_url(server_url, DATABASE)
+
+
+def setup_django(url: str) -> None:
+    os.environ.update({
+        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "DATABASE_URL": url, "BOTMESH_KV_URL": url,
+        "BOTMESH_JOURNAL_URL": url, "CELERY_BROKER_URL": "memory://",
+        "BOTMESH_DATA_DIR": tempfile.mkdtemp(prefix="bench-ingest-"),
+    })
+    import django
+
+    django.setup()
+    import logging
+
+    logging.disable(logging.WARNING)  # per-message INFO lines would dominate the profile
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.tenancy.services import tenant_create
+
+    tenant_create(TENANT, name="Bench")
+    channel_config_set(TENANT, kind="whatsapp", name="main", phone_number_id=PHONE_NUMBER_ID,
+                       app_secret=APP_SECRET)
+
+
+def bodies(n: int, run: str) -> list[tuple[str, bytes, str]]:
+    """Return ``(wamid, raw body, signature)`` of ``n`` one-message webhooks."""
+    from botmesh_admin.channels import whatsapp
+
+    out = []
+    base_ts = int(time.time()) - 3600
+    for i in range(n):
+        sender = f"57300{i % 200:07d}"
+        wamid = f"wamid.bench{run}{i:08d}"
+        body = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [{"field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_NUMBER_ID},
+            "contacts": [{"profile": {"name": f"Cliente {i % 200}"}, "wa_id": sender}],
+            "messages": [{"from": sender, "id": wamid, "timestamp": str(base_ts + i), "type": "text",
+                          "text": {"body": f"mensaje {i}"}}]}}]}]}
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        out.append((wamid, raw, whatsapp.signature(raw, APP_SECRET)))
+    return out
+
+
+def serve() -> tuple[str, object]:
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadedWSGIServer(("127.0.0.1", 0), Quiet)
+    server.daemon_threads = True
+    server.set_app(WSGIHandler())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def post_all(base: str, items: list[tuple[str, bytes, str]], senders: int) -> list[float]:
+    """POST every body with ``senders`` threads; return the answer times in ms."""
+    times: list[float] = []
+    lock = threading.Lock()
+    chunks = [items[i::senders] for i in range(senders)]
+
+    def send(chunk: list[tuple[str, bytes, str]]) -> None:
+        mine = []
+        for _, raw, signature in chunk:
+            request = urllib.request.Request(
+                f"{base}/webhooks/whatsapp/{TENANT}", data=raw, method="POST",
+                headers={"Content-Type": "application/json", "X-Hub-Signature-256": signature},
+            )
+            start = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+                assert response.status == 200, response.status
+            mine.append((time.perf_counter() - start) * 1000)
+        with lock:
+            times.extend(mine)
+
+    threads = [threading.Thread(target=send, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return times
+
+
+def run_workers(workers: int, stop: threading.Event) -> list[threading.Thread]:
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.handlers import dispatch
+    from botmesh_admin.events.worker import EventWorker
+
+    def loop() -> None:
+        worker = EventWorker(default_journal(), lease_ms=30_000, channel="inbound")
+        while not stop.is_set():
+            if not sum(worker.run_batch(dispatch, 50).values()):
+                stop.wait(0.005)
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def wait_projected(expected: int, timeout_s: float) -> float:
+    """Wait until the journal holds no pending/leased inbound record of the tenant; return when."""
+    from botmesh_admin.events import default_journal
+
+    journal = default_journal()
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        counts = journal.counts(TENANT)
+        open_records = sum(n for (state, channel), n in counts.items() if state in ("pending", "leased"))
+        if open_records == 0 and counts.get(("done", "inbound"), 0) >= expected:
+            return time.perf_counter()
+        time.sleep(0.01)
+    raise TimeoutError(f"not projected within {timeout_s} s: {journal.counts(TENANT)}")
+
+
+def check_projected(items: list[tuple[str, bytes, str]]) -> None:
+    from inbox.stores import default_store
+
+    store = default_store()
+    missing = [wamid for wamid, _, _ in items if store.message_get(TENANT, wamid) is None]
+    if missing:
+        raise AssertionError(f"{len(missing)} messages not projected, e.g. {missing[:3]}")
+
+
+def baseline(url: str, items: list[tuple[str, bytes, str]], senders: int) -> float:
+    """Return rows per second: one psycopg INSERT per message, ``senders`` threads, autocommit."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_raw_messages")
+        conn.execute("CREATE TABLE bench_raw_messages (id text PRIMARY KEY, tenant text NOT NULL, "
+                     "chat_key text NOT NULL, body jsonb NOT NULL, timestamp_ms bigint NOT NULL)")
+    rows = []
+    for wamid, raw, _ in items:
+        message = json.loads(raw)["entry"][0]["changes"][0]["value"]["messages"][0]
+        rows.append((wamid, TENANT, f"whatsapp:{message['from']}", json.dumps(message), int(message["timestamp"]) * 1000))
+    chunks = [rows[i::senders] for i in range(senders)]
+
+    def insert(chunk: list[tuple]) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for row in chunk:
+                conn.execute("INSERT INTO bench_raw_messages VALUES (%s, %s, %s, %s, %s)", row)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=insert, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(rows) / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    server_url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
+    if not server_url:
+        print("BOTMESH_TEST_POSTGRES_URL is not set: run `eval \"$(scripts/services.sh)\"` first")
+        return 2
+    url = fresh_database(server_url)
+    setup_django(url)
+    base, server = serve()
+
+    warm = bodies(50, "warm")
+    stop = threading.Event()
+    run_workers(args.workers, stop)
+    post_all(base, warm, args.senders)
+    wait_projected(len(warm), args.timeout)
+
+    items = bodies(args.messages, "run")
+    done_before = len(warm)
+    start = time.perf_counter()
+    answer_ms = post_all(base, items, args.senders)
+    posted = time.perf_counter()
+    end = wait_projected(done_before + len(items), args.timeout)
+    stop.set()
+    check_projected(items)
+    ours = len(items) / (end - start)
+    raw = baseline(url, items, args.senders)
+    server.shutdown()  # type: ignore[attr-defined]
+
+    answer_ms.sort()
+    p50 = statistics.median(answer_ms)
+    p99 = answer_ms[min(len(answer_ms) - 1, int(len(answer_ms) * 0.99))]
+    ratio = ours / raw
+    print(f"inbox ingest on PostgreSQL: {len(items)} messages, {args.senders} senders, {args.workers} workers")
+    print(f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted - start:.2f} s, "
+          f"all projected after {end - start:.2f} s)")
+    print(f"  baseline raw INSERT   {raw:8.0f} msg/s")
+    print(f"  ratio                 {ratio:8.2f}x   (target >= {TARGET_RATIO}x) {'OK' if ratio >= TARGET_RATIO else 'BELOW TARGET'}")
+    print(f"  webhook answer        p50 {p50:.1f} ms   p99 {p99:.1f} ms")
+    return 0 if ratio >= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Campaign reads: campaigns, plan previews, progress and the per-delivery table.
+
+Lookups answer ``NotFound`` for missing and foreign campaigns alike (every read
+is scoped to the caller's tenant by the store). Times are epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from botmesh_admin.errors import NotFound, ValidationError
+
+from .domain import (
+    CAMPAIGN_STATES,
+    DELIVERY_STATES,
+    Campaign,
+    Delivery,
+    DeliveryCounts,
+    validate_channel,
+    validate_contact_ids,
+)
+from .planner import Plan, Planner
+from .stores import default_stores
+
+SCAN_BATCH = 1000
+
+
+def campaign_get(tenant: str, campaign_id: str) -> Campaign:
+    """Return the campaign; raise ``NotFound`` if it is missing (or another tenant's)."""
+    campaigns, _ = default_stores()
+    campaign = campaigns.campaign_get(tenant, campaign_id) if isinstance(campaign_id, str) else None
+    if campaign is None:
+        raise NotFound(f"campaign {campaign_id} not found")
+    return campaign
+
+
+class CampaignPage(NamedTuple):
+    """One page of campaigns (newest first); pass ``next`` back as ``before`` for the following page."""
+
+    items: list[Campaign]
+    next: str | None
+
+
+def campaign_list(tenant: str, *, limit: int = 50, after: str | None = None, state: str | None = None) -> CampaignPage:
+    """Return campaigns ordered by id (creation time), optionally only those in ``state``; ``limit`` 1..200."""
+    if not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    if state is not None and state not in CAMPAIGN_STATES:
+        raise ValidationError("state", f"must be one of {', '.join(CAMPAIGN_STATES)}")
+    campaigns, _ = default_stores()
+    items: list[Campaign] = []
+    cursor = after
+    while True:
+        batch = campaigns.campaign_scan(tenant, after=cursor, limit=SCAN_BATCH)
+        for c in batch:
+            if state is None or c.state == state:
+                items.append(c)
+                if len(items) > limit:
+                    return CampaignPage(items[:limit], items[limit - 1].id)
+        if len(batch) < SCAN_BATCH:
+            return CampaignPage(items, None)
+        cursor = batch[-1].id
+
+
+def campaign_plan(
+    tenant: str, *, segment_id: str, channel: str, contact_ids: Sequence[str] | None = None,
+    planner: Planner | None = None,
+) -> Plan:
+    """Return who a campaign to ``segment_id`` on ``channel`` would reach now, with the drop counts.
+
+    Nothing is written. Raise ``ValidationError`` for an unknown segment or channel.
+    """
+    from crm.selectors import segment_get
+
+    channel = validate_channel(channel)
+    try:
+        segment = segment_get(tenant, segment_id)
+    except NotFound:
+        raise ValidationError("campaign.segment_id", "no such segment") from None
+    return (planner or Planner(tenant)).plan(
+        rules=segment.rules, channel=channel, contact_ids=validate_contact_ids(contact_ids))
+
+
+def campaign_plan_of(tenant: str, campaign_id: str) -> Plan:
+    """Return the preview of a saved campaign (its segment, channel and listed contacts, as of now)."""
+    c = campaign_get(tenant, campaign_id)
+    return campaign_plan(tenant, segment_id=c.segment_id, channel=c.channel, contact_ids=c.contact_ids)
+
+
+class Progress(NamedTuple):
+    """A campaign with its deliveries counted per state and reason."""
+
+    campaign: Campaign
+    counts: DeliveryCounts
+
+
+def campaign_progress(tenant: str, campaign_id: str) -> Progress:
+    """Return the campaign and its delivery counts (``counts.percent`` = deliveries with an outcome)."""
+    campaign = campaign_get(tenant, campaign_id)
+    _, slots = default_stores()
+    return Progress(campaign, slots.slot_counts(tenant, campaign_id))
+
+
+class DeliveryPage(NamedTuple):
+    """One page of deliveries by recipient; pass ``next`` back as ``after`` for the following page."""
+
+    items: list[Delivery]
+    next: str | None
+
+
+def delivery_list(
+    tenant: str, campaign_id: str, *, limit: int = 50, after: str | None = None, state: str | None = None,
+    reason: str | None = None, contact_id: str | None = None,
+) -> DeliveryPage:
+    """Return the campaign's deliveries ordered by recipient, filtered by state, reason and contact."""
+    if not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    if state is not None and state not in DELIVERY_STATES:
+        raise ValidationError("state", f"must be one of {', '.join(DELIVERY_STATES)}")
+    campaign_get(tenant, campaign_id)
+    _, slots = default_stores()
+    items: list[Delivery] = []
+    cursor = after
+    while True:
+        batch = slots.slot_scan(tenant, campaign_id, after=cursor, limit=SCAN_BATCH)
+        for d in batch:
+            if state is not None and d.state != state:
+                continue
+            if reason is not None and d.reason != reason:
+                continue
+            if contact_id is not None and d.contact_id != contact_id:
+                continue
+            items.append(d)
+            if len(items) > limit:
+                return DeliveryPage(items[:limit], items[limit - 1].recipient)
+        if len(batch) < SCAN_BATCH:
+            return DeliveryPage(items, None)
+        cursor = batch[-1].recipient
