@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 0.2
 DATABASE = "botmesh_bench_inbox"
 APP_SECRET = "bench-app-secret"
@@ -57,18 +59,34 @@ def fresh_database(server_url: str) -> str:
     return database_url(server_url, DATABASE)
 
 
-def setup_django(url: str) -> None:
-    os.environ.update({
+def bench_env(url: str) -> dict[str, str]:
+    """Return the environment of every process: PostgreSQL for the database, Kv and journal.
+
+    Counters go to Redis (``REDIS_URL``) as in production, when a test Redis is available.
+    """
+    env = {
         "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "DATABASE_URL": url, "BOTMESH_KV_URL": url,
-        "BOTMESH_JOURNAL_URL": url, "CELERY_BROKER_URL": "memory://",
-        "BOTMESH_DATA_DIR": tempfile.mkdtemp(prefix="bench-ingest-"),
-    })
+        "BOTMESH_JOURNAL_URL": url, "CELERY_BROKER_URL": "memory://", "DEBUG": "0",
+        "BOTMESH_DATA_DIR": os.environ.get("BOTMESH_BENCH_DIR") or tempfile.mkdtemp(prefix="bench-ingest-"),
+    }
+    if os.environ.get("BOTMESH_TEST_REDIS_URL"):
+        env["REDIS_URL"] = os.environ["BOTMESH_TEST_REDIS_URL"]
+    return env
+
+
+def django_setup(url: str) -> None:
+    os.environ.update(bench_env(url))
+    os.environ["BOTMESH_BENCH_DIR"] = os.environ["BOTMESH_DATA_DIR"]
     import django
 
     django.setup()
     import logging
 
     logging.disable(logging.WARNING)  # per-message INFO lines would dominate the profile
+
+
+def setup_django(url: str) -> None:
+    django_setup(url)
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
@@ -100,19 +118,54 @@ def bodies(n: int, run: str) -> list[tuple[str, bytes, str]]:
     return out
 
 
-def serve() -> tuple[str, object]:
-    from django.core.handlers.wsgi import WSGIHandler
-    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+def free_port() -> int:
+    import socket
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
-    server = ThreadedWSGIServer(("127.0.0.1", 0), Quiet)
-    server.daemon_threads = True
-    server.set_app(WSGIHandler())
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+def serve(web_processes: int) -> tuple[str, subprocess.Popen]:
+    """Start gunicorn (``web_processes`` × 4 threads) on the real WSGI app; return its URL."""
+    port = free_port()
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
+         "-w", str(web_processes), "--threads", "4", "--log-level", "warning"],
+        cwd=ROOT, env={**os.environ}, stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return f"http://127.0.0.1:{port}", web
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.2)
+    web.terminate()
+    raise RuntimeError("gunicorn did not start")
+
+
+def start_workers(workers: int) -> list[subprocess.Popen]:
+    """Start ``workers`` processes draining the ``inbound`` journal channel (what Celery workers do)."""
+    return [
+        subprocess.Popen([sys.executable, __file__, "--worker"], cwd=ROOT, env={**os.environ})
+        for _ in range(workers)
+    ]
+
+
+def worker_main() -> int:
+    """Drain the inbound channel until SIGTERM."""
+    import signal
+
+    django_setup(os.environ["DATABASE_URL"])
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.handlers import dispatch
+    from botmesh_admin.events.worker import EventWorker
+
+    worker = EventWorker(default_journal(), lease_ms=30_000, channel="inbound")
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    worker.run_forever(dispatch, batch=50, idle_ms=5)
+    return 0
 
 
 def post_all(base: str, items: list[tuple[str, bytes, str]], senders: int) -> list[float]:
@@ -142,23 +195,6 @@ def post_all(base: str, items: list[tuple[str, bytes, str]], senders: int) -> li
     for t in threads:
         t.join()
     return times
-
-
-def run_workers(workers: int, stop: threading.Event) -> list[threading.Thread]:
-    from botmesh_admin.events import default_journal
-    from botmesh_admin.events.handlers import dispatch
-    from botmesh_admin.events.worker import EventWorker
-
-    def loop() -> None:
-        worker = EventWorker(default_journal(), lease_ms=30_000, channel="inbound")
-        while not stop.is_set():
-            if not sum(worker.run_batch(dispatch, 50).values()):
-                stop.wait(0.005)
-
-    threads = [threading.Thread(target=loop, daemon=True) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    return threads
 
 
 def wait_projected(expected: int, timeout_s: float) -> float:
@@ -218,19 +254,32 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--web", type=int, default=2, help="gunicorn processes (4 threads each)")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker_main()
     server_url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
     if not server_url:
         print("BOTMESH_TEST_POSTGRES_URL is not set: run `eval \"$(scripts/services.sh)\"` first")
         return 2
     url = fresh_database(server_url)
     setup_django(url)
-    base, server = serve()
+    base, web = serve(args.web)
+    workers = start_workers(args.workers)
+    try:
+        return measure(args, url, base)
+    finally:
+        for process in (web, *workers):
+            process.terminate()
+        for process in (web, *workers):
+            process.wait(timeout=30)
 
+
+def measure(args: argparse.Namespace, url: str, base: str) -> int:
+    """Run the measured ingest and the baseline; print the report; return 0 if on target."""
     warm = bodies(50, "warm")
-    stop = threading.Event()
-    run_workers(args.workers, stop)
     post_all(base, warm, args.senders)
     wait_projected(len(warm), args.timeout)
 
@@ -240,17 +289,16 @@ def main() -> int:
     answer_ms = post_all(base, items, args.senders)
     posted = time.perf_counter()
     end = wait_projected(done_before + len(items), args.timeout)
-    stop.set()
     check_projected(items)
     ours = len(items) / (end - start)
     raw = baseline(url, items, args.senders)
-    server.shutdown()  # type: ignore[attr-defined]
 
     answer_ms.sort()
     p50 = statistics.median(answer_ms)
     p99 = answer_ms[min(len(answer_ms) - 1, int(len(answer_ms) * 0.99))]
     ratio = ours / raw
-    print(f"inbox ingest on PostgreSQL: {len(items)} messages, {args.senders} senders, {args.workers} workers")
+    print(f"inbox ingest on PostgreSQL: {len(items)} messages, {args.senders} senders, "
+          f"{args.web}x4 web threads, {args.workers} worker processes")
     print(f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted - start:.2f} s, "
           f"all projected after {end - start:.2f} s)")
     print(f"  baseline raw INSERT   {raw:8.0f} msg/s")

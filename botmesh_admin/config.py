@@ -108,6 +108,9 @@ class Config:
     secure_proxy: bool
     drain_timeout_s: int
     otel_enabled: bool
+    secret_key_fallbacks: tuple[str, ...] = ()
+    metrics_token: str | None = None
+    journal_retention_days: int = 7
 
     @property
     def production(self) -> bool:
@@ -138,6 +141,15 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
         secret_key = DEV_SECRET_KEY
     if production and (secret_key == DEV_SECRET_KEY or len(secret_key) < 32):
         raise ConfigError("SECRET_KEY", "the production profile needs your own key of 32+ characters")
+
+    fallbacks = tuple(k.strip() for k in (get("SECRET_KEY_FALLBACKS") or "").split(",") if k.strip())
+    if fallbacks and get("BOTMESH_HASH_KEY") is None:
+        # The hash key defaults to SECRET_KEY: rotating it would silently change every
+        # keyed id hash (the CRM suppression list would stop matching opted-out people).
+        raise ConfigError(
+            "SECRET_KEY_FALLBACKS",
+            "set BOTMESH_HASH_KEY to the previous SECRET_KEY before rotating (README: key rotation)",
+        )
 
     hosts_raw = get("ALLOWED_HOSTS")
     if hosts_raw is None and production:
@@ -186,6 +198,11 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
         secure_proxy=_bool("BOTMESH_SECURE_PROXY", get("BOTMESH_SECURE_PROXY"), default=production),
         drain_timeout_s=_int("BOTMESH_DRAIN_TIMEOUT", get("BOTMESH_DRAIN_TIMEOUT"), 25, minimum=1),
         otel_enabled=bool(get("OTEL_EXPORTER_OTLP_ENDPOINT") or get("OTEL_TRACES_EXPORTER")),
+        secret_key_fallbacks=fallbacks,
+        metrics_token=get("BOTMESH_METRICS_TOKEN"),
+        journal_retention_days=_int(
+            "BOTMESH_JOURNAL_RETENTION_DAYS", get("BOTMESH_JOURNAL_RETENTION_DAYS"), 7, minimum=0
+        ),
     )
 
 

@@ -13,6 +13,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 CONFIG.data_dir.mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = CONFIG.secret_key
+SECRET_KEY_FALLBACKS = list(CONFIG.secret_key_fallbacks)  # old keys: sessions/signatures stay valid
 DEBUG = CONFIG.debug
 ALLOWED_HOSTS = CONFIG.allowed_hosts
 CSRF_TRUSTED_ORIGINS = CONFIG.csrf_trusted_origins
@@ -134,6 +135,8 @@ BOTMESH_HASH_KEY = CONFIG.hash_key
 BOTMESH_LOG_IDS = CONFIG.log_ids
 BOTMESH_DATA_DIR = CONFIG.data_dir
 BOTMESH_DRAIN_TIMEOUT_S = CONFIG.drain_timeout_s
+BOTMESH_METRICS_TOKEN = CONFIG.metrics_token
+BOTMESH_JOURNAL_RETENTION_DAYS = CONFIG.journal_retention_days
 BOTMESH_LOGIN_MAX_FAILURES = 5
 BOTMESH_LOGIN_LOCKOUT_MS = 15 * 60 * 1000
 
@@ -155,6 +158,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "botmesh_admin.coordination.beat:LeaderScheduler"
 CELERY_BEAT_SCHEDULE_FILENAME = str(CONFIG.data_dir / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
 

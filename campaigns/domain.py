@@ -475,11 +475,16 @@ class Failure:
 # inside one compare-and-set, so the rules are the same for every store.
 
 
-def reserve(d: Delivery, *, token: str, ttl_ms: int, now: int) -> Delivery | None:
-    """Take an available slot (pending and due, or an expired reservation) until ``now + ttl_ms``."""
+def reserve(d: Delivery, *, token: str, ttl_ms: int, now: int, sending: bool = False) -> Delivery | None:
+    """Take an available slot (pending and due, or an expired reservation) until ``now + ttl_ms``.
+
+    With ``sending`` the slot is taken straight into ``sending`` (reserve and
+    ``mark_sending`` in one step: the caller's request leaves right after).
+    """
     if not d.available(now):
         return None
-    return replace(d, state="reserved", token=token, lease_until=now + ttl_ms, not_before=None, updated_at=now)
+    return replace(d, state="sending" if sending else "reserved", token=token, lease_until=now + ttl_ms,
+                   not_before=None, updated_at=now)
 
 
 def mark_sending(d: Delivery, *, token: str, ttl_ms: int, now: int) -> Delivery | None:

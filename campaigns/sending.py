@@ -2,15 +2,15 @@
 
 Part of the services layer (it writes through the stores). One batch at a time:
 
-1. reserve available slots (``SlotStore.slots_reserve``; a slot another sender
-   holds, or whose request already left, is never taken);
-2. look at each contact again (``Planner.check``: consent withdrawn since the
+1. look at each contact again (``Planner.check``: consent withdrawn since the
    plan → ``dropped``) and run the bot's send hooks (a reason → ``dropped``);
-3. wait for the channel's throttle (booked in the store, shared by every process);
-4. mark the slots ``sending`` — *before* the requests leave, so a sender that
-   dies now leaves them ``sending``: found later with no answer recorded, they
-   become ``in_doubt`` and are never resent automatically;
-5. ``provider.broadcast(messages)`` and record each result on the slot of its
+2. wait for the channel's throttle (booked in the store, shared by every process);
+3. reserve the available slots and mark them ``sending`` in one write
+   (``SlotStore.slots_reserve(..., sending=True)``; a slot another sender holds,
+   or whose request already left, is never taken) — *before* the requests
+   leave, so a sender that dies now leaves them ``sending``: found later with
+   no answer recorded, they become ``in_doubt`` and are never resent automatically;
+4. ``provider.broadcast(messages)`` and record each result on the slot of its
    destination chat (the result's ``chat_key``, whatever canonical id the
    provider answers with): accepted (provider id), failed (code, retryable
    or not; retryable ones are due again after the provider's delay), in doubt
@@ -188,37 +188,31 @@ class _Run:
     def send_batch(self, candidates: Sequence[Delivery]) -> int | None:
         """Send one batch; return when a slot it released for a retry is due (ms), if any."""
         tenant, cid, channel = self.tenant, self.campaign.id, self.campaign.channel
-        held = self.slots.slots_reserve(tenant, cid, candidates, token=new_token(), ttl_ms=self.options.ttl_ms,
-                                        now_ms=self.clock())
-        if not held:
-            return None
         dropped: list[tuple[Delivery, str]] = []
-        ready: list[tuple[Delivery, OutboundMessage]] = []
-        blocked_evidence: dict[str, str] = {}
-        for d in held:
+        ready: dict[str, tuple[Delivery, OutboundMessage]] = {}
+        for d in candidates:
             reason, contact = self.planner.check(d.contact_id, channel, d.recipient)
             if reason is None:
-                message = self._message(d, contact.name if contact else None)
-                recipient = Recipient(d.contact_id, d.recipient, d.chat_key, contact.name if contact else None)
-                reason = self._hooks(recipient, message)
+                name = contact.name if contact else None
+                message = self._message(d, name)
+                reason = self._hooks(Recipient(d.contact_id, d.recipient, d.chat_key, name), message)
             if reason is not None:
                 dropped.append((d, reason))
             else:
-                ready.append((d, message))
+                ready[d.recipient] = (d, message)
         if dropped:
-            done = self.slots.slots_mark_dropped(tenant, cid, dropped, now_ms=self.clock())
-            self.report.dropped += len(done)
-            for d in done:
-                self.report.drop_reasons[d.reason or ""] = self.report.drop_reasons.get(d.reason or "", 0) + 1
+            self._drop(dropped)
         if not ready:
             return None
         self._throttle(len(ready))
-        sending = self.slots.slots_mark_sending(
-            tenant, cid, [d for d, _ in ready], ttl_ms=self.options.ttl_ms, now_ms=self.clock())
+        # Reserved and marked sending in one write, right before the requests leave: from here on a
+        # sender that dies leaves these slots "sending", and they become in doubt, never resent.
+        sending = self.slots.slots_reserve(tenant, cid, [d for d, _ in ready.values()], token=new_token(),
+                                           ttl_ms=self.options.ttl_ms, now_ms=self.clock(), sending=True)
         if not sending:
             return None
         by_recipient = {d.recipient: d for d in sending}
-        messages = [m for d, m in ready if d.recipient in by_recipient]
+        messages = [ready[d.recipient][1] for d in sending]
         with span("campaign.batch", tenant=tenant, campaign_id=cid, channel=channel, size=len(messages)):
             with inflight():
                 try:
@@ -228,7 +222,19 @@ class _Run:
                     log.warning("campaign %s: broadcast raised %s; %d slot(s) released",
                                 cid, type(exc).__name__, len(sending))
                     raise BroadcastFailed(f"the provider's broadcast raised {type(exc).__name__}") from exc
-                return self._record(sending, by_recipient, results, blocked_evidence)
+                return self._record(sending, by_recipient, results)
+
+    def _drop(self, dropped: list[tuple[Delivery, str]]) -> None:
+        """Reserve, then drop, slots whose send-time check or hook said no (each with its reason)."""
+        tenant, cid = self.tenant, self.campaign.id
+        reasons = {d.recipient: reason for d, reason in dropped}
+        held = self.slots.slots_reserve(tenant, cid, [d for d, _ in dropped], token=new_token(),
+                                        ttl_ms=self.options.ttl_ms, now_ms=self.clock())
+        done = self.slots.slots_mark_dropped(tenant, cid, [(d, reasons[d.recipient]) for d in held],
+                                             now_ms=self.clock())
+        self.report.dropped += len(done)
+        for d in done:
+            self.report.drop_reasons[d.reason or ""] = self.report.drop_reasons.get(d.reason or "", 0) + 1
 
     def _message(self, d: Delivery, name: str | None) -> OutboundMessage:
         m = self.campaign.message.render(name)
@@ -256,9 +262,9 @@ class _Run:
 
     def _record(
         self, sending: list[Delivery], by_recipient: dict[str, Delivery], results: Sequence[SendResult],
-        blocked: dict[str, str],
     ) -> int | None:
         tenant, cid, now = self.tenant, self.campaign.id, self.clock()
+        blocked: dict[str, str] = {}
         sent: list[tuple[Delivery, str, str | None]] = []
         failed: list[tuple[Delivery, Failure]] = []
         doubt: list[tuple[Delivery, str]] = []

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
 from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
 from .domain import Consent, Contact, ImportJob, Segment
@@ -237,7 +239,12 @@ def contact_import(request: HttpRequest, tenant: str) -> Status:
     p = principal(request)
     p.require("admin")
     upload = request.FILES.get("file")
-    data = upload.read() if upload is not None else request.body
+    try:
+        data = upload.read() if upload is not None else request.body
+    except RequestDataTooBig:
+        raise ValidationError(
+            "file", "a raw CSV body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE; send a multipart field 'file'"
+        ) from None
     filename = upload.name if upload is not None else request.headers.get("X-Filename", "upload.csv")
     job = services.contact_import_start(tenant, filename=filename, data=data, created_by=p.actor)
     dispatch_import(tenant, job.id)

@@ -302,6 +302,8 @@ def normalize_identities(
     out: list[Identity] = []
     for i, item in enumerate(identities):
         path = f"{field}[{i}]"
+        channel: Any
+        address: Any
         if isinstance(item, Identity):
             channel, address = item.channel, item.address
         elif isinstance(item, Mapping):

@@ -10,6 +10,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from botmesh_admin.errors import NotFound, ValidationError
@@ -135,8 +136,7 @@ def contact_list(
     store = default_store()
     if identity:
         found = store.contact_find(tenant, _parse_identity_filter(identity, tenant))
-        items = [found] if found and (after is None or found.id > after) else []
-        return ContactPage(items, None)
+        return ContactPage([found] if found and (after is None or found.id > after) else [], None)
     wanted_tag = normalize_tag(tag, "tag") if tag else None
     needle = _fold(q.strip()) if q and q.strip() else None
     items: list[Contact] = []
@@ -226,7 +226,8 @@ def segment_count(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping
     return sum(1 for _ in segment_members(tenant, segment_id_or_rules))
 
 
-class SegmentPreview(NamedTuple):
+@dataclass(frozen=True)
+class SegmentPreview:
     """The live count and the first ``limit`` members."""
 
     count: int
@@ -239,7 +240,7 @@ def segment_preview(
     """Return the live count and the first ``limit`` (0..200) members."""
     if not 0 <= limit <= 200:
         raise ValidationError("limit", "must be 0..200")
-    count, sample = 0, []
+    count, sample = 0, list[Contact]()
     for contact in segment_members(tenant, segment_id_or_rules):
         count += 1
         if len(sample) < limit:

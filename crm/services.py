@@ -488,9 +488,10 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
     worker is running (updated within two minutes) is left alone.
     """
     store = default_store()
-    job = store.import_job_get(tenant, job_id)
-    if job is None:
+    found = store.import_job_get(tenant, job_id)
+    if found is None:
         raise NotFound(f"import {job_id} not found")
+    job = found
     if job.finished or (job.status == "running" and now_ms() - job.updated_at < STALE_RUN_MS):
         return job
     job = store.import_job_replace(
@@ -506,7 +507,7 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
     header, rows = csvio.read_rows(text)
     errors = list(job.errors)
     notices = list(job.notices)
-    counts = {"processed": job.processed, "created": job.created, "merged": job.merged,
+    counts: dict[str, Any] = {"processed": job.processed, "created": job.created, "merged": job.merged,
               "failed_rows": job.failed_rows}
     if not job.processed:
         errors += [e.as_dict() for e in header.errors]

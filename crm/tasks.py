@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
 
 from . import services
 
-log = logging.getLogger(__name__)
+BUSY_RETRY_S = 60
 
 
-@shared_task(name="crm.contact_import", acks_late=True, max_retries=3, default_retry_delay=10)
-def contact_import(tenant: str, job_id: str) -> str:
-    """Run (or resume) the CSV import ``job_id`` of ``tenant``; return its final status."""
-    return services.contact_import_run(tenant, job_id).status
+@shared_task(bind=True, name="crm.contact_import", acks_late=True, max_retries=10)
+def contact_import(self, tenant: str, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    """Run (or resume) the CSV import ``job_id`` of ``tenant``; return its final status.
+
+    If another worker holds the job (it saved progress recently), come back
+    later: when that worker died, the job goes stale and this run resumes it.
+    """
+    job = services.contact_import_run(tenant, job_id)
+    if job.status == "running":
+        raise self.retry(countdown=BUSY_RETRY_S)
+    return job.status
 
 
 def dispatch_import(tenant: str, job_id: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
@@ -24,6 +25,13 @@ from .tasks import dispatch_import
 
 def _is_htmx(request: HttpRequest) -> bool:
     return bool(request.headers.get("HX-Request"))
+
+
+def _render(request: HttpRequest, page: str, fragment: str, context: dict[str, Any]) -> HttpResponse:
+    """Render the full page, or only the fragment for htmx; caches keep the two apart."""
+    response = render(request, fragment if _is_htmx(request) else page, context)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 # --------------------------------------------------------------------------- contacts
@@ -42,8 +50,7 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         page, error = selectors.ContactPage([], None), exc.message
     context = {"tenant": tenant, "page": page, "q": q, "tag": tag, "error": error,
                "is_admin": page_principal(request).can("admin")}
-    template = "crm/_contact_rows.html" if _is_htmx(request) else "crm/contacts.html"
-    return render(request, template, context)
+    return _render(request, "crm/contacts.html", "crm/_contact_rows.html", context)
 
 
 @tenant_page("agent")
@@ -128,8 +135,7 @@ def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
 def import_job(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
     """An import's progress (htmx polls ``_import_progress.html`` until it is done) and report."""
     job = selectors.import_job_get(tenant, job_id)
-    template = "crm/_import_progress.html" if _is_htmx(request) else "crm/import_job.html"
-    return render(request, template, {"tenant": tenant, "job": job})
+    return _render(request, "crm/import_job.html", "crm/_import_progress.html", {"tenant": tenant, "job": job})
 
 
 @tenant_page("admin")
@@ -189,8 +195,7 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
             messages.error(request, exc.message)
     items = selectors.segment_list(tenant)
     counts = selectors.segment_counts(tenant, items)
-    template = "crm/_segment_rows.html" if _is_htmx(request) else "crm/segments.html"
-    return render(request, template, {
+    return _render(request, "crm/segments.html", "crm/_segment_rows.html", {
         "tenant": tenant, "segments": [(s, counts[s.id]) for s in items], "channels": CHANNELS, "form": form,
         "is_admin": page_principal(request).can("admin"),
     })

@@ -157,33 +157,42 @@ def ingest(
     (called outside the write) returns the CRM contact id for the conversation.
     """
     store = inbox.store
+    pid = message.provider_message_id
     for attempt in range(RETRIES):
         _backoff(attempt)
-        existing = store.message_get(tenant, message.id)
-        if existing is not None:
-            return Projected("duplicate", existing.conversation_id, existing.id)
+        # A webhook message's id is its provider id: one read answers both questions.
+        twin = store.message_by_provider_id(tenant, pid) if pid else None
+        if twin is None or twin.id != message.id:
+            existing = store.message_get(tenant, message.id)
+            if existing is not None and (not existing.placeholder or message.placeholder):
+                return Projected("duplicate", existing.conversation_id, existing.id)
+            twin = existing or twin
+        if twin is not None and (twin.id == message.id or message.id in twin.aliases):
+            if not twin.placeholder or message.placeholder:
+                return Projected("duplicate", twin.conversation_id, twin.id)
         conv = store.conversation_by_chat(tenant, chat_key) or _new_conversation(chat_key, channel, inbox.clock())
         m = replace(message, conversation_id=conv.id)
         removed: Message | None = None
-        if m.provider_message_id:
-            twin = store.message_by_provider_id(tenant, m.provider_message_id)
-            if twin is not None and not twin.placeholder:
-                try:
-                    store.write(tenant, Change(
-                        messages=(replace(twin, aliases=(*twin.aliases, m.id)),), aliases=((m.id, twin),),
-                    ))
-                except Conflict:
-                    continue
-                return Projected("duplicate", twin.conversation_id, twin.id)
-            if twin is not None and twin.conversation_id == conv.id:
-                removed, m = twin, _merge_placeholder(m, twin)
+        if twin is not None and not twin.placeholder:
+            try:  # the same message, known under another id (ledger and webhook): remember this id too
+                store.write(tenant, Change(
+                    messages=(replace(twin, aliases=(*twin.aliases, m.id)),), aliases=((m.id, twin),),
+                ))
+            except Conflict:
+                continue
+            return Projected("duplicate", twin.conversation_id, twin.id)
+        if twin is not None and twin.conversation_id == conv.id and not m.placeholder:
+            removed, m = twin, _merge_placeholder(m, twin)
         if contact is not None and m.direction == "in":
             contact_id = contact(conv)
             if contact_id and contact_id != conv.contact_id:
                 conv = replace(conv, contact_id=contact_id)
         new_conv = validate_conversation(_after_message(conv, validate_message(m), inbox.clock(), removed))
         try:
-            store.write(tenant, Change(conversation=new_conv, messages=(m,), removed=(removed,) if removed else ()))
+            store.write(tenant, Change(
+                conversation=new_conv, messages=(m,), removed=(removed,) if removed else (),
+                previous_activity_ms=conv.last_activity_ms if conv.revision else None,
+            ))
         except Conflict:
             continue
         if conv.revision == 0:
@@ -414,7 +423,10 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
         new = replace(new, version=conv.version + 1, updated_at_ms=inbox.clock(),
                       contact_id=conv.contact_id or contact_id)
         try:
-            inbox.store.write(tenant, Change(conversation=validate_conversation(new)))
+            inbox.store.write(tenant, Change(
+                conversation=validate_conversation(new),
+                previous_activity_ms=conv.last_activity_ms if conv.revision else None,
+            ))
         except Conflict:
             continue
         break

@@ -106,7 +106,8 @@ class Inbox:
                 return conv
             new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=self.clock()))
             try:
-                return self.store.write(tenant, Change(conversation=new)).conversation or new
+                change = Change(conversation=new, previous_activity_ms=conv.last_activity_ms)
+                return self.store.write(tenant, change).conversation or new
             except Conflict:
                 continue
         raise Conflict("conversation is too busy; try again")

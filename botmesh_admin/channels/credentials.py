@@ -4,8 +4,9 @@
   ``cryptography``'s ``MultiFernet`` over the keys in ``BOTMESH_CREDENTIALS_KEYS``
   (``settings.CONFIG.credentials_keys``, newest first). A key is either a Fernet
   key (32 url-safe base64 bytes) or any passphrase, stretched with HKDF-SHA256.
-  A key derived from ``SECRET_KEY`` always comes last, so values written before
-  keys were configured stay readable. Encryption uses the first key; decryption
+  A key derived from ``SECRET_KEY`` (then one per ``SECRET_KEY_FALLBACKS``) always
+  comes last, so values written before keys were configured, or before the
+  secret key was rotated, stay readable. Encryption uses the first key; decryption
   tries every key, so adding a new key in front keeps old values decryptable
   (and ``channel_credentials_rotate`` re-encrypts them with the new key).
 - Hashed (WhatsApp verify token, Telegram webhook secret token): salted SHA-256,
@@ -59,11 +60,14 @@ def _as_fernet_key(key: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _multi_fernet(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
+def _multi_fernet(keys: tuple[str, ...], secret_key: str, old_secret_keys: tuple[str, ...] = ()) -> MultiFernet:
     fernet_keys = [_as_fernet_key(k) for k in keys]
-    fallback = _derive(secret_key)
-    if fallback not in fernet_keys:
-        fernet_keys.append(fallback)
+    # Keys derived from SECRET_KEY and then SECRET_KEY_FALLBACKS: a value encrypted
+    # before a SECRET_KEY rotation stays readable while the old key is a fallback.
+    for secret in (secret_key, *old_secret_keys):
+        fallback = _derive(secret)
+        if fallback not in fernet_keys:
+            fernet_keys.append(fallback)
     return MultiFernet([Fernet(k) for k in fernet_keys])
 
 
@@ -71,7 +75,11 @@ def keyring() -> MultiFernet:
     """Return the ``MultiFernet`` of the configured keys (read from settings at call time)."""
     from django.conf import settings
 
-    return _multi_fernet(tuple(settings.CONFIG.credentials_keys), settings.SECRET_KEY)
+    return _multi_fernet(
+        tuple(settings.CONFIG.credentials_keys),
+        settings.SECRET_KEY,
+        tuple(getattr(settings, "SECRET_KEY_FALLBACKS", ())),
+    )
 
 
 def encrypt(plaintext: str) -> str:

@@ -127,7 +127,10 @@ class FakeProviderServer:
     def start(self) -> FakeProviderServer:
         """Start serving on a free port of 127.0.0.1; return self."""
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # socketserver's default listen backlog (5) drops connections beyond five at once, and the
+        # client's SYN retry then costs a second: keep a backlog worth of concurrent senders.
+        server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})
+        self._server = server_class(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-provider", daemon=True)
         self._thread.start()

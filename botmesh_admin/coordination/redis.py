@@ -93,42 +93,67 @@ if holder and tonumber(h[2]) <= now then
   redis.call('DEL', KEYS[3])
   holder = false
 end
+local queued = true
+local function enqueue()
+  if queued then return end
+  redis.call('ZADD', KEYS[1], tonumber(string.match(ticket, '^(%d+)')), ticket)
+  redis.call('HSET', KEYS[2], ticket, now + lease)
+  redis.call('PEXPIRE', KEYS[1], idle)
+  redis.call('PEXPIRE', KEYS[2], idle)
+  queued = true
+end
 if ticket == '' or not redis.call('ZSCORE', KEYS[1], ticket) then
   local seq = redis.call('HINCRBY', KEYS[4], 'seq', 1)
   ticket = seq .. '|' .. owner
-  redis.call('ZADD', KEYS[1], seq, ticket)
+  if not holder and redis.call('EXISTS', KEYS[1]) == 0 then
+    queued = false  -- free turn, empty queue: granted without queueing (the common case)
+  else
+    redis.call('ZADD', KEYS[1], seq, ticket)
+  end
 end
-redis.call('HSET', KEYS[2], ticket, now + lease)
-redis.call('PEXPIRE', KEYS[1], idle)
-redis.call('PEXPIRE', KEYS[2], idle)
-redis.call('PEXPIRE', KEYS[4], idle)
-if holder then return {0, ticket} end
-while true do
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-  if head == ticket then break end
-  local deadline = tonumber(redis.call('HGET', KEYS[2], head))
-  if deadline and deadline > now then return {0, ticket} end
-  redis.call('ZREM', KEYS[1], head)
-  redis.call('HDEL', KEYS[2], head)
+if queued then
+  redis.call('HSET', KEYS[2], ticket, now + lease)
+  redis.call('PEXPIRE', KEYS[1], idle)
+  redis.call('PEXPIRE', KEYS[2], idle)
+  if holder then return {0, ticket} end
+  while true do
+    local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+    if head == ticket then break end
+    local deadline = tonumber(redis.call('HGET', KEYS[2], head))
+    if deadline and deadline > now then return {0, ticket} end
+    redis.call('ZREM', KEYS[1], head)
+    redis.call('HDEL', KEYS[2], head)
+  end
 end
 if fence == '' then
-  if not KEYS[5] then return {3, ticket} end
+  if not KEYS[5] then
+    enqueue()  -- in a cluster: keep the ticket while the client fetches a fence
+    return {3, ticket}
+  end
   -- Standalone Redis: take the fence from the prefix counter in the same script.
   local n = redis.call('HGET', KEYS[5], 'n')
-  if not n then return {4, ticket} end
-  n = tonumber(n) + 1
-  if n > tonumber(redis.call('HGET', KEYS[5], 'ceil') or '0') then return {4, ticket} end
-  fence = string.format('%d', n)
+  local ceiling = tonumber(redis.call('HGET', KEYS[5], 'ceil') or '0')
+  if not n or tonumber(n) + 1 > ceiling then
+    enqueue()
+    return {4, ticket}
+  end
+  fence = string.format('%d', tonumber(n) + 1)
   redis.call('HSET', KEYS[5], 'n', fence)
 end
 local last = tonumber(redis.call('HGET', KEYS[4], 'fence') or '0')
-if tonumber(fence) <= last then return {2, ticket, tostring(last)} end
-redis.call('ZREM', KEYS[1], ticket)
-redis.call('HDEL', KEYS[2], ticket)
+if tonumber(fence) <= last then
+  enqueue()
+  return {2, ticket, tostring(last)}
+end
+if queued then
+  redis.call('ZREM', KEYS[1], ticket)
+  redis.call('HDEL', KEYS[2], ticket)
+end
 local prev = redis.call('HGET', KEYS[4], 'owner')
 redis.call('HSET', KEYS[3], 'ticket', ticket, 'owner', owner, 'fence', fence, 'exp', now + lease)
-redis.call('PEXPIRE', KEYS[3], idle)
 redis.call('HSET', KEYS[4], 'fence', fence, 'owner', owner)
+redis.call('PEXPIRE', KEYS[3], idle)
+redis.call('PEXPIRE', KEYS[4], idle)
 return {1, ticket, fence, prev or ''}
 """
 

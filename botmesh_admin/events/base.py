@@ -23,6 +23,10 @@ last attempt). ``replay`` puts a ``dead`` or ``done`` record back to ``pending``
 
 Times are epoch **milliseconds** (``int``) passed in by the caller (the worker's
 clock), so tests can drive time; durations are milliseconds too.
+
+Optional capabilities, which every shipped backend has: ``RecordExport``
+(backups and restores, ``botmesh_admin.backup``) and ``RecordPruning``
+(retention of ``done`` records, the ``events.prune`` beat task).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import random
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -254,6 +258,50 @@ class EventJournal(Protocol):
         ...
 
 
+@runtime_checkable
+class RecordExport(Protocol):
+    """Optional capability: copy every record out and back in (backups, restores)."""
+
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+        """Return up to ``limit`` (1..10000) records of every tenant and state, ascending by id.
+
+        Only ids greater than ``after`` are returned: pass the last id of a page
+        to get the next one.
+        """
+        ...
+
+    def fencing_counter(self) -> int:
+        """Return the highest fencing token handed out so far (0 if none)."""
+        ...
+
+    def import_records(self, records: Sequence[EventRecord], *, fencing_counter: int = 0) -> int:
+        """Store ``records`` exactly as given (state, attempts, tokens, times); return how many.
+
+        A record with an id already stored replaces it. The fencing counter is
+        raised to at least ``fencing_counter`` and every imported token, so no
+        token is handed out twice after a restore. Raise ``ValidationError``
+        naming the record field at fault and ``Conflict`` if a record reuses
+        another id's ``(tenant, idempotency_key)``. Only restores use this.
+        """
+        ...
+
+
+@runtime_checkable
+class RecordPruning(Protocol):
+    """Optional capability: forget old ``done`` records (journal retention)."""
+
+    def prune(self, before: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` ``done`` records that were done before ``before`` (epoch ms).
+
+        The time a record was done is its ``available_at`` (``ack`` sets it).
+        ``pending``, ``leased`` and ``dead`` records are never pruned. Once a
+        record is pruned its idempotency key is free again: the retention is
+        also the window in which a redelivered event is recognised. Return how
+        many records were deleted.
+        """
+        ...
+
+
 # -- validation, shared by every backend ----------------------------------------------
 
 
@@ -376,3 +424,55 @@ def not_replayable(record: EventRecord) -> Conflict:
 def lease_expired_error(attempts: int) -> str:
     """Return the ``last_error`` of a record dead-lettered because its last lease expired."""
     return f"lease expired on attempt {attempts}: the worker stopped or outlived its lease"
+
+
+MAX_EXPORT = 10_000
+
+
+def validate_export_args(after: object, limit: object) -> None:
+    """Check the arguments of ``export_records``."""
+    if after is not None and (not isinstance(after, str) or len(after) > 64):
+        raise ValidationError("after", "not an event id")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
+        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+
+
+def validate_prune_args(before: object, limit: object) -> None:
+    """Check the arguments of ``prune``."""
+    validate_time(before, "before")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
+        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+
+
+def validate_imported(records: object, fencing_counter: object) -> list[EventRecord]:
+    """Return ``records`` if each is a well-formed ``EventRecord``; else raise ``ValidationError``."""
+    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
+        raise BadType("records", "must be a list of EventRecord")
+    validate_time(fencing_counter, "fencing_counter")
+    out: list[EventRecord] = []
+    for i, record in enumerate(records):
+        where = f"records[{i}]"
+        if not isinstance(record, EventRecord):
+            raise BadType(where, f"{type(record).__name__} is not an EventRecord")
+        envelope = Envelope(
+            type=record.type, tenant=record.tenant, payload=record.payload,
+            idempotency_key=record.idempotency_key, channel=record.channel, id=record.id,
+            created_at=record.created_at,
+        )  # fmt: skip
+        try:
+            validate_envelope(envelope, record.created_at if isinstance(record.created_at, int) else 0)
+        except ValidationError as exc:
+            field = (exc.field or "").removeprefix("envelope.")
+            raise type(exc)(f"{where}.{field}", exc.problem) from None
+        if record.state not in STATES:
+            raise ValidationError(f"{where}.state", f"must be one of {', '.join(STATES)}")
+        for name in ("attempts", "available_at", "fencing_token"):
+            validate_time(getattr(record, name), f"{where}.{name}")
+        if record.state == "leased" and record.leased_until is None:
+            raise ValidationError(f"{where}.leased_until", "a leased record needs leased_until")
+        if record.leased_until is not None:
+            validate_time(record.leased_until, f"{where}.leased_until")
+        if record.last_error is not None and not isinstance(record.last_error, str):
+            raise BadType(f"{where}.last_error", "must be a string or None")
+        out.append(record)
+    return out

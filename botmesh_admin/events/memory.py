@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable
@@ -26,8 +26,11 @@ from .base import (
     validate_channel,
     validate_envelope,
     validate_event_id,
+    validate_export_args,
+    validate_imported,
     validate_lease,
     validate_list_args,
+    validate_prune_args,
     validate_time,
     validate_token,
 )
@@ -242,6 +245,57 @@ class MemoryEventJournal:
                 if r.tenant == tenant:
                     out[(r.state, r.channel)] = out.get((r.state, r.channel), 0) + 1
         return out
+
+    # -- optional capabilities: export/import (backups), prune (retention) -------------
+
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+        """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
+        validate_export_args(after, limit)
+        with self._lock:
+            self._check_open()
+            ids = sorted(i for i in self._records if after is None or i > after)[:limit]
+            return [self._records[i] for i in ids]
+
+    def fencing_counter(self) -> int:
+        """Return the highest fencing token handed out so far."""
+        with self._lock:
+            self._check_open()
+            return self._fence
+
+    def import_records(self, records: Sequence[EventRecord], *, fencing_counter: int = 0) -> int:
+        """Store ``records`` as given (restore); raise the fencing counter past every token."""
+        records = validate_imported(records, fencing_counter)
+        with self._writing():
+            by_key = dict(self._by_key)
+            for record in records:
+                owner = by_key.get((record.tenant, record.idempotency_key))
+                if owner is not None and owner != record.id:
+                    raise Conflict(
+                        f"event {record.id!r}: idempotency key already used by event {owner!r}"
+                    )
+                old = self._records.get(record.id)
+                if old is not None:
+                    by_key.pop((old.tenant, old.idempotency_key), None)
+                by_key[(record.tenant, record.idempotency_key)] = record.id
+            for record in records:
+                self._records[record.id] = record
+            self._by_key = by_key
+            tokens = [r.fencing_token for r in records]
+            self._fence = max(self._fence, fencing_counter, *tokens)
+            return len(records)
+
+    def prune(self, before: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records done before ``before``, oldest first; return how many."""
+        validate_prune_args(before, limit)
+        with self._writing():
+            old = sorted(
+                (r for r in self._records.values() if r.state == "done" and r.available_at < before),
+                key=lambda r: (r.available_at, r.id),
+            )[:limit]
+            for record in old:
+                del self._records[record.id]
+                self._by_key.pop((record.tenant, record.idempotency_key), None)
+            return len(old)
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` once closed."""

@@ -12,6 +12,7 @@ Keys share the hash tag ``{botmesh:events}`` (``{botmesh:events_<namespace>}``; 
 ``P:i``, ``P:i:<tenant>``  sorted sets (score 0, ``ZREVRANGEBYLEX``) for listing
 ``P:i:<tenant>:<state>``   … by tenant and state; ``P:s:<state>`` by state
 ``P:c:<tenant>``           hash ``"<state>|<channel>"`` → count
+``P:d``                    sorted set of done ids, score = when done (``prune`` visits it)
 =========================  =============================================================
 
 Run Redis with AOF persistence (``appendonly yes``, ``appendfsync always`` for
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable
@@ -41,8 +42,11 @@ from .base import (
     validate_channel,
     validate_envelope,
     validate_event_id,
+    validate_export_args,
+    validate_imported,
     validate_lease,
     validate_list_args,
+    validate_prune_args,
     validate_time,
     validate_token,
 )
@@ -60,6 +64,21 @@ local function move(r, id, from, to)
   redis.call('ZADD', P .. ':i:' .. t .. ':' .. to, 0, id)
   redis.call('ZADD', P .. ':s:' .. to, 0, id)
   redis.call('HINCRBY', P .. ':c:' .. t, to .. '|' .. ch, 1)
+  if from == 'done' then redis.call('ZREM', P .. ':d', id) end
+  if to == 'done' then redis.call('ZADD', P .. ':d', redis.call('HGET', r, 'available_at'), id) end
+end
+-- Delete record r; h = {state, tenant, channel, idempotency_key} as stored.
+local function forget(r, id, h)
+  local state, t, ch = h[1], h[2], h[3]
+  redis.call('ZREM', P .. ':i', id)
+  redis.call('ZREM', P .. ':i:' .. t, id)
+  redis.call('ZREM', P .. ':i:' .. t .. ':' .. state, id)
+  redis.call('ZREM', P .. ':s:' .. state, id)
+  redis.call('HINCRBY', P .. ':c:' .. t, state .. '|' .. ch, -1)
+  redis.call('ZREM', P .. ':q:' .. ch, id)
+  redis.call('ZREM', P .. ':d', id)
+  if redis.call('HGET', P .. ':k:' .. t, h[4]) == id then redis.call('HDEL', P .. ':k:' .. t, h[4]) end
+  redis.call('DEL', r)
 end
 """
 
@@ -171,6 +190,67 @@ move(r, id, h[1], 'pending')
 return {3, redis.call('HGETALL', r)}
 """
 
+IMPORT_LUA = _COMMON + """
+-- ARGV: P, then 14 per record: id, type, channel, tenant, payload, idempotency_key, created_at,
+-- state, attempts, available_at, leased_until ('' none), fencing_token, last_error, has_error.
+-- Checks every idempotency key first: {-1, id, owner} and nothing written, else {1, n}.
+local n = (#ARGV - 1) / 14
+for i = 0, n - 1 do
+  local b = 1 + i * 14
+  local owner = redis.call('HGET', P .. ':k:' .. ARGV[b + 4], ARGV[b + 6])
+  if owner and owner ~= ARGV[b + 1] then return {-1, ARGV[b + 1], owner} end
+end
+local fence = tonumber(redis.call('GET', P .. ':fence') or '0')
+for i = 0, n - 1 do
+  local b = 1 + i * 14
+  local id, ch, t, key, state = ARGV[b + 1], ARGV[b + 3], ARGV[b + 4], ARGV[b + 6], ARGV[b + 8]
+  local r = P .. ':r:' .. id
+  local old = redis.call('HMGET', r, 'state', 'tenant', 'channel', 'idempotency_key')
+  if old[1] then forget(r, id, old) end
+  redis.call('HSET', r, 'id', id, 'type', ARGV[b + 2], 'channel', ch, 'tenant', t,
+    'payload', ARGV[b + 5], 'idempotency_key', key, 'created_at', ARGV[b + 7], 'state', state,
+    'attempts', ARGV[b + 9], 'available_at', ARGV[b + 10], 'fencing_token', ARGV[b + 12])
+  if ARGV[b + 11] ~= '' then redis.call('HSET', r, 'leased_until', ARGV[b + 11]) end
+  if ARGV[b + 14] == '1' then redis.call('HSET', r, 'last_error', ARGV[b + 13]) end
+  redis.call('HSET', P .. ':k:' .. t, key, id)
+  if state == 'pending' or state == 'leased' then
+    redis.call('ZADD', P .. ':q:' .. ch, ARGV[b + 10], id)
+  end
+  redis.call('ZADD', P .. ':i', 0, id)
+  redis.call('ZADD', P .. ':i:' .. t, 0, id)
+  move(r, id, nil, state)
+  fence = math.max(fence, tonumber(ARGV[b + 12]))
+end
+return {1, n, fence}
+"""
+
+FENCE_LUA = """
+-- KEYS[1] the fencing counter. ARGV[1]: raise it to at least this value. Reply: the counter.
+local f = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if want > f then redis.call('SET', KEYS[1], ARGV[1]); return want end
+return f
+"""
+
+PRUNE_LUA = _COMMON + """
+-- ARGV: P, before, limit. Reply: {records deleted, done-index members visited}.
+local before = tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', P .. ':d', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local n = 0
+for _, id in ipairs(ids) do
+  local r = P .. ':r:' .. id
+  local h = redis.call('HMGET', r, 'state', 'tenant', 'channel', 'idempotency_key', 'available_at')
+  if h[1] == 'done' and tonumber(h[5]) < before then
+    forget(r, id, h)
+    n = n + 1
+  elseif h[1] ~= 'done' then
+    redis.call('ZREM', P .. ':d', id)  -- replayed since, or gone
+  end
+end
+return {n, #ids}
+"""
+
+_IMPORT_CHUNK = 200
 _INTS = ("created_at", "attempts", "available_at", "leased_until", "fencing_token")
 
 
@@ -211,12 +291,14 @@ class RedisEventJournal:
         conn_url, table = split_namespace(url)
         self.prefix = "{" + table.replace("botmesh_events", "botmesh:events", 1) + "}"
         self._redis_errors = redis.RedisError
+        self._done_indexed = False
         self._client: Any = redis.Redis.from_url(conn_url, socket_timeout=10, socket_connect_timeout=10)
         self._scripts = {
             name: self._client.register_script(lua)
             for name, lua in (
                 ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
-                ("release", RELEASE_LUA), ("replay", REPLAY_LUA),
+                ("release", RELEASE_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
+                ("prune", PRUNE_LUA), ("fence", FENCE_LUA),
             )
         }  # fmt: skip
         self.ping()
@@ -367,6 +449,82 @@ class RedisEventJournal:
                 state, _, channel = field.decode().partition("|")
                 out[(state, channel or None)] = n
         return out
+
+    # -- optional capabilities: export/import (backups), prune (retention) -------------
+
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+        """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
+        validate_export_args(after, limit)
+        lower = f"({after}" if after else "-"
+        with self._errors():
+            ids = self._client.zrangebylex(f"{self.prefix}:i", lower, "+", start=0, num=limit)
+            pipe = self._client.pipeline(transaction=False)
+            for event_id in ids:
+                pipe.hgetall(f"{self.prefix}:r:{event_id.decode()}")
+            rows = pipe.execute() if ids else []
+        return [_record(flat) for flat in rows if flat]
+
+    def fencing_counter(self) -> int:
+        """Return the highest fencing token handed out so far."""
+        with self._errors():
+            return int(self._client.get(f"{self.prefix}:fence") or 0)
+
+    def import_records(self, records: Sequence[EventRecord], *, fencing_counter: int = 0) -> int:
+        """Store ``records`` as given (restore), a chunk per script; raise the fencing counter."""
+        records = validate_imported(records, fencing_counter)
+        for start in range(0, len(records), _IMPORT_CHUNK):
+            args: list[Any] = []
+            for r in records[start : start + _IMPORT_CHUNK]:
+                args += (
+                    r.id, r.type, r.channel or "", r.tenant,
+                    json.dumps(r.payload, ensure_ascii=False, separators=(",", ":")),
+                    r.idempotency_key, r.created_at, r.state, r.attempts, r.available_at,
+                    "" if r.leased_until is None else r.leased_until, r.fencing_token,
+                    r.last_error or "", "0" if r.last_error is None else "1",
+                )  # fmt: skip
+            reply = self._run("import", *args)
+            if reply[0] == -1:
+                raise Conflict(
+                    f"event {reply[1].decode()!r}: idempotency key already used by event"
+                    f" {reply[2].decode()!r}"
+                )
+        with self._errors():
+            fence_key = f"{self.prefix}:fence"
+            self._scripts["fence"](keys=[fence_key], args=[fencing_counter])
+        return len(records)
+
+    def prune(self, before: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records done before ``before``, oldest first; return how many."""
+        validate_prune_args(before, limit)
+        self._index_done_records()
+        removed = 0
+        while removed < limit:
+            batch = min(limit - removed, 500)
+            gone, visited = self._run("prune", before, batch)
+            removed += gone
+            if visited < batch:
+                break
+        return removed
+
+    def _index_done_records(self) -> None:
+        """Fill ``P:d`` once from the done records of a journal older than that index."""
+        if self._done_indexed:
+            return
+        p = self.prefix
+        with self._errors():
+            if not self._client.exists(f"{p}:d:v1"):
+                lower = "-"
+                while ids := self._client.zrangebylex(f"{p}:s:done", lower, "+", start=0, num=500):
+                    pipe = self._client.pipeline(transaction=False)
+                    for event_id in ids:
+                        pipe.hget(f"{p}:r:{event_id.decode()}", "available_at")
+                    times = pipe.execute()
+                    mapping = {i: int(float(t)) for i, t in zip(ids, times, strict=True) if t}
+                    if mapping:
+                        self._client.zadd(f"{p}:d", mapping)
+                    lower = f"({ids[-1].decode()}"
+                self._client.set(f"{p}:d:v1", 1)
+        self._done_indexed = True
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if Redis cannot be reached."""

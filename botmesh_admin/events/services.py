@@ -21,6 +21,8 @@ from .runtime import default_journal
 logger = logging.getLogger("botmesh.events")
 
 DEFAULT_LEASE_MS = 30_000
+DAY_MS = 24 * 3600 * 1000
+PRUNE_BATCH = 1000
 
 
 def _drain_after_commit(channel: str | None) -> None:
@@ -84,3 +86,33 @@ def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int
 
     worker = EventWorker(default_journal(), lease_ms=lease_ms, channel=validate_channel(channel, "channel"))
     return worker.run_batch(dispatch, limit)
+
+
+def journal_prune(*, retention_days: int | None = None, now: int | None = None, max_records: int = 100_000) -> int:
+    """Delete ``done`` records done more than ``retention_days`` days ago; return how many.
+
+    ``retention_days`` defaults to ``settings.BOTMESH_JOURNAL_RETENTION_DAYS``
+    (env ``BOTMESH_JOURNAL_RETENTION_DAYS``, 7); 0 keeps everything. ``now`` is
+    epoch ms (the wall clock by default). Dead records (the DLQ) are never
+    pruned: a person decides about them. At most ``max_records`` per call, in
+    batches, so one run never holds the journal for long.
+    """
+    from django.conf import settings
+
+    from .base import RecordPruning, now_ms
+
+    days = settings.BOTMESH_JOURNAL_RETENTION_DAYS if retention_days is None else retention_days
+    journal = default_journal()
+    if days <= 0 or not isinstance(journal, RecordPruning):
+        return 0
+    before = (now_ms() if now is None else now) - days * DAY_MS
+    removed = 0
+    while removed < max_records:
+        batch = min(PRUNE_BATCH, max_records - removed)
+        gone = journal.prune(before, limit=batch)
+        removed += gone
+        if gone < batch:
+            break
+    if removed:
+        logger.info("journal retention: pruned %d done records older than %d days", removed, days)
+    return removed

@@ -48,8 +48,11 @@ from .base import (
     validate_channel,
     validate_envelope,
     validate_event_id,
+    validate_export_args,
+    validate_imported,
     validate_lease,
     validate_list_args,
+    validate_prune_args,
     validate_time,
     validate_token,
 )
@@ -59,6 +62,7 @@ COLS = (
     "id, type, channel, tenant, payload, idempotency_key, created_at, state, attempts,"
     " available_at, leased_until, fencing_token, last_error"
 )
+_FIELDS = tuple(c.strip() for c in COLS.split(","))
 _SCHEMA_LOCK = 0x626F746D65736802  # "botmesh\x02": serialises concurrent schema creation
 
 
@@ -127,6 +131,14 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         "release": f"UPDATE {t} SET state = 'pending', attempts = {greatest}(attempts - 1, 0),"
         f" leased_until = NULL, available_at = :now WHERE {lease_check} RETURNING {COLS}",
         "counts": f"SELECT state, channel, count(*) FROM {t} WHERE tenant = :tenant GROUP BY state, channel",
+        "export": f"SELECT {COLS} FROM {t} WHERE id > :after ORDER BY id LIMIT :limit",
+        "import": f"INSERT INTO {t} ({COLS}) VALUES (:id, :type, :channel, :tenant, :payload,"
+        " :idempotency_key, :created_at, :state, :attempts, :available_at, :leased_until,"
+        " :fencing_token, :last_error) ON CONFLICT (id) DO UPDATE SET"
+        + ",".join(f" {c.strip()} = excluded.{c.strip()}" for c in COLS.split(",")[1:]),
+        # The partial index on done records keeps this a range scan, oldest first.
+        "prune": f"DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE state = 'done'"
+        " AND available_at < :before ORDER BY available_at LIMIT :limit)",
     }
     # What a claim writes into the chosen row: a lease, or the DLQ when an expired
     # lease was the record's last attempt (the worker died on it max_attempts times).
@@ -194,6 +206,7 @@ def _ddl(t: str, pg: bool) -> list[str]:
         " WHERE state IN ('pending', 'leased')",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_state ON {t} (tenant, state, id)",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_id ON {t} (tenant, id)",
+        f"CREATE INDEX IF NOT EXISTS {t}_done ON {t} (available_at) WHERE state = 'done'",
     ]
     if pg:
         ddl.insert(0, f"CREATE SEQUENCE IF NOT EXISTS {t}_fence")
@@ -244,6 +257,10 @@ class _Postgres:
         with self.errors():
             return self._conns.get().execute(sql, params).fetchall()
 
+    def connection(self) -> Any:
+        """Return this thread's connection (call inside ``errors()``)."""
+        return self._conns.get()
+
     def close(self) -> None:
         self._conns.close()
 
@@ -292,6 +309,10 @@ class _Sqlite:
     def run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self.errors():
             return self._conns.get().execute(sql, params).fetchall()
+
+    def connection(self) -> Any:
+        """Return this thread's connection (call inside ``errors()``)."""
+        return self._conns.get()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -490,6 +511,70 @@ class SqlEventJournal:
         validate_list_args(tenant, None, None, 1, None)
         rows = self._db.run(self._sql["counts"], {"tenant": tenant})
         return {(state, channel or None): n for state, channel, n in rows}
+
+    # -- optional capabilities: export/import (backups), prune (retention) -------------
+
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+        """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
+        validate_export_args(after, limit)
+        rows = self._db.run(self._sql["export"], {"after": after or "", "limit": limit})
+        return [_record(row) for row in rows]
+
+    def fencing_counter(self) -> int:
+        """Return the highest fencing token handed out so far."""
+        if self._db.pg:
+            sql = f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {self.table}_fence"
+        else:
+            sql = f"SELECT value FROM {self.table}_fence WHERE one = 1"
+        return int(self._db.run(sql, {})[0][0])
+
+    def import_records(self, records: Sequence[EventRecord], *, fencing_counter: int = 0) -> int:
+        """Store ``records`` as given (restore) in one transaction; raise the fencing counter."""
+        records = validate_imported(records, fencing_counter)
+        fence = max([fencing_counter, *(r.fencing_token for r in records)])
+        rows = [
+            {
+                **{name: getattr(r, name) for name in _FIELDS},
+                "channel": r.channel or "",
+                "payload": json.dumps(r.payload, ensure_ascii=False, separators=(",", ":")),
+            }
+            for r in records
+        ]
+        try:
+            self._import_rows(rows, fence)
+        except Conflict:
+            raise Conflict(
+                "an imported record's (tenant, idempotency_key) or id is already used by another"
+                " event: restore into an empty journal"
+            ) from None
+        return len(rows)
+
+    def _import_rows(self, rows: list[dict[str, Any]], fence: int) -> None:
+        t = self.table
+        if isinstance(self._db, _Postgres):
+            with self._db.errors():
+                conn = self._db.connection()
+                with conn.transaction(), conn.cursor() as cursor:
+                    if rows:
+                        cursor.executemany(self._sql["import"], rows)
+                    if fence > 0:
+                        # setval(.., true): the next nextval() answers fence + 1.
+                        cursor.execute(
+                            f"SELECT setval('{t}_fence', GREATEST(%s::bigint, CASE WHEN is_called"
+                            f" THEN last_value ELSE 0 END), true) FROM {t}_fence",
+                            (fence,),
+                        )
+        else:
+            with self._db.transaction() as conn:
+                conn.executemany(self._sql["import"], rows)
+                conn.execute(f"UPDATE {t}_fence SET value = max(value, ?) WHERE one = 1", (fence,))
+
+    def prune(self, before: int, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records done before ``before``, oldest first; return how many."""
+        validate_prune_args(before, limit)
+        with self._db.errors():
+            params = {"before": before, "limit": limit}
+            return int(self._db.connection().execute(self._sql["prune"], params).rowcount)
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if the database cannot be reached."""

@@ -16,12 +16,19 @@ from . import services
 CHANNELS: tuple[str | None, ...] = (None, "inbound", "outbox")
 """The channels in use: default (None), inbound webhooks/ledger, outbox sends."""
 SAFETY_NET_S = 5.0
+PRUNE_EVERY_S = 3600.0
 
 
 @shared_task(name="events.drain", ignore_result=True)
 def drain(channel: str | None = None, limit: int = 100) -> dict[str, int]:
     """Handle up to ``limit`` ready records of ``channel``; return the worker's counts."""
     return services.journal_drain(channel=channel, limit=limit)
+
+
+@shared_task(name="events.prune", ignore_result=True)
+def prune() -> int:
+    """Delete done records older than ``BOTMESH_JOURNAL_RETENTION_DAYS``; return how many."""
+    return services.journal_prune()
 
 
 def beat_entries() -> dict[str, dict[str, Any]]:
@@ -37,9 +44,20 @@ def beat_entries() -> dict[str, dict[str, Any]]:
     }
 
 
+def retention_entries() -> dict[str, dict[str, Any]]:
+    """Return the beat schedule entry that prunes old done records every hour."""
+    return {
+        "events.prune": {
+            "task": "events.prune",
+            "schedule": PRUNE_EVERY_S,
+            "options": {"expires": PRUNE_EVERY_S},
+        }
+    }
+
+
 def _register_beat(app: Any) -> None:
     schedule = dict(app.conf.beat_schedule or {})
-    for name, entry in beat_entries().items():
+    for name, entry in {**beat_entries(), **retention_entries()}.items():
         schedule.setdefault(name, entry)
     app.conf.beat_schedule = schedule
 

@@ -14,6 +14,10 @@ its next ``Put``. Expectations make a commit a compare-and-set:
 
 Times are epoch **milliseconds**; ``ttl_ms`` is a duration in milliseconds.
 Every backend passes ``tests/kv/test_conformance.py``.
+
+Optional capabilities (``TableListing``, ``EntryImport``), which every shipped
+backend has, serve backups and restores (``botmesh_admin.backup``); package
+code never lists tables (there is no call that reads across tenants).
 """
 
 from __future__ import annotations
@@ -149,4 +153,32 @@ class DurableKv(Protocol):
 
     def close(self) -> None:
         """Release connections and files. The instance is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class TableListing(Protocol):
+    """Optional capability: enumerate tables (backups, operator tools)."""
+
+    def tables(self, prefix: str = "") -> list[str]:
+        """Return the names of the tables starting with ``prefix`` that hold a live entry.
+
+        Names come in ascending byte order. A table whose every entry was
+        deleted, dropped or has expired is not listed.
+        """
+        ...
+
+
+@runtime_checkable
+class EntryImport(Protocol):
+    """Optional capability: write entries exactly as a backup holds them (restore)."""
+
+    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
+        """Store each entry with its own ``value``, ``version`` and ``expires_at``; return how many.
+
+        An existing key is overwritten; other keys of ``table`` are left alone.
+        Entries whose ``expires_at`` has passed are skipped (not counted). This
+        bypasses compare-and-set: only restores use it, on a stopped installation.
+        Raise ``ValidationError`` for a bad table, key, value or version.
+        """
         ...

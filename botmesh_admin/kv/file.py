@@ -212,6 +212,19 @@ class FileKv(MemoryKv):
                 self._persist(None)
             return removed
 
+    def tables(self, prefix: str = "") -> list[str]:
+        """Return the tables starting with ``prefix`` that hold a live entry, by name."""
+        self._check_open()
+        return super().tables(prefix)
+
+    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
+        """Store ``entries`` as given (restore) and return after the snapshot is on disk."""
+        with self._lock:
+            self._check_open()
+            stored = super().import_entries(table, entries)
+            self._persist({table})
+            return stored
+
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if this FileKv is closed."""
         self._check_open()

@@ -12,9 +12,11 @@ from .validation import (
     is_live,
     now_ms,
     validate_commit,
+    validate_import,
     validate_key,
     validate_scan,
     validate_table,
+    validate_table_prefix,
 )
 
 
@@ -127,6 +129,34 @@ class MemoryKv:
                 if removed >= limit:
                     break
         return removed
+
+    def tables(self, prefix: str = "") -> list[str]:
+        """Return the tables starting with ``prefix`` that hold a live entry, by name."""
+        validate_table_prefix(prefix)
+        with self._lock:
+            now = self._clock()
+            return sorted(
+                table
+                for table, rows in self._tables.items()
+                if table.startswith(prefix) and any(is_live(e, now) for e in rows.values())
+            )
+
+    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
+        """Store ``entries`` as given (restore); return how many were live and stored."""
+        entries = validate_import(table, entries)
+        with self._lock:
+            now = self._clock()
+            rows = self._tables.setdefault(table, {})
+            keys = self._keys.setdefault(table, [])
+            stored = 0
+            for entry in entries:
+                if not is_live(entry, now):
+                    continue
+                if entry.key not in rows:
+                    bisect.insort(keys, entry.key)
+                rows[entry.key] = entry
+                stored += 1
+            return stored
 
     def ping(self) -> None:
         """Always reachable."""

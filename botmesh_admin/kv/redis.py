@@ -34,11 +34,14 @@ from botmesh_admin.errors import StoreUnavailable, ValidationError
 from .base import ANY, Check, ConflictError, Delete, Entry, Op, Put
 from .encoding import dump_value, load_value, prefix_end, scan_start
 from .validation import (
+    now_ms,
     validate_commit,
+    validate_import,
     validate_key,
     validate_scan,
     validate_sweep_limit,
     validate_table,
+    validate_table_prefix,
 )
 
 _NOW = """
@@ -185,7 +188,31 @@ if #members < chunk then redis.call('DEL', KEYS[1], KEYS[2]) end
 return #members
 """
 
+IMPORT_LUA = """
+-- KEYS[1] index, KEYS[2] expiry index, KEYS[2 + i] entry hash of entry i.
+-- ARGV, four per entry: key, value JSON, version, expires_at ('' for none).
+-- Writes each entry exactly as given (a restore); reply: how many.
+local n = #KEYS - 2
+for i = 1, n do
+  local b = (i - 1) * 4
+  local key, member, exp = KEYS[2 + i], ARGV[b + 1], ARGV[b + 4]
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'v', ARGV[b + 2], 'ver', ARGV[b + 3])
+  if exp == '' then
+    redis.call('ZREM', KEYS[2], member)
+  else
+    redis.call('HSET', key, 'exp', exp)
+    redis.call('PEXPIREAT', key, string.format('%d', tonumber(exp) - 1))
+    redis.call('ZADD', KEYS[2], tonumber(exp), member)
+  end
+  redis.call('ZADD', KEYS[1], 0, member)
+end
+return n
+"""
+
 TTL_TABLES = b"bmkv:ttl-tables"
+_INDEX_HEAD, _INDEX_TAIL = b"bmkv:{", b"}:i"
+_IMPORT_CHUNK = 500
 _DROP_CHUNK = 500
 _REGISTER_EVERY_S = 60.0
 
@@ -249,6 +276,7 @@ class RedisKv:
         self._scan = self._client.register_script(SCAN_LUA)
         self._sweep = self._client.register_script(SWEEP_LUA)
         self._drop = self._client.register_script(DROP_LUA)
+        self._import = self._client.register_script(IMPORT_LUA)
 
     def __repr__(self) -> str:
         return f"<RedisKv {self.url.split('://', 1)[0]}>"
@@ -383,6 +411,43 @@ class RedisKv:
                 if removed >= limit:
                     break
         return removed
+
+    def tables(self, prefix: str = "") -> list[str]:
+        """Return the tables starting with ``prefix`` that hold a live entry, by name.
+
+        ``SCAN`` (``TYPE zset``) for the table indexes, on every primary of a
+        cluster; so tables written by any earlier version are found too. Cost:
+        one pass over the keyspace (a backup-time operation, not a hot path).
+        """
+        validate_table_prefix(prefix)
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
+        pattern = _INDEX_HEAD + escaped.encode() + b"*" + _INDEX_TAIL
+        with self._errors():
+            found = {
+                raw[len(_INDEX_HEAD) : -len(_INDEX_TAIL)].decode()
+                for raw in self._client.scan_iter(match=pattern, count=1000, _type="zset")
+            }
+        return sorted(t for t in found if t.startswith(prefix) and self.scan(t, limit=1))
+
+    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
+        """Store ``entries`` as given (restore), a chunk per script call; return how many were live."""
+        now = now_ms()
+        live = [
+            e for e in validate_import(table, entries) if e.expires_at is None or e.expires_at > now
+        ]
+        index, expiry, entry_prefix = table_keys(table)
+        with self._errors():
+            if any(e.expires_at is not None for e in live):
+                self._register_ttl_table(table)
+            for start in range(0, len(live), _IMPORT_CHUNK):
+                chunk = live[start : start + _IMPORT_CHUNK]
+                args: list[bytes | str | int] = []
+                for e in chunk:
+                    exp: bytes | int = b"" if e.expires_at is None else e.expires_at
+                    args += (e.key.encode(), dump_value(e.value), e.version, exp)
+                keys = [index, expiry, *(entry_prefix + e.key.encode() for e in chunk)]
+                self._import(keys=keys, args=args)
+        return len(live)
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if Redis cannot be reached."""

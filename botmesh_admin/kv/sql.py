@@ -42,10 +42,12 @@ from .validation import (
     expectation_holds,
     now_ms,
     validate_commit,
+    validate_import,
     validate_key,
     validate_scan,
     validate_sweep_limit,
     validate_table,
+    validate_table_prefix,
 )
 
 Conn = TypeVar("Conn")
@@ -275,6 +277,42 @@ def _scan_sql(placeholder: str, now: str, inclusive: bool, bounded: bool) -> str
     )
 
 
+def _tables_sql(placeholder: str, now: str, bounded: bool) -> str:
+    p = placeholder
+    return (
+        f"SELECT tbl FROM botmesh_kv WHERE tbl >= {p}{f' AND tbl < {p}' if bounded else ''}"
+        f" AND (expires_at IS NULL OR expires_at > {now}) GROUP BY tbl ORDER BY tbl"
+    )
+
+
+_PG_TABLES = {bnd: _tables_sql("%s", _PG_NOW, bnd) for bnd in (True, False)}
+# Restores only (a stopped installation), but the advisory lock of commit() is
+# still taken so a stray writer cannot interleave with an imported key.
+_PG_IMPORT = (
+    "WITH l AS (SELECT pg_advisory_xact_lock("
+    "hashtextextended(%(tbl)s::text || chr(31) || %(key)s::text, 0)))"
+    " INSERT INTO botmesh_kv (tbl, key, value, version, expires_at)"
+    " SELECT %(tbl)s::text, %(key)s::text, %(value)s::text, %(version)s::bigint,"
+    " %(expires_at)s::bigint FROM l"
+    " ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,"
+    " expires_at = EXCLUDED.expires_at"
+)
+_IMPORT_SQLITE = (
+    "INSERT INTO botmesh_kv (tbl, key, value, version, expires_at) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value, version = excluded.version,"
+    " expires_at = excluded.expires_at"
+)
+
+
+def _import_rows(table: str, entries: Sequence[Entry]) -> list[tuple[Any, ...]]:
+    now = now_ms()
+    return [
+        (table, e.key, dump_value(e.value), e.version, e.expires_at)
+        for e in entries
+        if e.expires_at is None or e.expires_at > now
+    ]
+
+
 _PG_SCAN = {
     (inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)
 }
@@ -409,6 +447,19 @@ class _Postgres:
     def sweep(self, limit: int) -> int:
         with self._errors():
             return self._conns.get().execute(_PG_SWEEP, (limit,)).rowcount
+
+    def tables(self, start: str, end: str | None) -> list[str]:
+        params = (start, end) if end else (start,)
+        with self._errors():
+            rows = self._conns.get().execute(_PG_TABLES[end is not None], params).fetchall()
+        return [row[0] for row in rows]
+
+    def import_entries(self, rows: list[tuple[Any, ...]]) -> None:
+        names = ("tbl", "key", "value", "version", "expires_at")
+        with self._errors():
+            conn = self._conns.get()
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_PG_IMPORT, [dict(zip(names, row, strict=True)) for row in rows])
 
     def ping(self) -> None:
         with self._errors():
@@ -575,6 +626,24 @@ class _Sqlite:
         with self._errors():
             self._conns.get().execute("DELETE FROM botmesh_kv WHERE tbl = ?", (table,))
 
+    def tables(self, start: str, end: str | None) -> list[str]:
+        params = (start, end, now_ms()) if end else (start, now_ms())
+        with self._errors():
+            rows = self._conns.get().execute(_tables_sql("?", "?", end is not None), params)
+            return [row[0] for row in rows.fetchall()]
+
+    def import_entries(self, rows: list[tuple[Any, ...]]) -> None:
+        with self._errors():
+            conn = self._conns.get()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_IMPORT_SQLITE, rows)
+            except BaseException:
+                with contextlib.suppress(self._sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
     def sweep(self, limit: int) -> int:
         with self._errors():
             cursor = self._conns.get().execute(
@@ -642,6 +711,18 @@ class SqlKv:
     def sweep(self, limit: int = 1000) -> int:
         """Delete up to ``limit`` expired rows of any table; return how many."""
         return self._db.sweep(validate_sweep_limit(limit))
+
+    def tables(self, prefix: str = "") -> list[str]:
+        """Return the tables starting with ``prefix`` that hold a live entry, by name."""
+        validate_table_prefix(prefix)
+        return self._db.tables(prefix, prefix_end(prefix))
+
+    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
+        """Store ``entries`` as given (restore) in one transaction; return how many were live."""
+        rows = _import_rows(table, validate_import(table, entries))
+        if rows:
+            self._db.import_entries(rows)
+        return len(rows)
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if the database cannot be reached."""

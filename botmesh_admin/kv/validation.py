@@ -189,3 +189,33 @@ def expectation_holds(entry: Entry | None, expect: Expect) -> bool:
 def is_live(entry: Entry | None, now: int) -> bool:
     """Return True if ``entry`` exists and has not expired at ``now`` (epoch ms)."""
     return entry is not None and (entry.expires_at is None or entry.expires_at > now)
+
+
+def validate_table_prefix(prefix: object) -> str:
+    """Return ``prefix`` (``""`` or the start of a table name) for ``tables``; else raise."""
+    if not isinstance(prefix, str):
+        raise BadType("prefix", "must be a string")
+    return _check_name("prefix", prefix, forbid="{}") if prefix else prefix
+
+
+def validate_import(table: object, entries: Sequence[Entry]) -> list[Entry]:
+    """Validate entries for ``import_entries``; return them in key order, one per key."""
+    validate_table(table)
+    if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence):
+        raise BadType("entries", "must be a list of Entry")
+    by_key: dict[str, Entry] = {}
+    for i, entry in enumerate(entries):
+        where = f"entries[{i}]"
+        if not isinstance(entry, Entry):
+            raise BadType(where, f"{type(entry).__name__} is not an Entry")
+        validate_key(entry.key, f"{where}.key")
+        validate_value(entry.value, f"{where}.value")
+        if isinstance(entry.version, bool) or not isinstance(entry.version, int):
+            raise BadType(f"{where}.version", "must be an integer")
+        if not 1 <= entry.version <= MAX_VERSION:
+            raise ValidationError(f"{where}.version", f"must be between 1 and {MAX_VERSION}")
+        exp = entry.expires_at
+        if exp is not None and (isinstance(exp, bool) or not isinstance(exp, int) or exp < 0):
+            raise ValidationError(f"{where}.expires_at", "must be epoch milliseconds or None")
+        by_key[entry.key] = entry
+    return [by_key[k] for k in sorted(by_key)]

@@ -124,12 +124,14 @@ class SlotStore(Protocol):
 
     def slots_reserve(
         self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
-        now_ms: int,
+        now_ms: int, sending: bool = False,
     ) -> list[Delivery]:
         """Reserve every available candidate for ``ttl_ms`` under ``token``; return the reserved slots.
 
         Pending slots that are due and reservations that expired without a
-        provider id are available; ``sending``, ``in_doubt`` and final slots never are.
+        provider id are available; ``sending``, ``in_doubt`` and final slots
+        never are. With ``sending`` the slots are reserved and marked
+        ``sending`` in the same write (the caller's requests leave next).
         """
         ...
 
@@ -203,10 +205,10 @@ class SlotRules:
 
     def slots_reserve(
         self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
-        now_ms: int,
+        now_ms: int, sending: bool = False,
     ) -> list[Delivery]:
         def change(d: Delivery) -> Delivery | None:
-            return domain.reserve(d, token=token, ttl_ms=ttl_ms, now=now_ms)
+            return domain.reserve(d, token=token, ttl_ms=ttl_ms, now=now_ms, sending=sending)
 
         return self._apply(tenant, campaign_id, [(c, change) for c in candidates])
 

@@ -53,12 +53,15 @@ class Change:
     ``removed``: delete, each expecting its ``revision`` (releases its id and aliases).
     ``aliases``: ``(id, message)`` pairs — claim another id for a message (the same
     message seen under a ledger id and a webhook id).
+    ``previous_activity_ms``: the ``last_activity_ms`` of the conversation as read at
+    its ``revision`` (lets a store move its activity entry without reading it again).
     """
 
     conversation: Conversation | None = None
     messages: tuple[Message, ...] = ()
     removed: tuple[Message, ...] = ()
     aliases: tuple[tuple[str, Message], ...] = ()
+    previous_activity_ms: int | None = None
 
 
 @runtime_checkable

@@ -5,8 +5,8 @@ atomic inside one table only and a projection must write a message, its id
 claim and its conversation together. Keys:
 
 =====================================  ===================================================
-``c/<conversation id>``                the conversation (its Kv version is ``revision``)
-``k/<sha256(chat key)[:32]>``          ``{"c": conversation id}`` — the chat index
+``k/<sha256(chat key)[:32]>``          the conversation (its Kv version is ``revision``)
+``c/<conversation id>``                ``{"k": chat hash}`` — finds a conversation by id
 ``a/<inverted activity ms>/<conv id>`` a copy of the conversation, newest activity first
 ``m/<conv id>/<13 digit ms>/<msg id>`` a message (ordered by timestamp, then id)
 ``i/<message id or alias>``            ``{"c": conv id, "k": sort key}`` — id claims
@@ -16,7 +16,9 @@ claim and its conversation together. Keys:
 ``e/<conv id>``                        an erasure tombstone while a purge runs
 =====================================  ===================================================
 
-Chat keys are hashed in keys, so raw chat ids are never part of a key.
+Chat keys are hashed in keys, so raw chat ids are never part of a key. The
+conversation sits under its chat key because projection (the hot path) looks it
+up by chat: one read; a lookup by id reads the pointer first.
 """
 
 from __future__ import annotations
@@ -59,16 +61,20 @@ class KvInboxStore:
 
     # -- conversations ----------------------------------------------------------
 
+    def _conversation_key(self, table: str, conversation_id: str) -> str | None:
+        pointer = self.kv.get(table, f"c/{conversation_id}")
+        return None if pointer is None else f"k/{pointer.value['k']}"
+
     def conversation_get(self, tenant: str, conversation_id: str) -> Conversation | None:
-        entry = self.kv.get(self._table(tenant), f"c/{conversation_id}")
-        return None if entry is None else Conversation.from_json(entry.value, entry.version)
+        table = self._table(tenant)
+        key = self._conversation_key(table, conversation_id)
+        entry = None if key is None else self.kv.get(table, key)
+        if entry is None or entry.value.get("id") != conversation_id:
+            return None
+        return Conversation.from_json(entry.value, entry.version)
 
     def conversation_by_chat(self, tenant: str, chat_key: str) -> Conversation | None:
-        table = self._table(tenant)
-        index = self.kv.get(table, f"k/{chat_hash(chat_key)}")
-        if index is None:
-            return None
-        entry = self.kv.get(table, f"c/{index.value['c']}")
+        entry = self.kv.get(self._table(tenant), f"k/{chat_hash(chat_key)}")
         return None if entry is None else Conversation.from_json(entry.value, entry.version)
 
     def conversation_page(
@@ -121,22 +127,25 @@ class KvInboxStore:
         conversation = change.conversation
         conversation_key = None
         if conversation is not None:
-            conversation_key = f"c/{conversation.id}"
+            digest = chat_hash(conversation.chat_key)
+            conversation_key = f"k/{digest}"
             data = conversation.to_json()
             new_activity = activity_key(conversation.id, conversation.last_activity_ms)
             if conversation.revision == 0:
                 ops[conversation_key] = Put(conversation_key, data, ABSENT)
-                index = f"k/{chat_hash(conversation.chat_key)}"
-                ops[index] = Put(index, {"c": conversation.id}, ABSENT)
+                ops[f"c/{conversation.id}"] = Put(f"c/{conversation.id}", {"k": digest}, ABSENT)
             else:
-                old = self.kv.get(table, conversation_key)
-                if old is None or old.version != conversation.revision:
-                    raise Conflict(
-                        "conversation changed concurrently",
-                        current_version=None if old is None else old.version,
-                    )
+                previous = change.previous_activity_ms
+                if previous is None:
+                    old = self.kv.get(table, conversation_key)
+                    if old is None or old.version != conversation.revision:
+                        raise Conflict(
+                            "conversation changed concurrently",
+                            current_version=None if old is None else old.version,
+                        )
+                    previous = old.value["last_activity_ms"]
                 ops[conversation_key] = Put(conversation_key, data, conversation.revision)
-                old_activity = activity_key(conversation.id, old.value["last_activity_ms"])
+                old_activity = activity_key(conversation.id, previous)
                 if old_activity != new_activity:
                     ops[old_activity] = Delete(old_activity)
             copy = dict(data, _revision=conversation.revision + 1)
@@ -177,20 +186,23 @@ class KvInboxStore:
         messages = tuple(
             replace(m, revision=by_key[f"m/{m.conversation_id}/{m.sort_key}"].version) for m in change.messages
         )
-        return Change(conversation=new_conversation, messages=messages, removed=change.removed, aliases=change.aliases)
+        return Change(new_conversation, messages, change.removed, change.aliases)
 
     # -- notes and markers ------------------------------------------------------
 
     def _guarded(self, table: str, conversation_id: str, ops: list[Op]) -> list[Any]:
         """Commit ``ops`` only while the conversation exists (retrying if it merely changed)."""
+        key = self._conversation_key(table, conversation_id)
+        if key is None:
+            raise NotFound("conversation not found")
         for _ in range(RETRIES):
-            entry = self.kv.get(table, f"c/{conversation_id}")
-            if entry is None:
+            entry = self.kv.get(table, key)
+            if entry is None or entry.value.get("id") != conversation_id:
                 raise NotFound("conversation not found")
             try:
-                return self.kv.commit(table, [*ops, Check(f"c/{conversation_id}", entry.version)])
+                return self.kv.commit(table, [*ops, Check(key, entry.version)])
             except ConflictError as exc:
-                if exc.key != f"c/{conversation_id}":
+                if exc.key != key:
                     raise _stale("record", exc) from None
         raise Conflict("conversation too busy, try again")
 
@@ -223,15 +235,16 @@ class KvInboxStore:
 
     def conversation_delete(self, tenant: str, conversation: Conversation) -> None:
         table = self._table(tenant)
-        entry = self.kv.get(table, f"c/{conversation.id}")
-        if entry is None:
+        key = f"k/{chat_hash(conversation.chat_key)}"
+        entry = self.kv.get(table, key)
+        if entry is None or entry.value.get("id") != conversation.id:
             raise NotFound("conversation not found")
         if entry.version != conversation.revision:
             raise Conflict("conversation changed concurrently", current_version=entry.version)
         activity = activity_key(conversation.id, entry.value["last_activity_ms"])
         ops: list[Op] = [
-            Delete(f"c/{conversation.id}", conversation.revision),
-            Delete(f"k/{chat_hash(entry.value['chat_key'])}"),
+            Delete(key, conversation.revision),
+            Delete(f"c/{conversation.id}"),
             Delete(activity),
             Put(f"e/{conversation.id}", {"at_ms": now_ms()}),
         ]

@@ -176,7 +176,7 @@ def test_telegram_403_blocked_denies_the_contacts_telegram_consent(world: str, f
     assert contact_get(tenant, users[1].id).consent_status("telegram") == "denied"
     assert contact_get(tenant, users[1].id).consent["telegram"].source == "campaign"
     assert contact_get(tenant, users[2].id).consent_status("telegram") == "granted", "chat not found is not a block"
-    assert fake.requests[0].body["text"] == "Hola Cliente 0, 20% hoy"
+    assert next(r.body["text"] for r in fake.requests if r.recipient == "700000000") == "Hola Cliente 0, 20% hoy"
 
 
 def test_an_expired_token_stops_the_campaign_with_the_rest_still_pending(world: str, fake) -> None:
@@ -217,17 +217,20 @@ def test_cancel_marks_every_unsent_delivery_cancelled(world: str, fake) -> None:
     tenant = world
     make_contacts(tenant, 25)
     campaign = start(tenant)
+    provider = whatsapp(fake)
 
-    def cancel_during_first_batch(recipient, message):
-        if recipient.address.endswith("05"):
-            services.campaign_cancel(tenant, campaign.id)
-        return None
+    class CancelledMidBroadcast:
+        kind = "whatsapp"
 
-    done = services.campaign_run(tenant, campaign.id,
-                                 bot=CampaignBot(whatsapp(fake), (cancel_during_first_batch,)), options=FAST)
+        def broadcast(self, messages):
+            services.campaign_cancel(tenant, campaign.id)  # a person presses cancel while the batch is out
+            return provider.broadcast(messages)
+
+    done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(CancelledMidBroadcast()), options=FAST)
     assert done.state == "cancelled"
     counts = selectors.campaign_progress(tenant, campaign.id).counts
     assert counts.states == {"accepted": 10, "cancelled": 15}, "the batch in flight finishes; the rest is cancelled"
+    assert counts.reasons == {"cancelled:campaign_cancelled": 15}
     assert fake.count() == 10
 
 

@@ -103,6 +103,15 @@ def test_a_sending_slot_is_never_taken_again_and_becomes_in_doubt(slot_store: Sl
     assert (late.state, late.sends) == ("accepted", 1)
 
 
+def test_reserve_for_sending_takes_the_slot_straight_into_sending(slot_store: SlotStore, tenant_id: str) -> None:
+    planned(slot_store, tenant_id, "+573001112233", "+573001112234")
+    (held,) = take(slot_store, tenant_id, "+573001112234")
+    got = slot_store.slots_reserve(tenant_id, CID, ["+573001112233", "+573001112234"], token=new_token(),
+                                   ttl_ms=TTL, now_ms=T0, sending=True)
+    assert [(d.recipient, d.state, d.lease_until) for d in got] == [("+573001112233", "sending", T0 + TTL)]
+    assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == [], "never taken again"
+
+
 def test_a_retryable_failure_releases_the_slot_until_max_attempts(slot_store: SlotStore, tenant_id: str) -> None:
     planned(slot_store, tenant_id, "+573001112233")
     now = T0

@@ -13,7 +13,7 @@ from botmesh_admin.kv.memory import MemoryKv
 from tests.backends import unique_id
 
 COORDINATION_BACKENDS = ["memory", "redis", "redis-cluster"]
-LEASE_MS = 800
+LEASE_MS = 1500
 
 MakeCoordinator = Callable[..., Coordinator]
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections.abc import Callable
 
+import pytest
+
+from botmesh_admin.kv import connect
 from crm import selectors, services
 from crm.domain import CHANNELS
 from crm.stores.base import ContactStore
+from crm.stores.kv import KvContactStore
+
+from . import workers
 
 THREADS = 8
 
@@ -90,3 +97,21 @@ def test_concurrent_identity_claims_by_different_contacts_give_one_owner(crm: st
     assert owner is not None and owner.addresses("email") == ["shared@example.com"]
     holders = [c for c in selectors.contact_iter(crm) if c.addresses("email")]
     assert [c.id for c in holders] == [owner.id]
+
+
+@pytest.mark.services
+def test_upserts_from_several_processes_leave_one_contact(postgres_url: str, redis_url: str, tenant_id: str) -> None:
+    """Four processes (as four web/worker replicas) see the same new phone at once, on PostgreSQL and Redis."""
+    addresses = ["+573001112233", "57 300 111 2233", "573001112233", "300 111 2233"]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(addresses))
+    with ctx.Pool(len(addresses), initializer=workers.init, initargs=(barrier,)) as pool:
+        for url in (postgres_url, redis_url):
+            pending = [pool.apply_async(workers.upsert_in_process, (url, tenant_id, a)) for a in addresses]
+            ids = [p.get(timeout=90) for p in pending]
+            assert len(set(ids)) == 1
+            store = KvContactStore(connect(url))
+            try:
+                assert [c.id for c in store.contact_scan(tenant_id)] == ids[:1]
+            finally:
+                store.kv.close()

@@ -219,3 +219,34 @@ def test_contact_list_filters_and_pages(memory_crm: str) -> None:
     with pytest.raises(ValidationError) as info:
         selectors.contact_list(memory_crm, identity="sms:1")
     assert info.value.field == "identity"
+
+
+def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str) -> None:
+    """A worker killed mid-import leaves the job "running"; once stale, a new run resumes it."""
+    from dataclasses import replace
+
+    text = FIXTURE.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    first_50 = _import(memory_crm, "".join(lines[:51]))  # the dead worker got this far
+    assert first_50.created == 50
+    job = services.contact_import_start(memory_crm, filename="contacts.csv", data=text)
+    store = default_store()
+    store.import_job_replace(memory_crm, replace(job, status="running", processed=50, created=50,
+                                                 updated_at=job.updated_at - services.STALE_RUN_MS - 1),
+                             expected_version=job.version)
+    busy = store.import_job_get(memory_crm, job.id)
+    assert services.contact_import_run(memory_crm, job.id).status == "done"
+    done = selectors.import_job_get(memory_crm, job.id)
+    assert (done.processed, done.created, done.merged, done.failed_rows) == (203, 201, 1, 1)
+    assert len(list(selectors.contact_iter(memory_crm))) == 201
+    assert busy.status == "running"
+
+
+def test_a_job_another_worker_is_running_is_left_alone(memory_crm: str) -> None:
+    from dataclasses import replace
+
+    job = services.contact_import_start(memory_crm, filename="a.csv", data="name,phone\nA,3001112233\n")
+    store = default_store()
+    store.import_job_replace(memory_crm, replace(job, status="running"), expected_version=job.version)
+    assert services.contact_import_run(memory_crm, job.id).status == "running"
+    assert list(selectors.contact_iter(memory_crm)) == []

@@ -48,7 +48,7 @@ def eager_celery():
 
 
 def test_import_page_runs_the_import_and_shows_the_report(admin: Client, tenant: str, eager_celery) -> None:
-    r = admin.post(f"/t/{tenant}/crm/import/", {"file": SimpleUploadedFile("contacts.csv", FIXTURE.read_bytes())})
+    r = admin.post(f"/t/{tenant}/crm/contacts/import/", {"file": SimpleUploadedFile("contacts.csv", FIXTURE.read_bytes())})
     assert r.status_code == 302
     page = admin.get(r["Location"])
     html = page.content.decode()
@@ -62,7 +62,7 @@ def test_import_page_runs_the_import_and_shows_the_report(admin: Client, tenant:
 
 def test_running_import_polls_for_progress(admin: Client, tenant: str) -> None:
     job = services.contact_import_start(tenant, filename="a.csv", data=b"name,phone\nA,3001112233\n")
-    html = admin.get(f"/t/{tenant}/crm/import/{job.id}/").content.decode()
+    html = admin.get(f"/t/{tenant}/crm/contacts/import/{job.id}/").content.decode()
     assert 'hx-trigger="every 1s"' in html and "0 of 1 rows" in html
 
 
@@ -70,14 +70,14 @@ def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
     services.contact_create(tenant, name="Ana García", tags=["vip"],
                             identities=[{"channel": "whatsapp", "address": "3001112233"}])
     services.contact_create(tenant, name="Luis", identities=[{"channel": "email", "address": "l@x.co"}])
-    html = agent.get(f"/t/{tenant}/crm/").content.decode()
+    html = agent.get(f"/t/{tenant}/crm/contacts/").content.decode()
     assert "Ana García" in html and "Luis" in html and "+573001112233" in html
-    assert f'href="/t/{tenant}/crm/"' in html, "nav shows Contacts"
-    html = agent.get(f"/t/{tenant}/crm/", {"q": "garcia"}).content.decode()
+    assert f'href="/t/{tenant}/crm/contacts/"' in html, "nav shows Contacts"
+    html = agent.get(f"/t/{tenant}/crm/contacts/", {"q": "garcia"}).content.decode()
     assert "Ana García" in html and "Luis" not in html
-    html = agent.get(f"/t/{tenant}/crm/", {"tag": "vip"}, HTTP_HX_REQUEST="true").content.decode()
+    html = agent.get(f"/t/{tenant}/crm/contacts/", {"tag": "vip"}, HTTP_HX_REQUEST="true").content.decode()
     assert "Ana García" in html and "Luis" not in html and "<h1>" not in html
-    assert "Import CSV" not in agent.get(f"/t/{tenant}/crm/").content.decode(), "agents see no import link"
+    assert "Import CSV" not in agent.get(f"/t/{tenant}/crm/contacts/").content.decode(), "agents see no import link"
 
 
 def test_contact_detail_shows_consent_history_and_conversations_link(agent: Client, tenant: str) -> None:
@@ -124,4 +124,4 @@ def test_segments_page_saves_rules_and_shows_live_counts(admin: Client, tenant: 
 
 def test_pages_of_another_tenant_are_404(agent: Client, tenant: str) -> None:
     tenancy.tenant_create(tenant + "-b", name="Other")
-    assert agent.get(f"/t/{tenant}-b/crm/").status_code == 404
+    assert agent.get(f"/t/{tenant}-b/crm/contacts/").status_code == 404

@@ -33,6 +33,7 @@ from botmesh_admin.kv import (
     Put,
     connect,
 )
+from botmesh_admin.kv.base import EntryImport, TableListing
 from botmesh_admin.kv.file import FileKv
 from botmesh_admin.kv.memory import MemoryKv
 from botmesh_admin.kv.redis import table_keys as redis_table_keys
@@ -735,3 +736,105 @@ def test_file_kv_killed_mid_write_leaves_old_or_new_snapshot(tmp_path: Path) -> 
         assert entry.version == n
         done = n
     assert done >= 5
+
+
+# -- optional capabilities for backups: tables() and import_entries() ----------------------
+
+
+def test_backend_lists_tables_and_imports_entries(kv: DurableKv) -> None:
+    """Every shipped backend has the two capabilities backups need."""
+    assert isinstance(kv, TableListing) and isinstance(kv, EntryImport)
+
+
+def test_tables_lists_tables_with_live_entries_in_name_order(kv: DurableKv) -> None:
+    """tables(prefix) names every table under the prefix that holds an entry, by byte order."""
+    root = new_table("list")
+    names = [f"{root}/b", f"{root}/a/x", f"{root}/a", f"{root}/é", f"{root}/Z"]
+    for name in names:
+        kv.commit(name, [Put("k", name)])
+    assert kv.tables(f"{root}/") == sorted(names)
+    assert kv.tables(f"{root}/a") == [f"{root}/a", f"{root}/a/x"]
+    assert kv.tables(f"{root}/nothing") == []
+    assert set(sorted(names)) <= set(kv.tables())
+
+
+def test_tables_leaves_out_emptied_dropped_and_expired_tables(kv: DurableKv) -> None:
+    """A table whose entries were deleted, dropped or have all expired is not listed."""
+    root = new_table("gone")
+    kv.commit(f"{root}/deleted", [Put("k", 1)])
+    kv.commit(f"{root}/deleted", [Delete("k")])
+    kv.commit(f"{root}/dropped", [Put("k", 1), Put("j", 2)])
+    kv.drop(f"{root}/dropped")
+    (entry,) = kv.commit(f"{root}/expired", [Put("k", 1, ttl_ms=50)])
+    kv.commit(f"{root}/kept", [Put("k", 1), Put("t", 2, ttl_ms=50)])
+    assert entry.expires_at is not None
+    sleep_past(entry.expires_at)
+    assert kv.tables(f"{root}/") == [f"{root}/kept"]
+
+
+def test_tables_prefix_is_literal_not_a_pattern(kv: DurableKv) -> None:
+    """Glob characters in the prefix match only themselves (Redis SCAN patterns are escaped)."""
+    root = new_table("glob")
+    for name in (f"{root}/a*", f"{root}/ab", f"{root}/a?c", f"{root}/[a]", f"{root}/a\\b"):
+        kv.commit(name, [Put("k", 1)])
+    assert kv.tables(f"{root}/a*") == [f"{root}/a*"]
+    assert kv.tables(f"{root}/a?") == [f"{root}/a?c"]
+    assert kv.tables(f"{root}/[") == [f"{root}/[a]"]
+    assert kv.tables(f"{root}/a\\") == [f"{root}/a\\b"]
+
+
+def test_tables_refuses_a_bad_prefix(kv: DurableKv) -> None:
+    """The prefix follows the table-name rules."""
+    with pytest.raises(ValidationError, match="prefix"):
+        kv.tables("has{brace")
+    with pytest.raises(BadType):
+        kv.tables(None)  # type: ignore[arg-type]
+
+
+def test_import_entries_keeps_values_versions_and_expiry(kv: DurableKv, table: str) -> None:
+    """Imported entries read back exactly, and compare-and-set continues from their versions."""
+    later = now_ms() + 3_600_000
+    entries = [Entry("b", {"n": [1, 2]}, 7, None), Entry("a", "x", 1, later), Entry("c", None, 42, None)]
+    assert kv.import_entries(table, entries) == 3
+    assert kv.scan(table) == sorted(entries, key=lambda e: e.key)
+    (after,) = kv.commit(table, [Put("b", "next", expect=7)])
+    assert after.version == 8
+    with pytest.raises(ConflictError):
+        kv.commit(table, [Put("c", 1, expect=ABSENT)])
+    assert table in kv.tables(table)
+
+
+def test_import_entries_overwrites_keys_and_skips_expired_entries(kv: DurableKv, table: str) -> None:
+    """An imported key replaces the stored one; an entry already expired is not stored."""
+    kv.commit(table, [Put("a", "old"), Put("keep", "me")])
+    stored = kv.import_entries(table, [Entry("a", "new", 5, None), Entry("dead", 1, 1, now_ms() - 1)])
+    assert stored == 1
+    assert kv.scan(table) == [Entry("a", "new", 5, None), Entry("keep", "me", 1, None)]
+    assert kv.get(table, "dead") is None
+
+
+def test_import_entries_validates_before_writing(kv: DurableKv, table: str) -> None:
+    """A bad entry raises ValidationError naming it, and nothing of the batch is stored."""
+    with pytest.raises(ValidationError, match=r"entries\[1\]\.version"):
+        kv.import_entries(table, [Entry("a", 1, 1, None), Entry("b", 1, 0, None)])
+    with pytest.raises(ValidationError, match=r"entries\[0\]\.value"):
+        kv.import_entries(table, [Entry("a", float("nan"), 1, None)])
+    assert kv.scan(table) == []
+
+
+def test_exported_tables_import_into_another_backend_unchanged(kv: DurableKv) -> None:
+    """tables() + scan() on one backend and import_entries() on another copy every entry."""
+    root = new_table("copy")
+    kv.commit(f"{root}/one", [Put(f"k{i:03d}", {"i": i}) for i in range(150)])
+    kv.commit(f"{root}/one", [Put("k000", "again", expect=1)])
+    kv.commit(f"{root}/two", [Put("t", [True], ttl_ms=3_600_000)])
+    copy = MemoryKv()
+    for name in kv.tables(f"{root}/"):
+        entries, after = [], None
+        while page := kv.scan(name, after=after, limit=64):
+            entries += page
+            after = page[-1].key
+        copy.import_entries(name, entries)
+    for name in (f"{root}/one", f"{root}/two"):
+        assert copy.scan(name, limit=1000) == kv.scan(name, limit=1000)
+    assert copy.get(f"{root}/one", "k000") == Entry("k000", "again", 2, None)

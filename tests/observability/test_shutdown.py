@@ -148,3 +148,52 @@ def test_stop_gracefully_flushes_counts_kept_during_an_outage(not_stopping: None
         assert shutdown.stop_gracefully(timeout_s=1) is True
         assert store.read() == {"messages.out": 1}
     assert health._stopping.is_set()
+
+
+@pytest.mark.services
+def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_trace(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A real prefork worker (child initialised by worker_process_init) gets SIGTERM mid-send."""
+    import uuid
+
+    from celery import Celery
+
+    from botmesh_admin.observability.stores.kv import KvTraceStore
+
+    queue, prefix = f"obs-{uuid.uuid4().hex[:8]}", f"obs-{uuid.uuid4().hex[:8]}"
+    url = f"sqlite:///{tmp_path}/kv.sqlite3"
+    env = {**os.environ, "BOTMESH_KV_URL": url, "BOTMESH_DATA_DIR": str(tmp_path), "CELERY_BROKER_URL": redis_url,
+           "OBS_QUEUE": queue, "OBS_PREFIX": prefix, "BOTMESH_DRAIN_TIMEOUT": "30",
+           "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings"}
+    env.pop("REDIS_URL", None)
+    env.pop("OTEL_SDK_DISABLED", None)
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.observability.worker_app", "worker", "-P", "prefork",
+         "-c", "1", "-Q", queue, "-l", "INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    producer = Celery(broker=redis_url)
+    producer.conf.broker_transport_options = {"global_keyprefix": prefix + ":"}
+    kv = connect(url)
+    try:
+        deadline = time.monotonic() + 90
+        while "ready." not in log.read_text():  # a message sent before the queue exists is dropped
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the worker never got ready:\n" + log.read_text()
+            time.sleep(0.1)
+        producer.send_task("tests.observability.slow_send", args=[2.0], queue=queue)
+        while kv.get("obs-proof/marks", "started") is None:
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the send never started:\n" + log.read_text()
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+        assert KvCounterStore(kv).read().get("messages.out", 0) == 1, log.read_text()
+        names = [t.name for t in KvTraceStore(kv).list(None, kind="task")[0]]
+        assert any("tests.observability.slow_send" in n for n in names), (names, log.read_text())
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        producer.close()
+        kv.close()
