@@ -128,8 +128,9 @@ def parse_header(cells: list[str]) -> Header:
 
 
 def _unescape(text: str) -> str:
-    # Export prefixes cells that start like a spreadsheet formula with "'" (OWASP CSV injection).
-    if len(text) > 1 and text[0] == "'" and text[1] in FORMULA_START:
+    # Export prefixes cells that start like a spreadsheet formula (or with "'") with "'"
+    # (OWASP "CSV injection"); take it off again.
+    if len(text) > 1 and text[0] == "'" and text[1] in (*FORMULA_START, "'"):
         return text[1:]
     return text
 
@@ -210,7 +211,7 @@ def count_rows(text: str) -> int:
 
 
 def _escape(text: str) -> str:
-    return "'" + text if text.startswith(FORMULA_START) else text
+    return "'" + text if text.startswith((*FORMULA_START, "'")) else text
 
 
 def export_columns(contacts: Iterable[Contact]) -> list[str]:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.core.signals import setting_changed
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Link, Status, StatusCode
@@ -42,6 +43,15 @@ MAX_STRING = 256
 DIGITS_RE = re.compile(r"(?<![\w.])\+?\d{7,15}(?![\w.])")
 
 _hash_key: bytes | None = None
+
+
+def _forget_key(*, setting: str, **_: Any) -> None:
+    global _hash_key
+    if setting == "BOTMESH_HASH_KEY":
+        _hash_key = None
+
+
+setting_changed.connect(_forget_key)
 
 
 def hash_id(value: object) -> str:
@@ -105,7 +115,7 @@ def guard_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
 def _guard_event(event: Event) -> Event:
     attributes = dict(event.attributes or {})
     if event.name == "exception":
-        kept = {k: attributes[k] for k in ("exception.type", "exception.escaped") if k in attributes}
+        kept: dict[str, Any] = {k: attributes[k] for k in ("exception.type", "exception.escaped") if k in attributes}
         return Event("exception", kept, event.timestamp)
     return Event(guard_text(event.name), guard_attributes(attributes), event.timestamp)
 

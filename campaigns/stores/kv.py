@@ -225,13 +225,15 @@ class KvSlotStore(SlotRules):
             try:
                 written = self.kv.commit(table, ops)
             except ConflictError as exc:
-                # Someone changed that slot since it was read: re-read it and apply the rule to what is there.
-                recipient = exc.key.removeprefix(SLOT)
-                fresh = self.slot_get(tenant, campaign_id, recipient)
-                if fresh is None:
-                    current.pop(recipient, None)
-                else:
-                    current[recipient] = (fresh, current[recipient][1])
+                # Someone changed a slot since it was read (likely more than one: another sender works
+                # through the same page): re-read the batch and apply the rules to what is there now.
+                stale = [exc.key.removeprefix(SLOT)] + [r for r in planned if r != exc.key.removeprefix(SLOT)]
+                for recipient in stale:
+                    fresh = self.slot_get(tenant, campaign_id, recipient)
+                    if fresh is None:
+                        current.pop(recipient, None)
+                    elif fresh.version != current[recipient][0].version:
+                        current[recipient] = (fresh, current[recipient][1])
                 continue
             for (recipient, (n, _)), entry in zip(planned.items(), written, strict=True):
                 assert entry is not None

@@ -51,6 +51,7 @@ def test_marketer_imports_searches_and_builds_a_segment(page, tenant_id: str, sc
     page.wait_for_selector("text=Consent recorded.")
     assert page.locator("[data-testid=consent-whatsapp]").inner_text() == "denied"
     assert "asked by phone to stop" in page.inner_text("[data-testid=consent-history]")
+    page.screenshot(path=str(screenshot_dir / "crm-contact.png"), full_page=True)
 
     page.click("nav.sidenav >> text=Segments")
     page.fill("input[name=name]", "VIP pro")

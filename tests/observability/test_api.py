@@ -98,3 +98,14 @@ def test_metrics_endpoint_requires_the_scrape_token_when_configured(tenant_clien
     settings.BOTMESH_METRICS_TOKEN = "scrape-secret"
     assert Client().get("/metrics").status_code == 401
     assert Client(HTTP_AUTHORIZATION="Bearer scrape-secret").get("/metrics").status_code == 200
+
+
+def test_push_endpoint_is_in_the_openapi_document(tenant_client: TenantClient) -> None:
+    schema = tenant_client.api.get("/api/v1/openapi.json").json()
+    assert "/api/v1/tenants/{tenant}/bots/{bot}/metrics" in schema["paths"]
+    assert "/api/v1/tenants/{tenant}/traces/{trace_id}" in schema["paths"]
+
+
+def test_push_with_a_time_outside_the_retention_is_422(tenant_client: TenantClient) -> None:
+    response = tenant_client.push("tienda-bot", {"replica": "pod-a", "at": 1_000})
+    assert response.status_code == 422 and response.json()["field"] == "at"

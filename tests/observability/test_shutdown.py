@@ -158,6 +158,7 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
     import uuid
 
     from celery import Celery
+    from kombu import Connection
 
     from botmesh_admin.observability.stores.kv import KvTraceStore
 
@@ -173,8 +174,9 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
         [sys.executable, "-m", "celery", "-A", "tests.observability.worker_app", "worker", "-P", "prefork",
          "-c", "1", "-Q", queue, "-l", "INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"],
         cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    producer = Celery(broker=redis_url)
-    producer.conf.broker_transport_options = {"global_keyprefix": prefix + ":"}
+    producer = Celery()
+    # An explicit connection: the CELERY_BROKER_URL (memory://) of the test process wins over any conf.
+    broker = Connection(redis_url, transport_options={"global_keyprefix": prefix + ":"})
     kv = connect(url)
     try:
         deadline = time.monotonic() + 90
@@ -182,7 +184,7 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
             assert worker.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the worker never got ready:\n" + log.read_text()
             time.sleep(0.1)
-        producer.send_task("tests.observability.slow_send", args=[2.0], queue=queue)
+        producer.send_task("tests.observability.slow_send", args=[2.0], queue=queue, connection=broker)
         while kv.get("obs-proof/marks", "started") is None:
             assert worker.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the send never started:\n" + log.read_text()
@@ -195,5 +197,6 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
     finally:
         if worker.poll() is None:
             worker.kill()
+        broker.release()
         producer.close()
         kv.close()

@@ -242,3 +242,9 @@ def test_marker_text_of_a_real_webhook_and_reply_appears_in_no_span(
         for summary in selectors.trace_list(scope, limit=200)[0]:
             stored = json.dumps(selectors.trace_get(scope, summary.trace_id)["spans"])
             assert MARKER not in stored and "573001112233" not in stored
+
+
+def test_hash_id_follows_a_changed_key(settings) -> None:  # type: ignore[no-untyped-def]
+    before = hash_id(PHONE)
+    settings.BOTMESH_HASH_KEY = "another-key"
+    assert hash_id(PHONE) != before

@@ -1,0 +1,38 @@
+"""Template helpers of the campaign pages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def get_item(mapping: Mapping[str, Any] | None, key: str) -> Any:
+    """Return ``mapping[key]`` (or nothing)."""
+    return (mapping or {}).get(key, "")
+
+
+@register.filter
+def ms_utc(value: int | None) -> str:
+    """Format epoch milliseconds as ``2026-11-30 14:05 UTC``."""
+    if value is None or value == "":
+        return ""
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register.filter
+def split_reason(key: str) -> tuple[str, str]:
+    """Split ``state:reason`` (the reason may hold colons: ``failed:code:131047``)."""
+    state, _, reason = str(key).partition(":")
+    return state, reason
+
+
+@register.filter
+def human(name: str) -> str:
+    """``in_doubt`` → ``in doubt``."""
+    return str(name).replace("_", " ")

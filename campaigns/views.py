@@ -1,0 +1,217 @@
+"""Campaign admin pages: the list, the editor with its preview, and a campaign's progress and deliveries.
+
+Pages read without JavaScript; htmx adds the live preview in the editor, the
+progress bar that polls while a campaign runs, and the deliveries filter.
+Views call services and selectors only.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+
+from . import selectors, services
+from .domain import CHANNELS, DELIVERY_STATES, OUTCOMES, Campaign
+
+LIVE_STATES = ("scheduled", "running")
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return bool(request.headers.get("HX-Request"))
+
+
+def _segments(tenant: str) -> list[Any]:
+    from crm.selectors import segment_list
+
+    return segment_list(tenant)
+
+
+def _channel_configs(tenant: str) -> list[Any]:
+    from botmesh_admin.channels.selectors import channel_config_list
+
+    return channel_config_list(tenant)
+
+
+def message_from_form(data: Any) -> dict[str, Any]:
+    """Return the message fields of the editor: a template with one parameter per line, or a text."""
+    channel = data.get("channel", "")
+    if channel == "whatsapp":
+        params = [line.strip() for line in data.get("parameters", "").splitlines() if line.strip()]
+        return {"template": data.get("template", "").strip(), "language": data.get("language", "").strip() or "en_US",
+                "parameters": params}
+    return {"text": data.get("text", "")}
+
+
+def _form_of(c: Campaign) -> dict[str, Any]:
+    return {
+        "name": c.name, "segment_id": c.segment_id, "channel": c.channel, "channel_name": c.channel_name or "",
+        "template": c.message.template or "", "language": c.message.language,
+        "parameters": "\n".join(c.message.parameters), "text": c.message.text or "",
+        "rate_per_s": "" if c.rate_per_s is None else f"{c.rate_per_s:g}",
+    }
+
+
+def _rate(data: Any) -> float | None:
+    raw = data.get("rate_per_s", "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValidationError("campaign.rate_per_s", "must be a number of messages per second") from None
+
+
+@tenant_page("agent")
+def campaign_list(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Every campaign with its state; the running ones with their progress."""
+    after = request.GET.get("after") or None
+    page = selectors.campaign_list(tenant, limit=50, after=after)
+    rows = [(c, selectors.campaign_progress(tenant, c.id).counts if c.state in ("running", "paused") else None)
+            for c in page.items]
+    return render(request, "campaigns/list.html", {
+        "tenant": tenant, "rows": rows, "next": page.next, "is_admin": page_principal(request).can("admin"),
+    })
+
+
+@tenant_page("admin")
+def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None = None) -> HttpResponse:
+    """Create a campaign, or edit a draft: segment, channel, message; ``Preview`` shows the drop counts."""
+    current = selectors.campaign_get(tenant, campaign_id) if campaign_id else None
+    if current is not None and current.state != "draft":
+        messages.error(request, f"A {current.state} campaign cannot be edited.")
+        return redirect("campaigns:detail", tenant=tenant, campaign_id=current.id)
+    form: Any = request.POST if request.method == "POST" else (_form_of(current) if current else {})
+    preview = error = None
+    if request.method == "POST":
+        try:
+            if request.POST.get("action") == "preview":
+                preview = selectors.campaign_plan(tenant, segment_id=request.POST.get("segment_id", ""),
+                                                  channel=request.POST.get("channel", ""))
+            else:
+                campaign = _save(request, tenant, current)
+                messages.success(request, f"Campaign {campaign.name!r} saved as a draft.")
+                return redirect("campaigns:detail", tenant=tenant, campaign_id=campaign.id)
+        except DomainError as exc:
+            error = exc
+    return render(request, "campaigns/editor.html", {
+        "tenant": tenant, "campaign": current, "form": form, "preview": preview, "error": error,
+        "segments": _segments(tenant), "channels": CHANNELS, "configs": _channel_configs(tenant),
+    })
+
+
+def _save(request: HttpRequest, tenant: str, current: Campaign | None) -> Campaign:
+    data = request.POST
+    fields = {
+        "name": data.get("name", ""), "segment_id": data.get("segment_id", ""), "channel": data.get("channel", ""),
+        "message": message_from_form(data), "channel_name": data.get("channel_name") or None,
+        "rate_per_s": _rate(data),
+    }
+    if current is None:
+        return services.campaign_create(tenant, **fields, actor=page_principal(request).actor)
+    return services.campaign_update(tenant, current.id, expected_version=int(data.get("version", "0") or 0), **fields)
+
+
+@require_POST
+@tenant_page("admin")
+def campaign_preview(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The editor's live preview (htmx): recipients now, and the contacts left out by reason."""
+    try:
+        plan = selectors.campaign_plan(tenant, segment_id=request.POST.get("segment_id", ""),
+                                       channel=request.POST.get("channel", ""))
+    except DomainError as exc:
+        return render(request, "campaigns/_preview.html", {"error": exc})
+    return render(request, "campaigns/_preview.html", {"preview": plan})
+
+
+@tenant_page("agent")
+def campaign_detail(request: HttpRequest, tenant: str, campaign_id: str) -> HttpResponse:
+    """A campaign: its message, actions, progress (polled while live), counts by reason and deliveries."""
+    progress = selectors.campaign_progress(tenant, campaign_id)
+    campaign = progress.campaign
+    context = {"tenant": tenant, "campaign": campaign, "counts": progress.counts, "live": campaign.state in LIVE_STATES,
+               "outcomes": OUTCOMES, "is_admin": page_principal(request).can("admin")}
+    if _is_htmx(request) and request.GET.get("part") == "progress":
+        return render(request, "campaigns/_progress.html", context)
+    if campaign.plan is None and campaign.state == "draft":
+        try:
+            context["preview"] = selectors.campaign_plan_of(tenant, campaign_id)
+        except DomainError as exc:
+            context["preview_error"] = exc
+    context.update(_deliveries_context(request, tenant, campaign_id))
+    return render(request, "campaigns/detail.html", context)
+
+
+def _deliveries_context(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
+    state = request.GET.get("state") or None
+    reason = request.GET.get("reason") or None
+    page = selectors.delivery_list(tenant, campaign_id, limit=50, after=request.GET.get("after") or None,
+                                   state=state if state in DELIVERY_STATES else None, reason=reason)
+    return {"deliveries": page, "filter_state": state or "", "filter_reason": reason or "",
+            "delivery_states": DELIVERY_STATES}
+
+
+@tenant_page("agent")
+def delivery_table(request: HttpRequest, tenant: str, campaign_id: str) -> HttpResponse:
+    """The deliveries table, filtered by state and reason (the htmx fragment, or the whole page)."""
+    if not _is_htmx(request):
+        return campaign_detail(request, tenant, campaign_id)
+    campaign = selectors.campaign_get(tenant, campaign_id)
+    context = {"tenant": tenant, "campaign": campaign, "is_admin": page_principal(request).can("admin"),
+               **_deliveries_context(request, tenant, campaign_id)}
+    return render(request, "campaigns/_deliveries.html", context)
+
+
+def _scheduled_at(value: str) -> int:
+    """Return epoch ms of a ``datetime-local`` value read as UTC."""
+    try:
+        when = datetime.fromisoformat(value).replace(tzinfo=UTC)
+    except ValueError:
+        raise ValidationError("scheduled_at", "pick a date and time") from None
+    return int(when.timestamp() * 1000)
+
+
+@require_POST
+@tenant_page("admin")
+def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action: str) -> HttpResponse:
+    """Start (now or at a time), pause, resume, cancel, delete, or resend deliveries in doubt."""
+    actor = page_principal(request).actor
+    try:
+        if action == "start":
+            raw = request.POST.get("scheduled_at", "").strip()
+            campaign = services.campaign_start(tenant, campaign_id, scheduled_at=_scheduled_at(raw) if raw else None,
+                                               actor=actor)
+            messages.success(request, "Campaign scheduled." if campaign.state == "scheduled" else "Campaign started.")
+        elif action == "pause":
+            services.campaign_pause(tenant, campaign_id, actor=actor)
+            messages.success(request, "Campaign paused: the batch in flight finishes, nothing more leaves.")
+        elif action == "resume":
+            services.campaign_resume(tenant, campaign_id, actor=actor)
+            messages.success(request, "Campaign resumed.")
+        elif action == "cancel":
+            services.campaign_cancel(tenant, campaign_id, actor=actor)
+            messages.success(request, "Campaign cancelled.")
+        elif action == "delete":
+            services.campaign_delete(tenant, campaign_id)
+            messages.success(request, "Campaign deleted.")
+            return redirect("campaigns:list", tenant=tenant)
+        elif action == "resend":
+            recipients = request.POST.getlist("recipient")
+            services.delivery_resend(tenant, campaign_id, recipients=recipients, actor=actor)
+            messages.success(request, f"Resending {len(recipients)} deliver{'y' if len(recipients) == 1 else 'ies'}.")
+        else:
+            raise ValidationError("action", "unknown action")
+    except ValidationError as exc:
+        messages.error(request, exc.message)
+    except DomainError as exc:
+        if exc.status == 404:
+            return render_error(request, exc)
+        messages.error(request, exc.message)
+    return redirect("campaigns:detail", tenant=tenant, campaign_id=campaign_id)
