@@ -47,16 +47,19 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
 
 def _journal(tenant: str, type_: str, key: str, config: str, events: list[InboundEvent]) -> str:
     from botmesh_admin.events import Envelope, default_journal
+    from botmesh_admin.observability.tracing import inject_context, span
 
-    record = default_journal().append(
-        Envelope(
-            type=type_,
-            tenant=tenant,
-            channel=INBOUND_CHANNEL,
-            payload={"config": config, "events": [e.to_dict() for e in events]},
-            idempotency_key=key,
+    # The trace context travels in the payload so the projection continues this trace.
+    with span("webhook.journal", tenant=tenant, kind=type_, events=len(events)):
+        record = default_journal().append(
+            Envelope(
+                type=type_,
+                tenant=tenant,
+                channel=INBOUND_CHANNEL,
+                payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
+                idempotency_key=key,
+            )
         )
-    )
     return str(record.id)
 
 

@@ -1,0 +1,106 @@
+"""Campaign pages as a signed-in admin sees them (readable without JavaScript), against the fake provider."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.celery import app as celery_app
+from botmesh_admin.channels import services as channels
+from botmesh_admin.tenancy import services as tenancy
+from campaigns import selectors
+from crm import selectors as crm_selectors
+from crm import services as crm
+
+from .conftest import make_contacts
+
+
+def _member(tenant: str, username: str, role: str) -> Client:
+    get_user_model().objects.create_user(username=username, password="x-very-long-password")
+    tenancy.membership_set(tenant, username=username, role=role)
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=username))
+    return client
+
+
+@pytest.fixture
+def tenant(db, world: str, fake) -> str:
+    tenancy.tenant_create(world, name="Tienda", default_region="CO")
+    channels.channel_config_set(world, kind="whatsapp", name="wa-main", phone_number_id="106540352242922",
+                                access_token="EAAG-test-token", api_base_url=fake.base_url)
+    make_contacts(world, 4)
+    make_contacts(world, 1, consent="denied", start=9)
+    crm.segment_create(world, name="Promo", rules={"tags_all": ["promo"]})
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield world
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def admin(tenant: str) -> Client:
+    return _member(tenant, f"admin-{tenant}", "admin")
+
+
+def _form(tenant: str, **kw) -> dict:
+    segment = crm_selectors.segment_list(tenant)[0]
+    return {"name": "Noviembre", "segment_id": segment.id, "channel": "whatsapp", "channel_name": "wa-main",
+            "template": "promo_nov", "language": "es", "parameters": "{name}\n20%", "text": "", "rate_per_s": "",
+            "action": "save", **kw}
+
+
+def test_the_editor_previews_drop_counts_then_saves_a_draft(admin: Client, tenant: str) -> None:
+    page = admin.get(f"/t/{tenant}/campaigns/new/")
+    assert page.status_code == 200 and b"Promo" in page.content
+    preview = admin.post(f"/t/{tenant}/campaigns/preview", _form(tenant), HTTP_HX_REQUEST="true")
+    text = preview.content.decode()
+    assert 'data-testid="preview-recipients">4<' in text
+    assert 'data-reason="opted_out"' in text and "Cliente 9" in text
+    no_js = admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant, action="preview"))
+    assert 'data-testid="preview-recipients">4<' in no_js.content.decode(), "the preview works without JavaScript"
+
+    bad = admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant, template=""))
+    assert "campaign.message.template" in bad.content.decode()
+    saved = admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
+    assert saved.status_code == 302
+    (campaign,) = selectors.campaign_list(tenant).items
+    assert (campaign.state, campaign.message.parameters) == ("draft", ("{name}", "20%"))
+    detail = admin.get(saved["Location"]).content.decode()
+    assert 'data-testid="preview-recipients">4<' in detail and 'data-testid="start-now"' in detail
+
+
+def test_start_shows_progress_counts_and_the_deliveries_table(admin: Client, tenant: str, fake) -> None:
+    admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
+    (campaign,) = selectors.campaign_list(tenant).items
+    fake.script("+573000000001", "window_closed")
+    fake.script("+573000000002", "drop", times=1)
+    started = admin.post(f"/t/{tenant}/campaigns/{campaign.id}/start")
+    assert started.status_code == 302
+    text = admin.get(f"/t/{tenant}/campaigns/{campaign.id}/").content.decode()
+    assert 'data-state="completed"' in text
+    assert 'data-testid="progress-percent">100<' in text
+    assert "in doubt: the provider may have received" in text
+    assert text.count('data-testid="resend"') == 1
+    progress = admin.get(f"/t/{tenant}/campaigns/{campaign.id}/?part=progress", HTTP_HX_REQUEST="true").content
+    assert b'data-testid="count-accepted"' in progress and b"hx-trigger" not in progress, "no polling once done"
+    failed = admin.get(f"/t/{tenant}/campaigns/{campaign.id}/deliveries", {"state": "failed"},
+                       HTTP_HX_REQUEST="true").content.decode()
+    assert "+573000000001" in failed and "131047" in failed and "+573000000000" not in failed
+
+    resent = admin.post(f"/t/{tenant}/campaigns/{campaign.id}/resend", {"recipient": "+573000000002"})
+    assert resent.status_code == 302
+    assert selectors.campaign_progress(tenant, campaign.id).counts.states == {"accepted": 3, "failed": 1}
+    assert fake.count("+573000000002") == 2
+
+
+def test_list_page_and_agents_cannot_edit(admin: Client, tenant: str) -> None:
+    admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
+    listing = admin.get(f"/t/{tenant}/campaigns/").content.decode()
+    assert "Noviembre" in listing and 'data-testid="campaign-state">draft<' in listing
+    agent = _member(tenant, f"agent-{tenant}", "agent")
+    assert agent.get(f"/t/{tenant}/campaigns/").status_code == 200
+    assert agent.get(f"/t/{tenant}/campaigns/new/").status_code == 403
+    (campaign,) = selectors.campaign_list(tenant).items
+    assert agent.post(f"/t/{tenant}/campaigns/{campaign.id}/start").status_code == 403
+    assert selectors.campaign_get(tenant, campaign.id).state == "draft"
