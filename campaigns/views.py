@@ -140,6 +140,7 @@ def campaign_detail(request: HttpRequest, tenant: str, campaign_id: str) -> Http
                "outcomes": OUTCOMES, "is_admin": page_principal(request).can("admin")}
     if _is_htmx(request) and request.GET.get("part") == "progress":
         return render(request, "campaigns/_progress.html", context)
+    context["segment_name"] = next((s.name for s in _segments(tenant) if s.id == campaign.segment_id), None)
     if campaign.plan is None and campaign.state == "draft":
         try:
             context["preview"] = selectors.campaign_plan_of(tenant, campaign_id)

@@ -102,3 +102,21 @@ def login(page, username: str, password: str) -> None:
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("button[type=submit]")
+
+
+@pytest.fixture(autouse=True)
+def fresh_default_stores():
+    """Give every test its own in-memory default Kv and journal.
+
+    The process-wide defaults would otherwise carry state (login failure counts,
+    metrics, traces, journal records) from one test to the next in an xdist worker.
+    A test that needs a shared backend (real worker processes) nests its own
+    ``use_kv`` / ``use_journal``.
+    """
+    from botmesh_admin.events import use_journal
+    from botmesh_admin.events.memory import MemoryEventJournal
+    from botmesh_admin.kv.memory import MemoryKv
+    from botmesh_admin.kv.runtime import use_kv
+
+    with use_kv(MemoryKv()), use_journal(MemoryEventJournal()):
+        yield

@@ -46,19 +46,18 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
 
 
 def _journal(tenant: str, type_: str, key: str, config: str, events: list[InboundEvent]) -> str:
-    from botmesh_admin.events import Envelope, default_journal
+    from botmesh_admin.events.services import event_publish
     from botmesh_admin.observability.tracing import inject_context, span
 
-    # The trace context travels in the payload so the projection continues this trace.
+    # Journaled before the HTTP answer; the drain is queued after commit. The
+    # trace context travels in the payload so the projection continues this trace.
     with span("webhook.journal", tenant=tenant, kind=type_, events=len(events)):
-        record = default_journal().append(
-            Envelope(
-                type=type_,
-                tenant=tenant,
-                channel=INBOUND_CHANNEL,
-                payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
-                idempotency_key=key,
-            )
+        record = event_publish(
+            tenant,
+            type=type_,
+            channel=INBOUND_CHANNEL,
+            payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
+            idempotency_key=key,
         )
     return str(record.id)
 
@@ -114,11 +113,11 @@ def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
     if body is None:
         return _error(400, "bad_request", "the body is not a JSON object")
     names = []
+    by_number = {c.phone_number_id: c for c in channels}  # one query per webhook, not one per number
     for phone_number_id in whatsapp.phone_number_ids(body):
-        try:
-            channel = selectors.channel_for_whatsapp(tenant, phone_number_id=phone_number_id)
-        except NotFound as exc:
-            return _error(404, "not_found", exc.message)
+        channel = by_number.get(phone_number_id)
+        if channel is None:
+            return _error(404, "not_found", f"no WhatsApp channel for phone number id {phone_number_id!r}")
         if phone_number_id not in signed_by:  # signed with another number's app secret
             return _error(401, "bad_signature", "the body is not signed with this number's app secret")
         names.append(channel.name)

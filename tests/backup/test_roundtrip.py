@@ -27,8 +27,7 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
     Return (source dump after the writer stopped, target dump, facts about the
     writer: steps done before and after the backup).
     """
-    source.run("migrate", "--noinput")
-    filled = source.site("fill")
+    filled = source.site("fill")  # migrates first
     _, err = filled.communicate(timeout=120)
     assert filled.returncode == 0, err[-3000:]
 
@@ -49,9 +48,15 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
     assert writer.returncode == 0, writer.stderr.read()[-3000:]  # type: ignore[union-attr]
     assert after > before, "the writer made no progress while the backup ran"
 
+    source_dump: dict[str, Any] = {}
+    dumping = threading.Thread(target=lambda: source_dump.update(source.dump()))
+    dumping.start()  # the source is read while the target restores: two processes at once
     out = target.run("restore", str(backup))
     assert "restored the backup of" in out.stdout
-    return source.dump(), target.dump(), {"before": before, "after": after, "total": len(steps)}
+    target_dump = target.dump()
+    dumping.join(timeout=120)
+    assert source_dump, "the source dump failed"
+    return source_dump, target_dump, {"before": before, "after": after, "total": len(steps)}
 
 
 def _wait_for(ready: Any, proc: Any, timeout_s: float = 60) -> None:

@@ -1,0 +1,75 @@
+"""The campaign pages in headless Chromium: an admin creates, previews and starts a campaign, then reads the result."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from botmesh_admin.celery import app as celery_app
+from botmesh_admin.channels import services as channels
+from botmesh_admin.tenancy import services as tenancy
+from crm import services as crm
+from tests.conftest import login
+
+from .conftest import make_contacts
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screenshot_dir) -> None:
+    tenant = world
+    tenancy.tenant_create(tenant, name="Tienda Demo", default_region="CO")
+    channels.channel_config_set(tenant, kind="whatsapp", name="wa-main", phone_number_id="106540352242922",
+                                access_token="EAAG-test-token", api_base_url=fake.base_url)
+    make_contacts(tenant, 12)
+    make_contacts(tenant, 2, consent="denied", start=40)
+    make_contacts(tenant, 1, tags=("otro",), start=50)
+    crm.segment_create(tenant, name="Clientes promo", rules={"tags_all": ["promo"]})
+    fake.script("+573000000003", "window_closed")
+    fake.script("+573000000007", "drop")
+    get_user_model().objects.create_user("marta", password="marta-password-1")
+    tenancy.membership_set(tenant, username="marta", role="admin")
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True  # the run happens inside the start request (no worker here)
+    try:
+        login(page, "marta", "marta-password-1")
+        page.goto(f"/t/{tenant}/campaigns/")
+        page.get_by_role("link", name="New campaign").click()
+        page.fill("input[name=name]", "Noviembre 20%")
+        page.select_option("select[name=segment_id]", label="Clientes promo")
+        page.select_option("select[name=channel]", "whatsapp")
+        page.select_option("select[name=channel_name]", "wa-main")
+        page.fill("input[name=template]", "promo_noviembre")
+        page.fill("input[name=language]", "es")
+        page.fill("textarea[name=parameters]", "{name}\n20%")
+        page.get_by_test_id("preview-button").click()
+        page.wait_for_selector("[data-testid=preview-recipients]")
+        assert page.get_by_test_id("preview-recipients").inner_text() == "12"
+        drops = page.get_by_test_id("preview-drops").inner_text()
+        assert "opted out" in drops and "not in the segment" in drops
+        assert fake.count() == 0, "a preview sends nothing"
+
+        page.get_by_test_id("save-button").click()
+        page.wait_for_selector("[data-testid=start-now]")
+        assert page.get_by_test_id("campaign-state").first.inner_text() == "draft"
+        page.get_by_test_id("start-now").click()
+        page.wait_for_selector("#campaign-progress[data-state=completed]")
+
+        assert page.get_by_test_id("progress-percent").inner_text() == "100"
+        assert page.get_by_test_id("count-accepted").inner_text().split()[-1] == "10"
+        assert page.get_by_test_id("count-failed").inner_text().split()[-1] == "1"
+        assert page.get_by_test_id("count-in_doubt").inner_text().split()[-1] == "1"
+        assert "Planned 12 recipients of 15 contacts" in page.get_by_test_id("plan-summary").inner_text()
+        assert page.locator("[data-testid=deliveries] tr[data-state=accepted]").count() == 10
+        assert page.get_by_test_id("resend").count() == 1
+        assert fake.count() == 12 and all(fake.count(f"+5730{i:08d}") == 1 for i in range(12))
+        page.select_option("select[name=state]", "failed")
+        page.wait_for_function(
+            "document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 1")
+        assert "131047" in page.get_by_test_id("deliveries").inner_text()
+        page.select_option("select[name=state]", "")
+        page.wait_for_function(
+            "document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 12")
+        page.screenshot(path=str(screenshot_dir / "campaign.png"), full_page=True)
+    finally:
+        celery_app.conf.task_always_eager = previous
