@@ -11,6 +11,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 RUN groupadd --system botmesh && useradd --system --gid botmesh --home-dir /app --shell /usr/sbin/nologin botmesh
 
+# pg_dump/pg_restore for `manage.py backup` / `restore` (Debian 12: client 15, as the server in compose).
+RUN apt-get update && \
+    apt-get install -y --no-install-recommends postgresql-client && \
+    rm -rf /var/lib/apt/lists/*
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY botmesh_admin ./botmesh_admin

@@ -14,7 +14,9 @@ Run ``.venv/bin/python bench/campaigns.py [--recipients 2000] [--concurrency 8] 
   (``WhatsAppProvider.payload``) to the same server with ``urllib`` and reading
   the answers; nothing recorded anywhere.
 
-The ratio is pipeline deliveries/s ÷ raw requests/s (target ≥ 0.5).
+The ratio is pipeline deliveries/s ÷ raw requests/s (target ≥ 0.5). Measured on the
+2-core dev box (2000 recipients, concurrency 8, batch 100, best of 3; noisy):
+memory 0.69, SQLite 0.63, Redis 0.61, PostgreSQL 0.49 (raw loop 540-600 requests/s).
 """
 
 from __future__ import annotations

@@ -450,7 +450,8 @@ def delivery_to_json(d: Delivery) -> dict[str, Any]:
 
 
 def delivery_from_json(data: Mapping[str, Any], version: int) -> Delivery:
-    return Delivery(**{name: data.get(name) for name in _DELIVERY_FIELDS if name in data}, version=version)
+    fields: dict[str, Any] = {name: data[name] for name in _DELIVERY_FIELDS if name in data}
+    return Delivery(**fields, version=version)
 
 
 def new_delivery(recipient: Recipient, at: int) -> Delivery:
@@ -517,17 +518,17 @@ def mark_failed(d: Delivery, *, token: str, failure: Failure, max_attempts: int,
     if not _answered(d, token):
         return None
     attempts = d.attempts + 1
-    common = dict(
-        attempts=attempts, error_code=failure.error_code, error_title=(failure.error_title or "")[:300] or None,
-        retryable=failure.retryable, lease_until=None, updated_at=now,
-    )
+    title = (failure.error_title or "")[:300] or None
     if failure.retryable and attempts < max_attempts:
         delay = failure.retry_after_ms if failure.retry_after_ms is not None else 1000 * 2 ** (attempts - 1)
-        return replace(d, state="pending", token=None, not_before=now + delay, reason="retrying", **common)
+        return replace(d, state="pending", token=None, not_before=now + delay, reason="retrying", attempts=attempts,
+                       error_code=failure.error_code, error_title=title, retryable=True, lease_until=None,
+                       updated_at=now)
     reason = f"code:{failure.error_code}" if failure.error_code is not None else "refused"
     if failure.retryable:
         reason = "gave_up"
-    return replace(d, state="failed", reason=reason, **common)
+    return replace(d, state="failed", reason=reason, attempts=attempts, error_code=failure.error_code,
+                   error_title=title, retryable=failure.retryable, lease_until=None, updated_at=now)
 
 
 def mark_dropped(d: Delivery, *, token: str, reason: str, now: int) -> Delivery | None:

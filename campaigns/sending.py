@@ -4,6 +4,7 @@ Part of the services layer (it writes through the stores). One batch at a time:
 
 1. look at each contact again (``Planner.check``: consent withdrawn since the
    plan → ``dropped``) and run the bot's send hooks (a reason → ``dropped``);
+   the contacts of the next batch are read while this one is out;
 2. wait for the channel's throttle (booked in the store, shared by every process);
 3. reserve the available slots and mark them ``sending`` in one write
    (``SlotStore.slots_reserve(..., sending=True)``; a slot another sender holds,
@@ -26,8 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,6 +40,7 @@ from botmesh_admin.channels.providers import Provider
 from botmesh_admin.observability import metrics
 from botmesh_admin.observability.shutdown import inflight
 from botmesh_admin.observability.tracing import span
+from crm.domain import Contact
 
 from .domain import (
     REASON_RE,
@@ -155,11 +160,15 @@ def send_campaign(
                     due = d.not_before if d.state == "pending" else d.lease_until
                     wake_at = min(wake_at or due or now, due or now)
             candidates = [d for d in page if d.available(now)]
-            for start in range(0, len(candidates), options.batch_size):
-                if start and not control.keep_going():
+            chunks = [candidates[i:i + options.batch_size] for i in range(0, len(candidates), options.batch_size)]
+            # The next batch's contacts are read while this one is out (reads only; at most one batch older).
+            checks = run.start_checks(chunks[0]) if chunks else []
+            for index, chunk in enumerate(chunks):
+                if index and not control.keep_going():
                     run.report.stopped = True
                     return run.report
-                due = run.send_batch(candidates[start:start + options.batch_size])
+                current, checks = checks, run.start_checks(chunks[index + 1]) if index + 1 < len(chunks) else []
+                due = run.send_batch(chunk, [f.result() for f in current])
                 if due is not None:
                     wake_at = min(wake_at or due, due)
                 if run.report.fatal:
@@ -174,6 +183,20 @@ def send_campaign(
         sleep(max(0.0, min(wake_at - clock(), MAX_IDLE_WAIT_MS)) / 1000)
 
 
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+READERS = 8
+
+
+def _reads_pool() -> ThreadPoolExecutor:
+    """Return this process's pool for the send-time contact reads (made again after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="campaign-reads"))
+        return _pool[1]
+
+
 class _Run:
     def __init__(
         self, bot: CampaignBot, planner: Planner, tenant: str, campaign: Campaign, slots: SlotStore,
@@ -185,13 +208,19 @@ class _Run:
         self.clock, self.sleep = clock, sleep
         self.report = SendReport()
 
-    def send_batch(self, candidates: Sequence[Delivery]) -> int | None:
-        """Send one batch; return when a slot it released for a retry is due (ms), if any."""
+    def start_checks(self, candidates: Sequence[Delivery]) -> list[Future[tuple[str | None, Contact | None]]]:
+        """Start reading each candidate's contact again (``Planner.check``), in parallel."""
+        pool, channel = _reads_pool(), self.campaign.channel
+        return [pool.submit(self.planner.check, d.contact_id, channel, d.recipient) for d in candidates]
+
+    def send_batch(
+        self, candidates: Sequence[Delivery], checks: Sequence[tuple[str | None, Contact | None]],
+    ) -> int | None:
+        """Send one batch (``checks``: its contacts' send-time checks); return when a retry is due (ms), if any."""
         tenant, cid, channel = self.tenant, self.campaign.id, self.campaign.channel
         dropped: list[tuple[Delivery, str]] = []
         ready: dict[str, tuple[Delivery, OutboundMessage]] = {}
-        for d in candidates:
-            reason, contact = self.planner.check(d.contact_id, channel, d.recipient)
+        for d, (reason, contact) in zip(candidates, checks, strict=True):
             if reason is None:
                 name = contact.name if contact else None
                 message = self._message(d, name)

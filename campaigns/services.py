@@ -397,9 +397,11 @@ def default_options(campaign: Campaign) -> SendOptions:
 
 def bot_for(tenant: str, campaign: Campaign) -> CampaignBot:
     """Return the bot that sends ``campaign``: its channel's provider (the console without credentials in dev)."""
+    from botmesh_admin.channels.domain import Channel
     from botmesh_admin.channels.providers import provider_for
     from botmesh_admin.channels.selectors import channel_config_get, channel_config_list
 
+    channel: Channel | None
     if campaign.channel_name:
         channel = channel_config_get(tenant, name=campaign.channel_name)
     else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 from botmesh_admin.errors import NotFound
@@ -207,25 +208,22 @@ class SlotRules:
         self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
         now_ms: int, sending: bool = False,
     ) -> list[Delivery]:
-        def change(d: Delivery) -> Delivery | None:
-            return domain.reserve(d, token=token, ttl_ms=ttl_ms, now=now_ms, sending=sending)
-
+        change = partial(domain.reserve, token=token, ttl_ms=ttl_ms, now=now_ms, sending=sending)
         return self._apply(tenant, campaign_id, [(c, change) for c in candidates])
 
     def slots_mark_sending(
         self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, ttl_ms: int, now_ms: int
     ) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=d.token: domain.mark_sending(cur, token=t or "", ttl_ms=ttl_ms, now=now_ms))
-            for d in held
+            (d, partial(domain.mark_sending, token=d.token or "", ttl_ms=ttl_ms, now=now_ms)) for d in held
         ])
 
     def slots_mark_sent(
         self, tenant: str, campaign_id: str, sent: Sequence[tuple[Delivery, str, str | None]], *, now_ms: int
     ) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=d.token, p=pid, r=rcpt: domain.mark_sent(
-                cur, token=t or "", provider_message_id=p, provider_recipient=r, now=now_ms))
+            (d, partial(domain.mark_sent, token=d.token or "", provider_message_id=pid, provider_recipient=rcpt,
+                        now=now_ms))
             for d, pid, rcpt in sent
         ])
 
@@ -234,8 +232,8 @@ class SlotRules:
         now_ms: int,
     ) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=d.token, f=failure: domain.mark_failed(
-                cur, token=t or "", failure=f, max_attempts=max_attempts, now=now_ms))
+            (d, partial(domain.mark_failed, token=d.token or "", failure=failure, max_attempts=max_attempts,
+                        now=now_ms))
             for d, failure in failed
         ])
 
@@ -243,8 +241,7 @@ class SlotRules:
         self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, now_ms: int
     ) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=d.token, r=reason: domain.mark_dropped(cur, token=t or "", reason=r, now=now_ms))
-            for d, reason in dropped
+            (d, partial(domain.mark_dropped, token=d.token or "", reason=reason, now=now_ms)) for d, reason in dropped
         ])
 
     def slots_mark_in_doubt(
@@ -252,14 +249,14 @@ class SlotRules:
         expired_only: bool = False,
     ) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=(None if expired_only else d.token or ""), r=reason: domain.mark_in_doubt(
-                cur, reason=r, now=now_ms, token=t))
+            (d, partial(domain.mark_in_doubt, reason=reason, now=now_ms,
+                        token=None if expired_only else d.token or ""))
             for d, reason in items
         ])
 
     def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:
         return self._apply(tenant, campaign_id, [
-            (d, lambda cur, t=d.token: domain.release(cur, token=t or "", now=now_ms)) for d in held
+            (d, partial(domain.release, token=d.token or "", now=now_ms)) for d in held
         ])
 
     def slots_cancel(self, tenant: str, campaign_id: str, *, now_ms: int) -> int:
@@ -269,7 +266,7 @@ class SlotRules:
             todo = [d for d in page if domain.cancel(d, now=now_ms) is not None]
             if todo:
                 cancelled += len(self._apply(
-                    tenant, campaign_id, [(d, lambda cur: domain.cancel(cur, now=now_ms)) for d in todo]
+                    tenant, campaign_id, [(d, partial(domain.cancel, now=now_ms)) for d in todo]
                 ))
             if len(page) < 1000:
                 return cancelled
@@ -279,7 +276,7 @@ class SlotRules:
         current = self.slot_get(tenant, campaign_id, recipient)  # type: ignore[attr-defined]
         if current is None:
             raise NotFound("delivery not found")
-        done = self._apply(tenant, campaign_id, [(current, lambda cur: domain.resend(cur, now=now_ms))])
+        done = self._apply(tenant, campaign_id, [(current, partial(domain.resend, now=now_ms))])
         if not done:
             raise StateConflict("only a delivery in doubt can be resent", current_version=current.version)
         return done[0]

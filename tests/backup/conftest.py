@@ -55,16 +55,29 @@ class Installation:
         return proc
 
     def site(self, what: str) -> subprocess.Popen[str]:
-        """Start ``tests.backup.site <what>`` (stdin and stdout piped)."""
-        return subprocess.Popen([sys.executable, "-m", "tests.backup.site", what], cwd=REPO, env=self.env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+        """Start ``tests.backup.site <what>`` (stdin and stdout piped, stderr to ``<what>.log``).
+
+        Its log goes to a file, not a pipe: nobody reads a pipe while the
+        process runs, and a full pipe would stop it mid-write.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log(what).open("w") as log:
+            return subprocess.Popen([sys.executable, "-m", "tests.backup.site", what], cwd=REPO, env=self.env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    text=True)  # fmt: skip
+
+    def log(self, what: str) -> Path:
+        return self.data_dir / f"{what}.log"
+
+    def finish(self, proc: subprocess.Popen[str], what: str) -> str:
+        """Wait for ``proc``; return its stdout; fail the test with its log tail on a non-zero exit."""
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        if proc.returncode != 0:
+            pytest.fail(f"site {what} exited {proc.returncode}:\n{self.log(what).read_text()[-3000:]}")
+        return out
 
     def dump(self) -> dict[str, Any]:
-        proc = self.site("dump")
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        assert proc.returncode == 0, err[-3000:]
-        return json.loads(out)
+        return json.loads(self.finish(self.site("dump"), "dump"))
 
 
 def _free_port() -> int:

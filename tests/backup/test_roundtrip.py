@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,7 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
     Return (source dump after the writer stopped, target dump, facts about the
     writer: steps done before and after the backup).
     """
-    filled = source.site("fill")  # migrates first
-    _, err = filled.communicate(timeout=120)
-    assert filled.returncode == 0, err[-3000:]
+    source.finish(source.site("fill"), "fill")  # migrates first
 
     writer = source.site("writer")
     assert writer.stdout is not None
@@ -37,7 +36,7 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
     reader = threading.Thread(target=lambda: steps.extend(int(line) for line in writer.stdout), daemon=True)
     reader.start()
     try:
-        _wait_for(lambda: len(steps) >= 5, writer)
+        _wait_for(lambda: len(steps) >= 5, writer, source)
         before = len(steps)
         source.run("backup", str(backup))
         after = len(steps)
@@ -45,7 +44,7 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
         writer.stdin.close()  # type: ignore[union-attr]
         writer.wait(timeout=60)
         reader.join(timeout=10)
-    assert writer.returncode == 0, writer.stderr.read()[-3000:]  # type: ignore[union-attr]
+    assert writer.returncode == 0, source.log("writer").read_text()[-3000:]
     assert after > before, "the writer made no progress while the backup ran"
 
     source_dump: dict[str, Any] = {}
@@ -59,12 +58,10 @@ def run_round_trip(source: Installation, target: Installation, backup: Path) -> 
     return source_dump, target_dump, {"before": before, "after": after, "total": len(steps)}
 
 
-def _wait_for(ready: Any, proc: Any, timeout_s: float = 60) -> None:
-    import time
-
+def _wait_for(ready: Any, proc: Any, site: Installation, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert proc.poll() is None, site.log("writer").read_text()[-3000:]
         assert time.monotonic() < deadline, "the writer did not start"
         time.sleep(0.05)
 

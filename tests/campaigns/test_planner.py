@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from crm import services as crm
-from crm.domain import Consent, Contact, Identity, SegmentRules
 from campaigns import selectors
 from campaigns.planner import Planner
+from crm import services as crm
+from crm.domain import Consent, Contact, Identity, SegmentRules
 
 from .conftest import make_contacts
 

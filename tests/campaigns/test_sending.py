@@ -246,3 +246,32 @@ def test_the_throttle_spaces_batches_by_the_channel_rate(world: str, fake) -> No
                                  sleep=clock.sleep)
     assert done.state == "completed" and fake.count() == 12
     assert clock.now - t0 >= 2000, "12 messages at 4/s: the third batch starts 2 s after the first"
+
+
+def test_results_are_matched_by_destination_chat_not_by_order_or_canonical_id(world: str, fake) -> None:
+    """A provider may answer out of order and with its own id for the recipient (the fixture's ``wa_id``)."""
+    tenant = world
+    make_contacts(tenant, 6)
+    fake.script("+573000000004", "window_closed")
+    campaign = start(tenant)
+    provider = whatsapp(fake)
+
+    class Shuffled:
+        kind = "whatsapp"
+
+        def broadcast(self, messages):
+            return list(reversed(provider.broadcast(messages)))
+
+    services.campaign_run(tenant, campaign.id, bot=CampaignBot(Shuffled()), options=FAST)
+    got = states(tenant, campaign.id)
+    for recipient, d in got.items():
+        sent = [r for r in fake.requests if r.body["to"] == recipient]
+        assert len(sent) == 1 and sent[0].body["to"] == recipient  # sent to the planned address itself
+        if recipient == "+573000000004":
+            assert (d.state, d.error_code) == ("failed", 131047)
+        else:
+            assert d.state == "accepted" and d.provider_recipient == recipient.lstrip("+")
+    # Each accepted delivery holds the wamid the provider gave for *its* request (the fake numbers them).
+    wamid_of = {r.body["to"]: f"wamid.FAKE{n:026X}" for n, r in enumerate(fake.requests, start=1)}
+    assert {r: d.provider_message_id for r, d in got.items() if d.state == "accepted"} == {
+        r: wamid_of[r] for r in got if r != "+573000000004"}

@@ -70,3 +70,22 @@ def test_systemd_verify_catches_a_broken_unit(tmp_path: Path) -> None:
     proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "bad.service")],
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode != 0 and "Unknown key 'FooBar'" in proc.stderr
+
+
+def test_image_and_compose_can_take_backups() -> None:
+    """pg_dump is in the image; the compose "backup" tool writes to its own volume, not a layer."""
+    assert re.search(r"apt-get install[^\n]*postgresql-client", (ROOT / "Dockerfile").read_text())
+    doc = compose()
+    backup = doc["services"]["backup"]
+    assert backup["profiles"] == ["tools"] and "manage.py backup /backups/" in " ".join(backup["command"])
+    assert "backups:/backups" in backup["volumes"] and "backups" in doc["volumes"]
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_backup_timer_verifies(tmp_path: Path) -> None:
+    for unit in ("botmesh-backup.service", "botmesh-backup.timer"):
+        text = (DEPLOY / "systemd" / unit).read_text().replace("/opt/botmesh/.venv", str(ROOT / ".venv"))
+        (tmp_path / unit).write_text(text)
+    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "botmesh-backup.timer")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

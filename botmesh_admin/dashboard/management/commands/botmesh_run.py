@@ -9,6 +9,7 @@ or SIGTERM stops all three, workers first draining what they hold.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -42,9 +43,12 @@ class Command(BaseCommand):
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
         procs: dict[str, subprocess.Popen[bytes]] = {}
+        env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files
         for name, cmd in commands.items():
             log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child's life)
-            procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR)
+            procs[name] = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR, env=env
+            )
 
         stopping = False
 
