@@ -62,8 +62,11 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 
 @tenant_page("agent")
 def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
-    """The tenant's overview: links to every package."""
-    return render(request, "tenancy/home.html", {"tenant": tenant})
+    """The tenant's overview: one card per package with its headline number."""
+    from botmesh_admin.dashboard.overview import tenant_overview
+
+    cards = tenant_overview(tenant, principal=page_principal(request))
+    return render(request, "tenancy/home.html", {"tenant": tenant, "cards": cards})
 
 
 @tenant_page("admin")

@@ -23,7 +23,8 @@ def member() -> None:
 def test_login_then_switch_tenant(page, member, screenshot_dir) -> None:
     login(page, "dana", "dana-password-1")
     page.wait_for_url("**/t/acme/")
-    assert page.locator("h1").inner_text() == "acme"
+    assert page.locator("h1").inner_text() == "ACME · acme"
+    assert page.locator("[data-testid=card-inbox]").count() == 1
     assert page.locator("nav.sidenav a", has_text="Settings").count() == 1  # admin in acme
     page.screenshot(path=str(screenshot_dir / "login-overview.png"), full_page=True)
     page.select_option("#tenant-switch", "globex")
