@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import APIKeyCookie, HttpBearer
-from django.conf import settings
 
 from botmesh_admin.errors import DomainError
 from botmesh_admin.tenancy.principal import Principal

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -32,13 +33,13 @@ class ConfigError(ValueError):
         self.variable = variable
 
 
-def env(name: str, default: str | None = None, environ: dict[str, str] | None = None) -> str | None:
+def env(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
     """Return ``name`` from the environment, or the content of the file named by ``name_FILE``."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(name)
+    source: Mapping[str, str] = os.environ if environ is None else environ
+    value = source.get(name)
     if value is not None and value != "":
         return value
-    path = environ.get(f"{name}_FILE")
+    path = source.get(f"{name}_FILE")
     if path:
         try:
             return Path(path).read_text(encoding="utf-8").strip()

@@ -79,10 +79,9 @@ class DemoContext:
 def ensure_accounts() -> dict[str, str]:
     """Create the demo users, tenants and one admin API token per tenant; return the tokens."""
     from django.contrib.auth import get_user_model
-
-    from botmesh_admin.tenancy import services
     from django.utils import timezone
 
+    from botmesh_admin.tenancy import services
     from botmesh_admin.tenancy.models import ApiToken
 
     users = get_user_model()

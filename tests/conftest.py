@@ -87,7 +87,7 @@ def page(chromium, live_server):
 
 
 @pytest.fixture
-def screenshot_dir() -> "os.PathLike[str]":
+def screenshot_dir() -> os.PathLike[str]:
     """Where browser tests save screenshots for a person to look at (``var/screenshots``)."""
     from pathlib import Path
 

@@ -43,7 +43,7 @@ def membership_set(tenant: str, *, username: str, role: str) -> Membership:
     return membership
 
 
-def token_create(tenant: str, *, name: str, role: str = Role.ADMIN, created_by: str = "") -> tuple[ApiToken, str]:
+def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str = "") -> tuple[ApiToken, str]:
     """Create an API token; return ``(token, plaintext)``. The plaintext is shown once, never stored."""
     name = (name or "").strip()
     if not name or len(name) > 100:
