@@ -149,8 +149,9 @@ def backup_create(path: str | os.PathLike[str], *, say: Say = _quiet) -> dict[st
         manifest.write(directory, doc)
         os.chmod(directory / manifest.MANIFEST, 0o600)
         if as_tar:
-            mode = "w:gz" if path.name.endswith((".gz", ".tgz")) else "w"
-            with tarfile.open(path.with_name(f".{path.name}.partial"), mode) as tar:
+            partial = path.with_name(f".{path.name}.partial")
+            gz = path.name.endswith((".gz", ".tgz"))
+            with tarfile.open(partial, "w:gz") if gz else tarfile.open(partial, "w") as tar:
                 for item in sorted(directory.iterdir()):
                     tar.add(item, arcname=item.name)
             os.replace(path.with_name(f".{path.name}.partial"), path)

@@ -6,6 +6,7 @@ check are one atomic step. ``FileEventJournal`` adds a durable snapshot.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import threading
 from collections.abc import Iterator, Sequence
@@ -248,7 +249,9 @@ class MemoryEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+    def export_records(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         with self._lock:

@@ -22,6 +22,7 @@ counter or the records. Redis errors are raised as ``StoreUnavailable``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 from collections.abc import Iterator, Sequence
@@ -452,7 +453,9 @@ class RedisEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+    def export_records(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         lower = f"({after}" if after else "-"

@@ -24,6 +24,7 @@ as ``StoreUnavailable``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -514,7 +515,9 @@ class SqlEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(self, *, after: str | None = None, limit: int = 1000) -> list[EventRecord]:
+    def export_records(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         rows = self._db.run(self._sql["export"], {"after": after or "", "limit": limit})
@@ -549,7 +552,7 @@ class SqlEventJournal:
             ) from None
         return len(rows)
 
-    def _import_rows(self, rows: list[dict[str, Any]], fence: int) -> None:
+    def _import_rows(self, rows: builtins.list[dict[str, Any]], fence: int) -> None:
         t = self.table
         if isinstance(self._db, _Postgres):
             with self._db.errors():

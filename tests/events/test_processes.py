@@ -70,6 +70,11 @@ def wait_until(predicate, what: str, timeout_s: float = DEADLINE_S) -> None:  # 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:
     for proc in procs:
+        if proc.poll() is None and proc.stdout is not None:
+            # Wait for "ready" (its SIGTERM handler is installed): under load a worker still
+            # importing Django was killed by the default handler and exited -15.
+            proc.stdout.readline()
+    for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
     for proc in procs:
