@@ -9,6 +9,7 @@ token of another tenant gets 404. Errors always have the shape
 
 from __future__ import annotations
 
+import re
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
-from botmesh_admin.errors import DomainError
+from botmesh_admin.errors import DomainError, PermissionDenied
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
@@ -34,12 +35,36 @@ def _path_tenant(request: HttpRequest) -> str:
     return str(tenant)
 
 
+# What a ``bot`` token may call, relative to /api/v1/tenants/<tenant>/ — nothing else.
+BOT_OPERATIONS = [
+    ("POST", re.compile(r"^ledger$")),
+    ("POST", re.compile(r"^bots/[^/]+/metrics$")),
+    ("GET", re.compile(r"^handoff/[^/]+$")),
+    ("GET", re.compile(r"^whoami$")),
+]
+
+
+def _bot_may_call(request: HttpRequest, tenant: str) -> bool:
+    prefix = f"/api/v1/tenants/{tenant}/"
+    if not request.path.startswith(prefix):
+        return False
+    rest = request.path[len(prefix):]
+    return any(request.method == method and pattern.match(rest) for method, pattern in BOT_OPERATIONS)
+
+
 class TenantTokenAuth(HttpBearer):
-    """``Authorization: Bearer bm_<prefix>_<secret>`` of the path's tenant."""
+    """``Authorization: Bearer bm_<prefix>_<secret>`` of the path's tenant.
+
+    A ``bot`` token is limited to ``BOT_OPERATIONS`` here, in one place, so no
+    endpoint can forget it (403 elsewhere).
+    """
 
     def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
-        principal = principal_for_token(token, _path_tenant(request))
+        tenant = _path_tenant(request)
+        principal = principal_for_token(token, tenant)
         if principal is not None:
+            if principal.role == "bot" and not _bot_may_call(request, tenant):
+                raise PermissionDenied("a bot token may only push its ledger and metrics and read handoffs")
             request.principal = principal  # type: ignore[attr-defined]
         return principal
 

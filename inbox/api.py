@@ -416,5 +416,6 @@ def ledger_push(request: HttpRequest, tenant: str) -> Status:
     written. A record without ``tenantId`` belongs to the token's tenant; one
     naming another tenant is refused. Records are projected by a worker.
     """
+    principal(request).require("bot")  # a bot's token (or an admin's), never an agent's
     records = services.ledger_parse(request.body)
     return Status(202, services.ledger_push(principal(request).tenant, records))

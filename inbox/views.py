@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import replies, selectors, services
 from .domain import Conversation, Message, Note
@@ -152,7 +152,10 @@ def _action(view: Any) -> Any:
             done = view(request, tenant, conversation_id)
         except DomainError as exc:
             if request.headers.get("HX-Request"):
-                return render_error(request, exc)
+                # Re-render the thread with the error on top: the agent sees why
+                # (e.g. 409, someone else assigned it) and the current state.
+                context = {**_thread_context(request, tenant, conversation_id), "error": exc}
+                return render(request, "inbox/_thread.html", context, status=exc.status)
             flash.error(request, exc.message)
             done = None
         return _after_action(request, tenant, conversation_id, done)

@@ -54,8 +54,8 @@ def _out(record: EventRecord) -> EventOut:
 
 @router.get("events", response={200: Page[EventOut], 422: ErrorOut})
 def event_list(request: HttpRequest, tenant: str, filters: Query[EventFilters]) -> dict[str, Any]:
-    """List the tenant's events, newest first; pass ``next`` back as ``after``."""
-    principal(request)
+    """List the tenant's events, newest first; pass ``next`` back as ``after`` (admins only)."""
+    principal(request).require("admin")
     channel = "" if filters.channel == "default" else filters.channel
     items, nxt = selectors.event_list(
         tenant, state=filters.state, channel=channel, limit=filters.limit, after=filters.after
@@ -65,16 +65,16 @@ def event_list(request: HttpRequest, tenant: str, filters: Query[EventFilters]) 
 
 @router.get("event-counts", response={200: EventCountsOut})
 def event_counts(request: HttpRequest, tenant: str) -> EventCountsOut:
-    """Return the tenant's event counts by state and by channel."""
-    principal(request)
+    """Return the tenant's event counts by state and by channel (admins only)."""
+    principal(request).require("admin")
     summary = selectors.event_summary(tenant)
     return EventCountsOut(by_state=summary.by_state, by_channel=summary.by_channel, total=summary.total)
 
 
 @router.get("events/{event_id}", response={200: EventOut, 404: ErrorOut})
 def event_get(request: HttpRequest, tenant: str, event_id: str) -> EventOut:
-    """Return one event of the tenant (404 for another tenant's)."""
-    principal(request)
+    """Return one event of the tenant (404 for another tenant's; admins only)."""
+    principal(request).require("admin")
     return _out(selectors.event_get(tenant, event_id=event_id))
 
 

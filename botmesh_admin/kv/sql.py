@@ -236,9 +236,12 @@ _PG_SCHEMA_READY = (
     "SELECT to_regclass('botmesh_kv') IS NOT NULL AND to_regprocedure("
     "'botmesh_kv_commit_v1(text,text[],text[],text[],bigint[],bigint[])') IS NOT NULL"
 )
+# The arrays go in binary (%b): psycopg's text format quotes and escapes every
+# element with a regular expression, which for JSON values (full of quotes) cost
+# more client CPU than the rest of the commit.
 _PG_COMMIT = (
     "SELECT r_pos, r_conflict, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v1("
-    "%s::text, %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+    "%s::text, %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[])"
 )
 # Single-op fast paths: one statement that updates or deletes an existing live row.
 # They never insert, so the function's "absent stays absent under the advisory

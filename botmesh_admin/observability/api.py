@@ -90,9 +90,9 @@ def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsP
 
     The body is the snapshot itself (or ``{"snapshot": {...}}``) with ``replica``
     (or ``replicaId``) and, optionally, ``at``: when it was taken, epoch ms
-    within the last 24 hours (default: now).
+    within the last 24 hours (default: now). Needs a bot (or admin) token.
     """
-    principal(request)
+    principal(request).require("bot")
     data = body.model_dump()
     replica = data.pop("replica", None) or data.pop("replicaId", None)
     if replica is None:

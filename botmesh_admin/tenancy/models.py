@@ -12,6 +12,10 @@ TENANT_ID_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 class Role(models.TextChoices):
     AGENT = "agent", "Agent"
     ADMIN = "admin", "Admin"
+    BOT = "bot", "Bot (API token only: ledger and metrics push, handoff reads)"
+
+
+HUMAN_ROLES = (Role.AGENT.value, Role.ADMIN.value)
 
 
 class Tenant(models.Model):
@@ -40,7 +44,9 @@ class Membership(models.Model):
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.AGENT)
+    role = models.CharField(
+        max_length=16, choices=[(r, r.title()) for r in HUMAN_ROLES], default=Role.AGENT
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from botmesh_admin.errors import PermissionDenied
 
-ROLE_RANK = {"agent": 1, "admin": 2}
+ROLE_RANK = {"bot": 0, "agent": 1, "admin": 2}
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,14 @@ class Principal:
     token_id: int | None = None
 
     def can(self, role: str) -> bool:
-        """Return True if this principal's role is ``role`` or above (admin > agent)."""
+        """Return True if this principal may act as ``role``.
+
+        Humans rank admin > agent. ``bot`` is the role of a bot's API token: it
+        may push its ledger and metrics and read handoffs, which admins may too;
+        agents may not (they would forge customer messages).
+        """
+        if role == "bot":
+            return self.role in ("bot", "admin")
         return ROLE_RANK.get(self.role, 0) >= ROLE_RANK[role]
 
     def require(self, role: str) -> None:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 
-from .models import ApiToken, Membership, Role, Tenant
+from .models import HUMAN_ROLES, ApiToken, Membership, Role, Tenant
 from .selectors import token_digest
 
 
@@ -30,8 +30,8 @@ def tenant_create(tenant: str, *, name: str, default_region: str = "CO") -> Tena
 
 def membership_set(tenant: str, *, username: str, role: str) -> Membership:
     """Give ``username`` the ``role`` (agent or admin) in ``tenant``."""
-    if role not in Role.values:
-        raise ValidationError("membership.role", f"must be one of {', '.join(Role.values)}")
+    if role not in HUMAN_ROLES:
+        raise ValidationError("membership.role", f"must be one of {', '.join(HUMAN_ROLES)}")
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise NotFound(f"user {username!r} not found")

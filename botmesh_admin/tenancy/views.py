@@ -10,9 +10,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError
+from botmesh_admin.kv.tenant import ID_RE
 
 from . import selectors, services, throttle
 from .pages import page_principal, render_error, tenant_page
+
+
+LAST_TENANT = "botmesh_last_tenant"
+NEW_TOKEN = "botmesh_new_token"
 
 
 class LoginView(auth_views.LoginView):
@@ -50,19 +55,25 @@ def home(request: HttpRequest) -> HttpResponse:
     """Send the user to their first tenant, or explain that they have none."""
     tenants = selectors.tenant_list_for_user(request.user)
     if tenants:
-        return redirect("tenant-home", tenant=tenants[0].id)
+        last = request.session.get(LAST_TENANT)
+        chosen = next((t.id for t in tenants if t.id == last), tenants[0].id)
+        return redirect("tenant-home", tenant=chosen)
     return render(request, "no_tenant.html")
 
 
 @login_required
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     """Go to the tenant chosen in the switcher (a GET form, so it works without JavaScript)."""
-    return redirect("tenant-home", tenant=request.GET.get("tenant", ""))
+    tenant = request.GET.get("tenant", "")
+    if not tenant or not ID_RE.fullmatch(tenant):
+        return redirect("home")
+    return redirect("tenant-home", tenant=tenant)
 
 
 @tenant_page("agent")
 def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
     """The tenant's overview: one card per package with its headline number."""
+    request.session[LAST_TENANT] = tenant  # where the next login lands
     from botmesh_admin.dashboard.overview import tenant_overview
 
     cards = tenant_overview(tenant, principal=page_principal(request))
@@ -71,19 +82,25 @@ def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @tenant_page("admin")
 def tokens(request: HttpRequest, tenant: str) -> HttpResponse:
-    """List, create and revoke the tenant's API tokens."""
-    created = None
+    """List, create and revoke the tenant's API tokens.
+
+    A created token is shown once, on the page the POST redirects to
+    (post/redirect/get), so reloading the page never creates a second token.
+    """
     if request.method == "POST":
         try:
-            _, created = services.token_create(
+            _, plaintext = services.token_create(
                 tenant,
                 name=request.POST.get("name", ""),
                 role=request.POST.get("role", "admin"),
                 created_by=page_principal(request).actor,
             )
+            request.session[NEW_TOKEN] = plaintext
             messages.success(request, "Token created. Copy it now: it is not shown again.")
         except DomainError as exc:
             messages.error(request, exc.message)
+        return redirect("tenancy:tokens", tenant=tenant)
+    created = request.session.pop(NEW_TOKEN, None)
     return render(
         request,
         "tenancy/tokens.html",

@@ -104,3 +104,24 @@ def test_other_tenant_is_404(agent):
     other = unique_id("other")
     tenancy.tenant_create(other, name="Other")
     assert client.get(f"/t/{other}/inbox/").status_code == 404
+
+
+def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
+    """Found by exploratory testing: htmx dropped 4xx answers, so a stale assign showed nothing."""
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    base = f"/t/{tenant}/inbox/{conv.id}"
+    assert client.post(f"{base}/assign", {"agent": username, "expected_version": conv.version}).status_code == 302
+    response = client.post(
+        f"{base}/assign", {"agent": "", "expected_version": conv.version}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'class="error-box"' in html and "409" in html
+    assert "inbox-composer" in html  # the thread is still there, with the current state
+    assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
+
+
+def test_pages_tell_htmx_to_show_error_answers(db):
+    html = Client().get("/login/").content.decode()
+    assert '"[45]..","swap":true' in html

@@ -95,3 +95,38 @@ def test_session_auth_needs_membership_and_csrf(world) -> None:
 def test_openapi_documents_the_routes(world, client: Client) -> None:
     spec = client.get("/api/v1/openapi.json").json()
     assert "/api/v1/tenants/{tenant}/whoami" in spec["paths"]
+
+
+def test_agent_token_cannot_push_a_ledger(world, client: Client) -> None:
+    """Found by exploratory testing: an agent token forged an inbound customer message."""
+    record = {"id": "m1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "573001112233",
+              "direction": "in", "type": "text", "body": "refund me", "timestamp": 1764500000000}
+    resp = client.post("/api/v1/tenants/acme/ledger", [record], content_type="application/json",
+                       **bearer(world.acme_agent_token))
+    assert resp.status_code == 403
+    assert client.get("/api/v1/tenants/acme/events", **bearer(world.acme_agent_token)).status_code == 403
+
+
+def test_bot_token_may_push_but_not_read_conversations(world, client: Client) -> None:
+    from botmesh_admin.tenancy import services
+
+    _, bot = services.token_create("acme", name="tienda-bot", role="bot")
+    assert client.get("/api/v1/tenants/acme/whoami", **bearer(bot)).json()["role"] == "bot"
+    assert client.get("/api/v1/tenants/acme/handoff/whatsapp:573001112233", **bearer(bot)).status_code == 200
+    resp = client.get("/api/v1/tenants/acme/conversations", **bearer(bot))
+    assert resp.status_code == 403 and resp.json()["error"] == "permission_denied"
+    assert client.get("/api/v1/tenants/acme/contacts", **bearer(bot)).status_code == 403
+    record = {"id": "m1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "573001112233",
+              "direction": "in", "type": "text", "body": "hola", "timestamp": 1764500000000}
+    resp = client.post("/api/v1/tenants/acme/ledger", [record], content_type="application/json", **bearer(bot))
+    assert resp.status_code == 202
+
+
+def test_people_cannot_be_given_the_bot_role(world) -> None:
+    import pytest
+
+    from botmesh_admin.errors import ValidationError
+    from botmesh_admin.tenancy import services
+
+    with pytest.raises(ValidationError, match="membership.role"):
+        services.membership_set("acme", username="bob", role="bot")

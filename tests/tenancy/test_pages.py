@@ -36,7 +36,7 @@ def test_agent_cannot_open_token_page(world, client: Client) -> None:
 
 def test_admin_creates_and_revokes_token_in_ui(world, client: Client) -> None:
     client.login(username="alice", password="alice-password-1")
-    resp = client.post("/t/acme/settings/tokens/", {"name": "deploy", "role": "admin"})
+    resp = client.post("/t/acme/settings/tokens/", {"name": "deploy", "role": "admin"}, follow=True)
     token = re.search(r'data-testid="new-token">([^<]+)<', resp.content.decode()).group(1)
     api = Client()  # no session: the token alone
     assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
@@ -70,3 +70,32 @@ def test_pages_load_no_asset_from_another_host(world, client: Client) -> None:
         html = client.get(url).content.decode()
         for ref in re.findall(r'(?:src|href)="([^"]+)"', html):
             assert not re.match(r"^(https?:)?//", ref), f"{url} loads {ref} from another host"
+
+
+def test_reloading_the_token_page_creates_no_second_token(world, client: Client) -> None:
+    """Found by exploratory testing: the token was shown in the POST answer, so a reload re-posted."""
+    client.login(username="alice", password="alice-password-1")
+    resp = client.post("/t/acme/settings/tokens/", {"name": "once", "role": "admin"})
+    assert resp.status_code == 302
+    first = client.get("/t/acme/settings/tokens/").content.decode()
+    assert 'data-testid="new-token"' in first
+    again = client.get("/t/acme/settings/tokens/").content.decode()
+    assert 'data-testid="new-token"' not in again  # shown once
+    assert ApiToken.objects.filter(tenant_id="acme", name="once").count() == 1
+
+
+def test_switch_without_a_tenant_goes_home(world, client: Client) -> None:
+    """Found by exploratory testing: /switch without ?tenant= was a 500."""
+    client.login(username="alice", password="alice-password-1")
+    assert client.get("/switch").status_code == 302
+    assert client.get("/switch?tenant=").url == "/"
+    assert client.get("/switch?tenant=../x").url == "/"
+
+
+def test_login_lands_on_the_last_tenant_used(world, client: Client) -> None:
+    from botmesh_admin.tenancy import services
+
+    services.membership_set("globex", username="alice", role="agent")
+    client.login(username="alice", password="alice-password-1")
+    client.get("/t/globex/")
+    assert client.get("/").url == "/t/globex/"

@@ -16,7 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("tenant")
         parser.add_argument("token_id", nargs="?", type=int)
         parser.add_argument("--name", default="cli")
-        parser.add_argument("--role", default="admin", choices=["admin", "agent"])
+        parser.add_argument("--role", default="admin", choices=["admin", "agent", "bot"])
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
         try:
