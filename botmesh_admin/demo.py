@@ -101,6 +101,26 @@ def ensure_accounts() -> dict[str, str]:
     return tokens
 
 
+MARKER_TABLE, MARKER_KEY = "system/demo", "loaded"
+
+
+def demo_loaded() -> dict[str, Any] | None:
+    """Return the record of an earlier demo load (``{"at": ms, "summaries": [...]}``), or ``None``."""
+    from botmesh_admin.kv.runtime import default_kv
+
+    entry = default_kv().get(MARKER_TABLE, MARKER_KEY)
+    return entry.value if entry else None
+
+
+def mark_demo_loaded(summaries: list[str]) -> None:
+    """Remember that the demo data is in, so the next start does not load it over the user's edits."""
+    from botmesh_admin.kv import Put
+    from botmesh_admin.kv.runtime import default_kv
+    from botmesh_admin.kv.validation import now_ms
+
+    default_kv().commit(MARKER_TABLE, [Put(MARKER_KEY, {"at": now_ms(), "summaries": summaries})])
+
+
 def load_over_http(base_url: str, tokens: dict[str, str]) -> list[str]:
     """Run every package's demo loader against the server at ``base_url``; return their summaries."""
     ctx = DemoContext(base_url=base_url.rstrip("/"), tokens=tokens, fixtures=fixtures_dir())

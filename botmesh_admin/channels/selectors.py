@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from botmesh_admin.errors import NotFound
 
 from .domain import Channel
@@ -36,6 +39,53 @@ def channel_config_list(tenant: str, *, kind: str | None = None) -> list[Channel
     if kind is not None:
         rows = rows.filter(kind=kind)
     return [to_channel(r) for r in rows.order_by("name")]
+
+
+# Webhooks read the configuration on every POST; a per-process copy spares that
+# query. Seconds: how long another process's change may go unseen here (this
+# process's own changes drop the copy at once, see ``channel_config_forget``).
+CONFIG_TTL_S = 10.0
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple[float, tuple[Channel, ...]]] = {}
+_generation = 0  # bumped by every forget: a read that overlapped a change is not kept
+
+
+def channel_config_list_cached(
+    tenant: str, *, kind: str | None = None, refresh: bool = False
+) -> list[Channel]:
+    """Return ``channel_config_list(tenant, kind=kind)`` from a copy at most ``CONFIG_TTL_S`` old.
+
+    For the webhook views only: a caller that would refuse a request because of
+    the copy (a secret or a channel added or rotated in another process) asks
+    again with ``refresh=True``, which reads the database and renews the copy.
+    A tenant without channels is never kept, so unknown tenant ids in URLs
+    cannot grow the cache.
+    """
+    now = time.monotonic()
+    with _cache_lock:
+        cached = None if refresh else _cache.get(tenant)
+        generation = _generation
+    if cached is not None and cached[0] > now:
+        channels = cached[1]
+    else:
+        channels = tuple(channel_config_list(tenant))
+        with _cache_lock:
+            if channels and generation == _generation:
+                _cache[tenant] = (now + CONFIG_TTL_S, channels)
+            else:
+                _cache.pop(tenant, None)
+    return [c for c in channels if kind is None or c.kind == kind]
+
+
+def channel_config_forget(tenant: str | None = None) -> None:
+    """Drop the cached configuration of ``tenant`` (``None``: of every tenant) after a change."""
+    global _generation
+    with _cache_lock:
+        _generation += 1
+        if tenant is None:
+            _cache.clear()
+        else:
+            _cache.pop(tenant, None)
 
 
 def channel_config_get(tenant: str, *, name: str) -> Channel:

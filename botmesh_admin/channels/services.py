@@ -20,7 +20,7 @@ from .domain import (
     Channel,
 )
 from .models import ChannelConfig
-from .selectors import to_channel
+from .selectors import channel_config_forget, to_channel
 from .telegram import SECRET_TOKEN_RE
 
 PHONE_NUMBER_ID_RE = re.compile(r"^[0-9]{1,32}$")
@@ -147,7 +147,17 @@ def channel_config_set(
             row.save()
     except IntegrityError:
         raise Conflict(f"channel {name!r} or its phone number id was just taken by another write") from None
+    _forget(tenant)
     return to_channel(row)
+
+
+def _forget(tenant: str | None) -> None:
+    """Drop the webhooks' cached configuration now and, inside a transaction, again once it commits.
+
+    The second drop covers a webhook that re-read the old rows in between.
+    """
+    channel_config_forget(tenant)
+    transaction.on_commit(lambda: channel_config_forget(tenant))
 
 
 def _column(secret: str) -> str:
@@ -172,6 +182,7 @@ def channel_config_delete(tenant: str, *, name: str) -> None:
     deleted, _ = ChannelConfig.objects.filter(tenant_id=tenant, name=name).delete()
     if not deleted:
         raise NotFound(f"channel {name!r} not found")
+    _forget(tenant)
 
 
 def channel_credentials_rotate() -> int:
@@ -191,5 +202,6 @@ def channel_credentials_rotate() -> int:
                     setattr(row, column, credentials.reencrypt(token))
                     changed += 1
             row.save(update_fields=[*columns, "updated_at"])
+    _forget(None)
     return changed
 

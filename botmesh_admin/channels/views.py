@@ -31,10 +31,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from botmesh_admin.errors import DomainError, NotFound, ValidationError
+from botmesh_admin.errors import DomainError, ValidationError
 
 from . import selectors, telegram, whatsapp
-from .domain import InboundEvent
+from .domain import Channel, InboundEvent
 
 log = logging.getLogger("botmesh.channels")
 
@@ -84,12 +84,28 @@ def _domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
+# Answers that may come from a stale per-process copy of the configuration (a
+# channel or secret just set in another process): checked again against the database.
+RECHECK = (401, 403, 404)
+
+
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
 @_domain_errors
 def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
     """Answer Meta's handshake (GET) or journal a signed webhook body (POST)."""
-    channels = selectors.channel_config_list(tenant, kind="whatsapp")
+    cached = selectors.channel_config_list_cached(tenant, kind="whatsapp")
+    response = _whatsapp(request, tenant, cached)
+    if response.status_code in RECHECK:
+        fresh = selectors.channel_config_list_cached(tenant, kind="whatsapp", refresh=True)
+        response = _whatsapp(request, tenant, fresh)
+    if response.status_code == 401:
+        log.warning("whatsapp webhook for tenant %s: bad signature", tenant)
+    return response
+
+
+def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> HttpResponse:
+    """Answer a WhatsApp webhook request against ``channels``; journal only what is answered 200."""
     if not channels:
         return _error(404, "not_found", "no WhatsApp channel here")
     if request.method == "GET":
@@ -107,13 +123,12 @@ def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
         if c.is_set("app_secret") and whatsapp.verify_signature(raw, header, c.secret("app_secret") or "")
     }
     if not signed_by:
-        log.warning("whatsapp webhook for tenant %s: bad signature", tenant)
         return _error(401, "bad_signature", f"{whatsapp.SIGNATURE_HEADER} does not match the body")
     body = _json_object(raw)
     if body is None:
         return _error(400, "bad_request", "the body is not a JSON object")
     names = []
-    by_number = {c.phone_number_id: c for c in channels}  # one query per webhook, not one per number
+    by_number = {c.phone_number_id: c for c in channels}
     for phone_number_id in whatsapp.phone_number_ids(body):
         channel = by_number.get(phone_number_id)
         if channel is None:
@@ -135,12 +150,24 @@ def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
 @_domain_errors
 def telegram_webhook(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
     """Journal a Telegram ``Update`` sent with the channel's secret token."""
-    try:
-        channel = selectors.channel_for_telegram(tenant, name=name)
-    except NotFound as exc:
-        return _error(404, "not_found", exc.message)
-    if not channel.check("webhook_secret", request.headers.get(telegram.SECRET_HEADER)):
+    cached = selectors.channel_config_list_cached(tenant, kind="telegram")
+    response = _telegram(request, tenant, name, cached)
+    if response.status_code in RECHECK:
+        fresh = selectors.channel_config_list_cached(tenant, kind="telegram", refresh=True)
+        response = _telegram(request, tenant, name, fresh)
+    if response.status_code == 401:
         log.warning("telegram webhook for tenant %s channel %s: bad secret token", tenant, name)
+    return response
+
+
+def _telegram(
+    request: HttpRequest, tenant: str, name: str, channels: list[Channel]
+) -> HttpResponse:
+    """Answer a Telegram webhook request against ``channels``; journal only what is answered 200."""
+    channel = next((c for c in channels if c.name == name), None)
+    if channel is None:
+        return _error(404, "not_found", f"Telegram channel {name!r} not found")
+    if not channel.check("webhook_secret", request.headers.get(telegram.SECRET_HEADER)):
         return _error(401, "bad_secret", f"{telegram.SECRET_HEADER} does not match")
     update = _json_object(request.body)
     update_id = telegram.update_id(update)

@@ -29,6 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=settings.CONFIG.port)
         parser.add_argument("--no-demo", action="store_true", help="do not load the demo tenant")
+        parser.add_argument(
+            "--reload-demo", action="store_true",
+            help="load the demo data again even if an earlier start loaded it (overwrites your edits)",
+        )
         parser.add_argument("--exit-after-load", action="store_true", help="stop once the demo is loaded (smoke test)")
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +51,8 @@ class Command(BaseCommand):
         for name, cmd in commands.items():
             log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child's life)
             procs[name] = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR, env=env
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR, env=env,
+                start_new_session=True,  # Ctrl-C reaches only us; each child gets one SIGTERM below
             )
 
         stopping = False
@@ -63,7 +68,12 @@ class Command(BaseCommand):
             summaries: list[str] = []
             if not opts["no_demo"]:
                 tokens = demo.ensure_accounts()
-                summaries = demo.load_over_http(base_url, tokens)
+                earlier = demo.demo_loaded()
+                if earlier and not opts["reload_demo"]:
+                    summaries = ["already loaded by an earlier start; your edits are kept (--reload-demo loads it again)"]
+                else:
+                    summaries = demo.load_over_http(base_url, tokens)
+                    demo.mark_demo_loaded(summaries)
             self.stdout.write("")
             self.stdout.write(self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"))
             self.stdout.write(f"  log in as {demo.ADMIN_USER} / {demo.ADMIN_PASSWORD} (admin) "
