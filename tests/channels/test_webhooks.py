@@ -148,3 +148,73 @@ def test_telegram_bad_secret_unknown_channel_and_bad_body(configured, journal, c
 def test_webhooks_need_no_csrf_token(configured, journal) -> None:
     client = Client(enforce_csrf_checks=True)
     assert post_wa(client, "01_text.json").status_code == 200
+
+
+# -- the per-process copy of the configuration (selectors.channel_config_list_cached) -----------
+
+
+def channel_queries(client: Client, *requests) -> int:
+    """Send ``requests`` (callables taking the client); return how many channel-table queries they ran."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        for request in requests:
+            request(client)
+    return sum("channels_channelconfig" in q["sql"] for q in ctx.captured_queries)
+
+
+def test_webhooks_read_the_configuration_once_per_ttl(configured, journal, client: Client) -> None:
+    raw = fixture_path("telegram", "02_text.json").read_bytes()
+    first = channel_queries(client, lambda c: post_wa(c, "01_text.json"))
+    again = channel_queries(
+        client,
+        lambda c: post_wa(c, "02_image_caption.json"),
+        lambda c: c.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json",
+                         **{TG_HEADER: configured.telegram_secret}),
+    )
+    assert (first, again) == (1, 0)
+    assert len(records(journal)) == 3
+
+
+def test_secret_rotated_by_another_process_is_honoured_at_once(configured, journal, client: Client) -> None:
+    from botmesh_admin.channels import credentials
+    from botmesh_admin.channels.models import ChannelConfig
+    from botmesh_admin.channels.whatsapp import signature
+
+    assert post_wa(client, "01_text.json").status_code == 200  # the copy now holds the old secret
+    # Another process rotates the secret: this process's copy is not told.
+    ChannelConfig.objects.filter(tenant_id="tienda", name="main").update(
+        app_secret_encrypted=credentials.encrypt("rotated-secret")
+    )
+    raw = fixture_path("whatsapp", "raw", "04_reaction.json").read_bytes()
+    assert post_wa(client, "x", raw=raw, signature=signature(raw, "rotated-secret")).status_code == 200
+    other = fixture_path("whatsapp", "raw", "06_statuses.json").read_bytes()
+    assert post_wa(client, "x", raw=other, signature=signature(other, configured.app_secret)).status_code == 401
+
+
+def test_number_added_by_another_process_is_found_at_once(configured, journal, client: Client) -> None:
+    from botmesh_admin.channels import credentials
+    from botmesh_admin.channels.models import ChannelConfig
+    from botmesh_admin.channels.whatsapp import signature
+
+    assert post_wa(client, "01_text.json").status_code == 200
+    ChannelConfig.objects.create(
+        tenant_id="tienda", kind="whatsapp", name="second", phone_number_id="222",
+        app_secret_encrypted=credentials.encrypt("second-secret"),
+    )
+    raw = fixture_path("whatsapp", "raw", "01_text.json").read_bytes().replace(b"106540352242922", b"222")
+    assert post_wa(client, "x", raw=raw, signature=signature(raw, "second-secret")).status_code == 200
+    assert [r.payload["config"] for r in records(journal)][0] == "second"
+
+
+def test_a_change_through_services_drops_the_copy_at_once(configured, journal, client: Client) -> None:
+    from botmesh_admin.channels import services
+    from botmesh_admin.channels.whatsapp import signature
+
+    assert post_wa(client, "01_text.json").status_code == 200
+    services.channel_config_set("tienda", kind="whatsapp", name="main", app_secret="changed-secret")
+    raw = fixture_path("whatsapp", "raw", "04_reaction.json").read_bytes()
+    assert post_wa(client, "x", raw=raw, signature=signature(raw, configured.app_secret)).status_code == 401
+    services.channel_config_delete("tienda", name="main")
+    assert channel_queries(client, lambda c: post_wa(c, "x", raw=raw, signature=signature(raw, "changed-secret"))) == 2

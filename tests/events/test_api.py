@@ -76,11 +76,11 @@ def test_list_pages_with_a_cursor(world: World, client: Client) -> None:
     for i in range(5):
         ids.append(event_publish("acme", type="inbox.message", payload={"n": i}, idempotency_key=f"k{i}").id)
         world.clock.advance(1)
-    first = client.get("/api/v1/tenants/acme/events?limit=2", **api(world.agent)).json()
+    first = client.get("/api/v1/tenants/acme/events?limit=2", **api(world.admin)).json()
     assert [e["id"] for e in first["items"]] == ids[::-1][:2]
-    second = client.get(f"/api/v1/tenants/acme/events?limit=2&after={first['next']}", **api(world.agent)).json()
+    second = client.get(f"/api/v1/tenants/acme/events?limit=2&after={first['next']}", **api(world.admin)).json()
     assert [e["id"] for e in second["items"]] == ids[::-1][2:4]
-    last = client.get(f"/api/v1/tenants/acme/events?limit=2&after={second['next']}", **api(world.agent)).json()
+    last = client.get(f"/api/v1/tenants/acme/events?limit=2&after={second['next']}", **api(world.admin)).json()
     assert [e["id"] for e in last["items"]] == [ids[0]] and last["next"] is None
     assert first["items"][0]["payload"] == {"n": 4} and first["items"][0]["state"] == "pending"
 
@@ -117,14 +117,14 @@ def test_replay_is_for_admins_and_only_for_dead_or_done(world: World, client: Cl
     assert resp.status_code == 200
     body = resp.json()
     assert (body["state"], body["attempts"], body["last_error"]) == ("pending", 0, "boom")
-    assert client.get(f"/api/v1/tenants/acme/events/{record.id}", **api(world.agent)).json()["state"] == "pending"
+    assert client.get(f"/api/v1/tenants/acme/events/{record.id}", **api(world.admin)).json()["state"] == "pending"
 
 
 def test_event_counts_by_state_and_channel(world: World, client: Client) -> None:
     publish(2)
     [outbox] = publish(1, channel="outbox")
     kill(world.journal, world.clock, outbox, "x")
-    body = client.get("/api/v1/tenants/acme/event-counts", **api(world.agent)).json()
+    body = client.get("/api/v1/tenants/acme/event-counts", **api(world.admin)).json()
     assert body["by_state"] == {"pending": 2, "leased": 0, "done": 0, "dead": 1}
     assert body["by_channel"]["default"]["pending"] == 2
     assert body["by_channel"]["outbox"]["dead"] == 1
@@ -233,3 +233,9 @@ def test_event_detail_shows_payload_and_last_error(world: World, client: Client)
     resp = client.post(f"/t/acme/journal/{record.id}/replay", {"from": "detail"})
     assert resp["Location"] == f"/t/acme/journal/{record.id}/"
     assert client.get("/t/acme/journal/ev_nope/").status_code == 404
+
+
+def test_agents_cannot_read_raw_events(world: World, client: Client) -> None:
+    """Event payloads hold raw webhook bodies (customer content): the journal is for admins."""
+    for url in ("/api/v1/tenants/acme/events", "/api/v1/tenants/acme/event-counts"):
+        assert client.get(url, **api(world.agent)).status_code == 403

@@ -34,6 +34,7 @@ PACKAGE = "observability"
 SYSTEM_TRACES = f"{PACKAGE}/~system/traces"
 COUNTERS = f"{PACKAGE}/~process/counters"
 MAX_ATTEMPTS = 200
+PRUNE_BATCH = 100  # traces deleted per commit
 
 T = TypeVar("T")
 
@@ -206,12 +207,14 @@ class KvTraceStore:
         """Delete every trace after the newest ``max_traces``; return how many went."""
         table = self._table(tenant)
         index = _scan_all(self.kv, table, "r/", limit=self.max_traces + 1000)
-        removed = 0
-        for entry in index[self.max_traces:]:
-            trace_id = entry.key.rsplit("/", 1)[1]
-            self.kv.commit(table, [Delete(entry.key), Delete(f"t/{trace_id}")])
-            removed += 1
-        return removed
+        doomed = index[self.max_traces:]
+        # A few commits of many deletes: one commit per trace cost as much as writing it.
+        for start in range(0, len(doomed), PRUNE_BATCH):
+            ops: list[Delete] = []
+            for entry in doomed[start:start + PRUNE_BATCH]:
+                ops += [Delete(entry.key), Delete(f"t/{entry.key.rsplit('/', 1)[1]}")]
+            self.kv.commit(table, ops)
+        return len(doomed)
 
     def list(self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
              limit: int = 50, after: str | None = None) -> tuple[list[TraceSummary], str | None]:
