@@ -17,9 +17,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
 from botmesh_admin.errors import DomainError, PermissionDenied
+from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
@@ -82,8 +84,16 @@ class TenantSessionAuth(APIKeyCookie):
         return principal
 
 
+class JsonBodyParser(Parser):
+    """Parse JSON request bodies with ``json_load``: nesting capped, NaN refused, never a 500."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return json_load(request.body, field="body")
+
+
 api = NinjaAPI(
     title="botmesh-admin",
+    parser=JsonBodyParser(),
     version="1",
     urls_namespace="api",
     docs_url="/docs",
@@ -140,6 +150,8 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, DomainError):  # ninja wraps what the body parser raised
+        return _domain_error(request, exc.__cause__)
     return error_response(request, exc.status_code, {"error": "http_error", "message": str(exc), "field": None})
 
 

@@ -27,17 +27,16 @@ the same transitions inside its own compare-and-set:
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import threading
-import time
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botmesh_admin.errors import BadType, Conflict, ValidationError
+from botmesh_admin.ids import new_id
+from botmesh_admin.kv.validation import now_ms as now_ms
+from botmesh_admin.validation import validate_text
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -72,27 +71,9 @@ MIN_RATE, MAX_RATE = 0.1, 1000.0
 DEFAULT_MAX_ATTEMPTS = 3
 
 
-def now_ms() -> int:
-    """Return the wall-clock time in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
-
-
-_id_lock = threading.Lock()
-_id_last = [0, 0]
-
-
 def new_campaign_id() -> str:
     """Return a new campaign id that sorts by creation time: ``cmp_`` + 22 hex digits."""
-    with _id_lock:
-        ms = now_ms()
-        if ms <= _id_last[0]:
-            ms, seq = _id_last[0], _id_last[1] + 1
-            if seq > 0xFFFF:
-                ms, seq = ms + 1, 0
-        else:
-            seq = 0
-        _id_last[:] = [ms, seq]
-    return f"cmp_{ms:012x}{seq:04x}{os.urandom(3).hex()}"
+    return new_id("cmp")
 
 
 def new_token() -> str:
@@ -108,15 +89,7 @@ def validate_campaign_id(value: object, field: str = "campaign_id") -> str:
 
 
 def _text(value: object, field: str, max_len: int, *, required: bool = False) -> str:
-    if not isinstance(value, str):
-        raise BadType(field, f"must be a string, not {type(value).__name__}")
-    if required and not value.strip():
-        raise ValidationError(field, "must not be empty")
-    if len(value) > max_len:
-        raise ValidationError(field, f"longer than {max_len} characters")
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n\r" for ch in value):
-        raise ValidationError(field, "contains a control character")
-    return value
+    return validate_text(value, field, max_len, required=required, allowed_controls="\t\n\r")
 
 
 def validate_reason(reason: object, field: str = "reason") -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botmesh_admin.errors import ValidationError
+from botmesh_admin.jsonbody import json_load
 
 from .domain import (
     ATTRIBUTE_NAME_RE,
@@ -169,10 +170,7 @@ def parse_row(header: Header, cells: list[str], row: int, default_region: str) -
             elif kind == "attr":
                 out.attributes[name] = validate_attribute_value(cell, name)
             else:
-                try:
-                    value = json.loads(cell)
-                except ValueError:
-                    raise ValidationError(f"{name}:json", "not a JSON literal") from None
+                value = json_load(cell, field=f"{name}:json")
                 out.attributes[name] = validate_attribute_value(value, f"{name}:json")
         except ValidationError as exc:
             errors.append(RowError(row, exc.field, exc.problem))

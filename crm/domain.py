@@ -15,18 +15,17 @@ reaches a store.
 from __future__ import annotations
 
 import math
-import os
 import re
-import threading
-import time
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 import phonenumbers
 
-from botmesh_admin.errors import BadType, Conflict, ValidationError
+from botmesh_admin.errors import BadType, Conflict, NotFound, ValidationError
+from botmesh_admin.ids import new_id as new_id
+from botmesh_admin.kv.validation import now_ms as now_ms
+from botmesh_admin.validation import validate_text
 
 CHANNELS = ("whatsapp", "telegram", "email")
 CONSENT_STATUSES = ("granted", "denied", "unknown")
@@ -50,34 +49,20 @@ MAX_TELEGRAM_ID = 2**53  # Bot API: user ids fit a 53-bit integer
 AttributeValue: TypeAlias = str | int | float | bool | None
 
 
-def now_ms() -> int:
-    """Return the wall-clock time in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
-
-
-_id_lock = threading.Lock()
-_id_last = [0, 0]  # last ms, sequence inside it
-
-
-def new_id(prefix: str) -> str:
-    """Return a new id that sorts by creation time: prefix, ``_``, 22 hex digits.
-
-    12 hex of epoch ms, 4 of a per-process sequence (ids made by one process in
-    one millisecond keep their order), 6 random.
-    """
-    with _id_lock:
-        ms = now_ms()
-        if ms <= _id_last[0]:
-            ms, seq = _id_last[0], _id_last[1] + 1
-            if seq > 0xFFFF:
-                ms, seq = ms + 1, 0
-        else:
-            seq = 0
-        _id_last[:] = [ms, seq]
-    return f"{prefix}_{ms:012x}{seq:04x}{os.urandom(3).hex()}"
-
-
 # --------------------------------------------------------------------------- identities
+
+
+def _without_mexican_mobile_one(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
+    """Return ``+52 1 55 1234 5678`` as ``+52 55 1234 5678``.
+
+    Mexico dropped the "1" of mobile numbers in August 2019 (IFT's numbering
+    plan) and ``phonenumbers`` no longer accepts it, but WhatsApp ``wa_id``s of
+    Mexican mobiles still carry it.
+    """
+    national = str(number.national_number)
+    if number.country_code == 52 and len(national) == 11 and national.startswith("1"):
+        return phonenumbers.PhoneNumber(country_code=52, national_number=int(national[1:]))
+    return number
 
 
 def _normalize_phone(address: str, default_region: str, field: str) -> str:
@@ -93,6 +78,7 @@ def _normalize_phone(address: str, default_region: str, field: str) -> str:
         candidates.append(phonenumbers.parse(text, default_region))
     except phonenumbers.NumberParseException:
         pass
+    candidates = [_without_mexican_mobile_one(n) for n in candidates]
     for check in (phonenumbers.is_valid_number, phonenumbers.is_possible_number):
         for number in candidates:
             if check(number):
@@ -171,9 +157,9 @@ def validate_consent(
         raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNELS)}")
     if status not in CONSENT_STATUSES:
         raise ValidationError(f"{field}.status", f"must be one of {', '.join(CONSENT_STATUSES)}")
-    _text(source, f"{field}.source", MAX_SOURCE, required=True)
+    validate_text(source, f"{field}.source", MAX_SOURCE, required=True)
     if evidence is not None:
-        _text(evidence, f"{field}.evidence", MAX_EVIDENCE)
+        validate_text(evidence, f"{field}.evidence", MAX_EVIDENCE)
 
 
 # --------------------------------------------------------------------------- contact
@@ -214,23 +200,11 @@ class Contact:
         return replace(self, consent={**self.consent, consent.channel: consent}, consent_history=history)
 
 
-def _text(value: object, field: str, max_len: int, *, required: bool = False) -> str:
-    if not isinstance(value, str):
-        raise BadType(field, f"must be a string, not {type(value).__name__}")
-    if required and not value.strip():
-        raise ValidationError(field, "must not be empty")
-    if len(value) > max_len:
-        raise ValidationError(field, f"longer than {max_len} characters")
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\t" for ch in value):
-        raise ValidationError(field, "contains a control character")
-    return value
-
-
 def validate_name(name: object, field: str = "contact.name") -> str | None:
     """Return the trimmed display name (``None`` if empty); raise ``ValidationError``."""
     if name is None:
         return None
-    text = _text(name, field, MAX_NAME).strip()
+    text = validate_text(name, field, MAX_NAME).strip()
     return text or None
 
 
@@ -274,7 +248,7 @@ def validate_attribute_value(value: object, field: str) -> AttributeValue:
             raise ValidationError(field, "must be a finite number")
         return value
     if isinstance(value, str):
-        return _text(value, field, MAX_ATTRIBUTE_TEXT)
+        return validate_text(value, field, MAX_ATTRIBUTE_TEXT)
     raise BadType(field, f"must be a string, number, boolean or null, not {type(value).__name__}")
 
 
@@ -510,7 +484,7 @@ class Segment:
 
 def validate_segment_name(name: object, field: str = "segment.name") -> str:
     """Return the trimmed segment name (1-200 characters)."""
-    return _text(name, field, MAX_NAME, required=True).strip()
+    return validate_text(name, field, MAX_NAME, required=True).strip()
 
 
 def segment_to_json(segment: Segment) -> dict[str, Any]:
@@ -610,3 +584,14 @@ class IdentityTaken(Conflict):
         )
         self.identity = identity
         self.contact_id = contact_id
+
+
+def version_mismatch(kind: str, current: int | None, expected: int) -> NotFound | Conflict:
+    """Return the error for a write that expected ``expected`` but found ``current``.
+
+    ``NotFound`` when the record is gone (``current`` is ``None``), else
+    ``Conflict`` carrying the current version so the caller can reload.
+    """
+    if current is None:
+        return NotFound(f"{kind} not found")
+    return Conflict(f"{kind} changed: expected version {expected}, found {current}", current_version=current)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.validation import validate_text
 
 from . import csvio
 from .domain import (
@@ -31,7 +32,6 @@ from .domain import (
     IdentityTaken,
     ImportJob,
     Segment,
-    _text,
     new_id,
     normalize_identities,
     normalize_identity,
@@ -73,7 +73,7 @@ def identity_hash(identity: Identity) -> str:
 
 
 def _source(source: object, field: str = "source") -> str:
-    return _text(source, field, 100, required=True).strip()
+    return validate_text(source, field, 100, required=True).strip()
 
 
 def _apply_suppressions(tenant: str, contact: Contact, identities: Iterable[Identity]) -> Contact:

@@ -16,6 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
 from . import selectors, services
@@ -168,8 +169,8 @@ def rules_from_form(data: Any) -> dict[str, Any]:
         if not sep:
             raise ValidationError("segment.rules.attributes", f"line {number}: write name = value")
         try:
-            value = json.loads(raw.strip())
-        except ValueError:
+            value = json_load(raw.strip(), field="segment.rules.attributes")
+        except ValidationError:
             value = raw.strip()
         attributes[name.strip()] = value
     return {

@@ -15,7 +15,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
-from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.errors import NotFound
+from botmesh_admin.jsonbody import json_load_object
 
 from . import selectors, services
 from .domain import ActivePointer, BotVersion, GateRun
@@ -165,14 +166,7 @@ def _now() -> int:
 
 
 def _json_body(request: HttpRequest) -> Any:
-    import json
-
-    if len(request.body) > 64 * 1024:
-        raise ValidationError("version", "body larger than 65536 bytes")
-    try:
-        return json.loads(request.body or b"null")
-    except ValueError:
-        raise ValidationError("version", "not a JSON object: invalid JSON") from None
+    return json_load_object(request.body or b"null", field="version", max_bytes=64 * 1024)
 
 
 @router.get("bots", response={200: Page[BotOut], **ERRORS})

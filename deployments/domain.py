@@ -9,7 +9,6 @@ record's ``revision`` (compare-and-set). Times are epoch milliseconds.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
 import secrets
@@ -20,12 +19,14 @@ from typing import Any
 import semver
 
 from botmesh_admin.errors import BadType, Conflict, ValidationError
+from botmesh_admin.ids import new_audit_id as new_audit_id
+from botmesh_admin.jsonbody import json_type
 from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.validation import json_string
 
 GATE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ARTIFACT_URL_RE = re.compile(r"^(oci|https)://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^\s<>\"'\\]{1,400}$")
-CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Control characters refused in text fields (tab and newline are allowed)."""
 MAX_GATES = 20
 MAX_NOTES = 2000
@@ -70,20 +71,6 @@ class VersionExists(Conflict):
 # ---------------------------------------------------------------- what CI publishes
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    names = {
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }
-    return names.get(type(value), type(value).__name__)
-
-
 def _string(
     data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool
 ) -> str | None:
@@ -91,14 +78,7 @@ def _string(
         if required:
             raise ValidationError(path, "is required")
         return None
-    value = data[key]
-    if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {_json_type(value)}")
-    if len(value) > max_len:
-        raise ValidationError(path, f"longer than {max_len} characters")
-    if CONTROL_RE.search(value):
-        raise ValidationError(path, "contains control characters")
-    return value
+    return json_string(data[key], path, max_len=max_len)
 
 
 def _unknown_keys(data: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
@@ -166,7 +146,7 @@ def validate_bot(value: object, path: str = "bot") -> str:
 def validate_version(value: object, path: str = "version") -> str:
     """Return ``value`` if it is a SemVer 2.0 version string, else raise ``ValidationError``."""
     if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {_json_type(value)}")
+        raise BadType(path, f"must be a string, not {json_type(value)}")
     if len(value) > MAX_VERSION_LEN or not semver.Version.is_valid(value):
         raise ValidationError(path, "not a SemVer 2.0 version (e.g. '1.2.0' or '2.0.0-rc.1')")
     return value
@@ -175,7 +155,7 @@ def validate_version(value: object, path: str = "version") -> str:
 def validate_gate(value: object, path: str = "gate") -> str:
     """Return ``value`` if it is a gate name (``^[a-z0-9][a-z0-9_-]{0,62}$``)."""
     if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {_json_type(value)}")
+        raise BadType(path, f"must be a string, not {json_type(value)}")
     if not GATE_RE.fullmatch(value):
         raise ValidationError(path, "must be 1-63 characters of a-z, 0-9, '_' or '-'")
     return value
@@ -187,7 +167,7 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
     Raise ``ValidationError`` naming the field path (``version.artifact.digest: …``).
     """
     if not isinstance(data, dict):
-        raise BadType(path, f"not a JSON object (got {_json_type(data)})")
+        raise BadType(path, f"not a JSON object (got {json_type(data)})")
     _unknown_keys(data, SPEC_FIELDS, path)
     for key in REQUIRED_SPEC_FIELDS:
         if key not in data:
@@ -196,7 +176,7 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
     version = validate_version(data["version"], f"{path}.version")
     artifact = data["artifact"]
     if not isinstance(artifact, dict):
-        raise BadType(f"{path}.artifact", f"must be an object, not {_json_type(artifact)}")
+        raise BadType(f"{path}.artifact", f"must be an object, not {json_type(artifact)}")
     _unknown_keys(artifact, ARTIFACT_FIELDS, f"{path}.artifact")
     digest = _string(artifact, "digest", f"{path}.artifact.digest", max_len=80, required=True) or ""
     if not DIGEST_RE.fullmatch(digest):
@@ -208,7 +188,7 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
         raise ValidationError(f"{path}.artifact.url", "must be an oci:// or https:// URL")
     gates = data["gates"]
     if not isinstance(gates, list):
-        raise BadType(f"{path}.gates", f"must be a list of gate names, not {_json_type(gates)}")
+        raise BadType(f"{path}.gates", f"must be a list of gate names, not {json_type(gates)}")
     if len(gates) > MAX_GATES:
         raise ValidationError(f"{path}.gates", f"more than {MAX_GATES} gates")
     for i, gate in enumerate(gates):
@@ -443,14 +423,6 @@ AUDIT_ACTIONS = (
     "rolled_back",
     "pruned",
 )
-
-AUDIT_EPOCH_END = 10**15  # epoch ms far in the future; ids count down from it
-_audit_counter = itertools.count()
-
-
-def new_audit_id(at: int) -> str:
-    """Return an audit id that sorts newest first (inverted ms, inverted per-process counter, random)."""
-    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - 1 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"
 
 
 def new_run_id() -> str:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,12 +25,14 @@ import nodesemver
 import semver
 
 from botmesh_admin.errors import BadType, Conflict, ValidationError
+from botmesh_admin.ids import new_audit_id as new_audit_id
+from botmesh_admin.jsonbody import json_load_object, json_type
+from botmesh_admin.validation import json_string
 
 from .runtime import RuntimeInfo
 
 MAX_MANIFEST_BYTES = 256 * 1024
 """Largest manifest body accepted (bytes), before parsing."""
-CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Control characters refused in text fields (tab and newline are allowed)."""
 MAX_DESCRIPTION = 1000
 MAX_NAME = 100
@@ -159,68 +159,6 @@ class Manifest:
 # ---------------------------------------------------------------- parsing
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def load_json_object(raw: bytes | str, *, what: str, max_bytes: int) -> dict[str, Any]:
-    """Parse untrusted ``raw`` as one JSON object; raise ``ValidationError`` naming ``what``.
-
-    Refuses bodies over ``max_bytes``, non-UTF-8 bytes, NaN/Infinity, duplicate
-    keys (``what.<key>: duplicate key``) and anything but an object at the top.
-    """
-    data = raw.encode("utf-8") if isinstance(raw, str) else raw
-    if not isinstance(data, bytes | bytearray):
-        raise BadType(what, f"must be JSON bytes or text, not {type(raw).__name__}")
-    if len(data) > max_bytes:
-        raise ValidationError(what, f"body larger than {max_bytes} bytes")
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError(what, "not a JSON object: body is not UTF-8") from None
-    try:
-        value = json.loads(
-            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
-        )
-    except _DuplicateKey as exc:
-        raise ValidationError(f"{what}.{exc.key}", "duplicate key") from None
-    except RecursionError:
-        raise ValidationError(what, "not a JSON object: nested too deeply") from None
-    except ValueError as exc:
-        raise ValidationError(what, f"not a JSON object: invalid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ValidationError(what, f"not a JSON object (got {_json_type(value)})")
-    return value
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }.get(type(value), type(value).__name__)
-
-
 def _text(
     data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool
 ) -> str | None:
@@ -228,16 +166,7 @@ def _text(
         if required:
             raise ValidationError(path, "is required")
         return None
-    value = data[key]
-    if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {_json_type(value)}")
-    if not value.strip():
-        raise ValidationError(path, "must not be blank")
-    if len(value) > max_len:
-        raise ValidationError(path, f"longer than {max_len} characters")
-    if CONTROL_RE.search(value):
-        raise ValidationError(path, "contains control characters")
-    return value
+    return json_string(data[key], path, max_len=max_len, blank=False)
 
 
 def validate_runtime_range(value: str, path: str) -> str:
@@ -273,7 +202,7 @@ def _author(value: Any, path: str) -> Author:
         name = _text({"name": value}, "name", path, max_len=MAX_NAME, required=True)
         return Author(name=name or "")
     if not isinstance(value, dict):
-        raise BadType(path, f"must be an object or a string, not {_json_type(value)}")
+        raise BadType(path, f"must be an object or a string, not {json_type(value)}")
     for key in value:
         if key not in AUTHOR_FIELDS:
             raise ValidationError(f"{path}.{key}", "unknown field")
@@ -289,14 +218,14 @@ def _author(value: Any, path: str) -> Author:
 
 def _permissions(value: Any, path: str, known: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise BadType(path, f"must be a list of permissions, not {_json_type(value)}")
+        raise BadType(path, f"must be a list of permissions, not {json_type(value)}")
     if len(value) > len(known):
         raise ValidationError(path, f"more than the {len(known)} known permissions")
     seen: list[str] = []
     for i, perm in enumerate(value):
         item = f"{path}[{i}]"
         if not isinstance(perm, str):
-            raise BadType(item, f"must be a string, not {_json_type(perm)}")
+            raise BadType(item, f"must be a string, not {json_type(perm)}")
         if perm not in known:
             raise ValidationError(item, f"unknown permission {perm[:64]!r}")
         if perm in seen:
@@ -318,7 +247,7 @@ def parse_manifest(raw: bytes | str | Mapping[str, Any], *, runtime: RuntimeInfo
         if not isinstance(raw, dict):
             data = dict(raw)
     else:
-        data = load_json_object(raw, what=path, max_bytes=MAX_MANIFEST_BYTES)
+        data = json_load_object(raw, field=path, max_bytes=MAX_MANIFEST_BYTES, reject_duplicate_keys=True)
     for key in data:
         if key not in MANIFEST_FIELDS:
             shown = key if len(key) <= 64 else key[:64] + "…"
@@ -364,7 +293,7 @@ def parse_manifest(raw: bytes | str | Mapping[str, Any], *, runtime: RuntimeInfo
 def validate_plugin_id(value: object, path: str = "plugin_id") -> str:
     """Return ``value`` if it is a well-formed plugin id, else raise ``ValidationError``."""
     if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {_json_type(value)}")
+        raise BadType(path, f"must be a string, not {json_type(value)}")
     if len(value) > MAX_ID or not ID_RE.fullmatch(value):
         raise ValidationError(path, "not a plugin id")
     return value
@@ -542,17 +471,3 @@ class AuditEvent:
             plugin_id=data["plugin_id"],
             detail=dict(data.get("detail") or {}),
         )
-
-
-AUDIT_EPOCH_END = 10**15  # epoch ms far in the future; keys count down from it
-_audit_counter = itertools.count()
-
-
-def new_audit_id(at: int) -> str:
-    """Return an audit id that sorts newest first.
-
-    Inverted epoch ms, then an inverted per-process counter (events of one
-    process within one millisecond keep their order), then a random tiebreak
-    that keeps ids of different processes distinct.
-    """
-    return f"{AUDIT_EPOCH_END - at:015d}-{10**12 - 1 - next(_audit_counter) % 10**12:012d}-{secrets.token_hex(3)}"

@@ -20,6 +20,7 @@ Times are epoch milliseconds (``*_ms``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from botmesh_admin.channels.domain import CHANNEL_KINDS, message_time_ms
 from botmesh_admin.errors import BadType, ValidationError
 
 DIRECTIONS = ("in", "out")
@@ -47,6 +49,12 @@ AGENT_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,150}$")
 CHANNEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 TYPE_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 CONVERSATION_ID_RE = re.compile(r"^cv_[0-9a-f]{20}$")
+# What an agent types may not hold C0/C1 controls other than tab and line feed, nor the bidi
+# embeddings, overrides and isolates (Unicode UAX #9) that make text read differently from
+# what it says ("Trojan Source", CVE-2021-42574).
+TYPED_TEXT_FORBIDDEN_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Telegram chat ids (negative for groups), then the user id in a group (see channels.telegram.chat_key).
+TELEGRAM_CHAT_RE = re.compile(r"^telegram:-?[0-9]{1,20}(:[0-9]{1,20})?$")
 MAX_MS = 2**53
 
 
@@ -119,6 +127,24 @@ def check_text(value: object, field: str, max_len: int, *, required: bool = Fals
     return value
 
 
+def check_typed_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
+    """Return ``value`` if ``check_text`` accepts it and it holds no control or bidi override character.
+
+    For what agents type (notes, replies). A line break must be a line feed:
+    pass form input through ``unify_line_breaks`` first.
+    """
+    text = check_text(value, field, max_len, required=required)
+    found = TYPED_TEXT_FORBIDDEN_RE.search(text or "")
+    if found:
+        raise ValidationError(field, f"contains U+{ord(found.group()):04X}, a control or bidi override character")
+    return text
+
+
+def unify_line_breaks(value: str) -> str:
+    """Return ``value`` with CR LF and lone CR (what browsers send from a textarea) as LF."""
+    return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
+
+
 def check_id(value: object, field: str) -> str:
     """Return ``value`` if it is an id: 1..200 printable characters without spaces or ``/``."""
     if not isinstance(value, str):
@@ -155,6 +181,35 @@ def check_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+@functools.lru_cache(maxsize=4096)  # a ledger push repeats the same few chats
+def _is_wa_id(address: str) -> bool:
+    from crm.domain import normalize_identity
+
+    try:
+        normalize_identity("whatsapp", "+" + address)
+    except ValidationError:
+        return False
+    return True
+
+
+def check_chat_id(channel: str, value: object, field: str) -> str:
+    """Return ``value`` if it is a chat key of ``channel`` (see the module doc).
+
+    ``whatsapp:<wa_id>``: the digits of a phone number the CRM accepts, so the
+    conversation and the contact agree. ``telegram:<chat id>`` or, in a group,
+    ``telegram:<chat id>:<user id>``.
+    """
+    chat_id = check_id(value, field)
+    prefix, _, address = chat_id.partition(":")
+    if prefix != channel:
+        raise ValidationError(field, f"must start with '{channel}:' like the record's channel")
+    if channel == "whatsapp" and not (address.isascii() and address.isdigit() and _is_wa_id(address)):
+        raise ValidationError(field, "must be whatsapp:<wa_id>, the digits of the user's phone number")
+    if channel == "telegram" and not TELEGRAM_CHAT_RE.fullmatch(chat_id):
+        raise ValidationError(field, "must be telegram:<chat id> or telegram:<chat id>:<user id>")
+    return chat_id
+
+
 def check_conversation_id(value: object, field: str = "conversation_id") -> str:
     """Return ``value`` if it has the shape of a conversation id (``cv_`` + 20 hex digits)."""
     if not isinstance(value, str) or not CONVERSATION_ID_RE.fullmatch(value):
@@ -170,8 +225,10 @@ class StoredMessage:
     """One record of a bot's message ledger, as the bot pushes it (JSON names in brackets).
 
     ``id`` (``id``) is the bot's message id and the idempotency key;
-    ``chat_id`` (``chatId``) the conversation key; ``direction`` ``in`` (from the
-    user) or ``out`` (from the bot); ``timestamp_ms`` (``timestamp``) epoch ms.
+    ``channel`` (``channel``) one of ``CHANNEL_KINDS``; ``chat_id`` (``chatId``)
+    the conversation key of that channel (``check_chat_id``); ``direction``
+    ``in`` (from the user) or ``out`` (from the bot); ``timestamp_ms``
+    (``timestamp``) epoch ms, from 2000 to a day from now.
     ``dropped`` (``dropped``) is set by a bot that did *not* send an outbound
     message, with the reason (``handoff`` while a human holds the chat).
     """
@@ -200,8 +257,8 @@ class StoredMessage:
 
             validate_id(tenant, f"{field}.tenantId")
         channel = data.get("channel")
-        if not isinstance(channel, str) or not CHANNEL_RE.fullmatch(channel):
-            raise ValidationError(f"{field}.channel", "must be a channel name like whatsapp or telegram")
+        if channel not in CHANNEL_KINDS:
+            raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNEL_KINDS)}")
         direction = data.get("direction")
         check_choice(direction, f"{field}.direction", DIRECTIONS)
         kind = data.get("type", "text")
@@ -215,12 +272,12 @@ class StoredMessage:
             id=check_id(data.get("id"), f"{field}.id"),
             tenant_id=tenant,
             channel=channel,
-            chat_id=check_id(data.get("chatId"), f"{field}.chatId"),
+            chat_id=check_chat_id(str(channel), data.get("chatId"), f"{field}.chatId"),
             sender_id=check_id(data.get("senderId"), f"{field}.senderId"),
             direction=str(direction),
             type=kind,
             body=check_text(data.get("body"), f"{field}.body", MAX_TEXT),
-            timestamp_ms=check_ms(data.get("timestamp"), f"{field}.timestamp"),
+            timestamp_ms=message_time_ms(data.get("timestamp"), f"{field}.timestamp"),
             provider_message_id=None if provider_id is None else check_id(provider_id, f"{field}.providerMessageId"),
             dropped=dropped,
             sender_name=check_text(data.get("senderName"), f"{field}.senderName", 200),
@@ -493,7 +550,7 @@ class Note:
 
 def validate_note(note: Note) -> Note:
     """Return ``note`` if valid: text 1..4000 characters, an agent author."""
-    check_text(note.text, "note.text", MAX_NOTE, required=True)
+    check_typed_text(note.text, "note.text", MAX_NOTE, required=True)
     check_agent(note.author, "note.author")
     check_conversation_id(note.conversation_id, "note.conversation_id")
     check_ms(note.created_at_ms, "note.created_at_ms")

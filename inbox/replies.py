@@ -35,7 +35,9 @@ from .domain import (
     Reply,
     check_agent,
     check_text,
+    check_typed_text,
     replace,
+    unify_line_breaks,
     validate_conversation,
     validate_message,
 )
@@ -72,7 +74,7 @@ def reply_create(
     """
     inbox = inbox or default_inbox()
     check_agent(author, "author")
-    text = check_text(text, "reply.text", MAX_REPLY, required=True) or ""
+    text = check_typed_text(unify_line_breaks(text), "reply.text", MAX_REPLY, required=True) or ""
     at = inbox.clock()
     key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
     check_text(key, "reply.idempotency_key", 200, required=True)

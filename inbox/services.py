@@ -34,6 +34,7 @@ from .domain import (
     new_note_id,
     now_ms,
     replace,
+    unify_line_breaks,
     validate_conversation,
     validate_marker,
     validate_note,
@@ -175,6 +176,7 @@ class Inbox:
     def add_note(self, tenant: str, conversation_id: str, *, author: str, text: str) -> Note:
         """Add a private note; return it. Raise ``ValidationError`` (``note.text``) or ``NotFound``."""
         check_conversation_id(conversation_id)
+        text = unify_line_breaks(text)
         note = validate_note(Note(new_note_id(self.clock()), conversation_id, author, text, self.clock()))
         return self.store.note_add(tenant, note)
 
@@ -322,7 +324,7 @@ def ledger_parse(body: bytes) -> list[Any]:
     Raise ``ValidationError`` naming ``records`` or ``records[i]`` (0-based) for
     a body that is neither.
     """
-    import json
+    from botmesh_admin.jsonbody import json_load
 
     try:
         text = body.decode("utf-8")
@@ -332,19 +334,14 @@ def ledger_parse(body: bytes) -> list[Any]:
     if not stripped:
         raise ValidationError("records", "no records")
     if stripped.startswith("["):
-        try:
-            records = json.loads(stripped)
-        except ValueError as exc:
-            raise ValidationError("records", f"not a JSON array: {exc}") from None
+        records = json_load(stripped, field="records")
         if not isinstance(records, list):
             raise ValidationError("records", "must be a JSON array or JSON lines")
     else:
-        records = []
-        for i, line in enumerate(line for line in stripped.splitlines() if line.strip()):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                raise ValidationError(f"records[{i}]", "not a JSON object") from None
+        records = [
+            json_load(line, field=f"records[{i}]")
+            for i, line in enumerate(line for line in stripped.splitlines() if line.strip())
+        ]
     if len(records) > MAX_LEDGER_RECORDS:
         raise ValidationError("records", f"at most {MAX_LEDGER_RECORDS} records per push")
     return records

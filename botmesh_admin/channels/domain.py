@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -33,6 +34,24 @@ MESSAGE_TYPES = (
 )
 STATUSES = ("sent", "delivered", "read", "failed")
 MAX_TEXT = 4096  # Telegram's sendMessage limit; WhatsApp allows 4096 too.
+EARLIEST_MESSAGE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z; anything older is a unit or parsing mistake
+MAX_CLOCK_SKEW_MS = 86_400_000  # a sender's clock may run a day ahead, no more
+
+
+def message_time_ms(value: object, field: str, *, unit_ms: int = 1) -> int:
+    """Return the time of a message as epoch milliseconds; raise ``ValidationError`` naming ``field``.
+
+    ``value`` must be an integer count of ``unit_ms`` milliseconds since the epoch
+    (1000 for providers that send Unix seconds) between 2000-01-01 and a day from
+    now: a time that cannot be read is refused, never stored as 1970.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadType(field, f"must be an integer epoch time, not {type(value).__name__}")
+    at_ms = value * unit_ms
+    if not EARLIEST_MESSAGE_MS <= at_ms <= time.time_ns() // 1_000_000 + MAX_CLOCK_SKEW_MS:
+        unit = "milliseconds" if unit_ms == 1 else "seconds"
+        raise ValidationError(field, f"must be epoch {unit} between 2000-01-01 and a day from now")
+    return at_ms
 
 
 @dataclass(frozen=True)

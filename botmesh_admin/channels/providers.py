@@ -37,6 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
 from typing import Any, Protocol, runtime_checkable
 
+from botmesh_admin.errors import ValidationError
+from botmesh_admin.jsonbody import json_load
+
 from .domain import Channel, OutboundMessage, SendResult
 
 log = logging.getLogger("botmesh.channels")
@@ -135,8 +138,8 @@ class _HttpProvider(_BaseProvider):
 
 def _json(raw: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(raw or b"null")
-    except ValueError:
+        value = json_load(raw or b"null", field="response")
+    except ValidationError:  # a provider (or a proxy in front of it) answering garbage
         return None
     return value if isinstance(value, dict) else None
 

@@ -9,7 +9,8 @@ In a group or supergroup every participant gets their own conversation:
 ``"telegram:<chat id>"``. Message ids are unique per chat only, so
 ``provider_message_id = "<chat id>:<message id>"``.
 
-Pure functions: no Django, no I/O; tolerant of fields Telegram adds later.
+Pure functions: no Django, no I/O; tolerant of fields Telegram adds later, but
+a message whose ``date`` is not a plausible Unix time is refused (never stored as 1970).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from botmesh_admin.errors import ValidationError
 
 from .credentials import secret_matches
-from .domain import Button, InboundEvent, InboundMessage, Location, Media, MemberUpdate
+from .domain import Button, InboundEvent, InboundMessage, Location, Media, MemberUpdate, message_time_ms
 
 CHANNEL = "telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -78,7 +79,8 @@ def parse_update(update: Any, *, now_ms: int | None = None) -> list[InboundEvent
     Handles ``message``, ``edited_message``, ``callback_query`` and
     ``my_chat_member``; other update kinds yield nothing. A callback query carries
     no date, so it is stamped with ``now_ms`` (default: the current time).
-    Raise ``ValidationError`` if ``update`` is not a JSON object.
+    Raise ``ValidationError`` if ``update`` is not a JSON object or a date is not
+    Unix seconds (naming it: ``message.date``).
     """
     if not isinstance(update, dict):
         raise ValidationError("body", "not a JSON object")
@@ -109,14 +111,18 @@ def _message(msg: dict[str, Any], *, edited: bool) -> InboundMessage | None:
     fields = _content(msg, raw_type)
     own_id = f"{chat_id}:{message_id}"
     reply = _int(_dict(msg.get("reply_to_message")).get("message_id"))
-    timestamp = _int(msg.get("edit_date") if edited else msg.get("date")) or _int(msg.get("date")) or 0
+    time_field = "edit_date" if edited and "edit_date" in msg else "date"
+    timestamp_ms = message_time_ms(
+        msg.get(time_field), f"{'edited_message' if edited else 'message'}.{time_field}", unit_ms=1000
+    )
+    timestamp = timestamp_ms // 1000
     return InboundMessage(
         channel=CHANNEL,
         chat_key=key,
         sender_id=f"{CHANNEL}:{user['id']}" if _int(user.get("id")) is not None else key,
         # An edit is its own event (the original keeps its id); ``edit_of`` names the original.
         provider_message_id=f"{own_id}:edit:{timestamp}" if edited else own_id,
-        timestamp_ms=timestamp * 1000,
+        timestamp_ms=timestamp_ms,
         sender_name=_name(user),
         reply_to=f"{chat_id}:{reply}" if reply is not None else None,
         edit_of=own_id if edited else None,
@@ -205,7 +211,7 @@ def _member(update: dict[str, Any]) -> MemberUpdate | None:
         channel=CHANNEL,
         chat_key=key,
         status=status,
-        timestamp_ms=(_int(update.get("date")) or 0) * 1000,
+        timestamp_ms=message_time_ms(update.get("date"), "my_chat_member.date", unit_ms=1000),
         sender_id=f"{CHANNEL}:{user_id}" if user_id is not None else None,
         previous_status=_str(_dict(update.get("old_chat_member")).get("status")),
     )

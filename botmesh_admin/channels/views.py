@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.jsonbody import json_load_object
 
 from . import selectors, telegram, whatsapp
 from .domain import Channel, InboundEvent
@@ -64,10 +64,9 @@ def _journal(tenant: str, type_: str, key: str, config: str, events: list[Inboun
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return json_load_object(raw, field="body")
+    except ValidationError:  # invalid, not UTF-8, nested too deeply, not an object
         return None
-    return body if isinstance(body, dict) else None
 
 
 def _domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

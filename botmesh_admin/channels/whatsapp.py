@@ -9,7 +9,8 @@ matches) and the WhatsApp Cloud API webhook payload reference (``entry[].changes
 Pure functions: no Django, no I/O. The parser is tolerant (a body without
 messages yields nothing; a message without ``from``/``id`` is skipped) because a
 webhook must never be rejected for a shape Meta adds later; only a body that is
-not a JSON object raises ``ValidationError``.
+not a JSON object, or a message or status whose ``timestamp`` is not a plausible
+Unix time, raises ``ValidationError`` (a time is never guessed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .domain import (
     Media,
     Reaction,
     StatusUpdate,
+    message_time_ms,
 )
 
 CHANNEL = "whatsapp"
@@ -83,29 +85,30 @@ def _str(value: Any) -> str | None:
     return None
 
 
-def _ms(seconds: Any) -> int:
-    try:
-        return int(seconds) * 1000
-    except (TypeError, ValueError):
-        return 0
+def _ms(seconds: Any, field: str) -> int:
+    # The Cloud API sends Unix seconds as a string of digits ("1764489600").
+    if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+        seconds = int(seconds)
+    return message_time_ms(seconds, field, unit_ms=1000)
 
 
-def _changes(body: Any) -> list[dict[str, Any]]:
+def _changes(body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Return ``(path, value)`` of every change, the path naming it for errors (``entry[0].changes[1].value``)."""
     if not isinstance(body, dict):
         raise ValidationError("body", "not a JSON object")
     values = []
-    for entry in _list(body.get("entry")):
-        for change in _list(_dict(entry).get("changes")):
+    for i, entry in enumerate(_list(body.get("entry"))):
+        for j, change in enumerate(_list(_dict(entry).get("changes"))):
             value = _dict(_dict(change).get("value"))
             if value:
-                values.append(value)
+                values.append((f"entry[{i}].changes[{j}].value", value))
     return values
 
 
 def phone_number_ids(body: Any) -> list[str]:
     """Return the distinct ``metadata.phone_number_id`` values of a webhook body, in order."""
     seen: list[str] = []
-    for value in _changes(body):
+    for _, value in _changes(body):
         pid = _str(_dict(value.get("metadata")).get("phone_number_id"))
         if pid and pid not in seen:
             seen.append(pid)
@@ -115,28 +118,29 @@ def phone_number_ids(body: Any) -> list[str]:
 def parse_webhook(body: Any) -> list[InboundEvent]:
     """Return every message and status of every entry and change, in body order.
 
-    Raise ``ValidationError`` if ``body`` is not a JSON object.
+    Raise ``ValidationError`` if ``body`` is not a JSON object or a time is not
+    Unix seconds (naming it: ``entry[0].changes[0].value.messages[1].timestamp``).
     """
     events: list[InboundEvent] = []
-    for value in _changes(body):
+    for path, value in _changes(body):
         names = {}
         for contact in _list(value.get("contacts")):
             contact = _dict(contact)
             wa_id = _str(contact.get("wa_id"))
             if wa_id:
                 names[wa_id] = _str(_dict(contact.get("profile")).get("name"))
-        for message in _list(value.get("messages")):
-            parsed = _message(_dict(message), names)
+        for k, message in enumerate(_list(value.get("messages"))):
+            parsed = _message(_dict(message), names, f"{path}.messages[{k}]")
             if parsed is not None:
                 events.append(parsed)
-        for status in _list(value.get("statuses")):
-            parsed_status = _status(_dict(status))
+        for k, status in enumerate(_list(value.get("statuses"))):
+            parsed_status = _status(_dict(status), f"{path}.statuses[{k}]")
             if parsed_status is not None:
                 events.append(parsed_status)
     return events
 
 
-def _message(msg: dict[str, Any], names: dict[str, str | None]) -> InboundMessage | None:
+def _message(msg: dict[str, Any], names: dict[str, str | None], path: str) -> InboundMessage | None:
     sender, message_id = _str(msg.get("from")), _str(msg.get("id"))
     if sender is None or message_id is None:
         return None
@@ -182,7 +186,7 @@ def _message(msg: dict[str, Any], names: dict[str, str | None]) -> InboundMessag
         chat_key=f"{CHANNEL}:{sender}",
         sender_id=f"{CHANNEL}:{sender}",
         provider_message_id=message_id,
-        timestamp_ms=_ms(msg.get("timestamp")),
+        timestamp_ms=_ms(msg.get("timestamp"), f"{path}.timestamp"),
         sender_name=names.get(sender),
         reply_to=_str(_dict(msg.get("context")).get("id")),
         raw_type=raw_type,
@@ -194,7 +198,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _status(status: dict[str, Any]) -> StatusUpdate | None:
+def _status(status: dict[str, Any], path: str) -> StatusUpdate | None:
     message_id, state = _str(status.get("id")), _str(status.get("status"))
     if message_id is None or state is None:
         return None
@@ -205,7 +209,7 @@ def _status(status: dict[str, Any]) -> StatusUpdate | None:
         channel=CHANNEL,
         provider_message_id=message_id,
         status=state,
-        timestamp_ms=_ms(status.get("timestamp")),
+        timestamp_ms=_ms(status.get("timestamp"), f"{path}.timestamp"),
         error_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
         error_title=_str(error.get("title")) or _str(error.get("message")),
         recipient=recipient,

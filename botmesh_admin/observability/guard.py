@@ -5,7 +5,9 @@ finished span before any exporter sees it (``GuardedSpanProcessor``), so spans
 of third-party instrumentation (Django, Celery) pass the same rules:
 
 - an attribute named like an identity (``chat_id``, ``sender_id``, ``phone``,
-  ``wa_id``, ``recipient``…) is replaced by ``<name>_hash`` = ``hash_id(value)``;
+  ``wa_id``, ``recipient``…), or naming the client of a request (its IP address,
+  host name or user agent, under any semantic-conventions version), is replaced
+  by ``<name>_hash`` = ``hash_id(value)``;
 - an attribute named like content (``text``, ``body``, ``caption``, ``note``,
   ``message``, ``content``…) is dropped;
 - URLs lose their query string and fragment (``url.query`` is dropped);
@@ -37,6 +39,13 @@ CONTENT_NAMES = frozenset({
     "text", "body", "caption", "note", "notes", "message", "content", "payload", "title", "reply",
     "message_text", "messagetext", "description", "comment", "query", "exception.message",
     "exception.stacktrace", "url.query", "http.request.body", "http.response.body",
+})
+# Who sent a request (OpenTelemetry HTTP semantic conventions, old and new names): personal data
+# that must not be readable in a trace, though the same client must still be recognisable.
+CLIENT_NAMES = frozenset({
+    "http.client_ip", "client.address", "net.peer.ip", "net.peer.name", "net.sock.peer.addr",
+    "network.peer.address", "http.user_agent", "user_agent.original", "http.request.header.user_agent",
+    "http.request.header.x_forwarded_for", "http.request.header.x_real_ip", "http.request.header.forwarded",
 })
 URL_NAMES = frozenset({"http.url", "http.target", "url.full", "url.path", "http.route", "url.original"})
 MAX_STRING = 256
@@ -103,7 +112,7 @@ def guard_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
         leaf = _leaf(key)
         if key.lower() in CONTENT_NAMES or leaf in CONTENT_NAMES:
             continue
-        if leaf in ID_NAMES:
+        if leaf in ID_NAMES or key.lower() in CLIENT_NAMES:
             out[f"{key}_hash"] = hash_id(value)
         elif key in URL_NAMES and isinstance(value, str):
             out[key] = guard_text(_strip_url(value))

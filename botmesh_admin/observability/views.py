@@ -10,9 +10,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.kv.validation import now_ms
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.pages import render_error, tenant_page
 
 from . import metrics, prometheus, selectors
 
@@ -63,26 +63,37 @@ def metrics_page(request: HttpRequest, tenant: str) -> HttpResponse:
     })
 
 
+def _trace_tenant(request: HttpRequest, tenant: str) -> str | None:
+    """Return whose traces the page shows: the tenant's, or (``?scope=system``) those of no tenant.
+
+    Traces of no tenant hold other tenants' failed requests (unknown tenants, bad
+    tokens), so only a superuser sees them; to anybody else they do not exist.
+    """
+    if request.GET.get("scope", "tenant") != "system":
+        return tenant
+    if not request.user.is_superuser:
+        raise NotFound("no such trace list")
+    return None
+
+
 @tenant_page("agent")
 def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
-    """Recent traces, newest first; filters ``kind``, ``conversation``; admins may see traces of no tenant."""
-    principal = page_principal(request)
-    scope = request.GET.get("scope", "tenant")
-    if scope == "system":
-        principal.require("admin")
+    """Recent traces, newest first; filters ``kind``, ``conversation``; superusers may see traces of no tenant."""
+    owner = _trace_tenant(request, tenant)
+    scope = "tenant" if owner is not None else "system"
     kind = request.GET.get("kind") or None
     conversation = (request.GET.get("conversation") or "").strip() or None
     after = request.GET.get("after") or None
     try:
         items, next_cursor = selectors.trace_list(
-            None if scope == "system" else tenant, kind=kind, conversation=conversation,
+            owner, kind=kind, conversation=conversation,
             limit=PAGE_SIZE, after=after,
         )
     except DomainError as exc:
         return render_error(request, exc)
     context = {
         "tenant": tenant, "items": items, "next": next_cursor, "kind": kind or "", "kinds": selectors.TRACE_KINDS,
-        "conversation": conversation or "", "scope": scope, "can_system": principal.can("admin"),
+        "conversation": conversation or "", "scope": scope, "can_system": request.user.is_superuser,
     }
     template = "observability/_trace_list.html" if request.headers.get("HX-Request") else "observability/traces.html"
     return render(request, template, context)
@@ -91,11 +102,9 @@ def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
 @tenant_page("agent")
 def trace_page(request: HttpRequest, tenant: str, trace_id: str) -> HttpResponse:
     """One trace as a span tree with each span's start offset and duration."""
-    principal = page_principal(request)
-    scope = request.GET.get("scope", "tenant")
-    if scope == "system":
-        principal.require("admin")
-    trace = selectors.trace_get(None if scope == "system" else tenant, trace_id)
+    owner = _trace_tenant(request, tenant)
+    scope = "tenant" if owner is not None else "system"
+    trace = selectors.trace_get(owner, trace_id)
     summary = trace["summary"]
     total = max(summary.duration_ms, 0.001)
     rows = []

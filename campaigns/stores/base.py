@@ -31,11 +31,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, runtime_checkable
 
-from botmesh_admin.errors import NotFound
+from botmesh_admin.errors import NotFound, ValidationError
 from campaigns import domain
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, Failure, StateConflict
 
 MAX_SCAN = 5000
+
+
+def check_scan_limit(limit: int) -> None:
+    """Raise ``ValidationError`` (field ``limit``) unless ``1 <= limit <= MAX_SCAN``."""
+    if not 1 <= limit <= MAX_SCAN:
+        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
 Change = Callable[[Delivery], Delivery | None]
 

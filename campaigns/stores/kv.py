@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Put, TenantKv
 from campaigns.domain import (
     Campaign,
@@ -35,7 +35,7 @@ from campaigns.domain import (
     delivery_to_json,
 )
 
-from .base import MAX_SCAN, Change, IndexEntry, SlotRules
+from .base import MAX_SCAN, Change, IndexEntry, SlotRules, check_scan_limit
 
 SYSTEM = "system"
 SLOT = "d/"
@@ -43,11 +43,6 @@ LEASE = "m/runner"
 SEP = "!"
 COMMIT_BATCH = 500
 MAX_ROUNDS = 50
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
 
 def _stale(exc: ConflictError, expected: int) -> Exception:
@@ -100,7 +95,7 @@ class KvCampaignStore:
             raise _stale(exc, expected_version) from None
 
     def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         return [campaign_from_json(e.value, e.version) for e in
                 self.kv.scan(self._campaigns(tenant), after=after, limit=limit)]
 
@@ -117,7 +112,7 @@ class KvCampaignStore:
         self.kv.commit(self._index(), [Delete(f"{tenant}{SEP}{campaign_id}")])
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(self._index(), after=f"{after[0]}{SEP}{after[1]}" if after else None, limit=limit)
         out = []
         for e in entries:
@@ -177,7 +172,7 @@ class KvSlotStore(SlotRules):
     def slot_scan(
         self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
     ) -> list[Delivery]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(
             self._table(tenant, campaign_id), prefix=SLOT, after=SLOT + after if after is not None else None,
             limit=limit,

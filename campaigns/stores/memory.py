@@ -6,15 +6,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, count_deliveries
 
-from .base import MAX_SCAN, Change, IndexEntry, SlotRules
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+from .base import Change, IndexEntry, SlotRules, check_scan_limit
 
 
 class MemoryCampaignStore:
@@ -62,7 +57,7 @@ class MemoryCampaignStore:
             del self._campaigns[(tenant, campaign_id)]
 
     def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         with self._lock:
             ids = sorted(cid for (t, cid) in self._campaigns if t == tenant and (after is None or cid > after))
             return [self._campaigns[(tenant, cid)] for cid in ids[:limit]]
@@ -76,7 +71,7 @@ class MemoryCampaignStore:
             self._index.pop((tenant, campaign_id), None)
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         with self._lock:
             keys = sorted(k for k in self._index if after is None or k > after)
             return [self._index[k] for k in keys[:limit]]
@@ -118,7 +113,7 @@ class MemorySlotStore(SlotRules):
     def slot_scan(
         self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
     ) -> list[Delivery]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         with self._lock:
             table = self._slots.get((tenant, campaign_id), {})
             keys = sorted(k for k in table if after is None or k > after)  # code point order = UTF-8 byte order

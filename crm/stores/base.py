@@ -25,9 +25,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from botmesh_admin.errors import ValidationError
 from crm.domain import Contact, Identity, ImportJob, Segment, SegmentRules
 
 MAX_SCAN = 5000
+
+
+def check_scan_limit(limit: int) -> None:
+    """Raise ``ValidationError`` (field ``limit``) unless ``1 <= limit <= MAX_SCAN``."""
+    if not 1 <= limit <= MAX_SCAN:
+        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound
 from botmesh_admin.kv import ABSENT, ANY, ConflictError, Delete, DurableKv, Op, Put, TenantKv
 from crm.domain import (
     Contact,
@@ -34,25 +34,12 @@ from crm.domain import (
     rules_match_json,
     segment_from_json,
     segment_to_json,
+    version_mismatch,
 )
 
-from .base import MAX_SCAN
+from .base import check_scan_limit
 
 CHUNK_CHARS = 1_000_000
-
-
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
-
-
-def _stale(kind: str, exc: ConflictError, expected: int) -> Exception:
-    if exc.current_version is None:
-        return NotFound(f"{kind} not found")
-    return Conflict(
-        f"{kind} changed: expected version {expected}, found {exc.current_version}",
-        current_version=exc.current_version,
-    )
 
 
 class KvContactStore:
@@ -127,7 +114,7 @@ class KvContactStore:
         except ConflictError as exc:
             if exc.key.startswith("i/"):
                 raise self._identity_taken(table, exc.key) from None
-            raise _stale("contact", exc, expected_version) from None
+            raise version_mismatch("contact", exc.current_version, expected_version) from None
         assert entry is not None
         return contact_from_json(entry.value, entry.version)
 
@@ -149,10 +136,10 @@ class KvContactStore:
         try:
             self.kv.commit(table, ops)
         except ConflictError as exc:
-            raise _stale("contact", exc, expected_version) from None
+            raise version_mismatch("contact", exc.current_version, expected_version) from None
 
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(
             self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
         )
@@ -161,7 +148,7 @@ class KvContactStore:
     def contact_scan_matching(
         self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
     ) -> tuple[list[Contact], str | None]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(
             self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
         )
@@ -198,7 +185,7 @@ class KvContactStore:
                 [Put(segment.id, segment_to_json(segment), expected_version)],
             )[0]
         except ConflictError as exc:
-            raise _stale("segment", exc, expected_version) from None
+            raise version_mismatch("segment", exc.current_version, expected_version) from None
         assert entry is not None
         return segment_from_json(entry.value, entry.version)
 
@@ -210,7 +197,7 @@ class KvContactStore:
         return True
 
     def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(self.tables.table(tenant, "segments"), after=after, limit=limit)
         return [segment_from_json(e.value, e.version) for e in entries]
 
@@ -240,12 +227,12 @@ class KvContactStore:
                 self._imports(tenant), [Put(f"j/{job.id}", import_job_to_json(job), expected_version)]
             )[0]
         except ConflictError as exc:
-            raise _stale("import", exc, expected_version) from None
+            raise version_mismatch("import", exc.current_version, expected_version) from None
         assert entry is not None
         return import_job_from_json(entry.value, entry.version)
 
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
-        _check_limit(limit)
+        check_scan_limit(limit)
         entries = self.kv.scan(
             self._imports(tenant), prefix="j/", after=f"j/{after}" if after else None, limit=limit
         )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict
 from crm.domain import (
     Contact,
     Identity,
@@ -17,9 +17,10 @@ from crm.domain import (
     Segment,
     SegmentRules,
     rules_match,
+    version_mismatch,
 )
 
-from .base import MAX_SCAN
+from .base import check_scan_limit
 
 
 @dataclass
@@ -32,13 +33,8 @@ class _Tenant:
     job_data: dict[str, str] = field(default_factory=dict)
 
 
-def _check_limit(limit: int) -> None:
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
-
-
 def _page(items: dict[str, Any], after: str | None, limit: int) -> list[Any]:
-    _check_limit(limit)
+    check_scan_limit(limit)
     keys = sorted(k for k in items if after is None or k > after)[:limit]
     return [items[k] for k in keys]
 
@@ -58,14 +54,6 @@ class MemoryContactStore:
 
     def _t(self, tenant: str) -> _Tenant:
         return self._tenants.setdefault(tenant, _Tenant())
-
-    @staticmethod
-    def _stale(kind: str, current: int | None, expected: int) -> Exception:
-        if current is None:
-            return NotFound(f"{kind} not found")
-        return Conflict(
-            f"{kind} changed: expected version {expected}, found {current}", current_version=current
-        )
 
     # contacts
 
@@ -111,7 +99,7 @@ class MemoryContactStore:
             t = self._t(tenant)
             current = t.contacts.get(contact.id)
             if current is None or current.version != expected_version:
-                raise self._stale("contact", current.version if current else None, expected_version)
+                raise version_mismatch("contact", current.version if current else None, expected_version)
             self._claim(t, contact)
             for ident in current.identities:
                 t.identities.pop(ident.key, None)
@@ -135,7 +123,7 @@ class MemoryContactStore:
             t = self._t(tenant)
             current = t.contacts.get(contact_id)
             if current is None or current.version != expected_version:
-                raise self._stale("contact", current.version if current else None, expected_version)
+                raise version_mismatch("contact", current.version if current else None, expected_version)
             del t.contacts[contact_id]
             for ident in current.identities:
                 t.identities.pop(ident.key, None)
@@ -180,7 +168,7 @@ class MemoryContactStore:
             t = self._t(tenant)
             current = t.segments.get(segment.id)
             if current is None or current.version != expected_version:
-                raise self._stale("segment", current.version if current else None, expected_version)
+                raise version_mismatch("segment", current.version if current else None, expected_version)
             t.segments[segment.id] = replace(segment, version=expected_version + 1)
             return t.segments[segment.id]
 
@@ -212,7 +200,7 @@ class MemoryContactStore:
             t = self._t(tenant)
             current = t.jobs.get(job.id)
             if current is None or current.version != expected_version:
-                raise self._stale("import", current.version if current else None, expected_version)
+                raise version_mismatch("import", current.version if current else None, expected_version)
             t.jobs[job.id] = replace(job, version=expected_version + 1)
             return t.jobs[job.id]
 

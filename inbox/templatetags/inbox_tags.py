@@ -18,12 +18,14 @@ REPLY_LABELS = {
 
 @register.filter
 def ms_time(value: int | None) -> str:
-    """Render epoch ms as ``14:05`` today, else ``30 Nov 14:05``."""
+    """Render epoch ms as ``14:05`` today, ``30 Nov 14:05`` this year, else ``30 Nov 2025 14:05``."""
     if not value:
         return ""
     at = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone(timezone.get_current_timezone())
     now = timezone.localtime()
-    return at.strftime("%H:%M") if at.date() == now.date() else at.strftime("%d %b %H:%M")
+    if at.date() == now.date():
+        return at.strftime("%H:%M")
+    return at.strftime("%d %b %H:%M") if at.year == now.year else at.strftime("%d %b %Y %H:%M")
 
 
 @register.filter

@@ -1,4 +1,4 @@
-"""Template filters of the deployments pages."""
+"""Template filters shared by the admin pages (`{% load botmesh_tags %}`)."""
 
 from __future__ import annotations
 
