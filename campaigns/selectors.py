@@ -6,14 +6,17 @@ is scoped to the caller's tenant by the store). Times are epoch milliseconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 
 from .domain import (
     CAMPAIGN_STATES,
     DELIVERY_STATES,
+    ID_RE,
     Campaign,
     Delivery,
     DeliveryCounts,
@@ -24,6 +27,8 @@ from .planner import Plan, Planner
 from .stores import default_stores
 
 SCAN_BATCH = 1000
+# A delivery list's cursor is the last recipient: an E.164 number (WhatsApp) or a Telegram user id.
+RECIPIENT_CURSOR = re.compile(r"\+?[0-9]{1,20}")
 
 
 def campaign_get(tenant: str, campaign_id: str) -> Campaign:
@@ -48,6 +53,7 @@ def campaign_list(tenant: str, *, limit: int = 50, after: str | None = None, sta
         raise ValidationError("limit", "must be 1..200")
     if state is not None and state not in CAMPAIGN_STATES:
         raise ValidationError("state", f"must be one of {', '.join(CAMPAIGN_STATES)}")
+    after = cursor_check(after, ID_RE)  # the id of the page's last campaign
     campaigns, _ = default_stores()
     items: list[Campaign] = []
     cursor = after
@@ -118,6 +124,7 @@ def delivery_list(
         raise ValidationError("limit", "must be 1..200")
     if state is not None and state not in DELIVERY_STATES:
         raise ValidationError("state", f"must be one of {', '.join(DELIVERY_STATES)}")
+    after = cursor_check(after, RECIPIENT_CURSOR)
     campaign_get(tenant, campaign_id)
     _, slots = default_stores()
     items: list[Delivery] = []

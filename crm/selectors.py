@@ -6,6 +6,7 @@ is scoped to the caller's tenant by the store). Times are epoch milliseconds.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import unicodedata
@@ -13,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 
 from . import csvio
@@ -32,6 +34,7 @@ from .stores import default_store
 
 SCAN_BATCH = 1000
 SEGMENT_BATCH = 2000
+CONTACT_CURSOR = re.compile(r"c_[0-9a-f]{22}")  # the id of a page's last contact (``new_id("c")``)
 REGION_TTL_S = 60.0
 _regions: dict[str, tuple[str, float]] = {}
 _regions_lock = threading.Lock()
@@ -133,6 +136,7 @@ def contact_list(
     """
     if not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, CONTACT_CURSOR)
     store = default_store()
     if identity:
         found = store.contact_find(tenant, _parse_identity_filter(identity, tenant))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from .domain import AuditEvent, Installation
+import re
+
+from botmesh_admin.cursors import cursor_check
+
+from .domain import ID_RE, AuditEvent, Installation
 from .runtime import RuntimeInfo
 from .services import default_hub
+
+AUDIT_CURSOR = re.compile(r"[0-9]{15}-[0-9]{12}-[0-9a-f]{6}")  # the last event's id (``new_audit_id``)
 
 
 def plugin_get(tenant: str, plugin_id: str) -> Installation:
@@ -14,14 +20,14 @@ def plugin_get(tenant: str, plugin_id: str) -> Installation:
 
 def plugin_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
     """Return up to ``limit`` installations by plugin id, after the id ``after``."""
-    return default_hub().list(tenant, limit=limit, after=after)
+    return default_hub().list(tenant, limit=limit, after=cursor_check(after, ID_RE))
 
 
 def plugin_audit_list(
     tenant: str, *, plugin_id: str | None = None, limit: int = 50, after: str | None = None
 ) -> list[AuditEvent]:
     """Return audit events, newest first (pass the last event's id as ``after``)."""
-    return default_hub().audit(tenant, plugin_id=plugin_id, limit=limit, after=after)
+    return default_hub().audit(tenant, plugin_id=plugin_id, limit=limit, after=cursor_check(after, AUDIT_CURSOR))
 
 
 def hub_runtime() -> RuntimeInfo:

@@ -6,8 +6,10 @@ Tenant first, the rest keyword-only. A conversation of another tenant is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 
 from .domain import (
@@ -27,6 +29,10 @@ VIEWS = ("all", "mine", "unassigned")
 SCAN_BATCH = 200
 MAX_SCANNED = 5000
 UNREAD_BATCH = 500
+# The shapes of the lists' cursors: ``activity_cursor``, ``Message.sort_key`` and ``new_note_id``.
+CONVERSATION_CURSOR = re.compile(r"a/[0-9]{13}/cv_[0-9a-f]{20}")
+MESSAGE_CURSOR = re.compile(r"[0-9]{13,16}/[^\s/]{1,200}")
+NOTE_CURSOR = re.compile(r"n_[0-9]{13,16}_[0-9a-f]{8,12}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ def conversation_list(
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, CONVERSATION_CURSOR)
     store = store or default_store()
     now = now_ms()
     rows: list[ConversationRow] = []
@@ -154,6 +161,7 @@ def message_list(
     conversation_get(tenant, conversation_id, store=store)
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, MESSAGE_CURSOR)
     page = store.message_page(tenant, conversation_id, after=after, limit=limit + 1)
     more = len(page) > limit
     page = page[:limit]
@@ -193,6 +201,7 @@ def note_list(
     conversation_get(tenant, conversation_id, store=store)
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, NOTE_CURSOR)
     notes = store.note_page(tenant, conversation_id, after=after, limit=limit + 1)
     more = len(notes) > limit
     notes = notes[:limit]

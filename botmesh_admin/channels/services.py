@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from botmesh_admin.errors import BadType, Conflict, NotFound, ValidationError
@@ -45,18 +48,54 @@ def _check_public(field: str, value: str) -> str:
     return value
 
 
-def _check_base_url(value: str) -> str:
+def check_api_base_url(value: str, *, production: bool) -> str:
+    """Return the provider API base URL ``value`` without its trailing ``/`` (``""``: the default API).
+
+    The server sends requests (with the channel's credentials) to this URL, so
+    it must not reach the server's own network (SSRF): in production it must be
+    https to a host that is not a loopback, link-local (cloud metadata at
+    169.254.169.254), private or otherwise non-public address. The dev profile
+    also allows http, but only to this machine (a local fake provider). A host
+    name is checked as written (``localhost``), not resolved.
+    Raise ``ValidationError`` naming ``channel.api_base_url``.
+    """
+    field = "channel.api_base_url"
     value = value.strip()
     if not value:
         return ""
     if len(value) > 200:
-        raise ValidationError("channel.api_base_url", "longer than 200 characters")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError("channel.api_base_url", "must be an http(s) URL")
+        raise ValidationError(field, "longer than 200 characters")
+    try:
+        parts = urlsplit(value)
+        host = (parts.hostname or "").rstrip(".").lower()
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ValidationError(field, "not a URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValidationError(field, "must be an http(s) URL")
     if parts.query or parts.fragment or parts.username or parts.password:
-        raise ValidationError("channel.api_base_url", "must not carry a query, fragment or credentials")
+        raise ValidationError(field, "must not carry a query, fragment or credentials")
+    address = _ip_literal(host)
+    loopback = address.is_loopback if address else host == "localhost" or host.endswith(".localhost")
+    if production:
+        if parts.scheme != "https":
+            raise ValidationError(field, "must be an https URL in production")
+        if loopback or (address is not None and (not address.is_global or address.is_multicast)):
+            raise ValidationError(field, "must not point at a loopback, link-local or private address")
+    elif parts.scheme == "http" and not loopback:
+        raise ValidationError(field, "http is for a provider on this machine (localhost) only; use https")
     return value.rstrip("/")
+
+
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Return the address ``host`` spells (any form the resolver accepts: ``2130706433``, ``0x7f.1``), or None."""
+    try:
+        info = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)  # parses only, never asks DNS
+    except (socket.gaierror, UnicodeError, ValueError):
+        return None
+    address = ipaddress.ip_address(str(info[0][4][0]).split("%", 1)[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return mapped if mapped is not None else address
 
 
 def _check_secret(field: str, value: str) -> str:
@@ -121,7 +160,8 @@ def channel_config_set(
         if field not in SECRETS_OF_KIND[kind]:
             raise ValidationError("channel.clear", f"{field!r} is not a secret of {kind} channels")
     public = {f: _check_public(f, v) for f, v in public_in.items() if v is not None}
-    base_url = _check_base_url(api_base_url) if api_base_url is not None else None
+    production = settings.CONFIG.production
+    base_url = check_api_base_url(api_base_url, production=production) if api_base_url is not None else None
     secrets = {f: _check_secret(f, v) for f, v in secrets_in.items() if v}
 
     if not Tenant.objects.filter(id=tenant).exists():

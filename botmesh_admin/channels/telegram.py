@@ -22,7 +22,15 @@ from typing import Any
 from botmesh_admin.errors import ValidationError
 
 from .credentials import secret_matches
-from .domain import Button, InboundEvent, InboundMessage, Location, Media, MemberUpdate, message_time_ms
+from .domain import (
+    Button,
+    InboundEvent,
+    InboundMessage,
+    Location,
+    Media,
+    MemberUpdate,
+    message_time_ms,
+)
 
 CHANNEL = "telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"

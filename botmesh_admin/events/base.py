@@ -48,6 +48,9 @@ Clock = Callable[[], int]
 STATES = ("pending", "leased", "done", "dead")
 TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(?:[.:-][a-z0-9_]+)*$")
 EVENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+# One regex pass over a payload's JSON text: a Python loop over its characters
+# cost more than the rest of the validation (webhook payloads are ~1 KB).
+_NUL_OR_SURROGATE_RE = re.compile("[\x00\ud800-\udfff]")
 MAX_TYPE = 100
 MAX_IDEMPOTENCY_KEY = 200
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -339,7 +342,7 @@ def validate_envelope(envelope: object, now: int) -> EventRecord:
         raise ValidationError("envelope.payload", "not plain JSON: keys must be strings, no tuples")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES:
         raise ValidationError("envelope.payload", f"larger than {MAX_PAYLOAD_BYTES} bytes")
-    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+    if _NUL_OR_SURROGATE_RE.search(text):
         raise ValidationError("envelope.payload", "contains NUL or a lone surrogate")
     created_at = now if e.created_at is None else e.created_at
     if not isinstance(created_at, int) or isinstance(created_at, bool) or not 0 <= created_at < 2**53:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound
 from botmesh_admin.kv.tenant import validate_id
 
 from .base import MAX_LIST, STATES, EventRecord, validate_event_id
 from .runtime import default_journal
+
+# The list's cursor is the id of the last event of a page, as ``new_event_id`` makes them.
+EVENT_CURSOR = re.compile(r"ev_[0-9a-f]{24}")
 
 
 def event_get(tenant: str, *, event_id: str) -> EventRecord:
@@ -34,6 +39,7 @@ def event_list(
     cursor is ``None`` on the last page.
     """
     validate_id(tenant, "tenant")
+    after = cursor_check(after, EVENT_CURSOR)
     fetch = min(limit + 1, MAX_LIST)  # one more than asked tells whether a next page exists
     rows = default_journal().list(tenant=tenant, state=state, channel=channel, limit=fetch, after=after)
     page = rows[:limit]

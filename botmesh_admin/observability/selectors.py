@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 
@@ -13,6 +14,7 @@ from .domain import validate_bot_id, validate_replica_id
 from .stores.base import BotSample, TraceSummary
 
 TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+TRACE_CURSOR = re.compile(r"r/[0-9]{13}/[0-9a-f]{32}")  # ``trace_records.index_key`` of a page's last trace
 TRACE_KINDS = trace_records.KINDS
 
 
@@ -99,8 +101,7 @@ def trace_list(
         validate_id(tenant, "tenant")
     if kind is not None and kind not in TRACE_KINDS:
         raise ValidationError("kind", f"must be one of {', '.join(TRACE_KINDS)}")
-    if after is not None and not after.startswith("r/"):
-        raise ValidationError("after", "not a cursor of this list")
+    after = cursor_check(after, TRACE_CURSOR)
     return stores.trace_store().list(tenant, kind=kind, conversation=conversation or None, limit=limit, after=after)
 
 

@@ -42,3 +42,10 @@ def trace_record(tenant: str | None, spans: list[dict[str, Any]]) -> None:
     if tenant is not None:
         validate_id(tenant, "tenant")
     stores.trace_store().record(tenant, spans)
+
+
+def trace_record_many(tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
+    """Merge the finished spans of several traces of ``tenant`` (``trace_record`` in batches)."""
+    if tenant is not None:
+        validate_id(tenant, "tenant")
+    stores.trace_store().record_many(tenant, traces)

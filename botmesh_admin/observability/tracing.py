@@ -230,18 +230,22 @@ class KvTraceProcessor(SpanProcessor):
             ]
             for tid, _ in ready:
                 del self._pending[tid]
+        by_tenant: dict[str | None, list[list[dict[str, Any]]]] = {}
+        for _, segment in ready:
+            by_tenant.setdefault(segment["tenant"], []).append(segment["spans"])
         with self._write_lock:
-            for _, segment in ready:
-                self._write(segment["tenant"], segment["spans"])
+            for tenant, traces in by_tenant.items():
+                self._write(tenant, traces)
 
-    def _write(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
+    def _write(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
         try:
             if self._record is not None:
-                self._record(tenant, spans)
+                for spans in traces:
+                    self._record(tenant, spans)
             else:
-                from .services import trace_record
+                from .services import trace_record_many
 
-                trace_record(tenant, spans)
+                trace_record_many(tenant, traces)  # one write per batch of traces, not per trace
         except Exception as exc:  # exporting never breaks the traced code
             if time.monotonic() - self._last_error_log > 60:
                 self._last_error_log = time.monotonic()

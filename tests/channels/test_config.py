@@ -154,3 +154,49 @@ def test_rotate_command_and_unreadable_credential_in_a_webhook(configured, setti
                            HTTP_X_HUB_SIGNATURE_256="sha256=00")
         assert (resp.status_code, resp.json()["error"]) == (503, "credential_unreadable")
         assert journal.list(tenant="tienda") == []
+
+
+@pytest.mark.parametrize("url", [
+    "http://169.254.169.254", "https://169.254.169.254/latest/meta-data", "https://localhost:8731",
+    "https://127.0.0.1/", "https://2130706433/", "https://[::1]/", "https://[::ffff:127.0.0.1]/",
+    "https://10.0.0.5/", "https://192.168.1.1/", "https://100.64.0.1/", "https://0.0.0.0/",
+    "http://graph.facebook.com/v21.0",
+])
+def test_api_base_url_to_the_servers_own_network_is_refused_in_production(configured, settings, url) -> None:
+    """Found by exploratory testing: a channel could send its credentials to 169.254.169.254 or localhost (SSRF)."""
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, profile="production", debug=False)
+    before = raw_rows()
+    with pytest.raises(ValidationError) as info:
+        services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url)
+    assert info.value.field == "channel.api_base_url"
+    assert raw_rows() == before
+
+
+def test_api_base_url_to_a_public_https_host_is_kept_in_production(configured, settings) -> None:
+    """Found by exploratory testing (the SSRF rule must still allow the real APIs and proxies)."""
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, profile="production", debug=False)
+    channel = services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url="https://tg.example.com/")
+    assert channel.api_base_url == "https://tg.example.com"
+
+
+def test_dev_profile_allows_http_only_to_this_machine(configured) -> None:
+    """Found by exploratory testing: dev keeps a local fake provider working, nothing else over plain http."""
+    for url in ("http://127.0.0.1:8731/fake", "http://localhost:8731", "http://[::1]:8731"):
+        assert services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url).api_base_url == url
+    for url in ("http://169.254.169.254", "http://10.0.0.5", "http://api.telegram.org"):
+        with pytest.raises(ValidationError) as info:
+            services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url)
+        assert info.value.field == "channel.api_base_url"
+
+
+def test_api_answers_422_naming_api_base_url_for_a_metadata_address(configured, settings) -> None:
+    """Found by exploratory testing: PUT channels/<name> accepted http://169.254.169.254."""
+    from django.test import Client
+
+    from botmesh_admin.tenancy.services import token_create
+
+    settings.CONFIG = dataclasses.replace(settings.CONFIG, profile="production", debug=False)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create('tienda', name='ci')[1]}")
+    response = client.put("/api/v1/tenants/tienda/channels/bot", {"kind": "telegram", "api_base_url": "http://169.254.169.254"},
+                          content_type="application/json")
+    assert response.status_code == 422 and response.json()["field"] == "channel.api_base_url"

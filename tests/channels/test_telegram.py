@@ -8,6 +8,7 @@ import pytest
 
 from botmesh_admin.channels import credentials, telegram
 from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, event_from_dict
+from botmesh_admin.errors import ValidationError
 
 from .conftest import load_json, telegram_updates
 
@@ -96,3 +97,18 @@ def test_every_event_round_trips_through_json(name: str) -> None:
     assert len(events) == 1
     assert [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in events] == events
     assert isinstance(events[0], InboundMessage | MemberUpdate)
+
+
+@pytest.mark.parametrize(("name", "path"), [
+    ("02_text.json", ("message", "date")),
+    ("04_edited.json", ("edited_message", "edit_date")),
+    ("08_blocked.json", ("my_chat_member", "date")),
+])
+@pytest.mark.parametrize("date", ["abc", None, 0, -5, 1.5])
+def test_a_date_that_is_not_unix_seconds_is_refused_naming_it(name, path, date) -> None:  # type: ignore[no-untyped-def]
+    """Found by exploratory testing: an unreadable date was stored as 0 (1970) instead of being refused."""
+    update = telegram_updates()[name]
+    update[path[0]][path[1]] = date
+    with pytest.raises(ValidationError) as info:
+        telegram.parse_update(update)
+    assert info.value.field == ".".join(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
 
@@ -218,3 +220,49 @@ def test_a_change_through_services_drops_the_copy_at_once(configured, journal, c
     assert post_wa(client, "x", raw=raw, signature=signature(raw, configured.app_secret)).status_code == 401
     services.channel_config_delete("tienda", name="main")
     assert channel_queries(client, lambda c: post_wa(c, "x", raw=raw, signature=signature(raw, "changed-secret"))) == 2
+
+
+DEEP = b"[" * 3000 + b"]" * 3000
+
+
+def test_signed_deeply_nested_json_is_400_not_500(configured, journal, client: Client) -> None:
+    """Found by exploratory testing: a signed body nested 3000 levels deep answered 500 with a traceback."""
+    from botmesh_admin.channels.whatsapp import signature
+
+    for raw in (DEEP, b'{"entry": ' + DEEP + b"}"):
+        resp = post_wa(client, "x", raw=raw, signature=signature(raw, configured.app_secret))
+        assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
+    assert records(journal) == []
+
+
+def test_telegram_deeply_nested_json_with_secret_is_400_not_500(configured, journal, client: Client) -> None:
+    """Found by exploratory testing: an update nested 3000 levels deep answered 500 with a traceback."""
+    for raw in (DEEP, b'{"update_id": 1, "message": ' + DEEP + b"}"):
+        resp = client.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json",
+                           **{TG_HEADER: configured.telegram_secret})
+        assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
+    assert records(journal) == []
+
+
+def test_signed_message_with_unreadable_time_is_refused_and_not_journaled(configured, journal, client: Client) -> None:
+    """Found by exploratory testing: a webhook timestamp "abc" was journaled and shown as 1 Jan 1970."""
+    from botmesh_admin.channels.whatsapp import signature
+
+    raw = fixture_path("whatsapp", "raw", "01_text.json").read_bytes()
+    body = json.loads(raw)
+    body["entry"][0]["changes"][0]["value"]["messages"][0]["timestamp"] = "abc"
+    raw = json.dumps(body).encode()
+    resp = post_wa(client, "x", raw=raw, signature=signature(raw, configured.app_secret))
+    assert resp.status_code == 422
+    assert resp.json()["field"] == "entry[0].changes[0].value.messages[0].timestamp"
+    assert records(journal) == []
+
+
+def test_telegram_message_with_unreadable_date_is_400_and_not_journaled(configured, journal, client: Client) -> None:
+    """Found by exploratory testing: a Telegram date "abc" was journaled and shown as 1 Jan 1970."""
+    update = telegram_updates()["02_text.json"]
+    update["message"]["date"] = "abc"
+    resp = client.post("/webhooks/telegram/tienda/bot", json.dumps(update), content_type="application/json",
+                       **{TG_HEADER: configured.telegram_secret})
+    assert resp.status_code == 400 and "message.date" in resp.json()["message"]
+    assert records(journal) == []

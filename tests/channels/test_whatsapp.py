@@ -146,3 +146,22 @@ def test_not_an_object_is_a_validation_error_and_odd_shapes_yield_nothing() -> N
 
 def test_phone_number_ids() -> None:
     assert whatsapp.phone_number_ids(whatsapp_bodies()["08_batch.json"]) == ["106540352242922"]
+
+
+@pytest.mark.parametrize("timestamp", ["abc", None, "", "1.5", 12, "99999999999", True])
+def test_a_message_time_that_is_not_unix_seconds_is_refused_naming_it(timestamp) -> None:  # type: ignore[no-untyped-def]
+    """Found by exploratory testing: a timestamp "abc" was stored as 0 (1970) instead of being refused."""
+    body = whatsapp_bodies()["08_batch.json"]
+    body["entry"][0]["changes"][0]["value"]["messages"][1]["timestamp"] = timestamp
+    with pytest.raises(ValidationError) as info:
+        whatsapp.parse_webhook(body)
+    assert info.value.field == "entry[0].changes[0].value.messages[1].timestamp"
+
+
+def test_a_status_time_that_is_not_unix_seconds_is_refused_naming_it() -> None:
+    """Found by exploratory testing: a status with an unreadable time was dated 1970."""
+    body = whatsapp_bodies()["06_statuses.json"]
+    body["entry"][0]["changes"][0]["value"]["statuses"][0]["timestamp"] = "abc"
+    with pytest.raises(ValidationError) as info:
+        whatsapp.parse_webhook(body)
+    assert info.value.field == "entry[0].changes[0].value.statuses[0].timestamp"

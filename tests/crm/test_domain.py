@@ -33,6 +33,12 @@ def test_digits_only_wa_id_is_read_as_international_even_in_another_region() -> 
     assert normalize_identity("whatsapp", "573001112233", "US") == "+573001112233"
 
 
+@pytest.mark.parametrize("address", ["5215512345678", "+5215512345678", "+52 1 55 1234 5678", "+525512345678", "525512345678"])
+def test_mexican_mobile_wa_id_with_the_legacy_1_is_the_current_e164(address: str) -> None:
+    """Found by exploratory testing: WhatsApp's wa_id 5215512345678 was refused (Mexico dropped the 1 in 2019)."""
+    assert normalize_identity("whatsapp", address) == "+525512345678"
+
+
 def test_national_number_follows_the_default_region() -> None:
     assert normalize_identity("whatsapp", "(415) 555-0100", "US") == "+14155550100"
     assert normalize_identity("whatsapp", "91 123 45 67", "ES") == "+34911234567"

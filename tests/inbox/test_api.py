@@ -93,6 +93,40 @@ def test_bad_record_is_422_naming_it_and_nothing_is_written(api):
     assert api.call("get", "conversations")[1]["items"] == []
 
 
+@pytest.mark.parametrize(("change", "field"), [
+    ({"channel": "pigeon"}, "channel"),
+    ({"channel": "whatsapp", "chatId": "telegram:700000101"}, "chatId"),
+    ({"channel": "whatsapp", "chatId": "whatsapp:notaphone"}, "chatId"),
+    ({"channel": "whatsapp", "chatId": "whatsapp:123"}, "chatId"),
+    ({"channel": "telegram", "chatId": "telegram:abc"}, "chatId"),
+    ({"timestamp": "abc"}, "timestamp"),
+    ({"timestamp": 0}, "timestamp"),
+    ({"timestamp": 1764489609.5}, "timestamp"),
+    ({"timestamp": 1764489609}, "timestamp"),  # seconds, not milliseconds
+    ({"timestamp": 9_999_999_999_999}, "timestamp"),  # the year 2286
+])
+def test_record_the_inbox_cannot_place_is_422_naming_its_field_and_nothing_is_written(api, change, field):
+    """Found by exploratory testing: such records were accepted (202) and made odd conversations."""
+    records = records_of("soporte")[:6]
+    records[2].update(change)
+    status, body = push_lines(api, records)
+    assert (status, body["field"]) == (422, f"records[2].{field}")
+    drain()
+    assert api.call("get", "conversations")[1]["items"] == []
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 3000 + b"]" * 3000,
+    b'{"id": "m1", "body": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+    b"[" + b"[" * 100 + b"]" * 100 + b"]",
+])
+def test_deeply_nested_ledger_body_is_422_not_500(api, body):
+    """Found by exploratory testing: a body nested 3000 levels deep answered 500 with a traceback."""
+    status, answer = api.call("post", "ledger", raw=body)
+    assert status == 422 and answer["field"] in ("records", "records[0]")
+    assert "nested" in answer["message"]
+
+
 def test_record_naming_another_tenant_is_refused(api):
     records = records_of("soporte")[:2]
     records[1]["tenantId"] = api.other_tenant
@@ -197,3 +231,20 @@ def test_openapi_documents_the_inbox_schemas(api):
             "ReplyIn", "ConversationPage"} <= names
     ledger = schema["paths"]["/api/v1/tenants/{tenant}/ledger"]["post"]
     assert "application/x-ndjson" in ledger["requestBody"]["content"]
+
+
+@pytest.mark.parametrize("text", ["ring\x07ring", "pay\u202eknil", "a\u2066b", "x\x1by", "c1\x85"])
+def test_note_and_reply_with_a_control_or_bidi_override_character_are_422(api, conversation, text):
+    """Found by exploratory testing: notes kept BEL and U+202E, which make a note read otherwise than it says."""
+    cid = conversation["id"]
+    status, body = api.call("post", f"conversations/{cid}/notes", {"text": text})
+    assert (status, body["field"]) == (422, "note.text")
+    status, body = api.call("post", f"conversations/{cid}/reply", {"text": text})
+    assert (status, body["field"]) == (422, "reply.text")
+    assert api.call("get", f"conversations/{cid}/notes")[1]["items"] == []
+
+
+def test_note_keeps_tabs_and_line_breaks_and_reads_crlf_as_one_break(api, conversation):
+    """Found by exploratory testing (the control-character rule must not refuse a multi-line note)."""
+    status, body = api.call("post", f"conversations/{conversation['id']}/notes", {"text": "a\tb\r\nc\nd"})
+    assert (status, body["text"]) == (201, "a\tb\nc\nd")

@@ -11,9 +11,11 @@ from inbox import selectors
 from inbox.services import Inbox
 
 CHAT = "whatsapp:573001112233"
+T0 = 1_764_489_600_000  # 2025-11-30: a ledger refuses times before 2000
 
 
 def record(mid: str, ts: int, direction: str = "in", chat: str = CHAT, **kw) -> dict:
+    """Return a ledger record ``ts`` ms after ``T0``."""
     return {
         "id": mid,
         "channel": chat.split(":")[0],
@@ -22,7 +24,7 @@ def record(mid: str, ts: int, direction: str = "in", chat: str = CHAT, **kw) -> 
         "direction": direction,
         "type": "text",
         "body": f"body {mid}",
-        "timestamp": ts,
+        "timestamp": T0 + ts,
         **kw,
     }
 

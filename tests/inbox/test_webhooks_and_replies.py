@@ -107,6 +107,20 @@ def test_signed_webhooks_are_projected_by_the_worker(shop):
     assert "Gracias!" in texts and "Hablar con un asesor" in texts
 
 
+def test_mexican_whatsapp_sender_of_the_batch_becomes_a_contact(shop):
+    """Found by exploratory testing: wa_id 5215512345678 (+52 1 55…) failed CRM normalisation, so no contact."""
+    from crm.selectors import contact_get, contact_list
+
+    assert post_whatsapp(shop, "08_batch.json") == 200
+    drain()
+    conv = conversation(shop, "whatsapp:5215512345678")
+    assert conv.contact_id is not None
+    contact = contact_get(shop.tenant, conv.contact_id)
+    assert [(i.channel, i.address) for i in contact.identities] == [("whatsapp", "+525512345678")]
+    found = contact_list(shop.tenant, identity="whatsapp:+5215512345678").items
+    assert [c.id for c in found] == [conv.contact_id]
+
+
 def test_reply_is_sent_once_and_shows_the_provider_id(shop):
     post_whatsapp(shop, "01_text.json")
     drain()

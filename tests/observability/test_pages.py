@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.test import Client
+
 from botmesh_admin.kv.validation import now_ms
 from botmesh_admin.observability import services, tracing
 
@@ -127,22 +130,28 @@ def test_unknown_trace_is_404_and_a_bad_kind_is_422(tenant_client: TenantClient)
     )
 
 
-def test_system_traces_are_for_admins_only(
+def test_system_traces_are_for_superusers_only(
     tenant_client: TenantClient, admin_client: TenantClient
 ) -> None:
+    """Traces of no tenant hold other tenants' failed requests: a tenant's admin must not see them.
+
+    Regression: found by exploratory testing (any tenant admin could list and open them).
+    """
     services.trace_record(
-        None, [span_dict(tid(5), "a" * 16, None, "celery run/cleanup", now_ms() - 5.0, 1.0)]
+        None, [span_dict(tid(5), "a" * 16, None, "GET api/v1/tenants/other/ledger", now_ms() - 5.0, 1.0)]
     )
-    assert (
-        tenant_client.page.get(
-            f"/t/{tenant_client.tenant}/traces/", {"scope": "system"}
-        ).status_code
-        == 403
-    )
-    html = admin_client.page.get(
-        f"/t/{admin_client.tenant}/traces/", {"scope": "system"}
-    ).content.decode()
+    for member in (tenant_client, admin_client):
+        listed = member.page.get(f"/t/{member.tenant}/traces/", {"scope": "system"})
+        opened = member.page.get(f"/t/{member.tenant}/traces/{tid(5)}/", {"scope": "system"})
+        assert (listed.status_code, opened.status_code) == (404, 404)
+        assert tid(5) not in listed.content.decode() + opened.content.decode()
+        assert "no tenant (system)" not in member.page.get(f"/t/{member.tenant}/traces/").content.decode()
+    superuser = get_user_model().objects.create_superuser(username=f"root-{admin_client.tenant}", password="pw-12345678")
+    page = Client()
+    page.force_login(superuser)
+    html = page.get(f"/t/{admin_client.tenant}/traces/", {"scope": "system"}).content.decode()
     assert f'data-trace="{tid(5)}"' in html
+    assert page.get(f"/t/{admin_client.tenant}/traces/{tid(5)}/", {"scope": "system"}).status_code == 200
 
 
 def test_a_page_view_is_itself_traced_for_the_tenant(tenant_client: TenantClient) -> None:

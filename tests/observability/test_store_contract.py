@@ -218,3 +218,17 @@ def test_traces_of_another_tenant_or_of_no_tenant_are_separate(trace_store: Trac
     assert trace_store.get(None, tid(1)) is None
     assert "system" in [i.name for i in trace_store.list(None)[0]]
     assert [i.name for i in trace_store.list(tenant_id)[0]] == ["mine"]
+
+
+def test_record_many_merges_like_record_one_by_one(trace_store: TraceStore, tenant_id: str) -> None:
+    trace_store.record(tenant_id, [span(tid(1), "b" * 16, "a" * 16, "message.project", 1010.0, 5.0)])
+    trace_store.record_many(tenant_id, [
+        [span(tid(1), "a" * 16, None, "POST webhooks/whatsapp", 1000.0, 20.0)],
+        [span(tid(2), "a" * 16, None, "GET page2", 2000.0, 1.0)],
+        [span(tid(1), "c" * 16, "b" * 16, "message.send", 1012.0, 30.0)],
+        [],
+    ])
+    one = trace_store.get(tenant_id, tid(1))
+    assert one is not None
+    assert [s["name"] for s in one["spans"]] == ["POST webhooks/whatsapp", "message.project", "message.send"]
+    assert {i.trace_id for i in trace_store.list(tenant_id)[0]} == {tid(1), tid(2)}

@@ -178,6 +178,33 @@ def test_django_requests_are_traced_under_the_callers_tenant(tenant_client: Tena
     assert one["spans"][0]["depth"] == 0 and one["spans"][0]["attributes"]["botmesh.tenant"] == tenant
 
 
+def test_stored_request_spans_keep_no_client_ip_or_user_agent(tenant_client: TenantClient) -> None:
+    """A trace must not show who called: client IPs and user agents are kept only as keyed hashes.
+
+    Regression: found by exploratory testing (request spans kept ``net.peer.ip`` and ``http.user_agent``).
+    """
+    tenant = tenant_client.tenant
+    ip, agent = "203.0.113.77", "Mozilla/5.0 (Exploratory; Tester) Gecko/20100101"
+    response = tenant_client.api.get(f"/api/v1/tenants/{tenant}/bots/metrics", REMOTE_ADDR=ip, HTTP_USER_AGENT=agent)
+    assert response.status_code == 200
+    flush_to_kv()
+    items, _ = selectors.trace_list(tenant, kind="http")
+    stored = json.dumps([selectors.trace_get(tenant, item.trace_id)["spans"] for item in items])
+    assert "bots/metrics" in stored
+    assert ip not in stored and "Exploratory" not in stored
+    assert hash_id(ip) in stored and hash_id(agent) in stored
+
+
+def test_client_attributes_of_any_convention_version_become_hashes() -> None:
+    """Found by exploratory testing: old and new OpenTelemetry names of the caller are all hashed."""
+    from botmesh_admin.observability.guard import guard_attributes
+
+    names = ("http.client_ip", "client.address", "net.peer.ip", "net.sock.peer.addr", "network.peer.address",
+             "net.peer.name", "http.user_agent", "user_agent.original")
+    guarded = guard_attributes({name: "198.51.100.9" for name in names} | {"http.method": "GET"})
+    assert guarded == {f"{name}_hash": hash_id("198.51.100.9") for name in names} | {"http.method": "GET"}
+
+
 def test_probes_and_metrics_scrapes_are_not_traced(tenant_client: TenantClient, exported: InMemorySpanExporter) -> None:
     tenant_client.api.get("/healthz")
     tenant_client.api.get("/metrics")

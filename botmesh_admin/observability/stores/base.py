@@ -89,6 +89,10 @@ class TraceStore(Protocol):
         """Merge ``spans`` (dicts from ``tracing.span_to_dict``, all of one trace) into their trace."""
         ...
 
+    def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
+        """Merge several traces' spans as ``record`` would, one by one (in fewer writes)."""
+        ...
+
     def list(
         self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
         limit: int = 50, after: str | None = None,

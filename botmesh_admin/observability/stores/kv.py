@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Put, TenantKv
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
 from botmesh_admin.kv.tenant import validate_id
 
 from .. import trace_records
@@ -35,6 +35,7 @@ SYSTEM_TRACES = f"{PACKAGE}/~system/traces"
 COUNTERS = f"{PACKAGE}/~process/counters"
 MAX_ATTEMPTS = 200
 PRUNE_BATCH = 100  # traces deleted per commit
+RECORD_BATCH = 50  # traces written per commit by record_many
 
 T = TypeVar("T")
 
@@ -159,10 +160,15 @@ class KvBotMetricsStore:
 
 
 class KvTraceStore:
-    """Trace records and a newest-first index, pruned every ``prune_every`` new traces."""
+    """Trace records and a newest-first index, pruned every ``prune_every`` new traces.
+
+    A prune reads the whole index (``max_traces`` summaries and more), so it runs
+    every 100 new traces rather than every few: the store may hold up to
+    ``prune_every`` traces beyond ``max_traces`` per writing process until then.
+    """
 
     def __init__(self, kv: DurableKv, *, max_traces: int = DEFAULT_MAX_TRACES,
-                 retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int = 25,
+                 retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int = 100,
                  clock: Callable[[], int] | None = None, system_table: str = SYSTEM_TRACES) -> None:
         from botmesh_admin.kv.validation import now_ms
 
@@ -179,29 +185,68 @@ class KvTraceStore:
     def _table(self, tenant: str | None) -> str:
         return self.system_table if tenant is None else self.tables.table(tenant, "traces")
 
+    def _put_ops(self, tenant: str | None, trace_id: str, spans: list[dict[str, Any]],
+                 entry: Any) -> list[Op]:
+        previous = entry.value if entry else None
+        merged = trace_records.merge_trace(previous, trace_id, tenant, spans, self._clock())
+        summary = trace_records.summary_json(trace_records.summarize(merged))
+        expect = entry.version if entry else ABSENT
+        return [
+            Put(f"t/{trace_id}", merged, expect=expect, ttl_ms=self.retention_ms),
+            Put(trace_records.index_key(merged), summary, ttl_ms=self.retention_ms),
+        ]
+
     def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
         if not spans:
             return
         table = self._table(tenant)
         trace_id = spans[0]["trace_id"]
-        key = f"t/{trace_id}"
 
         def attempt() -> bool:
-            entry = self.kv.get(table, key)
-            merged = trace_records.merge_trace(entry.value if entry else None, trace_id, tenant, spans, self._clock())
-            summary = trace_records.summary_json(trace_records.summarize(merged))
-            self.kv.commit(table, [
-                Put(key, merged, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
-                Put(trace_records.index_key(merged), summary, ttl_ms=self.retention_ms),
-            ])
+            entry = self.kv.get(table, f"t/{trace_id}")
+            self.kv.commit(table, self._put_ops(tenant, trace_id, spans, entry))
             return entry is None
 
         if retry_cas(attempt):
-            with self._lock:
-                self._created += 1
-                due = self._created % self.prune_every == 0
-            if due:
-                self.prune(tenant)
+            self._created_more(tenant, 1)
+
+    def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
+        """Merge the spans of several traces, ``RECORD_BATCH`` traces per commit.
+
+        A busy process's writer has dozens of traces ready at every flush; one
+        commit per trace cost more (client and server) than the reads. A batch
+        that meets another writer is redone trace by trace, each retried alone.
+        """
+        by_trace: dict[str, list[dict[str, Any]]] = {}
+        for spans in traces:
+            if spans:
+                by_trace.setdefault(spans[0]["trace_id"], []).extend(spans)
+        items = list(by_trace.items())
+        table = self._table(tenant)
+        for start in range(0, len(items), RECORD_BATCH):
+            batch = items[start:start + RECORD_BATCH]
+            ops: list[Op] = []
+            created = 0
+            for trace_id, spans in batch:
+                entry = self.kv.get(table, f"t/{trace_id}")
+                ops += self._put_ops(tenant, trace_id, spans, entry)
+                created += entry is None
+            try:
+                self.kv.commit(table, ops)
+            except ConflictError:
+                for _, spans in batch:
+                    self.record(tenant, spans)
+                continue
+            self._created_more(tenant, created)
+
+    def _created_more(self, tenant: str | None, n: int) -> None:
+        """Count ``n`` new traces; prune whenever the count passes a multiple of ``prune_every``."""
+        with self._lock:
+            before = self._created
+            self._created += n
+            due = self._created // self.prune_every > before // self.prune_every
+        if due:
+            self.prune(tenant)
 
     def prune(self, tenant: str | None) -> int:
         """Delete every trace after the newest ``max_traces``; return how many went."""

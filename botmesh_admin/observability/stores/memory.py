@@ -118,6 +118,10 @@ class MemoryTraceStore:
                 for _, old in ordered[self.max_traces:]:
                     del table[old["trace_id"]]
 
+    def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
+        for spans in traces:
+            self.record(tenant, spans)
+
     def _live(self, tenant: str | None) -> dict[str, tuple[int, dict[str, Any]]]:
         table = self._traces.setdefault(tenant, {})
         now = self._clock()

@@ -1,0 +1,32 @@
+"""Cursors of paginated lists: opaque to clients, checked for shape before use.
+
+Every list returns ``next`` (pass it back as ``after`` for the following page).
+A cursor is whatever the list orders by: an id, a sort key, an index key. A
+store compares it with its keys as a string, so any text "works" — and a
+mistyped cursor used to return the first page again, an empty page or a store
+error depending on the list. Each selector checks ``after`` against the shape
+of the cursors its list makes, so that every list answers alike: a malformed
+cursor is a ``ValidationError`` naming ``after`` (HTTP 422), and a well-formed
+one past the end an empty page.
+"""
+
+from __future__ import annotations
+
+import re
+
+from botmesh_admin.errors import ValidationError
+
+
+def cursor_check(after: object, shape: re.Pattern[str]) -> str | None:
+    """Return ``after`` (``None`` for none or ``""``) if it has the ``shape`` of this list's cursors.
+
+    Raise ``ValidationError`` naming ``after`` otherwise.
+    """
+    if after is None or after == "":
+        return None
+    if not isinstance(after, str) or not shape.fullmatch(after):
+        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+    return after
+
+
+__all__ = ["cursor_check"]
