@@ -60,7 +60,11 @@ def json_load(
 
 
 def _load(
-    raw: bytes | bytearray | str, field: str, max_bytes: int | None, reject_duplicate_keys: bool, wanted: str
+    raw: bytes | bytearray | str,
+    field: str,
+    max_bytes: int | None,
+    reject_duplicate_keys: bool,
+    wanted: str,
 ) -> Any:
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if not isinstance(data, bytes | bytearray):
@@ -71,13 +75,17 @@ def _load(
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError(field, f"not {wanted}: the body is not UTF-8") from None
-    hook: Callable[[list[tuple[str, Any]]], Any] | None = _reject_duplicates if reject_duplicate_keys else None
+    hook: Callable[[list[tuple[str, Any]]], Any] | None = (
+        _reject_duplicates if reject_duplicate_keys else None
+    )
     try:
         value = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         raise ValidationError(f"{field}.{exc.key}", "duplicate key") from None
     except RecursionError:
-        raise ValidationError(field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep") from None
+        raise ValidationError(
+            field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep"
+        ) from None
     except ValueError as exc:
         raise ValidationError(field, f"not {wanted}: invalid JSON ({exc})") from None
     if _depth_exceeds(value, MAX_DEPTH):
@@ -104,7 +112,12 @@ def json_type(value: Any) -> str:
     if value is None:
         return "null"
     return {
-        bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
     }.get(type(value), type(value).__name__)
 
 
@@ -113,7 +126,9 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        )
         if children is None:
             continue
         if depth > limit:

@@ -17,6 +17,7 @@ from botmesh_admin.kv.tenant import validate_id
 
 from .base import Envelope, EventRecord, validate_channel, validate_event_id
 from .runtime import default_journal
+from .wakeups import DrainWakeups
 
 logger = logging.getLogger("botmesh.events")
 
@@ -25,14 +26,33 @@ DAY_MS = 24 * 3600 * 1000
 PRUNE_BATCH = 1000
 
 
+def _queue_drain(channel: str | None) -> None:
+    from .tasks import drain
+
+    try:
+        drain.delay(channel)
+    except Exception as exc:  # the broker is optional for correctness: beat drains too
+        logger.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
+
+
+def _queue_trailing_drain(channel: str | None) -> None:
+    from botmesh_admin.observability.tracing import untraced
+
+    with untraced():  # it serves many webhooks, none of which is its parent: no trace of its own
+        _queue_drain(channel)
+
+
+_wakeups = DrainWakeups(_queue_drain, send_later=_queue_trailing_drain)
+
+
 def _drain_after_commit(channel: str | None) -> None:
     def send() -> None:
         from .tasks import drain
 
-        try:
-            drain.delay(channel)
-        except Exception as exc:  # the broker is optional for correctness: beat drains too
-            logger.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
+        if drain.app.conf.task_always_eager:
+            _queue_drain(channel)  # eager drains run here and now, as callers of eager mode expect
+        else:
+            _wakeups.request(channel)  # coalesced: see ``wakeups``
 
     transaction.on_commit(send)
 

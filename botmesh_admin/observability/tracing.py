@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
@@ -95,6 +97,25 @@ def span(name: str, /, *, parent: Mapping[str, str] | None = None, **attributes:
         finally:
             if token is not None:
                 _tenant.reset(token)
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Run the block under a parent that is not sampled, so the spans it starts are not recorded.
+
+    For housekeeping that serves many traces and belongs to none (a coalesced
+    drain queued from a timer): as a root it would file a trace of its own each
+    time. Instrumentations that propagate context pass "not sampled" on.
+    """
+    parent = trace.NonRecordingSpan(trace.SpanContext(
+        trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
+        is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+    ))
+    token = otel_context.attach(trace.set_span_in_context(parent))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def inject_context() -> dict[str, str]:

@@ -82,6 +82,14 @@ def test_import_reports_bad_attribute_columns_and_typed_values(memory_crm: str) 
     assert a.attributes == {"score": 3, "vip": True}
 
 
+def test_import_reports_a_deeply_nested_json_cell_instead_of_failing(memory_crm: str) -> None:
+    """Found by exploratory testing: a ``:json`` cell nested 3000 deep raised RecursionError in the import."""
+    deep = "[" * 3000 + "]" * 3000
+    job = _import(memory_crm, f"name;phone;score:json\nA;3001112233;{deep}\nB;3001112244;2\n")
+    assert (job.created, job.failed_rows) == (1, 1)
+    assert [(e["row"], e["field"]) for e in job.errors] == [(2, "score:json")]  # row 1 is the header
+
+
 def test_export_imports_back_to_the_same_contacts(memory_crm: str, tenant_id: str) -> None:
     _import(memory_crm, FIXTURE.read_bytes())
     c = selectors.contact_find_by_identity(memory_crm, channel="email", address="cliente1@example.com")

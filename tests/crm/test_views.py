@@ -125,3 +125,12 @@ def test_segments_page_saves_rules_and_shows_live_counts(admin: Client, tenant: 
 def test_pages_of_another_tenant_are_404(agent: Client, tenant: str) -> None:
     tenancy.tenant_create(tenant + "-b", name="Other")
     assert agent.get(f"/t/{tenant}-b/crm/contacts/").status_code == 404
+
+
+def test_segment_form_reads_a_deeply_nested_attribute_value_as_text() -> None:
+    """Found by exploratory testing: ``plan = [[[…`` 3000 levels deep raised RecursionError (500)."""
+    from crm.views import rules_from_form
+
+    deep = "[" * 3000 + "]" * 3000
+    rules = rules_from_form({"attributes": f"plan = {deep}\nscore = 3"})
+    assert rules["attributes"] == {"plan": deep, "score": 3}

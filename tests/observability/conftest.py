@@ -19,28 +19,33 @@ from tests.backends import unique_id
 
 @dataclass
 class TenantClient:
-    """A tenant, an API client holding one of its tokens, and a logged-in member's client."""
+    """A tenant, API clients holding an agent's and a bot's token, and a logged-in member's client.
+
+    A bot token may only push (ledger, metrics), so pushes go through ``bot`` and reads through ``api``.
+    """
 
     tenant: str
     api: Client
     page: Client
     token: str
+    bot: Client
 
     def push(self, bot: str, body: dict, **extra: object):  # type: ignore[no-untyped-def]
-        return self.api.post(f"/api/v1/tenants/{self.tenant}/bots/{bot}/metrics", body,
+        return self.bot.post(f"/api/v1/tenants/{self.tenant}/bots/{bot}/metrics", body,
                              content_type="application/json", **extra)
 
 
 def make_tenant(role: str = "agent") -> TenantClient:
     tenant = unique_id("obs")
     tenancy.tenant_create(tenant, name=f"Tenant {tenant}")
-    _, plaintext = tenancy.token_create(tenant, name="bot", role="agent")
+    _, plaintext = tenancy.token_create(tenant, name="agent", role="agent")
+    _, bot_token = tenancy.token_create(tenant, name="bot", role="bot")
     user = get_user_model().objects.create_user(username=f"u-{tenant}", password="pw-12345678")
     tenancy.membership_set(tenant, username=user.username, role=role)
     page = Client()
     page.force_login(user)
     return TenantClient(tenant=tenant, api=Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"), page=page,
-                        token=plaintext)
+                        token=plaintext, bot=Client(HTTP_AUTHORIZATION=f"Bearer {bot_token}"))
 
 
 @pytest.fixture

@@ -142,7 +142,7 @@ def test_marker_text_appears_nowhere_on_the_message_path(
     webhook and inbox projection as they land.
     """
     tenant = tenant_client.tenant
-    response = tenant_client.api.post(
+    response = tenant_client.bot.post(
         f"/api/v1/tenants/{tenant}/bots/tienda-bot/metrics?text={MARKER}&phone={PHONE}",
         {"replica": "pod-a", "note": MARKER}, content_type="application/json")
     assert response.status_code == 201

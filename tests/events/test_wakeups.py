@@ -1,0 +1,87 @@
+"""Coalesced drain wake-ups: every request is followed by a drain, a burst costs one per interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botmesh_admin.events.wakeups import DrainWakeups
+
+
+class FakeTimers:
+    """``threading.Timer`` stand-in: timers run when the test says, in order of due time."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.pending: list[tuple[float, Any, tuple]] = []
+
+    def __call__(self, delay: float, fn: Any, args: tuple = ()) -> FakeTimers._Timer:
+        return FakeTimers._Timer(self, self.clock[0] + delay, fn, args)
+
+    class _Timer:
+        def __init__(self, owner: FakeTimers, due: float, fn: Any, args: tuple) -> None:
+            self.owner, self.due, self.fn, self.args, self.daemon = owner, due, fn, args, False
+
+        def start(self) -> None:
+            self.owner.pending.append((self.due, self.fn, self.args))
+
+    def advance(self, seconds: float) -> None:
+        self.clock[0] += seconds
+        for due, fn, args in sorted(self.pending, key=lambda t: t[0]):
+            if due <= self.clock[0]:
+                self.pending.remove((due, fn, args))
+                fn(*args)
+
+
+def wakeups() -> tuple[DrainWakeups, list[tuple[float, str | None, str]], FakeTimers]:
+    clock = [100.0]
+    sent: list[tuple[float, str | None, str]] = []
+    timers = FakeTimers(clock)
+    w = DrainWakeups(
+        lambda ch: sent.append((clock[0], ch, "now")), send_later=lambda ch: sent.append((clock[0], ch, "later")),
+        interval_s=0.05, clock=lambda: clock[0], timer=timers,
+    )
+    return w, sent, timers
+
+
+def test_a_lone_request_queues_its_drain_at_once() -> None:
+    w, sent, timers = wakeups()
+    w.request("inbound")
+    assert sent == [(100.0, "inbound", "now")] and timers.pending == []
+
+
+def test_a_burst_costs_one_drain_now_and_one_trailing_drain_after_the_last_request() -> None:
+    w, sent, timers = wakeups()
+    for _ in range(10):
+        w.request("inbound")
+        timers.advance(0.004)
+    assert sent == [(100.0, "inbound", "now")]
+    timers.advance(0.02)  # the interval ends: the trailing drain covers the other nine
+    assert [(kind, ch) for _, ch, kind in sent] == [("now", "inbound"), ("later", "inbound")]
+    assert sent[1][0] >= 100.04  # queued after the last request
+
+
+def test_requests_after_a_trailing_drain_get_another_one() -> None:
+    w, sent, timers = wakeups()
+    w.request("inbound")
+    w.request("inbound")
+    timers.advance(0.05)
+    w.request("inbound")  # right after the trailing drain: within its interval
+    assert len(sent) == 2
+    timers.advance(0.05)
+    assert [kind for _, _, kind in sent] == ["now", "later", "later"]
+
+
+def test_channels_are_coalesced_separately() -> None:
+    w, sent, timers = wakeups()
+    w.request("inbound")
+    w.request(None)
+    w.request("outbox")
+    assert [(ch, kind) for _, ch, kind in sent] == [("inbound", "now"), (None, "now"), ("outbox", "now")]
+
+
+def test_a_quiet_channel_queues_at_once_again() -> None:
+    w, sent, timers = wakeups()
+    w.request("inbound")
+    timers.advance(1.0)
+    w.request("inbound")
+    assert [kind for _, _, kind in sent] == ["now", "now"]
