@@ -211,21 +211,23 @@ class KvTraceProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        data = span_to_dict(span)
+        # The span is kept as it is and turned into JSON by the writer thread: the
+        # request (or task) that ended it does not wait for that.
+        trace_id = format(span.context.trace_id, "032x")
         local_root = span.parent is None or span.parent.is_remote
-        tenant = data["attributes"].get("botmesh.tenant")
+        tenant = (span.attributes or {}).get("botmesh.tenant")
         with self._lock:
             if self._stopped:
                 return
-            segment = self._pending.get(data["trace_id"])
+            segment = self._pending.get(trace_id)
             if segment is None:
                 if len(self._pending) >= self.max_pending:
                     self.dropped += 1
                     return
                 segment = {"since": time.monotonic(), "spans": [], "tenant": None, "done": False}
-                self._pending[data["trace_id"]] = segment
+                self._pending[trace_id] = segment
             if len(segment["spans"]) < self.max_spans:
-                segment["spans"].append(data)
+                segment["spans"].append(span)
             else:
                 self.dropped += 1
             if isinstance(tenant, str) and ID_RE.fullmatch(tenant) and segment["tenant"] is None:
@@ -253,7 +255,8 @@ class KvTraceProcessor(SpanProcessor):
                 del self._pending[tid]
         by_tenant: dict[str | None, list[list[dict[str, Any]]]] = {}
         for _, segment in ready:
-            by_tenant.setdefault(segment["tenant"], []).append(segment["spans"])
+            spans = [span_to_dict(s) for s in segment["spans"]]
+            by_tenant.setdefault(segment["tenant"], []).append(spans)
         with self._write_lock:
             for tenant, traces in by_tenant.items():
                 self._write(tenant, traces)
@@ -283,7 +286,8 @@ class KvTraceProcessor(SpanProcessor):
 
 
 class _Fanout(SpanProcessor):
-    """Processors added after setup (tests add an in-memory exporter here), each behind the guard."""
+    """Several processors as one, behind one guard: the exporters of ``setup`` and, in ``_fanout``,
+    those added later (tests add an in-memory exporter there)."""
 
     def __init__(self) -> None:
         self.processors: list[SpanProcessor] = []
@@ -352,13 +356,16 @@ def setup() -> TracerProvider | None:
         if not os.environ.get("OTEL_SERVICE_NAME"):
             attributes["service.name"] = "botmesh-admin"
         provider = TracerProvider(resource=Resource.create(attributes))
+        # Every exporter behind one guard: the guard copies each span, once is enough.
+        exporters = _Fanout()
         otlp = _otlp_processor()
         if otlp is not None:
-            provider.add_span_processor(GuardedSpanProcessor(otlp))
+            exporters.processors.append(otlp)
         if getattr(settings, "BOTMESH_TRACE_STORE", True):
             _kv_processor = KvTraceProcessor()
-            provider.add_span_processor(GuardedSpanProcessor(_kv_processor))
-        provider.add_span_processor(GuardedSpanProcessor(_fanout))
+            exporters.processors.append(_kv_processor)
+        exporters.processors.append(_fanout)
+        provider.add_span_processor(GuardedSpanProcessor(exporters))
         trace.set_tracer_provider(provider)
         _provider = provider
     _instrument_django(provider)

@@ -59,7 +59,7 @@ def test_every_app_migrates_to_zero_and_back(tmp_path: Path) -> None:
 @pytest.mark.django_db
 def test_schema_state_names_the_latest_applied_migration_of_every_app() -> None:
     state = schema_state(connection)
-    assert state["tenancy"] == "0001_initial"
+    assert state["tenancy"] == "0002_alter_apitoken_role"
     assert state["auth"].startswith("0012_")
     assert state["contenttypes"] == "0002_remove_content_type_name"
 
@@ -75,13 +75,13 @@ def fake_backup(directory: Path, schema: dict[str, str], version: int = FORMAT_V
 
 @pytest.mark.django_db
 def test_a_backup_from_a_newer_schema_is_refused_naming_the_app_and_migration(tmp_path: Path) -> None:
-    backup = fake_backup(tmp_path / "b", {"tenancy": "0002_from_the_future", "auth": "0012_alter_user_first_name_max_length"})
+    backup = fake_backup(tmp_path / "b", {"tenancy": "0099_from_the_future", "auth": "0012_alter_user_first_name_max_length"})
     with pytest.raises(CommandError) as refused:
         call_command("restore", str(backup))
     message = str(refused.value)
     assert "newer schema" in message
-    assert "app 'tenancy' is at migration '0002_from_the_future'" in message
-    assert "the latest here is '0001_initial'" in message
+    assert "app 'tenancy' is at migration '0099_from_the_future'" in message
+    assert "the latest here is '0002_alter_apitoken_role'" in message
     assert "Upgrade botmesh-admin" in message
 
 
