@@ -1,7 +1,7 @@
 """Inbox ingest: signed webhook POST → journal → worker → projected message, on PostgreSQL.
 
-Run ``.venv/bin/python bench/ingest.py [--messages 2000] [--senders 4] [--workers 4]`` after
-``eval "$(scripts/services.sh)"`` (reads ``BOTMESH_TEST_POSTGRES_URL``).
+Run ``.venv/bin/python bench/ingest.py [--messages 2000] [--senders 4] [--workers 4] [--rounds 3]``
+after ``eval "$(scripts/services.sh)"`` (reads ``BOTMESH_TEST_POSTGRES_URL``).
 
 Setup: a fresh database ``botmesh_bench_inbox`` on that server holds the Django
 tables, the Kv and the event journal. The real Django app is served by Django's
@@ -15,7 +15,14 @@ Measured: messages per second from the first POST until the last message is
 projected (every message is then checked in the inbox), and the p50/p99 of the
 webhook's answer time. Baseline, in the same run on the same server: the same
 rows written by ``--senders`` threads with one psycopg ``INSERT`` per message
-(autocommit). Target: ours ≥ 0.2 × baseline.
+(autocommit). ``--rounds`` alternates the two (new messages and a new baseline
+table each round) and keeps the best of each, so a burst of load from other
+processes on the machine hits both sides alike. Target: ours ≥ 0.2 × baseline.
+
+The worker processes poll the journal every ``--idle-ms`` (20) when it is empty
+(production's ``botmesh_events_worker`` waits 500 ms; Celery drain tasks wake it
+sooner): each poll is a claim statement, and four processes polling every 5 ms
+used a sixth of this 2-core machine while the web was the bottleneck.
 """
 
 from __future__ import annotations
@@ -126,12 +133,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def serve(web_processes: int) -> tuple[str, subprocess.Popen]:
-    """Start gunicorn (``web_processes`` × 4 threads) on the real WSGI app; return its URL."""
+def serve(web_processes: int, threads: int = 4) -> tuple[str, subprocess.Popen]:
+    """Start gunicorn (``web_processes`` × ``threads``) on the real WSGI app; return its URL."""
     port = free_port()
     web = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
-         "-w", str(web_processes), "--threads", "4", "--log-level", "warning"],
+         "-w", str(web_processes), "--threads", str(threads), "--log-level", "warning"],
         cwd=ROOT, env={**os.environ}, stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
@@ -145,16 +152,17 @@ def serve(web_processes: int) -> tuple[str, subprocess.Popen]:
     raise RuntimeError("gunicorn did not start")
 
 
-def start_workers(workers: int) -> list[subprocess.Popen]:
+def start_workers(workers: int, idle_ms: int) -> list[subprocess.Popen]:
     """Start ``workers`` processes draining the ``inbound`` journal channel (what Celery workers do)."""
     return [
-        subprocess.Popen([sys.executable, __file__, "--worker"], cwd=ROOT, env={**os.environ})
+        subprocess.Popen([sys.executable, __file__, "--worker", "--idle-ms", str(idle_ms)], cwd=ROOT,
+                         env={**os.environ})
         for _ in range(workers)
     ]
 
 
-def worker_main() -> int:
-    """Drain the inbound channel until SIGTERM."""
+def worker_main(idle_ms: int) -> int:
+    """Drain the inbound channel until SIGTERM, polling every ``idle_ms`` while it is empty."""
     import signal
 
     django_setup(os.environ["DATABASE_URL"])
@@ -164,7 +172,7 @@ def worker_main() -> int:
 
     worker = EventWorker(default_journal(), lease_ms=30_000, channel="inbound")
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    worker.run_forever(dispatch, batch=50, idle_ms=5)
+    worker.run_forever(dispatch, batch=50, idle_ms=idle_ms)
     return 0
 
 
@@ -254,20 +262,23 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--web", type=int, default=2, help="gunicorn processes (4 threads each)")
+    parser.add_argument("--web", type=int, default=2, help="gunicorn processes")
+    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process")
+    parser.add_argument("--idle-ms", type=int, default=20, help="worker poll interval when idle, ms")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker_main()
+        return worker_main(args.idle_ms)
     server_url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
     if not server_url:
         print("BOTMESH_TEST_POSTGRES_URL is not set: run `eval \"$(scripts/services.sh)\"` first")
         return 2
     url = fresh_database(server_url)
     setup_django(url)
-    base, web = serve(args.web)
-    workers = start_workers(args.workers)
+    base, web = serve(args.web, args.threads)
+    workers = start_workers(args.workers, args.idle_ms)
     try:
         return measure(args, url, base)
     finally:
@@ -278,32 +289,37 @@ def main() -> int:
 
 
 def measure(args: argparse.Namespace, url: str, base: str) -> int:
-    """Run the measured ingest and the baseline; print the report; return 0 if on target."""
+    """Run ``--rounds`` alternating rounds of our ingest and the baseline; print the report; 0 if on target."""
     warm = bodies(50, "warm")
     post_all(base, warm, args.senders)
     wait_projected(len(warm), args.timeout)
+    done = len(warm)
+    rounds: list[tuple[float, list[float], float, float]] = []  # (msg/s, answer ms, posted s, projected s)
+    raws: list[float] = []
+    for n in range(max(1, args.rounds)):
+        items = bodies(args.messages, f"run{n}")
+        start = time.perf_counter()
+        answer_ms = post_all(base, items, args.senders)
+        posted = time.perf_counter()
+        done += len(items)
+        end = wait_projected(done, args.timeout)
+        check_projected(items)
+        rounds.append((len(items) / (end - start), sorted(answer_ms), posted - start, end - start))
+        raws.append(baseline(url, items, args.senders))
+        print(f"  round {n + 1}: webhook → projected {rounds[-1][0]:6.0f} msg/s, baseline {raws[-1]:6.0f} msg/s")
 
-    items = bodies(args.messages, "run")
-    done_before = len(warm)
-    start = time.perf_counter()
-    answer_ms = post_all(base, items, args.senders)
-    posted = time.perf_counter()
-    end = wait_projected(done_before + len(items), args.timeout)
-    check_projected(items)
-    ours = len(items) / (end - start)
-    raw = baseline(url, items, args.senders)
-
-    answer_ms.sort()
+    ours, answer_ms, posted_s, projected_s = max(rounds, key=lambda r: r[0])
+    raw = max(raws)
     p50 = statistics.median(answer_ms)
     p99 = answer_ms[min(len(answer_ms) - 1, int(len(answer_ms) * 0.99))]
     ratio = ours / raw
-    print(f"inbox ingest on PostgreSQL: {len(items)} messages, {args.senders} senders, "
-          f"{args.web}x4 web threads, {args.workers} worker processes")
-    print(f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted - start:.2f} s, "
-          f"all projected after {end - start:.2f} s)")
+    print(f"inbox ingest on PostgreSQL: {args.messages} messages per round, {args.senders} senders, "
+          f"{args.web}x{args.threads} web threads, {args.workers} worker processes, best of {len(rounds)} rounds")
+    print(f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted_s:.2f} s, "
+          f"all projected after {projected_s:.2f} s)")
     print(f"  baseline raw INSERT   {raw:8.0f} msg/s")
     print(f"  ratio                 {ratio:8.2f}x   (target >= {TARGET_RATIO}x) {'OK' if ratio >= TARGET_RATIO else 'BELOW TARGET'}")
-    print(f"  webhook answer        p50 {p50:.1f} ms   p99 {p99:.1f} ms")
+    print(f"  webhook answer        p50 {p50:.1f} ms   p99 {p99:.1f} ms   (best round)")
     return 0 if ratio >= TARGET_RATIO else 1
 
 

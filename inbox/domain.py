@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from typing import Any
 
 from botmesh_admin.channels.domain import CHANNEL_KINDS, message_time_ms
@@ -351,7 +351,7 @@ class Conversation:
 
     def to_json(self) -> dict[str, Any]:
         """Return the stored JSON form (without ``revision``, which is the store's)."""
-        data = _plain(asdict(self))
+        data = _json_of(self)
         data.pop("revision")
         return data
 
@@ -482,7 +482,7 @@ class Message:
 
     def to_json(self) -> dict[str, Any]:
         """Return the stored JSON form (without ``revision``)."""
-        data = _plain(asdict(self))
+        data = _json_of(self)
         data.pop("revision")
         return data
 
@@ -570,7 +570,7 @@ class ReadMarker:
 
     def to_json(self) -> dict[str, Any]:
         """Return the stored JSON form (without ``revision``)."""
-        data = _plain(asdict(self))
+        data = _json_of(self)
         data.pop("revision")
         return data
 
@@ -588,12 +588,18 @@ def validate_marker(marker: ReadMarker) -> ReadMarker:
     return marker
 
 
-def _plain(value: Any) -> Any:
-    """Return ``value`` with tuples turned into lists (what a JSON store keeps)."""
+def _json_of(value: Any) -> Any:
+    """Return a dataclass value as plain JSON data (what a JSON store keeps: tuples become lists).
+
+    Like ``asdict`` without its deep copies: projection stores a message and its
+    conversation per inbound message, and ``asdict`` took over twice as long.
+    """
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _json_of(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _json_of(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_json_of(v) for v in value]
     return value
 
 

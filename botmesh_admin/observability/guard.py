@@ -19,6 +19,7 @@ of third-party instrumentation (Django, Celery) pass the same rules:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -103,18 +104,33 @@ def _guard_value(value: Any) -> Any:
     return guard_text(str(value))
 
 
+@functools.lru_cache(maxsize=2048)
+def _rule(key: str) -> str:
+    """Return what the guard does with an attribute named ``key``: drop, hash, url or value.
+
+    Depends on the name only, and every span asks it for every attribute (twice
+    for the ``span()`` helper's): remembered per name.
+    """
+    leaf = _leaf(key)
+    if key.lower() in CONTENT_NAMES or leaf in CONTENT_NAMES:
+        return "drop"
+    if leaf in ID_NAMES or key.lower() in CLIENT_NAMES:
+        return "hash"
+    return "url" if key in URL_NAMES else "value"
+
+
 def guard_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     """Return ``attributes`` with identities hashed, content dropped and URLs stripped (see module doc)."""
     out: dict[str, Any] = {}
     for key, value in (attributes or {}).items():
         if value is None:
             continue
-        leaf = _leaf(key)
-        if key.lower() in CONTENT_NAMES or leaf in CONTENT_NAMES:
+        rule = _rule(key)
+        if rule == "drop":
             continue
-        if leaf in ID_NAMES or key.lower() in CLIENT_NAMES:
+        if rule == "hash":
             out[f"{key}_hash"] = hash_id(value)
-        elif key in URL_NAMES and isinstance(value, str):
+        elif rule == "url" and isinstance(value, str):
             out[key] = guard_text(_strip_url(value))
         else:
             out[key] = _guard_value(value)

@@ -15,7 +15,6 @@ from botmesh_admin.kv.tenant import ID_RE
 from . import selectors, services, throttle
 from .pages import page_principal, render_error, tenant_page
 
-
 LAST_TENANT = "botmesh_last_tenant"
 NEW_TOKEN = "botmesh_new_token"
 
