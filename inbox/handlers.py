@@ -31,8 +31,12 @@ def _reported(record: EventRecord, what: str) -> Iterator[None]:
     from botmesh_admin.observability import tracing
     from botmesh_admin.observability.metrics import count
 
+    carrier = record.payload.get("trace") if isinstance(record.payload, dict) else None
     try:
-        with tracing.span(f"inbox.{what}", tenant=record.tenant, event_id=record.id, event_type=record.type):
+        # The span continues the trace of the request that journaled the record (the payload's
+        # ``trace`` carrier): one message, one trace, across processes.
+        with tracing.span(f"inbox.{what}", parent=carrier if isinstance(carrier, dict) else None,
+                          tenant=record.tenant, event_id=record.id, event_type=record.type):
             yield
     except Exception as exc:
         log.error("inbox %s of event %s failed (attempt %d): %s", what, record.id, record.attempts,

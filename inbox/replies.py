@@ -103,10 +103,12 @@ def reply_create(
 
 def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:
     from botmesh_admin.events import Envelope, default_journal
+    from botmesh_admin.observability.tracing import inject_context
 
+    # The agent's request's trace travels along: the send continues it.
     default_journal().append(Envelope(
-        type=REPLY_EVENT, tenant=tenant, channel=OUTBOX_CHANNEL, payload={"message_id": message_id},
-        idempotency_key=idempotency_key,
+        type=REPLY_EVENT, tenant=tenant, channel=OUTBOX_CHANNEL,
+        payload={"message_id": message_id, "trace": inject_context()}, idempotency_key=idempotency_key,
     ))
     drain_soon(OUTBOX_CHANNEL)
 

@@ -168,20 +168,46 @@ def message_list(
     return page, (page[-1].sort_key if more and page else None)
 
 
+LATEST_FIRST_WINDOW_MS = 3_600_000  # the thread view first reads the last hour of a conversation
+LATEST_WIDEN = 8  # then a window this many times longer, until it holds enough messages
+
+
+def _tail(store: InboxStore, tenant: str, conversation_id: str, after: str | None, limit: int) -> tuple[list[Message], int]:
+    """Return the last ``limit`` messages after the key ``after`` (oldest first) and how many were read."""
+    window: list[Message] = []
+    read = 0
+    while True:
+        page = store.message_page(tenant, conversation_id, after=after, limit=1000)
+        read += len(page)
+        window = (window + page)[-limit:]
+        if len(page) < 1000:
+            return window, read
+        after = page[-1].sort_key
+
+
 def message_latest(
     tenant: str, conversation_id: str, *, limit: int = 100, store: InboxStore | None = None
 ) -> list[Message]:
-    """Return the newest ``limit`` messages of a conversation, oldest first (the thread view)."""
+    """Return the newest ``limit`` messages of a conversation, oldest first (the thread view).
+
+    Stores scan forward only, so a long conversation is not read whole: the
+    messages of the last hour before its newest message are read first, then
+    of a window ``LATEST_WIDEN`` times longer, until the window holds
+    ``limit`` messages or reaches the conversation's start. Exact either way
+    (messages are ordered by timestamp, and the newest is ``last_activity_ms``).
+    """
     store = store or default_store()
-    conversation_get(tenant, conversation_id, store=store)
-    window: list[Message] = []
-    after: str | None = None
-    while True:
-        page = store.message_page(tenant, conversation_id, after=after, limit=1000)
-        window = (window + page)[-limit:]
-        if len(page) < 1000:
+    conversation = conversation_get(tenant, conversation_id, store=store)
+    span_ms = LATEST_FIRST_WINDOW_MS
+    while conversation.message_count > limit:
+        since = conversation.last_activity_ms - span_ms
+        if since <= 0:
+            break
+        window, read = _tail(store, tenant, conversation_id, f"{since:013d}", limit)
+        if read >= limit:
             return window
-        after = page[-1].sort_key
+        span_ms *= LATEST_WIDEN
+    return _tail(store, tenant, conversation_id, None, limit)[0]
 
 
 def message_get(tenant: str, message_id: str, *, store: InboxStore | None = None) -> Message:

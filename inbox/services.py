@@ -358,6 +358,7 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
     """
     from botmesh_admin.events import Envelope, default_journal
     from botmesh_admin.events.base import new_event_id
+    from botmesh_admin.observability.tracing import inject_context
 
     parsed = []
     for i, data in enumerate(records):
@@ -367,11 +368,13 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
         parsed.append(record)
     journal = default_journal()
     accepted = 0
+    carrier = inject_context()  # the push's trace: each record's projection continues it
     for record in parsed:
         event_id = new_event_id(now_ms())
         stored = journal.append(Envelope(
             type=LEDGER_EVENT, tenant=tenant, channel=INBOUND_CHANNEL, id=event_id,
-            payload={"record": replace(record, tenant_id=tenant).to_record()}, idempotency_key=record.id,
+            payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
+            idempotency_key=record.id,
         ))
         accepted += stored.id == event_id
     if accepted:

@@ -29,9 +29,11 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
+from opentelemetry import trace
 
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.jsonbody import json_load_object
+from botmesh_admin.observability.tracing import server_span
 
 from . import selectors, telegram, whatsapp
 from .domain import Channel, InboundEvent
@@ -47,18 +49,21 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
 
 def _journal(tenant: str, type_: str, key: str, config: str, events: list[InboundEvent]) -> str:
     from botmesh_admin.events.services import event_publish
-    from botmesh_admin.observability.tracing import inject_context, span
+    from botmesh_admin.observability.tracing import inject_context
 
     # Journaled before the HTTP answer; the drain is queued after commit. The
-    # trace context travels in the payload so the projection continues this trace.
-    with span("webhook.journal", tenant=tenant, kind=type_, events=len(events)):
-        record = event_publish(
-            tenant,
-            type=type_,
-            channel=INBOUND_CHANNEL,
-            payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
-            idempotency_key=key,
-        )
+    # trace context (the request's ``server_span``) travels in the payload so
+    # the projection continues this trace.
+    record = event_publish(
+        tenant,
+        type=type_,
+        channel=INBOUND_CHANNEL,
+        payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
+        idempotency_key=key,
+    )
+    current = trace.get_current_span()  # the request's span: authenticated now, so filed under the tenant
+    if current.is_recording():
+        current.set_attributes({"botmesh.tenant": tenant, "botmesh.event_type": type_, "botmesh.events": len(events)})
     return str(record.id)
 
 
@@ -90,6 +95,7 @@ RECHECK = (401, 403, 404)
 
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
+@server_span
 @_domain_errors
 def whatsapp_webhook(request: HttpRequest, tenant: str) -> HttpResponse:
     """Answer Meta's handshake (GET) or journal a signed webhook body (POST)."""
@@ -146,6 +152,7 @@ def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> Htt
 
 @csrf_exempt
 @require_http_methods(["POST"])
+@server_span
 @_domain_errors
 def telegram_webhook(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
     """Journal a Telegram ``Update`` sent with the channel's secret token."""

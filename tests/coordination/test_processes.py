@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
         "worker-1": _celery("worker", env, tmp_path / "worker-1.log"),
         "worker-2": _celery("worker", env, tmp_path / "worker-2.log"),
     }
-    killed: dict[str, str] = {}
+    killed: dict[str, Any] = {}
     try:
         _wait(lambda: bool(_entries(kv, "done/")), 120, "the first completed occurrence")
         started = time.monotonic()
@@ -96,6 +97,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
                 if occ not in done and entry.value["pid"] in workers:
                     killed["occurrence"] = occ
                     killed["worker"] = workers[entry.value["pid"]]
+                    killed["pid"] = entry.value["pid"]
                     os.kill(entry.value["pid"], signal.SIGKILL)
                     return True
             return False
@@ -142,7 +144,13 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
         # The killed run was retried (a second claim with a newer token), not duplicated.
         victim = next(r for r in records if r.idempotency_key == killed["occurrence"])
         assert victim.attempts >= 2 and starts[killed["occurrence"]] >= 2
-        assert done[killed["occurrence"]]["token"] == victim.fencing_token
+        completion = done[killed["occurrence"]]
+        if completion["pid"] == killed["pid"]:
+            # Under load the kill can land after the run wrote its completion but before the ack:
+            # the retry then finds it done and does not complete it again.
+            assert completion["token"] < victim.fencing_token
+        else:
+            assert completion["token"] == victim.fencing_token
         # Nothing else ran twice.
         assert {occ: n for occ, n in starts.items() if n > 1 and occ != killed["occurrence"]} == {}
         journal.close()

@@ -245,3 +245,30 @@ def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(
     assert conv.message_count == 24 and conv.inbound_count == sum(
         r["direction"] == "in" for r in records
     )
+
+
+def test_thread_view_reads_the_newest_messages_without_reading_a_long_conversation_whole(inbox, tenant_id):
+    """600 messages over 25 days: the newest 40, in order, from a window of the last days only."""
+    records = [record(f"m{i:04d}", i * 3_600_000, "in" if i % 3 else "out") for i in range(600)]
+    for r in records:
+        inbox.project_message(r, tenant=tenant_id)
+    conv = inbox.store.conversation_by_chat(tenant_id, CHAT)
+    read: list[int] = []
+    page = inbox.store.message_page
+
+    def counting_page(*args, **kwargs):
+        got = page(*args, **kwargs)
+        read.append(len(got))
+        return got
+
+    inbox.store.message_page = counting_page
+    try:
+        newest = selectors.message_latest(tenant_id, conv.id, limit=40, store=inbox.store)
+        read_for_newest = sum(read)
+        everything = selectors.message_latest(tenant_id, conv.id, limit=1000, store=inbox.store)
+    finally:
+        del inbox.store.message_page
+    assert [m.id for m in newest] == [r["id"] for r in records[-40:]]
+    assert [m.id for m in everything] == [r["id"] for r in records]
+    # windows of 1, 8 and 64 hours: 2 + 9 + 65 messages read instead of 600
+    assert read_for_newest == 76, read

@@ -232,3 +232,26 @@ def test_record_many_merges_like_record_one_by_one(trace_store: TraceStore, tena
     assert one is not None
     assert [s["name"] for s in one["spans"]] == ["POST webhooks/whatsapp", "message.project", "message.send"]
     assert {i.trace_id for i in trace_store.list(tenant_id)[0]} == {tid(1), tid(2)}
+
+
+def test_two_writers_merging_the_same_traces_lose_no_span(trace_store: TraceStore, tenant_id: str) -> None:
+    """A web process and a worker write their parts of the same traces at once (one message, one trace)."""
+    rounds, traces = 8, [tid(n) for n in range(1, 5)]
+
+    def writer(side: str) -> None:
+        for r in range(rounds):
+            trace_store.record_many(tenant_id, [
+                [span(t, f"{side}{r:015x}", None if side == "a" else f"a{r:015x}", f"{side}.{r}", 1000.0 + r, 1.0)]
+                for t in traces
+            ])
+
+    threads = [threading.Thread(target=writer, args=(side,)) for side in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for t in traces:
+        got = trace_store.get(tenant_id, t)
+        assert got is not None
+        assert sorted(s["name"] for s in got["spans"]) == sorted(f"{side}.{r}" for side in "ab" for r in range(rounds))
+    assert sorted(i.trace_id for i in trace_store.list(tenant_id)[0]) == traces

@@ -275,3 +275,59 @@ def test_hash_id_follows_a_changed_key(settings) -> None:  # type: ignore[no-unt
     before = hash_id(PHONE)
     settings.BOTMESH_HASH_KEY = "another-key"
     assert hash_id(PHONE) != before
+
+
+def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
+    tenant_client: TenantClient, exported: InMemorySpanExporter
+) -> None:
+    """Webhooks skip the generic Django instrumentation: their own SERVER span roots the message's trace.
+
+    Only an authenticated webhook files its trace under the tenant; a bad signature names none.
+    """
+    from opentelemetry.trace import SpanKind
+
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.demo import fixtures_dir
+    from botmesh_admin.events.services import journal_drain
+
+    tenant = tenant_client.tenant
+    signed = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
+    raw = (fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_bytes()
+    channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
+                       app_secret=signed["app_secret"])
+    post = tenant_client.api.post
+    assert post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
+                HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64).status_code == 401
+    assert post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
+                HTTP_X_HUB_SIGNATURE_256=signed["signatures"]["01_text.json"]).status_code == 200
+    assert journal_drain(channel="inbound")["processed"] == 1
+
+    spans = exported.get_finished_spans()
+    servers = [s for s in spans if s.kind == SpanKind.SERVER]
+    assert [s.name for s in servers] == ["POST webhooks/whatsapp/<str:tenant>"] * 2
+    refused, accepted = servers
+    assert refused.attributes["http.response.status_code"] == 401 and "botmesh.tenant" not in refused.attributes
+    assert accepted.attributes["http.response.status_code"] == 200
+    assert accepted.attributes["botmesh.tenant"] == tenant and accepted.attributes["botmesh.events"] == 1
+    (projection,) = [s for s in spans if s.name == "inbox.project"]
+    assert projection.context.trace_id == accepted.context.trace_id
+    assert projection.parent.span_id == accepted.context.span_id
+
+
+def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
+    tenant_client: TenantClient, exported: InMemorySpanExporter
+) -> None:
+    from botmesh_admin.demo import fixtures_dir
+    from botmesh_admin.events.services import journal_drain
+
+    line = (fixtures_dir() / "ledger" / "messages.jsonl").read_text().splitlines()[0]
+    record = dict(json.loads(line), tenantId=None)
+    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/ledger", [record],
+                                      content_type="application/json")
+    assert response.status_code == 202, response.content
+    assert journal_drain(channel="inbound")["processed"] == 1
+    spans = exported.get_finished_spans()
+    (push,) = [s for s in spans if s.name.startswith("POST") and "ledger" in s.name]
+    (projection,) = [s for s in spans if s.name == "inbox.project"]
+    assert projection.context.trace_id == push.context.trace_id
+    assert projection.attributes["botmesh.tenant"] == tenant_client.tenant
