@@ -162,13 +162,16 @@ class KvBotMetricsStore:
 class KvTraceStore:
     """Trace records and a newest-first index, pruned every ``prune_every`` new traces.
 
-    A prune reads the whole index (``max_traces`` summaries and more), so it runs
-    every 100 new traces rather than every few: the store may hold up to
-    ``prune_every`` traces beyond ``max_traces`` per writing process until then.
+    A prune reads the whole index (``max_traces`` summaries and more), and every
+    writing process prunes: by default once per ``max_traces`` new traces of its
+    own (pruning every 100 cost 2 ms of CPU per message at 150 messages/s with
+    six writers). The store may hold up to ``prune_every`` traces beyond
+    ``max_traces`` per writing process until then; every entry's TTL
+    (``retention_ms``) bounds it too.
     """
 
     def __init__(self, kv: DurableKv, *, max_traces: int = DEFAULT_MAX_TRACES,
-                 retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int = 100,
+                 retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int | None = None,
                  clock: Callable[[], int] | None = None, system_table: str = SYSTEM_TRACES) -> None:
         from botmesh_admin.kv.validation import now_ms
 
@@ -176,7 +179,7 @@ class KvTraceStore:
         self.tables = TenantKv(kv, PACKAGE)
         self.max_traces = max_traces
         self.retention_ms = retention_ms
-        self.prune_every = prune_every
+        self.prune_every = prune_every or max_traces
         self.system_table = system_table
         self._clock = clock or now_ms
         self._created = 0
@@ -262,7 +265,7 @@ class KvTraceStore:
     def prune(self, tenant: str | None) -> int:
         """Delete every trace after the newest ``max_traces``; return how many went."""
         table = self._table(tenant)
-        index = _scan_all(self.kv, table, "r/", limit=self.max_traces + 1000)
+        index = _scan_all(self.kv, table, "r/", limit=self.max_traces + 4 * self.prune_every)
         doomed = index[self.max_traces:]
         # A few commits of many deletes: one commit per trace cost as much as writing it.
         for start in range(0, len(doomed), PRUNE_BATCH):
