@@ -21,6 +21,8 @@ from .base import ABSENT, ANY, Check, Delete, Entry, Expect, Op, Put
 MAX_NAME_BYTES = 512
 MAX_DEPTH = 64
 MAX_VALUE_BYTES = 16 * 1024 * 1024
+MAX_INT_DIGITS = 4000  # Python refuses to turn an int of more than 4,300 digits into text (JSON)
+_INT_LIMIT = 10**MAX_INT_DIGITS
 MAX_SCAN_LIMIT = 10_000
 # Versions and expiry times must fit a signed 64-bit integer (PostgreSQL bigint)
 # and, for expiry times, a double exactly (Redis sorted-set scores, Lua numbers).
@@ -79,15 +81,19 @@ def validate_key(key: object, field: str = "key") -> str:
 
 
 def validate_value(value: object, field: str = "value") -> None:
-    """Raise ``ValidationError`` unless ``value`` is plain JSON.
+    """Raise ``ValidationError`` unless ``value`` is plain JSON of at most ``MAX_VALUE_BYTES``.
 
     Allowed: dict with string keys, list, str, int, finite float, bool, None;
-    nesting depth at most 64. NaN/Infinity, bytes, sets, tuples and other
-    objects are refused with the path of the offending element.
+    nesting depth at most 64; integers of at most 4,000 digits; at most 16 MiB
+    as compact UTF-8 JSON (the form every serialising backend stores). NaN/Infinity, bytes, sets, tuples and
+    other objects are refused with the path of the offending element.
     """
     # A path is the field name or (parent path, key or index), spelt out only for
     # an error: formatting one per element cost more than checking the element.
     stack: list[tuple[object, Any, int]] = [(value, field, 1)]
+    # An upper bound of the encoded size: a character is at most 6 bytes (``\u001f``),
+    # any other scalar at most 32, quotes and separators 4 per element. Exact only when needed.
+    bound = 0
     while stack:
         item, path, depth = stack.pop()
         if depth > MAX_DEPTH:
@@ -95,23 +101,40 @@ def validate_value(value: object, field: str = "value") -> None:
         if item is None or isinstance(item, (bool, int, str)):
             if isinstance(item, str):
                 _check_text(item, path)
+                bound += 6 * len(item) + 4
+            elif isinstance(item, int) and not -(2**64) < item < 2**64:
+                if not -_INT_LIMIT < item < _INT_LIMIT:
+                    raise ValidationError(_path(path), f"an integer of more than {MAX_INT_DIGITS} digits")
+                bound += item.bit_length() // 3 + 4  # decimal digits <= 0.302 x bits, + sign
+            else:
+                bound += 32
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
                 raise ValidationError(_path(path), f"{item!r} is not a JSON number")
+            bound += 32
             continue
         if isinstance(item, dict):
             for k, v in item.items():
                 if not isinstance(k, str):
                     raise BadType(_path(path), f"object key {k!r} is not a string")
                 _check_text(k, path)
+                bound += 6 * len(k) + 4
                 stack.append((v, (path, k), depth + 1))
+            bound += 2
             continue
         if isinstance(item, list):
             for i, v in enumerate(item):
                 stack.append((v, (path, i), depth + 1))
+            bound += 2
             continue
         raise BadType(_path(path), f"{type(item).__name__} is not a JSON value")
+    if bound > MAX_VALUE_BYTES:
+        from .encoding import dump_value
+
+        size = len(dump_value(value).encode())
+        if size > MAX_VALUE_BYTES:
+            raise ValidationError(field, f"is {size} bytes as JSON; at most {MAX_VALUE_BYTES} (16 MiB)")
 
 
 def _path(path: Any) -> str:

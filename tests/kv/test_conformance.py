@@ -186,6 +186,20 @@ def test_one_mib_value_round_trips(kv: DurableKv, table: str) -> None:
     assert kv.scan(table)[0].value == value
 
 
+def test_a_value_over_16_mib_as_json_is_refused_and_nothing_is_written(kv: DurableKv, table: str) -> None:
+    """The limit counts the stored form: 3 MiB of control characters are 18 MiB of ``\\u0001`` escapes."""
+    from botmesh_admin.kv.validation import MAX_VALUE_BYTES
+
+    for value in ("x" * (MAX_VALUE_BYTES - 1), {"escaped": "\u0001" * (3 * 1024 * 1024)}):
+        with pytest.raises(ValidationError) as caught:
+            kv.commit(table, [Put("small", 1), Put("big", value)])
+        assert caught.value.field == "ops[1].value" and "16 MiB" in caught.value.message
+    with pytest.raises(ValidationError) as caught:  # Python itself cannot write it as JSON text
+        kv.commit(table, [Put("small", 1), Put("big", {"n": [1, -(10**5000)]})])
+    assert caught.value.field == "ops[1].value.n[1]" and "4000 digits" in caught.value.message
+    assert kv.scan(table) == []
+
+
 def test_json_edge_values_round_trip(kv: DurableKv, table: str) -> None:
     """NUL and escapes in strings, big ints, floats and nesting round-trip exactly."""
     value = {
