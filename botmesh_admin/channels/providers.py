@@ -14,10 +14,16 @@ been delivered: the outbox decides). Retry rules (ARCHITECTURE §7):
 - Telegram 403 (blocked), 400 (chat not found), WhatsApp 131047 (24-hour
   window closed), 190 (expired token) and every other 4xx: not retryable.
 
-HTTP goes through ``urllib.request`` with a timeout. Base URLs come from the
+HTTP goes through ``urllib.request`` with a timeout and never follows a
+redirect (a redirect is the provider's answer, a failure: following one could
+turn a send into a request to somewhere else). Base URLs come from the
 channel configuration, else ``settings.BOTMESH_WHATSAPP_API_BASE`` /
 ``BOTMESH_TELEGRAM_API_BASE`` (or the same environment variables), else the
 real APIs, so tests point them at ``channels.testing.FakeProviderServer``.
+A base URL a tenant entered is checked when it is saved (``check_api_base_url``)
+and, in production, again at every connection: the address the socket actually
+reached must be public (``public_only``), so a host name that resolves — or
+later re-resolves — to a private, loopback or link-local address gets nothing.
 Tokens never reach a log line (the Telegram URL holds the bot token).
 """
 
@@ -25,9 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import json
 import logging
 import os
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -106,10 +115,63 @@ class _BaseProvider:
             return list(pool.map(self.send, messages))
 
 
+class NotPublicAddress(ConnectionRefusedError):
+    """The provider's host resolved to a loopback, private, link-local or otherwise non-public address."""
+
+
+def _public_connection(address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+                       source_address: Any = None) -> socket.socket:
+    """``socket.create_connection``, refusing a peer address that is not public (before a byte is sent)."""
+    sock = socket.create_connection(address, timeout, source_address)
+    peer = ipaddress.ip_address(str(sock.getpeername()[0]).split("%", 1)[0])
+    peer = getattr(peer, "ipv4_mapped", None) or peer
+    if not peer.is_global or peer.is_multicast:
+        sock.close()
+        raise NotPublicAddress(f"{address[0]} resolved to a non-public address")
+    return sock
+
+
+class _PublicHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _public_connection
+
+
+class _PublicHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _public_connection
+
+
+class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTPConnection, req)
+
+
+class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PublicHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises HTTPError with the 3xx answer
+
+
+def _opener(public_only: bool) -> urllib.request.OpenerDirector:
+    handlers: list[Any] = [_NoRedirects()]
+    if public_only and not urllib.request.getproxies():  # through a proxy, the proxy's egress rules apply
+        handlers += [_PublicHTTPHandler(), _PublicHTTPSHandler()]
+    return urllib.request.build_opener(*handlers)
+
+
 class _HttpProvider(_BaseProvider):
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1) -> None:
+    def __init__(
+        self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False
+    ) -> None:
         self.timeout_s = timeout_s
         self.max_workers = max_workers
+        self._opener = _opener(public_only)
 
     def _post(
         self, url: str, body: dict[str, Any], headers: dict[str, str]
@@ -120,15 +182,24 @@ class _HttpProvider(_BaseProvider):
             url, data=data, method="POST", headers={"Content-Type": "application/json", **headers}
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
                 return response.status, _json(response.read()), response.headers.get("Retry-After")
         except urllib.error.HTTPError as exc:
             with exc:
                 return exc.code, _json(exc.read()), exc.headers.get("Retry-After") if exc.headers else None
         except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException, OSError) as exc:
+            if isinstance(getattr(exc, "reason", None), NotPublicAddress):
+                return NotPublicAddress.__name__
             return type(exc).__name__
 
     def _network_failure(self, message: OutboundMessage, error: str) -> SendResult:
+        if error == NotPublicAddress.__name__:  # nothing was sent: a sure failure, not a doubt
+            log.warning("%s send to %s refused: the API base URL reaches a non-public address", self.kind,
+                        log_id(message.chat_key))
+            return SendResult(
+                status="failed", chat_key=message.chat_key, retryable=False,
+                error_title=f"not sent: the channel's {self.kind} API base URL reaches a non-public address",
+            )
         log.warning("%s send to %s: no answer (%s)", self.kind, log_id(message.chat_key), error)
         return SendResult(
             status="failed", chat_key=message.chat_key, error_title=f"no answer from {self.kind} ({error})",
@@ -158,9 +229,9 @@ class WhatsAppProvider(_HttpProvider):
 
     def __init__(
         self, base_url: str, phone_number_id: str, access_token: str, *,
-        timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
+        timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers)
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only)
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         self._access_token = access_token
 
@@ -230,8 +301,9 @@ class TelegramProvider(_HttpProvider):
 
     def __init__(
         self, base_url: str, bot_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
+        public_only: bool = False,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers)
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only)
         self._base_url = base_url.rstrip("/")
         self._bot_token = bot_token
 
@@ -348,20 +420,24 @@ def provider_for(tenant: str, channel: Channel | None) -> Provider:
 
     WhatsApp needs ``phone_number_id`` and ``access_token``; Telegram ``bot_token``.
     Without them (or without a channel) the dev profile sends to the console and
-    production gets an ``UnconfiguredProvider`` that fails every send.
+    production gets an ``UnconfiguredProvider`` that fails every send. In
+    production a base URL the tenant entered may only reach public addresses
+    (``public_only``); the operator's ``BOTMESH_*_API_BASE`` is trusted.
     """
     from django.conf import settings
 
     if channel is not None and channel.tenant != tenant:
         raise ValueError("channel belongs to another tenant")
+    public_only = bool(settings.CONFIG.production and channel is not None and channel.api_base_url)
     if channel is not None and channel.kind == "whatsapp":
         token = channel.secret("access_token")
         if token and channel.phone_number_id:
-            return WhatsAppProvider(api_base("whatsapp", channel), channel.phone_number_id, token)
+            return WhatsAppProvider(api_base("whatsapp", channel), channel.phone_number_id, token,
+                                    public_only=public_only)
     if channel is not None and channel.kind == "telegram":
         token = channel.secret("bot_token")
         if token:
-            return TelegramProvider(api_base("telegram", channel), token)
+            return TelegramProvider(api_base("telegram", channel), token, public_only=public_only)
     if settings.CONFIG.production:
         what = f"channel {channel.name!r}" if channel is not None else "this tenant"
         return UnconfiguredProvider(f"{what} has no credentials to send with")

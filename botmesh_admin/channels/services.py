@@ -56,7 +56,9 @@ def check_api_base_url(value: str, *, production: bool) -> str:
     https to a host that is not a loopback, link-local (cloud metadata at
     169.254.169.254), private or otherwise non-public address. The dev profile
     also allows http, but only to this machine (a local fake provider). A host
-    name is checked as written (``localhost``), not resolved.
+    name is checked here as written (``localhost``), not resolved; in production
+    the providers check the address each connection reaches (``public_only`` in
+    ``providers``), which also covers a name that resolves differently later.
     Raise ``ValidationError`` naming ``channel.api_base_url``.
     """
     field = "channel.api_base_url"

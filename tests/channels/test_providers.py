@@ -170,3 +170,66 @@ def test_outbound_message_is_validated() -> None:
         OutboundMessage("whatsapp:1", text="x" * 4097)
     with pytest.raises(ValidationError, match="message.chat_key"):
         OutboundMessage(" ", text="x")
+
+
+def test_a_redirect_is_a_failure_and_is_never_followed(fake) -> None:
+    """A provider (or what answers in its place) redirecting a send elsewhere gets no second request."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            self.send_response(307)
+            self.send_header("Location", f"{fake.base_url}/{PHONE_ID}/messages")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        provider = WhatsAppProvider(f"http://127.0.0.1:{server.server_port}", PHONE_ID, "EAAG-token")
+        result = provider.send(OutboundMessage("whatsapp:573001112233", text="hola"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.status, result.error_code, result.retryable) == ("failed", 307, False)
+    assert fake.count() == 0
+
+
+@pytest.mark.parametrize("kind", ["whatsapp", "telegram"])
+def test_public_only_refuses_a_loopback_provider_before_sending(fake, kind) -> None:
+    """Production's check at connection time: the address reached must be public; nothing is sent."""
+    provider = wa(fake, public_only=True) if kind == "whatsapp" else tg(fake, public_only=True)
+    result = provider.send(OutboundMessage(f"{kind}:573001112233", text="hola"))
+    assert (result.status, result.retryable) == ("failed", False)
+    assert "non-public address" in result.error_title
+    assert fake.count() == 0
+    assert wa(fake).send(OutboundMessage("whatsapp:573001112233", text="hola")).status == "accepted"
+
+
+@pytest.mark.django_db
+def test_in_production_a_tenant_base_url_reaching_a_private_address_gets_nothing(fake, settings) -> None:
+    """A URL saved while it looked public (a host name that later resolves to this machine) is checked again
+    at every connection in production; the operator's own ``BOTMESH_*_API_BASE`` is trusted."""
+    from dataclasses import replace
+
+    from botmesh_admin.channels.providers import provider_for
+    from botmesh_admin.channels.selectors import channel_config_list
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.tenancy.services import tenant_create
+    from tests.backends import unique_id
+
+    tenant = unique_id("ssrf")
+    tenant_create(tenant, name="SSRF")
+    channel_config_set(tenant, kind="telegram", name="bot", bot_token=TOKEN, api_base_url=fake.base_url)
+    (channel,) = channel_config_list(tenant, kind="telegram")
+    message = OutboundMessage("telegram:700000001", text="hola")
+    settings.CONFIG = replace(settings.CONFIG, profile="production")
+    refused = provider_for(tenant, channel).send(message)
+    assert (refused.status, refused.retryable) == ("failed", False) and fake.count() == 0
+    settings.BOTMESH_TELEGRAM_API_BASE = fake.base_url  # the operator's setting, not the tenant's
+    assert provider_for(tenant, replace(channel, api_base_url=None)).send(message).status == "accepted"
+    assert fake.count() == 1
