@@ -9,13 +9,17 @@ swap it with ``use_coordinator``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .core import Coordinator
 from .memory import MemoryCoordinationHub, MemoryCoordinator
+
+log = logging.getLogger("botmesh.coordination")
 
 DEFAULT_PREFIX = "botmesh"
 DEFAULT_LEASE_MS = 15000
@@ -60,8 +64,34 @@ def default_coordinator(role: str = "web") -> Coordinator:
                 _coordinator = RedisCoordinator(redis_url, prefix, lease_ms, role=role)
             else:
                 _coordinator = MemoryCoordinator(process_hub(), lease_ms=lease_ms, role=role)
+                _start_presence(_coordinator)
             _pid = os.getpid()
         return _coordinator
+
+
+_presence_stop: threading.Event | None = None
+
+
+def _start_presence(coordinator: Coordinator) -> None:
+    """Publish this process's presence in the Kv every ``lease_ms / 3`` (embedded default; see
+    ``services.presence_publish``) until ``shutdown()``."""
+    global _presence_stop
+    stop = _presence_stop = threading.Event()
+
+    def run() -> None:
+        from .services import presence_publish
+
+        failed_at = 0.0
+        while not stop.is_set():
+            try:
+                presence_publish(coordinator)
+            except Exception as exc:  # noqa: BLE001 - the page is informational; retried next tick
+                if time.monotonic() - failed_at > 60:
+                    failed_at = time.monotonic()
+                    log.warning("could not publish this process's presence: %s", type(exc).__name__)
+            stop.wait(coordinator.lease_ms / 3000)
+
+    threading.Thread(target=run, name="coordination-presence", daemon=True).start()
 
 
 def shutdown() -> None:
@@ -69,6 +99,14 @@ def shutdown() -> None:
     global _coordinator
     with _lock:
         if _coordinator is not None and _pid == os.getpid():
+            if _presence_stop is not None:
+                _presence_stop.set()
+                try:
+                    from .services import presence_withdraw
+
+                    presence_withdraw(_coordinator)
+                except Exception:  # noqa: BLE001 - its TTL removes it anyway
+                    log.warning("could not withdraw this process's presence")
             _coordinator.close()
         _coordinator = None
 

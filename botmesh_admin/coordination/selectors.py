@@ -19,34 +19,53 @@ JOURNAL_PAGES = 3
 def coordination_snapshot() -> CoordinationSnapshot:
     """Return live replicas, leaders and recent lease-lost/handover events.
 
-    Reads the keys the coordinators write (Redis), or this process's hub plus
-    the scheduler leader a file-locked beat published in the Kv (embedded default).
+    Reads the keys the coordinators write (Redis), or — in the embedded default —
+    this process's hub plus what the other processes published in the Kv: their
+    presence (Celery worker, beat, other web processes) and the scheduler leader
+    of the file-locked beat.
     """
     from .runtime import coordination_settings, default_coordinator
 
     snapshot = default_coordinator().snapshot()
     if coordination_settings()[0]:
         return snapshot
-    return _with_file_leader(snapshot)
+    return _with_kv_presence(snapshot)
 
 
-def _with_file_leader(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
+def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
     from botmesh_admin.kv import TenantKv
     from botmesh_admin.kv.runtime import default_kv
 
+    from .services import PRESENCE_TTL_MS
+
     kv = default_kv()
-    entry = kv.get(TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs"), "leader/scheduler")
-    if entry is None:
-        return snapshot
-    info = entry.value
-    age = max(0, now_ms() - int(info["at_ms"]))
-    if age > FILE_LEADER_LIVE_MS:
-        return snapshot
-    leader = LeaderStatus("scheduler", info["replica_id"], info["incarnation"], int(info["fence"]), -1)
-    beat = ReplicaStatus(info["replica_id"], info["incarnation"], "beat", str(info.get("host", "?")),
-                         int(info.get("pid", 0)), age, 0, {"scheduler": int(info["fence"])})
-    leaders = [x for x in snapshot.leaders if x.name != "scheduler"] + [leader]
-    return replace(snapshot, replicas=[*snapshot.replicas, beat], leaders=sorted(leaders, key=lambda x: x.name))
+    table = TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+    now = now_ms()
+    replicas = {(r.replica_id, r.incarnation): r for r in snapshot.replicas}
+    for entry in kv.scan(table, prefix="presence/", limit=500):
+        info = entry.value
+        age = max(0, now - int(info["at_ms"]))
+        key = (info["replica_id"], info["incarnation"])
+        if age <= PRESENCE_TTL_MS and key not in replicas:
+            replicas[key] = ReplicaStatus(info["replica_id"], info["incarnation"], str(info["role"]),
+                                          str(info["host"]), int(info["pid"]), age, int(info["turns"]),
+                                          dict(info["leads"]))
+    leaders = list(snapshot.leaders)
+    entry = kv.get(table, "leader/scheduler")
+    if entry is not None and now - int(entry.value["at_ms"]) <= FILE_LEADER_LIVE_MS:
+        info = entry.value
+        fence = int(info["fence"])
+        leaders = [x for x in leaders if x.name != "scheduler"]
+        leaders.append(LeaderStatus("scheduler", info["replica_id"], info["incarnation"], fence, -1))
+        key = (info["replica_id"], info["incarnation"])
+        beat = replicas.get(key)
+        if beat is None:
+            replicas[key] = ReplicaStatus(info["replica_id"], info["incarnation"], "beat", str(info.get("host", "?")),
+                                          int(info.get("pid", 0)), max(0, now - int(info["at_ms"])), 0,
+                                          {"scheduler": fence})
+        else:
+            replicas[key] = replace(beat, leads={**beat.leads, "scheduler": fence})
+    return replace(snapshot, replicas=list(replicas.values()), leaders=sorted(leaders, key=lambda x: x.name))
 
 
 @dataclass(frozen=True)
