@@ -180,6 +180,7 @@ def reply_send(
             sleep(wait / 1000)
         # Durably "sending" before the request: a crash from here on can never lead to a second send.
         message = _set_reply(inbox, tenant, message, state="sending", attempts=message.reply.attempts + 1)
+        assert message.reply is not None  # _set_reply keeps it
         outbound = OutboundMessage(chat_key=conv.chat_key, text=message.text,
                                    idempotency_key=message.reply.idempotency_key)
         result = provider.send(outbound)

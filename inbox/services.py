@@ -107,8 +107,8 @@ class Inbox:
                 return conv
             new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=self.clock()))
             try:
-                change = Change(conversation=new, previous_activity_ms=conv.last_activity_ms)
-                return self.store.write(tenant, change).conversation or new
+                written = self.store.write(tenant, Change(conversation=new, previous_activity_ms=conv.last_activity_ms))
+                return written.conversation or new
             except Conflict:
                 continue
         raise Conflict("conversation is too busy; try again")

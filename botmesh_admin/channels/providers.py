@@ -215,6 +215,12 @@ def _json(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _object(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """Return ``body[name]`` if it is a JSON object, else ``{}`` (provider answers are not trusted)."""
+    value = body.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def _retry_after_header(value: str | None) -> int | None:
     try:
         return max(0, int(float(value) * 1000)) if value else None
@@ -279,8 +285,8 @@ class WhatsAppProvider(_HttpProvider):
                 status="accepted", chat_key=message.chat_key, provider_message_id=str(messages[0]["id"]),
                 recipient=str(wa_id) if wa_id else address_of(message.chat_key, self.kind),
             )
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
-        code = error.get("code") if isinstance(error.get("code"), int) else status
+        error = _object(body, "error")
+        code = error["code"] if isinstance(error.get("code"), int) else status
         rate_limited = status == 429 or code in WHATSAPP_RATE_LIMIT_CODES
         retryable = rate_limited or status >= 500 or code in WHATSAPP_RETRYABLE_CODES
         retry_after = _retry_after_header(retry_header)
@@ -334,16 +340,16 @@ class TelegramProvider(_HttpProvider):
             return self._network_failure(message, answer)
         status, body, retry_header = answer
         body = body or {}
-        result = body.get("result") if isinstance(body.get("result"), dict) else {}
+        result = _object(body, "result")
         if body.get("ok") is True and "message_id" in result:
-            chat_id = (result.get("chat") or {}).get("id")
+            chat_id = _object(result, "chat").get("id")
             return SendResult(
                 status="accepted", chat_key=message.chat_key,
                 provider_message_id=f"{chat_id}:{result['message_id']}",
                 recipient=str(chat_id) if chat_id is not None else address_of(message.chat_key, self.kind),
             )
-        code = body.get("error_code") if isinstance(body.get("error_code"), int) else status
-        parameters = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
+        code: int = body["error_code"] if isinstance(body.get("error_code"), int) else status
+        parameters = _object(body, "parameters")
         retry_after = parameters.get("retry_after")
         retryable = code == 429 or code >= 500
         retry_after_ms = (

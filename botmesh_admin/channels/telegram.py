@@ -141,7 +141,8 @@ def _message(msg: dict[str, Any], *, edited: bool) -> InboundMessage | None:
 def _content(msg: dict[str, Any], raw_type: str) -> dict[str, Any]:
     caption = _str(msg.get("caption"))
     if raw_type == "text":
-        entities = msg.get("entities") if isinstance(msg.get("entities"), list) else []
+        raw_entities = msg.get("entities")
+        entities = raw_entities if isinstance(raw_entities, list) else []
         command = any(_dict(e).get("type") == "bot_command" and _dict(e).get("offset") == 0 for e in entities)
         return {"type": "text", "text": _str(msg.get("text")), "raw_type": "bot_command" if command else "text"}
     if raw_type == "photo":

@@ -51,9 +51,9 @@ def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
                                           str(info["host"]), int(info["pid"]), age, int(info["turns"]),
                                           dict(info["leads"]))
     leaders = list(snapshot.leaders)
-    entry = kv.get(table, "leader/scheduler")
-    if entry is not None and now - int(entry.value["at_ms"]) <= FILE_LEADER_LIVE_MS:
-        info = entry.value
+    leader_entry = kv.get(table, "leader/scheduler")
+    if leader_entry is not None and now - int(leader_entry.value["at_ms"]) <= FILE_LEADER_LIVE_MS:
+        info = leader_entry.value
         fence = int(info["fence"])
         leaders = [x for x in leaders if x.name != "scheduler"]
         leaders.append(LeaderStatus("scheduler", info["replica_id"], info["incarnation"], fence, -1))

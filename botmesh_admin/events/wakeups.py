@@ -67,7 +67,7 @@ class DrainWakeups:
             send_now = last is None or now - last >= self.interval_s
             if send_now:
                 self._last[channel] = now
-            elif channel not in self._trailing:
+            elif channel not in self._trailing and last is not None:
                 # A request seen while a trailing drain is pending is covered by it: the
                 # timer takes the lock (after this request) before it sends.
                 self._trailing.add(channel)

@@ -15,7 +15,7 @@ class Role(models.TextChoices):
     BOT = "bot", "Bot (API token only: ledger and metrics push, handoff reads)"
 
 
-HUMAN_ROLES = (Role.AGENT.value, Role.ADMIN.value)
+HUMAN_ROLES = (str(Role.AGENT), str(Role.ADMIN))
 
 
 class Tenant(models.Model):

@@ -179,12 +179,13 @@ class KvInboxStore:
             results = self.kv.commit(table, list(ops.values()))
         except ConflictError as exc:
             raise _stale("inbox record", exc) from None
-        by_key = {op.key: r for op, r in zip(ops.values(), results, strict=True)}
+        # Every Put's result is its written entry (the Deletes' None are never looked up here).
+        versions = {op.key: r.version for op, r in zip(ops.values(), results, strict=True) if r is not None}
         new_conversation = None
         if conversation is not None and conversation_key is not None:
-            new_conversation = replace(conversation, revision=by_key[conversation_key].version)
+            new_conversation = replace(conversation, revision=versions[conversation_key])
         messages = tuple(
-            replace(m, revision=by_key[f"m/{m.conversation_id}/{m.sort_key}"].version) for m in change.messages
+            replace(m, revision=versions[f"m/{m.conversation_id}/{m.sort_key}"]) for m in change.messages
         )
         return Change(new_conversation, messages, change.removed, change.aliases)
 

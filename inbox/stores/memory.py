@@ -121,15 +121,15 @@ class MemoryInboxStore:
             if c.revision == 0 and chat_hash(c.chat_key) in t.chats:
                 raise Conflict("chat key already has a conversation")
         for m in change.removed:
-            current = t.messages.get(m.conversation_id, {}).get(m.sort_key)
-            if current is None or current.revision != m.revision:
+            stored = t.messages.get(m.conversation_id, {}).get(m.sort_key)
+            if stored is None or stored.revision != m.revision:
                 raise Conflict("message changed concurrently")
         removed_ids = {i for m in change.removed for i in (m.id, *m.aliases)}
         for m in change.messages:
-            current = t.messages.get(m.conversation_id, {}).get(m.sort_key)
-            if current is not None and any(r.sort_key == m.sort_key for r in change.removed):
-                current = None
-            revision = 0 if current is None else current.revision
+            stored = t.messages.get(m.conversation_id, {}).get(m.sort_key)
+            if stored is not None and any(r.sort_key == m.sort_key for r in change.removed):
+                stored = None
+            revision = 0 if stored is None else stored.revision
             if revision != m.revision:
                 raise Conflict("message changed concurrently", current_version=revision or None)
             for message_id in (m.id, *m.aliases) if m.revision == 0 else ():
@@ -209,8 +209,8 @@ class MemoryInboxStore:
             for key in sorted(notes)[: limit - removed]:
                 del notes[key]
                 removed += 1
-            for key in [k for k in t.markers if k[0] == conversation_id][: max(limit - removed, 0)]:
-                del t.markers[key]
+            for marker_key in [k for k in t.markers if k[0] == conversation_id][: max(limit - removed, 0)]:
+                del t.markers[marker_key]
                 removed += 1
             if removed == 0:
                 t.tombstones.discard(conversation_id)

@@ -272,3 +272,24 @@ def test_thread_view_reads_the_newest_messages_without_reading_a_long_conversati
     assert [m.id for m in everything] == [r["id"] for r in records]
     # windows of 1, 8 and 64 hours: 2 + 9 + 65 messages read instead of 600
     assert read_for_newest == 76, read
+
+
+def test_assign_retries_when_a_message_lands_between_its_read_and_its_write(inbox, tenant_id):
+    """A projection moves the stored conversation (not its agent-facing version): the assignment is redone."""
+    cid = seeded(inbox, tenant_id)
+    version = inbox.store.conversation_get(tenant_id, cid).version
+    write, raced = inbox.store.write, []
+
+    def racing_write(tenant, change):
+        if not raced and change.conversation is not None and not change.messages:
+            raced.append(inbox.project_message(record("late-1", 5000), tenant=tenant).outcome)
+        return write(tenant, change)
+
+    inbox.store.write = racing_write
+    try:
+        assigned = inbox.assign(tenant_id, cid, "ana", version)
+    finally:
+        del inbox.store.write
+    assert raced == ["created"]
+    assert (assigned.assignee, assigned.version, assigned.message_count) == ("ana", version + 1, 6)
+    assert inbox.store.conversation_get(tenant_id, cid).assignee == "ana"
