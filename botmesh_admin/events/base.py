@@ -216,6 +216,15 @@ class EventJournal(Protocol):
         """
         ...
 
+    def extend(self, event_id: str, now: int, fencing_token: int, lease_ms: int) -> EventRecord:
+        """Renew a live lease (a heartbeat): ``leased_until = now + lease_ms``; the token stays.
+
+        Raise ``StaleLeaseError`` as ``ack`` does (superseded, or already expired at
+        ``now``: an expired lease may have been claimed by another worker), and
+        ``NotFound`` if there is no such record.
+        """
+        ...
+
     def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
         """Give the lease back without spending an attempt: ``pending``, available at ``now``.
 

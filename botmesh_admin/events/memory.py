@@ -176,6 +176,15 @@ class MemoryEventJournal:
             self._records[event_id] = after
             return after
 
+    def extend(self, event_id: str, now: int, fencing_token: int, lease_ms: int) -> EventRecord:
+        """Renew the live lease ``fencing_token`` until ``now + lease_ms``."""
+        validate_lease(now, lease_ms)
+        with self._writing():
+            record = self._leased(event_id, now, fencing_token, live=True)
+            after = dataclasses.replace(record, leased_until=now + lease_ms, available_at=now + lease_ms)
+            self._records[event_id] = after
+            return after
+
     def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
         """Give the lease back without spending an attempt."""
         with self._writing():

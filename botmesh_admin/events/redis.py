@@ -168,6 +168,13 @@ end
 return {3, redis.call('HGETALL', r)}
 """
 
+EXTEND_LUA = _SETTLE_HEAD + """
+-- ARGV[6]: the new leased_until (ms)
+redis.call('HSET', r, 'leased_until', ARGV[6], 'available_at', ARGV[6])
+redis.call('ZADD', q, tonumber(ARGV[6]), id)
+return {3, redis.call('HGETALL', r)}
+"""
+
 RELEASE_LUA = _SETTLE_HEAD + """
 redis.call('HSET', r, 'state', 'pending', 'attempts', math.max(attempts - 1, 0), 'available_at', now)
 redis.call('HDEL', r, 'leased_until')
@@ -298,7 +305,7 @@ class RedisEventJournal:
             name: self._client.register_script(lua)
             for name, lua in (
                 ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
-                ("release", RELEASE_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
+                ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
                 ("prune", PRUNE_LUA), ("fence", FENCE_LUA),
             )
         }  # fmt: skip
@@ -376,6 +383,11 @@ class RedisEventJournal:
             "fail", event_id, now, fencing_token, True, p.max_attempts, p.max_delay_ms,
             p.base_delay_ms, repr(p.jitter_factor()), clip_error(error),
         )  # fmt: skip
+
+    def extend(self, event_id: str, now: int, fencing_token: int, lease_ms: int) -> EventRecord:
+        """Renew the live lease ``fencing_token`` until ``now + lease_ms``."""
+        validate_lease(now, lease_ms)
+        return self._settle("extend", event_id, now, fencing_token, True, str(now + lease_ms))
 
     def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
         """Give the lease back without spending an attempt."""

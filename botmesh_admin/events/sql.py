@@ -129,6 +129,8 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         f" available_at = CASE WHEN attempts >= :max THEN :now ELSE :now + {backoff} END,"
         " leased_until = NULL, last_error = :error"
         f" WHERE {lease_check} AND leased_until > :now RETURNING {COLS}",
+        "extend": f"UPDATE {t} SET leased_until = :till, available_at = :till"
+        f" WHERE {lease_check} AND leased_until > :now RETURNING {COLS}",
         "release": f"UPDATE {t} SET state = 'pending', attempts = {greatest}(attempts - 1, 0),"
         f" leased_until = NULL, available_at = :now WHERE {lease_check} RETURNING {COLS}",
         "counts": f"SELECT state, channel, count(*) FROM {t} WHERE tenant = :tenant GROUP BY state, channel",
@@ -447,6 +449,11 @@ class SqlEventJournal:
             max=p.max_attempts, cap=p.max_delay_ms, base=p.base_delay_ms,
             factor=p.jitter_factor(), error=clip_error(error),
         )  # fmt: skip
+
+    def extend(self, event_id: str, now: int, fencing_token: int, lease_ms: int) -> EventRecord:
+        """Renew the live lease ``fencing_token`` until ``now + lease_ms``."""
+        validate_lease(now, lease_ms)
+        return self._settle("extend", event_id, now, fencing_token, till=now + lease_ms)
 
     def release(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
         """Give the lease back without spending an attempt."""

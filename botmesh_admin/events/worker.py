@@ -13,6 +13,11 @@ runs; the outcome is settled with the claim's fencing token:
   therefore be idempotent (deliveries are at least once; the fencing token tells
   a handler's side effects which claim they belong to).
 
+While a handler runs, a heartbeat thread renews its lease (``journal.extend``)
+every ``lease_ms / 3``, so a slow but live handler keeps its record; only a
+process that stops (killed, frozen, partitioned from the journal) lets the
+lease lapse and the record go to another worker.
+
 ``stop()`` (from a signal handler or another thread) lets the current record
 finish and then returns from ``run_batch`` / ``run_forever``.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from .base import Clock, EventJournal, EventRecord, StaleLeaseError, now_ms
@@ -46,6 +52,10 @@ class EventWorker:
         self.clock: Clock = clock or now_ms
         self.channel = channel
         self._stop = threading.Event()
+        # The record in hand, for the heartbeat: (event id, fencing token), or None between records.
+        self._in_hand: tuple[str, int] | None = None
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_lock = threading.Lock()
 
     def stop(self) -> None:
         """Ask the worker to stop after the record it is handling (safe from a signal handler)."""
@@ -81,9 +91,11 @@ class EventWorker:
                 pass  # somebody else claimed it meanwhile: nothing of ours to give back
             logger.warning("event %s: lease expired before its handler started; released", record.id)
             return "stale"
+        self._hold((record.id, token))
         try:
             handler(record)
         except Exception as exc:  # a handler's failure is data for the journal, not a crash
+            self._hold(None)
             error = f"{type(exc).__name__}: {exc}"
             try:
                 after = self.journal.fail(record.id, self.clock(), token, error)
@@ -95,12 +107,41 @@ class EventWorker:
                 record.id, record.type, record.attempts, type(exc).__name__, after.state,
             )  # fmt: skip
             return "failed"
+        self._hold(None)
         try:
             self.journal.ack(record.id, self.clock(), token)
         except StaleLeaseError:
             logger.warning("event %s: handler outlived its lease; ack refused", record.id)
             return "stale"
         return "processed"
+
+    def _hold(self, record: tuple[str, int] | None) -> None:
+        """Set the record in hand (``(event id, fencing token)`` or ``None``); start a heartbeat if none runs."""
+        with self._heartbeat_lock:
+            self._in_hand = record
+            if record is not None and self._heartbeat is None:
+                self._heartbeat = threading.Thread(target=self._beat, name="events-lease-heartbeat", daemon=True)
+                self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """Renew the lease of the record in hand every ``lease_ms / 3``; end when no record is in hand."""
+        seen: tuple[str, int] | None = None
+        while True:
+            time.sleep(self.lease_ms / 3000)
+            with self._heartbeat_lock:
+                in_hand = self._in_hand
+                if in_hand is None:
+                    self._heartbeat = None  # the next record starts a new heartbeat
+                    return
+            if in_hand == seen:  # the same record for a whole period: renew its lease
+                try:
+                    self.journal.extend(in_hand[0], self.clock(), in_hand[1], self.lease_ms)
+                except StaleLeaseError:
+                    if self._in_hand == in_hand:  # not just finished: the lease was really lost
+                        logger.warning("event %s: lease lost while its handler runs", in_hand[0])
+                except Exception as exc:  # noqa: BLE001 - the journal may be briefly unreachable
+                    logger.warning("event %s: lease renewal failed: %s", in_hand[0], type(exc).__name__)
+            seen = in_hand
 
     def run_forever(
         self,

@@ -194,6 +194,31 @@ def test_a_handler_that_outlived_its_lease_cannot_ack(journal: EventJournal, clo
     assert journal.get(leased.id) == leased
 
 
+def test_extend_renews_a_live_lease_and_keeps_its_token(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append(env())
+    leased = journal.claim(clock.now, LEASE)
+    renewed = journal.extend(leased.id, clock.advance(LEASE - 1), leased.fencing_token, LEASE)
+    assert renewed.fencing_token == leased.fencing_token and renewed.leased_until == clock.now + LEASE
+    assert journal.get(leased.id) == renewed
+    assert journal.claim(clock.advance(LEASE - 1), LEASE) is None  # past the first lease: still held
+    assert journal.ack(leased.id, clock.now, leased.fencing_token).state == "done"
+
+
+def test_extend_refuses_an_expired_or_superseded_lease(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append(env())
+    old = journal.claim(clock.now, LEASE)
+    with pytest.raises(StaleLeaseError, match="expired"):
+        journal.extend(old.id, clock.advance(LEASE), old.fencing_token, LEASE)
+    new = journal.claim(clock.now, LEASE)
+    with pytest.raises(StaleLeaseError):
+        journal.extend(old.id, clock.now, old.fencing_token, LEASE)
+    assert journal.get(new.id) == new
+    with pytest.raises(NotFound):
+        journal.extend("ev_missing", clock.now, 1, LEASE)
+    with pytest.raises(ValidationError):
+        journal.extend(new.id, clock.now, new.fencing_token, 0)
+
+
 def test_settling_an_unknown_event_is_not_found(journal: EventJournal, clock: FakeClock) -> None:
     with pytest.raises(NotFound):
         journal.ack("ev_missing", clock.now, 1)

@@ -90,7 +90,7 @@ def test_backend_matches_the_memory_reference(
 
         @rule(
             data=st.data(),
-            action=st.sampled_from(("ack", "fail", "release")),
+            action=st.sampled_from(("ack", "fail", "release", "extend")),
             offset=st.sampled_from((0, 0, -1)),
         )
         def settle(self, data: st.DataObject, action: str, offset: int) -> None:
@@ -103,6 +103,8 @@ def test_backend_matches_the_memory_reference(
                 self.both(lambda j: j.ack(event_id, now, token))
             elif action == "fail":
                 self.both(lambda j: j.fail(event_id, now, token, "boom"))
+            elif action == "extend":
+                self.both(lambda j: j.extend(event_id, now, token, 500))
             else:
                 self.both(lambda j: j.release(event_id, now, token))
 

@@ -102,6 +102,26 @@ def test_a_handler_that_outlives_its_lease_is_stale_and_the_event_is_redelivered
     assert journal.list()[0].state == "done"
 
 
+def test_a_slow_live_handler_keeps_its_lease_by_heartbeat(journal: EventJournal) -> None:
+    """Real time: a handler three leases long is not redelivered meanwhile and its ack is accepted."""
+    import time
+
+    from botmesh_admin.events.base import now_ms
+
+    add(journal, 1)
+    lease_ms, taken = 300, []
+
+    def slow(record: EventRecord) -> None:
+        for _ in range(3):
+            time.sleep(lease_ms / 1000)
+            taken.append(journal.claim(now_ms(), lease_ms))  # another worker finds nothing to take
+
+    assert EventWorker(journal, lease_ms).run_batch(slow, limit=1) == {"processed": 1, "failed": 0, "stale": 0}
+    assert taken == [None, None, None]
+    [record] = journal.list()
+    assert (record.state, record.attempts) == ("done", 1)
+
+
 def test_stop_finishes_the_record_in_hand_then_returns(journal: EventJournal, clock: FakeClock) -> None:
     add(journal, 5)
     worker = EventWorker(journal, LEASE, clock)
