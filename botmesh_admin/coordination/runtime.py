@@ -70,13 +70,17 @@ def default_coordinator(role: str = "web") -> Coordinator:
 
 
 _presence_stop: threading.Event | None = None
+_presence_kv: object = None
 
 
 def _start_presence(coordinator: Coordinator) -> None:
     """Publish this process's presence in the Kv every ``lease_ms / 3`` (embedded default; see
     ``services.presence_publish``) until ``shutdown()``."""
-    global _presence_stop
+    from botmesh_admin.kv.runtime import default_kv
+
+    global _presence_stop, _presence_kv
     stop = _presence_stop = threading.Event()
+    kv = _presence_kv = default_kv()  # the process's Kv now: a Kv swapped in later (a test's) is not written to
 
     def run() -> None:
         from .services import presence_publish
@@ -84,7 +88,7 @@ def _start_presence(coordinator: Coordinator) -> None:
         failed_at = 0.0
         while not stop.is_set():
             try:
-                presence_publish(coordinator)
+                presence_publish(coordinator, store_kv=kv)
             except Exception as exc:  # noqa: BLE001 - the page is informational; retried next tick
                 if time.monotonic() - failed_at > 60:
                     failed_at = time.monotonic()
@@ -104,7 +108,7 @@ def shutdown() -> None:
                 try:
                     from .services import presence_withdraw
 
-                    presence_withdraw(_coordinator)
+                    presence_withdraw(_coordinator, store_kv=_presence_kv)
                 except Exception:  # noqa: BLE001 - its TTL removes it anyway
                     log.warning("could not withdraw this process's presence")
             _coordinator.close()
