@@ -7,6 +7,7 @@ broker outage, a retry whose backoff has just elapsed).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import shared_task
@@ -17,12 +18,29 @@ CHANNELS: tuple[str | None, ...] = (None, "inbound", "outbox")
 """The channels in use: default (None), inbound webhooks/ledger, outbox sends."""
 SAFETY_NET_S = 5.0
 PRUNE_EVERY_S = 3600.0
+DRAIN_BUDGET_S = 10.0
+"""How long one drain task keeps taking batches before it queues its successor (seconds)."""
 
 
 @shared_task(name="events.drain", ignore_result=True)
 def drain(channel: str | None = None, limit: int = 100) -> dict[str, int]:
-    """Handle up to ``limit`` ready records of ``channel``; return the worker's counts."""
-    return services.journal_drain(channel=channel, limit=limit)
+    """Handle the ready records of ``channel``, ``limit`` per batch, until none is ready; return the totals.
+
+    A backlog (a large ledger push) is drained batch after batch rather than
+    ``limit`` records per wake-up; after ``DRAIN_BUDGET_S`` the task queues its
+    successor and returns, so other channels' drains get the worker in between.
+    """
+    totals = {"processed": 0, "failed": 0, "stale": 0}
+    deadline = time.monotonic() + DRAIN_BUDGET_S
+    while True:
+        counts = services.journal_drain(channel=channel, limit=limit)
+        for key, value in counts.items():
+            totals[key] += value
+        if sum(counts.values()) < limit:
+            return totals
+        if time.monotonic() >= deadline:
+            drain.delay(channel=channel, limit=limit)
+            return totals
 
 
 @shared_task(name="events.prune", ignore_result=True)

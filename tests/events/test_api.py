@@ -175,6 +175,19 @@ def test_drain_task_returns_the_worker_counts(world: World) -> None:
     assert world.journal.list(state="dead")[0].type == "nobody.handles"
 
 
+def test_one_drain_task_takes_a_whole_backlog_batch_after_batch(world: World) -> None:
+    """A large push is not drained ``limit`` records per wake-up: the task keeps taking batches."""
+    seen: list[str] = []
+    register("test.backlog")(lambda record: seen.append(record.id))
+    try:
+        for i in range(57):
+            event_publish("acme", type="test.backlog", payload={}, idempotency_key=f"b{i}", channel="outbox")
+        assert drain.run("outbox", 10) == {"processed": 57, "failed": 0, "stale": 0}
+    finally:
+        unregister("test.backlog")
+    assert len(seen) == 57 and world.journal.counts("acme") == {("done", "outbox"): 57}
+
+
 def test_beat_drains_every_channel_as_a_safety_net() -> None:
     entries = beat_entries()
     assert {e["kwargs"]["channel"] for e in entries.values()} == {None, "inbound", "outbox"}
