@@ -127,6 +127,25 @@ def check_text(value: object, field: str, max_len: int, *, required: bool = Fals
     return value
 
 
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
+def received_text(value: str | None, max_len: int) -> str | None:
+    """Return what a customer sent, made storable: NUL and lone surrogates become U+FFFD, and
+    text over ``max_len`` characters is cut with a visible note of how much was cut.
+
+    For channel input, which must never be lost for its content: the provider
+    already delivered it, and refusing it would only dead-letter the message.
+    """
+    if value is None:
+        return None
+    value = _UNSTORABLE_RE.sub("\ufffd", value)
+    if len(value) <= max_len:
+        return value
+    note = f" … [{len(value) - max_len + 64} more characters not shown]"
+    return value[: max_len - 64] + note[:64]
+
+
 def check_typed_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
     """Return ``value`` if ``check_text`` accepts it and it holds no control or bidi override character.
 

@@ -22,6 +22,7 @@ Logs carry conversation ids and hashed chat ids only, never raw chat or sender i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -34,6 +35,7 @@ from botmesh_admin.errors import Conflict, DomainError
 from .domain import (
     DELIVERY_RANK,
     MAX_EDITS,
+    MAX_TEXT,
     Conversation,
     Edit,
     Message,
@@ -42,6 +44,7 @@ from .domain import (
     check_id,
     new_conversation_id,
     preview,
+    received_text,
     replace,
     validate_conversation,
     validate_message,
@@ -286,7 +289,14 @@ def _placeholder(inbox: Inbox, provider_id: str, at_ms: int, **fields: Any) -> M
 
 
 def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
-    """Project a webhook ``InboundMessage`` (a message, a reaction, a button reply or an edit)."""
+    """Project a webhook ``InboundMessage`` (a message, a reaction, a button reply or an edit).
+
+    What the customer wrote is kept even when it cannot be stored as it is
+    (``received_text``: too long, NUL characters): the provider was already answered 200.
+    """
+    event = dataclasses.replace(
+        event, text=received_text(event.text, MAX_TEXT), sender_name=received_text(event.sender_name, 200)
+    )
     if event.reaction is not None:
         return _project_reaction(inbox, tenant, event)
     if event.edit_of is not None:

@@ -222,3 +222,28 @@ def test_worker_stopped_mid_request_never_sends_twice(shop):
     assert shop.fake.count("573001112233") == 1
     # the late answer, once it arrived, was recorded: now it is known
     assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "accepted"
+
+
+def test_a_message_too_long_or_with_nul_is_kept_not_dead_lettered(shop):
+    """The provider was answered 200: what the customer sent is stored (cut, NUL replaced), never lost."""
+    import hashlib
+    import hmac
+
+    from botmesh_admin.events import default_journal
+
+    secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
+    body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_text())
+    message = body["entry"][0]["changes"][0]["value"]["messages"][0]
+    for wamid, text in (("wamid.long", "a" * 200_000), ("wamid.nul", "hola\u0000mundo")):
+        message.update(id=wamid, text={"body": text})
+        raw = json.dumps(body).encode()
+        signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+        response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+                                    HTTP_X_HUB_SIGNATURE_256=signature)
+        assert response.status_code == 200
+    drain()
+    assert default_journal().counts(shop.tenant).get(("dead", "inbound"), 0) == 0
+    long = selectors.message_get(shop.tenant, "wamid.long")
+    assert len(long.text) <= 65536 and long.text.startswith("a" * 60_000)
+    assert long.text.endswith(f"[{200_000 - 65536 + 64} more characters not shown]")
+    assert selectors.message_get(shop.tenant, "wamid.nul").text == "hola\ufffdmundo"
