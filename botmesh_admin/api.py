@@ -13,7 +13,8 @@ import re
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -76,8 +77,20 @@ class TenantSessionAuth(APIKeyCookie):
 
     param_name = settings.SESSION_COOKIE_NAME
 
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # No session cookie, or a token was presented (and refused): there is no session to
+        # check CSRF for, and the caller must hear "a valid API token is required", not "CSRF".
+        if self.param_name not in request.COOKIES or "authorization" in request.headers:
+            return None
+        try:
+            return super()._get_key(request)
+        except HttpError:
+            raise PermissionDenied(
+                "CSRF check failed: a session request must send the X-CSRFToken header (or use an API token)"
+            ) from None
+
     def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
-        if not request.user.is_authenticated:
+        if key is None or not request.user.is_authenticated:
             return None
         principal = principal_for_user(request.user, _path_tenant(request))
         request.principal = principal  # type: ignore[attr-defined]
@@ -134,6 +147,18 @@ def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRespons
             "errors": [{"loc": e.get("loc"), "msg": e.get("msg")} for e in errors],
         },
     )
+
+
+def too_large(request: HttpRequest) -> HttpResponse:
+    """The JSON 413 of a request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return JsonResponse({"error": "too_large", "message": f"the request body is over {limit} bytes "
+                         f"({limit // (1024 * 1024)} MiB); send less at once", "field": "body"}, status=413)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return too_large(request)
 
 
 @api.exception_handler(AuthenticationError)

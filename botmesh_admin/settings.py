@@ -82,6 +82,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
+# Request bodies (webhooks, API JSON, a ledger push) up to 16 MiB; larger ones get a JSON 413
+# (``botmesh_admin.api`` and the webhook views). File uploads (CSV import) stream to disk.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 

@@ -14,7 +14,7 @@ the inbox happens in a worker.
 
 Answers: 200 once journaled; 401 (nothing written) for a bad signature or
 secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
-object. Order: the signature is checked before the body is parsed, so
+object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB). Order: the signature is checked before the body is parsed, so
 unauthenticated input is never interpreted.
 """
 
@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
@@ -81,6 +82,11 @@ def _domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
+        except RequestDataTooBig:
+            from botmesh_admin.api import too_large
+
+            log.warning("webhook %s refused: body over the size limit", request.path.split("/")[2])
+            return too_large(request)
         except DomainError as exc:
             log.error("webhook %s failed: %s", request.path.split("/")[2], exc.code)
             return JsonResponse(exc.as_dict(), status=exc.status)

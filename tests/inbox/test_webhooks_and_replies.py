@@ -247,3 +247,19 @@ def test_a_message_too_long_or_with_nul_is_kept_not_dead_lettered(shop):
     assert len(long.text) <= 65536 and long.text.startswith("a" * 60_000)
     assert long.text.endswith(f"[{200_000 - 65536 + 64} more characters not shown]")
     assert selectors.message_get(shop.tenant, "wamid.nul").text == "hola\ufffdmundo"
+
+
+def test_bodies_over_the_size_limit_get_a_json_413_and_nothing_is_journaled(shop, settings):
+    from botmesh_admin.events import default_journal
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    raw = json.dumps({"object": "whatsapp_business_account", "pad": "x" * 5000}).encode()
+    response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+                                HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64)
+    assert (response.status_code, response.json()["error"]) == (413, "too_large")
+    records = [{"id": f"m{i}", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
+                "direction": "out", "type": "text", "body": "x" * 100, "timestamp": 1764489600000 + i}
+               for i in range(60)]
+    status, body = shop.api("post", "ledger", records)
+    assert status == 413 and body["field"] == "body" and "4096 bytes" in body["message"]
+    assert default_journal().counts(shop.tenant) == {}

@@ -88,7 +88,15 @@ def test_session_auth_needs_membership_and_csrf(world) -> None:
     assert client.get("/api/v1/tenants/globex/whoami").status_code == 404
     # an unsafe method without the CSRF token is refused
     resp = client.post("/api/v1/tenants/acme/tokens", {"name": "x"}, content_type="application/json")
-    assert resp.status_code in (401, 403)
+    assert resp.status_code == 403 and "X-CSRFToken" in resp.json()["message"]
+    assert ApiToken.objects.filter(tenant_id="acme", name="x").count() == 0
+
+
+def test_a_refused_token_on_a_post_is_401_not_a_csrf_error(world, client: Client) -> None:
+    """Without a session there is no CSRF to check: the caller hears that the token is not valid."""
+    for headers in (bearer("bm_nope_nope"), {"HTTP_AUTHORIZATION": "Basic Ym9iOng="}, {}):
+        resp = client.post("/api/v1/tenants/acme/tokens", {"name": "x"}, content_type="application/json", **headers)
+        assert (resp.status_code, resp.json()["error"]) == (401, "unauthenticated"), headers
     assert ApiToken.objects.filter(tenant_id="acme", name="x").count() == 0
 
 
