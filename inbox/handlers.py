@@ -26,6 +26,15 @@ from . import replies, services
 log = logging.getLogger(__name__)
 
 
+def _file_under(conversation_id: str | None) -> None:
+    """Name the conversation on the current span, so the trace is found from the conversation."""
+    from opentelemetry import trace
+
+    current = trace.get_current_span()
+    if conversation_id and current.is_recording():
+        current.set_attribute("botmesh.conversation_id", conversation_id)
+
+
 @contextmanager
 def _reported(record: EventRecord, what: str) -> Iterator[None]:
     from botmesh_admin.observability import tracing
@@ -49,7 +58,8 @@ def _reported(record: EventRecord, what: str) -> Iterator[None]:
 def project_ledger_record(record: EventRecord) -> None:
     """Project one bot ledger record into its tenant's inbox."""
     with _reported(record, "project"):
-        services.default_inbox().project_message(record.payload["record"], tenant=record.tenant)
+        result = services.default_inbox().project_message(record.payload["record"], tenant=record.tenant)
+        _file_under(result.conversation_id)
 
 
 def _project_events(record: EventRecord) -> None:
@@ -58,7 +68,8 @@ def _project_events(record: EventRecord) -> None:
     with _reported(record, "project"):
         inbox = services.default_inbox()
         for data in record.payload.get("events", []):
-            inbox.project_event(record.tenant, event_from_dict(data))
+            result = inbox.project_event(record.tenant, event_from_dict(data))
+            _file_under(result.conversation_id if result is not None else None)
 
 
 project_whatsapp_webhook: Callable[[EventRecord], None] = register("whatsapp.webhook")(_project_events)
@@ -69,4 +80,5 @@ project_telegram_update: Callable[[EventRecord], None] = register("telegram.upda
 def send_reply(record: EventRecord) -> None:
     """Send an agent's reply through its channel's provider (see ``inbox.replies``)."""
     with _reported(record, "reply"):
-        replies.reply_send(record.tenant, record.payload["message_id"], fencing_token=record.fencing_token)
+        sent = replies.reply_send(record.tenant, record.payload["message_id"], fencing_token=record.fencing_token)
+        _file_under(sent.conversation_id if sent is not None else None)

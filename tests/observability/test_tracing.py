@@ -312,6 +312,14 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     (projection,) = [s for s in spans if s.name == "inbox.project"]
     assert projection.context.trace_id == accepted.context.trace_id
     assert projection.parent.span_id == accepted.context.span_id
+    # the trace is found from its conversation (the traces page's conversation filter)
+    from inbox.services import default_inbox
+
+    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233")
+    assert projection.attributes["botmesh.conversation_id"] == conversation.id
+    flush_to_kv()
+    found = selectors.trace_list(tenant, conversation=conversation.id)[0]
+    assert [t.trace_id for t in found] == [format(accepted.context.trace_id, "032x")]
 
 
 def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
