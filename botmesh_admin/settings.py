@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "ninja",  # serves the API docs' Swagger UI from our static files, not a CDN (no internet needed)
     "botmesh_admin.tenancy",
     "botmesh_admin.events",
     "botmesh_admin.coordination",

@@ -37,6 +37,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
         base_url = f"http://{opts['host']}:{opts['port']}"
+        fixtures = demo.fixtures_dir()
+        if not opts["no_demo"] and not (fixtures / "ledger" / "messages.jsonl").is_file():
+            raise CommandError(
+                f"demo fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures folder "
+                "(../shared/fixtures next to this repository), or start with --no-demo"
+            )
         py = sys.executable
         log_dir = settings.BOTMESH_DATA_DIR / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
