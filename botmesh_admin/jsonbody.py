@@ -87,6 +87,8 @@ def _load(
             field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep"
         ) from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's own cap on the digits of an int
+            raise ValidationError(field, f"not {wanted}: a number has more than 4300 digits") from None
         raise ValidationError(field, f"not {wanted}: invalid JSON ({exc})") from None
     if _depth_exceeds(value, MAX_DEPTH):
         raise ValidationError(field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep")

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
+from pydantic import StrictBool
 
 from botmesh_admin.api import CursorParams, ErrorOut, principal
 from botmesh_admin.errors import ValidationError
@@ -171,7 +172,7 @@ class AssignIn(Schema):
 class HandoffIn(Schema):
     """``active`` true: a human takes the chat (the bot must stop answering); false: give it back."""
 
-    active: bool
+    active: StrictBool  # a JSON true or false: "yes" or 1 are refused, not guessed
     expected_version: int | None = None
 
 

@@ -175,6 +175,15 @@ def check_id(value: object, field: str) -> str:
     return value
 
 
+def check_version(value: object, field: str) -> int:
+    """Return ``value`` if it can be a conversation version (a whole number, 0 <= v < 2**53)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadType(field, f"must be the conversation's version (a whole number), not {type(value).__name__}")
+    if not 0 <= value < MAX_MS:
+        raise ValidationError(field, "must be the conversation's version, as the conversation shows it")
+    return value
+
+
 def check_ms(value: object, field: str) -> int:
     """Return ``value`` if it is epoch milliseconds (a non-negative int below 2**53)."""
     if not isinstance(value, int) or isinstance(value, bool):

@@ -31,6 +31,7 @@ from .domain import (
     check_conversation_id,
     check_id,
     check_ms,
+    check_version,
     new_note_id,
     now_ms,
     replace,
@@ -123,7 +124,7 @@ class Inbox:
         """
         if agent is not None:
             check_agent(agent, "agent")
-        check_ms(expected_version, "expected_version")
+        check_version(expected_version, "expected_version")
         conv = self._change(
             tenant, conversation_id, lambda c: replace(c, assignee=agent), expected_version=expected_version
         )
@@ -163,6 +164,8 @@ class Inbox:
             check_ms(snoozed_until_ms, "snoozed_until_ms")
             if status != "pending":
                 raise ValidationError("snoozed_until_ms", "only a pending conversation can be snoozed")
+            if snoozed_until_ms <= self.clock():
+                raise ValidationError("snoozed_until_ms", "must be in the future (epoch milliseconds)")
 
         def change(c: Conversation) -> Conversation | None:
             if c.status == status and c.snoozed_until_ms == snoozed_until_ms:

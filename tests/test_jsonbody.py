@@ -33,7 +33,7 @@ def test_json_nested_up_to_the_limit_is_read() -> None:
 
 @pytest.mark.parametrize(("raw", "problem"), [
     (b'{"a": NaN}', "NaN is not JSON"), (b"[Infinity]", "Infinity is not JSON"), (b"\xff\xfe", "not UTF-8"),
-    (b"{nope", "invalid JSON"), ("\ud800", "not UTF-8"),
+    (b"{nope", "invalid JSON"), ("\ud800", "not UTF-8"), (b'{"n": 1' + b"0" * 5000 + b"}", "more than 4300 digits"),
 ])
 def test_what_is_not_json_is_a_validation_error_naming_the_field(raw: bytes | str, problem: str) -> None:
     """Found by exploratory testing: every malformed body must be a 4xx, whatever is wrong with it."""

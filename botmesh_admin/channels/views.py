@@ -134,6 +134,8 @@ def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> Htt
         if c.is_set("app_secret") and whatsapp.verify_signature(raw, header, c.secret("app_secret") or "")
     }
     if not signed_by:
+        if not header:
+            return _error(401, "bad_signature", f"{whatsapp.SIGNATURE_HEADER} is missing")
         return _error(401, "bad_signature", f"{whatsapp.SIGNATURE_HEADER} does not match the body")
     body = _json_object(raw)
     if body is None:
@@ -180,6 +182,8 @@ def _telegram(
     if channel is None:
         return _error(404, "not_found", f"Telegram channel {name!r} not found")
     if not channel.check("webhook_secret", request.headers.get(telegram.SECRET_HEADER)):
+        if not request.headers.get(telegram.SECRET_HEADER):
+            return _error(401, "bad_secret", f"{telegram.SECRET_HEADER} is missing")
         return _error(401, "bad_secret", f"{telegram.SECRET_HEADER} does not match")
     update = _json_object(request.body)
     update_id = telegram.update_id(update)

@@ -89,6 +89,8 @@ def _ms(seconds: Any, field: str) -> int:
     # The Cloud API sends Unix seconds as a string of digits ("1764489600").
     if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
         seconds = int(seconds)
+    elif isinstance(seconds, str):
+        raise ValidationError(field, f"must be Unix seconds written as digits, not {seconds[:20]!r}")
     return message_time_ms(seconds, field, unit_ms=1000)
 
 

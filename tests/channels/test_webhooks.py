@@ -70,9 +70,11 @@ def test_wrong_secret_or_missing_header_gets_401(configured, journal, client: Cl
     from botmesh_admin.channels.whatsapp import signature
 
     raw = fixture_path("whatsapp", "raw", "01_text.json").read_bytes()
-    assert post_wa(client, "01_text.json", signature=signature(raw, "wrong-secret")).status_code == 401
+    wrong = post_wa(client, "01_text.json", signature=signature(raw, "wrong-secret"))
+    assert wrong.status_code == 401 and wrong.json()["message"] == "X-Hub-Signature-256 does not match the body"
     resp = client.post("/webhooks/whatsapp/tienda", raw, content_type="application/json")
-    assert resp.status_code == 401 and records(journal) == []
+    assert resp.status_code == 401 and resp.json()["message"] == "X-Hub-Signature-256 is missing"
+    assert records(journal) == []
 
 
 def test_unknown_tenant_or_number_is_404(configured, journal, client: Client) -> None:
@@ -135,8 +137,10 @@ def test_telegram_kicked_event_survives_the_journal(configured, journal, client:
 def test_telegram_bad_secret_unknown_channel_and_bad_body(configured, journal, client: Client) -> None:
     raw = fixture_path("telegram", "02_text.json").read_bytes()
     url = "/webhooks/telegram/tienda/bot"
-    assert client.post(url, raw, content_type="application/json", **{TG_HEADER: "wrong"}).status_code == 401
-    assert client.post(url, raw, content_type="application/json").status_code == 401
+    wrong = client.post(url, raw, content_type="application/json", **{TG_HEADER: "wrong"})
+    assert wrong.status_code == 401 and wrong.json()["message"].endswith("does not match")
+    missing = client.post(url, raw, content_type="application/json")
+    assert missing.status_code == 401 and missing.json()["message"] == "X-Telegram-Bot-Api-Secret-Token is missing"
     assert client.post("/webhooks/telegram/tienda/main", raw, content_type="application/json",
                        **{TG_HEADER: configured.telegram_secret}).status_code == 404  # main is WhatsApp
     assert client.post("/webhooks/telegram/otra/bot", raw, content_type="application/json",

@@ -156,6 +156,8 @@ def test_a_message_time_that_is_not_unix_seconds_is_refused_naming_it(timestamp)
     with pytest.raises(ValidationError) as info:
         whatsapp.parse_webhook(body)
     assert info.value.field == "entry[0].changes[0].value.messages[1].timestamp"
+    if isinstance(timestamp, str) and not timestamp.isdigit():  # the Cloud API's own form is a digit string
+        assert "Unix seconds written as digits" in info.value.message
 
 
 def test_a_status_time_that_is_not_unix_seconds_is_refused_naming_it() -> None:

@@ -161,6 +161,8 @@ def test_assign_stale_version_is_409_with_current_assignee_and_version(api, conv
     assert body["current_version"] == version + 1 and body["assignee"] == "ana"
     status, body = api.call("post", f"conversations/{cid}/assign", {"agent": "bob", "expected_version": version + 1})
     assert status == 422 and body["field"] == "agent"  # bob is no member of this tenant
+    status, body = api.call("post", f"conversations/{cid}/assign", {"agent": "ana", "expected_version": -1})
+    assert (status, body["field"]) == (422, "expected_version") and "conversation's version" in body["message"]
 
 
 def test_handoff_is_readable_by_bots(api, conversation):
@@ -170,6 +172,9 @@ def test_handoff_is_readable_by_bots(api, conversation):
     status, state = api.call("get", f"handoff/{conversation['chat_key']}", token=api.agent_token)
     assert status == 200 and state["handed_off"] and state["taken_by"].startswith("token-")
     api.call("post", f"conversations/{cid}/handoff", {"active": False})
+    assert not api.call("get", f"handoff/{conversation['chat_key']}")[1]["handed_off"]
+    status, body = api.call("post", f"conversations/{cid}/handoff", {"active": "yes"})
+    assert (status, body["field"]) == (422, "active")
     assert not api.call("get", f"handoff/{conversation['chat_key']}")[1]["handed_off"]
 
 

@@ -104,10 +104,15 @@ def test_status_snooze_and_reopen_on_new_inbound_message(inbox, tenant_id):
     assert selectors.effective_status(resolved) == "resolved"
     inbox.project_message(record("again", 9000), tenant=tenant_id)
     assert inbox.store.conversation_get(tenant_id, cid).status == "open"
-    snoozed = inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=1)
-    assert selectors.effective_status(snoozed) == "open"  # its time has come
+    with pytest.raises(ValidationError) as past:
+        inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=1)
+    assert past.value.field == "snoozed_until_ms" and "future" in past.value.message
+    until = inbox.clock() + 60_000
+    snoozed = inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=until)
+    assert selectors.effective_status(snoozed) == "pending"
+    assert selectors.effective_status(snoozed, now=until) == "open"  # its time has come
     with pytest.raises(ValidationError):
-        inbox.set_status(tenant_id, cid, status="resolved", snoozed_until_ms=10)
+        inbox.set_status(tenant_id, cid, status="resolved", snoozed_until_ms=until)
     with pytest.raises(ValidationError):
         inbox.set_status(tenant_id, cid, status="closed")
 
