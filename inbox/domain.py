@@ -366,6 +366,7 @@ class Conversation:
     last_message_id: str | None = None
     last_text: str | None = None
     last_direction: str | None = None
+    last_author: str | None = None  # the agent who wrote the newest message (None: the customer or the bot)
     message_count: int = 0
     inbound_count: int = 0
     last_inbound_ms: int | None = None

@@ -111,6 +111,7 @@ def _after_message(conv: Conversation, m: Message, now: int, removed: Message | 
         changes.update(
             last_activity_ms=max(m.timestamp_ms, 0), last_message_id=m.id,
             last_text=preview(m.text) if m.text else f"[{m.type}]", last_direction=m.direction,
+            last_author=m.reply.author if m.reply is not None else None,
         )
     if m.direction == "in":
         changes["inbound_count"] = conv.inbound_count + 1

@@ -125,3 +125,27 @@ def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
 def test_pages_tell_htmx_to_show_error_answers(db):
     html = Client().get("/login/").content.decode()
     assert '"[45]..","swap":true' in html
+
+
+def test_list_says_who_wrote_the_newest_outbound_message(agent):
+    """Found by exploratory testing: every outbound preview said "You:", even the bot's messages."""
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    services.message_project(tenant, {
+        "id": "bot-last", "channel": conv.channel, "chatId": conv.chat_key, "senderId": "bot", "direction": "out",
+        "type": "text", "body": "respuesta del bot", "timestamp": conv.last_activity_ms + 1000,
+    })
+
+    def preview_of(html: str) -> str:
+        row = html.split(f'/inbox/{conv.id}/')[1].split("</li>")[0]
+        return re.sub(r"<[^>]+>", "", row.split('class="inbox-preview">')[1].split("</span>\n")[0])
+
+    assert preview_of(client.get(f"/t/{tenant}/inbox/").content.decode()).startswith("Bot: respuesta del bot")
+    client.post(f"/t/{tenant}/inbox/{conv.id}/reply", {"text": "Hola, soy yo", "idempotency_key": "me-1"})
+    assert preview_of(client.get(f"/t/{tenant}/inbox/").content.decode()).startswith("You: Hola, soy yo")
+    other = get_user_model().objects.create_user(unique_id("colega"), password="pw-agent-456")
+    tenancy.membership_set(tenant, username=other.username, role="agent")
+    colleague = Client()
+    colleague.force_login(other)
+    seen = preview_of(colleague.get(f"/t/{tenant}/inbox/").content.decode())
+    assert seen.startswith(f"{username}: Hola, soy yo")
