@@ -319,6 +319,9 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
 MAX_LEDGER_RECORDS = 5000
 LEDGER_EVENT = "ledger.message"
 INBOUND_CHANNEL = "inbound"
+LEDGER_CHANNEL = "ledger"
+"""Ledger pushes have their own journal channel (and drain): a bot's bulk history never queues
+ahead of a customer's live webhook on ``inbound``."""
 
 
 def ledger_parse(body: bytes) -> list[Any]:
@@ -351,7 +354,7 @@ def ledger_parse(body: bytes) -> list[Any]:
 
 
 def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
-    """Validate every record, then journal each (channel ``inbound``, type ``ledger.message``).
+    """Validate every record, then journal each (channel ``ledger``, type ``ledger.message``).
 
     Nothing is journaled if any record is invalid: ``ValidationError`` names it
     (``records[3].timestamp``). A record without ``tenantId`` belongs to
@@ -375,13 +378,13 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
     for record in parsed:
         event_id = new_event_id(now_ms())
         stored = journal.append(Envelope(
-            type=LEDGER_EVENT, tenant=tenant, channel=INBOUND_CHANNEL, id=event_id,
+            type=LEDGER_EVENT, tenant=tenant, channel=LEDGER_CHANNEL, id=event_id,
             payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
             idempotency_key=record.id,
         ))
         accepted += stored.id == event_id
     if accepted:
-        drain_soon(INBOUND_CHANNEL)
+        drain_soon(LEDGER_CHANNEL)
     return {"records": len(parsed), "accepted": accepted, "duplicates": len(parsed) - accepted}
 
 

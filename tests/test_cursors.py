@@ -54,7 +54,7 @@ def shop(db) -> Shop:
     client = Client(HTTP_AUTHORIZATION=f"Bearer {tenancy.token_create(tenant, name='ci')[1]}")
     record = dict(next(r for r in ledger_records() if r["channel"] == "whatsapp"), tenantId=None)
     assert client.post(f"/api/v1/tenants/{tenant}/ledger", [record], content_type="application/json").status_code == 202
-    while sum(journal_drain(channel="inbound", limit=500).values()):
+    while sum(journal_drain(channel="ledger", limit=500).values()):
         pass
     [conversation] = client.get(f"/api/v1/tenants/{tenant}/conversations").json()["items"]
     segment = segment_create(tenant, name="All", rules={})

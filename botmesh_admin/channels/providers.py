@@ -21,14 +21,16 @@ channel configuration, else ``settings.BOTMESH_WHATSAPP_API_BASE`` /
 ``BOTMESH_TELEGRAM_API_BASE`` (or the same environment variables), else the
 real APIs, so tests point them at ``channels.testing.FakeProviderServer``.
 A base URL a tenant entered is checked when it is saved (``check_api_base_url``)
-and, in production, again at every connection: the address the socket actually
-reached must be public (``public_only``), so a host name that resolves — or
-later re-resolves — to a private, loopback or link-local address gets nothing.
+and again at every connection: the address the socket actually reached must be
+public (``public_only``; development also allows loopback, for a local fake
+provider), so a host name that resolves — or later re-resolves — to a private
+or link-local address (cloud metadata at 169.254.169.254) gets nothing.
 Tokens never reach a log line (the Telegram URL holds the bot token).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import http.client
@@ -119,38 +121,52 @@ class NotPublicAddress(ConnectionRefusedError):
     """The provider's host resolved to a loopback, private, link-local or otherwise non-public address."""
 
 
-def _public_connection(address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
-                       source_address: Any = None) -> socket.socket:
-    """``socket.create_connection``, refusing a peer address that is not public (before a byte is sent)."""
-    sock = socket.create_connection(address, timeout, source_address)
-    peer = ipaddress.ip_address(str(sock.getpeername()[0]).split("%", 1)[0])
-    peer = getattr(peer, "ipv4_mapped", None) or peer
-    if not peer.is_global or peer.is_multicast:
-        sock.close()
-        raise NotPublicAddress(f"{address[0]} resolved to a non-public address")
-    return sock
+def _checked_connection(allow_loopback: bool) -> Any:
+    """Return a ``socket.create_connection`` that refuses a peer address that is not public
+    (loopback allowed with ``allow_loopback``: a local fake provider in development), before a byte is sent."""
+
+    def create(address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+               source_address: Any = None) -> socket.socket:
+        sock = socket.create_connection(address, timeout, source_address)
+        peer = ipaddress.ip_address(str(sock.getpeername()[0]).split("%", 1)[0])
+        peer = getattr(peer, "ipv4_mapped", None) or peer
+        if not (allow_loopback and peer.is_loopback) and (not peer.is_global or peer.is_multicast):
+            sock.close()
+            raise NotPublicAddress(f"{address[0]} resolved to a non-public address")
+        return sock
+
+    return create
 
 
-class _PublicHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+class _CheckedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, allow_loopback: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._create_connection = _public_connection
+        self._create_connection = _checked_connection(allow_loopback)
 
 
-class _PublicHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+class _CheckedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, allow_loopback: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._create_connection = _public_connection
+        self._create_connection = _checked_connection(allow_loopback)
 
 
 class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, allow_loopback: bool) -> None:
+        super().__init__()
+        self.allow_loopback = allow_loopback
+
     def http_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(_PublicHTTPConnection, req)
+        return self.do_open(functools.partial(_CheckedHTTPConnection, allow_loopback=self.allow_loopback), req)
 
 
 class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, allow_loopback: bool) -> None:
+        super().__init__()
+        self.allow_loopback = allow_loopback
+
     def https_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(_PublicHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+        connection = functools.partial(_CheckedHTTPSConnection, allow_loopback=self.allow_loopback)
+        return self.do_open(connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -158,20 +174,21 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises HTTPError with the 3xx answer
 
 
-def _opener(public_only: bool) -> urllib.request.OpenerDirector:
+def _opener(public_only: bool, allow_loopback: bool) -> urllib.request.OpenerDirector:
     handlers: list[Any] = [_NoRedirects()]
     if public_only and not urllib.request.getproxies():  # through a proxy, the proxy's egress rules apply
-        handlers += [_PublicHTTPHandler(), _PublicHTTPSHandler()]
+        handlers += [_PublicHTTPHandler(allow_loopback), _PublicHTTPSHandler(allow_loopback)]
     return urllib.request.build_opener(*handlers)
 
 
 class _HttpProvider(_BaseProvider):
     def __init__(
-        self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False
+        self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False,
+        allow_loopback: bool = False,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_workers = max_workers
-        self._opener = _opener(public_only)
+        self._opener = _opener(public_only, allow_loopback)
 
     def _post(
         self, url: str, body: dict[str, Any], headers: dict[str, str]
@@ -236,8 +253,10 @@ class WhatsAppProvider(_HttpProvider):
     def __init__(
         self, base_url: str, phone_number_id: str, access_token: str, *,
         timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False,
+        allow_loopback: bool = False,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only)
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only,
+                         allow_loopback=allow_loopback)
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         self._access_token = access_token
 
@@ -307,9 +326,10 @@ class TelegramProvider(_HttpProvider):
 
     def __init__(
         self, base_url: str, bot_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
-        public_only: bool = False,
+        public_only: bool = False, allow_loopback: bool = False,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only)
+        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only,
+                         allow_loopback=allow_loopback)
         self._base_url = base_url.rstrip("/")
         self._bot_token = bot_token
 
@@ -426,24 +446,27 @@ def provider_for(tenant: str, channel: Channel | None) -> Provider:
 
     WhatsApp needs ``phone_number_id`` and ``access_token``; Telegram ``bot_token``.
     Without them (or without a channel) the dev profile sends to the console and
-    production gets an ``UnconfiguredProvider`` that fails every send. In
-    production a base URL the tenant entered may only reach public addresses
-    (``public_only``); the operator's ``BOTMESH_*_API_BASE`` is trusted.
+    production gets an ``UnconfiguredProvider`` that fails every send. A base
+    URL the tenant entered may only reach public addresses (``public_only``) —
+    in development also this machine (a local fake provider) — checked at every
+    connection; the operator's ``BOTMESH_*_API_BASE`` is trusted.
     """
     from django.conf import settings
 
     if channel is not None and channel.tenant != tenant:
         raise ValueError("channel belongs to another tenant")
-    public_only = bool(settings.CONFIG.production and channel is not None and channel.api_base_url)
+    public_only = bool(channel is not None and channel.api_base_url)
+    allow_loopback = not settings.CONFIG.production
     if channel is not None and channel.kind == "whatsapp":
         token = channel.secret("access_token")
         if token and channel.phone_number_id:
             return WhatsAppProvider(api_base("whatsapp", channel), channel.phone_number_id, token,
-                                    public_only=public_only)
+                                    public_only=public_only, allow_loopback=allow_loopback)
     if channel is not None and channel.kind == "telegram":
         token = channel.secret("bot_token")
         if token:
-            return TelegramProvider(api_base("telegram", channel), token, public_only=public_only)
+            return TelegramProvider(api_base("telegram", channel), token, public_only=public_only,
+                                    allow_loopback=allow_loopback)
     if settings.CONFIG.production:
         what = f"channel {channel.name!r}" if channel is not None else "this tenant"
         return UnconfiguredProvider(f"{what} has no credentials to send with")

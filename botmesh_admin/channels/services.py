@@ -55,7 +55,8 @@ def check_api_base_url(value: str, *, production: bool) -> str:
     it must not reach the server's own network (SSRF): in production it must be
     https to a host that is not a loopback, link-local (cloud metadata at
     169.254.169.254), private or otherwise non-public address. The dev profile
-    also allows http, but only to this machine (a local fake provider). A host
+    also allows this machine, over http too (a local fake provider), and no
+    other non-public address. A host
     name is checked here as written (``localhost``), not resolved; in production
     the providers check the address each connection reaches (``public_only`` in
     ``providers``), which also covers a name that resolves differently later.
@@ -86,6 +87,9 @@ def check_api_base_url(value: str, *, production: bool) -> str:
             raise ValidationError(field, "must not point at a loopback, link-local or private address")
     elif parts.scheme == "http" and not loopback:
         raise ValidationError(field, "http is for a provider on this machine (localhost) only; use https")
+    elif address is not None and not loopback and (not address.is_global or address.is_multicast):
+        raise ValidationError(field, "must not point at a private or link-local address (only this machine, "
+                              "for a local fake provider)")
     return value.rstrip("/")
 
 

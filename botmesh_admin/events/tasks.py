@@ -14,8 +14,8 @@ from celery import shared_task
 
 from . import services
 
-CHANNELS: tuple[str | None, ...] = (None, "inbound", "outbox")
-"""The channels in use: default (None), inbound webhooks/ledger, outbox sends."""
+CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox")
+"""The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends."""
 SAFETY_NET_S = 5.0
 PRUNE_EVERY_S = 3600.0
 DRAIN_BUDGET_S = 10.0

@@ -180,10 +180,12 @@ def test_api_base_url_to_a_public_https_host_is_kept_in_production(configured, s
 
 
 def test_dev_profile_allows_http_only_to_this_machine(configured) -> None:
-    """Found by exploratory testing: dev keeps a local fake provider working, nothing else over plain http."""
+    """Found by exploratory testing: dev keeps a local fake provider working, nothing else over plain http,
+    and no private or link-local address even over https."""
     for url in ("http://127.0.0.1:8731/fake", "http://localhost:8731", "http://[::1]:8731"):
         assert services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url).api_base_url == url
-    for url in ("http://169.254.169.254", "http://10.0.0.5", "http://api.telegram.org"):
+    for url in ("http://169.254.169.254", "http://10.0.0.5", "http://api.telegram.org",
+                "https://169.254.169.254/latest", "https://10.0.0.5/x", "https://[fe80::1]/x", "https://192.168.0.10/"):
         with pytest.raises(ValidationError) as info:
             services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url)
         assert info.value.field == "channel.api_base_url"

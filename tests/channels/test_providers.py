@@ -233,3 +233,49 @@ def test_in_production_a_tenant_base_url_reaching_a_private_address_gets_nothing
     settings.BOTMESH_TELEGRAM_API_BASE = fake.base_url  # the operator's setting, not the tenant's
     assert provider_for(tenant, replace(channel, api_base_url=None)).send(message).status == "accepted"
     assert fake.count() == 1
+
+
+def test_development_allows_a_loopback_fake_but_no_other_private_address(fake) -> None:
+    """``allow_loopback`` (development): the local fake provider is reached; this machine's private
+    interface address (not loopback) is refused before a byte is sent."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    provider = wa(fake, public_only=True, allow_loopback=True)
+    assert provider.send(OutboundMessage("whatsapp:573001112233", text="hola")).status == "accepted"
+    assert fake.count() == 1
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent: it only picks the outgoing interface
+        private = probe.getsockname()[0]
+    except OSError:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    finally:
+        probe.close()
+    import ipaddress
+
+    if ipaddress.ip_address(private).is_global:
+        pytest.skip(f"this machine's address {private} is public")
+    hits: list[str] = []
+
+    class Accept(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("0.0.0.0", 0), Accept)  # noqa: S104 - reached through the private address
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        inside = WhatsAppProvider(f"http://{private}:{server.server_port}", PHONE_ID, "EAAG-token",
+                                  public_only=True, allow_loopback=True)
+        result = inside.send(OutboundMessage("whatsapp:573001112233", text="hola"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.status, result.retryable) == ("failed", False) and "non-public address" in result.error_title
+    assert hits == []

@@ -53,7 +53,10 @@ def api(db) -> Api:
 
 
 def drain() -> None:
-    while sum(journal_drain(channel="inbound", limit=500).values()):
+    """Project what was journaled: webhooks (``inbound``) and ledger pushes (``ledger``)."""
+    while sum(journal_drain(channel="inbound", limit=500).values()) + sum(
+        journal_drain(channel="ledger", limit=500).values()
+    ):
         pass
 
 

@@ -55,6 +55,7 @@ def shop():
             client.post(f"/webhooks/telegram/{tenant}/bot", data=path.read_bytes(), content_type="application/json",
                         HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"])
         drain("inbound")
+        drain("ledger")
         yield tenant, fake
 
 

@@ -21,7 +21,8 @@ def test_demo_loads_through_webhooks_and_ledger(live_server):
 
     def worker() -> None:  # what the Celery worker does in ``./dev run``
         while not stop.is_set():
-            if not sum(journal_drain(channel="inbound", limit=200).values()):
+            took = [sum(journal_drain(channel=c, limit=200).values()) for c in ("inbound", "ledger")]
+            if not sum(took):
                 stop.wait(0.1)
 
     with use_kv(connect("memory://")), use_journal(connect_journal("memory://")):

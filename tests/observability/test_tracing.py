@@ -333,7 +333,7 @@ def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
     response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/ledger", [record],
                                       content_type="application/json")
     assert response.status_code == 202, response.content
-    assert journal_drain(channel="inbound")["processed"] == 1
+    assert journal_drain(channel="ledger")["processed"] == 1
     spans = exported.get_finished_spans()
     (push,) = [s for s in spans if s.name.startswith("POST") and "ledger" in s.name]
     (projection,) = [s for s in spans if s.name == "inbox.project"]
