@@ -10,6 +10,7 @@ marker to its newest message.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.errors import Conflict, DomainError, ValidationError
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import replies, selectors, services
@@ -144,6 +145,30 @@ def _after_action(request: HttpRequest, tenant: str, conversation_id: str, done:
     return redirect(f"{url}?{query}" if query else url)
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """An error as an agent reads it (``_error.html``)."""
+
+    status: int
+    code: str
+    message: str
+    title: str | None = None
+
+
+def _as_shown(exc: DomainError, tenant: str, conversation_id: str) -> DomainError | _Shown:
+    """Say a conflict in the agent's words: who changed what, and that the thread now shows it."""
+    if not isinstance(exc, Conflict):
+        return exc
+    try:
+        conv = selectors.conversation_get(tenant, conversation_id)
+    except DomainError:
+        return exc
+    who = f"assigned to @{conv.assignee}" if conv.assignee else "unassigned"
+    return _Shown(exc.status, exc.code, f"It is now {who} and {selectors.effective_status(conv)}; the thread "
+                  "shows it as it is now. Try again if you still want to.", title="Someone changed this "
+                  "conversation meanwhile.")
+
+
 def _action(view: Any) -> Any:
     """Run a POST action; a domain error becomes a message (or an htmx error fragment)."""
 
@@ -154,9 +179,11 @@ def _action(view: Any) -> Any:
             if request.headers.get("HX-Request"):
                 # Re-render the thread with the error on top: the agent sees why
                 # (e.g. 409, someone else assigned it) and the current state.
-                context = {**_thread_context(request, tenant, conversation_id), "error": exc}
+                shown = _as_shown(exc, tenant, conversation_id)
+                context = {**_thread_context(request, tenant, conversation_id), "error": shown}
                 return render(request, "inbox/_thread.html", context, status=exc.status)
-            flash.error(request, exc.message)
+            shown = _as_shown(exc, tenant, conversation_id)
+            flash.error(request, f"{shown.title} {shown.message}" if isinstance(shown, _Shown) else exc.message)
             done = None
         return _after_action(request, tenant, conversation_id, done)
 

@@ -65,7 +65,7 @@ def test_actions_work_without_javascript(agent):
     assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
     # the same stale version again: a conflict message, nothing changed
     response = client.post(f"{base}/assign", {"agent": "", "expected_version": conv.version}, follow=True)
-    assert "conversation changed" in response.content.decode()
+    assert "Someone changed this conversation meanwhile." in response.content.decode()
     client.post(f"{base}/handoff", {"active": "1"})
     client.post(f"{base}/note", {"text": "llamar mañana"})
     client.post(f"{base}/status", {"status": "resolved"})
@@ -117,7 +117,8 @@ def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
     )
     assert response.status_code == 409
     html = response.content.decode()
-    assert 'class="error-box"' in html and "409" in html
+    assert 'class="error-box"' in html and "Someone changed this conversation meanwhile." in html
+    assert f"It is now assigned to @{username} and open" in html and "expected version" not in html
     assert "inbox-composer" in html  # the thread is still there, with the current state
     assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
 
