@@ -205,7 +205,7 @@ def test_a_provider_slower_than_the_lease_gets_one_request_and_the_reply_is_acce
     post_whatsapp(shop, "01_text.json")
     drain()
     cid = conversation(shop, "whatsapp:573001112233").id
-    shop.fake.set_delay(1.5, "573001112233")
+    shop.fake.set_delay(2.5, "573001112233")
     reply = shop.api("post", f"conversations/{cid}/reply", {"text": "lento"})[1]
     seen: list[dict[str, int]] = []
 
@@ -213,12 +213,12 @@ def test_a_provider_slower_than_the_lease_gets_one_request_and_the_reply_is_acce
         deadline = time.monotonic() + 5
         while shop.fake.count("573001112233") == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.6)  # twice the lease: the sender's first lease would have expired without renewals
+        time.sleep(2.0)  # twice the lease: the sender's first lease would have expired without renewals
         seen.append(EventWorker(default_journal(), lease_ms=5000, channel="outbox").run_batch(dispatch, 10))
 
     other = threading.Thread(target=other_worker)
     other.start()
-    sent = EventWorker(default_journal(), lease_ms=300, channel="outbox").run_batch(dispatch, 1)
+    sent = EventWorker(default_journal(), lease_ms=1000, channel="outbox").run_batch(dispatch, 1)
     other.join(timeout=10)
     assert sent == {"processed": 1, "failed": 0, "stale": 0}
     assert seen == [{"processed": 0, "failed": 0, "stale": 0}]
