@@ -107,6 +107,9 @@ class EventWorker:
                 record.id, record.type, record.attempts, type(exc).__name__, after.state,
             )  # fmt: skip
             return "failed"
+        except BaseException:  # the process is going down: the lease must lapse, not be renewed
+            self._hold(None)
+            raise
         self._hold(None)
         try:
             self.journal.ack(record.id, self.clock(), token)
