@@ -70,7 +70,8 @@ def reply_create(
     """Queue an agent's reply; return its message (state ``queued``).
 
     The same ``idempotency_key`` (a client's retry) returns the first reply and
-    sends nothing new. Raise ``ValidationError`` (``reply.text``…) or ``NotFound``.
+    sends nothing new; with another text it is refused (``reply.idempotency_key``).
+    Raise ``ValidationError`` (``reply.text``…) or ``NotFound``.
     """
     inbox = inbox or default_inbox()
     check_agent(author, "author")
@@ -82,6 +83,8 @@ def reply_create(
     for _ in range(RETRIES):
         existing = inbox.store.message_get(tenant, message_id)
         if existing is not None:
+            if existing.text != text:  # a key names one reply: reused for another text is a client bug
+                raise ValidationError("reply.idempotency_key", "was already used for a reply with another text")
             return existing
         conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
         message = validate_message(Message(

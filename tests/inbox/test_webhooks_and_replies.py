@@ -129,6 +129,8 @@ def test_reply_is_sent_once_and_shows_the_provider_id(shop):
     assert status == 202 and reply["reply"]["state"] == "queued"
     again = shop.api("post", f"conversations/{cid}/reply", {"text": "¡Hola Ana!", "idempotency_key": "k1"})[1]
     assert again["id"] == reply["id"]
+    status, other = shop.api("post", f"conversations/{cid}/reply", {"text": "Otro texto", "idempotency_key": "k1"})
+    assert (status, other["field"]) == (422, "reply.idempotency_key")
     drain("outbox")
     drain("outbox")
     sent = selectors.message_get(shop.tenant, reply["id"])
