@@ -181,6 +181,9 @@ def validate_replica_id(value: object, path: str = "replica") -> str:
     return value
 
 
+SNAPSHOT_SECTIONS = ("started_at", "uptime_ms", "conversations", "flows", "messages", "dropped", "presence_skipped")
+
+
 def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | None = None) -> Snapshot:
     """Validate a snapshot in snake_case or camelCase JSON and return it.
 
@@ -189,6 +192,8 @@ def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | No
     (``snapshot.conversations.timed_out: must be a non-negative integer``).
     """
     obj = _object(data, path)
+    if not any(obj.get(name) is not None for name in SNAPSHOT_SECTIONS):
+        raise ValidationError(path, f"holds none of {', '.join(SNAPSHOT_SECTIONS)} (is it a bot.metrics() snapshot?)")
     started_at = _started_at(obj.get("started_at"), f"{path}.started_at")
     uptime = obj.get("uptime_ms")
     if uptime is None:

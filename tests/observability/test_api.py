@@ -57,8 +57,10 @@ def test_another_tenants_token_gets_404_and_sees_nothing(tenant_client: TenantCl
     tenant_client.push("tienda-bot", {"replica": "pod-a", "messages": {"in": 1}})
     response = other.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics")
     assert response.status_code == 404
-    response = other.push("tienda-bot", {"replica": "x"}, )
+    response = other.push("tienda-bot", {"replica": "x", "messages": {"in": 1}})
     assert response.status_code == 201
+    empty = other.push("tienda-bot", {"replica": "x", "mesages": {"in": 1}})  # a typo: nothing known in it
+    assert (empty.status_code, empty.json()["field"]) == (422, "snapshot")
     assert other.api.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "x"},
                           content_type="application/json").status_code == 404
     assert len(tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()) == 1

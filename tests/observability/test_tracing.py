@@ -144,7 +144,7 @@ def test_marker_text_appears_nowhere_on_the_message_path(
     tenant = tenant_client.tenant
     response = tenant_client.bot.post(
         f"/api/v1/tenants/{tenant}/bots/tienda-bot/metrics?text={MARKER}&phone={PHONE}",
-        {"replica": "pod-a", "note": MARKER}, content_type="application/json")
+        {"replica": "pod-a", "note": MARKER, "messages": {"in": 1}}, content_type="application/json")
     assert response.status_code == 201
     with span("message.receive", tenant=tenant, chat_id=PHONE, sender_id=PHONE, text=MARKER, channel="whatsapp"):
         carrier = inject_context()
