@@ -79,7 +79,9 @@ def stop_all(procs: list[subprocess.Popen[str]]) -> None:
             proc.send_signal(signal.SIGTERM)
     for proc in procs:
         try:
-            proc.wait(timeout=15)
+            # Longer than SQLite's 30 s busy timeout: a worker waiting for the lock (held by a process
+            # the loaded machine left unscheduled) handles SIGTERM only once its statement returns.
+            proc.wait(timeout=40)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
