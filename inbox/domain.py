@@ -175,22 +175,24 @@ def check_id(value: object, field: str) -> str:
     return value
 
 
+def _bounded_int(value: object, field: str, what: str, out_of_range: str) -> int:
+    """Return ``value`` if it is an int (not a bool) with ``0 <= value < 2**53``, else raise naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadType(field, f"must be {what}, not {type(value).__name__}")
+    if not 0 <= value < MAX_MS:
+        raise ValidationError(field, out_of_range)
+    return value
+
+
 def check_version(value: object, field: str) -> int:
     """Return ``value`` if it can be a conversation version (a whole number, 0 <= v < 2**53)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadType(field, f"must be the conversation's version (a whole number), not {type(value).__name__}")
-    if not 0 <= value < MAX_MS:
-        raise ValidationError(field, "must be the conversation's version, as the conversation shows it")
-    return value
+    return _bounded_int(value, field, "the conversation's version (a whole number)",
+                        "must be the conversation's version, as the conversation shows it")
 
 
 def check_ms(value: object, field: str) -> int:
     """Return ``value`` if it is epoch milliseconds (a non-negative int below 2**53)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BadType(field, f"must be an integer of epoch milliseconds, not {type(value).__name__}")
-    if not 0 <= value < MAX_MS:
-        raise ValidationError(field, "must be epoch milliseconds (0 <= t < 2**53)")
-    return value
+    return _bounded_int(value, field, "an integer of epoch milliseconds", "must be epoch milliseconds (0 <= t < 2**53)")
 
 
 def check_agent(value: object, field: str = "agent") -> str:
