@@ -110,6 +110,10 @@ def preview(text: str | None) -> str | None:
 # -- field validators ------------------------------------------------------------
 
 
+# What no store keeps: NUL and lone surrogates (refused in typed input, replaced in received text).
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
 def check_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
     """Return ``value`` (a string of at most ``max_len`` characters, or ``None`` unless required)."""
     if value is None:
@@ -122,12 +126,9 @@ def check_text(value: object, field: str, max_len: int, *, required: bool = Fals
         raise ValidationError(field, "must not be blank")
     if len(value) > max_len:
         raise ValidationError(field, f"longer than {max_len} characters")
-    if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if _UNSTORABLE_RE.search(value):
         raise ValidationError(field, "contains NUL or a lone surrogate")
     return value
-
-
-_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
 
 
 def received_text(value: str | None, max_len: int) -> str | None:

@@ -121,6 +121,18 @@ class NotPublicAddress(ConnectionRefusedError):
     """The provider's host resolved to a loopback, private, link-local or otherwise non-public address."""
 
 
+def ip_address_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """Return the IP address written ``text``, an IPv6 zone (``%eth0``) dropped and ``::ffff:a.b.c.d`` read as IPv4."""
+    address = ipaddress.ip_address(text.split("%", 1)[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped if mapped is not None else address
+
+
+def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Return True for a globally routable unicast address: not loopback, private, link-local, reserved, multicast."""
+    return address.is_global and not address.is_multicast
+
+
 def _checked_connection(allow_loopback: bool) -> Any:
     """Return a ``socket.create_connection`` that refuses a peer address that is not public
     (loopback allowed with ``allow_loopback``: a local fake provider in development), before a byte is sent."""
@@ -128,9 +140,8 @@ def _checked_connection(allow_loopback: bool) -> Any:
     def create(address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
                source_address: Any = None) -> socket.socket:
         sock = socket.create_connection(address, timeout, source_address)
-        peer = ipaddress.ip_address(str(sock.getpeername()[0]).split("%", 1)[0])
-        peer = getattr(peer, "ipv4_mapped", None) or peer
-        if not (allow_loopback and peer.is_loopback) and (not peer.is_global or peer.is_multicast):
+        peer = ip_address_of(str(sock.getpeername()[0]))
+        if not (allow_loopback and peer.is_loopback) and not is_public(peer):
             sock.close()
             raise NotPublicAddress(f"{address[0]} resolved to a non-public address")
         return sock
@@ -138,35 +149,38 @@ def _checked_connection(allow_loopback: bool) -> Any:
     return create
 
 
-class _CheckedHTTPConnection(http.client.HTTPConnection):
+class _Checked:
+    """A connection made through ``_checked_connection``; mixed into http.client's two classes."""
+
     def __init__(self, *args: Any, allow_loopback: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._create_connection = _checked_connection(allow_loopback)
 
 
-class _CheckedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, allow_loopback: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._create_connection = _checked_connection(allow_loopback)
+class _CheckedHTTPConnection(_Checked, http.client.HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_Checked, http.client.HTTPSConnection):
+    pass
 
 
 class _PublicHTTPHandler(urllib.request.HTTPHandler):
     def __init__(self, allow_loopback: bool) -> None:
         super().__init__()
-        self.allow_loopback = allow_loopback
+        self.connection = functools.partial(_CheckedHTTPConnection, allow_loopback=allow_loopback)
 
     def http_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(functools.partial(_CheckedHTTPConnection, allow_loopback=self.allow_loopback), req)
+        return self.do_open(self.connection, req)
 
 
 class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, allow_loopback: bool) -> None:
         super().__init__()
-        self.allow_loopback = allow_loopback
+        self.connection = functools.partial(_CheckedHTTPSConnection, allow_loopback=allow_loopback)
 
     def https_open(self, req: urllib.request.Request) -> Any:
-        connection = functools.partial(_CheckedHTTPSConnection, allow_loopback=self.allow_loopback)
-        return self.do_open(connection, req, context=self._context)  # type: ignore[attr-defined]
+        return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

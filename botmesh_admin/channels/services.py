@@ -23,6 +23,7 @@ from .domain import (
     Channel,
 )
 from .models import ChannelConfig
+from .providers import ip_address_of, is_public
 from .selectors import channel_config_forget, to_channel
 from .telegram import SECRET_TOKEN_RE
 
@@ -83,11 +84,11 @@ def check_api_base_url(value: str, *, production: bool) -> str:
     if production:
         if parts.scheme != "https":
             raise ValidationError(field, "must be an https URL in production")
-        if loopback or (address is not None and (not address.is_global or address.is_multicast)):
+        if loopback or (address is not None and not is_public(address)):
             raise ValidationError(field, "must not point at a loopback, link-local or private address")
     elif parts.scheme == "http" and not loopback:
         raise ValidationError(field, "http is for a provider on this machine (localhost) only; use https")
-    elif address is not None and not loopback and (not address.is_global or address.is_multicast):
+    elif address is not None and not loopback and not is_public(address):
         raise ValidationError(field, "must not point at a private or link-local address (only this machine, "
                               "for a local fake provider)")
     return value.rstrip("/")
@@ -99,9 +100,7 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
         info = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)  # parses only, never asks DNS
     except (socket.gaierror, UnicodeError, ValueError):
         return None
-    address = ipaddress.ip_address(str(info[0][4][0]).split("%", 1)[0])
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
-    return mapped if mapped is not None else address
+    return ip_address_of(str(info[0][4][0]))  # ::ffff:127.0.0.1 is 127.0.0.1
 
 
 def _check_secret(field: str, value: str) -> str:

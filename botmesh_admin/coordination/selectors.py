@@ -33,13 +33,12 @@ def coordination_snapshot() -> CoordinationSnapshot:
 
 
 def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
-    from botmesh_admin.kv import TenantKv
     from botmesh_admin.kv.runtime import default_kv
 
-    from .services import PRESENCE_TTL_MS
+    from .services import PRESENCE_TTL_MS, system_table
 
     kv = default_kv()
-    table = TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+    table = system_table(kv)
     now = now_ms()
     replicas = {(r.replica_id, r.incarnation): r for r in snapshot.replicas}
     for entry in kv.scan(table, prefix="presence/", limit=500):

@@ -217,6 +217,13 @@ def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[st
     return worker.run_batch(job_occurrence_run, limit)
 
 
+def system_table(kv: Any) -> str:
+    """Return the Kv table of the scheduler's own entries (presence, the file-locked leader), in ``kv``."""
+    from botmesh_admin.kv import TenantKv
+
+    return TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+
+
 PRESENCE_TTL_MS = 20_000  # a process that stopped publishing leaves the replicas page after this
 
 
@@ -230,11 +237,11 @@ def presence_publish(coordinator: Any, *, store_kv: Any = None) -> None:
     """
     import os
 
-    from botmesh_admin.kv import Put, TenantKv
+    from botmesh_admin.kv import Put
     from botmesh_admin.kv.runtime import default_kv
 
     kv = store_kv or default_kv()
-    table = TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+    table = system_table(kv)
     value = {"replica_id": coordinator.replica_id, "incarnation": coordinator.incarnation,
              "role": coordinator.role, "host": coordinator.host, "pid": os.getpid(), "at_ms": now_ms(),
              "turns": coordinator.held_turns(), "leads": coordinator.leading()}
@@ -243,11 +250,11 @@ def presence_publish(coordinator: Any, *, store_kv: Any = None) -> None:
 
 def presence_withdraw(coordinator: Any, *, store_kv: Any = None) -> None:
     """Remove ``coordinator``'s presence entry (a clean shutdown)."""
-    from botmesh_admin.kv import Delete, TenantKv
+    from botmesh_admin.kv import Delete
     from botmesh_admin.kv.runtime import default_kv
 
     kv = store_kv or default_kv()
-    kv.commit(TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs"), [Delete(f"presence/{coordinator.owner}")])
+    kv.commit(system_table(kv), [Delete(f"presence/{coordinator.owner}")])
 
 
 def scheduler_leader_publish(replica_id: str, incarnation: str, fence: int, *, store_kv: Any = None) -> None:
@@ -258,11 +265,11 @@ def scheduler_leader_publish(replica_id: str, incarnation: str, fence: int, *, s
     import os
     import socket
 
-    from botmesh_admin.kv import Put, TenantKv
+    from botmesh_admin.kv import Put
     from botmesh_admin.kv.runtime import default_kv
 
     kv = store_kv or default_kv()
-    table = TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+    table = system_table(kv)
     value = {"replica_id": replica_id, "incarnation": incarnation, "fence": fence, "at_ms": now_ms(),
              "host": socket.gethostname(), "pid": os.getpid()}
     kv.commit(table, [Put("leader/scheduler", value, ttl_ms=60_000)])

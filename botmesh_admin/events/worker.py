@@ -91,12 +91,16 @@ class EventWorker:
                 pass  # somebody else claimed it meanwhile: nothing of ours to give back
             logger.warning("event %s: lease expired before its handler started; released", record.id)
             return "stale"
+        failure: Exception | None = None
         self._hold((record.id, token))
         try:
             handler(record)
         except Exception as exc:  # a handler's failure is data for the journal, not a crash
+            failure = exc
+        finally:  # the lease is renewed only while the handler runs (a BaseException ends that too)
             self._hold(None)
-            error = f"{type(exc).__name__}: {exc}"
+        if failure is not None:
+            error = f"{type(failure).__name__}: {failure}"
             try:
                 after = self.journal.fail(record.id, self.clock(), token, error)
             except StaleLeaseError:
@@ -104,13 +108,9 @@ class EventWorker:
                 return "stale"
             logger.warning(
                 "event %s (%s) failed on attempt %d: %s; now %s",
-                record.id, record.type, record.attempts, type(exc).__name__, after.state,
+                record.id, record.type, record.attempts, type(failure).__name__, after.state,
             )  # fmt: skip
             return "failed"
-        except BaseException:  # the process is going down: the lease must lapse, not be renewed
-            self._hold(None)
-            raise
-        self._hold(None)
         try:
             self.journal.ack(record.id, self.clock(), token)
         except StaleLeaseError:
