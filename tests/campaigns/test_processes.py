@@ -30,6 +30,7 @@ from crm import selectors as crm_selectors
 from crm import services as crm
 from crm.stores.kv import KvContactStore
 from tests.backends import unique_id
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 500
@@ -101,12 +102,6 @@ def finish(proc: subprocess.Popen[str], timeout_s: float = 45) -> str:
     return out.strip().splitlines()[-1]
 
 
-def wait_until(condition, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
 
 def outcomes(tenant: str, campaign_id: str) -> dict:
     out, after = {}, None
@@ -152,7 +147,7 @@ def test_sigkill_mid_broadcast_then_a_new_worker_sends_nobody_twice_and_skips_no
     first = spawn(url, tenant, campaign_id, fake.base_url)
     second = spawn(url, tenant, campaign_id, fake.base_url)
     go(first)
-    wait_until(lambda: all(fake.count(ADDRESSES[i]) for i in range(200, 208)))
+    wait_until(lambda: all(fake.count(ADDRESSES[i]) for i in range(200, 208)), "the hanging batch to reach the provider", interval_s=0.01)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     seen_before = {a for a in ADDRESSES if fake.count(a)}
@@ -202,7 +197,7 @@ def test_pause_then_resume_with_real_workers_sends_nobody_twice(campaign, fake) 
     worker = spawn(url, tenant, campaign_id, fake.base_url)
     later = spawn(url, tenant, campaign_id, fake.base_url)
     go(worker)
-    wait_until(lambda: fake.count() >= 100)
+    wait_until(lambda: fake.count() >= 100, "100 requests", interval_s=0.01)
     services.campaign_pause(tenant, campaign_id)
     assert finish(worker) == "DONE paused"
     paused_at = fake.count()

@@ -20,6 +20,7 @@ import pytest
 
 from botmesh_admin.kv import connect
 from tests.backends import unique_id
+from tests.polling import wait_until
 
 from .jobtasks import PROOF_TABLE
 
@@ -52,14 +53,6 @@ def _entries(kv, prefix: str) -> list:  # type: ignore[no-untyped-def]
         after = page[-1].key
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
     redis_url: str, postgres_url: str, tmp_path: Path
@@ -84,7 +77,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
     }
     killed: dict[str, Any] = {}
     try:
-        _wait(lambda: bool(_entries(kv, "done/")), 120, "the first completed occurrence")
+        wait_until(lambda: bool(_entries(kv, "done/")), "the first completed occurrence", 120)
         started = time.monotonic()
 
         # 1. Kill a worker in the middle of a run (started, not done).
@@ -102,7 +95,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
                     return True
             return False
 
-        _wait(running_on_a_worker, 30, "a run in progress")
+        wait_until(running_on_a_worker, "a run in progress", 30)
 
         # 2. Kill the leading beat too: the other one must take over and catch up.
         import redis
@@ -146,7 +139,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
                 sent_at = time.monotonic()
             return False
 
-        _wait(all_done, 90, "every occurrence done")
+        wait_until(all_done, "every occurrence done", 90)
         records = sorted(ledger(), key=lambda r: r.payload["scheduled_ms"])
         times = [r.payload["scheduled_ms"] for r in records]
         done = {e.key.split("/", 1)[1]: e.value for e in _entries(kv, "done/")}

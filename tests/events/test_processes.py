@@ -13,12 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from botmesh_admin.events import Envelope, EventJournal, StaleLeaseError, connect_journal
+from tests.polling import wait_until
 
 from . import journals
 from .conftest import backend_params
@@ -58,14 +58,6 @@ def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
-
-def wait_until(predicate, what: str, timeout_s: float = DEADLINE_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:
@@ -107,7 +99,7 @@ def test_four_workers_handle_every_event_exactly_once(shared_url: str, tmp_path:
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     procs = [start_worker(shared_url, log, "--lease-ms", "30000") for log in logs]
     try:
-        wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done")
+        wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done", DEADLINE_S)
     finally:
         stop_all(procs)
         journal.close()
@@ -128,10 +120,10 @@ def test_a_worker_killed_mid_handler_loses_nothing_and_its_late_ack_is_refused(
     victim = start_worker(shared_url, logs[0], "--lease-ms", "1500", "--hang-at", "40")
     procs = [victim] + [start_worker(shared_url, log, "--lease-ms", "1500") for log in logs[1:]]
     try:
-        wait_until(lambda: logs[0].exists() and "HANG" in logs[0].read_text(), "the victim to hang")
+        wait_until(lambda: logs[0].exists() and "HANG" in logs[0].read_text(), "the victim to hang", DEADLINE_S)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
-        wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done")
+        wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done", DEADLINE_S)
     finally:
         stop_all(procs)
     hang = next(line for line in logs[0].read_text().splitlines() if line.startswith("HANG"))

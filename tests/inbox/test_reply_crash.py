@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from botmesh_admin.channels.testing import FakeProviderServer
 from botmesh_admin.kv import connect
 from inbox.stores.kv import KvInboxStore
 from tests.backends import unique_id
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPIENT = "573001112233"
@@ -61,12 +61,6 @@ def worker(env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_until(condition, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
 
 def test_worker_killed_mid_request_never_sends_twice_and_the_agent_can_resend(installation):
     env, store = installation
@@ -78,7 +72,7 @@ def test_worker_killed_mid_request_never_sends_twice_and_the_agent_can_resend(in
 
         first = worker(env)
         try:
-            wait_until(lambda: fake.count(RECIPIENT) == 1, timeout_s=60)
+            wait_until(lambda: fake.count(RECIPIENT) == 1, "the request to reach the provider", 60, interval_s=0.02)
             assert store.message_get(tenant, ids["message_id"]).reply.state == "sending"
         finally:
             first.send_signal(signal.SIGKILL)

@@ -228,10 +228,8 @@ def test_marker_text_of_a_real_webhook_and_reply_appears_in_no_span(
     tenant_client: TenantClient, exported: InMemorySpanExporter
 ) -> None:
     """The real path: signed WhatsApp webhook → journal → inbox projection → agent reply → provider send."""
-    import hashlib
-    import hmac
-
     pytest.importorskip("inbox.handlers")
+    from botmesh_admin.channels import whatsapp
     from botmesh_admin.channels.services import channel_config_set
     from botmesh_admin.channels.testing import FakeProviderServer
     from botmesh_admin.demo import fixtures_dir
@@ -241,7 +239,7 @@ def test_marker_text_of_a_real_webhook_and_reply_appears_in_no_span(
     secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
     raw = (fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_text()
     raw = raw.replace("Hola, ¿tienen envíos a Medellín? 🚚", f"Mi pedido {MARKER}").encode()
-    signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    signature = whatsapp.signature(raw, secret)
 
     def drain(channel: str) -> None:
         while sum(journal_drain(channel=channel, limit=500).values()):
