@@ -13,6 +13,12 @@ _cluster: services.RedisCluster | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _cluster
+    from botmesh_admin.demo import fixtures_dir
+
+    fixtures = fixtures_dir()
+    if not (fixtures / "ledger" / "messages.jsonl").is_file():  # hundreds of tests read them: say it once
+        pytest.exit(f"shared fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures "
+                    "folder (../shared/fixtures next to this repository)", returncode=4)
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         _cluster = services.start_cluster_if_possible()
 
