@@ -35,6 +35,8 @@ LEASE_MS = 1500
 @pytest.fixture
 def installation(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BOTMESH_", "OTEL_", "CELERY_"))}
+    if "BOTMESH_FIXTURES" in os.environ:  # where the shared fixtures are, for a clone outside the workspace
+        env["BOTMESH_FIXTURES"] = os.environ["BOTMESH_FIXTURES"]
     env.update({
         "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "BOTMESH_DATA_DIR": str(tmp_path),
         "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3", "BOTMESH_KV_URL": f"sqlite:///{tmp_path}/kv.sqlite3",
