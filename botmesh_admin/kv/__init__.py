@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from botmesh_admin.errors import ValidationError
 
-from .base import ABSENT, ANY, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
+from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
 from .tenant import TenantKv, validate_id
 
 SCHEMES = ("memory", "file", "sqlite", "postgresql", "postgres", "redis", "rediss", "redis+cluster")
@@ -53,6 +53,8 @@ def connect(url: str) -> DurableKv:
 __all__ = [
     "ABSENT",
     "ANY",
+    "MAX_COUNTER",
+    "Add",
     "Check",
     "ConflictError",
     "Delete",

@@ -84,7 +84,33 @@ class Check:
     expect: Expect
 
 
-Op: TypeAlias = Put | Delete | Check
+@dataclass(frozen=True, slots=True)
+class Add:
+    """Add ``delta`` to the integer at ``key`` (an absent key counts as 0): a counter.
+
+    FoundationDB's atomic ADD: an ``Add`` carries no expectation and never makes
+    a commit conflict, so writers that only add to a counter never serialise on
+    each other's versions. The entry's version still grows by one, so a ``Check``
+    or a ``Put`` that expects an older version of the counter conflicts. An
+    existing expiry is kept; a created counter has none. The stored value must
+    be an integer and the sum must stay within ``±MAX_COUNTER`` (2**53 - 1, exact
+    in every backend, Lua's doubles included), else the commit raises
+    ``ValidationError`` naming the op and nothing of it applies. A counter at 0
+    stays (it is not deleted).
+    """
+
+    key: str
+    delta: int
+
+    @property
+    def expect(self) -> _Expect:
+        """Always ``ANY``: an ``Add`` never conflicts."""
+        return ANY
+
+
+Op: TypeAlias = Put | Delete | Check | Add
+MAX_COUNTER = 2**53 - 1
+"""The largest magnitude a counter (``Add``) may reach: exact as a double (Redis Lua)."""
 
 
 class ConflictError(Conflict):
@@ -132,10 +158,18 @@ class DurableKv(Protocol):
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` atomically and return, per op, the entry after it.
 
-        ``Put`` returns the written entry, ``Delete`` returns ``None``, ``Check``
-        returns the checked entry (or ``None`` if absent). Raise ``ConflictError``
+        ``Put`` and ``Add`` return the written entry, ``Delete`` returns ``None``,
+        ``Check`` returns the checked entry (or ``None`` if absent). Raise ``ConflictError``
         naming the first failed key if any expectation fails; then nothing is
         written. A key may appear at most once in a batch.
+        """
+        ...
+
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return, for each of ``keys`` in order, its live entry or ``None``.
+
+        One round trip on the serialising backends (an index page fetches its
+        records with it). At most ``MAX_GET_MANY`` (1,000) keys; a key may repeat.
         """
         ...
 

@@ -6,12 +6,14 @@ import bisect
 import threading
 from collections.abc import Callable, Sequence
 
-from .base import ABSENT, Check, ConflictError, Delete, Entry, Op, Put
+from .base import ABSENT, Add, Check, ConflictError, Delete, Entry, Op, Put
 from .validation import (
+    added,
     expectation_holds,
     is_live,
     now_ms,
     validate_commit,
+    validate_get_many,
     validate_import,
     validate_key,
     validate_scan,
@@ -46,6 +48,13 @@ class MemoryKv:
         with self._lock:
             return self._live(table, key, self._clock())
 
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) of each key, in order."""
+        keys = validate_get_many(table, keys)
+        with self._lock:
+            now = self._clock()
+            return [self._live(table, key, now) for key in keys]
+
     def scan(
         self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
     ) -> list[Entry]:
@@ -75,18 +84,32 @@ class MemoryKv:
         validate_commit(table, ops)
         with self._lock:
             now = self._clock()
-            for op in ops:
+            sums: dict[int, int] = {}
+            for i, op in enumerate(ops):
                 current = self._live(table, op.key, now)
-                if not expectation_holds(current, op.expect):
+                if isinstance(op, Add):
+                    sums[i] = added(None if current is None else current.value, op.delta, f"ops[{i}]")
+                elif not expectation_holds(current, op.expect):
                     raise ConflictError(
                         table, op.key, op.expect, current.version if current else None
                     )
             rows = self._tables.setdefault(table, {})
             keys = self._keys.setdefault(table, [])
             results: list[Entry | None] = []
-            for op in ops:
+            for i, op in enumerate(ops):
                 current = self._live(table, op.key, now)
-                if isinstance(op, Put):
+                if isinstance(op, Add):
+                    entry = Entry(
+                        op.key,
+                        sums[i],
+                        (current.version + 1) if current else 1,
+                        current.expires_at if current else None,
+                    )
+                    if op.key not in rows:
+                        bisect.insort(keys, op.key)
+                    rows[op.key] = entry
+                    results.append(entry)
+                elif isinstance(op, Put):
                     entry = Entry(
                         op.key,
                         op.value,

@@ -16,7 +16,7 @@ from typing import Any
 
 from botmesh_admin.errors import BadType, ValidationError
 
-from .base import ABSENT, ANY, Check, Delete, Entry, Expect, Op, Put
+from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, Delete, Entry, Expect, Op, Put
 
 MAX_NAME_BYTES = 512
 MAX_DEPTH = 64
@@ -24,6 +24,7 @@ MAX_VALUE_BYTES = 16 * 1024 * 1024
 MAX_INT_DIGITS = 4000  # Python refuses to turn an int of more than 4,300 digits into text (JSON)
 _INT_LIMIT = 10**MAX_INT_DIGITS
 MAX_SCAN_LIMIT = 10_000
+MAX_GET_MANY = 1000
 # Versions and expiry times must fit a signed 64-bit integer (PostgreSQL bigint)
 # and, for expiry times, a double exactly (Redis sorted-set scores, Lua numbers).
 MAX_VERSION = 2**63 - 1
@@ -209,12 +210,15 @@ def validate_commit(table: object, ops: Sequence[Op]) -> None:
     seen: set[str] = set()
     for i, op in enumerate(ops):
         where = f"ops[{i}]"
-        if not isinstance(op, (Put, Delete, Check)):
-            raise BadType(where, f"{type(op).__name__} is not Put, Delete or Check")
+        if not isinstance(op, (Put, Delete, Check, Add)):
+            raise BadType(where, f"{type(op).__name__} is not Put, Delete, Check or Add")
         validate_key(op.key, f"{where}.key")
         if op.key in seen:
             raise ValidationError(f"{where}.key", f"key {op.key!r} appears twice in one batch")
         seen.add(op.key)
+        if isinstance(op, Add):
+            validate_delta(op.delta, f"{where}.delta")
+            continue
         validate_expect(op.expect, f"{where}.expect")
         if isinstance(op, Put):
             validate_value(op.value, f"{where}.value")
@@ -225,6 +229,44 @@ def validate_commit(table: object, ops: Sequence[Op]) -> None:
                     raise ValidationError(
                         f"{where}.ttl_ms", f"must be between 1 and {MAX_TTL_MS} milliseconds"
                     )
+
+
+def validate_delta(delta: object, field: str) -> int:
+    """Return ``delta`` if it is an int within ``±MAX_COUNTER`` (an ``Add``), else raise."""
+    if isinstance(delta, bool) or not isinstance(delta, int):
+        raise BadType(field, "must be an integer")
+    if not -MAX_COUNTER <= delta <= MAX_COUNTER:
+        raise ValidationError(field, f"must be between -{MAX_COUNTER} and {MAX_COUNTER}")
+    return delta
+
+
+def added(current: object, delta: int, field: str) -> int:
+    """Return ``current + delta`` for an ``Add`` (``current`` the stored value, None if absent).
+
+    Raise ``ValidationError`` naming ``field`` if the stored value is not an
+    integer or the sum leaves ``±MAX_COUNTER``. Backends call it inside the
+    commit, before anything of the batch is written.
+    """
+    if current is None:
+        current = 0
+    if isinstance(current, bool) or not isinstance(current, int):
+        raise ValidationError(field, "adds to a key whose value is not an integer")
+    total = current + delta
+    if not -MAX_COUNTER <= total <= MAX_COUNTER:
+        raise ValidationError(field, f"the counter would leave ±{MAX_COUNTER}")
+    return total
+
+
+def validate_get_many(table: object, keys: object) -> list[str]:
+    """Validate the arguments of ``get_many``; return the keys as a list."""
+    validate_table(table)
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise BadType("keys", "must be a list of keys")
+    if len(keys) > MAX_GET_MANY:
+        raise ValidationError("keys", f"at most {MAX_GET_MANY} keys per call")
+    for i, key in enumerate(keys):
+        validate_key(key, f"keys[{i}]")
+    return list(keys)
 
 
 def expectation_holds(entry: Entry | None, expect: Expect) -> bool:
