@@ -1,0 +1,766 @@
+"""Secondary indexes inside the DurableKv (ARCHITECTURE §4, "Indexes").
+
+The FoundationDB Record Layer model over our ordered key-value contract: an
+index lives in the same table as the records it indexes and is maintained **in
+the same atomic commit** as the record change, so a reader never sees a record
+without its index entries or the reverse. A package declares its indexes once,
+next to its store (a ``RecordType`` per kind of record), and hands every record
+change to ``IndexedTable.commit``; this module turns ``old → new`` into the
+index operations. No package writes index upkeep by hand.
+
+Two kinds of index:
+
+- ``ValueIndex`` — an entry per record (or per element of a multi-valued field)
+  at ``x/<index>/<encoded values><primary key>``, ordered by the encoded values,
+  so a page of any filter on a prefix of those values is one ``scan``. The entry
+  holds ``{"pk": <record key>, ...payload}``; a payload that copies what a list
+  row shows (a *covering* index) saves fetching the records.
+- ``CountIndex`` — a counter per group at ``x/<index>/<encoded group>``, kept
+  with the conflict-free ``Add`` op, so hot counters never serialise writers and
+  a count is one ``get``. A record may add an ``amount`` other than 1 (a sum).
+
+Key encoding (``encode``) preserves the order of tuples of ``None``, booleans,
+integers and strings, component by component: every component is a type tag
+followed by its body and ends with a space (the lowest character a key may
+hold); a space inside a string is written ``!!`` and a ``!`` as ``!"``, which
+keeps both the order and the end of the component unambiguous. Integers are
+19 digits after a sign tag (``3`` negative, ``4`` otherwise), within ±10**19.
+``Desc(field)`` orders an integer field newest/largest first.
+
+Index state. Each index of a table has a state entry at ``x/<index>`` (no
+trailing slash): absent, ``building`` (with the primary key the builder has
+reached) or ``built``. Writers maintain an index for every record when it is
+built, and only for records the builder has passed while it builds; every
+commit carries a ``Check`` of the state entry's version, so a writer that read
+a state the builder has since moved retries with the new state (never a lost or
+double-counted entry). Reads use an index only once it is built
+(``IndexNotBuilt`` otherwise, naming ``manage.py botmesh_reindex``). A table
+with no record of a type builds that type's indexes on its first write, so new
+installations never need the command; tables written before an index was
+declared get it from ``build_index`` (online, resumable, safe under writes).
+
+Records with a TTL may have value indexes (their entries expire with them) but
+no count index: an expiry is not a change this module sees.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from botmesh_admin.errors import StoreUnavailable, ValidationError
+
+from .base import ABSENT, Add, Check, ConflictError, Delete, DurableKv, Entry, JsonValue, Op, Put
+from .encoding import prefix_end
+
+__all__ = [
+    "Desc",
+    "Each",
+    "CountIndex",
+    "IndexNotBuilt",
+    "IndexedTable",
+    "RecordChange",
+    "RecordType",
+    "ValueIndex",
+    "encode",
+    "encode_component",
+]
+
+INDEX_ROOT = "x/"
+_TERMINATOR = " "
+_INT_BOUND = 10**19
+MAX_COMMIT_RETRIES = 50
+
+
+# -- order-preserving key encoding ------------------------------------------------
+
+
+def encode_component(value: object) -> str:
+    """Return the order-preserving encoding of one key component (ends with a space).
+
+    ``None`` < ``False`` < ``True`` < integers (by value) < strings (by code
+    point). Raise ``ValidationError`` (field ``index``) for any other type or an
+    integer outside ±10**19.
+    """
+    if value is None:
+        return "0" + _TERMINATOR
+    if value is False:
+        return "1" + _TERMINATOR
+    if value is True:
+        return "2" + _TERMINATOR
+    if isinstance(value, int):
+        if not -_INT_BOUND < value < _INT_BOUND:
+            raise ValidationError("index", f"integer {value} outside ±10**19 cannot be indexed")
+        if value < 0:
+            return f"3{_INT_BOUND + value:019d}" + _TERMINATOR
+        return f"4{value:019d}" + _TERMINATOR
+    if isinstance(value, str):
+        return "s" + value.replace("!", '!"').replace(" ", "!!") + _TERMINATOR
+    raise ValidationError("index", f"a {type(value).__name__} cannot be an index key component")
+
+
+def encode(values: Sequence[object]) -> str:
+    """Return the concatenated encoding of ``values`` (a tuple's order is the key order)."""
+    return "".join(encode_component(v) for v in values)
+
+
+# -- declarations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Desc:
+    """An integer field ordered largest first (newest first for times)."""
+
+    field: str
+
+
+@dataclass(frozen=True)
+class Each:
+    """A multi-valued field (a list): the record is listed once per distinct element."""
+
+    field: str
+
+
+FieldSpec = str | Desc | Each
+
+
+def _lookup(record: Mapping[str, Any], path: str) -> Any:
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _tuples(record: Mapping[str, Any], fields: Sequence[FieldSpec]) -> list[tuple[Any, ...]]:
+    """Return every tuple of field values the record is indexed under (``Each`` multiplies)."""
+    out: list[tuple[Any, ...]] = [()]
+    for spec in fields:
+        if isinstance(spec, Each):
+            items = _lookup(record, spec.field)
+            values = sorted(set(items), key=encode_component) if isinstance(items, list) else []
+        elif isinstance(spec, Desc):
+            value = _lookup(record, spec.field)
+            values = [None if value is None else -int(value)]
+        else:
+            values = [_lookup(record, spec)]
+        out = [t + (v,) for t in out for v in values]
+    return out
+
+
+Where = Callable[[Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class ValueIndex:
+    """An ordered index: ``x/<name>/<encoded fields><primary key>`` → ``{"pk", **payload}``.
+
+    ``fields``: field paths (``"status"``, ``"consent.whatsapp"``), ``Desc`` or
+    ``Each`` specs, in key order. ``keys`` instead computes the value tuples
+    from the record (a derived value, such as folded name tokens); it wins over
+    ``fields``. ``where`` keeps only the records it accepts. ``payload`` is the
+    copy stored in each entry (``None``: only the primary key).
+    """
+
+    name: str
+    fields: tuple[FieldSpec, ...] = ()
+    keys: Callable[[Mapping[str, Any]], Iterable[tuple[Any, ...]]] | None = None
+    where: Where | None = None
+    payload: Callable[[Mapping[str, Any]], Mapping[str, JsonValue]] | None = None
+
+    def entries(self, pk: str, record: Mapping[str, Any] | None) -> dict[str, JsonValue]:
+        """Return ``{index key: entry value}`` of ``record`` stored at primary key ``pk``."""
+        if record is None or (self.where is not None and not self.where(record)):
+            return {}
+        tuples = self.keys(record) if self.keys is not None else _tuples(record, self.fields)
+        value: dict[str, JsonValue] = {"pk": pk}
+        if self.payload is not None:
+            value.update(self.payload(record))
+        base = f"{INDEX_ROOT}{self.name}/"
+        return {base + encode(t) + pk: value for t in tuples}
+
+
+@dataclass(frozen=True)
+class CountIndex:
+    """A counter per group: ``x/<name>/<encoded group>`` → an integer (kept with ``Add``).
+
+    ``fields`` / ``keys`` / ``where`` as for ``ValueIndex`` give the groups a
+    record counts in; ``amount`` is what it adds to each (1, or a field such as
+    a conversation's inbound message count).
+    """
+
+    name: str
+    fields: tuple[FieldSpec, ...] = ()
+    keys: Callable[[Mapping[str, Any]], Iterable[tuple[Any, ...]]] | None = None
+    where: Where | None = None
+    amount: Callable[[Mapping[str, Any]], int] | None = None
+
+    def contributions(self, record: Mapping[str, Any] | None) -> dict[str, int]:
+        """Return ``{counter key: amount}`` that ``record`` adds."""
+        if record is None or (self.where is not None and not self.where(record)):
+            return {}
+        amount = 1 if self.amount is None else int(self.amount(record))
+        if amount == 0:
+            return {}
+        tuples = self.keys(record) if self.keys is not None else _tuples(record, self.fields)
+        base = f"{INDEX_ROOT}{self.name}/"
+        return {base + encode(t): amount for t in tuples}
+
+
+Index = ValueIndex | CountIndex
+
+
+@dataclass(frozen=True)
+class RecordType:
+    """A kind of record in a table: the key prefix its records sit under and its indexes.
+
+    ``decode`` turns a stored value into the mapping the indexes read (the
+    default is the value itself); ``ttl`` is True for records written with a TTL
+    (then only value indexes are allowed).
+    """
+
+    name: str
+    prefix: str
+    indexes: tuple[Index, ...]
+    decode: Callable[[JsonValue], Mapping[str, Any]] | None = None
+    ttl: bool = False
+
+    def __post_init__(self) -> None:
+        names = [i.name for i in self.indexes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"record type {self.name}: an index name repeats")
+        if self.ttl and any(isinstance(i, CountIndex) for i in self.indexes):
+            raise ValueError(f"record type {self.name}: a record with a TTL cannot be counted")
+        if self.prefix.startswith(INDEX_ROOT) or not self.prefix:
+            raise ValueError(f"record type {self.name}: prefix {self.prefix!r} is reserved")
+
+    def view(self, value: JsonValue | None) -> Mapping[str, Any] | None:
+        """Return the mapping the indexes read for a stored ``value`` (``None`` stays ``None``)."""
+        if value is None:
+            return None
+        return self.decode(value) if self.decode is not None else value
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One record's change inside a commit: ``old`` → ``new`` (``None`` for absent).
+
+    ``old`` must be the value at the version the commit expects (or the commit
+    must otherwise guarantee it); ``ttl_ms`` is the TTL the record is written
+    with, which its value-index entries get too.
+    """
+
+    record: RecordType
+    key: str
+    old: JsonValue | None
+    new: JsonValue | None
+    ttl_ms: int | None = None
+
+
+class IndexNotBuilt(StoreUnavailable):
+    """An index a read needs is not built yet in this table (run ``botmesh_reindex``)."""
+
+    code = "index_not_built"
+
+    def __init__(self, table: str, index: str) -> None:
+        super().__init__(
+            f"index {index!r} of {table!r} is not built yet; run `manage.py botmesh_reindex`"
+        )
+        self.table = table
+        self.index = index
+
+
+# -- states ---------------------------------------------------------------------------
+
+BUILT = "built"
+BUILDING = "building"
+CLEARING = "clearing"
+
+
+def state_key(index: str) -> str:
+    """Return the key of an index's state entry (``x/<index>``)."""
+    return f"{INDEX_ROOT}{index}"
+
+
+def activity_key(index: str) -> str:
+    """Return the counter writers bump while a count index builds (``x/<index>:w``).
+
+    A writer that changes a record the builder has not reached yet adds 1 to it
+    (an ``Add`` never conflicts with other writers); the builder's batch checks
+    its version, so a record created between the builder's scan and its commit
+    makes the batch read again instead of being skipped by the cursor.
+    """
+    return f"{INDEX_ROOT}{index}:w"
+
+
+@dataclass
+class _State:
+    """An index's state as last read: ``None`` state means the entry is absent."""
+
+    state: str | None
+    version: int | None
+    after: str | None = None
+
+    def covers(self, pk: str, counted: bool) -> bool:
+        """Return True if writers must maintain the index for primary key ``pk``.
+
+        While an index builds, value entries are idempotent, so writers keep
+        them for every record (the builder's puts agree with theirs); counters
+        are not, so writers count only what the builder has passed and the
+        builder counts the rest.
+        """
+        if self.state == BUILT:
+            return True
+        if self.state == BUILDING:
+            return not counted or (self.after is not None and pk <= self.after)
+        return False
+
+
+class _StateCache:
+    """Per-process cache of built states (bounded LRU); other states are read every time."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._lock = threading.Lock()
+        self._size = size
+        self._items: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    def get(self, kv: DurableKv, table: str, index: str) -> int | None:
+        with self._lock:
+            key = (str(id(kv)), table, index)
+            version = self._items.get(key)
+            if version is not None:
+                self._items.move_to_end(key)
+            return version
+
+    def put(self, kv: DurableKv, table: str, index: str, version: int) -> None:
+        with self._lock:
+            self._items[(str(id(kv)), table, index)] = version
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def forget(self, kv: DurableKv, table: str, index: str) -> None:
+        with self._lock:
+            self._items.pop((str(id(kv)), table, index), None)
+
+
+_built = _StateCache()
+
+
+# -- the table -------------------------------------------------------------------------
+
+
+@dataclass
+class IndexedTable:
+    """The record types of one kind of table (all tenants), and their upkeep and reads.
+
+    Stores build one per table layout at import time and call ``commit``
+    instead of ``kv.commit`` for every write that changes an indexed record.
+    """
+
+    kv: DurableKv
+    records: tuple[RecordType, ...]
+    _by_index: dict[str, tuple[RecordType, Index]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_index = {}
+        for record in self.records:
+            for index in record.indexes:
+                if index.name in self._by_index:
+                    raise ValueError(f"index {index.name!r} is declared twice")
+                self._by_index[index.name] = (record, index)
+
+    def index_names(self) -> list[str]:
+        """Return the names of every declared index."""
+        return list(self._by_index)
+
+    # states
+
+    def _states(self, table: str, names: Iterable[str]) -> dict[str, _State]:
+        """Return the state of each named index (built ones from the cache)."""
+        states: dict[str, _State] = {}
+        missing: list[str] = []
+        for name in names:
+            version = _built.get(self.kv, table, name)
+            if version is None:
+                missing.append(name)
+            else:
+                states[name] = _State(BUILT, version)
+        if missing:
+            for name, entry in zip(
+                missing, self.kv.get_many(table, [state_key(n) for n in missing]), strict=True
+            ):
+                states[name] = _read_state(entry)
+                if states[name].state == BUILT and entry is not None:
+                    _built.put(self.kv, table, name, entry.version)
+        return states
+
+    def _has_records(self, table: str, record: RecordType) -> bool:
+        return bool(self.kv.scan(table, prefix=record.prefix, limit=1))
+
+    # writes
+
+    def commit(
+        self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]
+    ) -> list[Entry | None]:
+        """Commit ``ops`` with the index upkeep of ``changes``; return the results of ``ops``.
+
+        ``ops`` are the store's own operations (the records themselves and
+        anything else); ``changes`` describe each indexed record they change.
+        Raise ``ConflictError`` when one of ``ops``' expectations fails (never
+        for an index state that moved: that is retried here).
+        """
+        names = {i.name for c in changes for i in c.record.indexes}
+        for _ in range(MAX_COMMIT_RETRIES):
+            states = self._states(table, names)
+            extra: list[Op] = []
+            fresh: dict[str, RecordType] = {}
+            for name in sorted(names):
+                record, _index = self._by_index[name]
+                st = states[name]
+                if st.state is None:
+                    creates_first = not self._has_records(table, record)
+                    if creates_first:
+                        fresh[name] = record
+                        st.state = BUILT  # maintained in this commit, marked built with it
+                        extra.append(Put(state_key(name), {"state": BUILT}, ABSENT))
+                    else:
+                        extra.append(Check(state_key(name), ABSENT))
+                else:
+                    assert st.version is not None
+                    extra.append(Check(state_key(name), st.version))
+            index_ops = upkeep_ops(changes, states)
+            own = {op.key for op in ops}
+            clash = [op.key for op in index_ops + extra if op.key in own]
+            if clash:
+                raise ValueError(f"store ops write index keys {clash[:3]}")
+            try:
+                results = self.kv.commit(table, [*ops, *index_ops, *extra])
+            except ConflictError as exc:
+                if exc.key.startswith(INDEX_ROOT) and exc.key[len(INDEX_ROOT) :] in names:
+                    _built.forget(self.kv, table, exc.key[len(INDEX_ROOT) :])
+                    continue
+                raise
+            for name in fresh:
+                entry = results[len(ops) + len(index_ops) + sorted(names).index(name)]
+                if entry is not None:
+                    _built.put(self.kv, table, name, entry.version)
+            return results[: len(ops)]
+        raise StoreUnavailable(f"index states of {table!r} kept moving; try again")
+
+    # reads
+
+    def _require(self, table: str, name: str) -> RecordType:
+        record, _ = self._by_index[name]
+        st = self._states(table, [name])[name]
+        if st.state == BUILT:
+            return record
+        if st.state is None and not self._has_records(table, record):
+            return record  # an empty table: nothing to index yet
+        raise IndexNotBuilt(table, name)
+
+    def scan(
+        self,
+        table: str,
+        index: str,
+        values: Sequence[object] = (),
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        start: Sequence[object] | None = None,
+    ) -> list[Entry]:
+        """Return up to ``limit`` entries of value index ``index`` whose leading values are ``values``.
+
+        Entries come in key order (the encoded fields, then the primary key);
+        ``after`` is exclusive (the last entry key of the previous page);
+        ``start`` (values continuing ``values``) begins the scan at that point
+        inclusive, e.g. a time bound. Each entry's value holds ``pk`` and the
+        payload. Raise ``IndexNotBuilt`` if the index is not built.
+        """
+        self._require(table, index)
+        prefix = f"{INDEX_ROOT}{index}/" + encode(values)
+        if after is not None and not after.startswith(prefix):
+            raise ValidationError("after", "not a cursor of this list")
+        if after is None and start is not None:
+            begin = prefix + encode(start)
+            after = _just_before(begin)
+        return self.kv.scan(table, prefix=prefix, after=after, limit=limit)
+
+    def count(self, table: str, index: str, groups: Sequence[Sequence[object]]) -> list[int]:
+        """Return the counter of each group of count index ``index`` (0 when absent)."""
+        self._require(table, index)
+        base = f"{INDEX_ROOT}{index}/"
+        entries = self.kv.get_many(table, [base + encode(g) for g in groups]) if groups else []
+        return [int(e.value) if e is not None else 0 for e in entries]
+
+    def count_prefix(
+        self, table: str, index: str, values: Sequence[object] = (), *, limit: int = 1000
+    ) -> dict[str, int]:
+        """Return every counter of ``index`` under the leading ``values`` (a small group family)."""
+        self._require(table, index)
+        prefix = f"{INDEX_ROOT}{index}/" + encode(values)
+        return {
+            e.key[len(prefix) :]: int(e.value)
+            for e in self.kv.scan(table, prefix=prefix, limit=limit)
+        }
+
+    def fetch(self, table: str, entries: Sequence[Entry]) -> list[Entry | None]:
+        """Return the records the index ``entries`` point at (one ``get_many``)."""
+        return self.kv.get_many(table, [e.value["pk"] for e in entries]) if entries else []
+
+    # builds
+
+    def build(
+        self,
+        table: str,
+        index: str,
+        *,
+        batch: int = 500,
+        rebuild: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Build ``index`` of ``table`` online; return how many records were indexed.
+
+        Resumable: a killed build continues from the state's ``after`` on the
+        next call. Safe under writes (see the module docstring). ``rebuild``
+        first clears the index's entries (used by ``--repair``). ``progress``
+        is called with the number of records indexed so far.
+        """
+        record, idx = self._by_index[index]
+        skey = state_key(index)
+        done = 0
+        size = batch
+        while True:
+            entry = self.kv.get(table, skey)
+            st = _read_state(entry)
+            if st.state == BUILT and not rebuild:
+                return done
+            if st.state is None or (rebuild and st.state == BUILT):
+                expect = ABSENT if entry is None else entry.version
+                try:
+                    self.kv.commit(table, [Put(skey, {"state": CLEARING}, expect)])
+                except ConflictError:
+                    continue
+                _built.forget(self.kv, table, index)
+                rebuild = False
+                continue
+            assert entry is not None
+            if st.state == CLEARING:
+                old = self.kv.scan(table, prefix=skey + "/", limit=batch)
+                if old:
+                    self.kv.commit(table, [Delete(e.key) for e in old])
+                    continue
+                try:
+                    self.kv.commit(
+                        table, [Put(skey, {"state": BUILDING, "after": None}, entry.version)]
+                    )
+                except ConflictError:
+                    pass
+                continue
+            # BUILDING: index the next batch of records after the cursor
+            guard: list[Op] = []
+            if isinstance(idx, CountIndex):
+                bumped = self.kv.get(table, activity_key(index))
+                guard = [Check(activity_key(index), ABSENT if bumped is None else bumped.version)]
+            rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
+            if not rows:
+                try:
+                    self.kv.commit(table, [Put(skey, {"state": BUILT}, entry.version)])
+                except ConflictError:
+                    continue
+                return done
+            changes = [RecordChange(record, r.key, None, r.value) for r in rows]
+            ops: list[Op] = upkeep_ops(changes, {index: _State(BUILT, None)})
+            if any(r.expires_at is not None for r in rows):
+                ops = _with_ttl(ops, rows)
+            checks: list[Op] = [Check(r.key, r.version) for r in rows]
+            cursor = rows[-1].key
+            state_put = Put(skey, {"state": BUILDING, "after": cursor}, entry.version)
+            try:
+                self.kv.commit(table, [*ops, *checks, *guard, state_put])
+            except ConflictError:
+                size = max(10, size // 2)  # writers are busy in this range: take less at a time
+                continue  # a record, the state or the writers' counter moved: read again
+            size = min(batch, size * 2)
+            done += len(rows)
+            if progress is not None:
+                progress(done)
+
+    def state(self, table: str, index: str) -> str | None:
+        """Return ``built``, ``building``, ``clearing`` or ``None`` (never built) for ``index``."""
+        return _read_state(self.kv.get(table, state_key(index))).state
+
+    # checks
+
+    def check(self, table: str, index: str) -> dict[str, int]:
+        """Compare ``index`` with its records; return ``{"missing", "extra", "wrong"}`` counts.
+
+        A full scan of the records and the index (a background job's cost). Only
+        meaningful for a built index with no writer running on the same records
+        at that instant; ``botmesh_check_indexes`` repeats a drifting table once
+        before it reports, to tell drift from a concurrent write.
+        """
+        record, idx = self._by_index[index]
+        expected: dict[str, JsonValue] = {}
+        for row in _scan_all(self.kv, table, record.prefix):
+            view = record.view(row.value)
+            if isinstance(idx, ValueIndex):
+                expected.update(idx.entries(row.key, view))
+            else:
+                for key, amount in idx.contributions(view).items():
+                    expected[key] = int(expected.get(key, 0)) + amount  # type: ignore[arg-type]
+        actual = {e.key: e.value for e in _scan_all(self.kv, table, state_key(index) + "/")}
+        if isinstance(idx, CountIndex):
+            actual = {k: v for k, v in actual.items() if v != 0}
+        missing = sum(1 for k in expected if k not in actual)
+        extra = sum(1 for k in actual if k not in expected)
+        wrong = sum(1 for k, v in expected.items() if k in actual and actual[k] != v)
+        return {"missing": missing, "extra": extra, "wrong": wrong}
+
+
+def _read_state(entry: Entry | None) -> _State:
+    if entry is None:
+        return _State(None, None)
+    value = entry.value if isinstance(entry.value, Mapping) else {}
+    return _State(value.get("state"), entry.version, value.get("after"))
+
+
+def _just_before(key: str) -> str | None:
+    """Return a string just below ``key`` in key order (an exclusive ``after`` for ``key``)."""
+    if not key:
+        return None
+    last = key[-1]
+    if last == _TERMINATOR:
+        return key[:-1]
+    return key[:-1] + chr(ord(last) - 1) + "\U0010ffff"
+
+
+def _scan_all(kv: DurableKv, table: str, prefix: str) -> Iterator[Entry]:
+    after: str | None = None
+    while True:
+        page = kv.scan(table, prefix=prefix, after=after, limit=1000)
+        yield from page
+        if len(page) < 1000:
+            return
+        after = page[-1].key
+
+
+def _with_ttl(ops: list[Op], rows: Sequence[Entry]) -> list[Op]:
+    """Give the value-index entries of TTL records the records' remaining TTL."""
+    from .validation import now_ms
+
+    now = now_ms()
+    left = {r.key: max(1, r.expires_at - now) for r in rows if r.expires_at is not None}
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, Put) and isinstance(op.value, Mapping) and op.value.get("pk") in left:
+            out.append(Put(op.key, op.value, ttl_ms=left[op.value["pk"]]))
+        else:
+            out.append(op)
+    return out
+
+
+def upkeep_ops(changes: Sequence[RecordChange], states: Mapping[str, _State]) -> list[Op]:
+    """Return the index operations for ``changes`` under ``states`` (merged, one op per key).
+
+    For each index a writer must maintain (see ``_State.covers``): value
+    entries of the old record that the new one no longer has are deleted, new
+    or changed ones put (always put for a record with a TTL, so the entry's
+    expiry follows the record's); count contributions become one ``Add`` per
+    counter key with the net delta (zero deltas are dropped).
+    """
+    puts: dict[str, tuple[JsonValue, int | None]] = {}
+    deletes: set[str] = set()
+    adds: dict[str, int] = {}
+    for change in changes:
+        old = change.record.view(change.old)
+        new = change.record.view(change.new)
+        for index in change.record.indexes:
+            st = states.get(index.name)
+            counted = isinstance(index, CountIndex)
+            if st is None or not st.covers(change.key, counted):
+                if st is not None and st.state == BUILDING and counted:
+                    adds[activity_key(index.name)] = 1
+                continue
+            if isinstance(index, ValueIndex):
+                before = index.entries(change.key, old)
+                after = index.entries(change.key, new)
+                for key in before.keys() - after.keys():
+                    deletes.add(key)
+                for key, value in after.items():
+                    if change.ttl_ms is not None or before.get(key) != value:
+                        puts[key] = (value, change.ttl_ms)
+            else:
+                for key, amount in index.contributions(old).items():
+                    adds[key] = adds.get(key, 0) - amount
+                for key, amount in index.contributions(new).items():
+                    adds[key] = adds.get(key, 0) + amount
+    ops: list[Op] = []
+    for key in sorted(deletes - puts.keys()):
+        ops.append(Delete(key))
+    for key, (value, ttl) in sorted(puts.items()):
+        ops.append(Put(key, value, ttl_ms=ttl))
+    for key, delta in sorted(adds.items()):
+        if delta or key.endswith(":w"):
+            ops.append(Add(key, delta or 1))
+    return ops
+
+
+def next_page_prefix(prefix: str) -> str | None:
+    """Return the first key after every key starting with ``prefix`` (re-exported helper)."""
+    return prefix_end(prefix)
+
+
+# -- the declarations of every package ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexedCollection:
+    """A package collection (``TenantKv(kv, package).table(tenant, collection)``) with indexes."""
+
+    package: str
+    collection: str
+    records: tuple[RecordType, ...]
+
+    def layout(self, kv: DurableKv) -> IndexedTable:
+        """Return the ``IndexedTable`` of this collection over ``kv``."""
+        return IndexedTable(kv, self.records)
+
+
+_declared: dict[tuple[str, str], IndexedCollection] = {}
+
+
+def declare(package: str, collection: str, records: Sequence[RecordType]) -> IndexedCollection:
+    """Declare the indexed record types of a package collection (once, next to its store).
+
+    ``botmesh_reindex`` and ``botmesh_check_indexes`` walk these declarations;
+    redeclaring the same collection replaces it (module reloads in tests).
+    """
+    collection_spec = IndexedCollection(package, collection, tuple(records))
+    IndexedTable(cast(DurableKv, _NullKv()), collection_spec.records)  # refuses repeated names now
+    _declared[(package, collection)] = collection_spec
+    return collection_spec
+
+
+def declared() -> list[IndexedCollection]:
+    """Return every declared collection, importing each installed app's ``stores.kv`` first."""
+    import importlib
+
+    from django.apps import apps
+
+    for config in apps.get_app_configs():
+        try:
+            importlib.import_module(f"{config.name}.stores.kv")
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not f"{config.name}.stores.kv".startswith(exc.name):
+                raise
+    return [_declared[k] for k in sorted(_declared)]
+
+
+class _NullKv:
+    """A stand-in Kv for validating declarations (never called)."""
+
+    url = "null://"

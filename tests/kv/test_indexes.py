@@ -1,0 +1,315 @@
+"""Secondary indexes inside the Kv (``botmesh_admin.kv.indexes``), over every backend.
+
+The index contents are always compared with what a scan of the records
+defines: ``IndexedTable.check`` recomputes every entry and counter.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from botmesh_admin.errors import ValidationError
+from botmesh_admin.kv import Put
+from botmesh_admin.kv.indexes import IndexNotBuilt, encode
+from botmesh_admin.kv.memory import MemoryKv
+from tests.kv.conftest import SHARED_BACKENDS, backend_params
+from tests.kv.index_workers import TICKET, churn, churn_by_url, random_ticket, ticket_write, tickets
+
+INDEXES = [i.name for i in TICKET.indexes]
+
+
+def no_drift(layout, table: str) -> dict[str, dict[str, int]]:
+    """Return the drift of every index of the tickets that has any."""
+    report = {name: layout.check(table, name) for name in INDEXES}
+    return {name: r for name, r in report.items() if any(r.values())}
+
+
+def expected_counts(records: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Return tickets per status, computed from the records themselves."""
+    counts: dict[str, int] = {}
+    for r in records.values():
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+# -- the encoding -----------------------------------------------------------------
+
+scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**19) + 1, max_value=10**19 - 1),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=12),
+)
+
+
+def _rank(value: object) -> tuple[int, object]:
+    if value is None:
+        return (0, 0)
+    if isinstance(value, bool):
+        return (1, int(value))
+    if isinstance(value, int):
+        return (2, value)
+    return (3, [ord(c) for c in value])  # type: ignore[union-attr]
+
+
+@given(st.lists(st.lists(scalar, min_size=1, max_size=3), min_size=2, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_encoding_preserves_tuple_order(rows: list[list[object]]) -> None:
+    """Sorting encoded keys sorts the tuples: None < bools < ints < strings, component-wise."""
+    by_key = sorted(rows, key=encode)
+    by_value = sorted(rows, key=lambda r: [_rank(v) for v in r])
+    assert [[_rank(v) for v in r] for r in by_key] == [[_rank(v) for v in r] for r in by_value]
+
+
+def test_encoding_keeps_components_apart() -> None:
+    """A string holding the terminator or escape never runs into the next component."""
+    assert encode(["a", "b"]) != encode(["a b"])
+    assert encode(["a!", "b"]) < encode(["a!!"]) or encode(["a!", "b"]) != encode(["a!!"])
+    assert sorted([encode(["a"]), encode(["a", 1]), encode(["a b"]), encode(["a!"])]) == [
+        encode(["a"]),
+        encode(["a", 1]),
+        encode(["a b"]),
+        encode(["a!"]),
+    ]
+
+
+def test_encoding_refuses_floats_and_huge_integers() -> None:
+    """Only None, booleans, integers within ±10**19 and strings can be key components."""
+    with pytest.raises(ValidationError):
+        encode([1.5])
+    with pytest.raises(ValidationError):
+        encode([10**19])
+
+
+# -- upkeep over every backend ---------------------------------------------------------
+
+
+def test_value_index_lists_by_status_newest_first(kv, table) -> None:
+    """A page of one status is one scan, newest ``at`` first, with the payload covering the row."""
+    layout = tickets(kv)
+    for i, (status, at) in enumerate([("open", 5), ("open", 9), ("resolved", 7), ("open", 1)]):
+        rec = {"status": status, "at": at, "tags": [], "owner": None, "weight": 1}
+        assert ticket_write(layout, table, f"t/{i}", rec)
+    page = layout.scan(table, "by_status", ["open"], limit=10)
+    assert [(e.value["pk"], e.value["at"]) for e in page] == [("t/1", 9), ("t/0", 5), ("t/3", 1)]
+    second = layout.scan(table, "by_status", ["open"], after=page[0].key, limit=10)
+    assert [e.value["pk"] for e in second] == ["t/0", "t/3"]
+    assert [e.value["status"] for e in layout.fetch(table, page) if e] == ["open"] * 3
+
+
+def test_updates_move_entries_and_counters(kv, table) -> None:
+    """Changing a record's status moves its entry and both counters in the same commit."""
+    layout = tickets(kv)
+    rec = {"status": "open", "at": 3, "tags": ["vip", "es"], "owner": "ana", "weight": 2}
+    assert ticket_write(layout, table, "t/a", rec)
+    assert layout.count(table, "n_status", [["open"], ["resolved"]]) == [1, 0]
+    assert layout.count(table, "n_tag", [["vip"], ["es"], ["lead"]]) == [1, 1, 0]
+    assert ticket_write(layout, table, "t/a", dict(rec, status="resolved", tags=["es"], weight=5))
+    assert layout.count(table, "n_status", [["open"], ["resolved"]]) == [0, 1]
+    assert layout.count(table, "n_tag", [["vip"], ["es"]]) == [0, 1]
+    assert layout.count(table, "sum_weight", [["ana"]]) == [5]
+    assert [e.value["pk"] for e in layout.scan(table, "by_tag", ["es"])] == ["t/a"]
+    assert layout.scan(table, "by_tag", ["vip"]) == []
+    assert ticket_write(layout, table, "t/a", None)
+    assert layout.count(table, "n_status", [["resolved"]]) == [0]
+    assert layout.scan(table, "owned", ["ana"]) == []
+    assert no_drift(layout, table) == {}
+
+
+def test_where_leaves_records_out(kv, table) -> None:
+    """A record the index's ``where`` refuses has no entry; one that starts matching gets one."""
+    layout = tickets(kv)
+    rec = {"status": "open", "at": 3, "tags": [], "owner": None, "weight": 0}
+    assert ticket_write(layout, table, "t/a", rec)
+    assert layout.scan(table, "owned", [None]) == []
+    assert ticket_write(layout, table, "t/a", dict(rec, owner="luis"))
+    assert [e.value["pk"] for e in layout.scan(table, "owned", ["luis"])] == ["t/a"]
+
+
+def test_a_fresh_table_is_built_on_its_first_write(kv, table) -> None:
+    """New installations never need the reindex command: the first write marks every index built."""
+    layout = tickets(kv)
+    assert layout.count(table, "n_status", [["open"]]) == [0]  # empty: readable, nothing to build
+    assert ticket_write(layout, table, "t/1", random_ticket(random.Random(1)))
+    assert {layout.state(table, name) for name in INDEXES} == {"built"}
+
+
+def test_a_table_written_before_the_index_is_built_online(kv, table) -> None:
+    """Reads refuse an unbuilt index; ``build`` indexes existing records and reads then agree."""
+    rng = random.Random(7)
+    records = {f"t/{i:04d}": random_ticket(rng) for i in range(230)}
+    for key, value in records.items():  # the records, written without any index upkeep
+        kv.commit(table, [Put(key, value)])
+    layout = tickets(kv)
+    with pytest.raises(IndexNotBuilt) as caught:
+        layout.count(table, "n_status", [["open"]])
+    assert "botmesh_reindex" in str(caught.value)
+    seen: list[int] = []
+    for name in INDEXES:
+        layout.build(table, name, batch=50, progress=seen.append)
+    assert seen[-1] == 230
+    want = expected_counts(records)
+    assert layout.count(table, "n_status", [[s] for s in sorted(want)]) == [want[s] for s in sorted(want)]
+    assert no_drift(layout, table) == {}
+
+
+def test_a_build_resumes_where_a_killed_one_stopped(kv, table) -> None:
+    """The cursor commits with each batch: a second build continues, and counts stay exact."""
+    rng = random.Random(3)
+    records = {f"t/{i:04d}": random_ticket(rng) for i in range(120)}
+    for key, value in records.items():
+        kv.commit(table, [Put(key, value)])
+    layout = tickets(kv)
+
+    class Killed(Exception):
+        pass
+
+    def die(done: int) -> None:
+        if done >= 40:
+            raise Killed
+
+    with pytest.raises(Killed):
+        layout.build(table, "n_status", batch=20, progress=die)
+    assert layout.state(table, "n_status") == "building"
+    assert layout.build(table, "n_status", batch=20) == 80
+    assert layout.check(table, "n_status") == {"missing": 0, "extra": 0, "wrong": 0}
+
+
+def test_a_build_under_concurrent_writers_leaves_no_drift(kv, table) -> None:
+    """Writers keep writing while the index builds; the result equals the records' definition."""
+    rng = random.Random(11)
+    for i in range(300):
+        kv.commit(table, [Put(f"t/{i:04d}", random_ticket(rng))])
+    stop = threading.Event()
+
+    def writer(seed: int) -> None:
+        local = random.Random(seed)
+        layout = tickets(kv)
+        while not stop.is_set():
+            key = f"t/{local.randrange(330):04d}"
+            ticket_write(layout, table, key, None if local.random() < 0.2 else random_ticket(local))
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        layout = tickets(kv)
+        for name in INDEXES:
+            layout.build(table, name, batch=25)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert no_drift(layout, table) == {}
+
+
+def test_rebuild_repairs_a_drifting_index(kv, table) -> None:
+    """An entry lost by hand is reported as missing; a rebuild restores it."""
+    layout = tickets(kv)
+    churn(kv, table, seed=5, writes=120)
+    victim = layout.scan(table, "by_status", ["open"], limit=1)
+    assert victim
+    kv.commit(table, [Put(victim[0].key, {"pk": "t/ghost"})])
+    assert layout.check(table, "by_status")["wrong"] == 1
+    layout.build(table, "by_status", rebuild=True, batch=40)
+    assert no_drift(layout, table) == {}
+
+
+def test_erasure_drops_indexes_with_the_records(kv, table) -> None:
+    """After ``drop`` the table is empty, and the next write builds its indexes again."""
+    layout = tickets(kv)
+    churn(kv, table, seed=9, writes=40)
+    kv.drop(table)
+    assert layout.count(table, "n_status", [["open"]]) == [0]
+    rec = {"status": "open", "at": 1, "tags": [], "owner": None, "weight": 1}
+    assert ticket_write(layout, table, "t/x", rec)  # a cached "built" from before is re-checked
+    assert layout.count(table, "n_status", [["open"]]) == [1]
+    assert no_drift(layout, table) == {}
+
+
+def test_eight_threads_writing_one_table_leave_no_drift(kv, table) -> None:
+    """Concurrent writers of overlapping records: every counter still equals the records'."""
+    threads = [threading.Thread(target=churn, args=(kv, table, s, 60)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert no_drift(tickets(kv), table) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shared", backend_params(SHARED_BACKENDS))
+def test_four_processes_writing_one_table_leave_no_drift(shared, request, table) -> None:
+    """Four processes churn the same tickets; the check finds zero drift afterwards."""
+    from tests import backends
+
+    url = backends.kv_url(shared, request)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        applied = pool.starmap(churn_by_url, [(url, table, s, 80) for s in range(4)])
+    assert sum(applied) > 0
+    kv = backends.open_kv(shared, request)
+    assert no_drift(tickets(kv), table) == {}
+
+
+# -- the model, with TTLs and erasure ------------------------------------------------------
+
+
+class IndexMachine(RuleBasedStateMachine):
+    """Random writes, deletes, expiries and erasures; indexes always equal the records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 1_000_000
+        self.kv = MemoryKv(clock=lambda: self.now)
+        self.layout = tickets(self.kv)
+        self.table = "test/machine"
+        self.records: dict[str, dict[str, Any]] = {}
+
+    @rule(key=st.integers(0, 12), seed=st.integers(0, 10**6))
+    def put(self, key: int, seed: int) -> None:
+        value = random_ticket(random.Random(seed))
+        assert ticket_write(self.layout, self.table, f"t/{key:02d}", value)
+        self.records[f"t/{key:02d}"] = value
+
+    @rule(key=st.integers(0, 12))
+    def delete(self, key: int) -> None:
+        assert ticket_write(self.layout, self.table, f"t/{key:02d}", None)
+        self.records.pop(f"t/{key:02d}", None)
+
+    @rule()
+    def erase(self) -> None:
+        self.kv.drop(self.table)
+        self.records.clear()
+
+    @rule(ms=st.integers(1, 5000))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms
+
+    @invariant()
+    def counts_match_records(self) -> None:
+        want = expected_counts(self.records)
+        got = self.layout.count(self.table, "n_status", [[s] for s in ("open", "pending", "resolved")])
+        assert got == [want.get(s, 0) for s in ("open", "pending", "resolved")]
+        listed = sorted(
+            e.value["pk"]
+            for s in ("open", "pending", "resolved")
+            for e in self.layout.scan(self.table, "by_status", [s], limit=100)
+        )
+        assert listed == sorted(self.records)
+
+    @invariant()
+    def check_finds_no_drift(self) -> None:
+        assert no_drift(self.layout, self.table) == {}
+
+
+TestIndexMachine = IndexMachine.TestCase
+TestIndexMachine.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
