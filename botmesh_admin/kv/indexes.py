@@ -471,17 +471,22 @@ class IndexedTable:
         after: str | None = None,
         limit: int = 100,
         start: Sequence[object] | None = None,
+        text_prefix: str | None = None,
     ) -> list[Entry]:
         """Return up to ``limit`` entries of value index ``index`` whose leading values are ``values``.
 
         Entries come in key order (the encoded fields, then the primary key);
         ``after`` is exclusive (the last entry key of the previous page);
         ``start`` (values continuing ``values``) begins the scan at that point
-        inclusive, e.g. a time bound. Each entry's value holds ``pk`` and the
-        payload. Raise ``IndexNotBuilt`` if the index is not built.
+        inclusive, e.g. a time bound. ``text_prefix`` narrows to entries whose
+        next component is a string starting with it (search by prefix: name
+        tokens, phone digits). Each entry's value holds ``pk`` and the payload.
+        Raise ``IndexNotBuilt`` if the index is not built.
         """
         self._require(table, index)
         prefix = f"{INDEX_ROOT}{index}/" + encode(values)
+        if text_prefix is not None:
+            prefix += encode_component(text_prefix)[: -len(_TERMINATOR)]
         if after is not None and not after.startswith(prefix):
             raise ValidationError("after", "not a cursor of this list")
         if after is None and start is not None:

@@ -124,6 +124,17 @@ def test_updates_move_entries_and_counters(kv, table) -> None:
     assert no_drift(layout, table) == {}
 
 
+def test_text_prefix_finds_entries_by_the_start_of_a_string(kv, table) -> None:
+    """A search by prefix is one scan: ``lu`` finds ``luis`` and not ``ana``."""
+    layout = tickets(kv)
+    for i, owner in enumerate(["ana", "luis", "lucia"]):
+        rec = {"status": "open", "at": i, "tags": [], "owner": owner, "weight": 0}
+        assert ticket_write(layout, table, f"t/{i}", rec)
+    found = layout.scan(table, "owned", (), text_prefix="lu")
+    assert sorted(e.value["pk"] for e in found) == ["t/1", "t/2"]
+    assert layout.scan(table, "owned", (), text_prefix="luisa") == []
+
+
 def test_where_leaves_records_out(kv, table) -> None:
     """A record the index's ``where`` refuses has no entry; one that starts matching gets one."""
     layout = tickets(kv)
