@@ -17,6 +17,7 @@ import time
 import urllib.request
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from botmesh_admin import demo
@@ -43,6 +44,7 @@ class Command(BaseCommand):
                 f"demo fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures folder "
                 "(../shared/fixtures next to this repository), or start with --no-demo"
             )
+        self._reindex()
         py = sys.executable
         log_dir = settings.BOTMESH_DATA_DIR / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +98,15 @@ class Command(BaseCommand):
                 time.sleep(0.5)
         finally:
             self._stop(procs)
+
+    def _reindex(self) -> None:
+        """Build the Kv indexes an installation from an earlier version lacks (with progress)."""
+        from .botmesh_reindex import tenant_ids, unbuilt
+
+        missing = unbuilt(tenant_ids(None))
+        if missing:
+            self.stdout.write(f"building {len(missing)} Kv index(es) over existing data first ...")
+            call_command("botmesh_reindex", stdout=self.stdout)
 
     def _wait_ready(self, base_url: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
         deadline = time.monotonic() + 90
