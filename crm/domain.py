@@ -14,8 +14,11 @@ reaches a store.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
@@ -504,6 +507,153 @@ def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
         dict(r.get("attributes", {})), r.get("consent_required"),
     )
     return Segment(d["id"], d["name"], rules, version, int(d["created_at"]), int(d["updated_at"]))
+
+
+# --------------------------------------------------------------------------- index terms and search
+
+Term: TypeAlias = tuple[str | int | bool | None, ...]
+"""A posting list of contacts: ``("t", tag)``, ``("c", channel, status)``, ``("r", channel)``,
+``("a", name, attribute_key(value))``; ``ALL`` is every contact (it has a count, no list)."""
+
+ALL: Term = ("all",)
+MAX_SEARCH_KEY = 40  # characters of a search key that the index keeps (longer words match on the record)
+_SHORT_TEXT_BYTES = 120  # attribute strings up to this many UTF-8 bytes are index keys as they are
+_KEY_UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # what a Kv key may not hold
+_WORD_RE = re.compile(r"[^\W_]+")
+_PHONE_QUERY_RE = re.compile(r"[0-9\s().+/-]*[0-9][0-9\s().+/-]*")
+
+
+def tag_term(tag: str) -> Term:
+    """Return the term of the contacts that have (normalised) ``tag``."""
+    return ("t", tag)
+
+
+def consent_term(channel: str, status: str) -> Term:
+    """Return the term of the contacts whose consent on ``channel`` is ``status`` (none is unknown)."""
+    return ("c", channel, status)
+
+
+def reachable_term(channel: str) -> Term:
+    """Return the term of a segment's ``consent_required``: granted on ``channel`` and an identity there."""
+    return ("r", channel)
+
+
+def attribute_key(value: AttributeValue) -> str | int | bool | None:
+    """Return the typed index key of an attribute value: equal keys exactly when ``strict_equal``.
+
+    ``null``, booleans and integers are their own keys (the key encoding keeps
+    the three apart, so ``1`` ≠ ``true``); an integral float is the integer (JSON
+    has one number type: ``1.0`` = ``1``); other floats are ``"f"`` + ``repr``;
+    strings are ``"s"`` + the text, or ``"h"`` + its SHA-256 when it is longer
+    than 120 UTF-8 bytes or holds a character no Kv key may hold (a tab).
+    """
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 10**19:
+            return int(value)
+        return "f" + repr(value)
+    text = str(value)
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) > _SHORT_TEXT_BYTES or _KEY_UNSAFE_RE.search(text):
+        return "h" + hashlib.sha256(raw).hexdigest()
+    return "s" + text
+
+
+def attribute_term(name: str, value: AttributeValue) -> Term:
+    """Return the term of the contacts whose attribute ``name`` strictly equals ``value``."""
+    return ("a", name, attribute_key(value))
+
+
+def contact_terms(data: Mapping[str, Any]) -> list[Term]:
+    """Return every term the stored contact JSON ``data`` is listed under (see ``Term``).
+
+    Each channel has one consent term (``unknown`` when never set), so the three
+    statuses of a channel partition the contacts.
+    """
+    terms: list[Term] = [tag_term(t) for t in data.get("tags") or ()]
+    consent = data.get("consent") or {}
+    channels = {ch for ch, _ in data.get("identities") or ()}
+    for channel in CHANNELS:
+        status = (consent.get(channel) or {}).get("status") or "unknown"
+        terms.append(consent_term(channel, status))
+        if status == "granted" and channel in channels:
+            terms.append(reachable_term(channel))
+    for name, value in (data.get("attributes") or {}).items():
+        terms.append(attribute_term(name, value))
+    return terms
+
+
+def fold(text: str) -> str:
+    """Return ``text`` case-folded and without accents (``"García"`` → ``"garcia"``)."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def words(text: str) -> list[str]:
+    """Return the folded words of ``text`` (letters and digits; anything else separates)."""
+    return _WORD_RE.findall(fold(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _phone_keys(address: str) -> tuple[str, ...]:
+    """Return the digit strings a person types for an E.164 number: international and national."""
+    keys = [address.lstrip("+")]
+    try:
+        number = phonenumbers.parse(address, None)
+    except phonenumbers.NumberParseException:
+        return tuple(keys)
+    keys.append(phonenumbers.national_significant_number(number))
+    national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
+    keys.append("".join(ch for ch in national if ch.isascii() and ch.isdigit()))
+    return tuple(dict.fromkeys(k for k in keys if k))
+
+
+def search_keys(name: str | None, identities: Iterable[tuple[str, str]]) -> set[str]:
+    """Return the full search keys of a contact; a search term matches a key it starts.
+
+    The keys: the folded words of the name; each email address and its words
+    (``ana``, ``example``, ``com``); each WhatsApp number's digits in
+    international and national form (``573001112233``, ``3001112233``); each
+    Telegram user id.
+    """
+    keys = set(words(name or ""))
+    for channel, address in identities:
+        if channel == "email":
+            keys.add(address)
+            keys.update(words(address))
+        elif channel == "whatsapp":
+            keys.update(_phone_keys(address))
+        else:
+            keys.add(address)
+    return keys
+
+
+def search_index_keys(name: str | None, identities: Iterable[tuple[str, str]]) -> set[str]:
+    """Return the search keys as the index holds them (cut to ``MAX_SEARCH_KEY`` characters)."""
+    return {k[:MAX_SEARCH_KEY] for k in search_keys(name, identities)}
+
+
+def search_terms(query: str) -> list[str]:
+    """Return the terms of a text search; a contact matches when every term starts one of its keys.
+
+    A query of digits and phone punctuation (``+57 300-111``) is one digits term;
+    otherwise each space-separated part containing ``@`` is an email prefix and
+    every other part gives its folded words. An empty list matches nothing.
+    """
+    text = query.strip()
+    if _PHONE_QUERY_RE.fullmatch(text):
+        return ["".join(ch for ch in text if ch.isascii() and ch.isdigit())]
+    terms: list[str] = []
+    for part in fold(text).split():
+        terms.extend([part] if "@" in part else words(part))
+    return list(dict.fromkeys(terms))
+
+
+def search_match(terms: Iterable[str], keys: Iterable[str]) -> bool:
+    """Return True if every search term starts at least one of ``keys``."""
+    keys = list(keys)
+    return all(any(k.startswith(t) for k in keys) for t in terms)
 
 
 # --------------------------------------------------------------------------- import jobs

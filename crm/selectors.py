@@ -6,10 +6,13 @@ is scoped to the caller's tenant by the store). Times are epoch milliseconds.
 
 from __future__ import annotations
 
+import base64
+import heapq
+import itertools
+import json
 import re
 import threading
 import time
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -19,22 +22,42 @@ from botmesh_admin.errors import NotFound, ValidationError
 
 from . import csvio
 from .domain import (
+    ALL,
     CHANNELS,
+    CONSENT_STATUSES,
+    MAX_SEARCH_KEY,
+    AttributeValue,
     Contact,
     Identity,
     ImportJob,
     Segment,
     SegmentRules,
+    Term,
+    attribute_term,
+    consent_term,
     normalize_identity,
     normalize_tag,
-    rules_match,
+    reachable_term,
+    search_index_keys,
+    search_keys,
+    search_match,
+    search_terms,
     segment_rules_from_input,
+    strict_equal,
+    tag_term,
+    validate_attributes,
 )
 from .stores import default_store
+from .stores.base import ContactStore
 
 SCAN_BATCH = 1000
-SEGMENT_BATCH = 2000
-CONTACT_CURSOR = re.compile(r"c_[0-9a-f]{22}")  # the id of a page's last contact (``new_id("c")``)
+SEGMENT_BATCH = 1000  # one get_many of records per batch
+MAX_BATCH = 1000
+PAGE_BUDGET_MIN = 200
+PAGE_BUDGET_PER_ITEM = 10
+ID_CURSOR = re.compile(r"c_[0-9a-f]{22}")  # the id of a page's last contact (``new_id("c")``)
+# A page's cursor: the last contact's id, or (text search) "q" + base64url of [search key, id].
+CONTACT_CURSOR = re.compile(r"c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400}")
 REGION_TTL_S = 60.0
 _regions: dict[str, tuple[str, float]] = {}
 _regions_lock = threading.Lock()
@@ -87,24 +110,6 @@ def contact_find_by_identity(tenant: str, *, channel: str, address: str) -> Cont
     return default_store().contact_find(tenant, identity)
 
 
-def _fold(text: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
-def _text_matches(contact: Contact, needle: str) -> bool:
-    if needle in _fold(contact.name or ""):
-        return True
-    digits = "".join(ch for ch in needle if ch.isdigit())
-    for ident in contact.identities:
-        if needle in ident.address.casefold():
-            return True
-        if ident.channel == "whatsapp" and len(digits) >= 4 and digits == needle.replace(" ", "").lstrip("+"):
-            if digits in ident.address:
-                return True
-    return False
-
-
 def _parse_identity_filter(identity: str, tenant: str) -> Identity:
     channel, sep, address = identity.partition(":")
     if not sep or channel not in CHANNELS:
@@ -112,11 +117,85 @@ def _parse_identity_filter(identity: str, tenant: str) -> Identity:
     return Identity(channel, normalize_identity(channel, address, tenant_region(tenant), field="identity"))
 
 
+def _parse_consent_filter(consent: str) -> Term:
+    channel, sep, status = consent.partition(":")
+    if not sep or channel not in CHANNELS or status not in CONSENT_STATUSES:
+        raise ValidationError(
+            "consent", f"use <channel>:<status> with channel one of {', '.join(CHANNELS)} "
+            f"and status one of {', '.join(CONSENT_STATUSES)}"
+        )
+    return consent_term(channel, status)
+
+
 class ContactPage(NamedTuple):
-    """One page of contacts; pass ``next`` back as ``after`` for the following page."""
+    """One page of contacts; pass ``next`` back as ``after`` for the following page.
+
+    A page may hold fewer than ``limit`` contacts (even none) and still have a
+    ``next``: a filtered read stops after ``page_budget(limit)`` index entries
+    so that no request reads more than that; ``next`` is ``None`` only at the end.
+    """
 
     items: list[Contact]
     next: str | None
+
+
+def page_budget(limit: int) -> int:
+    """Return how many index entries one page of a filtered contact list reads at most."""
+    return max(PAGE_BUDGET_MIN, PAGE_BUDGET_PER_ITEM * limit)
+
+
+def _text_cursor(key: str, contact_id: str) -> str:
+    raw = json.dumps([key, contact_id], ensure_ascii=False, separators=(",", ":")).encode()
+    return "q" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _read_text_cursor(after: str) -> tuple[str, str]:
+    body = after[1:]
+    try:
+        value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    if (
+        not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value)
+        or not ID_CURSOR.fullmatch(value[1])
+    ):
+        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+    return value[0], value[1]
+
+
+@dataclass(frozen=True)
+class _Filters:
+    """The filters of one contact list, checked on every fetched contact."""
+
+    tag: str | None
+    consent: Term | None
+    attributes: Mapping[str, AttributeValue]
+    text: list[str] | None
+
+    def terms(self) -> list[Term]:
+        out: list[Term] = []
+        if self.tag is not None:
+            out.append(tag_term(self.tag))
+        if self.consent is not None:
+            out.append(self.consent)
+        out += [attribute_term(name, value) for name, value in self.attributes.items()]
+        return out
+
+    def keep(self, contact: Contact) -> bool:
+        if self.tag is not None and self.tag not in contact.tags:
+            return False
+        if self.consent is not None and contact.consent_status(str(self.consent[1])) != self.consent[2]:
+            return False
+        for name, want in self.attributes.items():
+            if name not in contact.attributes or not strict_equal(contact.attributes[name], want):
+                return False
+        if self.text is not None and not search_match(self.text, _contact_search_keys(contact)):
+            return False
+        return True
+
+
+def _contact_search_keys(contact: Contact) -> set[str]:
+    return search_keys(contact.name, ((i.channel, i.address) for i in contact.identities))
 
 
 def contact_list(
@@ -127,12 +206,31 @@ def contact_list(
     tag: str | None = None,
     q: str | None = None,
     identity: str | None = None,
+    consent: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> ContactPage:
-    """Return contacts ordered by id (creation time), filtered by tag, text and identity.
+    """Return a page of contacts filtered by tag, consent, attributes, text and identity.
 
-    ``q`` matches the name (ignoring case and accents) or part of an address;
-    ``identity`` is ``<channel>:<address>`` and is normalised first. ``limit``
-    is 1..200. Raise ``ValidationError`` for a bad filter.
+    ``tag`` is one tag; ``consent`` is ``<channel>:<status>`` (``whatsapp:granted``;
+    ``unknown`` is a contact never asked); ``attributes`` maps names to values
+    compared strictly (``"1"`` is not ``1`` nor ``true``); ``q`` is a text
+    search: every word must start a word of the name, an email (or one of its
+    words) or a phone number's digits in international or national form
+    (``300 111`` finds ``+57 300 1112233``), ignoring case and accents;
+    ``identity`` is ``<channel>:<address>`` (normalised first, the one owner).
+    ``limit`` is 1..200. Raise ``ValidationError`` for a bad filter or cursor.
+
+    Order: by id (creation time), except a text search read from the search
+    index, which lists by the matching word (alphabetically), then by id, each
+    contact once. ``next`` is opaque: pass it back as ``after``.
+
+    Cost: no filter, limit + 1 records. With filters, the counts of the
+    filters' posting lists are read (one ``get_many``), the smallest list is
+    walked in id order and the other filters are checked on the fetched
+    contacts; a text search alone (or with filters whose smallest list is
+    longer than the page budget) walks the search index instead. Either way a
+    page reads at most ``page_budget(limit)`` entries (with their records) and
+    returns ``next`` where it stopped.
     """
     if not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
@@ -140,24 +238,97 @@ def contact_list(
     store = default_store()
     if identity:
         found = store.contact_find(tenant, _parse_identity_filter(identity, tenant))
+        if after is not None and not ID_CURSOR.fullmatch(after):
+            raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
         return ContactPage([found] if found and (after is None or found.id > after) else [], None)
-    wanted_tag = normalize_tag(tag, "tag") if tag else None
-    needle = _fold(q.strip()) if q and q.strip() else None
+    text = search_terms(q) if q and q.strip() else None
+    filters = _Filters(
+        tag=normalize_tag(tag, "tag") if tag else None,
+        consent=_parse_consent_filter(consent) if consent else None,
+        attributes=validate_attributes(attributes or {}, "attributes"),
+        text=text,
+    )
+    if text == []:
+        return ContactPage([], None)  # a query without letters or digits matches nothing
+    terms = filters.terms()
+    if after is not None and after.startswith("q"):
+        if text is None:
+            raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+        return _text_page(store, tenant, filters, _read_text_cursor(after), limit)
+    if not terms:
+        if text is not None:
+            if after is not None:
+                raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+            return _text_page(store, tenant, filters, None, limit)
+        page = store.contact_scan(tenant, after=after, limit=limit + 1)
+        return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
+    counts = store.contact_count(tenant, terms)
+    smallest = min(range(len(terms)), key=counts.__getitem__)
+    if text is not None and after is None and counts[smallest] > page_budget(limit):
+        return _text_page(store, tenant, filters, None, limit)
+    return _term_page(store, tenant, filters, terms[smallest], after, limit)
+
+
+def _batches(limit: int, budget: int) -> Iterator[int]:
+    """Yield batch sizes: a page and one first, then doubling, until ``budget`` is read."""
+    size, read = limit + 1, 0
+    while read < budget:
+        size = min(size, budget - read, MAX_BATCH)
+        yield size
+        read += size
+        size *= 2
+
+
+def _term_page(
+    store: ContactStore, tenant: str, filters: _Filters, term: Term, after: str | None, limit: int
+) -> ContactPage:
+    """Walk the posting list of ``term`` by id; keep the contacts every filter accepts."""
     items: list[Contact] = []
     cursor = after
-    while True:
-        batch = store.contact_scan(tenant, after=cursor, limit=SCAN_BATCH if (wanted_tag or needle) else limit + 1)
-        for contact in batch:
-            if wanted_tag and wanted_tag not in contact.tags:
-                continue
-            if needle and not _text_matches(contact, needle):
-                continue
+    for size in _batches(limit, page_budget(limit)):
+        ids = store.contact_term_scan(tenant, term, after=cursor, limit=size)
+        for contact_id, contact in zip(ids, store.contact_get_many(tenant, ids), strict=True):
+            cursor = contact_id
+            if contact is None or not filters.keep(contact):
+                continue  # erased or changed since the index entry was read
             items.append(contact)
             if len(items) > limit:
                 return ContactPage(items[:limit], items[limit - 1].id)
-        if not batch or len(batch) < (SCAN_BATCH if (wanted_tag or needle) else limit + 1):
+        if len(ids) < size:
             return ContactPage(items, None)
-        cursor = batch[-1].id
+    return ContactPage(items, cursor)
+
+
+def _text_page(
+    store: ContactStore, tenant: str, filters: _Filters, after: tuple[str, str] | None, limit: int
+) -> ContactPage:
+    """Walk the search index from the longest term's prefix; list each contact under its first matching key."""
+    assert filters.text
+    prefix = max(filters.text, key=len)[:MAX_SEARCH_KEY]
+    items: list[tuple[Contact, tuple[str, str]]] = []
+    cursor = after
+    for size in _batches(limit, page_budget(limit)):
+        hits = store.contact_search_scan(tenant, prefix, after=cursor, limit=size)
+        contacts = store.contact_get_many(tenant, [contact_id for _, contact_id in hits])
+        for hit, contact in zip(hits, contacts, strict=True):
+            cursor = hit
+            if contact is None or not filters.keep(contact):
+                continue
+            keys = search_index_keys(contact.name, ((i.channel, i.address) for i in contact.identities))
+            if hit[0] != min((k for k in keys if k.startswith(prefix)), default=None):
+                continue  # listed under an earlier key of this contact (or no longer under this one)
+            items.append((contact, hit))
+            if len(items) > limit:
+                return ContactPage([c for c, _ in items[:limit]], _text_cursor(*items[limit - 1][1]))
+        if len(hits) < size:
+            return ContactPage([c for c, _ in items], None)
+    assert cursor is not None
+    return ContactPage([c for c, _ in items], _text_cursor(*cursor))
+
+
+def contact_count(tenant: str) -> int:
+    """Return how many contacts the tenant has (one counter read)."""
+    return default_store().contact_count(tenant, [ALL])[0]
 
 
 def contact_iter(tenant: str, *, batch: int = SCAN_BATCH) -> Iterator[Contact]:
@@ -203,31 +374,137 @@ def _rules(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, A
     return segment_rules_from_input(segment_id_or_rules)
 
 
+@dataclass(frozen=True)
+class _SegmentPlan:
+    """How a segment's members are read: the posting lists that drive, or every contact.
+
+    ``sources`` are the rules' positive conditions, each a list of terms whose
+    union it is (``tags_any``; one term for the others); ``excluded`` are the
+    ``tags_none`` terms.
+    """
+
+    rules: SegmentRules
+    sources: tuple[tuple[Term, ...], ...]
+    excluded: tuple[Term, ...]
+
+    @classmethod
+    def of(cls, rules: SegmentRules) -> _SegmentPlan:
+        sources: list[tuple[Term, ...]] = [(tag_term(t),) for t in rules.tags_all]
+        sources += [(attribute_term(n, v),) for n, v in rules.attributes.items()]
+        if rules.consent_required:
+            sources.append((reachable_term(rules.consent_required),))
+        if rules.tags_any:
+            sources.append(tuple(tag_term(t) for t in rules.tags_any))
+        return cls(rules, tuple(sources), tuple(tag_term(t) for t in rules.tags_none))
+
+    def terms(self) -> list[Term]:
+        """Return every term whose count the plan needs (``ALL`` included)."""
+        return [ALL, *(t for source in self.sources for t in source), *self.excluded]
+
+    def driver(self, counts: Mapping[Term, int]) -> tuple[Term, ...] | None:
+        """Return the positive condition with the fewest contacts (a union counts its lists' sum)."""
+        if not self.sources:
+            return None
+        return min(self.sources, key=lambda source: sum(counts[t] for t in source))
+
+
+def _term_ids(store: ContactStore, tenant: str, term: Term, batch: int) -> Iterator[str]:
+    """Yield the ids of ``term``'s posting list, by id, ``batch`` at a time."""
+    cursor: str | None = None
+    while True:
+        ids = store.contact_term_scan(tenant, term, after=cursor, limit=batch)
+        yield from ids
+        if len(ids) < batch:
+            return
+        cursor = ids[-1]
+
+
+def _union_ids(store: ContactStore, tenant: str, terms: tuple[Term, ...], batch: int) -> Iterator[str]:
+    """Yield the ids listed under any of ``terms``, by id, once each (a merge of the sorted lists)."""
+    if len(terms) == 1:
+        yield from _term_ids(store, tenant, terms[0], batch)
+        return
+    last: str | None = None
+    for contact_id in heapq.merge(*(_term_ids(store, tenant, t, batch) for t in terms)):
+        if contact_id != last:
+            yield contact_id
+            last = contact_id
+
+
+def _batched(ids: Iterator[str], size: int) -> Iterator[list[str]]:
+    while batch := list(itertools.islice(ids, size)):
+        yield batch
+
+
+def _read_counts(store: ContactStore, tenant: str, plans: list[_SegmentPlan]) -> dict[Term, int]:
+    terms = list(dict.fromkeys(t for plan in plans for t in plan.terms()))
+    return dict(zip(terms, store.contact_count(tenant, terms), strict=True))
+
+
+def _count(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int]) -> int:
+    """Return the exact number of members; see ``segment_count`` for the cost."""
+    driver = plan.driver(counts)
+    if driver is None:
+        if not plan.excluded:
+            return counts[ALL]
+        if len(plan.excluded) == 1:
+            return counts[ALL] - counts[plan.excluded[0]]
+        return counts[ALL] - sum(1 for _ in _union_ids(store, tenant, plan.excluded, SEGMENT_BATCH))
+    if len(plan.sources) == 1 and not plan.excluded and len(driver) == 1:
+        return counts[driver[0]]  # one condition: its counter is the answer
+    if sum(counts[t] for t in driver) == 0:
+        return 0
+    ids = _union_ids(store, tenant, driver, SEGMENT_BATCH)
+    return sum(store.contact_match_count(tenant, batch, plan.rules) for batch in _batched(ids, SEGMENT_BATCH))
+
+
+def _members(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int]) -> Iterator[Contact]:
+    driver = plan.driver(counts)
+    if driver is None:
+        cursor: str | None = None
+        while True:
+            matches, cursor = store.contact_scan_matching(tenant, plan.rules, after=cursor, limit=SEGMENT_BATCH)
+            yield from matches
+            if cursor is None:
+                return
+    for batch in _batched(_union_ids(store, tenant, driver, SEGMENT_BATCH), SEGMENT_BATCH):
+        yield from store.contact_match(tenant, batch, plan.rules)
+
+
 def segment_members(
     tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]
 ) -> Iterator[Contact]:
     """Yield the contacts matching a saved segment (by id) or unsaved rules, by contact id.
 
-    Raise ``NotFound`` for an unknown segment id, ``ValidationError`` for bad rules
-    (both before the first contact is yielded).
+    Streams with bounded memory: one batch of ``SEGMENT_BATCH`` (1,000) contacts
+    at a time (times the number of ``tags_any`` tags when those drive), so a
+    campaign can plan over a million members. The read walks the posting list
+    of the rules' most selective positive condition (fewest contacts by count:
+    a tag of ``tags_all``, an attribute value, ``consent_required``'s reachable
+    list, or the merged lists of ``tags_any``) and checks every rule on the
+    fetched contacts: O(that list). Rules with only ``tags_none`` (or none)
+    walk every contact. Raise ``NotFound`` for an unknown segment id,
+    ``ValidationError`` for bad rules (both before the first contact is yielded).
     """
-    rules = _rules(tenant, segment_id_or_rules)
+    plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
     store = default_store()
-
-    def members() -> Iterator[Contact]:
-        cursor: str | None = None
-        while True:
-            matches, cursor = store.contact_scan_matching(tenant, rules, after=cursor, limit=SEGMENT_BATCH)
-            yield from matches
-            if cursor is None:
-                return
-
-    return members()
+    counts = _read_counts(store, tenant, [plan])
+    return _members(store, tenant, plan, counts)
 
 
 def segment_count(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]) -> int:
-    """Return how many contacts match now (a live count)."""
-    return sum(1 for _ in segment_members(tenant, segment_id_or_rules))
+    """Return how many contacts match now (a live, exact count).
+
+    Cost: the counters of the rules' terms (one ``get_many``). A single
+    condition (one tag, one attribute value, ``consent_required``, one
+    ``tags_none`` tag, or no rule) is answered by them alone, O(1). Several
+    conditions walk the posting list with the fewest contacts and check the
+    rules on those contacts: O(smallest list). Only ``tags_none`` with several
+    tags reads their lists' ids (O(their sum)), never the contacts.
+    """
+    plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
+    store = default_store()
+    return _count(store, tenant, plan, _read_counts(store, tenant, [plan]))
 
 
 @dataclass(frozen=True)
@@ -241,25 +518,31 @@ class SegmentPreview:
 def segment_preview(
     tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any], *, limit: int = 20
 ) -> SegmentPreview:
-    """Return the live count and the first ``limit`` (0..200) members."""
+    """Return the live count and the first ``limit`` (0..200) members (by id).
+
+    The count costs what ``segment_count`` costs; the sample walks the same
+    posting list until ``limit`` members are found.
+    """
     if not 0 <= limit <= 200:
         raise ValidationError("limit", "must be 0..200")
-    count, sample = 0, list[Contact]()
-    for contact in segment_members(tenant, segment_id_or_rules):
-        count += 1
-        if len(sample) < limit:
-            sample.append(contact)
+    plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
+    store = default_store()
+    counts = _read_counts(store, tenant, [plan])
+    count = _count(store, tenant, plan, counts)
+    sample = list(itertools.islice(_members(store, tenant, plan, counts), limit)) if count and limit else []
     return SegmentPreview(count, sample)
 
 
 def segment_counts(tenant: str, segments: list[Segment]) -> dict[str, int]:
-    """Return the live count of each segment in one pass over the contacts."""
-    counts = {s.id: 0 for s in segments}
-    for contact in contact_iter(tenant):
-        for segment in segments:
-            if rules_match(segment.rules, contact):
-                counts[segment.id] += 1
-    return counts
+    """Return the live count of each segment (the segments page).
+
+    One ``get_many`` of every counter the segments need; then each segment
+    costs what ``segment_count`` costs (O(1) for a single condition).
+    """
+    store = default_store()
+    plans = {s.id: _SegmentPlan.of(s.rules) for s in segments}
+    counts = _read_counts(store, tenant, list(plans.values()))
+    return {segment_id: _count(store, tenant, plan, counts) for segment_id, plan in plans.items()}
 
 
 # --------------------------------------------------------------------------- imports
@@ -274,13 +557,7 @@ def import_job_get(tenant: str, job_id: str) -> ImportJob:
 
 
 def import_job_list(tenant: str, *, limit: int = 20) -> list[ImportJob]:
-    """Return the most recent import jobs, newest first."""
-    jobs: list[ImportJob] = []
-    cursor: str | None = None
-    while True:
-        page = default_store().import_job_scan(tenant, after=cursor, limit=500)
-        jobs.extend(page)
-        if len(page) < 500:
-            break
-        cursor = page[-1].id
-    return list(reversed(jobs))[:limit]
+    """Return the ``limit`` (1..200) most recent import jobs, newest first (one index page)."""
+    if not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    return default_store().import_job_newest(tenant, limit=limit)

@@ -18,15 +18,22 @@ Rules every implementation keeps:
   entries in the same atomic write.
 - Listings are ordered by id (ids sort by creation time) and paginated with an
   exclusive ``after`` cursor.
+- Every contact is listed under its terms (``crm.domain.contact_terms``: tags,
+  consent status per channel, reachable channels, attribute values) and its
+  search keys (``crm.domain.search_index_keys``), exactly as it is now: the
+  posting lists, their counts and the search entries change in the same atomic
+  write as the contact. The Kv store reads them from indexes (a page is O(page),
+  a count O(1)); the memory store, the reference, computes them from its
+  contacts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from botmesh_admin.errors import ValidationError
-from crm.domain import Contact, Identity, ImportJob, Segment, SegmentRules
+from crm.domain import Contact, Identity, ImportJob, Segment, SegmentRules, Term
 
 MAX_SCAN = 5000
 
@@ -106,6 +113,43 @@ class ContactStore(Protocol):
         """
         ...
 
+    def contact_get_many(self, tenant: str, contact_ids: Sequence[str]) -> list[Contact | None]:
+        """Return, for each id in order, the contact or ``None`` (one round trip per 1,000 ids)."""
+        ...
+
+    def contact_count(self, tenant: str, terms: Sequence[Term]) -> list[int]:
+        """Return how many contacts each term lists (``ALL``: every contact); O(1) per term."""
+        ...
+
+    def contact_term_scan(
+        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """Return up to ``limit`` (1..5000) ids of contacts listed under ``term``, by id, after ``after``.
+
+        O(limit) entries read; ``ALL`` is not a list (use ``contact_scan``).
+        """
+        ...
+
+    def contact_search_scan(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        """Return up to ``limit`` (1..5000) ``(search key, contact id)`` pairs whose key starts with ``prefix``.
+
+        Ordered by key (code point order), then contact id; ``after`` is the last
+        pair of the previous page (exclusive). A contact appears once per
+        matching key. O(limit) entries read. Raise ``ValidationError`` (field
+        ``after``) when ``after``'s key does not start with ``prefix``.
+        """
+        ...
+
+    def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
+        """Return the contacts among ``contact_ids`` (in that order) that exist and match ``rules``."""
+        ...
+
+    def contact_match_count(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> int:
+        """Return how many of ``contact_ids`` exist and match ``rules`` (the rules tested on the stored form)."""
+        ...
+
     # suppression list -------------------------------------------------------
 
     def suppression_get(self, tenant: str, key: str) -> Mapping[str, Any] | None:
@@ -150,6 +194,10 @@ class ContactStore(Protocol):
 
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
         """Return up to ``limit`` import jobs with id greater than ``after``, by id (oldest first)."""
+        ...
+
+    def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:
+        """Return the ``limit`` (1..5000) most recent import jobs, newest first (O(limit))."""
         ...
 
     def import_data_get(self, tenant: str, job_id: str) -> str | None:

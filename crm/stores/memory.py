@@ -1,22 +1,32 @@
-"""The reference CRM store: plain dictionaries behind one lock (one process)."""
+"""The reference CRM store: plain dictionaries behind one lock (one process).
+
+Posting lists, counts and search entries are computed from the contacts on
+each call (the definition the Kv store's indexes must agree with): O(tenant),
+which is what a reference may cost.
+"""
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from botmesh_admin.errors import Conflict
+from botmesh_admin.errors import Conflict, ValidationError
 from crm.domain import (
+    ALL,
     Contact,
     Identity,
     IdentityTaken,
     ImportJob,
     Segment,
     SegmentRules,
+    Term,
+    contact_terms,
+    contact_to_json,
     rules_match,
+    search_index_keys,
     version_mismatch,
 )
 
@@ -142,6 +152,52 @@ class MemoryContactStore:
             matches = [_copy(c, c.version) for c in page if rules_match(rules, c)]
         return matches, page[-1].id if len(page) == limit else None
 
+    def contact_get_many(self, tenant: str, contact_ids: Sequence[str]) -> list[Contact | None]:
+        with self._lock:
+            found = [self._t(tenant).contacts.get(i) for i in contact_ids]
+            return [_copy(c, c.version) if c else None for c in found]
+
+    def _terms(self, t: _Tenant) -> dict[str, set[Term]]:
+        return {cid: set(contact_terms(contact_to_json(c))) for cid, c in t.contacts.items()}
+
+    def contact_count(self, tenant: str, terms: Sequence[Term]) -> list[int]:
+        with self._lock:
+            t = self._t(tenant)
+            listed = self._terms(t)
+            return [len(t.contacts) if term == ALL else sum(term in ts for ts in listed.values())
+                    for term in terms]
+
+    def contact_term_scan(
+        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        check_scan_limit(limit)
+        with self._lock:
+            listed = self._terms(self._t(tenant))
+        ids = sorted(cid for cid, ts in listed.items() if term in ts and (after is None or cid > after))
+        return ids[:limit]
+
+    def contact_search_scan(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        check_scan_limit(limit)
+        if after is not None and not after[0].startswith(prefix):
+            raise ValidationError("after", "not a cursor of this list")
+        with self._lock:
+            contacts = list(self._t(tenant).contacts.values())
+        hits = sorted(
+            (key, c.id)
+            for c in contacts
+            for key in search_index_keys(c.name, ((i.channel, i.address) for i in c.identities))
+            if key.startswith(prefix)
+        )
+        return [h for h in hits if after is None or h > after][:limit]
+
+    def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
+        return [c for c in self.contact_get_many(tenant, contact_ids) if c is not None and rules_match(rules, c)]
+
+    def contact_match_count(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> int:
+        return len(self.contact_match(tenant, contact_ids, rules))
+
     # suppression list
 
     def suppression_get(self, tenant: str, key: str) -> Mapping[str, Any] | None:
@@ -207,6 +263,12 @@ class MemoryContactStore:
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
         with self._lock:
             return _page(self._t(tenant).jobs, after, limit)
+
+    def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:
+        check_scan_limit(limit)
+        with self._lock:
+            jobs = self._t(tenant).jobs
+            return [jobs[k] for k in sorted(jobs, reverse=True)[:limit]]
 
     def import_data_get(self, tenant: str, job_id: str) -> str | None:
         with self._lock:
