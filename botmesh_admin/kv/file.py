@@ -175,6 +175,11 @@ class FileKv(MemoryKv):
         self._check_open()
         return super().get(table, key)
 
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) of each key, in order (see the contract)."""
+        self._check_open()
+        return super().get_many(table, keys)
+
     def scan(
         self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
     ) -> list[Entry]:
@@ -185,8 +190,8 @@ class FileKv(MemoryKv):
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` atomically and return after the snapshot is on disk.
 
-        Raise ``ConflictError`` (nothing written) or ``StoreUnavailable`` (the
-        write failed; nothing of the batch is kept).
+        Raise ``ConflictError`` or ``ValidationError`` (a refused ``Add``; nothing
+        written) or ``StoreUnavailable`` (the write failed; nothing of the batch is kept).
         """
         with self._lock:
             self._check_open()

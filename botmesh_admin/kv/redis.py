@@ -11,7 +11,9 @@ in one cluster slot and a commit is one Lua script on one node):
 =======================  ==========================================================
 
 A commit is one ``EVALSHA``: the script checks every expectation, then applies
-every op, so it is atomic without ``WATCH``. Expiry uses the Redis server's clock
+every op, so it is atomic without ``WATCH``; an ``Add`` reads and sums its
+counter inside it, so concurrent adds queue in Redis and never conflict.
+``get_many`` is one script call as well. Expiry uses the Redis server's clock
 (``TIME``). An entry with a TTL also gets ``PEXPIREAT``, so Redis reclaims its
 memory by itself; index members left behind are removed lazily by ``scan`` and
 by ``sweep``. Redis errors are raised as ``StoreUnavailable``.
@@ -26,16 +28,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
-from .base import ANY, Check, ConflictError, Delete, Entry, Op, Put
+from .base import ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from .encoding import dump_value, load_value, prefix_end, scan_start
 from .validation import (
+    added,
     now_ms,
     validate_commit,
+    validate_get_many,
     validate_import,
     validate_key,
     validate_scan,
@@ -53,17 +57,37 @@ COMMIT_LUA = (
     _NOW
     + """
 -- KEYS[1] index, KEYS[2] expiry index, KEYS[2 + i] entry hash of op i.
--- ARGV, five per op: kind (p put, d delete, c check), key, expect (a any, x absent,
--- or a version), value JSON, ttl_ms ('' for none).
--- Reply: {0, i, version or -1} for the first failed expectation (nothing written),
+-- ARGV, five per op: kind (p put, d delete, c check, a add), key, expect (a any,
+-- x absent, or a version), value JSON (an add: its delta), ttl_ms ('' for none).
+-- Reply: {0, i, version or -1} for the first failed expectation, {2, i, stored
+-- integer text or ''} for the first refused add (nothing written in either case),
 -- else {1, then per op: version or -1, expires_at or -1, value or ''}.
+"""
+    + f"local MAX = {MAX_COUNTER}\n"
+    + """-- Return s + d exactly (s: the stored JSON text, d: an integer within ±MAX), or
+-- nil, why ('type' or 'range'). Lua numbers are doubles: s may exceed 2^53 and
+-- still come back within ±MAX, so it is read as hi * 1e8 + lo, parts a double
+-- holds exactly; hi * 1e8 is exact too (a multiple of 2^8 below 2^57), and the
+-- last addition is correctly rounded, so the range test is exact.
+local function add_exact(s, d)
+  local sign, digits = string.match(s, '^(%-?)(%d+)$')
+  if not digits then return nil, 'type' end
+  if #digits > 17 then return nil, 'range' end  -- |s| >= 1e17 > 2 * MAX
+  local hi = tonumber(string.sub(digits, 1, -9)) or 0
+  local lo = tonumber(string.sub(digits, -8))
+  if sign == '-' then hi, lo = -hi, -lo end
+  local dlo = math.fmod(d, 1e8)
+  local total = (hi + (d - dlo) / 1e8) * 1e8 + (lo + dlo)
+  if total > MAX or total < -MAX then return nil, 'range' end
+  return total
+end
 local n = #KEYS - 2
 local present, had_ttl, vers, exps, vals = {}, {}, {}, {}, {}
 for i = 1, n do
   local b = (i - 1) * 5
   local kind, expect = ARGV[b + 1], ARGV[b + 3]
   local h
-  if kind == 'c' then
+  if kind == 'c' or kind == 'a' then
     h = redis.call('HMGET', KEYS[2 + i], 'ver', 'exp', 'v')
   else
     h = redis.call('HMGET', KEYS[2 + i], 'ver', 'exp')
@@ -72,21 +96,30 @@ for i = 1, n do
   present[i] = ver ~= nil
   had_ttl[i] = exp ~= nil
   if ver and exp and exp <= now then ver = nil end
-  if expect == 'x' then
+  if kind == 'a' then  -- no expectation: an add fails only on what it adds to
+    local total, why = add_exact(ver and h[3] or '0', tonumber(ARGV[b + 4]))
+    if not total then return {2, i, why == 'range' and h[3] or ''} end
+    h[3] = string.format('%d', total)
+  elseif expect == 'x' then
     if ver then return {0, i, ver} end
   elseif expect ~= 'a' and ver ~= tonumber(expect) then
     return {0, i, ver or -1}
   end
+  if not ver then exp = nil end
   vers[i], exps[i], vals[i] = ver or 0, exp or -1, h[3] or ''
 end
 local out = {1}
 for i = 1, n do
   local b = (i - 1) * 5
   local kind, member, key = ARGV[b + 1], ARGV[b + 2], KEYS[2 + i]
-  if kind == 'p' then
+  if kind == 'a' and exps[i] >= 0 then  -- a live counter with a TTL keeps it
+    redis.call('HSET', key, 'v', vals[i], 'ver', vers[i] + 1)
+    out[#out + 1], out[#out + 2], out[#out + 3] = vers[i] + 1, exps[i], vals[i]
+  elseif kind == 'p' or kind == 'a' then
     local ver, exp = vers[i] + 1, -1
-    if ARGV[b + 5] == '' then
-      redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver)
+    local value = kind == 'a' and vals[i] or ARGV[b + 4]
+    if kind == 'a' or ARGV[b + 5] == '' then
+      redis.call('HSET', key, 'v', value, 'ver', ver)
       if had_ttl[i] then
         redis.call('HDEL', key, 'exp')
         redis.call('PERSIST', key)
@@ -96,7 +129,7 @@ for i = 1, n do
       end
     else
       exp = now + tonumber(ARGV[b + 5])
-      redis.call('HSET', key, 'v', ARGV[b + 4], 'ver', ver, 'exp', string.format('%d', exp))
+      redis.call('HSET', key, 'v', value, 'ver', ver, 'exp', string.format('%d', exp))
       -- Redis drops a key once now > its expiry time; exp - 1 makes it vanish at exp,
       -- matching "live while expires_at > now".
       redis.call('PEXPIREAT', key, string.format('%d', exp - 1))
@@ -105,7 +138,7 @@ for i = 1, n do
     if not present[i] then  -- an existing entry is always in the index already
       redis.call('ZADD', KEYS[1], 0, member)
     end
-    out[#out + 1], out[#out + 2], out[#out + 3] = ver, exp, ''
+    out[#out + 1], out[#out + 2], out[#out + 3] = ver, exp, kind == 'a' and value or ''
   elseif kind == 'd' then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], member)
@@ -146,6 +179,25 @@ while found < limit do
   end
   if #members < want then break end
   min = '(' .. members[#members]
+end
+return out
+"""
+)
+
+GET_MANY_LUA = (
+    _NOW
+    + """
+-- KEYS: the entry hashes to read. Reply: flat {value, version, expires_at} per key,
+-- '' for each of them when the entry is absent or expired.
+local out = {}
+for i = 1, #KEYS do
+  local h = redis.call('HMGET', KEYS[i], 'v', 'ver', 'exp')
+  local exp = tonumber(h[3])
+  if h[2] and (not exp or exp > now) then
+    out[#out + 1], out[#out + 2], out[#out + 3] = h[1], h[2], h[3] or ''
+  else
+    out[#out + 1], out[#out + 2], out[#out + 3] = '', '', ''
+  end
 end
 return out
 """
@@ -217,6 +269,19 @@ _DROP_CHUNK = 500
 _REGISTER_EVERY_S = 60.0
 
 
+def _refuse_add(ops: Sequence[Op], i: int, stored: bytes | None) -> NoReturn:
+    """Raise the ``ValidationError`` of the ``Add`` at ``ops[i]`` that the script refused.
+
+    ``stored`` is the JSON text of the stored integer (the sum left ``±MAX_COUNTER``),
+    or ``None`` if the stored value is not an integer. ``added`` words the error,
+    so RedisKv refuses exactly as MemoryKv does.
+    """
+    op = ops[i]
+    assert isinstance(op, Add)
+    added("not an integer" if stored is None else load_value(stored), op.delta, f"ops[{i}]")
+    raise StoreUnavailable(f"Redis Kv refused ops[{i}] (an Add) for no reason MemoryKv knows")
+
+
 def table_keys(table: str) -> tuple[bytes, bytes, bytes]:
     """Return (index, expiry index, entry key prefix) of ``table``."""
     tag = b"bmkv:{" + table.encode() + b"}:"
@@ -274,6 +339,7 @@ class RedisKv:
             self._client.ping()  # fail at connect time, like the other backends
         self._commit = self._client.register_script(COMMIT_LUA)
         self._scan = self._client.register_script(SCAN_LUA)
+        self._get_many = self._client.register_script(GET_MANY_LUA)
         self._sweep = self._client.register_script(SWEEP_LUA)
         self._drop = self._client.register_script(DROP_LUA)
         self._import = self._client.register_script(IMPORT_LUA)
@@ -301,6 +367,28 @@ class RedisKv:
         if version is None:
             return None
         return Entry(key, load_value(value), int(version), expires_at and int(expires_at))
+
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) of each of ``keys``, in order: one script call.
+
+        The script reads every entry at one instant, like ``commit`` (and, being
+        one call, one round trip on a cluster too: the keys share the table's slot).
+        """
+        keys = validate_get_many(table, keys)
+        if not keys:
+            return []
+        entry_prefix = table_keys(table)[2]
+        unique = list(dict.fromkeys(keys))
+        with self._errors():
+            flat = self._get_many(keys=[entry_prefix + key.encode() for key in unique])
+        found: dict[str, Entry] = {}
+        for key, i in zip(unique, range(0, len(flat), 3), strict=True):
+            value, version, expires_at = flat[i : i + 3]
+            if version:
+                found[key] = Entry(
+                    key, load_value(value), int(version), int(expires_at) if expires_at else None
+                )
+        return [found.get(key) for key in keys]
 
     def scan(
         self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
@@ -346,6 +434,8 @@ class RedisKv:
                 ttl: bytes | int = b"" if op.ttl_ms is None else op.ttl_ms
                 has_ttl = has_ttl or op.ttl_ms is not None
                 args += (b"p", key, expect, dump_value(op.value), ttl)
+            elif isinstance(op, Add):
+                args += (b"a", key, expect, op.delta, b"")
             else:
                 args += (b"d" if isinstance(op, Delete) else b"c", key, expect, b"", b"")
         with self._errors():
@@ -355,12 +445,18 @@ class RedisKv:
         if reply[0] == 0:
             op = ops[reply[1] - 1]
             raise ConflictError(table, op.key, op.expect, None if reply[2] < 0 else reply[2])
+        if reply[0] == 2:
+            _refuse_add(ops, reply[1] - 1, reply[2] or None)
         results: list[Entry | None] = []
         for i, op in enumerate(ops):
             version, expires_at, value = reply[1 + 3 * i : 4 + 3 * i]
             if isinstance(op, Put):
                 results.append(
                     Entry(op.key, op.value, version, None if expires_at < 0 else expires_at)
+                )
+            elif isinstance(op, Add):
+                results.append(
+                    Entry(op.key, int(value), version, None if expires_at < 0 else expires_at)
                 )
             elif isinstance(op, Check) and version > 0:
                 results.append(

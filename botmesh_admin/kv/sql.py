@@ -10,13 +10,16 @@ JSON value, ``"\\u0000"`` included, round-trips exactly) and ``expires_at`` is
 epoch milliseconds or NULL.
 
 - **PostgreSQL**: a commit is one round trip to the PL/pgSQL function
-  ``botmesh_kv_commit_v1``, one transaction that takes a transaction-level
+  ``botmesh_kv_commit_v2``, one transaction that takes a transaction-level
   advisory lock per (table, key) — absent keys included, so ``ABSENT``
   expectations are exact under concurrency — then row locks, checks every
   expectation and only then writes. A single ``Put``/``Delete`` of an existing
   key with ``ANY`` or a version is one ``UPDATE``/``DELETE … WHERE version = n``
-  instead (the common compare-and-set, as cheap as hand-written SQL). Expiry
-  uses the server's clock.
+  instead (the common compare-and-set, as cheap as hand-written SQL), and a
+  single ``Add`` to an existing counter is one ``UPDATE … SET value = value +
+  delta``. An ``Add`` never fails on a concurrent ``Add``: it waits for the
+  row (or advisory) lock and adds to whatever was committed. Expiry uses the
+  server's clock.
 - **SQLite**: a commit is one ``BEGIN IMMEDIATE`` transaction (WAL mode,
   ``synchronous=FULL``, 30 s busy timeout). Expiry uses this host's clock.
 
@@ -31,17 +34,19 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
-from .base import ABSENT, ANY, Check, ConflictError, Delete, Entry, Op, Put
+from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from .encoding import dump_value, load_value, prefix_end, scan_start
 from .validation import (
+    added,
     expectation_holds,
     now_ms,
     validate_commit,
+    validate_get_many,
     validate_import,
     validate_key,
     validate_scan,
@@ -119,6 +124,31 @@ class ThreadConnections(Generic[Conn]):
                 slot.finalizer()
 
 
+def _refuse_add(ops: Sequence[Op], i: int, stored: str | bytes | None) -> NoReturn:
+    """Raise the ``ValidationError`` of the ``Add`` at ``ops[i]`` that the server refused.
+
+    ``stored`` is the JSON text of the stored integer (the sum left ``±MAX_COUNTER``),
+    or ``None`` if the stored value is not an integer. ``added`` words the error,
+    so SqlKv refuses exactly as MemoryKv does.
+    """
+    op = ops[i]
+    assert isinstance(op, Add)
+    added(_NOT_AN_INTEGER if stored is None else load_value(stored), op.delta, f"ops[{i}]")
+    raise StoreUnavailable(f"the server refused ops[{i}] (an Add) for no reason MemoryKv knows")
+
+
+_NOT_AN_INTEGER = "not an integer"  # stands for a stored value added() must refuse
+
+
+def _kind(op: Op) -> str:
+    """Name an op for the commit function: p put, d delete, c check, a add."""
+    if isinstance(op, Put):
+        return "p"
+    if isinstance(op, Add):
+        return "a"
+    return "d" if isinstance(op, Delete) else "c"
+
+
 def _expect_code(op: Op) -> int:
     """Encode an expectation for SQL: -1 any, 0 absent, n a version."""
     if isinstance(op.expect, int):
@@ -132,9 +162,15 @@ def _expect_code(op: Op) -> int:
 # so a scan filters every row against the same instant.
 _PG_NOW = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
 _PG_SCHEMA_LOCK = 0x626F746D65736801  # "botmesh\x01": serialises concurrent schema creation
+# The JSON text of an integer an Add may add to: at most 18 digits, so the cast to
+# bigint and the sum (|delta| <= MAX_COUNTER) cannot overflow, yet every stored
+# integer a delta can bring back within ±MAX_COUNTER (up to 2 * MAX_COUNTER) passes.
+_PG_INTEGER = "'^-?[0-9]{1,18}$'"
 
 # Schema creation is skipped when the table and the function exist, so a changed
-# function body must get a new name (botmesh_kv_commit_v2, …), never an edit in place.
+# function body must get a new name (botmesh_kv_commit_v3, …), never an edit in place:
+# a database made by an older release then gets the new function on first connect.
+# The older function stays (v1 had no Add), for processes of that release still running.
 _PG_DDL = (
     """
     CREATE TABLE IF NOT EXISTS botmesh_kv (
@@ -150,24 +186,28 @@ _PG_DDL = (
     CREATE INDEX IF NOT EXISTS botmesh_kv_expires_at
         ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
     """,
-    """
-    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v1(
+    f"""
+    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v2(
         p_tbl text, p_kinds text[], p_keys text[], p_values text[],
-        p_expects bigint[], p_ttls bigint[])
-    RETURNS TABLE (r_pos int, r_conflict boolean, r_version bigint,
+        p_expects bigint[], p_ttls bigint[], p_deltas bigint[])
+    RETURNS TABLE (r_pos int, r_failure text, r_version bigint,
                    r_expires_at bigint, r_value text)
     LANGUAGE plpgsql AS $fn$
-    -- p_kinds[i]: 'p' put, 'd' delete, 'c' check; p_expects[i]: -1 any, 0 absent, n version.
-    -- Returns one row per op, or a single row with r_conflict for the first failed op.
+    -- p_kinds[i]: 'p' put, 'd' delete, 'c' check, 'a' add (p_deltas[i]);
+    -- p_expects[i]: -1 any, 0 absent, n version.
+    -- Returns one row per op (an add's r_value is the new sum), or a single row for
+    -- the first failed op: r_failure 'conflict' (r_version: the current version) or
+    -- 'add' (r_value: the stored integer's text, NULL if the value is no integer).
     DECLARE
         v_n int := cardinality(p_keys);
         v_lock bigint;
         v_now bigint;
         v_row record;
-        v_present boolean[] := '{}';
-        v_versions bigint[] := '{}';
-        v_expires bigint[] := '{}';
-        v_values text[] := '{}';
+        v_present boolean[] := '{{}}';
+        v_versions bigint[] := '{{}}';
+        v_expires bigint[] := '{{}}';
+        v_values text[] := '{{}}';
+        v_sum bigint;
     BEGIN
         -- One advisory lock per key, absent keys included, always taken in the same
         -- order: concurrent commits on a key serialise and never deadlock. Only this
@@ -198,25 +238,47 @@ _PG_DDL = (
                 v_expires[i] := NULL;
                 v_values[i] := NULL;
             END IF;
-            IF (p_expects[i] = 0 AND v_versions[i] IS NOT NULL)
+            IF p_kinds[i] = 'a' THEN
+                -- An add has no expectation; it fails only on what it adds to.
+                v_sum := NULL;
+                IF v_versions[i] IS NULL THEN
+                    v_sum := p_deltas[i];
+                ELSIF v_row.value ~ {_PG_INTEGER} THEN
+                    v_sum := v_row.value::bigint + p_deltas[i];
+                END IF;
+                IF v_sum IS NULL OR abs(v_sum) > {MAX_COUNTER} THEN
+                    r_pos := i; r_failure := 'add';
+                    r_value := CASE WHEN v_row.value ~ '^-?[0-9]+$' THEN v_row.value END;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+                v_values[i] := v_sum::text;
+            ELSIF (p_expects[i] = 0 AND v_versions[i] IS NOT NULL)
                OR (p_expects[i] > 0 AND v_versions[i] IS DISTINCT FROM p_expects[i]) THEN
-                r_pos := i; r_conflict := true; r_version := v_versions[i];
+                r_pos := i; r_failure := 'conflict'; r_version := v_versions[i];
                 RETURN NEXT;
                 RETURN;
             END IF;
         END LOOP;
         FOR i IN 1 .. v_n LOOP
-            r_pos := i; r_conflict := false; r_value := NULL;
-            IF p_kinds[i] = 'p' THEN
+            r_pos := i; r_failure := NULL; r_value := NULL;
+            IF p_kinds[i] = 'p' OR p_kinds[i] = 'a' THEN
                 r_version := coalesce(v_versions[i], 0) + 1;
-                r_expires_at := v_now + p_ttls[i];
+                IF p_kinds[i] = 'p' THEN
+                    r_expires_at := v_now + p_ttls[i];
+                ELSE  -- an add keeps a live entry's expiry; a created counter has none
+                    r_expires_at := v_expires[i];
+                    r_value := v_values[i];
+                END IF;
                 IF v_present[i] THEN
                     UPDATE botmesh_kv b
-                        SET value = p_values[i], version = r_version, expires_at = r_expires_at
+                        SET value = coalesce(r_value, p_values[i]), version = r_version,
+                            expires_at = r_expires_at
                         WHERE b.tbl = p_tbl AND b.key = p_keys[i];
                 ELSE
                     INSERT INTO botmesh_kv (tbl, key, value, version, expires_at)
-                        VALUES (p_tbl, p_keys[i], p_values[i], r_version, r_expires_at);
+                        VALUES (p_tbl, p_keys[i], coalesce(r_value, p_values[i]), r_version,
+                                r_expires_at);
                 END IF;
             ELSIF p_kinds[i] = 'd' THEN
                 r_version := NULL; r_expires_at := NULL;
@@ -234,14 +296,14 @@ _PG_DDL = (
 )
 _PG_SCHEMA_READY = (
     "SELECT to_regclass('botmesh_kv') IS NOT NULL AND to_regprocedure("
-    "'botmesh_kv_commit_v1(text,text[],text[],text[],bigint[],bigint[])') IS NOT NULL"
+    "'botmesh_kv_commit_v2(text,text[],text[],text[],bigint[],bigint[],bigint[])') IS NOT NULL"
 )
 # The arrays go in binary (%b): psycopg's text format quotes and escapes every
 # element with a regular expression, which for JSON values (full of quotes) cost
 # more client CPU than the rest of the commit.
 _PG_COMMIT = (
-    "SELECT r_pos, r_conflict, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v1("
-    "%s::text, %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[])"
+    "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v2("
+    "%s::text, %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
 )
 # Single-op fast paths: one statement that updates or deletes an existing live row.
 # They never insert, so the function's "absent stays absent under the advisory
@@ -256,9 +318,24 @@ _PG_UPDATE_VERSION = _PG_UPDATE + " AND version = %s::bigint RETURNING version, 
 _PG_DELETE_ANY = "DELETE FROM botmesh_kv WHERE tbl = %s AND key = %s"
 _PG_DELETE_VERSION = f"{_PG_DELETE_ANY} AND version = %s::bigint AND {_PG_LIVE}"
 _PG_VERSION = f"SELECT version FROM botmesh_kv WHERE tbl = %s AND key = %s AND {_PG_LIVE}"
+# An Add to an existing live integer. Under READ COMMITTED an UPDATE that finds the
+# row changed by a concurrent writer waits for it, then re-evaluates this WHERE and
+# SET on the committed row: concurrent adds queue on the row lock and none is lost
+# or refused. Absent, expired, non-integer or out-of-range goes to the function,
+# which creates the counter or names the refused op (CASE: the cast only on digits).
+_PG_ADD = (
+    "UPDATE botmesh_kv SET value = (value::bigint + %s::bigint)::text, version = version + 1"
+    f" WHERE tbl = %s AND key = %s AND {_PG_LIVE} AND CASE WHEN value ~ {_PG_INTEGER}"
+    f" THEN abs(value::bigint + %s::bigint) <= {MAX_COUNTER} ELSE false END"
+    " RETURNING version, expires_at, value"
+)
 _PG_GET = (
     "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = %s AND key = %s"
     f" AND (expires_at IS NULL OR expires_at > {_PG_NOW})"
+)
+_PG_GET_MANY = (
+    "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = %s"
+    f" AND key = ANY(%b::text[]) AND {_PG_LIVE}"
 )
 # A materialised CTE: a LIMIT subquery inside the DELETE could be re-scanned per
 # row and pick further victims each time, deleting more than ``limit`` rows.
@@ -371,6 +448,12 @@ class _Postgres:
             row = self._conns.get().execute(_PG_GET, (table, key)).fetchone()
         return None if row is None else Entry(key, load_value(row[0]), row[1], row[2])
 
+    def get_many(self, table: str, keys: list[str]) -> list[Entry | None]:
+        with self._errors():
+            rows = self._conns.get().execute(_PG_GET_MANY, (table, list(dict.fromkeys(keys))))
+            found = {k: Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()}
+        return [found.get(key) for key in keys]
+
     def scan(
         self, table: str, start: str, inclusive: bool, end: str | None, limit: int
     ) -> list[Entry]:
@@ -387,9 +470,14 @@ class _Postgres:
                 return [result]
         return self._commit_batch(table, ops)
 
-    def _commit_one(self, table: str, op: Put | Delete) -> tuple[bool, Entry | None]:
+    def _commit_one(self, table: str, op: Put | Delete | Add) -> tuple[bool, Entry | None]:
         """Try the one-statement path; return (applied, result). Raise ``ConflictError``."""
         conn = self._conns.get()
+        if isinstance(op, Add):
+            row = conn.execute(_PG_ADD, (op.delta, table, op.key, op.delta)).fetchone()
+            if row is None:
+                return False, None  # absent, expired or refused: the function decides
+            return True, Entry(op.key, int(row[2]), row[0], row[1])
         if isinstance(op, Put):
             params: tuple[Any, ...] = (dump_value(op.value), op.ttl_ms, table, op.key)
             if op.expect is ANY:
@@ -414,29 +502,31 @@ class _Postgres:
         values: list[str | None] = []
         expects: list[int] = []
         ttls: list[int | None] = []
+        deltas: list[int | None] = []
         for op in ops:
             keys.append(op.key)
             expects.append(_expect_code(op))
-            if isinstance(op, Put):
-                kinds.append("p")
-                values.append(dump_value(op.value))
-                ttls.append(op.ttl_ms)
-            else:
-                kinds.append("d" if isinstance(op, Delete) else "c")
-                values.append(None)
-                ttls.append(None)
+            values.append(dump_value(op.value) if isinstance(op, Put) else None)
+            ttls.append(op.ttl_ms if isinstance(op, Put) else None)
+            deltas.append(op.delta if isinstance(op, Add) else None)
+            kinds.append(_kind(op))
         with self._errors():
             cursor = self._conns.get().execute(
-                _PG_COMMIT, (table, kinds, keys, values, expects, ttls)
+                _PG_COMMIT, (table, kinds, keys, values, expects, ttls, deltas)
             )
             rows = cursor.fetchall()
-        if rows[0][1]:
-            op = ops[rows[0][0] - 1]
-            raise ConflictError(table, op.key, op.expect, rows[0][2])
+        position, failure, version, _, stored = rows[0]
+        if failure == "conflict":
+            op = ops[position - 1]
+            raise ConflictError(table, op.key, op.expect, version)
+        if failure == "add":
+            _refuse_add(ops, position - 1, stored)
         results: list[Entry | None] = []
         for op, (_, _, version, expires_at, value) in zip(ops, rows, strict=True):
             if isinstance(op, Put):
                 results.append(Entry(op.key, op.value, version, expires_at))
+            elif isinstance(op, Add):
+                results.append(Entry(op.key, int(value), version, expires_at))
             elif isinstance(op, Check) and version is not None:
                 results.append(Entry(op.key, load_value(value), version, expires_at))
             else:
@@ -493,6 +583,10 @@ _SQLITE_DDL = (
 _SQLITE_SCAN = {
     (inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)
 }
+_SQLITE_GET_MANY = (
+    "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = ?"
+    " AND key IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
+)
 _SQLITE_ROW = "SELECT version, expires_at FROM botmesh_kv WHERE tbl = ? AND key = ?"
 _SQLITE_ROW_VALUE = "SELECT version, expires_at, value FROM botmesh_kv WHERE tbl = ? AND key = ?"
 
@@ -561,6 +655,14 @@ class _Sqlite:
             )
         return None if row is None else Entry(key, load_value(row[0]), row[1], row[2])
 
+    def get_many(self, table: str, keys: list[str]) -> list[Entry | None]:
+        # The keys go as one JSON array (json_each): one statement, one parameter.
+        params = (table, dump_value(list(dict.fromkeys(keys))), now_ms())
+        with self._errors():
+            rows = self._conns.get().execute(_SQLITE_GET_MANY, params).fetchall()
+        found = {k: Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows}
+        return [found.get(key) for key in keys]
+
     def scan(
         self, table: str, start: str, inclusive: bool, end: str | None, limit: int
     ) -> list[Entry]:
@@ -587,32 +689,39 @@ class _Sqlite:
     def _apply(conn: Any, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         now = now_ms()
         current: list[tuple[bool, Entry | None]] = []  # (row present, live entry)
-        for op in ops:
-            check = isinstance(op, Check)
-            row = conn.execute(_SQLITE_ROW_VALUE if check else _SQLITE_ROW, (table, op.key))
+        sums: dict[int, int] = {}  # op index -> the counter after an Add
+        for i, op in enumerate(ops):
+            read = isinstance(op, Check | Add)
+            row = conn.execute(_SQLITE_ROW_VALUE if read else _SQLITE_ROW, (table, op.key))
             row = row.fetchone()
             live = None
             if row is not None and (row[1] is None or row[1] > now):
-                live = Entry(op.key, load_value(row[2]) if check else None, row[0], row[1])
-            if not expectation_holds(live, op.expect):
-                raise ConflictError(table, op.key, op.expect, live.version if live else None)
+                live = Entry(op.key, load_value(row[2]) if read else None, row[0], row[1])
             current.append((row is not None, live))
+            if isinstance(op, Add):
+                # BEGIN IMMEDIATE holds the write lock, so no concurrent add can slip in.
+                stored = live.value if live else 0  # an absent counter counts as 0
+                if stored is None:  # JSON null is no integer (added() reads None as absent)
+                    stored = _NOT_AN_INTEGER
+                sums[i] = added(stored, op.delta, f"ops[{i}]")
+            elif not expectation_holds(live, op.expect):
+                raise ConflictError(table, op.key, op.expect, live.version if live else None)
         results: list[Entry | None] = []
-        for op, (present, live) in zip(ops, current, strict=True):
-            if isinstance(op, Put):
-                entry = Entry(
-                    op.key,
-                    op.value,
-                    live.version + 1 if live else 1,
-                    None if op.ttl_ms is None else now + op.ttl_ms,
-                )
+        for i, (op, (present, live)) in enumerate(zip(ops, current, strict=True)):
+            if isinstance(op, Put | Add):
+                version = live.version + 1 if live else 1
+                if isinstance(op, Add):  # a live counter keeps its expiry; a new one has none
+                    entry = Entry(op.key, sums[i], version, live.expires_at if live else None)
+                else:
+                    expires_at = None if op.ttl_ms is None else now + op.ttl_ms
+                    entry = Entry(op.key, op.value, version, expires_at)
                 conn.execute(
                     "UPDATE botmesh_kv SET value = ?, version = ?, expires_at = ?"
                     " WHERE tbl = ? AND key = ?"
                     if present
                     else "INSERT INTO botmesh_kv (value, version, expires_at, tbl, key)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    (dump_value(op.value), entry.version, entry.expires_at, table, op.key),
+                    (dump_value(entry.value), entry.version, entry.expires_at, table, op.key),
                 )
                 results.append(entry)
             elif isinstance(op, Delete):
@@ -701,8 +810,17 @@ class SqlKv:
         start, inclusive = scan_start(prefix, after)
         return self._db.scan(table, start, inclusive, prefix_end(prefix), limit)
 
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return the live entry (or ``None``) of each of ``keys``, in order, from one query."""
+        keys = validate_get_many(table, keys)
+        return self._db.get_many(table, keys) if keys else []
+
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
-        """Apply ``ops`` in one transaction; raise ``ConflictError`` if an expectation fails."""
+        """Apply ``ops`` in one transaction; raise ``ConflictError`` if an expectation fails.
+
+        Raise ``ValidationError`` naming the op if an ``Add`` meets a stored value
+        that is not an integer or would leave ``±MAX_COUNTER``; nothing is written.
+        """
         validate_commit(table, ops)
         return self._db.commit(table, ops)
 
