@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Put, connect
+from botmesh_admin.kv import ABSENT, Add, ConflictError, DurableKv, Put, connect
 
 
 def increment(kv: DurableKv, table: str, key: str, times: int) -> int:
@@ -34,6 +34,21 @@ def increment_by_url(url: str, table: str, key: str, times: int) -> int:
     kv = connect(url)
     try:
         return increment(kv, table, key, times)
+    finally:
+        kv.close()
+
+
+def add_ones(kv: DurableKv, table: str, key: str, times: int) -> None:
+    """Commit ``Add(key, 1)`` ``times`` times: no read, no retry (a ConflictError propagates)."""
+    for _ in range(times):
+        kv.commit(table, [Add(key, 1)])
+
+
+def add_ones_by_url(url: str, table: str, key: str, times: int) -> None:
+    """Connect to ``url`` (in a fresh process) and run ``add_ones``."""
+    kv = connect(url)
+    try:
+        add_ones(kv, table, key, times)
     finally:
         kv.close()
 
