@@ -513,7 +513,7 @@ def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
 
 Term: TypeAlias = tuple[str | int | bool | None, ...]
 """A posting list of contacts: ``("t", tag)``, ``("c", channel, status)``, ``("r", channel)``,
-``("a", name, attribute_key(value))``; ``ALL`` is every contact (it has a count, no list)."""
+``("a", name, kind, attribute_key(value))``; ``ALL`` is every contact (it has a count, no list)."""
 
 ALL: Term = ("all",)
 MAX_SEARCH_KEY = 40  # characters of a search key that the index keeps (longer words match on the record)
@@ -561,8 +561,14 @@ def attribute_key(value: AttributeValue) -> str | int | bool | None:
 
 
 def attribute_term(name: str, value: AttributeValue) -> Term:
-    """Return the term of the contacts whose attribute ``name`` strictly equals ``value``."""
-    return ("a", name, attribute_key(value))
+    """Return the term of the contacts whose attribute ``name`` strictly equals ``value``.
+
+    The key's kind is part of the term: Python counts ``True == 1`` and
+    ``False == 0``, so without it two terms could be one dictionary key.
+    """
+    key = attribute_key(value)
+    kind = "z" if key is None else "b" if isinstance(key, bool) else "i" if isinstance(key, int) else "s"
+    return ("a", name, kind, key)
 
 
 def contact_terms(data: Mapping[str, Any]) -> list[Term]:

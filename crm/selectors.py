@@ -408,31 +408,42 @@ class _SegmentPlan:
         return min(self.sources, key=lambda source: sum(counts[t] for t in source))
 
 
-def _term_ids(store: ContactStore, tenant: str, term: Term, batch: int) -> Iterator[str]:
-    """Yield the ids of ``term``'s posting list, by id, ``batch`` at a time."""
-    cursor: str | None = None
+def _growing(first: int) -> Iterator[int]:
+    """Yield batch sizes from ``first`` doubling up to ``SEGMENT_BATCH`` (a sample reads little)."""
+    size = max(1, min(first, SEGMENT_BATCH))
     while True:
-        ids = store.contact_term_scan(tenant, term, after=cursor, limit=batch)
+        yield size
+        size = min(size * 2, SEGMENT_BATCH)
+
+
+def _term_ids(store: ContactStore, tenant: str, term: Term, first: int) -> Iterator[str]:
+    """Yield the ids of ``term``'s posting list, by id, in batches growing from ``first``."""
+    cursor: str | None = None
+    for size in _growing(first):
+        ids = store.contact_term_scan(tenant, term, after=cursor, limit=size)
         yield from ids
-        if len(ids) < batch:
+        if len(ids) < size:
             return
         cursor = ids[-1]
 
 
-def _union_ids(store: ContactStore, tenant: str, terms: tuple[Term, ...], batch: int) -> Iterator[str]:
+def _union_ids(store: ContactStore, tenant: str, terms: tuple[Term, ...], first: int) -> Iterator[str]:
     """Yield the ids listed under any of ``terms``, by id, once each (a merge of the sorted lists)."""
     if len(terms) == 1:
-        yield from _term_ids(store, tenant, terms[0], batch)
+        yield from _term_ids(store, tenant, terms[0], first)
         return
     last: str | None = None
-    for contact_id in heapq.merge(*(_term_ids(store, tenant, t, batch) for t in terms)):
+    for contact_id in heapq.merge(*(_term_ids(store, tenant, t, first) for t in terms)):
         if contact_id != last:
             yield contact_id
             last = contact_id
 
 
-def _batched(ids: Iterator[str], size: int) -> Iterator[list[str]]:
-    while batch := list(itertools.islice(ids, size)):
+def _batched(ids: Iterator[str], first: int) -> Iterator[list[str]]:
+    for size in _growing(first):
+        batch = list(itertools.islice(ids, size))
+        if not batch:
+            return
         yield batch
 
 
@@ -458,16 +469,19 @@ def _count(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping
     return sum(store.contact_match_count(tenant, batch, plan.rules) for batch in _batched(ids, SEGMENT_BATCH))
 
 
-def _members(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int]) -> Iterator[Contact]:
+def _members(
+    store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int], first: int = SEGMENT_BATCH
+) -> Iterator[Contact]:
+    """Yield the members by id, reading batches that grow from ``first`` to ``SEGMENT_BATCH``."""
     driver = plan.driver(counts)
     if driver is None:
         cursor: str | None = None
-        while True:
-            matches, cursor = store.contact_scan_matching(tenant, plan.rules, after=cursor, limit=SEGMENT_BATCH)
+        for size in _growing(first):
+            matches, cursor = store.contact_scan_matching(tenant, plan.rules, after=cursor, limit=size)
             yield from matches
             if cursor is None:
                 return
-    for batch in _batched(_union_ids(store, tenant, driver, SEGMENT_BATCH), SEGMENT_BATCH):
+    for batch in _batched(_union_ids(store, tenant, driver, first), first):
         yield from store.contact_match(tenant, batch, plan.rules)
 
 
@@ -529,7 +543,8 @@ def segment_preview(
     store = default_store()
     counts = _read_counts(store, tenant, [plan])
     count = _count(store, tenant, plan, counts)
-    sample = list(itertools.islice(_members(store, tenant, plan, counts), limit)) if count and limit else []
+    members = _members(store, tenant, plan, counts, first=limit + 1)
+    sample = list(itertools.islice(members, limit)) if count and limit else []
     return SegmentPreview(count, sample)
 
 

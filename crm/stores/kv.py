@@ -166,6 +166,22 @@ class KvContactStore:
         assert entry is not None
         return contact_from_json(entry.value, entry.version)
 
+    def contact_insert_batch(self, tenant: str, contacts: Sequence[Contact]) -> None:
+        """Store new contacts in one atomic commit with their identity claims and index upkeep.
+
+        A bulk loader (benchmarks, seeding): raise ``ConflictError`` naming the
+        first id or identity that exists, and then nothing of the batch is written.
+        """
+        ops: list[Op] = []
+        changes: list[RecordChange] = []
+        for contact in contacts:
+            value = contact_to_json(contact)
+            ops.append(Put(f"c/{contact.id}", value, ABSENT))
+            ops += [Put(f"i/{i.key}", {"contact": contact.id}, ABSENT) for i in contact.identities]
+            changes.append(RecordChange(CONTACT, f"c/{contact.id}", None, value))
+        if ops:
+            self.contacts.commit(self._contacts(tenant), ops, changes)
+
     def contact_replace(
         self,
         tenant: str,
