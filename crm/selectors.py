@@ -480,7 +480,8 @@ def _members(
             matches, cursor = store.contact_scan_matching(tenant, plan.rules, after=cursor, limit=size)
             yield from matches
             if cursor is None:
-                return
+                break
+        return
     for batch in _batched(_union_ids(store, tenant, driver, first), first):
         yield from store.contact_match(tenant, batch, plan.rules)
 
