@@ -82,8 +82,12 @@ class ConsentIn(Schema):
 
 class ContactFilters(CursorParams):
     tag: str | None = Field(None, max_length=64)
-    q: str | None = Field(None, max_length=200, description="name or part of an address")
+    q: str | None = Field(
+        None, max_length=200,
+        description="words that start a name word, an email (or its words) or a phone number's digits",
+    )
     identity: str | None = Field(None, max_length=300, description="<channel>:<address>")
+    consent: str | None = Field(None, max_length=40, description="<channel>:<status>, e.g. whatsapp:granted")
 
 
 class ErasureOut(Schema):
@@ -200,10 +204,14 @@ def segment_out(s: Segment, count: int | None = None) -> dict[str, Any]:
 
 @router.get("contacts", response={200: Page[ContactOut], **ERRORS})
 def contact_list(request: HttpRequest, tenant: str, filters: Query[ContactFilters]) -> dict[str, Any]:
-    """List contacts by id (creation time); filter by ``tag``, text ``q`` or ``identity``."""
+    """List contacts by id (creation time); filter by ``tag``, ``consent``, text ``q`` or ``identity``.
+
+    A text search may list by matching word instead; a filtered page may be
+    short (even empty) with a ``next``: follow ``next`` until it is null.
+    """
     page = selectors.contact_list(
         tenant, limit=filters.limit, after=filters.after, tag=filters.tag, q=filters.q,
-        identity=filters.identity,
+        identity=filters.identity, consent=filters.consent,
     )
     return {"items": [contact_out(tenant, c) for c in page.items], "next": page.next}
 

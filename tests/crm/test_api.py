@@ -127,6 +127,17 @@ def test_list_pages_with_cursor_and_filters(api: Api) -> None:
     assert api.get("contacts", limit=500).status_code == 422
 
 
+def test_list_filters_by_consent_and_searches_by_phone_digits(api: Api) -> None:
+    """Issue 16: consent per channel is a list filter; a phone typed nationally finds its contact."""
+    ana = api.post("contacts", ANA).json()
+    api.post("contacts", {"name": "Luis", "identities": [{"channel": "telegram", "address": "700"}]})
+    assert [c["id"] for c in api.get("contacts", consent="whatsapp:granted").json()["items"]] == [ana["id"]]
+    assert [c["name"] for c in api.get("contacts", consent="whatsapp:unknown").json()["items"]] == ["Luis"]
+    assert [c["id"] for c in api.get("contacts", q="300 111").json()["items"]] == [ana["id"]]
+    r = api.get("contacts", consent="whatsapp:maybe")
+    assert r.status_code == 422 and r.json()["field"] == "consent"
+
+
 def test_consent_endpoint_and_erasure_report(api: Api) -> None:
     cid = api.post("contacts", ANA).json()["id"]
     r = api.post(f"contacts/{cid}/consent", {"channel": "whatsapp", "status": "denied",
