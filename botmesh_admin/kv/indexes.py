@@ -65,6 +65,7 @@ __all__ = [
     "RecordChange",
     "RecordType",
     "ValueIndex",
+    "decode",
     "encode",
     "encode_component",
 ]
@@ -105,6 +106,46 @@ def encode_component(value: object) -> str:
 def encode(values: Sequence[object]) -> str:
     """Return the concatenated encoding of ``values`` (a tuple's order is the key order)."""
     return "".join(encode_component(v) for v in values)
+
+
+def decode(text: str) -> tuple[object, ...]:
+    """Return the values whose ``encode`` is ``text`` (its inverse, e.g. a ``count_prefix`` group).
+
+    Raise ``ValueError`` if ``text`` is not a sequence of encoded components.
+    """
+    values: list[object] = []
+    i = 0
+    while i < len(text):
+        tag = text[i]
+        if tag in "012":
+            values.append({"0": None, "1": False, "2": True}[tag])
+            i += 1
+        elif tag in "34":
+            digits = text[i + 1 : i + 20]
+            if len(digits) != 19 or not digits.isdigit():
+                raise ValueError(f"not an encoded integer at {i} of {text!r}")
+            values.append(int(digits) - _INT_BOUND if tag == "3" else int(digits))
+            i += 20
+        elif tag == "s":
+            chars: list[str] = []
+            i += 1
+            while i < len(text) and text[i] != _TERMINATOR:
+                if text[i] == "!":
+                    escaped = text[i + 1 : i + 2]
+                    if escaped not in ("!", '"'):
+                        raise ValueError(f"a bad escape at {i} of {text!r}")
+                    chars.append(" " if escaped == "!" else "!")
+                    i += 2
+                else:
+                    chars.append(text[i])
+                    i += 1
+            values.append("".join(chars))
+        else:
+            raise ValueError(f"no encoded component at {i} of {text!r}")
+        if text[i : i + 1] != _TERMINATOR:
+            raise ValueError(f"a component of {text!r} does not end at {i}")
+        i += 1
+    return tuple(values)
 
 
 # -- declarations -------------------------------------------------------------------
@@ -724,27 +765,48 @@ def next_page_prefix(prefix: str) -> str | None:
 
 @dataclass(frozen=True)
 class IndexedCollection:
-    """A package collection (``TenantKv(kv, package).table(tenant, collection)``) with indexes."""
+    """A package collection (``TenantKv(kv, package).table(tenant, collection)``) with indexes.
+
+    ``instances`` is for a layout of one table per parent record (a campaign's
+    deliveries in ``d-<campaign id>``): given the Kv and a tenant, it returns
+    the collection names of that tenant's tables (a background job's cost);
+    ``collection`` then only names the family in reports.
+    """
 
     package: str
     collection: str
     records: tuple[RecordType, ...]
+    instances: Callable[[DurableKv, str], Iterable[str]] | None = None
 
     def layout(self, kv: DurableKv) -> IndexedTable:
         """Return the ``IndexedTable`` of this collection over ``kv``."""
         return IndexedTable(kv, self.records)
 
+    def collections(self, kv: DurableKv, tenant: str) -> list[str]:
+        """Return the collection names of ``tenant`` this declaration covers."""
+        if self.instances is None:
+            return [self.collection]
+        return list(self.instances(kv, tenant))
+
 
 _declared: dict[tuple[str, str], IndexedCollection] = {}
 
 
-def declare(package: str, collection: str, records: Sequence[RecordType]) -> IndexedCollection:
+def declare(
+    package: str,
+    collection: str,
+    records: Sequence[RecordType],
+    *,
+    instances: Callable[[DurableKv, str], Iterable[str]] | None = None,
+) -> IndexedCollection:
     """Declare the indexed record types of a package collection (once, next to its store).
 
     ``botmesh_reindex`` and ``botmesh_check_indexes`` walk these declarations;
     redeclaring the same collection replaces it (module reloads in tests).
+    ``instances`` lists a tenant's tables of a one-table-per-parent layout
+    (see ``IndexedCollection``).
     """
-    collection_spec = IndexedCollection(package, collection, tuple(records))
+    collection_spec = IndexedCollection(package, collection, tuple(records), instances)
     IndexedTable(cast(DurableKv, _NullKv()), collection_spec.records)  # refuses repeated names now
     _declared[(package, collection)] = collection_spec
     return collection_spec

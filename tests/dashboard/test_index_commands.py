@@ -83,3 +83,28 @@ def test_unknown_tenant_or_index_is_named(legacy_table) -> None:
         run("botmesh_reindex", "--tenant", "nope")
     with pytest.raises(CommandError, match="--index: no index 'nope'"):
         run("botmesh_check_indexes", "--index", "nope")
+
+
+@pytest.fixture
+def legacy_family(tenant_id: str):
+    """A tenant with two ``testpkg/tk-*`` tables (one per parent record), 30 tickets each, no index."""
+    from botmesh_admin.tenancy.models import Tenant
+
+    Tenant.objects.create(id=tenant_id, name="Legacy family")
+    kv_indexes.declare("testpkg", "tk", [TICKET], instances=lambda kv, tenant: ["tk-a", "tk-b"])
+    rng = random.Random(3)
+    tables = [TenantKv(default_kv(), "testpkg").table(tenant_id, name) for name in ("tk-a", "tk-b")]
+    for table in tables:
+        for i in range(30):
+            default_kv().commit(table, [Put(f"t/{i:04d}", random_ticket(rng))])
+    yield tables
+    kv_indexes._declared.pop(("testpkg", "tk"), None)
+
+
+def test_a_declaration_with_instances_is_built_and_checked_in_each_table(legacy_family, tenant_id) -> None:
+    """One table per parent record (a campaign's deliveries): every instance the declaration lists is walked."""
+    out = run("botmesh_reindex", "--tenant", tenant_id, "--index", "n_status")
+    assert f"{tenant_id} testpkg/tk-a n_status: 30 records indexed, built" in out
+    assert f"{tenant_id} testpkg/tk-b n_status: 30 records indexed, built" in out
+    assert "2 index(es) built" in out
+    assert "2 checked, 0 drifting" in run("botmesh_check_indexes", "--tenant", tenant_id, "--index", "n_status")

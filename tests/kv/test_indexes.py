@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.kv import Put
-from botmesh_admin.kv.indexes import IndexNotBuilt, encode
+from botmesh_admin.kv.indexes import IndexNotBuilt, decode, encode
 from botmesh_admin.kv.memory import MemoryKv
 from tests.kv.conftest import SHARED_BACKENDS, backend_params
 from tests.kv.index_workers import TICKET, churn, churn_by_url, random_ticket, ticket_write, tickets
@@ -79,6 +79,21 @@ def test_encoding_keeps_components_apart() -> None:
         encode(["a b"]),
         encode(["a!"]),
     ]
+
+
+@given(st.lists(scalar, max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_decode_gives_back_the_encoded_values(values: list[object]) -> None:
+    """``decode`` inverts ``encode``, types included (a count_prefix group names its values)."""
+    got = decode(encode(values))
+    assert [(type(v), v) for v in got] == [(type(v), v) for v in values]
+
+
+def test_decode_refuses_what_encode_never_writes() -> None:
+    """A truncated or foreign text is a ``ValueError``, never a wrong value."""
+    for bad in ["s", "sabc", "4123 ", "x ", "1", "s!x ", "2s "]:
+        with pytest.raises(ValueError):
+            decode(bad)
 
 
 def test_encoding_refuses_floats_and_huge_integers() -> None:

@@ -33,27 +33,28 @@ class Command(BaseCommand):
         checked = drifting = 0
         for tenant in tenant_ids(options["tenant"]):
             for collection in declared():
-                table = TenantKv(kv, collection.package).table(tenant, collection.collection)
                 layout = collection.layout(kv)
-                for name in layout.index_names():
-                    if only is not None and name not in only:
-                        continue
-                    if layout.state(table, name) != "built":
-                        continue  # botmesh_reindex's job; reads refuse it meanwhile
-                    checked += 1
-                    report = layout.check(table, name)
-                    if any(report.values()):
+                for instance in collection.collections(kv, tenant):
+                    table = TenantKv(kv, collection.package).table(tenant, instance)
+                    for name in layout.index_names():
+                        if only is not None and name not in only:
+                            continue
+                        if layout.state(table, name) != "built":
+                            continue  # botmesh_reindex's job; reads refuse it meanwhile
+                        checked += 1
                         report = layout.check(table, name)
-                    if not any(report.values()):
-                        continue
-                    label = f"{tenant} {collection.package}/{collection.collection} {name}"
-                    detail = ", ".join(f"{v} {k}" for k, v in report.items() if v)
-                    if options["repair"]:
-                        layout.build(table, name, rebuild=True)
-                        self.stdout.write(f"  {label}: drift ({detail}); rebuilt")
-                    else:
-                        drifting += 1
-                        self.stdout.write(f"  {label}: drift ({detail})")
+                        if any(report.values()):
+                            report = layout.check(table, name)
+                        if not any(report.values()):
+                            continue
+                        label = f"{tenant} {collection.package}/{instance} {name}"
+                        detail = ", ".join(f"{v} {k}" for k, v in report.items() if v)
+                        if options["repair"]:
+                            layout.build(table, name, rebuild=True)
+                            self.stdout.write(f"  {label}: drift ({detail}); rebuilt")
+                        else:
+                            drifting += 1
+                            self.stdout.write(f"  {label}: drift ({detail})")
         self.stdout.write(f"botmesh_check_indexes: {checked} checked, {drifting} drifting")
         if drifting:
             raise CommandError(f"{drifting} index(es) drift; run with --repair")

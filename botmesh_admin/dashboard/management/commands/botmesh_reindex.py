@@ -46,13 +46,14 @@ def unbuilt(tenants: list[str]) -> list[tuple[str, str, str]]:
     out = []
     for tenant in tenants:
         for collection in declared():
-            table = TenantKv(kv, collection.package).table(tenant, collection.collection)
             layout = collection.layout(kv)
-            for name in layout.index_names():
-                if layout.state(table, name) != "built":
-                    record = next(r for r in collection.records if any(i.name == name for i in r.indexes))
-                    if kv.scan(table, prefix=record.prefix, limit=1):
-                        out.append((tenant, table, name))
+            for instance in collection.collections(kv, tenant):
+                table = TenantKv(kv, collection.package).table(tenant, instance)
+                for name in layout.index_names():
+                    if layout.state(table, name) != "built":
+                        record = next(r for r in collection.records if any(i.name == name for i in r.indexes))
+                        if kv.scan(table, prefix=record.prefix, limit=1):
+                            out.append((tenant, table, name))
     return out
 
 
@@ -73,22 +74,23 @@ class Command(BaseCommand):
         built = 0
         for tenant in tenant_ids(options["tenant"]):
             for collection in declared():
-                table = TenantKv(kv, collection.package).table(tenant, collection.collection)
                 layout = collection.layout(kv)
-                for name in layout.index_names():
-                    if only is not None and name not in only:
-                        continue
-                    if layout.state(table, name) == "built" and not options["rebuild"]:
-                        continue
-                    label = f"{tenant} {collection.package}/{collection.collection} {name}"
+                for instance in collection.collections(kv, tenant):
+                    table = TenantKv(kv, collection.package).table(tenant, instance)
+                    for name in layout.index_names():
+                        if only is not None and name not in only:
+                            continue
+                        if layout.state(table, name) == "built" and not options["rebuild"]:
+                            continue
+                        label = f"{tenant} {collection.package}/{instance} {name}"
 
-                    def show(done: int, label: str = label) -> None:
-                        sys.stdout.write(f"\r  {label}: {done} records")
-                        sys.stdout.flush()
+                        def show(done: int, label: str = label) -> None:
+                            sys.stdout.write(f"\r  {label}: {done} records")
+                            sys.stdout.flush()
 
-                    done = layout.build(
-                        table, name, batch=options["batch"], rebuild=options["rebuild"], progress=show
-                    )
-                    self.stdout.write(f"\r  {label}: {done} records indexed, built")
-                    built += 1
+                        done = layout.build(
+                            table, name, batch=options["batch"], rebuild=options["rebuild"], progress=show
+                        )
+                        self.stdout.write(f"\r  {label}: {done} records indexed, built")
+                        built += 1
         self.stdout.write(f"botmesh_reindex: {built} index(es) built")
