@@ -52,6 +52,8 @@ DELIVERY_STATES = (
 OUTCOMES = ("accepted", "failed", "dropped", "cancelled", "in_doubt")
 FINAL_STATES = ("accepted", "failed", "dropped", "cancelled")
 OPEN_STATES = ("pending", "reserved", "sending")
+REASON_STATES = ("failed", "dropped", "cancelled", "in_doubt")
+"""The states whose deliveries are also counted per reason (``DeliveryCounts.reasons``)."""
 
 # Why the planner leaves a contact out (counted per reason in the preview).
 PLAN_REASONS = ("not_in_segment", "no_identity", "opted_out", "duplicate", "contact_not_found")
@@ -577,7 +579,7 @@ def count_deliveries(deliveries: Sequence[Delivery] | Any) -> DeliveryCounts:
     for d in deliveries:
         total += 1
         states[d.state] = states.get(d.state, 0) + 1
-        if d.state in ("failed", "dropped", "cancelled", "in_doubt") and d.reason:
+        if d.state in REASON_STATES and d.reason:
             key = f"{d.state}:{d.reason}"
             reasons[key] = reasons.get(key, 0) + 1
     return DeliveryCounts(total, dict(sorted(states.items())), dict(sorted(reasons.items())))

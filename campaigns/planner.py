@@ -12,6 +12,13 @@ reason, checked in this order:
 ``no_identity``        no identity on the campaign's channel
 ``opted_out``          marketing consent on the channel is not ``granted`` (denied or unknown)
 
+The plan streams: the audience is read and judged ``BATCH`` contacts at a
+time and duplicate recipients are found by a ``Claims`` — ``SeenKeys`` for a
+preview (a set that moves to a temporary SQLite file past ``SPILL_KEYS`` keys),
+the campaign's slot store for a run (a plan record per recipient key, written
+with the slot) — so planning 1,000,000 recipients holds no more than a batch
+in memory, and the dedupe stays exact.
+
 At send time ``check`` looks at the contact again (consent may have been
 withdrawn since the plan), and ``consent_denied`` records a block reported by
 the provider (Telegram 403) in the CRM.
@@ -19,8 +26,10 @@ the provider (Telegram 403) in the CRM.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from types import TracebackType
 from typing import Protocol
 
 from botmesh_admin.errors import NotFound
@@ -29,13 +38,15 @@ from crm.domain import Contact, SegmentRules, rules_match
 from .domain import PlanCounts, Recipient, chat_key_of
 
 SAMPLE = 10
+BATCH = 500
+SPILL_KEYS = 50_000
 
 
 class ContactSource(Protocol):
     """Where the planner reads contacts (the CRM by default; a test may pass its own)."""
 
     def every(self) -> Iterable[Contact]:
-        """Yield every contact of the tenant."""
+        """Yield every contact of the tenant, once each, by ascending id (the CRM's scan order)."""
         ...
 
     def get(self, contact_id: str) -> Contact | None:
@@ -65,16 +76,114 @@ class CrmContacts:
 
 @dataclass(frozen=True)
 class Plan:
-    """The recipients in audience order, the counts, and a few examples of each kind for the preview."""
+    """The counts, a few examples of each kind for the preview, and the first recipients in audience order.
+
+    ``recipients`` holds every recipient unless the plan was asked to keep
+    fewer (``Planner.plan(keep=…)``); ``counts.recipients`` always counts them all.
+    """
 
     recipients: tuple[Recipient, ...]
     counts: PlanCounts
     examples: dict[str, list[str]]
 
 
+class Claims(Protocol):
+    """Who has each recipient key: the planner's exact dedupe of recipients."""
+
+    def claim(self, items: Sequence[tuple[str, Recipient]]) -> list[bool]:
+        """Return, per ``(recipient key, recipient)`` in audience order, True if that contact has the key.
+
+        The first contact to claim a key has it; a later claim by another
+        contact is False (a duplicate recipient).
+        """
+        ...
+
+
+class SeenKeys:
+    """In-process ``Claims`` for one plan: exact, and bounded in memory.
+
+    Keys are kept in a set until there are more than ``spill``; then they move
+    to a private temporary SQLite database (on disk, deleted on ``close``)
+    whose page cache is the only memory they take from then on.
+    """
+
+    def __init__(self, spill: int = SPILL_KEYS) -> None:
+        self.spill = spill
+        self._keys: set[str] = set()
+        self._db: sqlite3.Connection | None = None
+
+    def claim(self, items: Sequence[tuple[str, Recipient]]) -> list[bool]:
+        if self._db is None and len(self._keys) + len(items) > self.spill:
+            self._move_to_disk()
+        if self._db is None:
+            granted = []
+            for key, _ in items:
+                granted.append(key not in self._keys)
+                self._keys.add(key)
+            return granted
+        cursor = self._db.cursor()
+        granted = []
+        for key, _ in items:
+            cursor.execute("INSERT OR IGNORE INTO seen (key) VALUES (?)", (key,))
+            granted.append(cursor.rowcount == 1)
+        return granted
+
+    def _move_to_disk(self) -> None:
+        # "" names a private temporary database: on disk once it outgrows its cache, removed on close.
+        self._db = sqlite3.connect("", isolation_level=None)
+        self._db.execute("PRAGMA cache_size = -4096")  # KiB: the page cache, all the memory it takes
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE seen (key TEXT PRIMARY KEY) WITHOUT ROWID")
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT INTO seen (key) VALUES (?)", ((k,) for k in self._keys))
+        self._keys = set()
+
+    def close(self) -> None:
+        """Drop the keys (and the temporary database)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._keys = set()
+
+    def __enter__(self) -> SeenKeys:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
 def address_key(channel: str, address: str) -> str:
     """Return what makes two addresses one recipient for the provider (WhatsApp: the digits)."""
     return "".join(ch for ch in address if ch.isdigit()) if channel == "whatsapp" else address
+
+
+@dataclass
+class _Tally:
+    """The plan's counts and examples as the audience is judged, in audience order."""
+
+    keep: int | None
+    considered: int = 0
+    count: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    recipients: list[Recipient] = field(default_factory=list)
+
+    def drop(self, reason: str, label: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        if len(self.examples.setdefault(reason, [])) < SAMPLE:
+            self.examples[reason].append(label)
+
+    def take(self, recipient: Recipient, label: str) -> None:
+        self.count += 1
+        if self.keep is None or len(self.recipients) < self.keep:
+            self.recipients.append(recipient)
+        if len(self.examples.setdefault("recipients", [])) < SAMPLE:
+            self.examples["recipients"].append(label)
+
+
+# A judged contact: its label, the reason it is left out (or None), and its claim (key, recipient) if any.
+_Verdict = tuple[str, str | None, tuple[str, Recipient] | None]
 
 
 class Planner:
@@ -84,53 +193,81 @@ class Planner:
         self.tenant = tenant
         self.contacts = contacts if contacts is not None else CrmContacts(tenant)
 
-    def plan(self, *, rules: SegmentRules, channel: str, contact_ids: Sequence[str] | None = None) -> Plan:
-        """Return the recipients of a campaign to the segment ``rules`` on ``channel``."""
+    def plan(
+        self, *, rules: SegmentRules, channel: str, contact_ids: Sequence[str] | None = None,
+        claims: Claims | None = None, keep: int | None = None,
+    ) -> Plan:
+        """Return the recipients of a campaign to the segment ``rules`` on ``channel``.
+
+        The audience is streamed ``BATCH`` contacts at a time; ``claims`` finds
+        the duplicate recipients (default: a ``SeenKeys`` of this call) and,
+        for a run, records the recipients (the slot store's). ``keep`` bounds
+        how many recipients the returned plan holds (``None``: all; a run
+        passes 0 and a preview a small number, so memory stays bounded).
+        Raise ``ValueError`` if the source's contacts do not come by ascending id.
+        """
         # Consent on the campaign's own channel is checked (and counted) as opted_out, not as a rule.
         match_rules = replace(rules, consent_required=None) if rules.consent_required == channel else rules
-        dropped: dict[str, int] = {}
-        examples: dict[str, list[str]] = {}
-        recipients: list[Recipient] = []
-        seen_contacts: set[str] = set()
-        seen_addresses: set[str] = set()
-        considered = 0
+        tally = _Tally(keep)
+        with SeenKeys() as own:
+            batch: list[_Verdict] = []
+            for verdict in self._judge(self._audience(contact_ids), match_rules, channel, listed=contact_ids
+                                       is not None):
+                batch.append(verdict)
+                if len(batch) == BATCH:
+                    self._settle(batch, claims or own, tally)
+                    batch = []
+            self._settle(batch, claims or own, tally)
+        counts = PlanCounts(tally.considered, tally.count, dict(sorted(tally.dropped.items())))
+        return Plan(tuple(tally.recipients), counts, tally.examples)
 
-        def drop(reason: str, label: str) -> None:
-            dropped[reason] = dropped.get(reason, 0) + 1
-            if len(examples.setdefault(reason, [])) < SAMPLE:
-                examples[reason].append(label)
-
-        for item in self._audience(contact_ids):
-            considered += 1
-            contact_id, contact = item
+    def _judge(
+        self, audience: Iterator[tuple[str, Contact | None]], rules: SegmentRules, channel: str, *, listed: bool,
+    ) -> Iterator[_Verdict]:
+        """Yield each contact's verdict but the address dedupe (``Claims`` settles that per batch)."""
+        seen_listed: set[str] = set()  # a listed audience is in memory already (at most MAX_CONTACT_IDS)
+        last_id: str | None = None
+        for contact_id, contact in audience:
             if contact is None:
-                drop("contact_not_found", contact_id)
+                yield contact_id, "contact_not_found", None
                 continue
             label = contact.name or contact.id
-            if contact.id in seen_contacts:
-                drop("duplicate", label)
+            if listed:
+                repeated = contact.id in seen_listed
+                seen_listed.add(contact.id)
+            else:
+                # Every contact by ascending id: a repeat can only be the one just seen.
+                if last_id is not None and contact.id < last_id:
+                    raise ValueError(f"the contact source yielded {contact.id} after {last_id}")
+                repeated, last_id = contact.id == last_id, contact.id
+            if repeated:
+                yield label, "duplicate", None
                 continue
-            seen_contacts.add(contact.id)
-            if not rules_match(match_rules, contact):
-                drop("not_in_segment", label)
+            if not rules_match(rules, contact):
+                yield label, "not_in_segment", None
                 continue
             addresses = contact.addresses(channel)
             if not addresses:
-                drop("no_identity", label)
+                yield label, "no_identity", None
                 continue
             if contact.consent_status(channel) != "granted":
-                drop("opted_out", label)
+                yield label, "opted_out", None
                 continue
-            key = address_key(channel, addresses[0])
-            if key in seen_addresses:
-                drop("duplicate", label)
-                continue
-            seen_addresses.add(key)
-            recipients.append(Recipient(contact.id, addresses[0], chat_key_of(channel, addresses[0]), contact.name))
-            if len(examples.setdefault("recipients", [])) < SAMPLE:
-                examples["recipients"].append(label)
-        counts = PlanCounts(considered, len(recipients), dict(sorted(dropped.items())))
-        return Plan(tuple(recipients), counts, examples)
+            recipient = Recipient(contact.id, addresses[0], chat_key_of(channel, addresses[0]), contact.name)
+            yield label, None, (address_key(channel, addresses[0]), recipient)
+
+    def _settle(self, batch: Sequence[_Verdict], claims: Claims, tally: _Tally) -> None:
+        """Claim the batch's recipient keys, then count every verdict in audience order."""
+        wanted = [claim for _, _, claim in batch if claim is not None]
+        granted = iter(claims.claim(wanted) if wanted else [])
+        for label, reason, claim in batch:
+            tally.considered += 1
+            if claim is None:
+                tally.drop(reason or "", label)
+            elif next(granted):
+                tally.take(claim[1], label)
+            else:
+                tally.drop("duplicate", label)
 
     def _audience(self, contact_ids: Sequence[str] | None) -> Iterator[tuple[str, Contact | None]]:
         if contact_ids is None:

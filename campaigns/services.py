@@ -32,6 +32,7 @@ from .domain import (
     ACTIVE_STATES,
     EDITABLE_STATES,
     Campaign,
+    Recipient,
     StateConflict,
     message_from_input,
     new_campaign_id,
@@ -49,6 +50,7 @@ from .domain import (
 from .planner import Planner
 from .sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 from .stores import default_stores
+from .stores.base import SlotStore
 
 log = logging.getLogger("botmesh.campaigns")
 
@@ -413,8 +415,24 @@ def bot_for(tenant: str, campaign: Campaign) -> CampaignBot:
     return CampaignBot(provider)
 
 
+class SlotClaims:
+    """The planner's ``Claims`` of a run: each recipient key claimed in the slot store, its slot added with it.
+
+    Kept in the Kv (``SlotStore.slots_claim``), so planning streams with
+    bounded memory, a plan run again after a crash finds its own recipients,
+    and two contacts never get one recipient's slot.
+    """
+
+    def __init__(self, slots: SlotStore, tenant: str, campaign_id: str, at: int) -> None:
+        self.slots, self.tenant, self.campaign_id, self.at = slots, tenant, campaign_id, at
+
+    def claim(self, items: Sequence[tuple[str, Recipient]]) -> list[bool]:
+        return self.slots.slots_claim(
+            self.tenant, self.campaign_id, [(key, new_delivery(r, self.at)) for key, r in items])
+
+
 def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
-    """Fix the recipients: one pending slot each (idempotent), then record the plan's counts."""
+    """Fix the recipients: one pending slot each (idempotent, streamed), then record the plan's counts."""
     from crm.selectors import segment_get
 
     campaigns, slots = default_stores()
@@ -422,11 +440,10 @@ def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
         segment = segment_get(tenant, campaign.segment_id)
     except NotFound:
         return _fail(tenant, campaign.id, "the campaign's segment was deleted")
-    plan = planner.plan(rules=segment.rules, channel=campaign.channel, contact_ids=campaign.contact_ids)
-    at = now_ms()
-    added = slots.slots_add(tenant, campaign.id, [new_delivery(r, at) for r in plan.recipients])
-    log.info("campaign planned tenant=%s campaign=%s recipients=%d added=%d", tenant, campaign.id,
-             plan.counts.recipients, added)
+    claims = SlotClaims(slots, tenant, campaign.id, now_ms())
+    plan = planner.plan(rules=segment.rules, channel=campaign.channel, contact_ids=campaign.contact_ids,
+                        claims=claims, keep=0)
+    log.info("campaign planned tenant=%s campaign=%s recipients=%d", tenant, campaign.id, plan.counts.recipients)
     return _transition(tenant, campaign.id, lambda c: None if c.plan is not None else replace(c, plan=plan.counts))
 
 

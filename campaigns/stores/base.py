@@ -17,6 +17,12 @@ campaign, recipient) and applies the slot rules of ``campaigns.domain``:
 - ``slots_mark_in_doubt`` / ``slots_mark_dropped`` / ``slots_release`` /
   ``slots_cancel`` / ``slot_resend`` as their names say.
 
+``slots_claim`` is how a plan fixes its recipients: the first contact to claim
+a recipient key gets the key and its slot, so the planner dedupes exactly
+without holding the recipients in memory. ``slot_counts`` is what the progress
+shows (O(1) in the Kv store: counters kept in each slot commit) and
+``slot_scan`` with a filter reads O(page) there (value indexes).
+
 Each batch method takes slots as the store returned them (their ``version``
 and ``token`` say what the caller holds), applies its changes atomically per
 slot and returns the slots it changed, in the given order; a slot that is no longer held by the
@@ -44,6 +50,12 @@ def check_scan_limit(limit: int) -> None:
         raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
 Change = Callable[[Delivery], Delivery | None]
+
+
+def slot_matches(d: Delivery, *, state: str | None, reason: str | None, contact_id: str | None) -> bool:
+    """Return True if ``d`` matches every filter given (``None``: any)."""
+    return ((state is None or d.state == state) and (reason is None or d.reason == reason)
+            and (contact_id is None or d.contact_id == contact_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +127,35 @@ class SlotStore(Protocol):
         """Add pending slots; a recipient that has a slot already keeps it. Return how many were added."""
         ...
 
+    def slots_claim(self, tenant: str, campaign_id: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
+        """Give each ``(recipient key, pending slot)`` its slot unless another contact has the key; return who has it.
+
+        ``claims`` come in audience order. The first contact to claim a key
+        gets it and its slot is added; a contact claiming a key it already has
+        (a plan run again after a crash) keeps its slot as it is. Return, per
+        claim, True if the claim's contact has the key (a recipient), False if
+        another contact has it (a duplicate recipient). A slot added without a
+        claim (``slots_add``) gives the key to the slot's contact.
+        """
+        ...
+
     def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
         """Return the slot of ``recipient``, or ``None``."""
         ...
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
+        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
+        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
     ) -> list[Delivery]:
-        """Return up to ``limit`` (1..5000) slots ordered by recipient, after the recipient ``after``."""
+        """Return up to ``limit`` (1..5000) slots ordered by recipient, after the recipient ``after``.
+
+        ``state``, ``reason`` and ``contact_id`` keep only the slots matching
+        every one given (the Kv store reads them through an index: O(page)).
+        """
         ...
 
     def slot_counts(self, tenant: str, campaign_id: str) -> DeliveryCounts:
-        """Return the slots counted per state and per ``state:reason``."""
+        """Return the slots counted per state and per ``state:reason`` (``count_deliveries``' definition)."""
         ...
 
     def slots_reserve(
@@ -266,17 +295,21 @@ class SlotRules:
         ])
 
     def slots_cancel(self, tenant: str, campaign_id: str, *, now_ms: int) -> int:
-        cancelled, after = 0, None
-        while True:
-            page = self.slot_scan(tenant, campaign_id, after=after, limit=1000)  # type: ignore[attr-defined]
-            todo = [d for d in page if domain.cancel(d, now=now_ms) is not None]
-            if todo:
-                cancelled += len(self._apply(
-                    tenant, campaign_id, [(d, partial(domain.cancel, now=now_ms)) for d in todo]
-                ))
-            if len(page) < 1000:
-                return cancelled
-            after = page[-1].recipient
+        cancelled = 0
+        for state in ("pending", "reserved"):  # only these can be cancelled: O(open slots), not O(slots)
+            after = None
+            while True:
+                page = self.slot_scan(  # type: ignore[attr-defined]
+                    tenant, campaign_id, after=after, limit=1000, state=state)
+                todo = [d for d in page if domain.cancel(d, now=now_ms) is not None]
+                if todo:
+                    cancelled += len(self._apply(
+                        tenant, campaign_id, [(d, partial(domain.cancel, now=now_ms)) for d in todo]
+                    ))
+                if len(page) < 1000:
+                    break
+                after = page[-1].recipient
+        return cancelled
 
     def slot_resend(self, tenant: str, campaign_id: str, recipient: str, *, now_ms: int) -> Delivery:
         current = self.slot_get(tenant, campaign_id, recipient)  # type: ignore[attr-defined]

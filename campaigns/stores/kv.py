@@ -4,9 +4,15 @@ Layout:
 
 - ``campaigns/<tenant>/campaigns``: ``<campaign id>`` → campaign JSON.
 - ``campaigns/<tenant>/d-<campaign id>``: ``d/<recipient>`` → the recipient's send
-  slot, ``m/runner`` → the runner lease ``{"owner", "until"}``. One table per
-  campaign, so a batch of slot changes is one atomic commit and deleting a
-  campaign drops one table.
+  slot, ``p/<recipient key>`` → ``{"contact"}`` (which contact the plan gave the
+  recipient key to: the planner's exact dedupe, kept in the Kv so a 1,000,000
+  recipient plan never holds its recipients in memory, and a re-run plan finds
+  its own), ``m/runner`` → the runner lease ``{"owner", "until"}``, and the
+  slots' indexes under ``x/`` (``DELIVERY``: counters per state and per
+  ``state:reason`` kept in each slot commit, so progress is O(1); value indexes
+  by state, reason, state + reason and contact, so a filtered page is
+  O(page)). One table per campaign, so a batch of slot changes is one atomic
+  commit and deleting a campaign drops one table (indexes included).
 - ``campaigns/<tenant>/throttle``: ``<channel>`` → ``{"next_ms"}`` (booked send times).
 - ``campaigns/system/index``: ``<tenant>!<campaign id>`` → ``{"state", "at"}``, the
   active campaigns the scheduler's tick reads (the one cross-tenant table; it
@@ -19,30 +25,96 @@ re-applied to what is there now.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound
-from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Put, TenantKv
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv.indexes import (
+    INDEX_ROOT,
+    CountIndex,
+    IndexedTable,
+    RecordChange,
+    RecordType,
+    ValueIndex,
+    declare,
+    decode,
+    encode,
+)
+from botmesh_admin.kv.validation import MAX_GET_MANY
 from campaigns.domain import (
+    REASON_STATES,
     Campaign,
     Delivery,
     DeliveryCounts,
     campaign_from_json,
     campaign_to_json,
-    count_deliveries,
     delivery_from_json,
     delivery_to_json,
 )
 
-from .base import MAX_SCAN, Change, IndexEntry, SlotRules, check_scan_limit
+from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
 
 SYSTEM = "system"
 SLOT = "d/"
+PLAN = "p/"
 LEASE = "m/runner"
 SEP = "!"
 COMMIT_BATCH = 500
+CLAIM_BATCH = MAX_GET_MANY // 2  # a claim reads its plan record and its slot: one get_many per batch
 MAX_ROUNDS = 50
+MAX_REASONS = 10_000
+
+
+def _reason_group(slot: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The ``state:reason`` a slot counts under (``count_deliveries``: outcomes with a reason)."""
+    state, reason = slot.get("state"), slot.get("reason")
+    return [(state, reason)] if state in REASON_STATES and reason else []
+
+
+def _has_reason(slot: Mapping[str, Any]) -> bool:
+    return slot.get("reason") is not None
+
+
+DELIVERY = RecordType(
+    "delivery",
+    SLOT,
+    (
+        CountIndex("delivery_count_state", fields=("state",)),
+        CountIndex("delivery_count_reason", keys=_reason_group),
+        ValueIndex("delivery_state", fields=("state",)),
+        ValueIndex("delivery_reason", fields=("reason",), where=_has_reason),
+        ValueIndex("delivery_state_reason", fields=("state", "reason"), where=_has_reason),
+        ValueIndex("delivery_contact", fields=("contact_id",)),
+    ),
+)
+"""A send slot (``d/<recipient>``, no Kv TTL: a reservation's lease is its ``lease_until``)."""
+
+
+def _slot_tables(kv: DurableKv, tenant: str) -> Iterator[str]:
+    """Yield the delivery collection of each campaign of ``tenant`` (``botmesh_reindex`` walks them)."""
+    table, after = TenantKv(kv, "campaigns").table(tenant, "campaigns"), None
+    while True:
+        page = kv.scan(table, after=after, limit=1000)
+        yield from (f"d-{e.key}" for e in page)
+        if len(page) < 1000:
+            return
+        after = page[-1].key
+
+
+DELIVERIES = declare("campaigns", "deliveries", [DELIVERY], instances=_slot_tables)
+
+
+def _filter_index(state: str | None, reason: str | None, contact_id: str | None) -> tuple[str, list[object]]:
+    """Return the value index (and its leading values) whose entries hold the filtered slots, fewest first."""
+    if contact_id is not None:
+        return "delivery_contact", [contact_id]  # a contact has one slot per campaign (or a few)
+    if state is not None and reason is not None:
+        return "delivery_state_reason", [state, reason]
+    if state is not None:
+        return "delivery_state", [state]
+    return "delivery_reason", [reason]
 
 
 def _stale(exc: ConflictError, expected: int) -> Exception:
@@ -141,11 +213,17 @@ class KvCampaignStore:
 
 
 class KvSlotStore(SlotRules):
-    """``SlotStore`` over a DurableKv; safe across threads and processes."""
+    """``SlotStore`` over a DurableKv; safe across threads and processes.
+
+    Every slot write goes through ``DELIVERIES``' ``IndexedTable.commit`` with
+    the slot's change (the value the commit's version expects → the new one),
+    so the counters and value entries move in the slot's own commit.
+    """
 
     def __init__(self, kv: DurableKv) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, "campaigns")
+        self.layout: IndexedTable = DELIVERIES.layout(kv)
 
     def _table(self, tenant: str, campaign_id: str) -> str:
         return self.tables.table(tenant, f"d-{campaign_id}")
@@ -154,43 +232,100 @@ class KvSlotStore(SlotRules):
         table = self._table(tenant, campaign_id)
         added = 0
         for start in range(0, len(deliveries), COMMIT_BATCH):
-            pending = {d.recipient: d for d in deliveries[start:start + COMMIT_BATCH]}
+            pending = {d.recipient: delivery_to_json(d) for d in deliveries[start:start + COMMIT_BATCH]}
             while pending:
-                ops = [Put(SLOT + r, delivery_to_json(d), expect=ABSENT) for r, d in pending.items()]
+                ops: list[Op] = [Put(SLOT + r, value, expect=ABSENT) for r, value in pending.items()]
+                changes = [RecordChange(DELIVERY, SLOT + r, None, value) for r, value in pending.items()]
                 try:
-                    self.kv.commit(table, ops)
+                    self.layout.commit(table, ops, changes)
                     added += len(pending)
                     break
                 except ConflictError as exc:
                     pending.pop(exc.key.removeprefix(SLOT), None)  # that recipient has a slot: keep it
         return added
 
+    def slots_claim(self, tenant: str, campaign_id: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
+        table = self._table(tenant, campaign_id)
+        out: list[bool] = []
+        for start in range(0, len(claims), CLAIM_BATCH):
+            out += self._claim_batch(table, claims[start:start + CLAIM_BATCH])
+        return out
+
+    def _claim_batch(self, table: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
+        for _ in range(MAX_ROUNDS):
+            found = self.kv.get_many(table, [PLAN + k for k, _ in claims] + [SLOT + d.recipient for _, d in claims])
+            owners: dict[str, str] = {}  # recipient key or slot key → the contact that has it
+            ops: list[Op] = []
+            changes: list[RecordChange] = []
+            granted: list[bool] = []
+            for (key, d), plan, slot in zip(claims, found[:len(claims)], found[len(claims):], strict=True):
+                if key not in owners and SLOT + d.recipient not in owners:
+                    if plan is not None:
+                        owners[key] = str(plan.value["contact"])
+                    elif slot is not None:  # planned before plan records were kept (or by slots_add)
+                        owners[key] = str(slot.value["contact_id"])
+                        ops.append(Put(PLAN + key, {"contact": owners[key]}, expect=ABSENT))
+                    else:
+                        owners[key] = owners[SLOT + d.recipient] = d.contact_id
+                        value = delivery_to_json(d)
+                        ops += [Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
+                                Put(SLOT + d.recipient, value, expect=ABSENT)]
+                        changes.append(RecordChange(DELIVERY, SLOT + d.recipient, None, value))
+                granted.append(owners.get(key, owners.get(SLOT + d.recipient)) == d.contact_id)
+            if not ops:
+                return granted
+            try:
+                self.layout.commit(table, ops, changes)
+                return granted
+            except ConflictError:
+                continue  # another planner claimed some of these meanwhile: read them again
+        raise Conflict("the campaign's plan is changing too fast; try again")
+
     def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
         entry = self.kv.get(self._table(tenant, campaign_id), SLOT + recipient)
         return delivery_from_json(entry.value, entry.version) if entry else None
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
+        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
+        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
     ) -> list[Delivery]:
         check_scan_limit(limit)
-        entries = self.kv.scan(
-            self._table(tenant, campaign_id), prefix=SLOT, after=SLOT + after if after is not None else None,
-            limit=limit,
-        )
-        return [delivery_from_json(e.value, e.version) for e in entries]
+        table = self._table(tenant, campaign_id)
+        if state is None and reason is None and contact_id is None:
+            entries = self.kv.scan(table, prefix=SLOT, after=SLOT + after if after is not None else None,
+                                   limit=limit)
+            return [delivery_from_json(e.value, e.version) for e in entries]
+        index, values = _filter_index(state, reason, contact_id)
+        # An entry's key is x/<index>/<encoded values><primary key>: the cursor recipient's entry.
+        cursor = f"{INDEX_ROOT}{index}/{encode(values)}{SLOT}{after}" if after is not None else None
+        out: list[Delivery] = []
+        while True:
+            want = min(MAX_GET_MANY, limit - len(out) + 1)
+            entries = self.layout.scan(table, index, values, after=cursor, limit=want)
+            for record in self.layout.fetch(table, entries):
+                if record is None:
+                    continue  # deleted since the scan
+                d = delivery_from_json(record.value, record.version)
+                if slot_matches(d, state=state, reason=reason, contact_id=contact_id):
+                    out.append(d)
+                    if len(out) == limit:
+                        return out
+            if len(entries) < want:
+                return out
+            cursor = entries[-1].key
 
     def slot_counts(self, tenant: str, campaign_id: str) -> DeliveryCounts:
-        def every() -> list[Delivery]:
-            out: list[Delivery] = []
-            after = None
-            while True:
-                page = self.slot_scan(tenant, campaign_id, after=after, limit=MAX_SCAN)
-                out.extend(page)
-                if len(page) < MAX_SCAN:
-                    return out
-                after = page[-1].recipient
-
-        return count_deliveries(every())
+        table = self._table(tenant, campaign_id)
+        states: dict[str, int] = {}
+        for group, n in self.layout.count_prefix(table, "delivery_count_state").items():
+            if n:
+                states[str(decode(group)[0])] = n
+        reasons: dict[str, int] = {}
+        for group, n in self.layout.count_prefix(table, "delivery_count_reason", limit=MAX_REASONS).items():
+            if n:
+                state, reason = decode(group)
+                reasons[f"{state}:{reason}"] = n
+        return DeliveryCounts(sum(states.values()), dict(sorted(states.items())), dict(sorted(reasons.items())))
 
     def _apply(self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery | str, Change]]) -> list[Delivery]:
         table = self._table(tenant, campaign_id)
@@ -209,28 +344,33 @@ class KvSlotStore(SlotRules):
     ) -> None:
         current = {d.recipient: (d, change) for d, change in work if d is not None}
         for _ in range(MAX_ROUNDS + len(current)):
-            planned: dict[str, tuple[Delivery, int]] = {}
+            planned: dict[str, tuple[Delivery, Delivery]] = {}
             for recipient, (d, change) in current.items():
                 changed = change(d)
                 if changed is not None:
-                    planned[recipient] = (changed, d.version)
+                    planned[recipient] = (d, changed)
             if not planned:
                 return
-            ops = [Put(SLOT + r, delivery_to_json(n), expect=v) for r, (n, v) in planned.items()]
+            ops: list[Op] = []
+            changes: list[RecordChange] = []
+            for r, (old, new) in planned.items():
+                value = delivery_to_json(new)
+                ops.append(Put(SLOT + r, value, expect=old.version))
+                # The slot as the caller read it is the value at the version this commit expects.
+                changes.append(RecordChange(DELIVERY, SLOT + r, delivery_to_json(old), value))
             try:
-                written = self.kv.commit(table, ops)
+                written = self.layout.commit(table, ops, changes)
             except ConflictError as exc:
                 # Someone changed a slot since it was read (likely more than one: another sender works
                 # through the same page): re-read the batch and apply the rules to what is there now.
                 stale = [exc.key.removeprefix(SLOT)] + [r for r in planned if r != exc.key.removeprefix(SLOT)]
-                for recipient in stale:
-                    fresh = self.slot_get(tenant, campaign_id, recipient)
-                    if fresh is None:
+                for recipient, entry in zip(stale, self.kv.get_many(table, [SLOT + r for r in stale]), strict=True):
+                    if entry is None:
                         current.pop(recipient, None)
-                    elif fresh.version != current[recipient][0].version:
-                        current[recipient] = (fresh, current[recipient][1])
+                    elif entry.version != current[recipient][0].version:
+                        current[recipient] = (delivery_from_json(entry.value, entry.version), current[recipient][1])
                 continue
-            for (recipient, (n, _)), entry in zip(planned.items(), written, strict=True):
+            for (recipient, (_, n)), entry in zip(planned.items(), written, strict=True):
                 assert entry is not None
                 results[recipient] = replace(n, version=entry.version)
             return

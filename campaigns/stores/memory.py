@@ -9,7 +9,7 @@ from dataclasses import replace
 from botmesh_admin.errors import Conflict, NotFound
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, count_deliveries
 
-from .base import Change, IndexEntry, SlotRules, check_scan_limit
+from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
 
 
 class MemoryCampaignStore:
@@ -91,6 +91,7 @@ class MemorySlotStore(SlotRules):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: dict[tuple[str, str], dict[str, Delivery]] = {}
+        self._claims: dict[tuple[str, str], dict[str, str]] = {}
         self._leases: dict[tuple[str, str], tuple[str, int]] = {}
 
     def _table(self, tenant: str, campaign_id: str) -> dict[str, Delivery]:
@@ -106,18 +107,35 @@ class MemorySlotStore(SlotRules):
                     added += 1
         return added
 
+    def slots_claim(self, tenant: str, campaign_id: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
+        granted: list[bool] = []
+        with self._lock:
+            table = self._table(tenant, campaign_id)
+            owners = self._claims.setdefault((tenant, campaign_id), {})
+            for key, d in claims:
+                if key not in owners:
+                    held = table.get(d.recipient)
+                    owners[key] = held.contact_id if held is not None else d.contact_id
+                    if held is None:
+                        table[d.recipient] = replace(d, version=1)
+                granted.append(owners[key] == d.contact_id)
+        return granted
+
     def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
         with self._lock:
             return self._slots.get((tenant, campaign_id), {}).get(recipient)
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100
+        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
+        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
     ) -> list[Delivery]:
         check_scan_limit(limit)
         with self._lock:
             table = self._slots.get((tenant, campaign_id), {})
             keys = sorted(k for k in table if after is None or k > after)  # code point order = UTF-8 byte order
-            return [table[k] for k in keys[:limit]]
+            found = (table[k] for k in keys)
+            page = [d for d in found if slot_matches(d, state=state, reason=reason, contact_id=contact_id)]
+            return page[:limit]
 
     def slot_counts(self, tenant: str, campaign_id: str) -> DeliveryCounts:
         with self._lock:
@@ -143,6 +161,7 @@ class MemorySlotStore(SlotRules):
     def slots_drop_all(self, tenant: str, campaign_id: str) -> None:
         with self._lock:
             self._slots.pop((tenant, campaign_id), None)
+            self._claims.pop((tenant, campaign_id), None)
             self._leases.pop((tenant, campaign_id), None)
 
     def lease_acquire(self, tenant: str, campaign_id: str, *, owner: str, ttl_ms: int, now_ms: int) -> bool:

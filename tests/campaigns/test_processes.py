@@ -129,7 +129,22 @@ def assert_each_recipient_once(tenant: str, campaign_id: str, fake, n: int = N) 
             assert seen == 0
         if d.state == "in_doubt":
             assert d.provider_message_id is None and d.error_code is None
+    assert_progress_is_the_deliveries(tenant, campaign_id, got)
     return got
+
+
+def assert_progress_is_the_deliveries(tenant: str, campaign_id: str, got: dict) -> None:
+    """After the kills and races: the O(1) progress counters equal the deliveries, and no index drifts."""
+    from campaigns.domain import count_deliveries
+    from campaigns.stores import default_stores
+    from campaigns.stores.kv import DELIVERY, KvSlotStore
+
+    assert selectors.campaign_progress(tenant, campaign_id).counts == count_deliveries(got.values())
+    _, slots = default_stores()
+    assert isinstance(slots, KvSlotStore)
+    table = slots._table(tenant, campaign_id)
+    drift = {i.name: slots.layout.check(table, i.name) for i in DELIVERY.indexes}
+    assert {name: r for name, r in drift.items() if any(r.values())} == {}
 
 
 def test_sigkill_mid_broadcast_then_a_new_worker_sends_nobody_twice_and_skips_nobody(campaign, fake) -> None:
