@@ -591,7 +591,15 @@ def validate_note(note: Note) -> Note:
 
 @dataclass(frozen=True)
 class ReadMarker:
-    """The last message ``agent`` read in a conversation (its id and its sort key)."""
+    """The last message ``agent`` read in a conversation (its id and its sort key).
+
+    ``seen_inbound``: how many inbound messages of the conversation sort at or
+    before the marker, kept by the store (a late inbound message that sorts
+    before the marker adds one), so the agent's unread count is
+    ``conversation.inbound_count - seen_inbound`` without reading messages.
+    ``None`` on a marker stored before the store kept it (counted by a message
+    scan until the store backfills it).
+    """
 
     conversation_id: str
     agent: str
@@ -599,6 +607,7 @@ class ReadMarker:
     message_sort_key: str
     at_ms: int
     revision: int = 0
+    seen_inbound: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the stored JSON form (without ``revision``)."""

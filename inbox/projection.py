@@ -174,7 +174,8 @@ def ingest(
         if twin is not None and (twin.id == message.id or message.id in twin.aliases):
             if not twin.placeholder or message.placeholder:
                 return Projected("duplicate", twin.conversation_id, twin.id)
-        conv = store.conversation_by_chat(tenant, chat_key) or _new_conversation(chat_key, channel, inbox.clock())
+        stored = store.conversation_by_chat(tenant, chat_key)
+        conv = stored or _new_conversation(chat_key, channel, inbox.clock())
         m = replace(message, conversation_id=conv.id)
         removed: Message | None = None
         if twin is not None and not twin.placeholder:
@@ -195,7 +196,7 @@ def ingest(
         try:
             store.write(tenant, Change(
                 conversation=new_conv, messages=(m,), removed=(removed,) if removed else (),
-                previous_activity_ms=conv.last_activity_ms if conv.revision else None,
+                previous=stored,
             ))
         except Conflict:
             continue
@@ -436,7 +437,7 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
         try:
             inbox.store.write(tenant, Change(
                 conversation=validate_conversation(new),
-                previous_activity_ms=conv.last_activity_ms if conv.revision else None,
+                previous=conv if conv.revision else None,
             ))
         except Conflict:
             continue

@@ -94,8 +94,7 @@ def reply_create(
         ))
         new_conv = validate_conversation(_after_message(conv, message, at))
         try:
-            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,),
-                                             previous_activity_ms=conv.last_activity_ms))
+            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")

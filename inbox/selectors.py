@@ -17,20 +17,20 @@ from .domain import (
     Conversation,
     Message,
     Note,
+    ReadMarker,
     check_agent,
     check_conversation_id,
     now_ms,
     sort_key,
 )
 from .stores import default_store
-from .stores.base import InboxStore, activity_cursor
+from .stores.base import VIEWS, InboxStore, conversation_cursor
 
-VIEWS = ("all", "mine", "unassigned")
 SCAN_BATCH = 200
 MAX_SCANNED = 5000
 UNREAD_BATCH = 500
-# The shapes of the lists' cursors: ``activity_cursor``, ``Message.sort_key`` and ``new_note_id``.
-CONVERSATION_CURSOR = re.compile(r"a/[0-9]{13}/cv_[0-9a-f]{20}")
+# The shapes of the lists' cursors: ``conversation_cursor``, ``Message.sort_key`` and ``new_note_id``.
+CONVERSATION_CURSOR = re.compile(r"[0-9]{1,16}/cv_[0-9a-f]{20}")
 MESSAGE_CURSOR = re.compile(r"[0-9]{13,16}/[^\s/]{1,200}")
 NOTE_CURSOR = re.compile(r"n_[0-9]{13,16}_[0-9a-f]{8,12}")
 
@@ -45,7 +45,12 @@ class ConversationRow:
 
 
 def effective_status(conversation: Conversation, now: int | None = None) -> str:
-    """Return the status an agent sees: a snoozed conversation whose time has come is ``open``."""
+    """Return the status an agent sees: a snoozed conversation whose time has come is ``open``.
+
+    The wake-up job (``inbox.tick``, every ``services.TICK_EVERY_S`` seconds)
+    then stores it as open; until it runs, lists filtered by status and the
+    counts still place it among the pending ones (see ``conversation_list``).
+    """
     c = conversation
     if c.status == "pending" and c.snoozed_until_ms is not None and c.snoozed_until_ms <= (now or now_ms()):
         return "open"
@@ -61,17 +66,8 @@ def conversation_get(tenant: str, conversation_id: str, *, store: InboxStore | N
     return conversation
 
 
-def unread_count(
-    tenant: str, conversation: Conversation, *, agent: str, store: InboxStore | None = None
-) -> int:
-    """Return how many inbound messages come after ``agent``'s read marker (exact).
-
-    Without a marker every inbound message is unread.
-    """
-    store = store or default_store()
-    marker = store.marker_get(tenant, conversation.id, agent)
-    if marker is None:
-        return conversation.inbound_count
+def _unread_by_scan(tenant: str, conversation: Conversation, marker: ReadMarker, store: InboxStore) -> int:
+    """Count the inbound messages after ``marker`` by reading them (a marker stored without a count)."""
     if conversation.last_message_id is None or marker.message_sort_key >= sort_key(
         conversation.last_activity_ms, conversation.last_message_id
     ):
@@ -83,6 +79,43 @@ def unread_count(
         if len(page) < UNREAD_BATCH:
             return count
         after = page[-1].sort_key
+
+
+def _unread(tenant: str, conversation: Conversation, marker: ReadMarker | None, store: InboxStore) -> int:
+    if marker is None:
+        return conversation.inbound_count
+    if marker.seen_inbound is None:
+        return _unread_by_scan(tenant, conversation, marker, store)
+    return max(0, conversation.inbound_count - marker.seen_inbound)
+
+
+def unread_count(
+    tenant: str, conversation: Conversation, *, agent: str, store: InboxStore | None = None
+) -> int:
+    """Return how many inbound messages come after ``agent``'s read marker (exact, O(1)).
+
+    ``conversation.inbound_count`` minus the marker's ``seen_inbound`` (the
+    inbound messages at or before it, kept by the store); without a marker
+    every inbound message is unread. A marker stored before the store kept its
+    count is counted by reading the messages after it, until it is backfilled.
+    """
+    store = store or default_store()
+    return _unread(tenant, conversation, store.marker_get(tenant, conversation.id, agent), store)
+
+
+def _check_view(view: object) -> str:
+    if view not in VIEWS:
+        raise ValidationError("view", f"must be one of {', '.join(VIEWS)}")
+    return str(view)
+
+
+def _matches(c: Conversation, *, agent: str, view: str, status: str | None, channel: str | None, now: int) -> bool:
+    """Return True if ``c`` (as fetched) still belongs in the list the filters describe."""
+    if view == "mine" and c.assignee != agent or view == "unassigned" and c.assignee is not None:
+        return False
+    if channel is not None and c.channel != channel:
+        return False
+    return status is None or c.status == status and effective_status(c, now) == status
 
 
 def conversation_list(
@@ -100,14 +133,25 @@ def conversation_list(
     """Return one page of conversations, newest activity first, and the cursor of the next page.
 
     ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
-    ``status``: open / pending / resolved (effective status, see
-    ``effective_status``); ``channel``: whatsapp, telegram…; ``unread_only``:
-    only rows where ``agent`` has unread messages. At most ``MAX_SCANNED``
-    conversations are examined per call; the cursor continues from there.
+    ``status``: open / pending / resolved; ``channel``: whatsapp, telegram…;
+    ``unread_only``: only rows where ``agent`` has unread messages. Each row
+    shows its effective status (``effective_status``) and its exact unread count.
+
+    Cost: the store reads one index page of the filters' combination, its
+    records and the agent's read markers (one read each): O(limit). With
+    ``unread_only`` the rows without unread messages for the agent in the
+    range (those it has fully read, or without an inbound message) are read
+    and skipped, in batches of ``SCAN_BATCH``: O(limit + skipped rows), which
+    does not grow with the tenant; at most ``MAX_SCANNED`` conversations are
+    examined per call and the cursor continues from there.
+
+    Status filters use the stored status: a snoozed conversation whose time has
+    come leaves the ``pending`` list at once but joins the ``open`` list when
+    the wake-up job stores it as open, at most ``services.TICK_EVERY_S``
+    seconds later.
     """
     check_agent(agent)
-    if view not in VIEWS:
-        raise ValidationError("view", f"must be one of {', '.join(VIEWS)}")
+    _check_view(view)
     if status is not None and status not in CONVERSATION_STATUSES:
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
     if not isinstance(limit, int) or not 1 <= limit <= 200:
@@ -115,33 +159,34 @@ def conversation_list(
     after = cursor_check(after, CONVERSATION_CURSOR)
     store = store or default_store()
     now = now_ms()
+    batch = SCAN_BATCH if unread_only else limit
     rows: list[ConversationRow] = []
     cursor, scanned = after, 0
     while scanned < MAX_SCANNED:
-        page, next_cursor = store.conversation_page(tenant, after=cursor, limit=SCAN_BATCH)
-        for i, c in enumerate(page):
+        page, next_cursor = store.conversation_page(
+            tenant, view=view, agent=agent, status=status, channel=channel, after=cursor, limit=batch
+        )
+        markers = store.markers_get(tenant, [c.id for c in page], agent)
+        for i, (c, marker) in enumerate(zip(page, markers, strict=True)):
             scanned += 1
-            cursor = activity_cursor(c)
-            if view == "mine" and c.assignee != agent or view == "unassigned" and c.assignee is not None:
+            cursor = conversation_cursor(c)
+            if not _matches(c, agent=agent, view=view, status=status, channel=channel, now=now):
                 continue
-            shown = effective_status(c, now)
-            if status is not None and shown != status or channel is not None and c.channel != channel:
-                continue
-            unread = unread_count(tenant, c, agent=agent, store=store)
+            unread = _unread(tenant, c, marker, store)
             if unread_only and not unread:
                 continue
-            rows.append(ConversationRow(c, shown, unread))
+            rows.append(ConversationRow(c, effective_status(c, now), unread))
             if len(rows) == limit:
                 last_of_all = i == len(page) - 1 and next_cursor is None
                 return rows, None if last_of_all else cursor
         if next_cursor is None:
             return rows, None
+        cursor = next_cursor
     return rows, cursor
 
 
-def unread_total(tenant: str, *, agent: str, view: str = "all", store: InboxStore | None = None) -> int:
-    """Return ``agent``'s unread inbound messages over every conversation of ``view``."""
-    store = store or default_store()
+def _unread_total_by_walk(tenant: str, *, agent: str, view: str, store: InboxStore) -> int:
+    """Return the unread total by reading every conversation of ``view`` (the definition; O(tenant))."""
     total, cursor = 0, None
     while True:
         rows, cursor = conversation_list(
@@ -150,6 +195,45 @@ def unread_total(tenant: str, *, agent: str, view: str = "all", store: InboxStor
         total += sum(r.unread for r in rows)
         if cursor is None:
             return total
+
+
+def unread_total(tenant: str, *, agent: str, view: str = "all", store: InboxStore | None = None) -> int:
+    """Return ``agent``'s unread inbound messages over every conversation of ``view`` (exact).
+
+    O(1): the inbound messages counted over the view's conversations minus
+    those the agent's read markers have seen in them (two count reads). While
+    the tenant still holds read markers stored before the counts existed (the
+    wake-up job backfills them), the conversations are walked instead.
+    """
+    check_agent(agent)
+    _check_view(view)
+    store = store or default_store()
+    total = store.unread_sum(tenant, agent=agent, view=view)
+    if total is None:
+        return _unread_total_by_walk(tenant, agent=agent, view=view, store=store)
+    return total
+
+
+def conversation_counts(tenant: str, *, agent: str, store: InboxStore | None = None) -> dict[str, dict[str, int]]:
+    """Return ``{view: {status: conversations}}`` for ``all``, ``mine`` and ``unassigned`` (exact, O(1)).
+
+    Counted by stored status: a snoozed conversation whose time has come counts
+    as pending until the wake-up job reopens it (at most
+    ``services.TICK_EVERY_S`` seconds).
+    """
+    check_agent(agent)
+    return (store or default_store()).conversation_counts(tenant, agent=agent)
+
+
+def conversation_count(
+    tenant: str, *, agent: str, view: str = "all", status: str | None = None, store: InboxStore | None = None
+) -> int:
+    """Return how many conversations ``view`` holds (of ``status``, or of any status); see ``conversation_counts``."""
+    _check_view(view)
+    if status is not None and status not in CONVERSATION_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
+    counts = conversation_counts(tenant, agent=agent, store=store)[view]
+    return counts[status] if status is not None else sum(counts.values())
 
 
 def message_list(

@@ -108,7 +108,7 @@ class Inbox:
                 return conv
             new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=self.clock()))
             try:
-                written = self.store.write(tenant, Change(conversation=new, previous_activity_ms=conv.last_activity_ms))
+                written = self.store.write(tenant, Change(conversation=new, previous=conv))
                 return written.conversation or new
             except Conflict:
                 continue
@@ -224,6 +224,43 @@ class Inbox:
         conv = selectors.conversation_get(tenant, conversation_id, store=self.store)
         return selectors.unread_count(tenant, conv, agent=agent, store=self.store)
 
+    # -- the wake-up job ---------------------------------------------------------
+
+    def wake_snoozed(self, tenant: str, *, at_ms: int | None = None, batch: int = 200) -> int:
+        """Store as ``open`` every pending conversation snoozed until ``at_ms`` (default: now); return how many.
+
+        The agent-facing ``version`` does not move: agents already see such a
+        conversation as open (``selectors.effective_status``), so an action
+        based on what they saw still applies. Reads O(woken) entries.
+        """
+        now = self.clock() if at_ms is None else at_ms
+        woken = 0
+        while True:
+            due = self.store.snoozed_due(tenant, now_ms=now, limit=batch)
+            moved = sum(self._wake(tenant, c, now) for c in due)
+            woken += moved
+            if len(due) < batch or not moved:
+                return woken
+
+    def _wake(self, tenant: str, conv: Conversation | None, now: int) -> int:
+        for _ in range(RETRIES):
+            if conv is None or conv.status != "pending" or conv.snoozed_until_ms is None or conv.snoozed_until_ms > now:
+                return 0
+            new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=self.clock()))
+            try:
+                self.store.write(tenant, Change(conversation=new, previous=conv))
+                return 1
+            except Conflict:
+                conv = self.store.conversation_get(tenant, conv.id)
+        raise Conflict("conversation is too busy; the wake-up job will try again")
+
+    def backfill_markers(self, tenant: str, *, batch: int = 200) -> int:
+        """Give read markers stored before unread counts existed their count; return the records changed."""
+        changed = 0
+        while (done := self.store.markers_backfill(tenant, limit=batch)) > 0:
+            changed += done
+        return changed
+
     # -- erasure ----------------------------------------------------------------
 
     def erase(self, tenant: str, conversation_id: str) -> int:
@@ -312,6 +349,40 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
 def conversation_erase(tenant: str, conversation_id: str) -> int:
     """Erase a conversation and everything in it (see ``Inbox.erase``)."""
     return default_inbox().erase(tenant, conversation_id)
+
+
+TICK_EVERY_S = 60
+"""The period of ``inbox.tick``: how late a snoozed conversation may reach the ``open`` list and counts."""
+
+
+def conversations_wake(tenant: str, *, at_ms: int | None = None) -> int:
+    """Reopen the snoozed conversations of ``tenant`` whose time has come (see ``Inbox.wake_snoozed``)."""
+    return default_inbox().wake_snoozed(tenant, at_ms=at_ms)
+
+
+def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:
+    """Run the inbox's periodic work over every tenant; return ``{"woken", "backfilled", "skipped"}``.
+
+    Called by the durable scheduled job ``inbox.tick`` every ``TICK_EVERY_S``
+    seconds: reopens snoozed conversations whose time has come and backfills
+    read markers stored before unread counts existed. Idempotent. A tenant
+    whose indexes are not built yet (``manage.py botmesh_reindex``) is skipped.
+    """
+    from botmesh_admin.kv.indexes import IndexNotBuilt
+    from botmesh_admin.tenancy.models import Tenant
+
+    inbox = default_inbox()
+    counts = {"woken": 0, "backfilled": 0, "skipped": 0}
+    for tenant in Tenant.objects.order_by("id").values_list("id", flat=True):
+        try:
+            counts["woken"] += inbox.wake_snoozed(tenant, at_ms=at_ms)
+            counts["backfilled"] += inbox.backfill_markers(tenant)
+        except IndexNotBuilt:
+            counts["skipped"] += 1
+    if counts["skipped"]:
+        log.warning("inbox.tick skipped %d tenant(s) with unbuilt indexes; run manage.py botmesh_reindex",
+                    counts["skipped"])
+    return counts
 
 
 # -- the ledger push ---------------------------------------------------------------------

@@ -28,9 +28,9 @@ def _inbox(tenant: str, p: Principal) -> Card:
     from inbox import selectors
 
     agent = p.actor.split(":", 1)[1]
-    unread = selectors.unread_total(tenant, agent=agent)
-    waiting, _ = selectors.conversation_list(tenant, agent=agent, view="unassigned", status="open", limit=200)
-    return Card("Inbox", str(unread), f"unread for you · {len(waiting)} open and unassigned", "inbox:list",
+    unread = selectors.unread_total(tenant, agent=agent)  # both are O(1) count reads
+    waiting = selectors.conversation_count(tenant, agent=agent, view="unassigned", status="open")
+    return Card("Inbox", str(unread), f"unread for you · {waiting} open and unassigned", "inbox:list",
                 "warn" if waiting else "ok")
 
 

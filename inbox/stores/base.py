@@ -7,8 +7,8 @@ simply absent.
 Rules every implementation keeps:
 
 - ``write(tenant, change)`` is atomic: the conversation, its chat index, its
-  place in the activity order, every message put or removed and every message
-  id claimed apply together or not at all.
+  place in every list and count, every message put or removed, every message
+  id claimed and every read marker the change moves apply together or not at all.
 - Each record carries a ``revision`` (the store's version). Writing a record
   expects its ``revision``: ``0`` means "must not exist yet", ``n`` means "must
   still be at revision ``n``". A failed expectation raises ``Conflict`` and
@@ -18,14 +18,27 @@ Rules every implementation keeps:
   workers projecting the same message leave exactly one copy.
 - A new conversation (revision 0) claims its chat key; one chat key maps to at
   most one conversation.
-- A message keeps its timestamp across writes (to move it, remove it and put a
-  new one in the same change).
-- Conversations list newest activity first; messages in ``(timestamp_ms, id)``
-  order; notes in id order (ids sort by creation time). Cursors are exclusive.
+- A message keeps its timestamp and direction across writes (to move it,
+  remove it and put a new one in the same change).
+- Conversations list newest activity first (ties by chat key hash); messages
+  in ``(timestamp_ms, id)`` order; notes in id order (ids sort by creation
+  time). Cursors are exclusive.
+- Unread counts. ``Conversation.inbound_count`` is the number of the
+  conversation's inbound messages (projection keeps it; the store relies on
+  it). A read marker's ``seen_inbound`` is the number of inbound messages that
+  sort at or before it: ``marker_put`` computes it, and a ``write`` that adds
+  (or removes) an inbound message sorting at or before a marker adds one to
+  (or takes one from) that marker in the same commit. An agent's unread count
+  in a conversation is ``inbound_count - seen_inbound`` (``inbound_count``
+  without a marker). A marker written while such a write runs makes one of the
+  two retry, so neither misses the other.
+- Counts (``conversation_counts``, ``unread_sum``) are exact at every instant
+  and follow the *stored* status (a snoozed conversation whose time has come
+  counts as pending until it is reopened).
 - ``conversation_delete`` removes the conversation, its chat index and its
-  activity entry and leaves an erasure tombstone; ``conversation_purge`` then
-  removes messages, notes and read markers in batches and drops the tombstone
-  when nothing is left.
+  list and count entries, takes its read markers out of every count and leaves
+  an erasure tombstone; ``conversation_purge`` then removes messages, notes and
+  read markers in batches and drops the tombstone when nothing is left.
 """
 
 from __future__ import annotations
@@ -33,15 +46,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from botmesh_admin.errors import ValidationError
 from inbox.domain import Conversation, Message, Note, ReadMarker
 
 MAX_SCAN = 5000
 INVERT = 10**13 - 1
+VIEWS = ("all", "mine", "unassigned")
+STATUSES = ("open", "pending", "resolved")
 
 
-def activity_cursor(conversation: Conversation) -> str:
-    """Return the position of a conversation in the activity order (newest first) as a cursor."""
-    return f"a/{INVERT - conversation.last_activity_ms:013d}/{conversation.id}"
+def conversation_cursor(conversation: Conversation) -> str:
+    """Return the position of a conversation in the lists (newest activity first) as a cursor.
+
+    ``<last_activity_ms>/<conversation id>``: the same position in every list
+    (any view, status or channel), so a cursor outlives a change of filter.
+    """
+    return f"{conversation.last_activity_ms}/{conversation.id}"
+
+
+def parse_cursor(after: str) -> tuple[int, str]:
+    """Return ``(last_activity_ms, conversation id)`` of a ``conversation_cursor``.
+
+    Raise ``ValidationError`` (field ``after``) for anything else.
+    """
+    ms, _, conversation_id = after.partition("/")
+    if not ms.isascii() or not ms.isdigit() or len(ms) > 16 or not conversation_id:
+        raise ValidationError("after", "not a cursor of this list")
+    return int(ms), conversation_id
 
 
 @dataclass(frozen=True)
@@ -53,15 +84,16 @@ class Change:
     ``removed``: delete, each expecting its ``revision`` (releases its id and aliases).
     ``aliases``: ``(id, message)`` pairs — claim another id for a message (the same
     message seen under a ledger id and a webhook id).
-    ``previous_activity_ms``: the ``last_activity_ms`` of the conversation as read at
-    its ``revision`` (lets a store move its activity entry without reading it again).
+    ``previous``: the conversation as read at ``conversation.revision`` (lets a
+    store move its list and count entries without reading it again; without it
+    a store reads it).
     """
 
     conversation: Conversation | None = None
     messages: tuple[Message, ...] = ()
     removed: tuple[Message, ...] = ()
     aliases: tuple[tuple[str, Message], ...] = ()
-    previous_activity_ms: int | None = None
+    previous: Conversation | None = None
 
 
 @runtime_checkable
@@ -77,12 +109,41 @@ class InboxStore(Protocol):
         ...
 
     def conversation_page(
-        self, tenant: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
+        channel: str | None = None, after: str | None = None, limit: int = 50,
     ) -> tuple[list[Conversation], str | None]:
         """Return up to ``limit`` conversations, newest ``last_activity_ms`` first, and the cursor.
 
-        ``after`` is the cursor returned by the previous page (opaque); the
-        cursor returned is ``None`` when there are no more conversations.
+        ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
+        ``status``: the stored status; ``channel``: the conversation's channel.
+        Read O(limit) records. ``after`` is a ``conversation_cursor`` (the
+        previous page's cursor); the cursor returned is ``None`` when there are
+        no more conversations. A conversation that changed while the page was
+        read may no longer match the filters (callers check).
+        """
+        ...
+
+    def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
+        """Return ``{view: {status: conversations}}`` for the three views of ``agent`` (O(1), exact)."""
+        ...
+
+    def unread_sum(self, tenant: str, *, agent: str, view: str = "all") -> int | None:
+        """Return ``agent``'s unread inbound messages over every conversation of ``view`` (O(1), exact).
+
+        ``None`` while the tenant still has read markers stored before the
+        store kept ``seen_inbound`` (the caller counts by walking, then).
+        """
+        ...
+
+    def snoozed_due(self, tenant: str, *, now_ms: int, limit: int = 200) -> list[Conversation]:
+        """Return up to ``limit`` pending conversations snoozed until ``now_ms`` or earlier, soonest first."""
+        ...
+
+    def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
+        """Give up to ``limit`` read markers stored without ``seen_inbound`` their exact count.
+
+        Also removes what older versions of the store kept that it no longer
+        uses. Return how many records were changed; 0 means nothing is left.
         """
         ...
 
@@ -122,10 +183,17 @@ class InboxStore(Protocol):
         """Return ``agent``'s read marker in a conversation, or ``None``."""
         ...
 
+    def markers_get(self, tenant: str, conversation_ids: list[str], agent: str) -> list[ReadMarker | None]:
+        """Return ``agent``'s read marker (or ``None``) in each conversation, in order (one read)."""
+        ...
+
     def marker_put(self, tenant: str, marker: ReadMarker) -> ReadMarker:
         """Store a read marker expecting its ``revision`` (0: new); return it at the new revision.
 
-        Raise ``Conflict`` on a stale revision and ``NotFound`` if the conversation is gone.
+        The store computes ``seen_inbound`` (the marker's ``seen_inbound`` is
+        ignored), reading the messages between the old and the new position or
+        after the new one, whichever ends first. Raise ``Conflict`` on a stale
+        revision and ``NotFound`` if the conversation is gone.
         """
         ...
 

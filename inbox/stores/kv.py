@@ -2,37 +2,95 @@
 
 One table per tenant, ``inbox/<tenant>/conversations``, because a Kv commit is
 atomic inside one table only and a projection must write a message, its id
-claim and its conversation together. Keys:
+claim, its conversation and the conversation's index entries together. Keys:
 
 =====================================  ===================================================
 ``k/<sha256(chat key)[:32]>``          the conversation (its Kv version is ``revision``)
 ``c/<conversation id>``                ``{"k": chat hash}`` — finds a conversation by id
-``a/<inverted activity ms>/<conv id>`` a copy of the conversation, newest activity first
 ``m/<conv id>/<13 digit ms>/<msg id>`` a message (ordered by timestamp, then id)
 ``i/<message id or alias>``            ``{"c": conv id, "k": sort key}`` — id claims
 ``p/<provider message id>``            ``{"c": conv id, "k": sort key}``
 ``n/<conv id>/<note id>``              a note
-``r/<conv id>/<agent>``                a read marker
+``r/<conv id>/<agent>``                a read marker, with ``seen_inbound`` and the
+                                       conversation's ``assignee`` (a copy, for the counts)
+``r/<conv id>/#``                      a counter every marker write of the conversation
+                                       adds to (``#`` is no agent's name; see below)
 ``e/<conv id>``                        an erasure tombstone while a purge runs
+``x/...``                              the indexes below (``botmesh_admin.kv.indexes``)
 =====================================  ===================================================
 
-Chat keys are hashed in keys, so raw chat ids are never part of a key. The
-conversation sits under its chat key because projection (the hot path) looks it
-up by chat: one read; a lookup by id reads the pointer first.
+Indexes (declared once, kept in the record's own commit by the kernel):
+
+- ``conv_list`` (value) — every conversation under each combination of the
+  list filters, newest activity first: ``(tag, *values, -last_activity_ms)``
+  with tag ``-`` (no filter), ``a`` (assignee: an agent, or ``None`` for
+  unassigned), ``s`` (stored status), ``c`` (channel), ``as``, ``ac``, ``sc``
+  and ``asc``. A page of any view × status × channel is one scan of one prefix
+  and a ``get_many`` of its records. Entries hold the position (``at``, ``id``).
+- ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
+  (the wake-up job).
+- ``conv_count`` (count) — conversations per ``("*", status)`` and
+  ``("a", assignee, status)``.
+- ``conv_inbound`` (count) — ``inbound_count`` summed per ``("*",)`` and
+  ``("a", assignee)``.
+- ``marker_seen`` (count) — ``seen_inbound`` summed per ``("*", agent)`` and
+  ``("a", agent, assignee)``, so unread = inbound sum − seen sum, per view.
+- ``marker_legacy`` (value) — markers stored before ``seen_inbound`` existed,
+  until ``markers_backfill`` counts them.
+
+Read markers and the writes that move them. A write that adds an inbound
+message to a conversation reads its markers (one scan of ``r/<conv id>/``) and
+moves those the message sorts before; a marker written meanwhile would be
+missed, so every marker write adds to ``r/<conv id>/#`` (which the same scan
+returns) and such a write expects that counter's version: one of the two
+retries. A marker write expects the conversation's revision, so it recounts
+when a message arrived while it counted.
+
+Chat keys are hashed in keys, so raw chat ids are never part of a key (and a
+list cursor names the conversation id, not the hash). The conversation sits
+under its chat key because projection (the hot path) looks it up by chat: one
+read; a lookup by id reads the pointer first. Older versions kept a copy of
+each conversation under ``a/<inverted activity>/<conv id>``; erasure deletes
+it and ``markers_backfill`` removes the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.kv import ABSENT, ANY, Check, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv import (
+    ABSENT,
+    ANY,
+    Add,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Op,
+    Put,
+    TenantKv,
+)
+from botmesh_admin.kv.base import Entry, JsonValue
+from botmesh_admin.kv.indexes import (
+    CountIndex,
+    IndexedTable,
+    RecordChange,
+    RecordType,
+    ValueIndex,
+    declare,
+    encode,
+    encode_component,
+)
 from inbox.domain import Conversation, Message, Note, ReadMarker, chat_hash, now_ms, replace
 
-from .base import INVERT, MAX_SCAN, Change
+from .base import INVERT, MAX_SCAN, STATUSES, Change, parse_cursor
 
 COLLECTION = "conversations"
 RETRIES = 20
+MESSAGE_BATCH = 500
+FILTERS = ("assignee", "status", "channel")
 
 
 def _check_limit(limit: int) -> None:
@@ -41,12 +99,94 @@ def _check_limit(limit: int) -> None:
 
 
 def activity_key(conversation_id: str, last_activity_ms: int) -> str:
-    """Return the activity-index key (``activity_cursor``): newest activity sorts first."""
+    """Return the key of the activity copy older versions kept (erasure deletes it)."""
     return f"a/{INVERT - last_activity_ms:013d}/{conversation_id}"
 
 
 def _stale(what: str, exc: ConflictError) -> Conflict:
     return Conflict(f"{what} changed concurrently", current_version=exc.current_version, key=exc.key)
+
+
+# -- the declared indexes ---------------------------------------------------------------
+
+
+def _tag(view: str, status: str | None, channel: str | None) -> str:
+    """Return the ``conv_list`` tag of a filter combination (``-`` for none)."""
+    present = (view != "all", status is not None, channel is not None)
+    return "".join(name[0] for name, on in zip(FILTERS, present, strict=True) if on) or "-"
+
+
+def _list_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    at = -int(record.get("last_activity_ms") or 0)
+    values = [record.get(name) for name in FILTERS]
+    out: list[tuple[Any, ...]] = []
+    for mask in range(8):  # every subset of (assignee, status, channel), in that order
+        chosen = [i for i in range(3) if mask & (1 << i)]
+        tag = "".join(FILTERS[i][0] for i in chosen) or "-"
+        out.append((tag, *(values[i] for i in chosen), at))
+    return out
+
+
+def _position(record: Mapping[str, Any]) -> dict[str, JsonValue]:
+    return {"at": int(record.get("last_activity_ms") or 0), "id": record["id"]}
+
+
+MARKER_GUARD = "#"  # the last path part of the markers' counter (AGENT_RE never allows it)
+
+
+def _marker_view(value: JsonValue) -> Mapping[str, Any]:
+    """Return a marker for the indexes (the markers' counter, an integer, is no marker)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _counted_marker(record: Mapping[str, Any]) -> bool:
+    return record.get("seen_inbound") is not None and not record.get("erased")
+
+
+def _legacy_marker(record: Mapping[str, Any]) -> bool:
+    return "agent" in record and record.get("seen_inbound") is None and not record.get("erased")
+
+
+CONVERSATION = RecordType(
+    "conversation",
+    "k/",
+    (
+        ValueIndex("conv_list", keys=_list_keys, payload=_position),
+        ValueIndex(
+            "conv_snoozed", ("snoozed_until_ms",),
+            where=lambda r: r.get("status") == "pending" and r.get("snoozed_until_ms") is not None,
+        ),
+        CountIndex("conv_count", keys=lambda r: [("*", r.get("status")), ("a", r.get("assignee"), r.get("status"))]),
+        CountIndex(
+            "conv_inbound", keys=lambda r: [("*",), ("a", r.get("assignee"))],
+            amount=lambda r: int(r.get("inbound_count") or 0),
+        ),
+    ),
+)
+MARKER = RecordType(
+    "read_marker",
+    "r/",
+    (
+        CountIndex(
+            "marker_seen", keys=lambda r: [("*", r.get("agent")), ("a", r.get("agent"), r.get("assignee"))],
+            where=_counted_marker, amount=lambda r: int(r["seen_inbound"]),
+        ),
+        ValueIndex("marker_legacy", (), where=_legacy_marker),
+    ),
+    decode=_marker_view,
+)
+CONVERSATIONS = declare("inbox", COLLECTION, [CONVERSATION, MARKER])
+
+
+def _marker_json(marker: ReadMarker, seen: int, assignee: str | None) -> dict[str, Any]:
+    return dict(marker.to_json(), seen_inbound=seen, assignee=assignee)
+
+
+def _view_group(view: str, agent: str | None) -> tuple[Any, ...]:
+    """Return the group of a view in the count indexes (``("*",)``, or ``("a", assignee)``)."""
+    if view == "all":
+        return ("*",)
+    return ("a", agent if view == "mine" else None)
 
 
 class KvInboxStore:
@@ -55,6 +195,7 @@ class KvInboxStore:
     def __init__(self, kv: DurableKv) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, "inbox")
+        self.layout: IndexedTable = CONVERSATIONS.layout(kv)
 
     def _table(self, tenant: str) -> str:
         return self.tables.table(tenant, COLLECTION)
@@ -78,20 +219,66 @@ class KvInboxStore:
         return None if entry is None else Conversation.from_json(entry.value, entry.version)
 
     def conversation_page(
-        self, tenant: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
+        channel: str | None = None, after: str | None = None, limit: int = 50,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
-        if after is not None and not after.startswith("a/"):
-            raise ValidationError("after", "not a cursor of this list")
         table = self._table(tenant)
-        entries = self.kv.scan(table, prefix="a/", after=after, limit=limit + 1)
+        values: list[Any] = [_tag(view, status, channel)]
+        if view != "all":
+            values.append(agent if view == "mine" else None)
+        values += [v for v in (status, channel) if v is not None]
+        start: str | None = None
+        if after is not None:
+            at, conversation_id = parse_cursor(after)
+            # Resume right after that conversation's entry; if it is gone, at the start of its
+            # millisecond (a row may show twice, none is skipped).
+            pk = self._conversation_key(table, conversation_id) or ""
+            start = "x/conv_list/" + encode(values) + encode_component(-at) + pk
+        entries = self.layout.scan(table, "conv_list", values, after=start, limit=limit + 1)
         more = len(entries) > limit
         entries = entries[:limit]
-        items: list[Conversation] = []
-        for e in entries:
-            # The copy's revision is not the conversation's: read it from the copy's data.
-            items.append(Conversation.from_json(e.value, int(e.value.get("_revision", 0))))
-        return items, (entries[-1].key if more and entries else None)
+        items = [
+            Conversation.from_json(e.value, e.version)
+            for e in self.layout.fetch(table, entries)
+            if e is not None
+        ]
+        if not more or not entries:
+            return items, None
+        last = entries[-1].value
+        return items, f"{last['at']}/{last['id']}"
+
+    def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
+        views = {"all": ("*",), "mine": ("a", agent), "unassigned": ("a", None)}
+        groups = [(*group, s) for group in views.values() for s in STATUSES]
+        counts = iter(self.layout.count(self._table(tenant), "conv_count", groups))
+        return {view: {s: next(counts) for s in STATUSES} for view in views}
+
+    def unread_sum(self, tenant: str, *, agent: str, view: str = "all") -> int | None:
+        table = self._table(tenant)
+        if self.layout.scan(table, "marker_legacy", limit=1):
+            return None
+        group = _view_group(view, agent)
+        [inbound] = self.layout.count(table, "conv_inbound", [group])
+        seen_group = ("*", agent) if view == "all" else ("a", agent, group[1])
+        [seen] = self.layout.count(table, "marker_seen", [seen_group])
+        return inbound - seen
+
+    def snoozed_due(self, tenant: str, *, now_ms: int, limit: int = 200) -> list[Conversation]:
+        _check_limit(limit)
+        table = self._table(tenant)
+        entries = self.layout.scan(table, "conv_snoozed", limit=limit)
+        due = []
+        for e in self.layout.fetch(table, entries):
+            if e is None:
+                continue
+            c = Conversation.from_json(e.value, e.version)
+            if c.status != "pending" or c.snoozed_until_ms is None:
+                continue
+            if c.snoozed_until_ms > now_ms:
+                break  # the index orders by snoozed_until_ms: the rest are later
+            due.append(c)
+        return due
 
     # -- messages ---------------------------------------------------------------
 
@@ -121,35 +308,41 @@ class KvInboxStore:
 
     # -- the atomic write -------------------------------------------------------
 
+    def _previous(self, table: str, key: str, change: Change) -> Mapping[str, Any]:
+        """Return the stored value of ``change.conversation`` at the revision it expects."""
+        conversation = change.conversation
+        assert conversation is not None
+        previous = change.previous
+        if previous is not None:
+            if previous.id != conversation.id or previous.revision != conversation.revision:
+                raise ValueError("change.previous is not the conversation at the revision written")
+            return previous.to_json()
+        old = self.kv.get(table, key)
+        if old is None or old.version != conversation.revision:
+            raise Conflict(
+                "conversation changed concurrently", current_version=None if old is None else old.version
+            )
+        value: Mapping[str, Any] = old.value
+        return value
+
     def write(self, tenant: str, change: Change) -> Change:
         table = self._table(tenant)
         ops: dict[str, Op] = {}
+        changes: list[RecordChange] = []
         conversation = change.conversation
         conversation_key = None
+        old_data: Mapping[str, Any] | None = None
         if conversation is not None:
             digest = chat_hash(conversation.chat_key)
             conversation_key = f"k/{digest}"
             data = conversation.to_json()
-            new_activity = activity_key(conversation.id, conversation.last_activity_ms)
             if conversation.revision == 0:
                 ops[conversation_key] = Put(conversation_key, data, ABSENT)
                 ops[f"c/{conversation.id}"] = Put(f"c/{conversation.id}", {"k": digest}, ABSENT)
             else:
-                previous = change.previous_activity_ms
-                if previous is None:
-                    old = self.kv.get(table, conversation_key)
-                    if old is None or old.version != conversation.revision:
-                        raise Conflict(
-                            "conversation changed concurrently",
-                            current_version=None if old is None else old.version,
-                        )
-                    previous = old.value["last_activity_ms"]
+                old_data = self._previous(table, conversation_key, change)
                 ops[conversation_key] = Put(conversation_key, data, conversation.revision)
-                old_activity = activity_key(conversation.id, previous)
-                if old_activity != new_activity:
-                    ops[old_activity] = Delete(old_activity)
-            copy = dict(data, _revision=conversation.revision + 1)
-            ops[new_activity] = Put(new_activity, copy)
+            changes.append(RecordChange(CONVERSATION, conversation_key, old_data, data))
         for m in change.removed:
             for key in (f"i/{m.id}", *(f"i/{a}" for a in m.aliases)):
                 ops[key] = Delete(key)
@@ -175,8 +368,9 @@ class KvInboxStore:
             pointer = {"c": m.conversation_id, "k": m.sort_key}
             # An id released by a removal in this change may be claimed again by its successor.
             ops[key] = Put(key, pointer, ANY if key in released else ABSENT)
+        changes += self._marker_changes(table, change, old_data, ops)
         try:
-            results = self.kv.commit(table, list(ops.values()))
+            results = self.layout.commit(table, list(ops.values()), changes)
         except ConflictError as exc:
             raise _stale("inbox record", exc) from None
         # Every Put's result is its written entry (the Deletes' None are never looked up here).
@@ -188,6 +382,73 @@ class KvInboxStore:
             replace(m, revision=versions[f"m/{m.conversation_id}/{m.sort_key}"]) for m in change.messages
         )
         return Change(new_conversation, messages, change.removed, change.aliases)
+
+    def _marker_changes(
+        self, table: str, change: Change, old_data: Mapping[str, Any] | None, ops: dict[str, Op]
+    ) -> list[RecordChange]:
+        """Add to ``ops`` the read markers ``change`` moves; return their record changes.
+
+        A new inbound message adds one to ``seen_inbound`` of every marker at or
+        after it, a removed one takes one away; a new assignee is copied into
+        every marker (their counts move to the new view). Only the
+        conversation's own markers are read (``r/<conv id>/``: one per agent who
+        read it), and only when one of these happens.
+        """
+        deltas: dict[str, list[tuple[str, int]]] = {}
+        for m in change.messages:
+            if m.revision == 0 and m.direction == "in":
+                deltas.setdefault(m.conversation_id, []).append((m.sort_key, 1))
+        for m in change.removed:
+            if m.direction == "in":
+                deltas.setdefault(m.conversation_id, []).append((m.sort_key, -1))
+        conversation = change.conversation
+        reassigned = (
+            conversation is not None and old_data is not None and old_data.get("assignee") != conversation.assignee
+        )
+        touched = set(deltas)
+        if reassigned:
+            assert conversation is not None
+            touched.add(conversation.id)
+        out: list[RecordChange] = []
+        for conversation_id in sorted(touched):
+            if conversation is not None and conversation.id == conversation_id:
+                if conversation.revision == 0:
+                    continue  # a new conversation has no markers yet
+            else:
+                # Markers are written with their conversation's revision moving, so a write of
+                # messages alone must pin the conversation to see every marker.
+                key = self._conversation_key(table, conversation_id)
+                entry = None if key is None else self.kv.get(table, key)
+                if key is None or entry is None:
+                    continue
+                ops.setdefault(key, Check(key, entry.version))
+            moves = deltas.get(conversation_id, [])
+            markers, guard = self._markers_of(table, conversation_id)
+            ops[guard.key] = guard
+            for e in markers:
+                new = dict(e.value)
+                if new.get("seen_inbound") is not None:
+                    new["seen_inbound"] += sum(d for key, d in moves if key <= new["message_sort_key"])
+                if reassigned and conversation is not None and conversation.id == conversation_id:
+                    new["assignee"] = conversation.assignee
+                if new != e.value:
+                    ops[e.key] = Put(e.key, new, e.version)
+                    out.append(RecordChange(MARKER, e.key, e.value, new))
+        return out
+
+    def _markers_of(self, table: str, conversation_id: str) -> tuple[list[Entry], Check]:
+        """Return the conversation's markers and a ``Check`` that fails if one is written after this read."""
+        prefix, after, found = f"r/{conversation_id}/", None, []
+        while True:
+            page = self.kv.scan(table, prefix=prefix, after=after, limit=MAX_SCAN)
+            found += page
+            if len(page) < MAX_SCAN:
+                break
+            after = page[-1].key
+        key = prefix + MARKER_GUARD
+        guard = next((e for e in found if e.key == key), None)
+        markers = [e for e in found if e.key != key]
+        return markers, Check(key, ABSENT if guard is None else guard.version)
 
     # -- notes and markers ------------------------------------------------------
 
@@ -224,13 +485,124 @@ class KvInboxStore:
 
     def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:
         entry = self.kv.get(self._table(tenant), f"r/{conversation_id}/{agent}")
-        return None if entry is None else ReadMarker.from_json(entry.value, entry.version)
+        if entry is None or entry.value.get("erased"):
+            return None
+        return ReadMarker.from_json(entry.value, entry.version)
+
+    def markers_get(self, tenant: str, conversation_ids: list[str], agent: str) -> list[ReadMarker | None]:
+        if not conversation_ids:
+            return []
+        entries = self.kv.get_many(self._table(tenant), [f"r/{cid}/{agent}" for cid in conversation_ids])
+        return [
+            None if e is None or e.value.get("erased") else ReadMarker.from_json(e.value, e.version)
+            for e in entries
+        ]
+
+    def _seen_at(self, table: str, conversation: Conversation, current: Mapping[str, Any] | None, key: str) -> int:
+        """Return how many inbound messages of ``conversation`` sort at or before ``key`` (exact).
+
+        Two scans advance together and the first to end answers: forward from
+        the current marker (its count plus the inbound messages up to ``key``)
+        and from ``key`` to the end (``inbound_count`` minus the inbound
+        messages after ``key``). Marking the newest message read costs one
+        short read; a marker far from both ends costs what separates it from
+        the nearer one.
+        """
+        prefix = f"m/{conversation.id}/"
+        seen, since = 0, None
+        if current is not None and current.get("seen_inbound") is not None and current["message_sort_key"] <= key:
+            seen, since = int(current["seen_inbound"]), prefix + current["message_sort_key"]
+        before_after: str | None = since
+        after_after: str | None = prefix + key
+        later = 0
+        while True:
+            page = self.kv.scan(table, prefix=prefix, after=before_after, limit=MESSAGE_BATCH)
+            within = [e for e in page if e.key[len(prefix):] <= key]
+            seen += sum(1 for e in within if e.value.get("direction") == "in")
+            if len(within) < len(page) or len(page) < MESSAGE_BATCH:
+                return seen
+            before_after = page[-1].key
+            page = self.kv.scan(table, prefix=prefix, after=after_after, limit=MESSAGE_BATCH)
+            later += sum(1 for e in page if e.value.get("direction") == "in")
+            if len(page) < MESSAGE_BATCH:
+                return max(0, conversation.inbound_count - later)
+            after_after = page[-1].key
 
     def marker_put(self, tenant: str, marker: ReadMarker) -> ReadMarker:
+        table = self._table(tenant)
         key = f"r/{marker.conversation_id}/{marker.agent}"
-        expect = ABSENT if marker.revision == 0 else marker.revision
-        results = self._guarded(self._table(tenant), marker.conversation_id, [Put(key, marker.to_json(), expect)])
-        return replace(marker, revision=results[0].version)
+        conversation_key = self._conversation_key(table, marker.conversation_id)
+        if conversation_key is None:
+            raise NotFound("conversation not found")
+        for _ in range(RETRIES):
+            entry = self.kv.get(table, conversation_key)
+            if entry is None or entry.value.get("id") != marker.conversation_id:
+                raise NotFound("conversation not found")
+            conversation = Conversation.from_json(entry.value, entry.version)
+            current = self.kv.get(table, key)
+            if (current.version if current is not None else 0) != marker.revision:
+                raise Conflict(
+                    "read marker changed concurrently", current_version=None if current is None else current.version
+                )
+            old = None if current is None else current.value
+            seen = self._seen_at(table, conversation, old, marker.message_sort_key)
+            data = _marker_json(marker, seen, conversation.assignee)
+            ops: list[Op] = [
+                Put(key, data, ABSENT if current is None else current.version),
+                Check(conversation_key, entry.version),  # no message arrived while counting
+                Add(f"r/{marker.conversation_id}/{MARKER_GUARD}", 1),  # see the module docstring
+            ]
+            try:
+                results = self.layout.commit(table, ops, [RecordChange(MARKER, key, old, data)])
+            except ConflictError as exc:
+                if exc.key == conversation_key:
+                    continue
+                raise _stale("read marker", exc) from None
+            written = results[0]
+            assert written is not None  # a Put returns its entry
+            return replace(marker, revision=written.version, seen_inbound=seen)
+        raise Conflict("conversation too busy, try again")
+
+    def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
+        _check_limit(limit)
+        table = self._table(tenant)
+        changed = 0
+        copies = self.kv.scan(table, prefix="a/", limit=limit)
+        if copies:
+            self.kv.commit(table, [Delete(e.key) for e in copies])
+            changed += len(copies)
+        for e in self.layout.scan(table, "marker_legacy", limit=limit):
+            changed += self._backfill(table, e.value["pk"])
+        return changed
+
+    def _backfill(self, table: str, key: str) -> int:
+        """Give the legacy marker at ``key`` its ``seen_inbound`` (exact); return 1 if it changed."""
+        conversation_id = key.split("/")[1]
+        for _ in range(RETRIES):
+            current = self.kv.get(table, key)
+            if current is None or current.value.get("seen_inbound") is not None or current.value.get("erased"):
+                return 0
+            conversation_key = self._conversation_key(table, conversation_id)
+            entry = None if conversation_key is None else self.kv.get(table, conversation_key)
+            ops: list[Op]
+            if conversation_key is None or entry is None or entry.value.get("id") != conversation_id:
+                data = dict(current.value, erased=True)  # its conversation was erased: the purge removes it
+                ops = [Put(key, data, current.version)]
+            else:
+                conversation = Conversation.from_json(entry.value, entry.version)
+                seen = self._seen_at(table, conversation, None, current.value["message_sort_key"])
+                data = dict(current.value, seen_inbound=seen, assignee=conversation.assignee)
+                ops = [
+                    Put(key, data, current.version),
+                    Check(conversation_key, entry.version),
+                    Add(f"r/{conversation_id}/{MARKER_GUARD}", 1),
+                ]
+            try:
+                self.layout.commit(table, ops, [RecordChange(MARKER, key, current.value, data)])
+            except ConflictError:
+                continue
+            return 1
+        return 0
 
     # -- erasure ----------------------------------------------------------------
 
@@ -242,15 +614,24 @@ class KvInboxStore:
             raise NotFound("conversation not found")
         if entry.version != conversation.revision:
             raise Conflict("conversation changed concurrently", current_version=entry.version)
-        activity = activity_key(conversation.id, entry.value["last_activity_ms"])
         ops: list[Op] = [
             Delete(key, conversation.revision),
             Delete(f"c/{conversation.id}"),
-            Delete(activity),
+            Delete(activity_key(conversation.id, entry.value["last_activity_ms"])),
             Put(f"e/{conversation.id}", {"at_ms": now_ms()}),
         ]
+        changes = [RecordChange(CONVERSATION, key, entry.value, None)]
+        # The markers stay until the purge (it counts them) but leave every count now; a marker
+        # written after this read makes the delete retry (its counter's version moved).
+        markers, guard = self._markers_of(table, conversation.id)
+        ops.append(Delete(guard.key, guard.expect))
+        for marker in markers:
+            if not marker.value.get("erased"):
+                data = dict(marker.value, erased=True)
+                ops.append(Put(marker.key, data, marker.version))
+                changes.append(RecordChange(MARKER, marker.key, marker.value, data))
         try:
-            self.kv.commit(table, ops)
+            self.layout.commit(table, ops, changes)
         except ConflictError as exc:
             raise _stale("conversation", exc) from None
 
@@ -267,8 +648,12 @@ class KvInboxStore:
                 if not entries:
                     break
                 ops: dict[str, Op] = {}
+                changes: list[RecordChange] = []
                 for e in entries:
                     ops[e.key] = Delete(e.key)
+                    if prefix.startswith("r/"):
+                        ops[e.key] = Delete(e.key, e.version)
+                        changes.append(RecordChange(MARKER, e.key, e.value, None))
                     if prefix.startswith("m/"):
                         value = e.value
                         for message_id in (value["id"], *value.get("aliases", ())):
@@ -279,9 +664,9 @@ class KvInboxStore:
                             if pointer is not None and pointer.value.get("c") == conversation_id:
                                 ops[f"p/{pid}"] = Delete(f"p/{pid}", pointer.version)
                 try:
-                    self.kv.commit(table, list(ops.values()))
+                    self.layout.commit(table, list(ops.values()), changes)
                 except ConflictError:
-                    continue  # a provider index moved meanwhile; scan again
+                    continue  # a provider index or a marker moved meanwhile; scan again
                 removed += len(entries)
         if removed == 0:
             self.kv.commit(table, [Delete(f"e/{conversation_id}")])

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from inbox.domain import Conversation, Message, Note, ReadMarker, chat_hash, replace
 
-from .base import MAX_SCAN, Change, activity_cursor
+from .base import MAX_SCAN, STATUSES, Change, parse_cursor
 
 
 def _check_limit(limit: int) -> None:
@@ -29,7 +29,13 @@ class _Tenant:
     tombstones: set[str] = field(default_factory=set)
 
 
-_cursor = activity_cursor
+def _order(c: Conversation) -> tuple[int, str]:
+    """Return a conversation's place in the lists: newest activity first, then by chat key hash."""
+    return (-c.last_activity_ms, chat_hash(c.chat_key))
+
+
+def _in_view(c: Conversation, view: str, agent: str | None) -> bool:
+    return view == "all" or c.assignee == (agent if view == "mine" else None)
 
 
 class MemoryInboxStore:
@@ -50,15 +56,68 @@ class MemoryInboxStore:
             return None if cid is None else t.conversations.get(cid)
 
     def conversation_page(
-        self, tenant: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
+        channel: str | None = None, after: str | None = None, limit: int = 50,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         with self._lock:
-            ordered = sorted(self._tenants[tenant].conversations.values(), key=_cursor)
-        if after is not None:
-            ordered = [c for c in ordered if _cursor(c) > after]
+            t = self._tenants[tenant]
+            ordered = sorted(
+                (c for c in t.conversations.values()
+                 if _in_view(c, view, agent) and status in (None, c.status) and channel in (None, c.channel)),
+                key=_order,
+            )
+            if after is not None:
+                at, conversation_id = parse_cursor(after)
+                known = t.conversations.get(conversation_id)
+                # A conversation gone since: resume at the start of its millisecond (as the Kv store).
+                start = (-at, chat_hash(known.chat_key) if known is not None else "")
+                ordered = [c for c in ordered if _order(c) > start]
         page = ordered[:limit]
-        return page, (_cursor(page[-1]) if len(ordered) > limit else None)
+        more = len(ordered) > limit
+        return page, (f"{page[-1].last_activity_ms}/{page[-1].id}" if more and page else None)
+
+    def _seen(self, t: _Tenant, conversation_id: str, key: str) -> int:
+        """Return how many inbound messages of the conversation sort at or before ``key`` (the definition)."""
+        messages = t.messages.get(conversation_id, {})
+        return sum(1 for k, m in messages.items() if k <= key and m.direction == "in")
+
+    def _marker(self, t: _Tenant, conversation_id: str, agent: str) -> ReadMarker | None:
+        marker = t.markers.get((conversation_id, agent))
+        if marker is None or conversation_id not in t.conversations:
+            return None  # an erased conversation's markers wait for the purge, out of sight
+        return replace(marker, seen_inbound=self._seen(t, conversation_id, marker.message_sort_key))
+
+    def _unread(self, t: _Tenant, c: Conversation, agent: str) -> int:
+        marker = self._marker(t, c.id, agent)
+        seen = 0 if marker is None else marker.seen_inbound or 0
+        return c.inbound_count - seen
+
+    def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
+        with self._lock:
+            conversations = list(self._tenants[tenant].conversations.values())
+        return {
+            view: {s: sum(1 for c in conversations if _in_view(c, view, agent) and c.status == s) for s in STATUSES}
+            for view in ("all", "mine", "unassigned")
+        }
+
+    def unread_sum(self, tenant: str, *, agent: str, view: str = "all") -> int | None:
+        with self._lock:
+            t = self._tenants[tenant]
+            return sum(self._unread(t, c, agent) for c in t.conversations.values() if _in_view(c, view, agent))
+
+    def snoozed_due(self, tenant: str, *, now_ms: int, limit: int = 200) -> list[Conversation]:
+        _check_limit(limit)
+        with self._lock:
+            due = [
+                c for c in self._tenants[tenant].conversations.values()
+                if c.status == "pending" and c.snoozed_until_ms is not None and c.snoozed_until_ms <= now_ms
+            ]
+        return sorted(due, key=lambda c: (c.snoozed_until_ms or 0, chat_hash(c.chat_key)))[:limit]
+
+    def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
+        _check_limit(limit)
+        return 0  # this store computes seen_inbound when it reads a marker
 
     def _at(self, t: _Tenant, pointer: tuple[str, str] | None) -> Message | None:
         return None if pointer is None else t.messages.get(pointer[0], {}).get(pointer[1])
@@ -162,7 +221,12 @@ class MemoryInboxStore:
 
     def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:
         with self._lock:
-            return self._tenants[tenant].markers.get((conversation_id, agent))
+            return self._marker(self._tenants[tenant], conversation_id, agent)
+
+    def markers_get(self, tenant: str, conversation_ids: list[str], agent: str) -> list[ReadMarker | None]:
+        with self._lock:
+            t = self._tenants[tenant]
+            return [self._marker(t, cid, agent) for cid in conversation_ids]
 
     def marker_put(self, tenant: str, marker: ReadMarker) -> ReadMarker:
         with self._lock:
@@ -172,9 +236,9 @@ class MemoryInboxStore:
             revision = 0 if current is None else current.revision
             if revision != marker.revision:
                 raise Conflict("read marker changed concurrently", current_version=revision or None)
-            stored = replace(marker, revision=revision + 1)
+            stored = replace(marker, revision=revision + 1, seen_inbound=None)
             t.markers[(marker.conversation_id, marker.agent)] = stored
-            return stored
+            return replace(stored, seen_inbound=self._seen(t, marker.conversation_id, marker.message_sort_key))
 
     def conversation_delete(self, tenant: str, conversation: Conversation) -> None:
         with self._lock:
