@@ -226,8 +226,9 @@ def contact_list(
 
     Cost: no filter, limit + 1 records. With filters, the counts of the
     filters' posting lists are read (one ``get_many``), the smallest list is
-    walked in id order and the other filters are checked on the fetched
-    contacts; a text search alone (or with filters whose smallest list is
+    walked in id order, the other filters are checked on their index entries
+    (one small entry per candidate and filter) and only the candidates left
+    are fetched and checked again; a text search alone (or with filters whose smallest list is
     longer than the page budget) walks the search index instead. Either way a
     page reads at most ``page_budget(limit)`` entries (with their records) and
     returns ``next`` where it stopped.
@@ -262,11 +263,11 @@ def contact_list(
             return _text_page(store, tenant, filters, None, limit)
         page = store.contact_scan(tenant, after=after, limit=limit + 1)
         return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
-    counts = store.contact_count(tenant, terms)
-    smallest = min(range(len(terms)), key=counts.__getitem__)
-    if text is not None and after is None and counts[smallest] > page_budget(limit):
+    counts = dict(zip(terms, store.contact_count(tenant, terms), strict=True))
+    terms.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
+    if text is not None and after is None and counts[terms[0]] > page_budget(limit):
         return _text_page(store, tenant, filters, None, limit)
-    return _term_page(store, tenant, filters, terms[smallest], after, limit)
+    return _term_page(store, tenant, filters, terms, after, limit)
 
 
 def _batches(limit: int, budget: int) -> Iterator[int]:
@@ -279,16 +280,30 @@ def _batches(limit: int, budget: int) -> Iterator[int]:
         size *= 2
 
 
+def _having(store: ContactStore, tenant: str, ids: list[str], term: Term, *, present: bool = True) -> list[str]:
+    """Return the ``ids`` listed (``present``) or not listed under ``term``: index entries only."""
+    if not ids:
+        return ids
+    return [i for i, has in zip(ids, store.contact_has_term(tenant, term, ids), strict=True) if has is present]
+
+
 def _term_page(
-    store: ContactStore, tenant: str, filters: _Filters, term: Term, after: str | None, limit: int
+    store: ContactStore, tenant: str, filters: _Filters, terms: list[Term], after: str | None, limit: int
 ) -> ContactPage:
-    """Walk the posting list of ``term`` by id; keep the contacts every filter accepts."""
+    """Walk the posting list of ``terms[0]`` by id; keep the contacts every filter accepts.
+
+    The other terms are checked on their index entries first, so only
+    candidates that pass them are fetched; the filters are checked again on
+    the fetched contacts (one may have changed since its entries were read).
+    """
     items: list[Contact] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
-        ids = store.contact_term_scan(tenant, term, after=cursor, limit=size)
-        for contact_id, contact in zip(ids, store.contact_get_many(tenant, ids), strict=True):
-            cursor = contact_id
+        ids = store.contact_term_scan(tenant, terms[0], after=cursor, limit=size)
+        candidates = ids
+        for term in terms[1:]:
+            candidates = _having(store, tenant, candidates, term)
+        for contact in store.contact_get_many(tenant, candidates):
             if contact is None or not filters.keep(contact):
                 continue  # erased or changed since the index entry was read
             items.append(contact)
@@ -296,6 +311,7 @@ def _term_page(
                 return ContactPage(items[:limit], items[limit - 1].id)
         if len(ids) < size:
             return ContactPage(items, None)
+        cursor = ids[-1]
     return ContactPage(items, cursor)
 
 
@@ -452,6 +468,23 @@ def _read_counts(store: ContactStore, tenant: str, plans: list[_SegmentPlan]) ->
     return dict(zip(terms, store.contact_count(tenant, terms), strict=True))
 
 
+def _filter_ids(
+    store: ContactStore, tenant: str, plan: _SegmentPlan, driver: tuple[Term, ...], counts: Mapping[Term, int],
+    ids: list[str],
+) -> list[str]:
+    """Return the ``ids`` (of the driver's list) that meet every other condition, by index entries only."""
+    others = sorted((s for s in plan.sources if s is not driver), key=lambda s: sum(counts[t] for t in s))
+    for source in others:
+        if len(source) == 1:
+            ids = _having(store, tenant, ids, source[0])
+        elif ids:
+            hits = [store.contact_has_term(tenant, t, ids) for t in source]
+            ids = [i for i, *has in zip(ids, *hits, strict=True) if any(has)]
+    for term in plan.excluded:
+        ids = _having(store, tenant, ids, term, present=False)
+    return ids
+
+
 def _count(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int]) -> int:
     """Return the exact number of members; see ``segment_count`` for the cost."""
     driver = plan.driver(counts)
@@ -466,13 +499,17 @@ def _count(store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping
     if sum(counts[t] for t in driver) == 0:
         return 0
     ids = _union_ids(store, tenant, driver, SEGMENT_BATCH)
-    return sum(store.contact_match_count(tenant, batch, plan.rules) for batch in _batched(ids, SEGMENT_BATCH))
+    return sum(len(_filter_ids(store, tenant, plan, driver, counts, batch)) for batch in _batched(ids, SEGMENT_BATCH))
 
 
 def _members(
     store: ContactStore, tenant: str, plan: _SegmentPlan, counts: Mapping[Term, int], first: int = SEGMENT_BATCH
 ) -> Iterator[Contact]:
-    """Yield the members by id, reading batches that grow from ``first`` to ``SEGMENT_BATCH``."""
+    """Yield the members by id, reading batches that grow from ``first`` to ``SEGMENT_BATCH``.
+
+    Only the ids that pass every condition's index entries are fetched, and
+    the rules are tested again on the fetched contacts.
+    """
     driver = plan.driver(counts)
     if driver is None:
         cursor: str | None = None
@@ -483,7 +520,7 @@ def _members(
                 break
         return
     for batch in _batched(_union_ids(store, tenant, driver, first), first):
-        yield from store.contact_match(tenant, batch, plan.rules)
+        yield from store.contact_match(tenant, _filter_ids(store, tenant, plan, driver, counts, batch), plan.rules)
 
 
 def segment_members(
@@ -496,9 +533,10 @@ def segment_members(
     campaign can plan over a million members. The read walks the posting list
     of the rules' most selective positive condition (fewest contacts by count:
     a tag of ``tags_all``, an attribute value, ``consent_required``'s reachable
-    list, or the merged lists of ``tags_any``) and checks every rule on the
-    fetched contacts: O(that list). Rules with only ``tags_none`` (or none)
-    walk every contact. Raise ``NotFound`` for an unknown segment id,
+    list, or the merged lists of ``tags_any``), checks the other conditions on
+    their index entries and fetches only the members (whose rules are tested
+    again on the record): O(that list × conditions) small entries plus the
+    members. Rules with only ``tags_none`` (or none) walk every contact. Raise ``NotFound`` for an unknown segment id,
     ``ValidationError`` for bad rules (both before the first contact is yielded).
     """
     plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
@@ -513,9 +551,11 @@ def segment_count(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping
     Cost: the counters of the rules' terms (one ``get_many``). A single
     condition (one tag, one attribute value, ``consent_required``, one
     ``tags_none`` tag, or no rule) is answered by them alone, O(1). Several
-    conditions walk the posting list with the fewest contacts and check the
-    rules on those contacts: O(smallest list). Only ``tags_none`` with several
-    tags reads their lists' ids (O(their sum)), never the contacts.
+    conditions walk the posting list with the fewest contacts and check each
+    other condition on its index entry for those ids (one small entry per
+    candidate and condition, most selective first, so the candidates shrink),
+    never fetching a contact: O(smallest list × conditions). Only ``tags_none``
+    with several tags (and nothing else) reads their lists' ids, O(their sum).
     """
     plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
     store = default_store()

@@ -130,6 +130,14 @@ class ContactStore(Protocol):
         """
         ...
 
+    def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
+        """Return, for each id in order, True if that contact is listed under ``term``.
+
+        Reads one small index entry per id (no contact record): how an
+        intersection checks its other conditions before fetching anything.
+        """
+        ...
+
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
     ) -> list[tuple[str, str]]:

@@ -285,6 +285,16 @@ class KvContactStore:
         entries = self.contacts.scan(self._contacts(tenant), "by_term", term, after=cursor, limit=limit)
         return [e.value["pk"][2:] for e in entries]
 
+    def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
+        table = self._contacts(tenant)
+        # ALL has no posting list: an empty scan whose only effect is the kernel's built check.
+        self.contacts.scan(table, "by_term", ALL, limit=1)
+        base = f"{TERM_BASE}{encode(term)}c/"
+        out: list[bool] = []
+        for chunk in _chunks(list(contact_ids)):
+            out += [e is not None for e in self.kv.get_many(table, [base + i for i in chunk])]
+        return out
+
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
     ) -> list[tuple[str, str]]:

@@ -176,6 +176,12 @@ class MemoryContactStore:
         ids = sorted(cid for cid, ts in listed.items() if term in ts and (after is None or cid > after))
         return ids[:limit]
 
+    def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
+        with self._lock:
+            contacts = self._t(tenant).contacts
+            found = [contacts.get(i) for i in contact_ids]
+            return [c is not None and term in contact_terms(contact_to_json(c)) for c in found]
+
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
     ) -> list[tuple[str, str]]:

@@ -145,6 +145,10 @@ def test_terms_list_and_count_contacts_by_id(contact_store: ContactStore, tenant
     assert contact_store.contact_count(tenant_id + "-b", [ALL, tag_term("vip")]) == [0, 0]
     got = contact_store.contact_get_many(tenant_id, [made[1].id, "c_" + "0" * 22, made[0].id])
     assert got == [made[1], None, made[0]]
+    ids = [c.id for c in made[:3]] + ["c_" + "0" * 22]
+    assert contact_store.contact_has_term(tenant_id, tag_term("vip"), ids) == [False, True, False, False]
+    assert contact_store.contact_has_term(tenant_id, attribute_term("plan", True), ids) == [False, False, True, False]
+    assert contact_store.contact_has_term(tenant_id, reachable_term("whatsapp"), ids) == [True, True, False, False]
 
 
 def test_terms_follow_replace_and_delete(contact_store: ContactStore, tenant_id: str) -> None:
