@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -43,6 +43,7 @@ from botmesh_admin.observability.tracing import span
 from crm.domain import Contact
 
 from .domain import (
+    OPEN_STATES,
     REASON_RE,
     Campaign,
     Delivery,
@@ -140,16 +141,14 @@ def send_campaign(
     control = control or _Always()
     run = _Run(bot, planner, tenant, campaign, slots, campaigns, options, clock, sleep)
     while True:
-        after: str | None = None
         wake_at: int | None = None
-        while True:
-            if not control.keep_going():
+        if not control.keep_going():
+            run.report.stopped = True
+            return run.report
+        for read, page in enumerate(_open_pages(slots, tenant, campaign.id)):
+            if read and not control.keep_going():
                 run.report.stopped = True
                 return run.report
-            page = slots.slot_scan(tenant, campaign.id, after=after, limit=PAGE)
-            if not page:
-                break
-            after = page[-1].recipient
             now = clock()
             stale = [(d, "sender_lost") for d in page if d.stale_sending(now)]
             if stale:
@@ -174,13 +173,29 @@ def send_campaign(
                 if run.report.fatal:
                     run.report.stopped = True
                     return run.report
-            if len(page) < PAGE:
-                break
         if wake_at is None:
             run.report.finished = True
             return run.report
         # Something is still open: a retry that is not due yet, or slots another sender holds.
         sleep(max(0.0, min(wake_at - clock(), MAX_IDLE_WAIT_MS)) / 1000)
+
+
+def _open_pages(slots: SlotStore, tenant: str, campaign_id: str) -> Iterator[list[Delivery]]:
+    """Yield the open slots (pending, reserved, sending) a page at a time, each state by recipient.
+
+    Read through the state index, so a pass costs the open slots, not every
+    slot: the passes that wait for the last retries of a big campaign stay cheap.
+    A page is read only when the previous one was handled (slots move meanwhile).
+    """
+    for state in OPEN_STATES:
+        after: str | None = None
+        while True:
+            page = slots.slot_scan(tenant, campaign_id, after=after, limit=PAGE, state=state)
+            if page:
+                yield page
+            if len(page) < PAGE:
+                break
+            after = page[-1].recipient
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None
