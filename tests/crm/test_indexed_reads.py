@@ -339,6 +339,50 @@ def test_a_page_with_sparse_matches_stops_at_its_budget(memory_crm: str, monkeyp
     assert [c.id for c in found] == [c.id for i, c in enumerate(made) if i % 7 == 0]
 
 
+def test_concurrent_writers_leave_counts_and_lists_exact(crm: str, contact_store: ContactStore) -> None:
+    """4 threads add/remove tags and set consent on the same contacts: counters and lists match a scan."""
+    import threading
+
+    made = [services.contact_create(crm, identities=[{"channel": "whatsapp", "address": f"+57300111{i:04d}"}])
+            for i in range(6)]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(25):
+                c = rng.choice(made)
+                roll = rng.random()
+                if roll < 0.4:
+                    services.contact_tags_add(crm, c.id, tags=[rng.choice(TAGS)])
+                elif roll < 0.7:
+                    services.contact_tags_remove(crm, c.id, tags=[rng.choice(TAGS)])
+                else:
+                    services.consent_set(crm, c.id, channel="whatsapp", status=rng.choice(CONSENT_STATUSES),
+                                         source="test")
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    everyone = list(selectors.contact_iter(crm))
+    for tag in TAGS:
+        want = [c.id for c in everyone if tag in c.tags]
+        assert selectors.segment_count(crm, {"tags_all": [tag]}) == len(want)
+        assert [c.id for c in all_pages(crm, 2, tag=tag)] == want
+    granted = [c.id for c in everyone if c.consent_status("whatsapp") == "granted"]
+    assert selectors.segment_count(crm, {"consent_required": "whatsapp"}) == len(granted)
+    if isinstance(contact_store, KvContactStore):
+        table = TenantKv(contact_store.kv, "crm").table(crm, "contacts")
+        layout = CONTACTS.layout(contact_store.kv)
+        assert {n: layout.check(table, n) for n in layout.index_names()} == {
+            n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()}
+
+
 # -- upgrade: a table written before the indexes ------------------------------------------------
 
 
