@@ -26,7 +26,6 @@ from .domain import (
 from .planner import Plan, Planner
 from .stores import default_stores
 
-SCAN_BATCH = 1000
 PREVIEW_RECIPIENTS = 1000
 MAX_FILTER = 200  # longer than any reason or contact id a delivery holds
 # A delivery list's cursor is the last recipient: an E.164 number (WhatsApp) or a Telegram user id.
@@ -57,18 +56,10 @@ def campaign_list(tenant: str, *, limit: int = 50, after: str | None = None, sta
         raise ValidationError("state", f"must be one of {', '.join(CAMPAIGN_STATES)}")
     after = cursor_check(after, ID_RE)  # the id of the page's last campaign
     campaigns, _ = default_stores()
-    items: list[Campaign] = []
-    cursor = after
-    while True:
-        batch = campaigns.campaign_scan(tenant, after=cursor, limit=SCAN_BATCH)
-        for c in batch:
-            if state is None or c.state == state:
-                items.append(c)
-                if len(items) > limit:
-                    return CampaignPage(items[:limit], items[limit - 1].id)
-        if len(batch) < SCAN_BATCH:
-            return CampaignPage(items, None)
-        cursor = batch[-1].id
+    items = campaigns.campaign_scan(tenant, after=after, limit=limit + 1, state=state)  # by state: an index
+    if len(items) > limit:
+        return CampaignPage(items[:limit], items[limit - 1].id)
+    return CampaignPage(items, None)
 
 
 def campaign_plan(

@@ -91,8 +91,10 @@ class CampaignStore(Protocol):
         """Delete the campaign at ``expected_version``; raise ``NotFound`` / ``Conflict``."""
         ...
 
-    def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
-        """Return up to ``limit`` (1..5000) campaigns ordered by id, after the id ``after``."""
+    def campaign_scan(
+        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+    ) -> list[Campaign]:
+        """Return up to ``limit`` (1..5000) campaigns ordered by id, after the id ``after``; only ``state``'s if given."""
         ...
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:

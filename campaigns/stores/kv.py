@@ -2,7 +2,8 @@
 
 Layout:
 
-- ``campaigns/<tenant>/campaigns``: ``<campaign id>`` → campaign JSON.
+- ``campaigns/<tenant>/campaigns``: ``<campaign id>`` → campaign JSON, and a
+  value index by state (``CAMPAIGN``) so a list filtered by state is O(page).
 - ``campaigns/<tenant>/d-<campaign id>``: ``d/<recipient>`` → the recipient's send
   slot, ``p/<recipient key>`` → ``{"contact"}`` (which contact the plan gave the
   recipient key to: the planner's exact dedupe, kept in the Kv so a 1,000,000
@@ -96,7 +97,7 @@ def _slot_tables(kv: DurableKv, tenant: str) -> Iterator[str]:
     """Yield the delivery collection of each campaign of ``tenant`` (``botmesh_reindex`` walks them)."""
     table, after = TenantKv(kv, "campaigns").table(tenant, "campaigns"), None
     while True:
-        page = kv.scan(table, after=after, limit=1000)
+        page = kv.scan(table, prefix="cmp_", after=after, limit=1000)
         yield from (f"d-{e.key}" for e in page)
         if len(page) < 1000:
             return
@@ -104,6 +105,10 @@ def _slot_tables(kv: DurableKv, tenant: str) -> Iterator[str]:
 
 
 DELIVERIES = declare("campaigns", "deliveries", [DELIVERY], instances=_slot_tables)
+
+CAMPAIGN_KEY = "cmp_"  # every campaign id starts with it (``domain.ID_RE``): the records' prefix
+CAMPAIGN = RecordType("campaign", CAMPAIGN_KEY, (ValueIndex("campaign_state", fields=("state",)),))
+CAMPAIGNS = declare("campaigns", "campaigns", [CAMPAIGN])
 
 
 def _filter_index(state: str | None, reason: str | None, contact_id: str | None) -> tuple[str, list[object]]:
@@ -132,44 +137,74 @@ class KvCampaignStore:
     def __init__(self, kv: DurableKv) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, "campaigns")
+        self.layout: IndexedTable = CAMPAIGNS.layout(kv)
 
     def _campaigns(self, tenant: str) -> str:
         return self.tables.table(tenant, "campaigns")
 
     def campaign_get(self, tenant: str, campaign_id: str) -> Campaign | None:
+        if not campaign_id.startswith(CAMPAIGN_KEY):
+            return None  # not a campaign id (and never an index entry)
         entry = self.kv.get(self._campaigns(tenant), campaign_id)
         return campaign_from_json(entry.value, entry.version) if entry else None
 
     def campaign_insert(self, tenant: str, campaign: Campaign) -> Campaign:
+        value = campaign_to_json(campaign)
         try:
-            (entry,) = self.kv.commit(
-                self._campaigns(tenant), [Put(campaign.id, campaign_to_json(campaign), expect=ABSENT)]
-            )
+            (entry,) = self.layout.commit(self._campaigns(tenant), [Put(campaign.id, value, expect=ABSENT)],
+                                          [RecordChange(CAMPAIGN, campaign.id, None, value)])
         except ConflictError as exc:
             raise Conflict(f"campaign {campaign.id} exists", current_version=exc.current_version) from None
         assert entry is not None
         return replace(campaign, version=entry.version)
 
+    def _current(self, tenant: str, campaign_id: str, expected_version: int) -> Any:
+        """Return the stored value at ``expected_version`` (the old value of the index change)."""
+        entry = self.kv.get(self._campaigns(tenant), campaign_id) if campaign_id.startswith(CAMPAIGN_KEY) else None
+        if entry is None:
+            raise NotFound("campaign not found")
+        if entry.version != expected_version:
+            raise Conflict(f"campaign changed: expected version {expected_version}, found {entry.version}",
+                           current_version=entry.version)
+        return entry.value
+
     def campaign_replace(self, tenant: str, campaign: Campaign, *, expected_version: int) -> Campaign:
+        old, value = self._current(tenant, campaign.id, expected_version), campaign_to_json(campaign)
         try:
-            (entry,) = self.kv.commit(
-                self._campaigns(tenant), [Put(campaign.id, campaign_to_json(campaign), expect=expected_version)]
-            )
+            (entry,) = self.layout.commit(self._campaigns(tenant), [Put(campaign.id, value, expect=expected_version)],
+                                          [RecordChange(CAMPAIGN, campaign.id, old, value)])
         except ConflictError as exc:
             raise _stale(exc, expected_version) from None
         assert entry is not None
         return replace(campaign, version=entry.version)
 
     def campaign_delete(self, tenant: str, campaign_id: str, *, expected_version: int) -> None:
+        old = self._current(tenant, campaign_id, expected_version)
         try:
-            self.kv.commit(self._campaigns(tenant), [Delete(campaign_id, expect=expected_version)])
+            self.layout.commit(self._campaigns(tenant), [Delete(campaign_id, expect=expected_version)],
+                               [RecordChange(CAMPAIGN, campaign_id, old, None)])
         except ConflictError as exc:
             raise _stale(exc, expected_version) from None
 
-    def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
+    def campaign_scan(
+        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+    ) -> list[Campaign]:
         check_scan_limit(limit)
-        return [campaign_from_json(e.value, e.version) for e in
-                self.kv.scan(self._campaigns(tenant), after=after, limit=limit)]
+        table = self._campaigns(tenant)
+        if state is None:
+            entries = self.kv.scan(table, prefix=CAMPAIGN_KEY, after=after, limit=limit)
+            return [campaign_from_json(e.value, e.version) for e in entries]
+        cursor = f"{INDEX_ROOT}campaign_state/{encode([state])}{after}" if after is not None else None
+        out: list[Campaign] = []
+        while len(out) < limit:
+            want = min(MAX_GET_MANY, limit - len(out))
+            found = self.layout.scan(table, "campaign_state", [state], after=cursor, limit=want)
+            out += [campaign_from_json(e.value, e.version) for e in self.layout.fetch(table, found)
+                    if e is not None and e.value["state"] == state]
+            if len(found) < want:
+                break
+            cursor = found[-1].key
+        return out
 
     # --- the scheduler's index
 

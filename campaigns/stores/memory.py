@@ -56,11 +56,14 @@ class MemoryCampaignStore:
                 raise Conflict("campaign changed", current_version=current.version)
             del self._campaigns[(tenant, campaign_id)]
 
-    def campaign_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Campaign]:
+    def campaign_scan(
+        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+    ) -> list[Campaign]:
         check_scan_limit(limit)
         with self._lock:
             ids = sorted(cid for (t, cid) in self._campaigns if t == tenant and (after is None or cid > after))
-            return [self._campaigns[(tenant, cid)] for cid in ids[:limit]]
+            found = [self._campaigns[(tenant, cid)] for cid in ids]
+            return [c for c in found if state is None or c.state == state][:limit]
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
         with self._lock:
