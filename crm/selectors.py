@@ -110,6 +110,10 @@ def contact_find_by_identity(tenant: str, *, channel: str, address: str) -> Cont
     return default_store().contact_find(tenant, identity)
 
 
+def _bad_cursor() -> ValidationError:
+    return ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+
+
 def _parse_identity_filter(identity: str, tenant: str) -> Identity:
     channel, sep, address = identity.partition(":")
     if not sep or channel not in CHANNELS:
@@ -159,7 +163,7 @@ def _read_text_cursor(after: str) -> tuple[str, str]:
         not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value)
         or not ID_CURSOR.fullmatch(value[1])
     ):
-        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+        raise _bad_cursor()
     return value[0], value[1]
 
 
@@ -228,19 +232,20 @@ def contact_list(
     filters' posting lists are read (one ``get_many``), the smallest list is
     walked in id order, the other filters are checked on their index entries
     (one small entry per candidate and filter) and only the candidates left
-    are fetched and checked again; a text search alone (or with filters whose smallest list is
-    longer than the page budget) walks the search index instead. Either way a
-    page reads at most ``page_budget(limit)`` entries (with their records) and
-    returns ``next`` where it stopped.
+    are fetched and checked again. A text search alone, or with filters whose
+    smallest list is longer than the page budget, walks the search index
+    instead (the filters checked the same way). Either way a page walks at
+    most ``page_budget(limit)`` entries of the list it reads (10 per item,
+    at least 200) and returns ``next`` where it stopped.
     """
     if not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
     after = cursor_check(after, CONTACT_CURSOR)
     store = default_store()
     if identity:
-        found = store.contact_find(tenant, _parse_identity_filter(identity, tenant))
         if after is not None and not ID_CURSOR.fullmatch(after):
-            raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+            raise _bad_cursor()
+        found = store.contact_find(tenant, _parse_identity_filter(identity, tenant))
         return ContactPage([found] if found and (after is None or found.id > after) else [], None)
     text = search_terms(q) if q and q.strip() else None
     filters = _Filters(
@@ -254,19 +259,19 @@ def contact_list(
     terms = filters.terms()
     if after is not None and after.startswith("q"):
         if text is None:
-            raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
-        return _text_page(store, tenant, filters, _read_text_cursor(after), limit)
+            raise _bad_cursor()
+        return _text_page(store, tenant, filters, [], _read_text_cursor(after), limit)
     if not terms:
         if text is not None:
             if after is not None:
-                raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
-            return _text_page(store, tenant, filters, None, limit)
+                raise _bad_cursor()
+            return _text_page(store, tenant, filters, [], None, limit)
         page = store.contact_scan(tenant, after=after, limit=limit + 1)
         return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
     counts = dict(zip(terms, store.contact_count(tenant, terms), strict=True))
     terms.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
     if text is not None and after is None and counts[terms[0]] > page_budget(limit):
-        return _text_page(store, tenant, filters, None, limit)
+        return _text_page(store, tenant, filters, terms, None, limit)
     return _term_page(store, tenant, filters, terms, after, limit)
 
 
@@ -316,18 +321,31 @@ def _term_page(
 
 
 def _text_page(
-    store: ContactStore, tenant: str, filters: _Filters, after: tuple[str, str] | None, limit: int
+    store: ContactStore,
+    tenant: str,
+    filters: _Filters,
+    terms: list[Term],
+    after: tuple[str, str] | None,
+    limit: int,
 ) -> ContactPage:
-    """Walk the search index from the longest term's prefix; list each contact under its first matching key."""
+    """Walk the search index from the longest word's prefix; list each contact under its first matching key.
+
+    ``terms`` (the other filters) are checked on their index entries before
+    the candidates are fetched, as in ``_term_page``.
+    """
     assert filters.text
     prefix = max(filters.text, key=len)[:MAX_SEARCH_KEY]
     items: list[tuple[Contact, tuple[str, str]]] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
         hits = store.contact_search_scan(tenant, prefix, after=cursor, limit=size)
-        contacts = store.contact_get_many(tenant, [contact_id for _, contact_id in hits])
-        for hit, contact in zip(hits, contacts, strict=True):
+        candidates = list(dict.fromkeys(contact_id for _, contact_id in hits))
+        for term in terms:
+            candidates = _having(store, tenant, candidates, term)
+        fetched = dict(zip(candidates, store.contact_get_many(tenant, candidates), strict=True))
+        for hit in hits:
             cursor = hit
+            contact = fetched.get(hit[1])
             if contact is None or not filters.keep(contact):
                 continue
             keys = search_index_keys(contact.name, ((i.channel, i.address) for i in contact.identities))
