@@ -20,7 +20,20 @@ from urllib.parse import urlsplit
 
 from botmesh_admin.errors import ValidationError
 
-from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
+from .base import (
+    ABSENT,
+    ANY,
+    MAX_COUNTER,
+    Add,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Expect,
+    Op,
+    Put,
+)
 from .tenant import TenantKv, validate_id
 
 SCHEMES = ("memory", "file", "sqlite", "postgresql", "postgres", "redis", "rediss", "redis+cluster")

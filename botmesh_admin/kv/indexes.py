@@ -48,12 +48,25 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
-from .base import ABSENT, Add, Check, ConflictError, Delete, DurableKv, Entry, JsonValue, Op, Put
+from .base import (
+    ABSENT,
+    ANY,
+    Add,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Expect,
+    JsonValue,
+    Op,
+    Put,
+)
 from .encoding import prefix_end
 
 __all__ = [
@@ -262,6 +275,16 @@ class RecordType:
     ``decode`` turns a stored value into the mapping the indexes read (the
     default is the value itself); ``ttl`` is True for records written with a TTL
     (then only value indexes are allowed).
+
+    ``reuses_keys``: a deleted record's key may be written again. Kv versions
+    restart at 1 for a re-created key, so a writer that read version 1 of the
+    old record could still commit over the new one with an ``old`` value that
+    is no longer stored (the ABA case), and the index would keep the wrong
+    entries. For such types ``IndexedTable.commit`` reads the stored values of
+    the changed records itself, just before committing, and uses those as
+    ``old`` (one ``get_many``). Declare ``False`` only where keys are never
+    reused (ids that are never handed out twice): the caller's ``old`` is then
+    trusted and the read is saved.
     """
 
     name: str
@@ -269,6 +292,7 @@ class RecordType:
     indexes: tuple[Index, ...]
     decode: Callable[[JsonValue], Mapping[str, Any]] | None = None
     ttl: bool = False
+    reuses_keys: bool = True
 
     def __post_init__(self) -> None:
         names = [i.name for i in self.indexes]
@@ -325,6 +349,19 @@ CLEARING = "clearing"
 def state_key(index: str) -> str:
     """Return the key of an index's state entry (``x/<index>``)."""
     return f"{INDEX_ROOT}{index}"
+
+
+COMPANION_TTL_MS = 24 * 3600 * 1000
+"""How long a deleted record's companion (``x/~/<key>``) outlives it: longer than any writer holds a read."""
+
+
+def companion_key(key: str) -> str:
+    """Return the key of a record's companion, whose version counts its writes across incarnations."""
+    return f"{INDEX_ROOT}~/{key}"
+
+
+def _expect_of(ops: Sequence[Op], key: str) -> Expect:
+    return next((op.expect for op in ops if op.key == key), ANY)
 
 
 def activity_key(index: str) -> str:
@@ -455,7 +492,9 @@ class IndexedTable:
         for an index state that moved: that is retried here).
         """
         names = {i.name for c in changes for i in c.record.indexes}
+        given = len(ops)
         for _ in range(MAX_COMMIT_RETRIES):
+            safe_ops, safe_changes, guards = self._read_olds(table, ops, changes)
             states = self._states(table, names)
             extra: list[Op] = []
             fresh: dict[str, RecordType] = {}
@@ -473,24 +512,79 @@ class IndexedTable:
                 else:
                     assert st.version is not None
                     extra.append(Check(state_key(name), st.version))
-            index_ops = upkeep_ops(changes, states)
-            own = {op.key for op in ops}
+            index_ops = upkeep_ops(safe_changes, states)
+            own = {op.key for op in safe_ops}
             clash = [op.key for op in index_ops + extra if op.key in own]
             if clash:
                 raise ValueError(f"store ops write index keys {clash[:3]}")
             try:
-                results = self.kv.commit(table, [*ops, *index_ops, *extra])
+                results = self.kv.commit(table, [*safe_ops, *index_ops, *extra])
             except ConflictError as exc:
                 if exc.key.startswith(INDEX_ROOT) and exc.key[len(INDEX_ROOT) :] in names:
                     _built.forget(self.kv, table, exc.key[len(INDEX_ROOT) :])
                     continue
+                if exc.key in guards:
+                    record_key, retry = guards[exc.key]
+                    if retry:
+                        continue  # an unconditional write whose record moved after it was read
+                    # another incarnation of the record: to the store, its version check failed
+                    raise ConflictError(table, record_key, _expect_of(ops, record_key), None) from None
                 raise
             for name in fresh:
-                entry = results[len(ops) + len(index_ops) + sorted(names).index(name)]
+                entry = results[len(safe_ops) + len(index_ops) + sorted(names).index(name)]
                 if entry is not None:
                     _built.put(self.kv, table, name, entry.version)
-            return results[: len(ops)]
+            return results[:given]
         raise StoreUnavailable(f"index states of {table!r} kept moving; try again")
+
+    def _read_olds(
+        self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]
+    ) -> tuple[list[Op], list[RecordChange], dict[str, tuple[str, bool]]]:
+        """Return ``ops`` and ``changes`` made safe for records whose keys are reused.
+
+        Kv versions restart at 1 when a deleted key is written again, so a
+        version expectation cannot tell two incarnations of a record apart (the
+        ABA case). For each such record this reads the stored value and its
+        *companion* ``x/~/<key>`` (one ``get_many``), uses the stored value as
+        ``old``, and writes the companion expecting the version read. The
+        companion is never deleted while its record exists and outlives a
+        deleted record by ``COMPANION_TTL_MS``, so its version only grows: a
+        writer that read another incarnation conflicts on it. A store op that
+        writes such a record unconditionally (``ANY``) is made to expect the
+        version read. Return also ``{companion or record key: (record key,
+        retry)}`` telling ``commit`` what a conflict on those keys means.
+        """
+        reused = [c for c in changes if c.record.reuses_keys]
+        if not reused:
+            return list(ops), list(changes), {}
+        by_key = {op.key: op for op in ops}
+        keys = [c.key for c in reused] + [companion_key(c.key) for c in reused]
+        found = dict(zip(keys, self.kv.get_many(table, keys), strict=True))
+        guards: dict[str, tuple[str, bool]] = {}
+        new_ops: list[Op] = []
+        for op in ops:
+            current = found.get(op.key)
+            if op.key in found and op.expect is ANY and isinstance(op, (Put, Delete)):
+                expect: Expect = ABSENT if current is None else current.version
+                op = Put(op.key, op.value, expect, op.ttl_ms) if isinstance(op, Put) else Delete(op.key, expect)
+                guards[op.key] = (op.key, True)
+            new_ops.append(op)
+        new_changes: list[RecordChange] = []
+        for c in changes:
+            if not c.record.reuses_keys:
+                new_changes.append(c)
+                continue
+            own = by_key.get(c.key)
+            if own is None or own.expect is not ABSENT:
+                stored = found[c.key]
+                c = replace(c, old=None if stored is None else stored.value)
+            new_changes.append(c)
+            companion = companion_key(c.key)
+            seen = found[companion]
+            ttl = COMPANION_TTL_MS if c.new is None else None
+            new_ops.append(Put(companion, 0, ABSENT if seen is None else seen.version, ttl))
+            guards[companion] = (c.key, c.key in guards)
+        return new_ops, new_changes, guards
 
     # reads
 
@@ -613,17 +707,28 @@ class IndexedTable:
                 guard = [Check(activity_key(index), ABSENT if bumped is None else bumped.version)]
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
             if not rows:
-                try:
-                    self.kv.commit(table, [Put(skey, {"state": BUILT}, entry.version)])
+                try:  # the guard too: a record created after this scan was counted by nobody
+                    self.kv.commit(table, [*guard, Put(skey, {"state": BUILT}, entry.version)])
                 except ConflictError:
                     continue
                 return done
+            cursor = rows[-1].key
+            companion_checks: list[Op] = []
+            if record.reuses_keys:
+                # Read the records again with their companions in one snapshot: a version
+                # seen by the scan could belong to an incarnation since replaced (see _read_olds).
+                keys = [r.key for r in rows]
+                both = self.kv.get_many(table, keys + [companion_key(k) for k in keys])
+                rows = [r for r in both[: len(keys)] if r is not None]
+                companion_checks = [
+                    Check(companion_key(k), ABSENT if seen is None else seen.version)
+                    for k, seen in zip(keys, both[len(keys) :], strict=True)
+                ]
             changes = [RecordChange(record, r.key, None, r.value) for r in rows]
             ops: list[Op] = upkeep_ops(changes, {index: _State(BUILT, None)})
             if any(r.expires_at is not None for r in rows):
                 ops = _with_ttl(ops, rows)
-            checks: list[Op] = [Check(r.key, r.version) for r in rows]
-            cursor = rows[-1].key
+            checks: list[Op] = [Check(r.key, r.version) for r in rows] + companion_checks
             state_put = Put(skey, {"state": BUILDING, "after": cursor}, entry.version)
             try:
                 self.kv.commit(table, [*ops, *checks, *guard, state_put])

@@ -60,7 +60,7 @@ def test_reindex_builds_every_index_with_progress_and_check_finds_no_drift(legac
     layout = kv_indexes.IndexedTable(default_kv(), (TICKET,))
     assert {layout.state(legacy_table, i.name) for i in TICKET.indexes} == {"built"}
     report = run("botmesh_check_indexes", "--tenant", tenant_id)
-    assert f"{len(TICKET.indexes)} checked, 0 drifting" in report
+    assert "checked, 0 drifting" in report and "drift (" not in report
     again = run("botmesh_reindex", "--tenant", tenant_id)
     assert "0 index(es) built" in again  # nothing left to do
 

@@ -261,6 +261,27 @@ def test_erasure_drops_indexes_with_the_records(kv, table) -> None:
     assert no_drift(layout, table) == {}
 
 
+def test_a_stale_writer_over_a_recreated_record_keeps_the_index_exact(kv, table) -> None:
+    """ABA: a writer read version 1 of a record that was then deleted and created again (version 1).
+
+    Its compare-and-set still succeeds (the versions match), but the index
+    follows what was really replaced, not the stale value the writer read.
+    """
+    from botmesh_admin.kv.indexes import RecordChange
+
+    layout = tickets(kv)
+    first = {"status": "open", "at": 1, "tags": ["vip"], "owner": "ana", "weight": 1}
+    assert ticket_write(layout, table, "t/a", first)
+    stale = kv.get(table, "t/a")
+    assert ticket_write(layout, table, "t/a", None)
+    assert ticket_write(layout, table, "t/a", dict(first, status="pending", tags=["es"]))
+    assert kv.get(table, "t/a").version == stale.version  # the ABA the Kv cannot see
+    last = dict(first, status="resolved")
+    layout.commit(table, [Put("t/a", last, stale.version)], [RecordChange(TICKET, "t/a", stale.value, last)])
+    assert layout.count(table, "n_status", [["open"], ["pending"], ["resolved"]]) == [0, 0, 1]
+    assert no_drift(layout, table) == {}
+
+
 def test_eight_threads_writing_one_table_leave_no_drift(kv, table) -> None:
     """Concurrent writers of overlapping records: every counter still equals the records'."""
     threads = [threading.Thread(target=churn, args=(kv, table, s, 60)) for s in range(8)]
