@@ -150,10 +150,15 @@ _broker_dir = CONFIG.data_dir / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     (_broker_dir / "queue").mkdir(parents=True, exist_ok=True)
     (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    # kombu's filesystem transport with atomic writes and corrupt messages set aside
+    # (a full disk left zero-byte messages that crashed every worker start).
+    CELERY_BROKER_TRANSPORT = "botmesh_admin.filesystem_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # kombu's default is ./control of the cwd
+        "corrupt_folder": str(_broker_dir / "corrupt"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
@@ -161,6 +166,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# prefork, but a free process is still used after a broker reconnect (botmesh_admin.celery_pool)
+CELERY_WORKER_POOL = "botmesh_admin.celery_pool:TaskPool"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "botmesh_admin.coordination.beat:LeaderScheduler"
 CELERY_BEAT_SCHEDULE_FILENAME = str(CONFIG.data_dir / "celerybeat-schedule")

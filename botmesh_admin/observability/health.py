@@ -2,12 +2,20 @@
 
 Readiness checks every dependency this process needs — the database, the Kv,
 the event journal and, where configured, Redis — and answers 503 naming each
-one that is not reachable, or naming that the process is stopping.
+one that is not reachable, or naming that the process is stopping. It also
+writes: a small file in the data dir is written, fsynced and deleted, so a
+full disk (the SQLite database, the Kv, the journal and the embedded broker
+live there by default) reads "disk full" instead of ready — reads alone go on
+working on a full disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import threading
+import uuid
 from collections.abc import Callable
 
 from django.conf import settings
@@ -39,6 +47,37 @@ def _check_kv() -> None:
     default_kv().ping()
 
 
+class DiskFull(OSError):
+    """The data dir has no space left for a write (``ENOSPC`` or ``EDQUOT``)."""
+
+
+DISK_PROBE_BYTES = 512
+
+
+def _check_disk() -> None:
+    """Write ``DISK_PROBE_BYTES`` to a new file in the data dir, fsync it and delete it.
+
+    Raise ``DiskFull`` when there is no space (or quota) left, ``OSError`` for
+    any other failure (a read-only or vanished directory).
+    """
+    directory = settings.BOTMESH_DATA_DIR
+    path = os.path.join(directory, f".readyz-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"\0" * DISK_PROBE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(exc.errno, f"disk full: no space left to write in {directory}") from exc
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def _check_redis() -> None:
     import redis
 
@@ -51,7 +90,7 @@ def _check_redis() -> None:
 
 def readiness() -> dict[str, str]:
     """Return ``{check: "ok" | error text}`` for every dependency."""
-    checks: dict[str, Callable[[], None]] = {"database": _check_database, "kv": _check_kv}
+    checks: dict[str, Callable[[], None]] = {"database": _check_database, "kv": _check_kv, "disk": _check_disk}
     if settings.BOTMESH_REDIS_URL:
         checks["redis"] = _check_redis
     checks.update(_extra_checks)
@@ -60,9 +99,17 @@ def readiness() -> dict[str, str]:
         try:
             check()
             results[name] = "ok"
+        except DiskFull as exc:
+            results[name] = exc.strerror or "disk full"
         except Exception as exc:  # a probe reports, never raises
             results[name] = f"{type(exc).__name__}: {exc}"[:300]
     return results
+
+
+def _reason(name: str, result: str) -> str:
+    if name == "disk":
+        return result if result.startswith("disk full") else f"data dir not writable ({result})"
+    return f"{name} unreachable ({result})"
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -77,6 +124,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
     results = readiness()
     failing = {k: v for k, v in results.items() if v != "ok"}
     if failing:
-        reason = "; ".join(f"{k} unreachable ({v})" for k, v in failing.items())
+        reason = "; ".join(_reason(k, v) for k, v in failing.items())
         return JsonResponse({"status": "unready", "reason": reason, "checks": results}, status=503)
     return JsonResponse({"status": "ready", "checks": results})

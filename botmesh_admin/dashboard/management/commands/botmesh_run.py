@@ -4,6 +4,13 @@ Starts the three processes on the embedded backends (SQLite, filesystem broker),
 waits for ``/readyz``, loads the demo tenant through the real HTTP endpoints
 (``--no-demo`` to skip), prints the URL and the login, and on Ctrl-C (SIGINT)
 or SIGTERM stops all three, workers first draining what they hold.
+
+Once the stack is up, a child that exits is started again, not the end of the
+stack: after ``RESTART_FIRST_S`` seconds, doubling on each crash up to
+``RESTART_MAX_S`` (back to the first delay once a child has run for
+``RESTART_RESET_S``), each crash and restart logged with its log file. A child
+that exits during start-up still stops the command with its status (a
+configuration error must be seen at once).
 """
 
 from __future__ import annotations
@@ -15,12 +22,60 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from botmesh_admin import demo
+
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
+RESTART_RESET_S = 60.0
+
+
+class Child:
+    """One supervised child: its command, its log file, the running process and its restart backoff."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] = self._spawn()
+        self.started = time.monotonic()
+        self.delay_s = RESTART_FIRST_S
+        self.restart_at: float | None = None  # when the crashed process is started again
+        self.restarts = 0
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env,
+                start_new_session=True,  # Ctrl-C reaches only us; each child gets one SIGTERM on stop
+            )  # fmt: skip
+
+    def supervise(self, now: float) -> str | None:
+        """Notice a crash or restart a crashed child; return a line to log, or ``None``."""
+        if self.restart_at is None:
+            status = self.proc.poll()
+            if status is None:
+                return None
+            if now - self.started >= RESTART_RESET_S:
+                self.delay_s = RESTART_FIRST_S  # it had been running fine: a fresh crash, not a loop
+            self.restart_at = now + self.delay_s
+            return (f"{self.name} exited with status {status}; restarting it in {self.delay_s:.0f} s "
+                    f"(see {self.log_path})")  # fmt: skip
+        if now < self.restart_at:
+            return None
+        self.proc = self._spawn()
+        self.started = now
+        self.restart_at = None
+        self.restarts += 1
+        self.delay_s = min(self.delay_s * 2, RESTART_MAX_S)
+        return f"{self.name} restarted (pid {self.proc.pid}, restart {self.restarts})"
 
 
 class Command(BaseCommand):
@@ -54,14 +109,11 @@ class Command(BaseCommand):
                        "--concurrency", "2", "-n", "worker@%h"],
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
-        procs: dict[str, subprocess.Popen[bytes]] = {}
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files
-        for name, cmd in commands.items():
-            log = open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child's life)
-            procs[name] = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR, env=env,
-                start_new_session=True,  # Ctrl-C reaches only us; each child gets one SIGTERM below
-            )
+        children = {
+            name: Child(name, cmd, log_dir / f"{name}.log", env, Path(settings.BASE_DIR))
+            for name, cmd in commands.items()
+        }
 
         stopping = False
 
@@ -72,7 +124,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         try:
-            self._wait_ready(base_url, procs)
+            self._wait_ready(base_url, {name: child.proc for name, child in children.items()})
             summaries: list[str] = []
             if not opts["no_demo"]:
                 tokens = demo.ensure_accounts()
@@ -90,14 +142,17 @@ class Command(BaseCommand):
             for line in summaries:
                 self.stdout.write(f"  demo: {line}")
             self.stdout.write(f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything")
-            sys.stdout.flush()
+            self.stdout.write("  " + ", ".join(f"{name} pid {child.proc.pid}" for name, child in children.items()))
+            self.stdout.flush()
             while not stopping and not opts["exit_after_load"]:
-                for name, proc in procs.items():
-                    if proc.poll() is not None:
-                        raise CommandError(f"{name} exited with status {proc.returncode}; see {log_dir / (name + '.log')}")
+                for child in children.values():
+                    news = child.supervise(time.monotonic())
+                    if news is not None:
+                        self.stderr.write(news)
+                        self.stderr.flush()
                 time.sleep(0.5)
         finally:
-            self._stop(procs)
+            self._stop({name: child.proc for name, child in children.items()})
 
     def _reindex(self) -> None:
         """Build the Kv indexes an installation from an earlier version lacks (with progress)."""
