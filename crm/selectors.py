@@ -148,23 +148,33 @@ def page_budget(limit: int) -> int:
     return max(PAGE_BUDGET_MIN, PAGE_BUDGET_PER_ITEM * limit)
 
 
-def _text_cursor(key: str, contact_id: str) -> str:
-    raw = json.dumps([key, contact_id], ensure_ascii=False, separators=(",", ":")).encode()
+def _text_cursor(prefix: str, hit: tuple[str, str]) -> str:
+    raw = json.dumps([prefix, *hit], ensure_ascii=False, separators=(",", ":")).encode()
     return "q" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _read_text_cursor(after: str) -> tuple[str, str]:
+def _read_text_cursor(after: str, text: list[str]) -> tuple[str, tuple[str, str]]:
+    """Return ``(prefix walked, (key, contact id))`` of a search cursor for the search ``text``."""
     body = after[1:]
     try:
         value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (ValueError, UnicodeDecodeError):
         value = None
     if (
-        not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value)
-        or not ID_CURSOR.fullmatch(value[1])
+        not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) for v in value)
+        or value[0] not in {t[:MAX_SEARCH_KEY] for t in text} or not ID_CURSOR.fullmatch(value[2])
     ):
         raise _bad_cursor()
-    return value[0], value[1]
+    return value[0], (value[1], value[2])
+
+
+def _text_prefix(store: ContactStore, tenant: str, text: list[str], limit: int) -> str:
+    """Return the search word to walk: the one with the fewest index entries (a short probe of each)."""
+    prefixes = list(dict.fromkeys(t[:MAX_SEARCH_KEY] for t in sorted(text, key=len, reverse=True)))
+    if len(prefixes) == 1:
+        return prefixes[0]
+    probes = {p: len(store.contact_search_scan(tenant, p, limit=limit + 1)) for p in prefixes}
+    return min(prefixes, key=probes.__getitem__)  # ties: the longest word
 
 
 @dataclass(frozen=True)
@@ -225,8 +235,9 @@ def contact_list(
     ``limit`` is 1..200. Raise ``ValidationError`` for a bad filter or cursor.
 
     Order: by id (creation time), except a text search read from the search
-    index, which lists by the matching word (alphabetically), then by id, each
-    contact once. ``next`` is opaque: pass it back as ``after``.
+    index, which lists by the contact's first word matching one of the search
+    words (alphabetically), then by id, each contact once. ``next`` is opaque:
+    pass it back as ``after``.
 
     Cost: no filter, limit + 1 records. With filters, the counts of the
     filters' posting lists are read (one ``get_many``), the smallest list is
@@ -234,9 +245,11 @@ def contact_list(
     (one small entry per candidate and filter) and only the candidates left
     are fetched and checked again. A text search alone, or with filters whose
     smallest list is longer than the page budget, walks the search index
-    instead (the filters checked the same way). Either way a page walks at
-    most ``page_budget(limit)`` entries of the list it reads (10 per item,
-    at least 200) and returns ``next`` where it stopped.
+    instead, under the search word with the fewest entries (a probe of up to
+    limit + 1 entries per word when there are several), the filters checked
+    the same way. Either way a page walks at most ``page_budget(limit)``
+    entries of the list it reads (10 per item, at least 200) and returns
+    ``next`` where it stopped.
     """
     if not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
@@ -260,18 +273,19 @@ def contact_list(
     if after is not None and after.startswith("q"):
         if text is None:
             raise _bad_cursor()
-        return _text_page(store, tenant, filters, [], _read_text_cursor(after), limit)
+        prefix, position = _read_text_cursor(after, text)
+        return _text_page(store, tenant, filters, [], prefix, position, limit)
     if not terms:
         if text is not None:
             if after is not None:
                 raise _bad_cursor()
-            return _text_page(store, tenant, filters, [], None, limit)
+            return _text_page(store, tenant, filters, [], _text_prefix(store, tenant, text, limit), None, limit)
         page = store.contact_scan(tenant, after=after, limit=limit + 1)
         return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
     counts = dict(zip(terms, store.contact_count(tenant, terms), strict=True))
     terms.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
     if text is not None and after is None and counts[terms[0]] > page_budget(limit):
-        return _text_page(store, tenant, filters, terms, None, limit)
+        return _text_page(store, tenant, filters, terms, _text_prefix(store, tenant, text, limit), None, limit)
     return _term_page(store, tenant, filters, terms, after, limit)
 
 
@@ -325,16 +339,15 @@ def _text_page(
     tenant: str,
     filters: _Filters,
     terms: list[Term],
+    prefix: str,
     after: tuple[str, str] | None,
     limit: int,
 ) -> ContactPage:
-    """Walk the search index from the longest word's prefix; list each contact under its first matching key.
+    """Walk the search index under ``prefix`` (one search word); list each contact under its first matching key.
 
     ``terms`` (the other filters) are checked on their index entries before
     the candidates are fetched, as in ``_term_page``.
     """
-    assert filters.text
-    prefix = max(filters.text, key=len)[:MAX_SEARCH_KEY]
     items: list[tuple[Contact, tuple[str, str]]] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
@@ -353,11 +366,11 @@ def _text_page(
                 continue  # listed under an earlier key of this contact (or no longer under this one)
             items.append((contact, hit))
             if len(items) > limit:
-                return ContactPage([c for c, _ in items[:limit]], _text_cursor(*items[limit - 1][1]))
+                return ContactPage([c for c, _ in items[:limit]], _text_cursor(prefix, items[limit - 1][1]))
         if len(hits) < size:
             return ContactPage([c for c, _ in items], None)
     assert cursor is not None
-    return ContactPage([c for c, _ in items], _text_cursor(*cursor))
+    return ContactPage([c for c, _ in items], _text_cursor(prefix, cursor))
 
 
 def contact_count(tenant: str) -> int:
