@@ -55,6 +55,7 @@ SEGMENT_BATCH = 1000  # one get_many of records per batch
 MAX_BATCH = 1000
 PAGE_BUDGET_MIN = 200
 PAGE_BUDGET_PER_ITEM = 10
+MAX_PROBED_WORDS = 6
 ID_CURSOR = re.compile(r"c_[0-9a-f]{22}")  # the id of a page's last contact (``new_id("c")``)
 # A page's cursor: the last contact's id, or (text search) "q" + base64url of [search key, id].
 CONTACT_CURSOR = re.compile(r"c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400}")
@@ -169,12 +170,19 @@ def _read_text_cursor(after: str, text: list[str]) -> tuple[str, tuple[str, str]
 
 
 def _text_prefix(store: ContactStore, tenant: str, text: list[str], limit: int) -> str:
-    """Return the search word to walk: the one with the fewest index entries (a short probe of each)."""
+    """Return the search word to walk: the one with the fewest index entries.
+
+    Each of the (at most ``MAX_PROBED_WORDS`` longest) words is probed with
+    one scan of up to ``page_budget(limit)`` small index entries: a word whose
+    probe ends early has an exact size, and the page walks it without running
+    out of budget.
+    """
     prefixes = list(dict.fromkeys(t[:MAX_SEARCH_KEY] for t in sorted(text, key=len, reverse=True)))
     if len(prefixes) == 1:
         return prefixes[0]
-    probes = {p: len(store.contact_search_scan(tenant, p, limit=limit + 1)) for p in prefixes}
-    return min(prefixes, key=probes.__getitem__)  # ties: the longest word
+    budget = page_budget(limit)
+    probes = {p: len(store.contact_search_scan(tenant, p, limit=budget)) for p in prefixes[:MAX_PROBED_WORDS]}
+    return min(probes, key=probes.__getitem__)  # ties: the longest word
 
 
 @dataclass(frozen=True)
@@ -245,11 +253,11 @@ def contact_list(
     (one small entry per candidate and filter) and only the candidates left
     are fetched and checked again. A text search alone, or with filters whose
     smallest list is longer than the page budget, walks the search index
-    instead, under the search word with the fewest entries (a probe of up to
-    limit + 1 entries per word when there are several), the filters checked
-    the same way. Either way a page walks at most ``page_budget(limit)``
-    entries of the list it reads (10 per item, at least 200) and returns
-    ``next`` where it stopped.
+    instead, under the search word with the fewest entries (with several
+    words, each is first probed with one scan of up to the page budget of
+    small entries), the filters checked the same way. Either way a page walks
+    at most ``page_budget(limit)`` entries of the list it reads (10 per item,
+    at least 200) and returns ``next`` where it stopped.
     """
     if not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
