@@ -141,9 +141,10 @@ def conversation_list(
     records and the agent's read markers (one read each): O(limit). With
     ``unread_only`` the rows without unread messages for the agent in the
     range (those it has fully read, or without an inbound message) are read
-    and skipped, in batches of ``SCAN_BATCH``: O(limit + skipped rows), which
-    does not grow with the tenant; at most ``MAX_SCANNED`` conversations are
-    examined per call and the cursor continues from there.
+    and skipped, in batches growing from ``limit`` to ``SCAN_BATCH``:
+    O(limit + skipped rows), which does not grow with the tenant; at most
+    ``MAX_SCANNED`` conversations are examined per call and the cursor
+    continues from there.
 
     Status filters use the stored status: a snoozed conversation whose time has
     come leaves the ``pending`` list at once but joins the ``open`` list when
@@ -159,7 +160,7 @@ def conversation_list(
     after = cursor_check(after, CONVERSATION_CURSOR)
     store = store or default_store()
     now = now_ms()
-    batch = SCAN_BATCH if unread_only else limit
+    batch = limit
     rows: list[ConversationRow] = []
     cursor, scanned = after, 0
     while scanned < MAX_SCANNED:
@@ -182,6 +183,7 @@ def conversation_list(
         if next_cursor is None:
             return rows, None
         cursor = next_cursor
+        batch = min(SCAN_BATCH, batch * 2)  # rows were skipped: read further ahead each time
     return rows, cursor
 
 

@@ -103,6 +103,24 @@ def activity_key(conversation_id: str, last_activity_ms: int) -> str:
     return f"a/{INVERT - last_activity_ms:013d}/{conversation_id}"
 
 
+POINTER_VERSION = 1
+"""The version of every ``c/<conversation id>`` pointer: written once, deleted with its conversation."""
+
+
+def same_incarnation(conversation_id: str) -> Check:
+    """Return a ``Check`` that the conversation ``conversation_id`` still exists.
+
+    ``k/<chat hash>`` keys are reused (after an erasure the chat starts a new
+    conversation under the same key, whose versions restart at 1), but
+    conversation ids never are: a write that expects the version it read of
+    conversation A also checks A's pointer, so it cannot land on a newer
+    conversation B at the same version. That is what lets the record types
+    below declare ``reuses_keys=False`` (the kernel trusts the ``old`` values
+    given and reads nothing before committing).
+    """
+    return Check(f"c/{conversation_id}", POINTER_VERSION)
+
+
 def _stale(what: str, exc: ConflictError) -> Conflict:
     return Conflict(f"{what} changed concurrently", current_version=exc.current_version, key=exc.key)
 
@@ -162,6 +180,7 @@ CONVERSATION = RecordType(
             amount=lambda r: int(r.get("inbound_count") or 0),
         ),
     ),
+    reuses_keys=False,  # see same_incarnation
 )
 MARKER = RecordType(
     "read_marker",
@@ -174,6 +193,7 @@ MARKER = RecordType(
         ValueIndex("marker_legacy", (), where=_legacy_marker),
     ),
     decode=_marker_view,
+    reuses_keys=False,  # a marker's key names its conversation's id, which is never reused
 )
 CONVERSATIONS = declare("inbox", COLLECTION, [CONVERSATION, MARKER])
 
@@ -342,6 +362,7 @@ class KvInboxStore:
             else:
                 old_data = self._previous(table, conversation_key, change)
                 ops[conversation_key] = Put(conversation_key, data, conversation.revision)
+                ops[f"c/{conversation.id}"] = same_incarnation(conversation.id)
             changes.append(RecordChange(CONVERSATION, conversation_key, old_data, data))
         for m in change.removed:
             for key in (f"i/{m.id}", *(f"i/{a}" for a in m.aliases)):
@@ -462,8 +483,10 @@ class KvInboxStore:
             if entry is None or entry.value.get("id") != conversation_id:
                 raise NotFound("conversation not found")
             try:
-                return self.kv.commit(table, [*ops, Check(key, entry.version)])
+                return self.kv.commit(table, [*ops, Check(key, entry.version), same_incarnation(conversation_id)])
             except ConflictError as exc:
+                if exc.key == f"c/{conversation_id}":
+                    raise NotFound("conversation not found") from None
                 if exc.key != key:
                     raise _stale("record", exc) from None
         raise Conflict("conversation too busy, try again")
@@ -550,6 +573,7 @@ class KvInboxStore:
             ops: list[Op] = [
                 Put(key, data, ABSENT if current is None else current.version),
                 Check(conversation_key, entry.version),  # no message arrived while counting
+                same_incarnation(marker.conversation_id),
                 Add(f"r/{marker.conversation_id}/{MARKER_GUARD}", 1),  # see the module docstring
             ]
             try:
@@ -557,6 +581,8 @@ class KvInboxStore:
             except ConflictError as exc:
                 if exc.key == conversation_key:
                     continue
+                if exc.key == f"c/{marker.conversation_id}":
+                    raise NotFound("conversation not found") from None
                 raise _stale("read marker", exc) from None
             written = results[0]
             assert written is not None  # a Put returns its entry
@@ -595,6 +621,7 @@ class KvInboxStore:
                 ops = [
                     Put(key, data, current.version),
                     Check(conversation_key, entry.version),
+                    same_incarnation(conversation_id),
                     Add(f"r/{conversation_id}/{MARKER_GUARD}", 1),
                 ]
             try:
@@ -616,7 +643,7 @@ class KvInboxStore:
             raise Conflict("conversation changed concurrently", current_version=entry.version)
         ops: list[Op] = [
             Delete(key, conversation.revision),
-            Delete(f"c/{conversation.id}"),
+            Delete(f"c/{conversation.id}", POINTER_VERSION),
             Delete(activity_key(conversation.id, entry.value["last_activity_ms"])),
             Put(f"e/{conversation.id}", {"at_ms": now_ms()}),
         ]
