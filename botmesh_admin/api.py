@@ -9,6 +9,7 @@ token of another tenant gets 404. Errors always have the shape
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Generic, TypeVar
 
@@ -21,13 +22,14 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
-from botmesh_admin.errors import DomainError, PermissionDenied
+from botmesh_admin.errors import DomainError, PermissionDenied, retry_after_s, store_unavailable
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
 T = TypeVar("T")
 MAX_PAGE = 200
+log = logging.getLogger("botmesh.api")
 
 
 def _path_tenant(request: HttpRequest) -> str:
@@ -122,10 +124,29 @@ def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> H
 @api.exception_handler(DomainError)
 def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
     response = error_response(request, exc.status, exc.as_dict())
-    retry = exc.details.get("retry_after_s")
+    retry = retry_after_s(exc)
     if retry is not None:
         response["Retry-After"] = str(max(1, round(retry)))
     return response
+
+
+_unexpected = api._lookup_exception_handler(Exception())  # ninja's own: Django's 500 (a traceback in DEBUG)
+
+
+@api.exception_handler(Exception)
+def _store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A driver's "cannot reach the server" (the Django database, Redis, the broker): JSON 503 + Retry-After.
+
+    Any other exception that no handler above knows goes on to ninja's default.
+    """
+    unavailable = store_unavailable(exc)
+    if unavailable is None:
+        if _unexpected is None:
+            raise exc
+        return _unexpected(request, exc)
+    log.warning("api %s %s: %s (%s: %s)", request.method, request.path, unavailable.message,
+                type(exc).__name__, exc)  # fmt: skip
+    return _domain_error(request, unavailable)
 
 
 @api.exception_handler(NinjaValidationError)

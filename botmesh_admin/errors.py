@@ -96,3 +96,73 @@ class StoreUnavailable(DomainError):
 
     code = "store_unavailable"
     status = 503
+
+
+RETRY_AFTER_S = 5
+"""Seconds a client is told to wait (``Retry-After``) before retrying a 503 that names no delay."""
+
+
+def retry_after_s(exc: DomainError) -> float | None:
+    """Return the seconds of the ``Retry-After`` header to send with ``exc``, or ``None`` for none.
+
+    The error's own ``retry_after_s`` (a 429) when it has one; ``RETRY_AFTER_S``
+    for every 503 (a store outage: Meta and Telegram retry a webhook later).
+    """
+    retry = exc.details.get("retry_after_s")
+    if retry is not None:
+        return float(retry)
+    return float(RETRY_AFTER_S) if exc.status == 503 else None
+
+
+# (module, exception class, the store it names): a driver's "the server could not be reached".
+_OUTAGES = (
+    ("django.db", "OperationalError", "the database"),  # refused, lost, shut down, SQLite locked
+    ("django.db", "InterfaceError", "the database"),  # the connection is already closed
+    ("psycopg", "OperationalError", "PostgreSQL"),
+    ("psycopg", "InterfaceError", "PostgreSQL"),
+    ("sqlite3", "OperationalError", "SQLite"),  # locked, disk I/O error, unable to open the file
+    ("redis.exceptions", "ConnectionError", "Redis"),
+    ("redis.exceptions", "TimeoutError", "Redis"),
+    ("kombu.exceptions", "OperationalError", "the Celery broker"),
+)
+
+
+def outage_types() -> dict[type[Exception], str]:
+    """Return the driver exception types that mean "the server could not be reached", with the store each names.
+
+    Only drivers this process has imported are looked at (an error of a
+    driver that was never imported cannot be in flight), so asking costs no import.
+    """
+    import sys
+
+    found: dict[type[Exception], str] = {}
+    for module_name, class_name, store in _OUTAGES:
+        module = sys.modules.get(module_name)
+        kind = getattr(module, class_name, None) if module is not None else None
+        if isinstance(kind, type) and issubclass(kind, Exception):
+            found[kind] = store
+    return found
+
+
+def store_unavailable(exc: BaseException) -> StoreUnavailable | None:
+    """Return ``exc`` as a ``StoreUnavailable`` if it says a store could not be reached, else ``None``.
+
+    Our Kv, journal and coordinator backends already raise ``StoreUnavailable``.
+    The Django database raises ``django.db.OperationalError`` / ``InterfaceError``
+    (PostgreSQL stopped, a connection lost, SQLite locked); code that talks to a
+    driver directly may raise psycopg's, sqlite3's, redis-py's or kombu's
+    connection errors. Each of those becomes a ``StoreUnavailable`` naming the
+    store and the error's type (the driver's text stays in the logs: it names
+    hosts). Other database errors (``IntegrityError``, ``ProgrammingError`` …)
+    are bugs, not outages: ``None``.
+    """
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    for kind, store in outage_types().items():
+        if isinstance(exc, kind):
+            wrapped = StoreUnavailable(
+                f"{store} is unavailable ({type(exc).__name__}); retry later"
+            )
+            wrapped.__cause__ = exc
+            return wrapped
+    return None

@@ -9,13 +9,18 @@ A POST is durable before it is answered: one journal envelope per raw body
 ``{"config": <channel name(s)>, "events": [event.to_dict(), ...]}``) is appended,
 idempotent by the SHA-256 of the raw body (WhatsApp) or the ``update_id``
 (Telegram), so a provider's redelivery is journaled once. If the journal cannot
-be written the view fails with 500 and the provider retries. Projection into
+be written the view answers 503 and the provider retries. Projection into
 the inbox happens in a worker.
 
 Answers: 200 once journaled; 401 (nothing written) for a bad signature or
 secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
 object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB). Order: the signature is checked before the body is parsed, so
 unauthenticated input is never interpreted.
+
+A store outage — the journal, or the database holding the channel
+configuration, cannot be reached — is the JSON 503 ``store_unavailable`` with
+``Retry-After`` (never Django's HTML 500): Meta and Telegram retry it, and the
+redelivery is journaled once when the store is back.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 from opentelemetry import trace
 
-from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.errors import DomainError, ValidationError, retry_after_s, store_unavailable
 from botmesh_admin.jsonbody import json_load_object
 from botmesh_admin.observability.tracing import server_span
 
@@ -75,21 +80,41 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
         return None
 
 
+def _domain_error_response(exc: DomainError) -> JsonResponse:
+    response = JsonResponse(exc.as_dict(), status=exc.status)
+    retry = retry_after_s(exc)
+    if retry is not None:
+        response["Retry-After"] = str(max(1, round(retry)))
+    return response
+
+
 def _domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Render a ``DomainError`` (say, an unreadable credential: 503) in the API's error shape."""
+    """Render a ``DomainError`` (say, an unreadable credential: 503) in the API's error shape.
+
+    A store outage from any layer (our ``StoreUnavailable``, or the Django
+    database's ``OperationalError`` / ``InterfaceError`` from the configuration
+    lookup) is the JSON 503 ``store_unavailable`` with ``Retry-After``.
+    """
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        kind = request.path.split("/")[2]
         try:
             return view(request, *args, **kwargs)
         except RequestDataTooBig:
             from botmesh_admin.api import too_large
 
-            log.warning("webhook %s refused: body over the size limit", request.path.split("/")[2])
+            log.warning("webhook %s refused: body over the size limit", kind)
             return too_large(request)
         except DomainError as exc:
-            log.error("webhook %s failed: %s", request.path.split("/")[2], exc.code)
-            return JsonResponse(exc.as_dict(), status=exc.status)
+            log.error("webhook %s failed: %s: %s", kind, exc.code, exc.message)
+            return _domain_error_response(exc)
+        except Exception as exc:
+            unavailable = store_unavailable(exc)
+            if unavailable is None:
+                raise
+            log.error("webhook %s failed: %s (%s: %s)", kind, unavailable.code, type(exc).__name__, exc)
+            return _domain_error_response(unavailable)
 
     return wrapper
 

@@ -3,6 +3,11 @@
 Claims records of one channel (the default channel without ``--channel``) and
 dispatches them to the registered handlers. SIGTERM or SIGINT stops it
 gracefully: the record in hand is finished (acked or failed), then it exits 0.
+
+A store outage (the journal, the Kv or the database cannot be reached) does
+not stop it: it logs the outage once, retries with backoff (up to
+``--max-backoff-ms``) and resumes when the store is back; a record whose
+handler met the outage is released without spending an attempt.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--idle-ms", type=int, default=500, help="sleep when idle, ms (default 500)")
         parser.add_argument("--max-events", type=int, default=None, help="exit after this many records")
         parser.add_argument(
+            "--max-backoff-ms", type=int, default=5_000,
+            help="longest wait between retries while a store is unreachable, ms (default 5000)",
+        )  # fmt: skip
+        parser.add_argument(
             "--handler", default=None,
             help="dotted path of a handler function instead of the registry's dispatch",
         )  # fmt: skip
@@ -41,8 +50,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if opts["lease_ms"] < 1:
             raise CommandError("--lease-ms must be positive")
+        if opts["max_backoff_ms"] < 1:
+            raise CommandError("--max-backoff-ms must be positive")
         handler = import_string(opts["handler"]) if opts["handler"] else dispatch
-        worker = EventWorker(default_journal(), lease_ms=opts["lease_ms"], channel=channel)
+        worker = EventWorker(
+            default_journal(), lease_ms=opts["lease_ms"], channel=channel, max_backoff_ms=opts["max_backoff_ms"]
+        )
 
         def stop(signum: int, frame: object) -> None:
             self.stderr.write(f"signal {signum}: finishing the record in hand, then stopping")
