@@ -11,9 +11,20 @@ Keys share the hash tag ``{botmesh:events}`` (``{botmesh:events_<namespace>}``; 
 ``P:q:<channel>``          sorted set of pending and leased ids, score ``available_at``
 ``P:i``, ``P:i:<tenant>``  sorted sets (score 0, ``ZREVRANGEBYLEX``) for listing
 ``P:i:<tenant>:<state>``   … by tenant and state; ``P:s:<state>`` by state
+``P:ic:<tenant>:<ch>``     … by tenant and channel (``<ch>`` empty: the default channel)
+``P:isc:<t>:<state>:<ch>`` … by tenant, state and channel
 ``P:c:<tenant>``           hash ``"<state>|<channel>"`` → count
 ``P:d``                    sorted set of done ids, score = when done (``prune`` visits it)
 =========================  =============================================================
+
+Every script keeps every set and count of the records it changes, so each
+filter of ``list`` within a tenant is one ``ZREVRANGEBYLEX`` of one page and
+``counts`` one ``HGETALL`` of a hash of at most states × channels fields. The
+channel sets came after the others: a journal that has records from before
+them builds them once (``build_indexes``, run by the hourly ``prune`` and
+marked done by ``P:ic:v1``); until then a channel filter reads the tenant's
+set and skips other channels, as it always did. A new journal is marked built
+on its first open.
 
 Run Redis with AOF persistence (``appendonly yes``, ``appendfsync always`` for
 no loss at all) when it holds the journal: a server restart must not lose the
@@ -62,8 +73,10 @@ local function move(r, id, from, to)
     redis.call('ZREM', P .. ':s:' .. from, id)
     redis.call('HINCRBY', P .. ':c:' .. t, from .. '|' .. ch, -1)
   end
+  if from then redis.call('ZREM', P .. ':isc:' .. t .. ':' .. from .. ':' .. ch, id) end
   redis.call('ZADD', P .. ':i:' .. t .. ':' .. to, 0, id)
   redis.call('ZADD', P .. ':s:' .. to, 0, id)
+  redis.call('ZADD', P .. ':isc:' .. t .. ':' .. to .. ':' .. ch, 0, id)
   redis.call('HINCRBY', P .. ':c:' .. t, to .. '|' .. ch, 1)
   if from == 'done' then redis.call('ZREM', P .. ':d', id) end
   if to == 'done' then redis.call('ZADD', P .. ':d', redis.call('HGET', r, 'available_at'), id) end
@@ -75,6 +88,8 @@ local function forget(r, id, h)
   redis.call('ZREM', P .. ':i:' .. t, id)
   redis.call('ZREM', P .. ':i:' .. t .. ':' .. state, id)
   redis.call('ZREM', P .. ':s:' .. state, id)
+  redis.call('ZREM', P .. ':ic:' .. t .. ':' .. ch, id)
+  redis.call('ZREM', P .. ':isc:' .. t .. ':' .. state .. ':' .. ch, id)
   redis.call('HINCRBY', P .. ':c:' .. t, state .. '|' .. ch, -1)
   redis.call('ZREM', P .. ':q:' .. ch, id)
   redis.call('ZREM', P .. ':d', id)
@@ -97,6 +112,7 @@ redis.call('HSET', P .. ':k:' .. t, key, id)
 redis.call('ZADD', P .. ':q:' .. ch, now, id)
 redis.call('ZADD', P .. ':i', 0, id)
 redis.call('ZADD', P .. ':i:' .. t, 0, id)
+redis.call('ZADD', P .. ':ic:' .. t .. ':' .. ch, 0, id)
 move(r, id, nil, 'pending')
 return {1, id}
 """
@@ -226,6 +242,7 @@ for i = 0, n - 1 do
   end
   redis.call('ZADD', P .. ':i', 0, id)
   redis.call('ZADD', P .. ':i:' .. t, 0, id)
+  redis.call('ZADD', P .. ':ic:' .. t .. ':' .. ch, 0, id)
   move(r, id, nil, state)
   fence = math.max(fence, tonumber(ARGV[b + 12]))
 end
@@ -258,7 +275,39 @@ end
 return {n, #ids}
 """
 
+BUILD_LUA = """
+-- ARGV: P, batch. Adds the next batch of records (by id, after the cursor P:ic:at) to their
+-- channel sets; marks the sets built (P:ic:v1) once past the last record. Reply: records added.
+local P, batch = ARGV[1], tonumber(ARGV[2])
+if redis.call('EXISTS', P .. ':ic:v1') == 1 then return 0 end
+local at = redis.call('GET', P .. ':ic:at')
+local ids = redis.call('ZRANGEBYLEX', P .. ':i', at and ('(' .. at) or '-', '+', 'LIMIT', 0, batch)
+for _, id in ipairs(ids) do
+  local h = redis.call('HMGET', P .. ':r:' .. id, 'tenant', 'state', 'channel')
+  if h[1] then
+    redis.call('ZADD', P .. ':ic:' .. h[1] .. ':' .. h[3], 0, id)
+    redis.call('ZADD', P .. ':isc:' .. h[1] .. ':' .. h[2] .. ':' .. h[3], 0, id)
+  end
+end
+if #ids < batch then
+  redis.call('SET', P .. ':ic:v1', 1)
+  redis.call('DEL', P .. ':ic:at')
+else
+  redis.call('SET', P .. ':ic:at', ids[#ids])
+end
+return #ids
+"""
+
+FRESH_LUA = """
+-- ARGV: P. A journal without records has complete channel sets: mark them built. Reply: 1 if built.
+local P = ARGV[1]
+if redis.call('EXISTS', P .. ':ic:v1') == 1 then return 1 end
+if redis.call('ZCARD', P .. ':i') == 0 then redis.call('SET', P .. ':ic:v1', 1); return 1 end
+return 0
+"""
+
 _IMPORT_CHUNK = 200
+_BUILD_BATCH = 1000
 _INTS = ("created_at", "attempts", "available_at", "leased_until", "fencing_token")
 
 
@@ -306,10 +355,11 @@ class RedisEventJournal:
             for name, lua in (
                 ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
-                ("prune", PRUNE_LUA), ("fence", FENCE_LUA),
+                ("prune", PRUNE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA), ("fresh", FRESH_LUA),
             )
         }  # fmt: skip
         self.ping()
+        self._channels_indexed = bool(self._run("fresh"))
 
     def __repr__(self) -> str:
         return f"<RedisEventJournal {self.prefix}>"
@@ -417,7 +467,11 @@ class RedisEventJournal:
         """Return up to ``limit`` records, newest id first, ids below ``after``."""
         validate_list_args(tenant, state, channel, limit, after)
         p = self.prefix
-        if tenant and state:
+        skip = channel is not None  # True: the set also holds other channels' records
+        if tenant and channel is not None and self._channel_sets_built():
+            index = f"{p}:isc:{tenant}:{state}:{channel}" if state else f"{p}:ic:{tenant}:{channel}"
+            skip = False
+        elif tenant and state:
             index = f"{p}:i:{tenant}:{state}"
         elif tenant:
             index = f"{p}:i:{tenant}"
@@ -425,10 +479,10 @@ class RedisEventJournal:
             index = f"{p}:s:{state}"
         else:
             index = f"{p}:i"
-        want = None if channel is None else (channel or None)
+        want = channel or None
         out: list[EventRecord] = []
         upper = f"({after}" if after is not None else "+"
-        batch = limit if channel is None else max(limit, 100)
+        batch = max(limit, 100) if skip else limit
         while len(out) < limit:
             with self._errors():
                 ids = self._client.zrevrangebylex(index, upper, "-", start=0, num=batch)
@@ -441,7 +495,7 @@ class RedisEventJournal:
             for flat in rows:
                 if flat:
                     record = _record(flat)
-                    if channel is None or record.channel == want:
+                    if not skip or record.channel == want:
                         out.append(record)
                         if len(out) == limit:
                             break
@@ -508,10 +562,31 @@ class RedisEventJournal:
             self._scripts["fence"](keys=[fence_key], args=[fencing_counter])
         return len(records)
 
+    def _channel_sets_built(self) -> bool:
+        """Return True once the channel sets hold every record (``P:ic:v1``; then cached)."""
+        if not self._channels_indexed:
+            with self._errors():
+                self._channels_indexed = bool(self._client.exists(f"{self.prefix}:ic:v1"))
+        return self._channels_indexed
+
+    def build_indexes(self, *, batch: int = _BUILD_BATCH) -> int:
+        """Add the records of a journal older than the channel sets to them; return how many.
+
+        A background job's cost (a pass over every record, ``batch`` per
+        script); resumable after a kill, and safe while writers run: each batch
+        is one script, and every other script keeps the sets of the records it
+        changes. Returns 0 at once when the sets are built.
+        """
+        added = 0
+        while not self._channel_sets_built():
+            added += int(self._run("build", batch))
+        return added
+
     def prune(self, before: int, *, limit: int = 1000) -> int:
         """Delete up to ``limit`` records done before ``before``, oldest first; return how many."""
         validate_prune_args(before, limit)
         self._index_done_records()
+        self.build_indexes()
         removed = 0
         while removed < limit:
             batch = min(limit - removed, 500)

@@ -6,17 +6,37 @@ the URL, used by tests to stay apart on a shared server), one row per record;
 with ``=``. A partial index ``(channel, available_at, id) WHERE state IN
 ('pending','leased')`` serves ``claim``: a leased record's ``available_at`` is
 its ``leased_until``, so a ready record and an expired lease are one range scan.
+Every filter of ``list`` within a tenant (state, channel, both, neither) has an
+index ending in ``id``, so a page is one index range read newest first.
+
+``counts`` reads ``<table>_counts``: one row per ``(tenant, channel, slot)``
+with a counter column per state, moved by the same statement that changes a
+record's state (below), so the journal page's counts cost O(channels), never a
+scan of the tenant's records. A state change is one row update (-1 in the old
+state's column, +1 in the new one's) in one of ``COUNT_SLOTS`` slots chosen per
+statement, so concurrent writers of one tenant and channel rarely wait for the
+same counter row; ``counts`` sums the slots. The counters are rebuilt from the
+records (under a lock that holds writers off) when the schema is set up and
+finds them missing or made for another incarnation of the records table (an
+upgrade from a version without them, a restore that recreated the table): the
+row of tenant ``''`` (no tenant id is empty) holds in ``done`` the table's OID
+(PostgreSQL) or 1 (SQLite).
 
 - **PostgreSQL**: every call is one autocommit statement. ``claim`` is one
   ``UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`` that takes its token from
   the sequence ``botmesh_events_fence`` (``nextval`` never repeats, also after a
   server restart). ``ack``/``fail``/``release`` are one ``UPDATE … WHERE id = …
   AND fencing_token = …``: the token check and the change are one statement.
+  Each state change carries its counter upsert in a ``WITH`` clause of that
+  statement (no trigger: a ``pg_dump --table`` of the journal would carry a
+  trigger without its function). The upsert takes its counter rows in key
+  order, so two statements never wait for each other's counters in a cycle.
 - **SQLite** (the embedded default: web, worker and beat are separate processes
   sharing one file): WAL, ``synchronous=FULL`` (``?synchronous=normal`` trades
   durability across a power loss — not across a process crash — for speed); ``claim`` and ``replay`` are one
   ``BEGIN IMMEDIATE`` transaction that bumps the counter row and updates the
-  record; the other changes are single statements.
+  record; the other changes are single statements. Triggers keep the counts
+  (the database file is backed up whole, triggers included).
 
 Each thread (and each process) gets its own connection; driver errors are raised
 as ``StoreUnavailable``.
@@ -28,6 +48,7 @@ import builtins
 import contextlib
 import json
 import os
+import random
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,6 +58,7 @@ from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable, Validatio
 from botmesh_admin.kv.sql import ThreadConnections, sqlite_path_from_url
 
 from .base import (
+    STATES,
     Clock,
     Envelope,
     EventRecord,
@@ -65,6 +87,8 @@ COLS = (
 )
 _FIELDS = tuple(c.strip() for c in COLS.split(","))
 _SCHEMA_LOCK = 0x626F746D65736802  # "botmesh\x02": serialises concurrent schema creation
+COUNT_SLOTS = 16
+"""Counter rows per (tenant, channel) on PostgreSQL (SQLite serialises its writers: one)."""
 
 
 def split_namespace(url: str) -> tuple[str, str]:
@@ -108,6 +132,7 @@ def _record(row: Sequence[Any]) -> EventRecord:
 def _statements(t: str, pg: bool) -> dict[str, str]:
     """Return the SQL of every operation on table ``t`` for one dialect (``:name`` placeholders)."""
     greatest = "GREATEST" if pg else "max"
+    big = "bigint" if pg else "INTEGER"
     if pg:
         backoff = (
             "floor(LEAST(:cap::bigint, :base::bigint << LEAST(GREATEST(attempts - 1, 0), 40)::int)"
@@ -133,7 +158,8 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         f" WHERE {lease_check} AND leased_until > :now RETURNING {COLS}",
         "release": f"UPDATE {t} SET state = 'pending', attempts = {greatest}(attempts - 1, 0),"
         f" leased_until = NULL, available_at = :now WHERE {lease_check} RETURNING {COLS}",
-        "counts": f"SELECT state, channel, count(*) FROM {t} WHERE tenant = :tenant GROUP BY state, channel",
+        "counts": f"SELECT channel, {', '.join(f'CAST(sum({s}) AS {big})' for s in STATES)}"
+        f" FROM {t}_counts WHERE tenant = :tenant GROUP BY channel",
         "export": f"SELECT {COLS} FROM {t} WHERE id > :after ORDER BY id LIMIT :limit",
         "import": f"INSERT INTO {t} ({COLS}) VALUES (:id, :type, :channel, :tenant, :payload,"
         " :idempotency_key, :created_at, :state, :attempts, :available_at, :leased_until,"
@@ -161,14 +187,28 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     ecols = ", ".join(f"e.{c.strip()}" for c in COLS.split(","))
     if pg:
         pg_set = claim_set.format(token=f"nextval('{t}_fence')")
-        sql["claim"] = (
+        # ``c.state`` is the state the row had when it was locked: the claim's old state.
+        sql["claim"] = _counted(
+            t,
             f"UPDATE {t} e SET {pg_set}"
-            f" FROM ({ready} FOR UPDATE SKIP LOCKED) c WHERE e.id = c.id RETURNING {ecols}"
+            f" FROM ({ready.replace('SELECT id', 'SELECT id, state', 1)} FOR UPDATE SKIP LOCKED) c"
+            f" WHERE e.id = c.id RETURNING {ecols}, c.state AS old_state",
         )
-        sql["replay"] = (
-            f"UPDATE {t} SET state = 'pending', attempts = 0, leased_until = NULL,"
+        sql["replay"] = _counted(
+            t,
+            f"UPDATE {t} e SET state = 'pending', attempts = 0, leased_until = NULL,"
             f" available_at = :now, fencing_token = nextval('{t}_fence')"
-            f" WHERE id = :id AND state IN ('dead', 'done') RETURNING {COLS}"
+            f" FROM (SELECT id, state FROM {t} WHERE id = :id FOR UPDATE) o"
+            f" WHERE e.id = o.id AND o.state IN ('dead', 'done') RETURNING {ecols}, o.state AS old_state",
+        )
+        sql["insert"] = _counted(t, sql["insert"] + ", NULL::text AS old_state")
+        for name in ("ack", "fail", "release"):  # only a leased record passes the lease check
+            sql[name] = _counted(t, sql[name] + ", 'leased'::text AS old_state")
+        sql["prune"] = _counted(
+            t,
+            sql["prune"] + " RETURNING tenant, channel, NULL::text AS state, state AS old_state",
+            result="count(*)",
+            rows="many",
         )
     else:
         sql["ready"] = ready
@@ -184,6 +224,41 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     if pg:
         sql = {name: _named(text) for name, text in sql.items()}
     return sql
+
+
+def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one") -> str:
+    """Return PostgreSQL ``change`` with the upsert of the counters it moves, as one statement.
+
+    ``change`` returns its rows' ``tenant``, ``channel``, new ``state`` (NULL
+    for a delete) and ``old_state`` (NULL for an insert); the statement
+    answers ``SELECT <result> FROM`` those rows. A changed row adds -1 to its
+    old state's counter and +1 to its new one's in slot ``:slot``. ``rows``
+    ``"one"``: ``change`` touches at most one record (one counter row, no
+    aggregation); ``"many"``: the rows are summed per ``(tenant, channel)`` and
+    written in key order, a fixed lock order.
+    """
+    if rows == "one":
+        deltas = ", ".join(
+            f"(state IS NOT DISTINCT FROM '{s}')::int - (old_state IS NOT DISTINCT FROM '{s}')::int"
+            for s in STATES
+        )
+        source = f"SELECT tenant, channel, :slot::int, {deltas} FROM u"
+        source += " WHERE old_state IS DISTINCT FROM state"
+    else:
+        deltas = ", ".join(
+            f"count(*) FILTER (WHERE state = '{s}') - count(*) FILTER (WHERE old_state = '{s}')"
+            for s in STATES
+        )
+        source = f"SELECT tenant, channel, :slot::int, {deltas} FROM u"
+        source += " WHERE old_state IS DISTINCT FROM state GROUP BY tenant, channel"
+        source += " ORDER BY tenant, channel"
+    added = ", ".join(f"{s} = k.{s} + excluded.{s}" for s in STATES)
+    return (
+        f"WITH u AS ({change}),"
+        f" moved AS (INSERT INTO {t}_counts AS k (tenant, channel, slot, {', '.join(STATES)})"
+        f" {source} ON CONFLICT (tenant, channel, slot) DO UPDATE SET {added})"
+        f" SELECT {result} FROM u"
+    )
 
 
 def _ddl(t: str, pg: bool) -> list[str]:
@@ -209,7 +284,15 @@ def _ddl(t: str, pg: bool) -> list[str]:
         " WHERE state IN ('pending', 'leased')",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_state ON {t} (tenant, state, id)",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_id ON {t} (tenant, id)",
+        f"CREATE INDEX IF NOT EXISTS {t}_tenant_channel ON {t} (tenant, channel, id)",
+        f"CREATE INDEX IF NOT EXISTS {t}_tenant_state_channel ON {t} (tenant, state, channel, id)",
         f"CREATE INDEX IF NOT EXISTS {t}_done ON {t} (available_at) WHERE state = 'done'",
+        f"""CREATE TABLE IF NOT EXISTS {t}_counts (
+            tenant {text} NOT NULL,
+            channel {text} NOT NULL,
+            slot {big} NOT NULL,
+            {" ".join(f"{s} {big} NOT NULL DEFAULT 0," for s in STATES)}
+            PRIMARY KEY (tenant, channel, slot))""",
     ]
     if pg:
         ddl.insert(0, f"CREATE SEQUENCE IF NOT EXISTS {t}_fence")
@@ -218,8 +301,58 @@ def _ddl(t: str, pg: bool) -> list[str]:
             f"CREATE TABLE IF NOT EXISTS {t}_fence (one INTEGER PRIMARY KEY CHECK (one = 1),"
             " value INTEGER NOT NULL)",
             f"INSERT OR IGNORE INTO {t}_fence (one, value) VALUES (1, 0)",
+            *_sqlite_count_triggers(t),
         ]
     return ddl
+
+
+def _sqlite_count_triggers(t: str) -> list[str]:
+    """Return the triggers that keep ``<t>_counts`` on SQLite (insert, delete, a moved record)."""
+
+    def add(tenant: str, channel: str, deltas: list[str]) -> str:
+        columns = ", ".join(STATES)
+        added = ", ".join(f"{s} = {s} + excluded.{s}" for s in STATES)
+        return (
+            f"INSERT INTO {t}_counts (tenant, channel, slot, {columns})"
+            f" VALUES ({tenant}, {channel}, 0, {', '.join(deltas)})"
+            f" ON CONFLICT (tenant, channel, slot) DO UPDATE SET {added};"
+        )
+
+    def one(row: str, sign: int) -> str:
+        deltas = [f"{sign} * ({row}.state = '{s}')" for s in STATES]
+        return add(f"{row}.tenant", f"{row}.channel", deltas)
+
+    same = "old.tenant IS new.tenant AND old.channel IS new.channel"
+    deltas = [f"(new.state = '{s}') - (old.state = '{s}')" for s in STATES]
+    state_moved = add("new.tenant", "new.channel", deltas)
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS {t}_count_insert AFTER INSERT ON {t} BEGIN {one('new', 1)} END",
+        f"CREATE TRIGGER IF NOT EXISTS {t}_count_delete AFTER DELETE ON {t} BEGIN {one('old', -1)} END",
+        f"CREATE TRIGGER IF NOT EXISTS {t}_count_state AFTER UPDATE OF state ON {t}"
+        f" WHEN {same} AND old.state IS NOT new.state BEGIN {state_moved} END",
+        # Only an import replaces a record by one of another tenant or channel.
+        f"CREATE TRIGGER IF NOT EXISTS {t}_count_moved AFTER UPDATE OF tenant, channel ON {t}"
+        f" WHEN NOT ({same}) BEGIN {one('old', -1)} {one('new', 1)} END",
+    ]
+
+
+def _rebuild_counts(t: str, source: int) -> list[str]:
+    """Return the statements that recount ``<t>_counts`` from the records and mark it ``source``.
+
+    Run by the schema set-up, inside its transaction, after taking a lock that
+    keeps writers off the records table until it commits.
+    """
+    columns = ", ".join(STATES)
+    per_state = ", ".join(f"sum(CASE WHEN state = '{s}' THEN 1 ELSE 0 END)" for s in STATES)
+    return [
+        f"DELETE FROM {t}_counts",
+        f"INSERT INTO {t}_counts (tenant, channel, slot, {columns})"
+        f" SELECT tenant, channel, 0, {per_state} FROM {t} GROUP BY tenant, channel",
+        f"INSERT INTO {t}_counts (tenant, channel, slot, done) VALUES ('', '', 0, {int(source)})",
+    ]
+
+
+_COUNTS_SOURCE = "SELECT done FROM {t}_counts WHERE tenant = '' AND channel = '' AND slot = 0"
 
 
 class _Postgres:
@@ -240,10 +373,22 @@ class _Postgres:
         if not self._schema_ready:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                for statement in _ddl(self._table, pg=True):
-                    conn.execute(statement)
+                self._set_up(conn)
             self._schema_ready = True
         return conn
+
+    def _set_up(self, conn: Any) -> None:
+        """Create what is missing (idempotent); recount the counters made for another table."""
+        t = self._table
+        for statement in _ddl(t, pg=True):
+            conn.execute(statement)
+        oid = int(conn.execute(f"SELECT '{t}'::regclass::oid::bigint").fetchone()[0])
+        source = conn.execute(_COUNTS_SOURCE.format(t=t)).fetchone()
+        if source is None or source[0] != oid:
+            # SHARE blocks every writer (and waits for those in flight) until commit.
+            conn.execute(f"LOCK TABLE {t} IN SHARE MODE")
+            for statement in _rebuild_counts(t, oid):
+                conn.execute(statement)
 
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
@@ -293,9 +438,12 @@ class _Sqlite:
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         if not self._schema_ready:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")  # the write lock: no writer until COMMIT
             for statement in _ddl(self._table, pg=False):
                 conn.execute(statement)
+            if conn.execute(_COUNTS_SOURCE.format(t=self._table)).fetchone() is None:
+                for statement in _rebuild_counts(self._table, 1):
+                    conn.execute(statement)
             conn.execute("COMMIT")
             self._schema_ready = True
         return conn
@@ -367,6 +515,8 @@ class SqlEventJournal:
         return f"<SqlEventJournal {'postgresql' if self._db.pg else 'sqlite'} {self.table}>"
 
     def _one(self, name: str, **params: Any) -> EventRecord | None:
+        if self._db.pg:
+            params["slot"] = random.randrange(COUNT_SLOTS)  # the counter rows this change moves
         rows = self._db.run(self._sql[name], params)
         return _record(rows[0]) if rows else None
 
@@ -515,10 +665,14 @@ class SqlEventJournal:
         return [_record(row) for row in self._db.run(sql, params)]
 
     def counts(self, tenant: str) -> dict[tuple[str, str | None], int]:
-        """Return ``{(state, channel): n}`` for ``tenant``."""
+        """Return ``{(state, channel): n}`` for ``tenant``: its counter rows summed, O(groups)."""
         validate_list_args(tenant, None, None, 1, None)
-        rows = self._db.run(self._sql["counts"], {"tenant": tenant})
-        return {(state, channel or None): n for state, channel, n in rows}
+        out: dict[tuple[str, str | None], int] = {}
+        for channel, *per_state in self._db.run(self._sql["counts"], {"tenant": tenant}):
+            for state, n in zip(STATES, per_state, strict=True):
+                if n:
+                    out[(state, channel or None)] = int(n)
+        return out
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
@@ -566,7 +720,7 @@ class SqlEventJournal:
                 conn = self._db.connection()
                 with conn.transaction(), conn.cursor() as cursor:
                     if rows:
-                        cursor.executemany(self._sql["import"], rows)
+                        self._import_pg(cursor, rows)
                     if fence > 0:
                         # setval(.., true): the next nextval() answers fence + 1.
                         cursor.execute(
@@ -579,11 +733,37 @@ class SqlEventJournal:
                 conn.executemany(self._sql["import"], rows)
                 conn.execute(f"UPDATE {t}_fence SET value = max(value, ?) WHERE one = 1", (fence,))
 
+    def _import_pg(self, cursor: Any, rows: builtins.list[dict[str, Any]]) -> None:
+        """Upsert ``rows`` and move the counters from the replaced records' groups to theirs."""
+        t = self.table
+        by_id = {row["id"]: row for row in rows}  # a repeated id: the last one stays
+        cursor.execute(
+            f"SELECT tenant, state, channel FROM {t} WHERE id = ANY(%s) FOR UPDATE", (list(by_id),)
+        )
+        moved: dict[tuple[str, str], list[int]] = {}
+        for tenant, state, channel in cursor.fetchall():
+            moved.setdefault((tenant, channel), [0] * len(STATES))[STATES.index(state)] -= 1
+        for row in by_id.values():
+            group = moved.setdefault((row["tenant"], row["channel"]), [0] * len(STATES))
+            group[STATES.index(row["state"])] += 1
+        cursor.executemany(self._sql["import"], rows)
+        # Last, in key order: the same lock order as every other statement.
+        added = ", ".join(f"{s} = k.{s} + excluded.{s}" for s in STATES)
+        cursor.executemany(
+            f"INSERT INTO {t}_counts AS k (tenant, channel, slot, {', '.join(STATES)})"
+            f" VALUES (%s, %s, 0, {', '.join(['%s'] * len(STATES))})"
+            f" ON CONFLICT (tenant, channel, slot) DO UPDATE SET {added}",
+            [(*group, *deltas) for group, deltas in sorted(moved.items()) if any(deltas)],
+        )
+
     def prune(self, before: int, *, limit: int = 1000) -> int:
         """Delete up to ``limit`` records done before ``before``, oldest first; return how many."""
         validate_prune_args(before, limit)
+        params: dict[str, Any] = {"before": before, "limit": limit}
+        if self._db.pg:
+            params["slot"] = random.randrange(COUNT_SLOTS)
+            return int(self._db.run(self._sql["prune"], params)[0][0])
         with self._db.errors():
-            params = {"before": before, "limit": limit}
             return int(self._db.connection().execute(self._sql["prune"], params).rowcount)
 
     def ping(self) -> None:

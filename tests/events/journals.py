@@ -30,6 +30,7 @@ def drop(url: str) -> None:
 
         with psycopg.connect(conn_url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {table}_counts")
             conn.execute(f"DROP SEQUENCE IF EXISTS {table}_fence")
     elif url.startswith("redis"):
         import redis

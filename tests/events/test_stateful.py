@@ -1,9 +1,10 @@
 """Hypothesis stateful test: every backend behaves exactly like the memory reference journal.
 
-Random sequences of append / claim / ack / fail / release / replay / clock moves
-run against a backend and a ``MemoryEventJournal`` side by side, with the same
-clock and a jitter-free policy; every answer (record or error class) and every
-listing must be equal — fencing tokens included.
+Random sequences of append / claim / ack / fail / release / replay / prune /
+clock moves run against a backend and a ``MemoryEventJournal`` side by side,
+with the same clock and a jitter-free policy; every answer (record or error
+class) and every listing, filtered and paged, must be equal — fencing tokens
+included.
 """
 
 from __future__ import annotations
@@ -115,6 +116,28 @@ def test_backend_matches_the_memory_reference(
         @rule(ms=st.sampled_from((1, 60, 600)))
         def advance(self, ms: int) -> None:
             self.clock.advance(ms)
+
+        @rule(ago=st.sampled_from((0, 100)))
+        def prune(self, ago: int) -> None:
+            self.both(lambda j: j.prune(self.clock.now - ago))
+
+        @rule(
+            tenant=st.sampled_from(TENANTS),
+            state=st.sampled_from((None, "pending", "leased", "done", "dead")),
+            channel=st.sampled_from((None, "", "inbound")),
+            limit=st.sampled_from((1, 3, 200)),
+        )
+        def list_filtered(
+            self, tenant: str, state: str | None, channel: str | None, limit: int
+        ) -> None:
+            """Every filter of the journal page, followed page by page (issue 16, item 5)."""
+            filters = {"tenant": tenant, "state": state, "channel": channel, "limit": limit}
+            after = None
+            while True:
+                page = self.both(lambda j, after=after: j.list(**filters, after=after))
+                if len(page) < limit:
+                    break
+                after = page[-1].id
 
         @invariant()
         def listings_agree(self) -> None:
