@@ -14,7 +14,6 @@ reaches a store.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import re
@@ -512,7 +511,7 @@ def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
 # --------------------------------------------------------------------------- index terms and search
 
 Term: TypeAlias = tuple[str | int | bool | None, ...]
-"""A posting list of contacts: ``("t", tag)``, ``("c", channel, status)``, ``("r", channel)``,
+"""A posting list of contacts: ``("t", tag)``, ``("c", channel, granted|denied)``, ``("r", channel)``,
 ``("a", name, kind, attribute_key(value))``; ``ALL`` is every contact (it has a count, no list)."""
 
 ALL: Term = ("all",)
@@ -529,7 +528,14 @@ def tag_term(tag: str) -> Term:
 
 
 def consent_term(channel: str, status: str) -> Term:
-    """Return the term of the contacts whose consent on ``channel`` is ``status`` (none is unknown)."""
+    """Return the term of the contacts whose consent on ``channel`` is ``granted`` or ``denied``.
+
+    ``unknown`` has no posting list: a contact is unknown on a channel when it
+    is under neither of the other two (most contacts are, and the inbox creates
+    them: three entries and counters fewer per new contact).
+    """
+    if status not in ("granted", "denied"):
+        raise ValueError(f"consent {status!r} has no posting list")
     return ("c", channel, status)
 
 
@@ -574,15 +580,16 @@ def attribute_term(name: str, value: AttributeValue) -> Term:
 def contact_terms(data: Mapping[str, Any]) -> list[Term]:
     """Return every term the stored contact JSON ``data`` is listed under (see ``Term``).
 
-    Each channel has one consent term (``unknown`` when never set), so the three
-    statuses of a channel partition the contacts.
+    A channel whose consent is ``granted`` or ``denied`` gives that consent
+    term; ``unknown`` (never set, or set to unknown) gives none.
     """
     terms: list[Term] = [tag_term(t) for t in data.get("tags") or ()]
     consent = data.get("consent") or {}
     channels = {ch for ch, _ in data.get("identities") or ()}
     for channel in CHANNELS:
-        status = (consent.get(channel) or {}).get("status") or "unknown"
-        terms.append(consent_term(channel, status))
+        status = (consent.get(channel) or {}).get("status")
+        if status in ("granted", "denied"):
+            terms.append(consent_term(channel, status))
         if status == "granted" and channel in channels:
             terms.append(reachable_term(channel))
     for name, value in (data.get("attributes") or {}).items():
@@ -601,18 +608,19 @@ def words(text: str) -> list[str]:
     return _WORD_RE.findall(fold(text))
 
 
-@functools.lru_cache(maxsize=8192)
 def _phone_keys(address: str) -> tuple[str, ...]:
-    """Return the digit strings a person types for an E.164 number: international and national."""
-    keys = [address.lstrip("+")]
-    try:
-        number = phonenumbers.parse(address, None)
-    except phonenumbers.NumberParseException:
-        return tuple(keys)
-    keys.append(phonenumbers.national_significant_number(number))
-    national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
-    keys.append("".join(ch for ch in national if ch.isascii() and ch.isdigit()))
-    return tuple(dict.fromkeys(k for k in keys if k))
+    """Return the digit strings a person types for an E.164 number: international and national.
+
+    The national significant number is the E.164 digits after the country
+    code (ITU-T E.164: country codes are prefix-free, 1-3 digits), found in
+    ``phonenumbers``' table without parsing the number.
+    """
+    digits = address.lstrip("+")
+    for size in (1, 2, 3):
+        if int(digits[:size] or 0) in phonenumbers.COUNTRY_CODE_TO_REGION_CODE:
+            national = digits[size:]
+            return (digits, national) if national else (digits,)
+    return (digits,)
 
 
 def search_keys(name: str | None, identities: Iterable[tuple[str, str]]) -> set[str]:
@@ -620,7 +628,8 @@ def search_keys(name: str | None, identities: Iterable[tuple[str, str]]) -> set[
 
     The keys: the folded words of the name; each email address and its words
     (``ana``, ``example``, ``com``); each WhatsApp number's digits in
-    international and national form (``573001112233``, ``3001112233``); each
+    international form and without the country code (``573001112233``,
+    ``3001112233``); each
     Telegram user id.
     """
     keys = set(words(name or ""))

@@ -122,14 +122,14 @@ def _parse_identity_filter(identity: str, tenant: str) -> Identity:
     return Identity(channel, normalize_identity(channel, address, tenant_region(tenant), field="identity"))
 
 
-def _parse_consent_filter(consent: str) -> Term:
+def _parse_consent_filter(consent: str) -> tuple[str, str]:
     channel, sep, status = consent.partition(":")
     if not sep or channel not in CHANNELS or status not in CONSENT_STATUSES:
         raise ValidationError(
             "consent", f"use <channel>:<status> with channel one of {', '.join(CHANNELS)} "
             f"and status one of {', '.join(CONSENT_STATUSES)}"
         )
-    return consent_term(channel, status)
+    return channel, status
 
 
 class ContactPage(NamedTuple):
@@ -190,23 +190,30 @@ class _Filters:
     """The filters of one contact list, checked on every fetched contact."""
 
     tag: str | None
-    consent: Term | None
+    consent: tuple[str, str] | None  # (channel, status)
     attributes: Mapping[str, AttributeValue]
     text: list[str] | None
 
-    def terms(self) -> list[Term]:
+    def required(self) -> list[Term]:
+        """Return the posting lists a contact must be under."""
         out: list[Term] = []
         if self.tag is not None:
             out.append(tag_term(self.tag))
-        if self.consent is not None:
-            out.append(self.consent)
+        if self.consent is not None and self.consent[1] != "unknown":
+            out.append(consent_term(*self.consent))
         out += [attribute_term(name, value) for name, value in self.attributes.items()]
         return out
+
+    def forbidden(self) -> list[Term]:
+        """Return the posting lists a contact must not be under (consent ``unknown``: neither other status)."""
+        if self.consent is None or self.consent[1] != "unknown":
+            return []
+        return [consent_term(self.consent[0], "granted"), consent_term(self.consent[0], "denied")]
 
     def keep(self, contact: Contact) -> bool:
         if self.tag is not None and self.tag not in contact.tags:
             return False
-        if self.consent is not None and contact.consent_status(str(self.consent[1])) != self.consent[2]:
+        if self.consent is not None and contact.consent_status(self.consent[0]) != self.consent[1]:
             return False
         for name, want in self.attributes.items():
             if name not in contact.attributes or not strict_equal(contact.attributes[name], want):
@@ -277,24 +284,33 @@ def contact_list(
     )
     if text == []:
         return ContactPage([], None)  # a query without letters or digits matches nothing
-    terms = filters.terms()
+    required, forbidden = filters.required(), filters.forbidden()
     if after is not None and after.startswith("q"):
         if text is None:
             raise _bad_cursor()
         prefix, position = _read_text_cursor(after, text)
-        return _text_page(store, tenant, filters, [], prefix, position, limit)
-    if not terms:
+        return _text_page(store, tenant, filters, required, forbidden, prefix, position, limit)
+    if not required and not forbidden:
         if text is not None:
             if after is not None:
                 raise _bad_cursor()
-            return _text_page(store, tenant, filters, [], _text_prefix(store, tenant, text, limit), None, limit)
+            prefix = _text_prefix(store, tenant, text, limit)
+            return _text_page(store, tenant, filters, [], [], prefix, None, limit)
         page = store.contact_scan(tenant, after=after, limit=limit + 1)
         return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
-    counts = dict(zip(terms, store.contact_count(tenant, terms), strict=True))
-    terms.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
-    if text is not None and after is None and counts[terms[0]] > page_budget(limit):
-        return _text_page(store, tenant, filters, terms, _text_prefix(store, tenant, text, limit), None, limit)
-    return _term_page(store, tenant, filters, terms, after, limit)
+    counts = dict(zip([ALL, *required, *forbidden], store.contact_count(tenant, [ALL, *required, *forbidden]),
+                      strict=True))
+    required.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
+    # Consent unknown is every contact less the other two statuses: walked as all contacts.
+    unknown = counts[ALL] - sum(counts[t] for t in forbidden) if forbidden else None
+    driver = required[0] if required and (unknown is None or counts[required[0]] <= unknown) else None
+    smallest = counts[driver] if driver is not None else unknown
+    assert smallest is not None
+    if text is not None and after is None and smallest > page_budget(limit):
+        prefix = _text_prefix(store, tenant, text, limit)
+        return _text_page(store, tenant, filters, required, forbidden, prefix, None, limit)
+    others = [t for t in required if t != driver]
+    return _term_page(store, tenant, filters, driver, others, forbidden, after, limit)
 
 
 def _batches(limit: int, budget: int) -> Iterator[int]:
@@ -314,23 +330,41 @@ def _having(store: ContactStore, tenant: str, ids: list[str], term: Term, *, pre
     return [i for i, has in zip(ids, store.contact_has_term(tenant, term, ids), strict=True) if has is present]
 
 
-def _term_page(
-    store: ContactStore, tenant: str, filters: _Filters, terms: list[Term], after: str | None, limit: int
-) -> ContactPage:
-    """Walk the posting list of ``terms[0]`` by id; keep the contacts every filter accepts.
+def _shrink(store: ContactStore, tenant: str, ids: list[str], required: list[Term], forbidden: list[Term]) -> list[str]:
+    """Return the ``ids`` under every ``required`` list and no ``forbidden`` one (index entries only)."""
+    for term in required:
+        ids = _having(store, tenant, ids, term)
+    for term in forbidden:
+        ids = _having(store, tenant, ids, term, present=False)
+    return ids
 
-    The other terms are checked on their index entries first, so only
-    candidates that pass them are fetched; the filters are checked again on
-    the fetched contacts (one may have changed since its entries were read).
+
+def _term_page(
+    store: ContactStore,
+    tenant: str,
+    filters: _Filters,
+    driver: Term | None,
+    required: list[Term],
+    forbidden: list[Term],
+    after: str | None,
+    limit: int,
+) -> ContactPage:
+    """Walk the posting list of ``driver`` (``None``: every contact) by id; keep what every filter accepts.
+
+    ``required`` / ``forbidden`` are checked on their index entries first, so
+    only candidates that pass them are fetched; the filters are checked again
+    on the fetched contacts (one may have changed since its entries were read).
     """
     items: list[Contact] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
-        ids = store.contact_term_scan(tenant, terms[0], after=cursor, limit=size)
-        candidates = ids
-        for term in terms[1:]:
-            candidates = _having(store, tenant, candidates, term)
-        for contact in store.contact_get_many(tenant, candidates):
+        if driver is None:
+            walked = store.contact_scan(tenant, after=cursor, limit=size)
+            ids, contacts = [c.id for c in walked], list[Contact | None](walked)
+        else:
+            ids = store.contact_term_scan(tenant, driver, after=cursor, limit=size)
+            contacts = store.contact_get_many(tenant, _shrink(store, tenant, ids, required, forbidden))
+        for contact in contacts:
             if contact is None or not filters.keep(contact):
                 continue  # erased or changed since the index entry was read
             items.append(contact)
@@ -346,23 +380,22 @@ def _text_page(
     store: ContactStore,
     tenant: str,
     filters: _Filters,
-    terms: list[Term],
+    required: list[Term],
+    forbidden: list[Term],
     prefix: str,
     after: tuple[str, str] | None,
     limit: int,
 ) -> ContactPage:
     """Walk the search index under ``prefix`` (one search word); list each contact under its first matching key.
 
-    ``terms`` (the other filters) are checked on their index entries before
-    the candidates are fetched, as in ``_term_page``.
+    ``required`` / ``forbidden`` (the other filters) are checked on their index
+    entries before the candidates are fetched, as in ``_term_page``.
     """
     items: list[tuple[Contact, tuple[str, str]]] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
         hits = store.contact_search_scan(tenant, prefix, after=cursor, limit=size)
-        candidates = list(dict.fromkeys(contact_id for _, contact_id in hits))
-        for term in terms:
-            candidates = _having(store, tenant, candidates, term)
+        candidates = _shrink(store, tenant, list(dict.fromkeys(i for _, i in hits)), required, forbidden)
         fetched = dict(zip(candidates, store.contact_get_many(tenant, candidates), strict=True))
         for hit in hits:
             cursor = hit

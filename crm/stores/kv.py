@@ -16,8 +16,8 @@ Secondary indexes (``botmesh_admin.kv.indexes``, declared below as ``CONTACTS``
 and ``IMPORTS``), kept in the commit that writes the record:
 
 - ``by_term``: ``x/by_term/<term>c/<id>`` for each term of ``crm.domain.contact_terms``
-  (tag, consent status per channel, reachable channel, typed attribute value):
-  one posting list per term, ordered by contact id;
+  (tag, consent granted / denied per channel — unknown is neither —, reachable
+  channel, typed attribute value): one posting list per term, ordered by contact id;
 - ``term_n``: a counter per term, and one for ``ALL`` (every contact);
 - ``by_text``: ``x/by_text/<search key>c/<id>`` for each key of
   ``crm.domain.search_index_keys`` (name words, email, phone digits), for

@@ -146,9 +146,8 @@ def test_terms_list_and_count_contacts_by_id(contact_store: ContactStore, tenant
     counts = contact_store.contact_count(tenant_id, [
         ALL, tag_term("vip"), tag_term("lead"), attribute_term("plan", 1), attribute_term("plan", 1.0),
         attribute_term("plan", "1"), attribute_term("plan", True), consent_term("whatsapp", "granted"),
-        consent_term("whatsapp", "unknown"), consent_term("email", "unknown"), reachable_term("whatsapp"),
-        reachable_term("email")])
-    assert counts == [6, 3, 0, 2, 2, 2, 2, 2, 4, 6, 2, 0]
+        consent_term("whatsapp", "denied"), reachable_term("whatsapp"), reachable_term("email")])
+    assert counts == [6, 3, 0, 2, 2, 2, 2, 2, 0, 2, 0]
     assert contact_store.contact_count(tenant_id + "-b", [ALL, tag_term("vip")]) == [0, 0]
     got = contact_store.contact_get_many(tenant_id, [made[1].id, "c_" + "0" * 22, made[0].id])
     assert got == [made[1], None, made[0]]
@@ -166,7 +165,7 @@ def test_terms_follow_replace_and_delete(contact_store: ContactStore, tenant_id:
     assert contact_store.contact_term_scan(tenant_id, tag_term("vip")) == []
     assert contact_store.contact_term_scan(tenant_id, tag_term("lead")) == [c.id]
     assert contact_store.contact_term_scan(tenant_id, attribute_term("n", 1.5)) == [c.id]
-    assert contact_store.contact_count(tenant_id, [reachable_term("email"), consent_term("email", "unknown")]) == [1, 0]
+    assert contact_store.contact_count(tenant_id, [reachable_term("email"), consent_term("email", "granted")]) == [1, 1]
     contact_store.contact_delete(tenant_id, c.id, expected_version=c2.version)
     assert contact_store.contact_count(tenant_id, [ALL, tag_term("lead"), consent_term("email", "granted")]) == [0, 0, 0]
     assert contact_store.contact_search_scan(tenant_id, "ana") == []
@@ -491,7 +490,8 @@ def _check_reads(tenant: str, rules_list: list[dict[str, Any]]) -> None:
     filters += [{"attributes": {"plan": v}} for v in ATTR_VALUES]
     filters += [{"q": q} for q in QUERIES]
     filters += [{"tag": "vip", "q": "ana"}, {"tag": "lead", "consent": "whatsapp:granted", "attributes": {"n": 1}},
-                {"q": "ana", "attributes": {"plan": "pro"}}, {"consent": "email:unknown", "q": "300"}]
+                {"q": "ana", "attributes": {"plan": "pro"}}, {"consent": "email:unknown", "q": "300"},
+                {"tag": "vip", "consent": "whatsapp:unknown"}, {"consent": "telegram:unknown", "attributes": {"n": 1}}]
     for f in filters:
         want = [c for c in everyone if keeps(c, **f)]
         for limit in (1, 3):
