@@ -19,7 +19,8 @@ Rules every implementation keeps:
 - Listings are ordered by id (ids sort by creation time) and paginated with an
   exclusive ``after`` cursor.
 - Every contact is listed under its terms (``crm.domain.contact_terms``: tags,
-  consent status per channel, reachable channels, attribute values) and its
+  consent granted / denied per channel, reachable channels, typed attribute
+  values) and its
   search keys (``crm.domain.search_index_keys``), exactly as it is now: the
   posting lists, their counts and the search entries change in the same atomic
   write as the contact. The Kv store reads them from indexes (a page is O(page),
