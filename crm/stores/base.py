@@ -20,10 +20,9 @@ Rules every implementation keeps:
   exclusive ``after`` cursor.
 - Every contact is listed under its terms (``crm.domain.contact_terms``: tags,
   consent granted / denied per channel, reachable channels, typed attribute
-  values) and its
-  search keys (``crm.domain.search_index_keys``), exactly as it is now: the
-  posting lists, their counts and the search entries change in the same atomic
-  write as the contact. The Kv store reads them from indexes (a page is O(page),
+  values) and its search keys (``crm.domain.search_index_keys``), exactly as
+  it is now: the posting lists, their counts and the search entries change in
+  the same atomic write as the contact. The Kv store reads them from indexes (a page is O(page),
   a count O(1)); the memory store, the reference, computes them from its
   contacts.
 """
