@@ -41,6 +41,7 @@ from botmesh_admin.kv.indexes import (
     RecordType,
     ValueIndex,
     declare,
+    decode,
     encode,
     encode_component,
 )
@@ -83,6 +84,8 @@ def _newest_first(data: Mapping[str, Any]) -> list[tuple[str]]:
     return [(str(data["id"]).translate(_INVERT_HEX),)]
 
 
+# Contact and job ids are minted by ``new_id`` and never handed out twice (an
+# erased contact's id is not reused), so the callers' ``old`` values are trusted.
 CONTACT = RecordType(
     "contact",
     "c/",
@@ -91,26 +94,13 @@ CONTACT = RecordType(
         CountIndex("term_n", keys=lambda d: [ALL, *contact_terms(d)]),
         ValueIndex("by_text", keys=_text_keys),
     ),
+    reuses_keys=False,
 )
-IMPORT_JOB = RecordType("import_job", "j/", (ValueIndex("job_newest", keys=_newest_first),))
+IMPORT_JOB = RecordType(
+    "import_job", "j/", (ValueIndex("job_newest", keys=_newest_first),), reuses_keys=False
+)
 CONTACTS = declare("crm", "contacts", [CONTACT])
 IMPORTS = declare("crm", "imports", [IMPORT_JOB])
-
-
-def _decode_text(component: str) -> str:
-    """Return the string of an encoded key component (``s`` + escaped text + space)."""
-    out: list[str] = []
-    body = component[1:-1]
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "!":
-            out.append(" " if body[i + 1] == "!" else "!")
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
 
 
 def _chunks(items: Sequence[str], size: int = MAX_GET_MANY) -> Iterable[Sequence[str]]:
@@ -306,7 +296,8 @@ class KvContactStore:
         out = []
         for e in entries:
             pk = e.value["pk"]
-            out.append((_decode_text(e.key[len(TEXT_BASE) : -len(pk)]), pk[2:]))
+            (key,) = decode(e.key[len(TEXT_BASE) : -len(pk)])
+            out.append((str(key), pk[2:]))
         return out
 
     def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
