@@ -22,8 +22,9 @@ The tenant (deterministic from its index ``i``; the same rows on both sides):
 - conversations ``i`` (the contact's chat): 1–3 messages, status open 50 % /
   pending 15 % / resolved 35 %, assignee ana 30 % / ben 20 % / none, newest
   activity for the highest ``i``; read markers of ana (35 %) and ben (20 %);
-- five saved segments and one campaign with a delivery for every 4th contact
-  (accepted 70 %, failed, dropped, pending, cancelled, in doubt).
+- five saved segments and one campaign to the WhatsApp opt-ins, planned and
+  paused, with a delivery for every 4th contact (accepted 70 %, failed,
+  dropped, pending, cancelled, in doubt).
 
 Ours is written **through the stores' own write path** — ``contact_insert``,
 ``write(Change)`` of the inbox store, ``Inbox.mark_read``, ``slots_add`` — so
@@ -1075,6 +1076,32 @@ def build(
     return seconds
 
 
+def campaign_settle(spec: Spec, size: int) -> None:
+    """Leave the campaign as a run that planned every delivery and was paused leaves it.
+
+    A draft has no deliveries; its page would show the plan preview instead
+    (measured apart as ``campaign_plan_of``).
+    """
+    from dataclasses import replace
+
+    from campaigns.domain import PlanCounts
+    from campaigns.stores import default_stores
+
+    campaigns, _ = default_stores()
+    campaign = campaigns.campaign_get(spec.tenant, spec.campaign_id)
+    assert campaign is not None
+    planned = len(range(0, size, 4))
+    if campaign.state == "paused" and campaign.plan and campaign.plan.recipients == planned:
+        return
+    campaigns.campaign_replace(
+        spec.tenant,
+        replace(
+            campaign, state="paused", plan=PlanCounts(planned, planned), started_at=spec.base_ms
+        ),
+        expected_version=campaign.version,
+    )
+
+
 def tenant_spec(pg: Any, tenant: str, kv_url: str) -> Spec:
     """Return the tenant's spec, registering a new tenant (Django row, segments, campaign) first."""
     from psycopg.types.json import Jsonb
@@ -1799,6 +1826,16 @@ def build_reads(spec: Spec, peer: Peer, size: int, *, with_pages: bool = True) -
             peer.progress,
         )
     )
+    optin = SEGMENTS["whatsapp-optin"]
+    reads.append(
+        Read(
+            "campaign_plan_of (a draft's preview: recipients)",
+            lambda: campaign_selectors.campaign_plan_of(tenant, spec.campaign_id).counts.recipients,
+            partial(peer.orm_segment_count, optin),
+            partial(peer.segment_count, optin),
+            "what a draft's page shows; this campaign is paused",
+        )
+    )
     for state, reason in (("failed", None), ("pending", None), ("dropped", "opted_out")):
         reads.append(
             Read(
@@ -1820,7 +1857,7 @@ PAGES = (
     ("crm/contacts/?q=zora", "contacts, search"),
     ("crm/contacts/?tag=embajador", "contacts, rare tag"),
     ("crm/segments/", "segments (a count each)"),
-    ("campaigns/{campaign}/", "campaign (progress)"),
+    ("campaigns/{campaign}/", "campaign (paused: progress, deliveries)"),
     ("", "tenant overview"),
 )
 
@@ -2229,6 +2266,7 @@ def main() -> int:
                 if seconds
                 else earlier.get(str(size), {}).get("build", "reused")
             )
+            campaign_settle(spec, size)
             if seconds and size <= args.check_max:
                 check_indexes(tenant)
             for name in PEER_COLUMNS:
