@@ -5,13 +5,24 @@ Tables (through ``TenantKv(kv, "observability")``)::
     observability/<tenant>/bot_metrics   l/<bot>/<replica>           latest sample (+ its seq)
                                          h/<bot>/<replica>/<slot>    ring of the last ``history`` samples
     observability/<tenant>/traces        t/<trace id>                trace record (merged spans)
-                                         r/<inverted ms>/<trace id>  summary, newest first
+                                         x/recent/…, x/by_kind/…,    its summary in value indexes
+                                         x/by_conversation/…         (``TRACE``), newest first
     observability/~system/traces         traces of no tenant ("~" is never in a tenant id)
     observability/~process/counters      process counters, one key per counter
 
 Every write is a compare-and-set batch retried on conflict, so several
 processes may write the same table at once; every entry has a TTL
 (``retention_ms``), so nothing outlives its retention even if pruning stops.
+
+The trace list is a page of one value index (``botmesh_admin.kv.indexes``):
+``recent`` (newest first, each entry holding the summary a list row shows),
+``by_kind`` or ``by_conversation`` (whose entries lead to the ``recent`` ones:
+one ``get_many`` per page), so a page touches O(page) entries whatever the
+filter. A trace table is bounded (``max_traces`` and the TTL), so a table
+written before these indexes is indexed by its first list or prune
+(``_require_built``); ``botmesh_reindex`` builds tenants' tables too. Tables of
+that time also hold ``r/<inverted ms>/<trace id>`` summaries, which nothing
+reads any more and which expire with their retention.
 """
 
 from __future__ import annotations
@@ -21,9 +32,20 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
-from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
+from botmesh_admin.kv.indexes import (
+    INDEX_ROOT,
+    Desc,
+    IndexNotBuilt,
+    RecordChange,
+    RecordType,
+    ValueIndex,
+    declare,
+    encode,
+)
 from botmesh_admin.kv.tenant import validate_id
 
 from .. import trace_records
@@ -38,6 +60,47 @@ PRUNE_BATCH = 100  # traces deleted per commit
 RECORD_BATCH = 50  # traces written per commit by record_many
 
 T = TypeVar("T")
+
+
+def _trace_view(value: Any) -> Mapping[str, Any]:
+    """Return what the trace indexes read of a stored trace record: its summary and first sight."""
+    summary = trace_records.summary_json(trace_records.summarize(value))
+    return {**summary, "first_seen_ms": int(value["first_seen_ms"])}
+
+
+def _list_row(view: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the copy of a list row a ``recent`` entry holds (a covering index)."""
+    return dict(view)
+
+
+def _first_seen(view: Mapping[str, Any]) -> dict[str, Any]:
+    """Return what a filtered index entry holds besides ``pk``: enough to find the ``recent`` one."""
+    return {"first_seen_ms": view["first_seen_ms"]}
+
+
+NEWEST = Desc("first_seen_ms")
+# Only ``recent`` copies the list row: the filtered indexes lead to its entries (one
+# ``get_many`` per page), so a trace write puts one summary, not three.
+TRACE = RecordType(
+    "trace",
+    "t/",
+    (
+        ValueIndex("recent", fields=(NEWEST,), payload=_list_row),
+        ValueIndex("by_kind", fields=("kind", NEWEST), payload=_first_seen),
+        ValueIndex(
+            "by_conversation",
+            fields=("conversation", NEWEST),
+            where=lambda view: view.get("conversation") is not None,
+            payload=_first_seen,
+        ),
+    ),
+    decode=_trace_view,
+    ttl=True,
+    # A companion (what ``reuses_keys`` adds) has no TTL while its record lives, and a
+    # trace record only ever expires: every trace would leave one behind for good.
+    reuses_keys=False,
+)
+TRACES = declare(PACKAGE, "traces", [TRACE])
 
 
 def retry_cas(attempt: Callable[[], T]) -> T:
@@ -184,20 +247,20 @@ class KvTraceStore:
         self._clock = clock or now_ms
         self._created = 0
         self._lock = threading.Lock()
+        self.layout = TRACES.layout(kv)
 
     def _table(self, tenant: str | None) -> str:
         return self.system_table if tenant is None else self.tables.table(tenant, "traces")
 
-    def _put_ops(self, tenant: str | None, trace_id: str, spans: list[dict[str, Any]],
-                 entry: Any) -> list[Op]:
+    def _put(self, tenant: str | None, trace_id: str, spans: list[dict[str, Any]],
+             entry: Entry | None) -> tuple[Op, RecordChange]:
+        """Return the write of ``spans`` merged into the trace read as ``entry``, and its change."""
         previous = entry.value if entry else None
         merged = trace_records.merge_trace(previous, trace_id, tenant, spans, self._clock())
-        summary = trace_records.summary_json(trace_records.summarize(merged))
         expect = entry.version if entry else ABSENT
-        return [
-            Put(f"t/{trace_id}", merged, expect=expect, ttl_ms=self.retention_ms),
-            Put(trace_records.index_key(merged), summary, ttl_ms=self.retention_ms),
-        ]
+        key = f"t/{trace_id}"
+        return (Put(key, merged, expect=expect, ttl_ms=self.retention_ms),
+                RecordChange(TRACE, key, previous, merged, ttl_ms=self.retention_ms))
 
     def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
         if not spans:
@@ -207,7 +270,8 @@ class KvTraceStore:
 
         def attempt() -> bool:
             entry = self.kv.get(table, f"t/{trace_id}")
-            self.kv.commit(table, self._put_ops(tenant, trace_id, spans, entry))
+            op, change = self._put(tenant, trace_id, spans, entry)
+            self.layout.commit(table, [op], [change])
             return entry is None
 
         if retry_cas(attempt):
@@ -235,13 +299,16 @@ class KvTraceStore:
                 if not batch:
                     break
                 ops: list[Op] = []
+                changes: list[RecordChange] = []
                 created = 0
-                for trace_id, spans in batch.items():
-                    entry = self.kv.get(table, f"t/{trace_id}")
-                    ops += self._put_ops(tenant, trace_id, spans, entry)
+                entries = self.kv.get_many(table, [f"t/{trace_id}" for trace_id in batch])
+                for (trace_id, spans), entry in zip(batch.items(), entries, strict=True):
+                    op, change = self._put(tenant, trace_id, spans, entry)
+                    ops.append(op)
+                    changes.append(change)
                     created += entry is None
                 try:
-                    self.kv.commit(table, ops)
+                    self.layout.commit(table, ops, changes)
                 except ConflictError as exc:
                     contended = exc.key.removeprefix("t/")
                     if contended in batch:
@@ -263,41 +330,93 @@ class KvTraceStore:
             self.prune(tenant)
 
     def prune(self, tenant: str | None) -> int:
-        """Delete every trace after the newest ``max_traces``; return how many went."""
+        """Delete every trace after the newest ``max_traces``; return how many went.
+
+        Reads the ``recent`` index past the newest ``max_traces`` (up to
+        ``4 * prune_every`` more), then deletes those records with their index
+        entries; a trace another writer changed meanwhile is read again.
+        """
         table = self._table(tenant)
-        index = _scan_all(self.kv, table, "r/", limit=self.max_traces + 4 * self.prune_every)
-        doomed = index[self.max_traces:]
+        self._require_built(table)
+        doomed: list[str] = []
+        after: str | None = None
+        skip = self.max_traces
+        while len(doomed) < 4 * self.prune_every:
+            page = self.layout.scan(table, "recent", after=after, limit=1000)
+            doomed += [e.value["pk"] for e in page[skip:]]
+            skip = max(0, skip - len(page))
+            if len(page) < 1000:
+                break
+            after = page[-1].key
+        # One trace once, even if an index entry drifted (a writer of a version without indexes).
+        doomed = list(dict.fromkeys(doomed))[: 4 * self.prune_every]
         # A few commits of many deletes: one commit per trace cost as much as writing it.
         for start in range(0, len(doomed), PRUNE_BATCH):
-            ops: list[Delete] = []
-            for entry in doomed[start:start + PRUNE_BATCH]:
-                ops += [Delete(entry.key), Delete(f"t/{entry.key.rsplit('/', 1)[1]}")]
-            self.kv.commit(table, ops)
+            keys = doomed[start:start + PRUNE_BATCH]
+            retry_cas(partial(self._delete, table, keys))
         return len(doomed)
+
+    def _delete(self, table: str, keys: list[str]) -> None:
+        """Delete the trace records at ``keys`` (those still there) and their index entries."""
+        ops: list[Op] = []
+        changes: list[RecordChange] = []
+        for key, entry in zip(keys, self.kv.get_many(table, keys), strict=True):
+            if entry is not None:
+                ops.append(Delete(key, expect=entry.version))
+                changes.append(RecordChange(TRACE, key, entry.value, None))
+        if ops:
+            self.layout.commit(table, ops, changes)
+
+    def _require_built(self, table: str) -> None:
+        """Index a trace table written before its indexes (bounded: ``max_traces`` and the TTL)."""
+        for name in self.layout.index_names():
+            if self.layout.state(table, name) != "built":
+                self.layout.build(table, name)
 
     def list(self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
              limit: int = 50, after: str | None = None) -> tuple[list[TraceSummary], str | None]:
+        """Return a page of one index: by conversation, by kind, or all, newest first.
+
+        ``after`` is the ``r/<inverted ms>/<trace id>`` of the previous page's
+        last trace (``trace_records.index_key``), the same cursor whatever the
+        filter. With both filters the conversation's entries are read and
+        other kinds skipped (one conversation's traces: at most ``max_traces``).
+        """
         table = self._table(tenant)
+        values: tuple[str, ...]
+        if conversation is not None:
+            index, values = "by_conversation", (conversation,)
+        elif kind is not None:
+            index, values = "by_kind", (kind,)
+        else:
+            index, values = "recent", ()
+        cursor = None if after is None else _index_after(index, values, after)
         out: list[TraceSummary] = []
         last_key: str | None = None
-        cursor = after
-        scanned = 0
-        while scanned < self.max_traces + 1000:
-            page = self.kv.scan(table, prefix="r/", after=cursor, limit=200)
-            for entry in page:
-                summary = trace_records.summary_from_json(entry.value)
+        while True:
+            try:
+                page = self.layout.scan(table, index, values, after=cursor, limit=min(limit + 1, 1000))
+            except IndexNotBuilt:
+                self._require_built(table)
+                continue
+            rows = [e.value for e in page]
+            if index != "recent":  # the list rows are in the ``recent`` entries
+                keys = [_index_after("recent", (), _cursor(r)) for r in rows]
+                rows = [e.value for e in self.kv.get_many(table, keys) if e is not None]
+            for row in rows:
+                summary = trace_records.summary_from_json(
+                    {k: v for k, v in row.items() if k not in ("pk", "first_seen_ms")})
                 if trace_records.matches(summary, kind, conversation):
                     if len(out) == limit:
                         return out, last_key
                     out.append(summary)
-                    last_key = entry.key
-            scanned += len(page)
-            if len(page) < 200:
-                break
+                    last_key = _cursor(row)
+            if len(page) <= limit:
+                return out, None
             cursor = page[-1].key
-        return out, None
 
     def get(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
+        """Return the trace ``{"trace_id", "summary", "spans"}``, or ``None``."""
         if tenant is not None:
             validate_id(tenant, "tenant")
         if not trace_id or "/" in trace_id:
@@ -307,3 +426,19 @@ class KvTraceStore:
             return None
         record = entry.value
         return {"trace_id": trace_id, "summary": trace_records.summarize(record), "spans": record["spans"]}
+
+
+def _cursor(entry: Mapping[str, Any]) -> str:
+    """Return the list cursor of an index entry's trace: ``r/<inverted ms>/<trace id>``."""
+    trace_id = str(entry["pk"]).removeprefix("t/")
+    return trace_records.index_key({"first_seen_ms": entry["first_seen_ms"], "trace_id": trace_id})
+
+
+def _index_after(index: str, values: tuple[str, ...], cursor: str) -> str:
+    """Return the key of the entry of ``index`` for the trace of list cursor ``cursor``.
+
+    The key ``ValueIndex`` gives it: ``x/<index>/<encoded values, -first_seen_ms><pk>``.
+    """
+    inverted, trace_id = cursor.removeprefix("r/").split("/", 1)
+    first_seen = trace_records.INDEX_BASE - 1 - int(inverted)
+    return f"{INDEX_ROOT}{index}/" + encode((*values, -first_seen)) + f"t/{trace_id}"
