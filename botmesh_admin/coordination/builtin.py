@@ -1,4 +1,9 @@
-"""The kernel's own scheduled jobs (tasks in ``coordination.tasks``)."""
+"""The kernel's own scheduled jobs (tasks in ``coordination.tasks``).
+
+Each one's effects are fenced by its occurrence (ARCHITECTURE §9, ``occurrences``):
+``kv.sweep`` checks ``still_holds()`` before each batch it deletes
+(``services.kv_sweep``), so a run that lost its occurrence stops.
+"""
 
 from __future__ import annotations
 

@@ -195,7 +195,10 @@ class JobSpec:
 
     ``task`` is the Celery task name; ``kwargs`` its keyword arguments; with
     ``pass_occurrence`` it also gets ``occurrence={"id", "scheduled_ms",
-    "fencing_token", "attempt"}`` to make its effects idempotent. ``durable``
+    "fencing_token", "attempt"}``. Every durable run can commit its effects
+    fenced by the occurrence through ``occurrences.current_occurrence()``
+    (``commit``, ``still_holds``): once per occurrence, never from a run that
+    lost it. ``durable``
     jobs go through the occurrence ledger; the others (plain beat entries) are
     only emitted by the leader. ``lease_s`` bounds one run: a worker that dies
     mid-run is retried after it.

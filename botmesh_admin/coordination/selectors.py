@@ -9,6 +9,7 @@ from botmesh_admin.errors import NotFound
 
 from .base import CoordinationSnapshot, LeaderStatus, ReplicaStatus
 from .domain import Job, JobSpec, JobState, validate_job_id
+from .occurrences import SupersededRun, superseded_get_many
 from .services import OCCURRENCE_TYPE, SYSTEM_TENANT, effective_job, job_store, jobs_channel, now_ms
 from .stores.base import JobStore
 
@@ -69,7 +70,11 @@ def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
 
 @dataclass(frozen=True)
 class OccurrenceRow:
-    """One occurrence in the ledger: ``state`` pending / leased / done / dead."""
+    """One occurrence in the ledger: ``state`` pending / leased / done / dead.
+
+    ``superseded`` lists the runs that lost the occurrence before they finished
+    (a holder frozen past its lease), from the run log, oldest first.
+    """
 
     id: str
     event_id: str
@@ -78,6 +83,7 @@ class OccurrenceRow:
     state: str
     attempts: int
     last_error: str | None
+    superseded: tuple[SupersededRun, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,14 @@ class JobRow:
         return jobs_channel(self.job.spec)
 
 
-def occurrence_list(*, job_id: str | None = None, limit: int = 50, journal: Any = None) -> list[OccurrenceRow]:
-    """Return up to ``limit`` recent occurrences (newest first), of one job or of all."""
+def occurrence_list(
+    *, job_id: str | None = None, limit: int = 50, journal: Any = None, runs: bool = True
+) -> list[OccurrenceRow]:
+    """Return up to ``limit`` recent occurrences (newest first), of one job or of all.
+
+    With ``runs`` each row carries its superseded runs (one ``get_many`` of the
+    run log for the rows returned).
+    """
     from botmesh_admin.events import default_journal
 
     journal = journal or default_journal()
@@ -117,7 +129,17 @@ def occurrence_list(*, job_id: str | None = None, limit: int = 50, journal: Any 
             break
         after = page[-1].id
     rows.sort(key=lambda r: (r.scheduled_ms, r.id), reverse=True)
-    return rows[:limit]
+    return with_superseded(rows[:limit]) if runs else rows[:limit]
+
+
+def with_superseded(rows: list[OccurrenceRow]) -> list[OccurrenceRow]:
+    """Return ``rows`` with their superseded runs from the run log (reads O(rows) entries)."""
+    from botmesh_admin.kv.runtime import default_kv
+
+    if not rows:
+        return rows
+    found = superseded_get_many(default_kv(), [r.id for r in rows])
+    return [replace(r, superseded=found[r.id]) if r.id in found else r for r in rows]
 
 
 def _next_ms(job: Job, state: JobState | None, at_ms: int) -> int | None:
@@ -137,12 +159,14 @@ def job_list(
     specs = declared_jobs() if specs is None else specs
     store = store or job_store()
     at_ms = now_ms() if at_ms is None else at_ms
-    recent = occurrence_list(limit=200 * JOURNAL_PAGES, journal=journal)
+    recent = occurrence_list(limit=200 * JOURNAL_PAGES, journal=journal, runs=False)
+    shown = {spec.id: [r for r in recent if r.job_id == spec.id][:last] for spec in specs}
+    runs = {r.id: r for r in with_superseded([r for mine in shown.values() for r in mine])}
     rows = []
     for spec in specs:
         job = effective_job(spec, store)
         state = store.state_get(spec.id)
-        mine = [r for r in recent if r.job_id == spec.id][:last]
+        mine = [runs[r.id] for r in shown[spec.id]]
         rows.append(JobRow(job, state, _next_ms(job, state, at_ms), mine))
     return rows
 

@@ -6,6 +6,10 @@ key ``<job id>@<scheduled ms>`` *before* any worker is told to run it, so two
 beats, a redelivered message or a worker killed mid-run never make two records
 of one occurrence; a worker claims it with a fenced lease, runs it and acks it
 (a killed run is claimed again after its lease: retried, not duplicated).
+The task's effects are fenced by that claim through the job API
+(``occurrences``): committed once per occurrence, and refused for a run that
+lost the occurrence (a holder frozen past its lease), which is recorded as
+superseded.
 """
 
 from __future__ import annotations
@@ -168,24 +172,63 @@ def scheduler_tick(
     return emitted
 
 
-def job_occurrence_run(record: Any) -> None:
+def job_occurrence_run(record: Any, *, journal: Any = None, kv: Any = None) -> None:
     """Run the Celery task of one claimed ``job.occurrence`` record, in this process.
 
-    Raise whatever the task raises (the journal retries it, then dead-letters it).
+    The task runs inside an ``OccurrenceContext`` (``occurrences.current_occurrence()``)
+    for this claim: its ``commit`` fences the task's effects by the claim and
+    ``still_holds()`` asks the ledger whether the claim is still live. After
+    the task returned, the claim is checked once more: a run that lost the
+    occurrence meanwhile (frozen past its lease) is recorded as superseded and
+    raises ``Superseded`` (its ack would be refused anyway). Raise whatever the
+    task raises (the journal retries it, then dead-letters it).
     """
     from botmesh_admin.celery import app
+
+    from .occurrences import OccurrenceContext, running
 
     payload = record.payload
     task = app.tasks.get(payload["task"])
     if task is None:
         raise LookupError(f"no Celery task named {payload['task']!r}")
+    occurrence = OccurrenceContext.from_record(record, journal=journal, kv=kv)
     kwargs = dict(payload.get("kwargs") or {})
     if payload.get("pass_occurrence"):
-        kwargs["occurrence"] = {
-            "id": record.idempotency_key, "scheduled_ms": payload["scheduled_ms"],
-            "fencing_token": record.fencing_token, "attempt": record.attempts,
-        }
-    task(**kwargs)
+        kwargs["occurrence"] = occurrence.as_dict()
+    with running(occurrence):
+        task(**kwargs)
+    occurrence.check()
+
+
+SWEEP_BATCH = 200
+
+
+def kv_sweep(*, limit: int = 1000, batch: int = SWEEP_BATCH, kv: Any = None) -> int:
+    """Reclaim up to ``limit`` expired Kv entries in batches of ``batch``; return how many were removed.
+
+    Run as the ``kv.sweep`` occurrence, each batch is a side effect the Kv
+    cannot fence in a commit (``sweep`` deletes across tables), so the run
+    checks ``still_holds()`` before each one and stops with ``Superseded`` once
+    it lost the occurrence. A batch a superseded run deleted anyway removed
+    only entries that were already invisible (expired): deleting them twice is
+    deleting them once.
+    """
+    from botmesh_admin.kv.runtime import default_kv
+
+    from .occurrences import current_occurrence
+
+    kv = kv or default_kv()
+    occurrence = current_occurrence()
+    removed = 0
+    while removed < limit:
+        if occurrence is not None:
+            occurrence.check()
+        size = min(batch, limit - removed)
+        done = kv.sweep(size)
+        removed += done
+        if done < size:
+            break
+    return removed
 
 
 def jobs_channel(spec: JobSpec) -> str:
@@ -213,8 +256,9 @@ def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[st
         lease_s = int(channel[len(JOBS_CHANNEL_PREFIX):-1])
     except ValueError:
         raise ValidationError("channel", "not a jobs channel") from None
-    worker = EventWorker(journal or default_journal(), lease_ms=lease_s * 1000, channel=channel)
-    return worker.run_batch(job_occurrence_run, limit)
+    journal = journal or default_journal()
+    worker = EventWorker(journal, lease_ms=lease_s * 1000, channel=channel)
+    return worker.run_batch(lambda record: job_occurrence_run(record, journal=journal), limit)
 
 
 def system_table(kv: Any) -> str:

@@ -18,10 +18,8 @@ def run_jobs(channel: str, limit: int = 20) -> dict[str, int]:
 
 @shared_task(name="coordination.kv_sweep", ignore_result=True)
 def kv_sweep(limit: int = 1000) -> int:
-    """Reclaim up to ``limit`` expired Kv entries; return how many were removed."""
-    from botmesh_admin.kv.runtime import default_kv
-
-    return default_kv().sweep(limit)
+    """Reclaim up to ``limit`` expired Kv entries (batches checked against the occurrence); return how many."""
+    return services.kv_sweep(limit=limit)
 
 
 @worker_ready.connect(weak=False)

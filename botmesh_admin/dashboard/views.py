@@ -81,6 +81,14 @@ class JobForm(forms.Form):
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
 
 
+def _occurrence(o: selectors.OccurrenceRow) -> dict[str, Any]:
+    """An occurrence as the jobs page shows it, with the runs that lost it (superseded)."""
+    return {
+        "o": o, "at": _when(o.scheduled_ms),
+        "superseded": [{"run": run, "at": _when(run.at_ms)} for run in o.superseded],
+    }
+
+
 def _job_context(tenant: str, errors: dict[str, str] | None = None) -> dict[str, Any]:
     now = services.now_ms()
     rows = selectors.job_list(at_ms=now)
@@ -89,11 +97,11 @@ def _job_context(tenant: str, errors: dict[str, str] | None = None) -> dict[str,
         "rows": [
             {
                 "row": row, "next": _when(row.next_ms), "next_rel": _relative(row.next_ms, now),
-                "last": [{"o": o, "at": _when(o.scheduled_ms)} for o in row.last],
+                "last": [_occurrence(o) for o in row.last],
             }
             for row in rows
         ],
-        "recent": [{"o": o, "at": _when(o.scheduled_ms)} for o in selectors.occurrence_list(limit=20)],
+        "recent": [_occurrence(o) for o in selectors.occurrence_list(limit=20)],
     }
 
 

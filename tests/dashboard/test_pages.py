@@ -99,6 +99,37 @@ def test_jobs_page_shows_next_and_last_occurrences(hub, web) -> None:  # type: i
     assert 'data-job="events.drain.default"' in html  # plain beat entries are listed too
 
 
+def test_jobs_page_shows_a_superseded_run_beside_the_outcome(hub, web) -> None:  # type: ignore[no-untyped-def]
+    """Issue 17, item 2: a worker frozen past its lease resumed after another completed the occurrence.
+
+    The page showed ``done, attempts 2`` with no sign of it; now the late run is shown superseded.
+    """
+    from botmesh_admin.coordination.occurrences import OccurrenceContext, Superseded
+    from botmesh_admin.events import default_journal
+    from tests.polling import wait_until
+
+    lease = web.try_lead("scheduler")
+    spec = next(s for s in declared_jobs() if s.id == "kv.sweep")
+    at = (services.now_ms() // 300_000) * 300_000
+    services.scheduler_tick(specs=[spec], lease=lease, send=lambda *a: None, at_ms=at + 1000)
+    frozen = default_journal().claim(services.now_ms(), 100, "jobs-120s")  # then the worker froze
+    assert frozen is not None
+    wait_until(lambda: services.now_ms() > (frozen.leased_until or 0), "the frozen worker's lease to expire", 5)
+    assert services.jobs_drain("jobs-120s")["processed"] == 1  # another worker completes it
+    late = OccurrenceContext.from_record(frozen)
+    late.worker = "vm-frozen-4242"
+    with pytest.raises(Superseded):  # the frozen worker resumes: refused before its next effect
+        late.check()
+    html = client_for("alice").get("/t/tienda/jobs/").content.decode()
+    row = html.split('data-job="kv.sweep"')[1].split("</tr>")[0]
+    assert 'pill ok">done' in row and "2 attempts" in row
+    assert 'data-testid="superseded"' in row and "run on vm-frozen-4242" in row
+    recent = html.split('data-testid="occurrences"')[1].split("</table>")[0].split(f"kv.sweep@{at}")[1]
+    line = recent.split("</tr>")[0]
+    assert 'data-testid="superseded-run"' in line and "attempt 1 on <code>vm-frozen-4242</code>" in line
+    assert f"(fencing token {frozen.fencing_token})" in line and "taken over by fencing token" in line
+
+
 def test_admin_edits_a_job(web) -> None:  # type: ignore[no-untyped-def]
     alice = client_for("alice")
     form = {"kind": "interval", "every_s": "120", "crontab": "", "enabled": "on", "catch_up": "all",
