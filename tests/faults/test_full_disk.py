@@ -40,7 +40,7 @@ from botmesh_admin.filesystem_broker import decode_message
 from tests import services
 from tests.polling import wait_until
 
-from .servers import ROOT, Processes, free_port, project_env, python
+from .servers import Processes, free_port, project_env, python
 
 pytestmark = pytest.mark.slow
 
@@ -176,19 +176,50 @@ def test_a_publish_on_a_full_disk_leaves_no_message_file_and_works_once_space_is
 
 
 @pytest.mark.django_db
-def test_readyz_says_disk_full_on_a_full_data_dir_and_ready_once_space_is_freed(client: Client, settings) -> None:
+def test_readyz_says_disk_full_and_webhooks_answer_503_until_space_is_freed(
+    client: Client, settings, tenant_id: str
+) -> None:
+    from botmesh_admin.channels import whatsapp
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.events import connect_journal, use_journal
+    from botmesh_admin.tenancy.services import tenant_create
+
+    tenant_create(tenant_id, name="Full disk")
+    channel_config_set(tenant_id, kind="whatsapp", name="main", phone_number_id="106540352242922",
+                       app_secret="disk-secret")  # fmt: skip
+
+    def webhook(n: int) -> tuple[int, str | None]:
+        raw = (b'{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages",'
+               b'"value":{"metadata":{"phone_number_id":"106540352242922"},"messages":[{"from":"573001112233",'
+               b'"id":"wamid.disk%d","timestamp":"1764489600","type":"text","text":{"body":"hola"}}]}}]}]}' % n)
+        response = client.post(f"/webhooks/whatsapp/{tenant_id}", raw, content_type="application/json",
+                               headers={whatsapp.SIGNATURE_HEADER: whatsapp.signature(raw, "disk-secret")})
+        return response.status_code, response.json().get("error")
+
     with tiny_filesystem(size_mb=20) as disk:
         settings.BOTMESH_DATA_DIR = disk
-        assert client.get("/readyz").status_code == 200
-        filler = fill(disk)
-        full = client.get("/readyz")
-        filler.unlink()
-        again = client.get("/readyz")
-        probes_left = list(disk.glob(".readyz-*"))
+        journal = connect_journal(f"sqlite:///{disk}/journal.sqlite3")  # the embedded default's journal
+        try:
+            with use_journal(journal):
+                assert client.get("/readyz").status_code == 200 and webhook(1) == (200, None)
+                filler = fill(disk)
+                full = client.get("/readyz")
+                full_webhook = webhook(2)
+                filler.unlink()
+                again = client.get("/readyz")
+                again_webhook = webhook(2)  # Meta's retry of the refused one
+                stored = len(journal.list(tenant=tenant_id))
+            probes_left = list(disk.glob(".readyz-*"))
+        finally:
+            journal.close()
+    print(f"FAULT full-disk: readyz full {full.status_code} {full.json()['reason']!r}, webhook full "
+          f"{full_webhook}, after freeing readyz {again.status_code} webhook {again_webhook}, stored {stored}")
     assert full.status_code == 503
     assert full.json()["reason"] == f"disk full: no space left to write in {disk}"
     assert full.json()["checks"]["database"] == "ok"  # reads still work: only a write shows it
+    assert full_webhook == (503, "store_unavailable")
     assert again.status_code == 200 and again.json()["checks"]["disk"] == "ok"
+    assert again_webhook == (200, None) and stored == 2  # served again, no manual step
     assert probes_left == []  # the probe file is deleted, also when its write failed
 
 
@@ -216,17 +247,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def migrated_copy(path: Path) -> None:
+    """Write the test run's migrated SQLite database to ``path`` (spares the stack a ``migrate``)."""
+    import sqlite3
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    target = sqlite3.connect(path)
+    try:
+        connection.connection.backup(target)
+    finally:
+        target.close()
+
+
+@pytest.mark.django_db(transaction=True)  # no open transaction: the copy needs none
 def test_botmesh_run_restarts_a_killed_child_and_ctrl_c_still_stops_all(tmp_path: Path) -> None:
     started = time.monotonic()
     port = free_port()
     env = {**project_env(tmp_path), "BOTMESH_DRAIN_TIMEOUT": "5"}
-    subprocess.run([python(), "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
-                   check=True, timeout=120)  # fmt: skip
+    (tmp_path / "data").mkdir()
+    migrated_copy(tmp_path / "data" / "db.sqlite3")
+    phases = {"migrated": time.monotonic() - started}
     with Processes(tmp_path) as procs:
         run = procs.start("run", [python(), "manage.py", "botmesh_run", "--no-demo", "--port", str(port)], env)
         try:
             wait_until(lambda: run.poll() is None and "is running at" in procs.log("run"),
                        "botmesh_run to start web, worker and beat", timeout_s=60)  # fmt: skip
+            phases["running"] = time.monotonic() - started
             pids = {name: int(pid) for name, pid in re.findall(r"(web|worker|beat) pid (\d+)", procs.log("run"))}
             worker_log = tmp_path / "data" / "logs" / "worker.log"
             os.kill(pids["worker"], signal.SIGKILL)  # a crash, as on the full disk
@@ -238,6 +286,7 @@ def test_botmesh_run_restarts_a_killed_child_and_ctrl_c_still_stops_all(tmp_path
             assert _get(f"http://127.0.0.1:{port}/readyz") == 200  # web went on serving
             wait_until(lambda: b" ready." in worker_log.read_bytes()[before_restart:],
                        "the restarted worker to be ready", timeout_s=30)  # fmt: skip
+            phases["restarted"] = time.monotonic() - started
             os.kill(run.pid, signal.SIGINT)  # Ctrl-C
             run.wait(timeout=30)
         except BaseException:
@@ -249,4 +298,4 @@ def test_botmesh_run_restarts_a_killed_child_and_ctrl_c_still_stops_all(tmp_path
         wait_until(lambda pid=pid: not _alive(pid), f"{name} to stop on Ctrl-C", timeout_s=10)
     assert re.search(r"worker exited with status -9; restarting it in 1 s \(see .*worker\.log\)", log), log
     print(f"FAULT botmesh-run-child-killed: killed 1, restarted 1, web answered 200, stopped all on Ctrl-C, "
-          f"{time.monotonic() - started:.1f} s")  # fmt: skip
+          f"{time.monotonic() - started:.1f} s ({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})")
