@@ -18,6 +18,7 @@ failure (and a frozen one is resumed first).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -164,7 +165,10 @@ def test_a_frozen_holder_resumed_after_a_takeover_has_its_effect_refused_and_sho
             raise
         finally:
             if frozen is not None:
-                os.kill(frozen, signal.SIGCONT)  # so that Processes stops it gracefully
+                os.kill(frozen, signal.SIGCONT)  # so that it can stop gracefully
+            for pid in names:  # both at once; Processes then waits for each (and SIGKILLs a straggler)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGTERM)
 
     applied = kv.get(EFFECT_TABLE, "applied")
     (record,) = [r for r in journal.list(tenant="system") if r.idempotency_key == occurrence]
