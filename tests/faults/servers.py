@@ -212,6 +212,24 @@ class Processes:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+FAULT_REPORT_DEFAULT = ROOT / "var" / "fault-report.txt"
+
+
+def fault_report(line: str) -> None:
+    """Print one ``FAULT <name>: <figures>`` line and append it to the fault report file.
+
+    The file is ``$BOTMESH_FAULT_REPORT`` (``.ci/run`` sets it and prints the
+    file after the suite, passed or failed), else ``var/fault-report.txt``.
+    Tests call this before their assertions, so a failing run reports its figures too.
+    """
+    assert line.startswith("FAULT "), line
+    print(line)
+    path = Path(os.environ.get("BOTMESH_FAULT_REPORT") or FAULT_REPORT_DEFAULT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:  # one short append per test (pytest-xdist workers share it)
+        out.write(line.rstrip("\n") + "\n")
+
+
 def python() -> str:
     """The interpreter of the test run (the project's venv)."""
     return sys.executable

@@ -40,7 +40,7 @@ from botmesh_admin.filesystem_broker import decode_message
 from tests import services
 from tests.polling import wait_until
 
-from .servers import Processes, free_port, project_env, python
+from .servers import Processes, fault_report, free_port, project_env, python
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +146,7 @@ def test_corrupt_broker_messages_are_set_aside_and_a_real_worker_keeps_consuming
         assert worker.poll() is None, "the worker exited"
     aside = sorted(p.name for p in (broker / "corrupt").iterdir())
     set_aside_lines = [line for line in log.splitlines() if "moved to" in line and "broker file" in line]
-    print(f"FAULT corrupt-broker-files: sent 2, corrupt 3, ran {sum(done(tmp_path).values())}, "
+    fault_report(f"FAULT corrupt-broker-files: sent 2, corrupt 3, ran {sum(done(tmp_path).values())}, "
           f"set aside {len(aside)}, worker alive")  # fmt: skip
     assert [name.split("_")[0] for name in aside] == ["01", "02", "03"]
     assert len(set_aside_lines) == 3, set_aside_lines
@@ -212,7 +212,7 @@ def test_readyz_says_disk_full_and_webhooks_answer_503_until_space_is_freed(
             probes_left = list(disk.glob(".readyz-*"))
         finally:
             journal.close()
-    print(f"FAULT full-disk: readyz full {full.status_code} {full.json()['reason']!r}, webhook full "
+    fault_report(f"FAULT full-disk: readyz full {full.status_code} {full.json()['reason']!r}, webhook full "
           f"{full_webhook}, after freeing readyz {again.status_code} webhook {again_webhook}, stored {stored}")
     assert full.status_code == 503
     assert full.json()["reason"] == f"disk full: no space left to write in {disk}"
@@ -297,5 +297,5 @@ def test_botmesh_run_restarts_a_killed_child_and_ctrl_c_still_stops_all(tmp_path
     for name, pid in {**pids, "worker": new_pid}.items():
         wait_until(lambda pid=pid: not _alive(pid), f"{name} to stop on Ctrl-C", timeout_s=10)
     assert re.search(r"worker exited with status -9; restarting it in 1 s \(see .*worker\.log\)", log), log
-    print(f"FAULT botmesh-run-child-killed: killed 1, restarted 1, web answered 200, stopped all on Ctrl-C, "
+    fault_report(f"FAULT botmesh-run-child-killed: killed 1, restarted 1, web answered 200, stopped all on Ctrl-C, "
           f"{time.monotonic() - started:.1f} s ({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})")

@@ -31,7 +31,7 @@ import pytest
 from botmesh_admin.channels import whatsapp
 from tests.polling import wait_until
 
-from .servers import ROOT, Processes, free_port, project_env, python
+from .servers import ROOT, Processes, fault_report, free_port, project_env, python
 
 pytestmark = pytest.mark.slow
 
@@ -168,7 +168,7 @@ def test_a_postgresql_outage_mid_ingest_answers_json_503_and_loses_nothing(tmp_p
             raise
         worker_log = procs.log("worker")
 
-    print(f"FAULT postgres-outage: sent {answers['sent']}, answered 200 {answers['200']}, "
+    fault_report(f"FAULT postgres-outage: sent {answers['sent']}, answered 200 {answers['200']}, "
           f"503 {answers['503']}, other {answers['sent'] - answers['200'] - answers['503']}, "
           f"acknowledged {len(acked)}, stored {figures['stored']}, processed {figures['done']}, "
           f"duplicates {figures['duplicates']}, lost {figures['lost']}, {time.monotonic() - started:.1f} s "

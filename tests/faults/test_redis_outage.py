@@ -23,7 +23,7 @@ from celery import Celery
 
 from tests.polling import wait_until
 
-from .servers import Processes, project_env, python
+from .servers import Processes, fault_report, project_env, python
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +110,7 @@ def test_worker_holding_a_task_survives_redis_killed_and_restarted(tmp_path: Pat
     sent = ["before", "held", "after"]
     duplicates = sum(max(0, done[label] - 1) for label in sent)
     lost = [label for label in sent if done[label] == 0]
-    print(f"FAULT redis-outage: sent {len(sent)}, ran {sum(done[label] for label in sent)}, "
+    fault_report(f"FAULT redis-outage: sent {len(sent)}, ran {sum(done[label] for label in sent)}, "
           f"duplicates {duplicates}, lost {len(lost)}, unacked left in Redis {unacked}, "
           f"{time.monotonic() - started:.1f} s")  # fmt: skip
     assert lost == [] and duplicates == 0, done
