@@ -33,6 +33,18 @@ def bot_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[
     ]
 
 
+def deployment_active_list(
+    tenant: str, *, limit: int = 50, after: str | None = None
+) -> list[ActivePointer]:
+    """Return the tenant's live deployments by bot id (``after``: the page's last bot id)."""
+    return default_registry().active_list(tenant, limit=limit, after=cursor_check(after, BOT_CURSOR))
+
+
+def deployment_active_count(tenant: str) -> int:
+    """Return how many of the tenant's bots have a live deployment (one counter read)."""
+    return default_registry().active_count(tenant)
+
+
 def version_list(
     tenant: str, bot: str, *, limit: int = 50, after: str | None = None
 ) -> list[BotVersion]:

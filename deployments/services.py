@@ -127,6 +127,20 @@ class DeploymentRegistry:
         self._ids(tenant, bot)
         return self.store.get_active(tenant, bot)
 
+    def active_list(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> builtins.list[ActivePointer]:
+        """Return up to ``limit`` (1..200) live deployments by bot id, bots after ``after``."""
+        validate_id(tenant, "tenant")
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ValidationError("limit", f"must be 1..{MAX_PAGE}")
+        return self.store.list_active(tenant, limit=limit, after=after)
+
+    def active_count(self, tenant: str) -> int:
+        """Return how many bots of ``tenant`` have a live deployment."""
+        validate_id(tenant, "tenant")
+        return self.store.count_active(tenant)
+
     def bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[str]:
         """Return the bots of ``tenant`` that have published a version, by id."""
         validate_id(tenant, "tenant")

@@ -439,6 +439,14 @@ AUDIT_ACTIONS = (
 
 
 @dataclass(frozen=True)
+class PluginCounts:
+    """How many plugins a tenant has installed, and how many of those are enabled."""
+
+    installed: int
+    enabled: int
+
+
+@dataclass(frozen=True)
 class AuditEvent:
     """One audited change: ``actor`` did ``action`` on ``plugin_id`` at ``at`` (epoch ms)."""
 

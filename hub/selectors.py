@@ -6,7 +6,7 @@ import re
 
 from botmesh_admin.cursors import cursor_check
 
-from .domain import ID_RE, AuditEvent, Installation
+from .domain import ID_RE, AuditEvent, Installation, PluginCounts
 from .runtime import RuntimeInfo
 from .services import default_hub
 
@@ -21,6 +21,11 @@ def plugin_get(tenant: str, plugin_id: str) -> Installation:
 def plugin_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[Installation]:
     """Return up to ``limit`` installations by plugin id, after the id ``after``."""
     return default_hub().list(tenant, limit=limit, after=cursor_check(after, ID_RE))
+
+
+def plugin_counts(tenant: str) -> PluginCounts:
+    """Return how many plugins ``tenant`` has installed and enabled (two counter reads)."""
+    return default_hub().counts(tenant)
 
 
 def plugin_audit_list(

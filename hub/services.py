@@ -23,6 +23,7 @@ from .domain import (
     AuditEvent,
     Installation,
     Manifest,
+    PluginCounts,
     new_audit_id,
     parse_manifest,
     validate_permission_list,
@@ -77,6 +78,11 @@ class PluginHub:
         """Return up to ``limit`` installations ordered by plugin id, after the id ``after``."""
         validate_id(tenant, "tenant")
         return self.store.list(tenant, limit=limit, after=after)
+
+    def counts(self, tenant: str) -> PluginCounts:
+        """Return how many plugins ``tenant`` has installed and how many are enabled."""
+        validate_id(tenant, "tenant")
+        return self.store.counts(tenant)
 
     def audit(
         self,

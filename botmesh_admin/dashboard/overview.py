@@ -55,17 +55,16 @@ def _campaigns(tenant: str, p: Principal) -> Card:
 def _plugins(tenant: str, p: Principal) -> Card:
     from hub import selectors
 
-    plugins = selectors.plugin_list(tenant, limit=200)
-    enabled = sum(1 for i in plugins if i.enabled)
-    return Card("Plugins", f"{enabled}/{len(plugins)}", "enabled / installed", "hub:plugins")
+    counts = selectors.plugin_counts(tenant)
+    return Card("Plugins", f"{counts.enabled}/{counts.installed}", "enabled / installed", "hub:plugins")
 
 
 def _deployments(tenant: str, p: Principal) -> Card:
     from deployments import selectors
 
-    bots = selectors.bot_list(tenant, limit=200)
-    live = [f"{b.bot} {b.active.version}" for b in bots if b.active]
-    return Card("Deployments", str(len(live)), ", ".join(live) or "nothing live", "deployments:bots",
+    count = selectors.deployment_active_count(tenant)
+    live = [f"{a.bot} {a.version}" for a in selectors.deployment_active_list(tenant, limit=200)]
+    return Card("Deployments", str(count), ", ".join(live) or "nothing live", "deployments:bots",
                 "ok" if live else "warn")
 
 

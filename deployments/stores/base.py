@@ -108,6 +108,19 @@ class DeploymentStore(Protocol):
         """
         ...
 
+    def list_active(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> list[ActivePointer]:
+        """Return up to ``limit`` active pointers of ``tenant`` by bot id, bots ``> after``.
+
+        Only bots with a live deployment are listed (a read of one page).
+        """
+        ...
+
+    def count_active(self, tenant: str) -> int:
+        """Return how many bots of ``tenant`` have a live deployment (a counter, not a walk)."""
+        ...
+
     def list_bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[str]:
         """Return up to ``limit`` bot ids of ``tenant`` that have published, ascending, ``> after``."""
         ...

@@ -7,9 +7,13 @@ audit events commit in one atomic batch. Keys:
 - ``version/<bot>/<10**10 - seq>`` — a retained version (descending seq in key order);
 - ``version-index/<bot>/<version>`` — ``{"seq", "digest", "pruned"}`` for every version string;
 - ``active/<bot>`` — the active pointer;
-- ``audit/<bot>/<audit id>`` — audit events (ids sort newest first).
+- ``audit/<bot>/<audit id>`` — audit events (ids sort newest first);
+- ``x/…`` — the count index ``live`` (bots with an active pointer), kept in each
+  activation's commit by ``botmesh_admin.kv.indexes``.
 
-Entry versions are the records' revisions.
+Entry versions are the records' revisions. Every page reads one ``scan`` of a
+page (bots, a bot's versions newest first, its audit trail, the live bots
+under ``active/``); the overview's count of live bots is one counter.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from botmesh_admin.kv import (
     Put,
     TenantKv,
 )
+from botmesh_admin.kv.indexes import CountIndex, RecordChange, RecordType, declare
 from deployments.domain import ActivePointer, AuditEvent, BotVersion
 
 from .base import AuditFor, IndexEntry
@@ -36,6 +41,9 @@ from .base import AuditFor, IndexEntry
 COLLECTION = "registry"
 SEQ_SPAN = 10**10
 PUBLISH_ATTEMPTS = 50
+# ``reuses_keys`` (the default): the kernel reads the stored pointer for ``old``.
+ACTIVE = RecordType("active", "active/", (CountIndex("live"),))
+REGISTRY = declare("deployments", COLLECTION, [ACTIVE])
 
 
 def version_key(bot: str, seq: int) -> str:
@@ -53,13 +61,16 @@ class KvDeploymentStore:
     def __init__(self, kv: DurableKv) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, "deployments")
+        self.layout = REGISTRY.layout(kv)
 
     def _table(self, tenant: str) -> str:
         return self.tables.table(tenant, COLLECTION)
 
-    def _commit(self, tenant: str, ops: list[Op], what: str) -> list[Entry | None]:
+    def _commit(
+        self, tenant: str, ops: list[Op], what: str, changes: Sequence[RecordChange] = ()
+    ) -> list[Entry | None]:
         try:
-            return self.kv.commit(self._table(tenant), ops)
+            return self.layout.commit(self._table(tenant), ops, changes)
         except ConflictError as exc:
             raise Conflict(
                 f"{what} changed concurrently", current_version=exc.current_version
@@ -163,9 +174,27 @@ class KvDeploymentStore:
             Check(version_key(version.bot, version.seq), expect=version.revision),
             *_audit_ops(audit),
         ]
-        entry = self._commit(tenant, ops, f"the active deployment of {pointer.bot!r}")[0]
+        change = RecordChange(ACTIVE, f"active/{pointer.bot}", None, pointer.as_record())
+        what = f"the active deployment of {pointer.bot!r}"
+        entry = self._commit(tenant, ops, what, [change])[0]
         assert entry is not None
         return ActivePointer.from_record(pointer.as_record(), entry.version)
+
+    def list_active(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> list[ActivePointer]:
+        """Return active pointers by bot id (one scan of ``active/``)."""
+        entries = self.kv.scan(
+            self._table(tenant),
+            prefix="active/",
+            after=f"active/{after}" if after else None,
+            limit=limit,
+        )
+        return [ActivePointer.from_record(e.value, e.version) for e in entries]
+
+    def count_active(self, tenant: str) -> int:
+        """Return the ``live`` counter."""
+        return self.layout.count(self._table(tenant), "live", [()])[0]
 
     def delete_versions(
         self,

@@ -172,6 +172,24 @@ class MemoryDeploymentStore:
                 b.index[v.version] = IndexEntry(seq=v.seq, digest=v.digest, pruned=True)
             self._add_audit(b, audit)
 
+    def list_active(
+        self, tenant: str, *, limit: int = 50, after: str | None = None
+    ) -> list[ActivePointer]:
+        """Return the active pointers by bot id after ``after``."""
+        with self._lock:
+            bots = self._tenants.get(tenant, {})
+            live = sorted(
+                (n, b.active)
+                for n, b in bots.items()
+                if b.active is not None and (after is None or n > after)
+            )
+            return [pointer for _, pointer in live[:limit]]
+
+    def count_active(self, tenant: str) -> int:
+        """Count the bots with an active pointer (the reference: a walk)."""
+        with self._lock:
+            return sum(1 for b in self._tenants.get(tenant, {}).values() if b.active is not None)
+
     def list_bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[str]:
         """Return bot ids that have published."""
         with self._lock:

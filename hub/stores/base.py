@@ -12,7 +12,7 @@ import builtins
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from hub.domain import AuditEvent, Installation
+from hub.domain import AuditEvent, Installation, PluginCounts
 
 
 @runtime_checkable
@@ -27,6 +27,14 @@ class PluginStore(Protocol):
         self, tenant: str, *, limit: int = 50, after: str | None = None
     ) -> builtins.list[Installation]:
         """Return up to ``limit`` installations of ``tenant`` ordered by plugin id, ids ``> after``."""
+        ...
+
+    def counts(self, tenant: str) -> PluginCounts:
+        """Return how many plugins ``tenant`` has installed and enabled.
+
+        Exact after every write; a store over a Kv reads two counters (O(1)),
+        never the installations.
+        """
         ...
 
     def save(

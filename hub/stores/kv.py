@@ -5,7 +5,13 @@ commit in one atomic batch:
 
 - ``plugin/<plugin id>`` — the installation record; the entry version is its revision;
 - ``audit/<audit id>`` and ``plugin-audit/<plugin id>/<audit id>`` — each audit
-  event, tenant-wide and per plugin (audit ids sort newest first).
+  event, tenant-wide and per plugin (audit ids sort newest first), written once
+  with the change they record;
+- ``x/…`` — the count index ``plugins`` (installations by ``enabled``), kept in
+  each write's commit by ``botmesh_admin.kv.indexes``.
+
+Every page reads one ``scan`` of a page: installations by id, the audit trail
+newest first, one plugin's trail; the overview's counts are two counters.
 """
 
 from __future__ import annotations
@@ -15,9 +21,14 @@ from collections.abc import Sequence
 
 from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
-from hub.domain import AuditEvent, Installation
+from botmesh_admin.kv.indexes import CountIndex, RecordChange, RecordType, declare
+from hub.domain import AuditEvent, Installation, PluginCounts
 
 COLLECTION = "plugins"
+# A plugin id comes back after an uninstall (``reuses_keys``, the default): the
+# kernel reads the stored record itself for ``old`` (so the store passes ``None``).
+PLUGIN = RecordType("plugin", "plugin/", (CountIndex("plugins", fields=("enabled",)),))
+PLUGINS = declare("hub", COLLECTION, [PLUGIN])
 
 
 class KvPluginStore:
@@ -26,6 +37,7 @@ class KvPluginStore:
     def __init__(self, kv: DurableKv) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, "hub")
+        self.layout = PLUGINS.layout(kv)
 
     def _table(self, tenant: str) -> str:
         return self.tables.table(tenant, COLLECTION)
@@ -56,11 +68,18 @@ class KvPluginStore:
             ops.append(Put(f"plugin-audit/{event.plugin_id}/{event.id}", record, expect=ABSENT))
         return ops
 
+    def counts(self, tenant: str) -> PluginCounts:
+        """Return the installed and enabled counts (two counters of ``plugins``)."""
+        enabled, disabled = self.layout.count(self._table(tenant), "plugins", [(True,), (False,)])
+        return PluginCounts(installed=enabled + disabled, enabled=enabled)
+
     def _commit(
-        self, tenant: str, plugin_id: str, ops: builtins.list[Op]
+        self, tenant: str, plugin_id: str, ops: builtins.list[Op], new: Installation | None
     ) -> builtins.list[Entry | None]:
+        key = f"plugin/{plugin_id}"
+        change = RecordChange(PLUGIN, key, None, None if new is None else new.as_record())
         try:
-            return self.kv.commit(self._table(tenant), ops)
+            return self.layout.commit(self._table(tenant), ops, [change])
         except ConflictError as exc:
             raise Conflict(
                 f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version
@@ -80,7 +99,8 @@ class KvPluginStore:
             installation.as_record(),
             expect=ABSENT if expect_revision is None else expect_revision,
         )
-        entry = self._commit(tenant, installation.plugin_id, [put, *self._audit_ops(audit)])[0]
+        ops = [put, *self._audit_ops(audit)]
+        entry = self._commit(tenant, installation.plugin_id, ops, installation)[0]
         assert entry is not None  # a Put returns the written entry
         return installation.evolve(revision=entry.version)
 
@@ -92,7 +112,7 @@ class KvPluginStore:
             Delete(f"plugin/{plugin_id}", expect=expect_revision),
             *self._audit_ops(audit),
         ]
-        self._commit(tenant, plugin_id, ops)
+        self._commit(tenant, plugin_id, ops, None)
 
     def audit_list(
         self,

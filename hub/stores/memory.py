@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from botmesh_admin.errors import Conflict
-from hub.domain import AuditEvent, Installation
+from hub.domain import AuditEvent, Installation, PluginCounts
 
 
 class _Tenant:
@@ -44,6 +44,12 @@ class MemoryPluginStore:
             ids = sorted(p for p in plugins if after is None or p > after)[:limit]
             rows = [plugins[p] for p in ids]
         return [Installation.from_record(record, rev) for record, rev in rows]
+
+    def counts(self, tenant: str) -> PluginCounts:
+        """Count the installations and the enabled ones (the reference: a walk)."""
+        with self._lock:
+            records = [record for record, _ in self._tenant(tenant).plugins.values()]
+        return PluginCounts(installed=len(records), enabled=sum(1 for r in records if r["enabled"]))
 
     def _check(self, t: _Tenant, plugin_id: str, expect: int | None) -> int | None:
         current = t.plugins.get(plugin_id)
