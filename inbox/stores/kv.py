@@ -45,12 +45,14 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   until ``markers_backfill`` counts them.
 
 Read markers and the writes that move them. A write that adds an inbound
-message to a conversation reads its markers (one scan of ``r/<conv id>/``) and
-moves those the message sorts before; a marker written meanwhile would be
-missed, so every marker write adds to ``r/<conv id>/#`` (which the same scan
-returns) and such a write expects that counter's version: one of the two
-retries. A marker write expects the conversation's revision, so it recounts
-when a message arrived while it counted.
+message to a conversation reads its markers (one scan of ``r/<conv id>/``)
+and adds one to ``seen_inbound`` of each marker the message sorts at or
+before; a marker written meanwhile would be missed, so every marker write adds
+to ``r/<conv id>/#`` (which the same scan returns) and such a write expects
+that counter's version: one of the two retries. A marker write expects the
+conversation's revision, so it recounts when a message arrived while it
+counted. Erasing a conversation deletes the counter and marks its markers
+``erased`` (out of every count) for the purge to remove.
 
 Chat keys are hashed in keys, so raw chat ids are never part of a key (and a
 list cursor names the conversation id, not the hash). The conversation sits
