@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 from botmesh_admin import config
 
@@ -18,3 +18,10 @@ app.autodiscover_tasks(
      "botmesh_admin.observability", "botmesh_admin.dashboard", "inbox", "crm", "campaigns", "hub",
      "deployments"]
 )
+
+# A SIGTERM must reach the process that runs a campaign or a reply: the stop flag is shared with the
+# prefork pool children (made before they fork), and a child's SIGTERM marks it stopping, not dead.
+from botmesh_admin.observability import shutdown  # noqa: E402
+
+signals.worker_init.connect(shutdown.prepare_worker, weak=False)
+signals.task_prerun.connect(shutdown.on_task_start, weak=False)

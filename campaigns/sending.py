@@ -21,6 +21,11 @@ Part of the services layer (it writes through the stores). One batch at a time:
 A Telegram 403 ("bot was blocked by the user") also sets the contact's
 Telegram consent to ``denied``. Times are epoch milliseconds; ``ttl_ms`` must
 be longer than a provider request can take.
+
+A stop (SIGTERM: ``shutdown.stopping()``) is checked before each batch and
+again right before its slots are reserved (after the throttle's wait): no new
+batch starts after it, the batch in flight finishes and is recorded, and the
+call returns ``stopped`` with the rest still pending for the next run.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Protocol
 from botmesh_admin.channels.domain import OutboundMessage, SendResult, Template
 from botmesh_admin.channels.providers import Provider
 from botmesh_admin.observability import metrics
-from botmesh_admin.observability.shutdown import inflight
+from botmesh_admin.observability.shutdown import inflight, stopping
 from botmesh_admin.observability.tracing import span
 from crm.domain import Contact
 
@@ -98,6 +103,16 @@ class _Always:
         return True
 
 
+class _StopOnShutdown:
+    """Stops when the process was told to stop (SIGTERM), else asks the caller's control."""
+
+    def __init__(self, control: RunControl) -> None:
+        self.control = control
+
+    def keep_going(self) -> bool:
+        return not stopping() and self.control.keep_going()
+
+
 class BroadcastFailed(RuntimeError):
     """The provider's ``broadcast`` raised; the batch's slots were released."""
 
@@ -138,7 +153,7 @@ def send_campaign(
     broadcast raised (after releasing the batch).
     """
     options = options or SendOptions()
-    control = control or _Always()
+    control = _StopOnShutdown(control or _Always())
     run = _Run(bot, planner, tenant, campaign, slots, campaigns, options, clock, sleep)
     while True:
         wake_at: int | None = None
@@ -170,6 +185,8 @@ def send_campaign(
                 due = run.send_batch(chunk, [f.result() for f in current])
                 if due is not None:
                     wake_at = min(wake_at or due, due)
+                if run.report.stopped:  # told to stop while this batch waited for the throttle
+                    return run.report
                 if run.report.fatal:
                     run.report.stopped = True
                     return run.report
@@ -249,6 +266,9 @@ class _Run:
         if not ready:
             return None
         self._throttle(len(ready))
+        if stopping():  # told to stop during the throttle's wait: this batch does not start
+            self.report.stopped = True
+            return None
         # Reserved and marked sending in one write, right before the requests leave: from here on a
         # sender that dies leaves these slots "sending", and they become in doubt, never resent.
         sending = self.slots.slots_reserve(tenant, cid, [d for d, _ in ready.values()], token=new_token(),
@@ -258,7 +278,7 @@ class _Run:
         by_recipient = {d.recipient: d for d in sending}
         messages = [ready[d.recipient][1] for d in sending]
         with span("campaign.batch", tenant=tenant, campaign_id=cid, channel=channel, size=len(messages)):
-            with inflight():
+            with inflight(len(messages)):
                 try:
                     results = self.bot.provider.broadcast(messages)
                 except Exception as exc:

@@ -4,22 +4,45 @@
 its message redelivered, and the run resumes from the slots); the durable
 scheduled job ``campaigns.tick`` starts scheduled campaigns when due and
 re-dispatches running campaigns no worker is sending (ARCHITECTURE §9).
+A run stopped by the worker's shutdown (SIGTERM) is requeued, so the worker
+that comes next sends the rest.
 """
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+from typing import Any
+
+from celery import Task, shared_task
 
 from botmesh_admin.coordination.registry import scheduled_job
+from botmesh_admin.observability import shutdown
 
 from . import services
 from .domain import now_ms
 
+log = logging.getLogger("botmesh.campaigns")
 
-@shared_task(name="campaigns.run", acks_late=True, ignore_result=True)
-def campaign_run(tenant: str, campaign_id: str) -> str:
+
+@shared_task(bind=True, name="campaigns.run", acks_late=True, ignore_result=True, max_retries=None)
+def campaign_run(self: Task, tenant: str, campaign_id: str) -> str:
     """Send the campaign until it is done, paused or cancelled; return its state."""
-    return services.campaign_run(tenant, campaign_id).state
+    return run_or_requeue(self, tenant, campaign_id)
+
+
+def run_or_requeue(task: Task, tenant: str, campaign_id: str, **run: Any) -> str:
+    """Run the campaign (``services.campaign_run(**run)``); if the worker's shutdown stopped it, requeue it.
+
+    The batch in flight was finished and recorded; the requeued message
+    (``task.retry``, due at once) is taken by the next worker, which sends the
+    rest. Raise celery's ``Retry`` in that case; else return the state.
+    """
+    state = services.campaign_run(tenant, campaign_id, **run).state
+    if state == "running" and shutdown.stopping():
+        log.info("campaign %s tenant=%s: stopped by the worker's shutdown; requeued for the next worker",
+                 campaign_id, tenant)
+        raise task.retry(countdown=0, max_retries=None)
+    return state
 
 
 @shared_task(name="campaigns.start_due", acks_late=True, ignore_result=True)

@@ -14,11 +14,18 @@ serving what it already accepted, waits until no send is in flight or
 traces, and then lets the previous SIGTERM handler run (gunicorn's graceful
 exit) or exits: status 0 when every send finished, 1 when the timeout cut some off.
 
-Celery workers: ``on_worker_shutting_down`` (the ``worker_shutting_down``
-signal) marks the worker stopping; Celery's warm shutdown lets running tasks
-(and the sends inside them) finish, and if that takes longer than the drain
-timeout the worker is made to exit — its unacknowledged tasks are redelivered
-(``acks_late``), never lost.
+Celery workers (``botmesh_admin/celery.py`` connects the signals): the main
+process makes, before its pool forks (``prepare_worker``, ``worker_init``), a
+stop flag and an in-flight send count shared with its pool children. A SIGTERM
+to the main process (``on_worker_shutting_down``) or to a pool child
+(``on_task_start`` installs the handler when a task starts: the first SIGTERM
+only marks it stopping) sets the flag, so ``stopping()`` is True in the process that runs
+the task: a campaign sends no new batch, the reply outbox no new reply; the
+requests in flight finish and are recorded, and the task hands the rest over
+(requeued) for after the restart. Celery's warm shutdown waits for the running
+task; if that outlasts the drain timeout the worker is forced out: pool
+children killed, unacknowledged tasks redelivered (``acks_late``), and the exit
+status is 1 with a log line of how many sends it cut off (0 when none was).
 """
 
 from __future__ import annotations
@@ -43,21 +50,60 @@ _drained = threading.Event()
 _abandoned = False  # the drain timed out with sends still in flight
 _draining = False
 _previous: Any = signal.SIG_DFL
+# A Celery worker's (stop flag, in-flight sends), shared with its pool children (made before they fork).
+_shared: tuple[Any, Any] | None = None
+_worker_pid = 0
 
 
 @contextmanager
-def inflight() -> Iterator[None]:
-    """Count the block as an in-flight send: a SIGTERM waits for it (up to the drain timeout)."""
+def inflight(sends: int = 1) -> Iterator[None]:
+    """Count the block as in-flight sends (``sends`` requests): a SIGTERM waits for it (up to the drain timeout)."""
     global _inflight
+    shared = _shared
     with _cond:
         _inflight += 1
+    if shared is not None:
+        with shared[1].get_lock():
+            shared[1].value += sends
     try:
         yield
     finally:
+        if shared is not None:
+            with shared[1].get_lock():
+                shared[1].value -= sends
         with _cond:
             _inflight -= 1
             if _inflight == 0:
                 _cond.notify_all()
+
+
+def stopping() -> bool:
+    """Return True once this process (or, in a Celery worker, its main process or any pool child) was told to stop.
+
+    Senders check it before each batch or reply: none starts after a stop.
+    """
+    return health._stopping.is_set() or (_shared is not None and bool(_shared[0].value))
+
+
+def _mark_stopping() -> None:
+    health.mark_stopping()
+    if _shared is not None:
+        _shared[0].value = 1
+
+
+def worker_inflight_sends() -> int:
+    """Return the sends in flight in this Celery worker and its pool children (0 outside a worker)."""
+    return int(_shared[1].value) if _shared is not None else 0
+
+
+def prepare_worker(**_: Any) -> None:
+    """Celery ``worker_init`` (main process, before the pool forks): make the shared stop flag and send count."""
+    global _shared, _worker_pid
+    import multiprocessing
+
+    if _shared is None:
+        _shared = (multiprocessing.RawValue("i", 0), multiprocessing.Value("i", 0))
+        _worker_pid = os.getpid()
 
 
 def inflight_count() -> int:
@@ -152,17 +198,73 @@ def _on_sigterm(signum: int, frame: Any, timeout_s: float | None) -> None:
     threading.Thread(target=drain_then_exit, name="botmesh-drain", daemon=True).start()
 
 
+def on_task_start(**_: Any) -> None:
+    """Celery ``task_prerun``: in a prefork pool child, a SIGTERM marks it stopping instead of ending it.
+
+    Installed when a task starts, because billiard replaces a child's SIGTERM
+    handler after ``worker_process_init``. A SIGTERM to the whole process
+    group (systemd's default) reaches the child that runs the task: the task
+    starts no new send and finishes the ones in flight. A second SIGTERM gets
+    billiard's handler (the child exits). Not in the worker's main process
+    (a solo pool): Celery's own handler runs the warm shutdown there.
+    """
+    if _shared is None or os.getpid() == _worker_pid or threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if getattr(current, "botmesh_child_stop", False):
+        return
+
+    seen: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if not seen:  # this child's first SIGTERM (the main process may have set the shared flag already)
+            seen.append(signum)
+            _mark_stopping()
+            log.info("pool child %d: stopping (no new send starts; %d in flight)", os.getpid(), inflight_count())
+            return
+        if callable(current):
+            current(signum, frame)
+        else:
+            os._exit(1 if inflight_count() else 0)
+
+    on_sigterm.botmesh_child_stop = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def on_worker_shutting_down(sig: str | None = None, how: str | None = None, exitcode: int | None = None,
                             **_: Any) -> None:
-    """Celery ``worker_shutting_down``: mark stopping; force the exit if the warm shutdown outlasts the drain timeout."""
-    health.mark_stopping()
+    """Celery ``worker_shutting_down``: mark the worker and its pool children stopping; force the exit if the
+    warm shutdown outlasts the drain timeout (exit status 1 when that cut sends off)."""
+    _mark_stopping()
     limit = _timeout(None)
+    log.info("worker stopping: no new send starts; %d send(s) in flight, at most %g s", worker_inflight_sends(), limit)
 
     def watchdog() -> None:
         # A worker that finishes its warm shutdown in time exits first and takes this thread with it.
         time.sleep(limit)
+        cut = worker_inflight_sends()
+        _kill_pool_children()
         _flush_all()
-        log.warning("worker still running %.0f s after shutdown began; exiting (unacked tasks are redelivered)", limit)
-        os._exit(exitcode or 0)
+        if cut:
+            log.error("forced exit %.0f s after shutdown began: %d send(s) cut off in flight (their slots end "
+                      "in_doubt, never resent automatically); unacked tasks are redelivered", limit, cut)
+        else:
+            log.warning("worker still running %.0f s after shutdown began; exiting (no send in flight; unacked "
+                        "tasks are redelivered)", limit)
+        os._exit(1 if cut else (exitcode or 0))
 
     threading.Thread(target=watchdog, name="botmesh-worker-drain", daemon=True).start()
+
+
+def _kill_pool_children() -> None:
+    """SIGKILL this process's pool children (a forced exit must not leave them sending on)."""
+    try:
+        from billiard.process import active_children
+    except ImportError:  # not a Celery worker
+        return
+    for child in active_children():
+        if child.pid:
+            try:
+                os.kill(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
