@@ -15,7 +15,7 @@ from tests.inbox.conftest import ledger_records
 # The lists, each with a cursor of its shape that sorts past its last item.
 LISTS = {
     "events": "ev_000000000000000000000000",
-    "conversations": "a/9999999999999/cv_ffffffffffffffffffff",
+    "conversations": "0/cv_00000000000000000000",  # newest first: the oldest position
     "conversations/{conversation}/messages": "9999999999999/zzz",
     "conversations/{conversation}/notes": "n_9999999999999_99999999",
     "contacts": "c_ffffffffffffffffffffff",
