@@ -88,7 +88,9 @@ class MemoryKv:
             for i, op in enumerate(ops):
                 current = self._live(table, op.key, now)
                 if isinstance(op, Add):
-                    sums[i] = added(None if current is None else current.value, op.delta, f"ops[{i}]")
+                    # added() reads None as an absent key; a stored JSON null is a non-integer value
+                    stored = None if current is None else ("null" if current.value is None else current.value)
+                    sums[i] = added(stored, op.delta, f"ops[{i}]")
                 elif not expectation_holds(current, op.expect):
                     raise ConflictError(
                         table, op.key, op.expect, current.version if current else None

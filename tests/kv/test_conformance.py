@@ -316,11 +316,6 @@ def test_add_to_a_value_that_is_not_an_integer_is_refused_and_applies_nothing(
 
 def test_add_to_a_stored_null_is_refused(kv: DurableKv, table: str, backend: str) -> None:
     """A stored JSON null is a value that is not an integer, not an absent key."""
-    if backend in ("memory", "file"):
-        pytest.xfail(
-            "MemoryKv (and FileKv, its subclass) counts a stored null as 0: validation.added()"
-            " takes None for an absent key, and MemoryKv.commit passes a stored null as None"
-        )
     kv.commit(table, [Put("k", None)])
     with pytest.raises(ValidationError) as info:
         kv.commit(table, [Add("k", 1)])
@@ -961,9 +956,7 @@ class KvAgainstModel(RuleBasedStateMachine):
             expect = self._expect(key, expect_kind)
             current = self.model.get(self.table, key)
             if kind == "add" and current is not None and current.value is None:
-                # MemoryKv counts a stored null as 0, the other backends refuse it
-                # (test_add_to_a_stored_null_is_refused); leave the disputed case out.
-                kind = "check"
+                kind = "check"  # refused on every backend (test_add_to_a_stored_null_is_refused)
             if kind == "add":
                 ops.append(Add(key, delta))
             elif kind == "put":
