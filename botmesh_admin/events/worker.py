@@ -19,7 +19,10 @@ process that stops (killed, frozen, partitioned from the journal) lets the
 lease lapse and the record go to another worker.
 
 ``stop()`` (from a signal handler or another thread) lets the current record
-finish and then returns from ``run_batch`` / ``run_forever``.
+finish and then returns from ``run_batch`` / ``run_forever``; so does the
+process's stop (``shutdown.stopping()``: a SIGTERM to a Celery worker reaches
+its pool children too), so no new record (a reply send of the outbox) starts
+after a SIGTERM; the one in hand finishes and is settled.
 
 A store outage is not a handler failure. When the journal, the Kv or the
 Django database cannot be reached (``errors.store_unavailable``) — on a claim,
@@ -81,8 +84,10 @@ class EventWorker:
 
     @property
     def stopping(self) -> bool:
-        """Return True once ``stop()`` was called."""
-        return self._stop.is_set()
+        """Return True once ``stop()`` was called or the process was told to stop (SIGTERM)."""
+        from botmesh_admin.observability import shutdown
+
+        return self._stop.is_set() or shutdown.stopping()
 
     def run_batch(self, handler: Handler, limit: int = 100) -> dict[str, int]:
         """Handle up to ``limit`` records; return ``{"processed", "failed", "stale"}`` counts.
@@ -98,7 +103,7 @@ class EventWorker:
         """``run_batch`` counting into ``counts`` as it goes, so an outage mid-batch keeps what was settled."""
         self._settle_kept(counts)
         for _ in range(limit):
-            if self._stop.is_set():
+            if self.stopping:
                 break
             record = self.journal.claim(self.clock(), self.lease_ms, self.channel)
             if record is None:
@@ -227,7 +232,7 @@ class EventWorker:
         totals = {"processed": 0, "failed": 0, "stale": 0}
         outage_since: float | None = None  # time.monotonic() of the first failure of the current outage
         delay_ms = float(idle_ms)
-        while not self._stop.is_set():
+        while not self.stopping:
             room = batch if max_events is None else min(batch, max_events - sum(totals.values()))
             if room <= 0:
                 break

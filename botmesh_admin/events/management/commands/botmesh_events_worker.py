@@ -3,6 +3,10 @@
 Claims records of one channel (the default channel without ``--channel``) and
 dispatches them to the registered handlers. SIGTERM or SIGINT stops it
 gracefully: the record in hand is finished (acked or failed), then it exits 0.
+If the record in hand is still running ``BOTMESH_DRAIN_TIMEOUT`` seconds after
+the signal, it is cut off: the worker logs it and exits 1 (its lease lapses
+and the journal redelivers it; a reply found ``sending`` is then marked not
+confirmed, never resent).
 
 A store outage (the journal, the Kv or the database cannot be reached) does
 not stop it: it logs the outage once, retries with backoff (up to
@@ -12,7 +16,10 @@ handler met the outage is released without spending an attempt.
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -23,6 +30,9 @@ from botmesh_admin.events import default_journal
 from botmesh_admin.events.base import validate_channel
 from botmesh_admin.events.handlers import dispatch
 from botmesh_admin.events.worker import EventWorker
+from botmesh_admin.observability import health
+
+log = logging.getLogger("botmesh.events")
 
 
 class Command(BaseCommand):
@@ -57,17 +67,37 @@ class Command(BaseCommand):
             default_journal(), lease_ms=opts["lease_ms"], channel=channel, max_backoff_ms=opts["max_backoff_ms"]
         )
 
+        from django.conf import settings
+
+        limit = float(settings.BOTMESH_DRAIN_TIMEOUT_S)
+        done = threading.Event()
+
+        def force_exit() -> None:
+            # The main thread returns from run_forever and exits first when the record finishes in time.
+            if not done.wait(limit):
+                log.error("events worker: forced exit %.0f s after the stop signal: 1 record in hand cut off "
+                          "(redelivered after its lease)", limit)
+                os._exit(1)
+
         def stop(signum: int, frame: object) -> None:
-            self.stderr.write(f"signal {signum}: finishing the record in hand, then stopping")
+            if getattr(stop, "signalled", False):
+                return  # a second signal changes nothing; the drain timeout still holds
+            stop.signalled = True  # type: ignore[attr-defined]
+            self.stderr.write(f"signal {signum}: finishing the record in hand (at most {limit:g} s), then stopping")
+            health.mark_stopping()
             worker.stop()
+            threading.Thread(target=force_exit, name="botmesh-events-drain", daemon=True).start()
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         self.stdout.write(f"events worker draining channel {channel or '(default)'}")
         self.stdout.flush()
-        totals = worker.run_forever(
-            handler, batch=opts["batch"], idle_ms=opts["idle_ms"], max_events=opts["max_events"]
-        )
+        try:
+            totals = worker.run_forever(
+                handler, batch=opts["batch"], idle_ms=opts["idle_ms"], max_events=opts["max_events"]
+            )
+        finally:
+            done.set()
         self.stdout.write(
             f"events worker stopped: {totals['processed']} processed, {totals['failed']} failed, "
             f"{totals['stale']} stale"
