@@ -56,8 +56,10 @@ consent and attribute filters before the indexes) is replaced by what a page
 could do without it, and the row says so. Then whole admin pages (``GET`` by a
 member through Django's test client; ``--no-pages`` skips them), without a peer.
 
-Each read prints ours (median of ``--reps`` after one warm-up, at most
-``--budget`` seconds per read), the ORM and raw SQL, the ratios, what ours
+Each read prints ours (median of ``--reps`` calls after one warm-up, at most
+``--budget`` seconds per read; the best of ``--rounds`` passes over the whole
+list, so a burst of load from the machine's other users costs a read one pass,
+not its figure), the ORM and raw SQL, the ratios, what ours
 asked of the Kv per call (gets, scans, get_many keys, entries read) and whether
 the answers agree (a CRM page may stop short within its read budget and return
 a cursor: "short page", its rows the first of the peer's). Targets at the
@@ -1979,43 +1981,64 @@ def timed(fn: Callable[[], Any], reps: int, budget_s: float) -> tuple[float, Any
     return statistics.median(times) * 1000, answer, 1 + len(times)
 
 
-def measure(
-    reads: list[Read], counting: CountingKv, reps: int, budget_s: float
-) -> dict[str, Result]:
+def measure_one(read: Read, counting: CountingKv, reps: int, budget_s: float) -> Result | None:
+    """Time one read on every side once (``timed``); ``None`` if ours raised (printed)."""
     from botmesh_admin.kv.runtime import use_kv
 
+    with use_kv(counting):
+        before = counting.snapshot()
+        try:
+            ours_ms, ours, n = timed(read.ours, reps, budget_s)
+        except Exception as exc:  # a read that fails is reported, not fatal: the others still count
+            print(f"  {read.name:<58} FAILED: {type(exc).__name__}: {exc}")
+            return None
+        after = counting.snapshot()
+    kv = {k: (after.get(k, 0) - before.get(k, 0)) / n for k in after}
+    orm_ms = raw_ms = None
+    same: str | None = None
+    if read.orm is not None:
+        orm_ms, orm, _ = timed(read.orm, reps, budget_s)
+    if read.raw is not None:
+        raw_ms, raw, _ = timed(read.raw, reps, budget_s)
+        same = agreement(ours, raw) if read.orm is None or orm == raw else "DIFFER"
+        if same == "DIFFER":
+            print(
+                f"  ! {read.name}: answers differ\n    ours {short(ours)}\n    raw  {short(raw)}"
+                + ("" if read.orm is None or orm == raw else f"\n    orm  {short(orm)}")
+            )
+    return Result(ours_ms, orm_ms, raw_ms, kv, same, max(1, n - 1), read.note)
+
+
+def measure(
+    reads: list[Read], counting: CountingKv, reps: int, budget_s: float, rounds: int
+) -> dict[str, Result]:
+    """Measure every read ``rounds`` times over (passes over the whole list); keep each side's best.
+
+    A burst of load from the machine's other users then costs a read one pass,
+    not its number (the best of alternating rounds, as ``bench/ingest.py`` does).
+    A read too slow to repeat (longer than half the budget) is measured once.
+    """
     results: dict[str, Result] = {}
-    for read in reads:
-        with use_kv(counting):
-            before = counting.snapshot()
-            try:
-                ours_ms, ours, n = timed(read.ours, reps, budget_s)
-            except (
-                Exception
-            ) as exc:  # a read that fails is reported, not fatal: the others still count
-                print(f"  {read.name:<58} FAILED: {type(exc).__name__}: {exc}")
+    for n in range(1, rounds + 1):
+        print(f"  -- round {n} of {rounds}")
+        for read in reads:
+            if n > 1 and (read.name not in results or results[read.name].reps == 1):
                 continue
-            after = counting.snapshot()
-        kv = {k: (after.get(k, 0) - before.get(k, 0)) / n for k in after}
-        orm_ms = raw_ms = None
-        same: str | None = None
-        if read.orm is not None:
-            orm_ms, orm, _ = timed(read.orm, reps, budget_s)
-        if read.raw is not None:
-            raw_ms, raw, _ = timed(read.raw, reps, budget_s)
-            same = agreement(ours, raw) if read.orm is None or orm == raw else "DIFFER"
-            if same == "DIFFER":
-                print(
-                    f"  ! {read.name}: answers differ\n    ours {short(ours)}\n    raw  {short(raw)}"
-                    + ("" if read.orm is None or orm == raw else f"\n    orm  {short(orm)}")
-                )
-        results[read.name] = Result(ours_ms, orm_ms, raw_ms, kv, same, max(1, n - 1), read.note)
-        r = results[read.name]
-        ratio = f"{r.ours / r.orm:7.1f}x" if r.orm else "      -"
-        print(
-            f"  {read.name:<58} ours {r.ours:9.1f} ms  orm {fmt(r.orm)}  raw {fmt(r.raw)}  ours/orm {ratio}"
-            f"  kv {kv_text(kv)}{'' if same in (None, 'same') else '  ' + str(same)}"
-        )
+            r = measure_one(read, counting, reps, budget_s)
+            if r is None:
+                continue
+            best = results.setdefault(read.name, r)
+            if best is not r:
+                best.ours = min(best.ours, r.ours)
+                best.orm = r.orm if best.orm is None or r.orm is None else min(best.orm, r.orm)
+                best.raw = r.raw if best.raw is None or r.raw is None else min(best.raw, r.raw)
+                best.same = best.same if best.same != "same" else r.same
+            ratio = f"{r.ours / r.orm:7.1f}x" if r.orm else "      -"
+            print(
+                f"  {read.name:<58} ours {r.ours:9.1f} ms  orm {fmt(r.orm)}  raw {fmt(r.raw)}"
+                f"  ours/orm {ratio}  kv {kv_text(r.kv)}"
+                + ("" if r.same in (None, "same") else "  " + str(r.same))
+            )
     return results
 
 
@@ -2178,6 +2201,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="builder processes")
     parser.add_argument("--reps", type=int, default=5, help="timed calls per read (median)")
     parser.add_argument(
+        "--rounds", type=int, default=3, help="passes over every read; each side's best counts"
+    )
+    parser.add_argument(
         "--budget", type=float, default=20.0, help="seconds per read and side at most"
     )
     parser.add_argument("--only", help="measure only reads whose name contains this text")
@@ -2189,6 +2215,14 @@ def main() -> int:
         help="run botmesh_check_indexes on the tenant after building sizes up to this",
     )
     parser.add_argument("--out", help="report file name (default: scale_<kv>_<sizes>.md)")
+    parser.add_argument(
+        "--earlier",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="bench/results/scale_<tenant>.json of another tenant: its sizes below this tenant's"
+        " size fill in the report (the same generator builds the same rows)",
+    )
     parser.add_argument(
         "--copy-to", action="append", default=[], metavar="DIR", help="also save the report here"
     )
@@ -2229,6 +2263,10 @@ def main() -> int:
     builds: dict[int, str] = {}
     saved = ROOT / "bench" / "results" / f"scale_{tenant}.json"
     earlier = json.loads(saved.read_text()) if saved.exists() else {}
+    for path in args.earlier:  # another tenant's sizes (the same generator: the same rows)
+        for size, run in json.loads(Path(path).read_text()).items():
+            if int(size) in sizes and int(size) < reach(pg, spec):
+                earlier[size] = dict(run, commit=f"{run['commit']}, tenant {Path(path).stem[6:]}")
     try:
         for size in sizes:
             print(f"\n== {size:,} conversations and contacts")
@@ -2270,7 +2308,7 @@ def main() -> int:
             reads = build_reads(spec, peer, size, with_pages=not args.no_pages)
             if args.only:
                 reads = [r for r in reads if args.only in r.name]
-            all_results[size] = measure(reads, counting, args.reps, args.budget)
+            all_results[size] = measure(reads, counting, args.reps, args.budget, args.rounds)
             earlier[str(size)] = {
                 "commit": git_head(),
                 "build": builds[size],
