@@ -9,12 +9,14 @@ builds) and resumable: a killed run continues where it stopped.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from botmesh_admin.kv import TenantKv
-from botmesh_admin.kv.indexes import declared
+from botmesh_admin.kv.indexes import IndexedTable, RecordType, declared
 from botmesh_admin.kv.runtime import default_kv
 
 
@@ -40,21 +42,41 @@ def index_names(only: str | None) -> set[str] | None:
     return {only}
 
 
-def unbuilt(tenants: list[str]) -> list[tuple[str, str, str]]:
-    """Return ``(tenant, table, index)`` for each declared index not built in a table with records."""
+@dataclass(frozen=True)
+class Target:
+    """One declared index of one tenant's table, as the commands walk them."""
+
+    tenant: str
+    table: str
+    label: str  # "<tenant> <package>/<collection> <index>", for output
+    layout: IndexedTable
+    record: RecordType
+    index: str
+
+
+def targets(tenants: list[str], only: set[str] | None = None) -> Iterator[Target]:
+    """Yield every declared index (``only`` those named) of every table of ``tenants``."""
     kv = default_kv()
-    out = []
     for tenant in tenants:
         for collection in declared():
             layout = collection.layout(kv)
             for instance in collection.collections(kv, tenant):
                 table = TenantKv(kv, collection.package).table(tenant, instance)
-                for name in layout.index_names():
-                    if layout.state(table, name) != "built":
-                        record = next(r for r in collection.records if any(i.name == name for i in r.indexes))
-                        if kv.scan(table, prefix=record.prefix, limit=1):
-                            out.append((tenant, table, name))
-    return out
+                for record in collection.records:
+                    for index in record.indexes:
+                        if only is None or index.name in only:
+                            label = f"{tenant} {collection.package}/{instance} {index.name}"
+                            yield Target(tenant, table, label, layout, record, index.name)
+
+
+def unbuilt(tenants: list[str]) -> list[tuple[str, str, str]]:
+    """Return ``(tenant, table, index)`` for each declared index not built in a table with records."""
+    kv = default_kv()
+    return [
+        (t.tenant, t.table, t.index)
+        for t in targets(tenants)
+        if t.layout.state(t.table, t.index) != "built" and kv.scan(t.table, prefix=t.record.prefix, limit=1)
+    ]
 
 
 class Command(BaseCommand):
@@ -69,28 +91,18 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not 1 <= options["batch"] <= 5000:
             raise CommandError("--batch: must be 1..5000")
-        kv = default_kv()
-        only = index_names(options["index"])
         built = 0
-        for tenant in tenant_ids(options["tenant"]):
-            for collection in declared():
-                layout = collection.layout(kv)
-                for instance in collection.collections(kv, tenant):
-                    table = TenantKv(kv, collection.package).table(tenant, instance)
-                    for name in layout.index_names():
-                        if only is not None and name not in only:
-                            continue
-                        if layout.state(table, name) == "built" and not options["rebuild"]:
-                            continue
-                        label = f"{tenant} {collection.package}/{instance} {name}"
+        for t in targets(tenant_ids(options["tenant"]), index_names(options["index"])):
+            if t.layout.state(t.table, t.index) == "built" and not options["rebuild"]:
+                continue
 
-                        def show(done: int, label: str = label) -> None:
-                            sys.stdout.write(f"\r  {label}: {done} records")
-                            sys.stdout.flush()
+            def show(done: int, label: str = t.label) -> None:
+                sys.stdout.write(f"\r  {label}: {done} records")
+                sys.stdout.flush()
 
-                        done = layout.build(
-                            table, name, batch=options["batch"], rebuild=options["rebuild"], progress=show
-                        )
-                        self.stdout.write(f"\r  {label}: {done} records indexed, built")
-                        built += 1
+            done = t.layout.build(
+                t.table, t.index, batch=options["batch"], rebuild=options["rebuild"], progress=show
+            )
+            self.stdout.write(f"\r  {t.label}: {done} records indexed, built")
+            built += 1
         self.stdout.write(f"botmesh_reindex: {built} index(es) built")
