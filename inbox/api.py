@@ -352,9 +352,14 @@ def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, 
 @router.post("conversations/{conversation_id}/messages/{message_id}/resend",
              response={202: MessageOut, **WRITE_ERRORS})
 def reply_resend(request: HttpRequest, tenant: str, conversation_id: str, message_id: str) -> Status:
-    """Send a not confirmed or failed reply again (the customer may receive it twice)."""
+    """Send a not confirmed or failed reply of this conversation again (the customer may receive it twice).
+
+    A message of another conversation is 404, like a missing one.
+    """
     selectors.conversation_get(tenant, conversation_id)
-    message = replies.reply_resend(tenant, message_id, actor=agent_of(principal(request)))
+    message = replies.reply_resend(
+        tenant, message_id, conversation_id=conversation_id, actor=agent_of(principal(request))
+    )
     return Status(202, message_out(message))
 
 

@@ -213,17 +213,22 @@ def reply_send(
                           error_title=result.error_title, retry_at_ms=None)
 
 
-def reply_resend(tenant: str, message_id: str, *, actor: str, inbox: Inbox | None = None) -> Message:
-    """Queue a ``not_confirmed`` (or ``failed``) reply again, at the agent's explicit request.
+def reply_resend(
+    tenant: str, message_id: str, *, conversation_id: str, actor: str, inbox: Inbox | None = None
+) -> Message:
+    """Queue a ``not_confirmed`` (or ``failed``) reply of ``conversation_id`` again, at the agent's request.
 
     The resend uses a new idempotency key, so the provider treats it as a new
     message: the customer may receive it twice, which the agent accepted.
+    Raise ``NotFound`` if the reply is not one of ``conversation_id``'s (an
+    agent acting on conversation A never resends conversation B's reply) and
+    ``ValidationError`` (``reply.state``) if it is not resendable.
     """
     inbox = inbox or default_inbox()
     check_agent(actor, "actor")
     message = inbox.store.message_get(tenant, message_id)
-    if message is None or message.reply is None:
-        raise NotFound(f"reply {message_id} not found")
+    if message is None or message.reply is None or message.conversation_id != conversation_id:
+        raise NotFound(f"reply {message_id} not found in conversation {conversation_id}")
     if message.reply.state not in ("not_confirmed", "failed"):
         raise ValidationError("reply.state", f"is {message.reply.state}; only a not confirmed or failed reply "
                               "can be resent")

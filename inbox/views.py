@@ -254,7 +254,8 @@ def reply(request: HttpRequest, tenant: str, conversation_id: str) -> str:
 @_action
 def resend(request: HttpRequest, tenant: str, conversation_id: str) -> str:
     """Resend a not confirmed or failed reply, at the agent's explicit request."""
-    replies.reply_resend(tenant, request.POST.get("message_id", ""), actor=_agent(request))
+    replies.reply_resend(tenant, request.POST.get("message_id", ""), conversation_id=conversation_id,
+                         actor=_agent(request))
     return "Reply queued again"
 
 

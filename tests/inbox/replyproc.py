@@ -54,7 +54,8 @@ def resend(args: dict) -> dict:
     from botmesh_admin.events.services import journal_drain
     from inbox import replies
 
-    queued = replies.reply_resend(args["tenant"], args["message_id"], actor="ana")
+    queued = replies.reply_resend(args["tenant"], args["message_id"], conversation_id=args["conversation_id"],
+                                  actor="ana")
     return {"queued": queued.reply.state, "drained": journal_drain(channel="outbox")}
 
 

@@ -92,7 +92,8 @@ def test_worker_killed_mid_request_never_sends_twice_and_the_agent_can_resend(in
 
         # Only the agent's explicit resend sends again, under a new idempotency key.
         fake.set_delay(0.0, RECIPIENT)
-        resent = step(env, "resend", tenant=tenant, message_id=ids["message_id"])
+        resent = step(env, "resend", tenant=tenant, message_id=ids["message_id"],
+                      conversation_id=ids["conversation_id"])
         assert resent == {"queued": "queued", "drained": {"processed": 1, "failed": 0, "stale": 0}}
         message = store.message_get(tenant, ids["message_id"])
         assert message.reply.state == "accepted" and message.provider_message_id.startswith("wamid.")

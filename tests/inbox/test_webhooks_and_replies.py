@@ -265,3 +265,23 @@ def test_bodies_over_the_size_limit_get_a_json_413_and_nothing_is_journaled(shop
     status, body = shop.api("post", "ledger", records)
     assert status == 413 and body["field"] == "body" and "4096 bytes" in body["message"]
     assert default_journal().counts(shop.tenant) == {}
+
+
+def test_resend_through_another_conversation_is_404_and_sends_nothing(shop):
+    """Issue 15, item 5: ``…/conversations/{A}/messages/{m}/resend`` with B's reply resent B's reply."""
+    post_whatsapp(shop, "01_text.json")
+    post_telegram(shop, "02_text.json")
+    drain()
+    a = conversation(shop, "whatsapp:573001112233").id
+    b = conversation(shop, "telegram:700000001").id
+    shop.fake.script("700000001", "drop", times=1)
+    reply = shop.api("post", f"conversations/{b}/reply", {"text": "¿recibiste?"})[1]
+    drain("outbox")
+    assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "not_confirmed"
+    status, body = shop.api("post", f"conversations/{a}/messages/{reply['id']}/resend")
+    assert (status, body["error"]) == (404, "not_found")
+    drain("outbox")
+    assert shop.fake.count("700000001") == 1
+    assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "not_confirmed"
+    status, resent = shop.api("post", f"conversations/{b}/messages/{reply['id']}/resend")
+    assert status == 202 and resent["reply"]["state"] == "queued"
