@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import http.client
 import ipaddress
 import json
@@ -50,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.jsonbody import json_load
+from botmesh_admin.observability.logs import log_id
 
 from .domain import Channel, OutboundMessage, SendResult
 
@@ -77,21 +77,6 @@ class Provider(Protocol):
     def broadcast(self, messages: Sequence[OutboundMessage]) -> list[SendResult]:
         """Send every message; return one result per message, in the same order."""
         ...
-
-
-def log_id(value: str) -> str:
-    """Return ``value`` as logs may show it: hashed (default), raw or omitted (``BOTMESH_LOG_IDS``)."""
-    try:
-        from django.conf import settings
-
-        mode, key = settings.BOTMESH_LOG_IDS, settings.BOTMESH_HASH_KEY
-    except Exception:  # settings not configured (a script): hash with no key
-        mode, key = "hashed", ""
-    if mode == "raw":
-        return value
-    if mode == "omit":
-        return "-"
-    return hmac.new(key.encode(), value.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 def address_of(chat_key: str, channel: str) -> str:

@@ -67,17 +67,25 @@ setting_changed.connect(_forget_key)
 def hash_id(value: object) -> str:
     """Return a keyed hash of an id: HMAC-SHA256 with ``settings.BOTMESH_HASH_KEY``, first 16 hex digits.
 
+    The one hash of chat and sender ids: spans (``guard_attributes``), log
+    extras (``logs.IdFilter``) and log messages (``logs.log_id``) all use it,
+    so one chat's hash is the same string in a trace and in a log line.
+
     The same id always gives the same hash (so traces and logs of one chat can
     be matched), and without the key the id cannot be recovered or guessed
     by hashing candidate phone numbers.
     """
     global _hash_key
-    if _hash_key is None:
+    key = _hash_key
+    if key is None:
         from django.conf import settings
 
-        _hash_key = str(settings.BOTMESH_HASH_KEY).encode("utf-8")
+        if not settings.configured:  # a script without Django settings: still never the raw id
+            key = b""
+        else:
+            key = _hash_key = str(settings.BOTMESH_HASH_KEY).encode("utf-8")
     data = str(value).strip().encode("utf-8", "surrogatepass")
-    return hmac.new(_hash_key, data, hashlib.sha256).hexdigest()[:16]
+    return hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
 
 
 def _leaf(key: str) -> str:

@@ -3,7 +3,8 @@
 - ``IdFilter`` rewrites the ``chat_id``, ``sender_id`` and ``phone`` extra fields
   (``log.info("sent", extra={"chat_id": …})``) by ``settings.BOTMESH_LOG_IDS``:
   ``hashed`` (default: ``hash_id(value)``, the same hash traces use), ``raw``, or
-  ``omit`` (the field is removed).
+  ``omit`` (the field is removed). ``log_id(value)`` does the same for an id
+  written into the message itself (``log.info("sent to %s", log_id(chat_key))``).
 - ``RedactFilter`` masks secrets in the message, its arguments, the exception
   text and extra fields: API tokens (``bm_…``), bearer/basic credentials,
   Telegram bot tokens, Meta access tokens, signature headers, PEM private keys,
@@ -61,6 +62,30 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
 
 
+def log_ids_mode() -> str:
+    """Return ``settings.BOTMESH_LOG_IDS`` (``hashed``, ``raw`` or ``omit``); ``hashed`` without settings."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return "hashed"
+    return str(getattr(settings, "BOTMESH_LOG_IDS", "hashed"))
+
+
+def log_id(value: object) -> str:
+    """Return a chat or sender id as a log message may show it, by ``BOTMESH_LOG_IDS``.
+
+    ``hashed``: ``hash_id(value)`` (16 hex digits, the hash traces carry);
+    ``raw``: the id itself; ``omit``: ``"-"``. For ids inside a message's text;
+    ids passed as ``extra`` fields are handled by ``IdFilter`` the same way.
+    """
+    mode = log_ids_mode()
+    if mode == "raw":
+        return str(value)
+    if mode == "omit":
+        return "-"
+    return hash_id(value)
+
+
 class IdFilter(logging.Filter):
     """Hash, keep or drop the ``chat_id``/``sender_id``/``phone`` extras (``mode``: hashed, raw, omit)."""
 
@@ -70,11 +95,7 @@ class IdFilter(logging.Filter):
 
     @property
     def mode(self) -> str:
-        if self._mode is not None:
-            return self._mode
-        from django.conf import settings
-
-        return str(getattr(settings, "BOTMESH_LOG_IDS", "hashed"))
+        return self._mode if self._mode is not None else log_ids_mode()
 
     def filter(self, record: logging.LogRecord) -> bool:
         mode = self.mode

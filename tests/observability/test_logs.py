@@ -110,3 +110,30 @@ def test_install_puts_the_filters_on_every_root_handler_once() -> None:
     assert sum(isinstance(f, RedactFilter) for f in handler.filters) == 1
     assert isinstance(handler.formatter, JsonFormatter)
     root.removeHandler(handler)
+
+
+def test_a_send_log_and_its_trace_show_one_hash_of_the_chat(settings, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Regression for issue 15 item 11: providers logged 12 hex digits, traces 16; one chat, one hash now."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from botmesh_admin.channels.domain import OutboundMessage
+    from botmesh_admin.channels.providers import ConsoleProvider
+    from botmesh_admin.observability import tracing
+
+    settings.BOTMESH_LOG_IDS = "hashed"
+    chat_key = "whatsapp:573001112233"
+    exporter = InMemorySpanExporter()
+    with tracing.capture(exporter), caplog.at_level(logging.INFO, logger="botmesh.channels"):
+        with tracing.span("message.send", chat_id=chat_key):
+            assert ConsoleProvider("whatsapp").send(OutboundMessage(chat_key, text="hola")).accepted
+    (sent,) = exporter.get_finished_spans()
+    traced = sent.attributes["botmesh.chat_id_hash"]
+    (line,) = [r.getMessage() for r in caplog.records if "accepted as" in r.getMessage()]
+    assert f"send to {traced} accepted" in line and len(traced) == 16
+    assert "573001112233" not in line
+
+    settings.BOTMESH_LOG_IDS = "omit"
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="botmesh.channels"):
+        ConsoleProvider("whatsapp").send(OutboundMessage(chat_key, text="hola"))
+    assert "send to - accepted" in caplog.records[-1].getMessage()
