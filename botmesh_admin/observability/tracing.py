@@ -32,6 +32,7 @@ import functools
 import logging
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -110,6 +111,21 @@ def span(
                 _tenant.reset(token)
 
 
+_CONVERTER_RE = re.compile(r"<(?:[^<>:]+:)?([^<>:]+)>")
+
+
+def route_template(route: str) -> str:
+    """Return a Django URL route in the one syntax spans use: ``/webhooks/whatsapp/{tenant}``.
+
+    ``webhooks/whatsapp/<str:tenant>`` and ``api/v1/tenants/<tenant>/bots/<path:bot>/metrics``
+    become ``/webhooks/whatsapp/{tenant}`` and ``/api/v1/tenants/{tenant}/bots/{bot}/metrics``:
+    the ``http.route`` template of the OpenTelemetry HTTP semantic conventions
+    (an absolute path with ``{name}`` placeholders, as OpenAPI writes it), with
+    no Django converter in it.
+    """
+    return "/" + _CONVERTER_RE.sub(r"{\1}", route).lstrip("/")
+
+
 def server_span(view: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a Django view with its own ``SERVER`` span, for URLs in ``EXCLUDED_URLS``.
 
@@ -125,7 +141,7 @@ def server_span(view: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(view)
     def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
         match = getattr(request, "resolver_match", None)
-        route = match.route if match is not None else request.path
+        route = route_template(match.route) if match is not None and match.route else request.path
         attributes = {"http.request.method": request.method, "http.route": route, "botmesh.kind": "http"}
         with span(f"{request.method} {route}", span_kind=trace.SpanKind.SERVER, **attributes) as current:
             response = view(request, *args, **kwargs)
@@ -412,9 +428,18 @@ def setup() -> TracerProvider | None:
 
 
 def _django_response_hook(span: trace.Span, request: Any, response: Any) -> None:
+    if not span.is_recording():
+        return
     principal = getattr(request, "principal", None)
-    if principal is not None and span.is_recording():
+    if principal is not None:
         span.set_attribute("botmesh.tenant", principal.tenant)
+    # The instrumentation names the span after Django's route (``GET t/<str:tenant>/metrics/``);
+    # every span of ours says ``GET /t/{tenant}/metrics/``, as the webhooks' ``server_span`` does.
+    match = getattr(request, "resolver_match", None)
+    if match is not None and match.route:
+        route = route_template(match.route)
+        span.set_attribute("http.route", route)
+        span.update_name(f"{request.method} {route}")
 
 
 def _instrument_django(provider: TracerProvider) -> None:

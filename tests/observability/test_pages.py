@@ -160,4 +160,4 @@ def test_a_page_view_is_itself_traced_for_the_tenant(tenant_client: TenantClient
     items = tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "http"}).context[
         "items"
     ]
-    assert "GET t/<str:tenant>/metrics/" in [i.name for i in items]
+    assert "GET /t/{tenant}/metrics/" in [i.name for i in items]

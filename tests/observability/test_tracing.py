@@ -302,7 +302,8 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
 
     spans = exported.get_finished_spans()
     servers = [s for s in spans if s.kind == SpanKind.SERVER]
-    assert [s.name for s in servers] == ["POST webhooks/whatsapp/<str:tenant>"] * 2
+    assert [s.name for s in servers] == ["POST /webhooks/whatsapp/{tenant}"] * 2
+    assert {s.attributes["http.route"] for s in servers} == {"/webhooks/whatsapp/{tenant}"}
     refused, accepted = servers
     assert refused.attributes["http.response.status_code"] == 401 and "botmesh.tenant" not in refused.attributes
     assert accepted.attributes["http.response.status_code"] == 200
@@ -318,6 +319,29 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     flush_to_kv()
     found = selectors.trace_list(tenant, conversation=conversation.id)[0]
     assert [t.trace_id for t in found] == [format(accepted.context.trace_id, "032x")]
+
+
+def test_server_spans_name_their_route_in_one_syntax(
+    tenant_client: TenantClient, exported: InMemorySpanExporter
+) -> None:
+    """Regression for issue 18 item 7: API and page spans said Django's ``<str:tenant>``, webhooks another form.
+
+    Every request span is ``"<METHOD> <route>"`` with the route as OpenAPI and
+    the OpenTelemetry ``http.route`` convention write it (``/t/{tenant}/metrics/``).
+    """
+    from opentelemetry.trace import SpanKind
+
+    tenant = tenant_client.tenant
+    assert tenant_client.api.get(f"/api/v1/tenants/{tenant}/bots/metrics").status_code == 200
+    assert tenant_client.api.get(f"/api/v1/tenants/{tenant}/traces/{'0' * 32}").status_code == 404
+    assert tenant_client.page.get(f"/t/{tenant}/metrics/").status_code == 200
+    servers = [s for s in exported.get_finished_spans() if s.kind == SpanKind.SERVER]
+    assert [s.name for s in servers] == [
+        "GET /api/v1/tenants/{tenant}/bots/metrics",
+        "GET /api/v1/tenants/{tenant}/traces/{trace_id}",
+        "GET /t/{tenant}/metrics/",
+    ]
+    assert [s.attributes["http.route"] for s in servers] == [s.name.split(" ", 1)[1] for s in servers]
 
 
 def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
