@@ -297,7 +297,7 @@ class FenceWatermark:
 
     @property
     def table(self) -> str:
-        return TenantKv(self.kv, "coordination").table("system", "fences")
+        return TenantKv(self.kv, "coordination").reserved_table("system", "fences")
 
     def read(self) -> int:
         """Return the mark (0 if never written)."""

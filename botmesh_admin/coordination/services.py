@@ -40,7 +40,7 @@ log = logging.getLogger("botmesh.coordination.jobs")
 
 OCCURRENCE_TYPE = "job.occurrence"
 JOBS_CHANNEL_PREFIX = "jobs-"
-SYSTEM_TENANT = "system"
+SYSTEM_TENANT = "system"  # a reserved id (kv/tenant.py RESERVED_TENANT_IDS): no tenant can take it
 RUN_TASK = "jobs.run"
 
 Send = Callable[[str, dict[str, Any], dict[str, Any]], None]
@@ -265,7 +265,7 @@ def system_table(kv: Any) -> str:
     """Return the Kv table of the scheduler's own entries (presence, the file-locked leader), in ``kv``."""
     from botmesh_admin.kv import TenantKv
 
-    return TenantKv(kv, "coordination").table(SYSTEM_TENANT, "jobs")
+    return TenantKv(kv, "coordination").reserved_table(SYSTEM_TENANT, "jobs")
 
 
 PRESENCE_TTL_MS = 20_000  # a process that stopped publishing leaves the replicas page after this

@@ -4,6 +4,29 @@ Packages never build table names by hand: ``TenantKv(kv, "crm").table(tenant,
 "contacts")`` returns ``"crm/<tenant>/contacts"`` after checking both ids
 against ``^[a-z0-9][a-z0-9_-]{0,62}$``, so no input can name another tenant's
 table. There is deliberately no call that reads across tenants.
+
+The kernel's own namespaces — the rule
+--------------------------------------
+
+The kernel keeps tables that belong to no tenant (the scheduler's jobs and
+fences, the campaigns' cross-tenant due-index, traces of no tenant, process
+counters). No tenant id may ever name one of them:
+
+- New kernel tables live under a namespace that starts with ``~``:
+  ``TenantKv(kv, "campaigns").kernel_table("system", "index")`` is
+  ``"campaigns/~system/index"``. ``~`` is outside the tenant id alphabet, so
+  no tenant id can reach these tables, whatever the package.
+- ``RESERVED_TENANT_IDS`` are ids the kernel used as pseudo-tenants before that
+  rule (``system``: the ``coordination/system/jobs`` and
+  ``coordination/system/fences`` tables, the event journal's records of
+  scheduled-job occurrences, and the campaigns index of earlier versions,
+  ``campaigns/system/index``), plus the bare names of the ``~`` namespaces. They
+  are refused as tenant ids (``validate_tenant_id``: by ``botmesh_tenant
+  create``, ``tenancy.services.tenant_create`` and ``TenantKv.table``), with an
+  error naming the field. The kernel reaches its legacy tables through
+  ``TenantKv.reserved_table``, which accepts nothing else.
+- ``validate_id`` alone (the id *syntax*) still accepts them: the journal
+  stores the scheduler's records under tenant ``system``.
 """
 
 from __future__ import annotations
@@ -16,6 +39,10 @@ from botmesh_admin.errors import BadType, ValidationError
 from .base import DurableKv
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+KERNEL_MARK = "~"
+"""First character of every kernel namespace in a table name (never in an id)."""
+RESERVED_TENANT_IDS = frozenset({"system", "process", "kernel"})
+"""Ids no tenant may take: kernel pseudo-tenants of earlier versions and the bare ``~`` names."""
 
 
 def validate_id(value: object, field: str) -> str:
@@ -29,6 +56,21 @@ def validate_id(value: object, field: str) -> str:
     return value
 
 
+def validate_tenant_id(value: object, field: str = "tenant") -> str:
+    """Return ``value`` if it may be a tenant's id; raise ``ValidationError`` naming ``field``.
+
+    On top of ``validate_id``, refuse ``RESERVED_TENANT_IDS`` (the kernel's own
+    namespaces; see the module docstring).
+    """
+    validate_id(value, field)
+    if value in RESERVED_TENANT_IDS:
+        raise ValidationError(
+            field, f"{value!r} is reserved for the kernel's own tables "
+            f"(reserved: {', '.join(sorted(RESERVED_TENANT_IDS))})",
+        )
+    return str(value)
+
+
 class TenantKv:
     """Table names for one package: ``"<package>/<tenant>/<collection>"``."""
 
@@ -37,10 +79,24 @@ class TenantKv:
         self.package = validate_id(package, "package")
 
     def table(self, tenant: str, collection: str) -> str:
-        """Return the table name of ``collection`` for ``tenant`` (both ids validated)."""
+        """Return the table name of ``collection`` for ``tenant`` (both ids validated, reserved ids refused)."""
         return (
-            f"{self.package}/{validate_id(tenant, 'tenant')}/{validate_id(collection, 'collection')}"
+            f"{self.package}/{validate_tenant_id(tenant, 'tenant')}/{validate_id(collection, 'collection')}"
         )
+
+    def kernel_table(self, namespace: str, collection: str) -> str:
+        """Return ``"<package>/~<namespace>/<collection>"``: a kernel table no tenant id can name."""
+        return f"{self.package}/{KERNEL_MARK}{validate_id(namespace, 'namespace')}/{validate_id(collection, 'collection')}"
+
+    def reserved_table(self, namespace: str, collection: str) -> str:
+        """Return ``"<package>/<namespace>/<collection>"`` for a kernel table of an earlier version.
+
+        ``namespace`` must be one of ``RESERVED_TENANT_IDS`` (raise ``ValidationError``
+        otherwise), so this never names a tenant's table.
+        """
+        if namespace not in RESERVED_TENANT_IDS:
+            raise ValidationError("namespace", f"{namespace!r} is not a reserved kernel namespace")
+        return f"{self.package}/{namespace}/{validate_id(collection, 'collection')}"
 
     def tables(self, tenant: str, collections: Iterable[str]) -> dict[str, str]:
         """Return ``{collection: table name}`` for ``tenant``."""

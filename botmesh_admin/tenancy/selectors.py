@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 
 from botmesh_admin.errors import NotFound
+from botmesh_admin.kv.tenant import RESERVED_TENANT_IDS, validate_tenant_id
 
 from .models import ApiToken, Membership, Tenant
 from .principal import Principal
@@ -29,7 +30,13 @@ def tenant_list_for_user(user: AbstractBaseUser | AnonymousUser) -> list[Tenant]
 
 
 def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:
-    """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant)."""
+    """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant).
+
+    A reserved id (the kernel's namespaces) is a ``ValidationError`` on field ``tenant``,
+    even if an installation of an earlier version has a tenant row with it.
+    """
+    if tenant in RESERVED_TENANT_IDS:
+        validate_tenant_id(tenant, "tenant")
     if not user.is_authenticated:
         raise NotFound(f"tenant {tenant!r} not found")
     if user.is_superuser:
@@ -50,6 +57,8 @@ def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
     Raise ``NotFound`` if the token is valid but belongs to another tenant:
     a token of tenant A asking for tenant B's objects gets 404, never their data.
     """
+    if tenant in RESERVED_TENANT_IDS:
+        validate_tenant_id(tenant, "tenant")
     parts = plaintext.split("_")
     if len(parts) != 3 or parts[0] != "bm":
         return None

@@ -9,15 +9,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from botmesh_admin.errors import NotFound, ValidationError
-from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.kv.tenant import validate_tenant_id
 
 from .models import HUMAN_ROLES, ApiToken, Membership, Role, Tenant
 from .selectors import token_digest
 
 
 def tenant_create(tenant: str, *, name: str, default_region: str = "CO") -> Tenant:
-    """Create (or update the name of) a tenant; raise ``ValidationError`` for a bad id."""
-    validate_id(tenant, "tenant.id")
+    """Create (or update the name of) a tenant; raise ``ValidationError`` for a bad or reserved id.
+
+    Reserved ids (``kv.tenant.RESERVED_TENANT_IDS``: ``system`` …) name the kernel's own
+    tables and journal records, so no tenant may take one.
+    """
+    validate_tenant_id(tenant, "tenant.id")
     if not name or len(name) > 200:
         raise ValidationError("tenant.name", "must be 1-200 characters")
     if len(default_region) != 2 or not default_region.isalpha():

@@ -15,9 +15,12 @@ Layout:
   O(page)). One table per campaign, so a batch of slot changes is one atomic
   commit and deleting a campaign drops one table (indexes included).
 - ``campaigns/<tenant>/throttle``: ``<channel>`` → ``{"next_ms"}`` (booked send times).
-- ``campaigns/system/index``: ``<tenant>!<campaign id>`` → ``{"state", "at"}``, the
+- ``campaigns/~system/index``: ``<tenant>!<campaign id>`` → ``{"state", "at"}``, the
   active campaigns the scheduler's tick reads (the one cross-tenant table; it
   holds ids only; ``!`` sorts before every id character, so keys sort as (tenant, id) pairs).
+  A kernel namespace (``TenantKv.kernel_table``): no tenant id can name it.
+  Earlier versions kept it in ``campaigns/system/index``; ``index_upgrade`` moves
+  those entries (each tick's first page does it, and ``manage.py botmesh_upgrade``).
 
 Versions are the Kv entry versions. Slot changes are compare-and-set on the
 version the caller read; on a conflict the slot is read again and the rule
@@ -57,7 +60,7 @@ from campaigns.domain import (
 
 from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
 
-SYSTEM = "system"
+SYSTEM = "system"  # the index's kernel namespace: campaigns/~system/index
 SLOT = "d/"
 PLAN = "p/"
 LEASE = "m/runner"
@@ -209,7 +212,29 @@ class KvCampaignStore:
     # --- the scheduler's index
 
     def _index(self) -> str:
-        return self.tables.table(SYSTEM, "index")
+        return self.tables.kernel_table(SYSTEM, "index")
+
+    def index_upgrade(self, *, batch: int = COMMIT_BATCH) -> int:
+        """Move the index entries an earlier version kept in ``campaigns/system/index``; return how many.
+
+        Idempotent and resumable (a killed run leaves each entry in one table or
+        both, and the next run finishes it); an entry the new table already
+        has was written later, by this version, and wins.
+        """
+        legacy, moved = self.tables.reserved_table(SYSTEM, "index"), 0
+        while entries := self.kv.scan(legacy, limit=batch):
+            for e in entries:
+                try:
+                    self.kv.commit(self._index(), [Put(e.key, e.value, expect=ABSENT)])
+                    moved += 1
+                except ConflictError:
+                    pass  # written by this version since: newer than the legacy entry
+            for e in entries:
+                try:
+                    self.kv.commit(legacy, [Delete(e.key, expect=e.version)])
+                except ConflictError:
+                    pass  # rewritten by an older process meanwhile: the next pass deletes it (the tick re-reads the campaign)
+        return moved
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
         self.tables.table(tenant, "campaigns")  # validates the tenant id
@@ -220,6 +245,8 @@ class KvCampaignStore:
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
         check_scan_limit(limit)
+        if after is None:  # a tick's first page: pick up what processes of an earlier version wrote
+            self.index_upgrade()
         entries = self.kv.scan(self._index(), after=f"{after[0]}{SEP}{after[1]}" if after else None, limit=limit)
         out = []
         for e in entries:

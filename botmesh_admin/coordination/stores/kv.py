@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Put, TenantKv
+from botmesh_admin.kv.tenant import RESERVED_TENANT_IDS
 
 from ..domain import JobSettings, JobState
 from ..fencing import FenceGuard
@@ -20,7 +21,12 @@ class KvJobStore:
 
     def __init__(self, kv: DurableKv, namespace: str = "system") -> None:
         self.kv = kv
-        self.table = TenantKv(kv, "coordination").table(namespace, "jobs")
+        tables = TenantKv(kv, "coordination")
+        # ``system`` (the default) is a reserved kernel namespace; tests pass their own ids.
+        if namespace in RESERVED_TENANT_IDS:
+            self.table = tables.reserved_table(namespace, "jobs")
+        else:
+            self.table = tables.table(namespace, "jobs")
         self._guard = FenceGuard(kv, self.table)
 
     def settings_get(self, job_id: str) -> tuple[JobSettings, int] | None:

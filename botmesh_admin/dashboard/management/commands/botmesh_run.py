@@ -158,6 +158,7 @@ class Command(BaseCommand):
         """Build the Kv indexes an installation from an earlier version lacks (with progress)."""
         from .botmesh_reindex import tenant_ids, unbuilt
 
+        call_command("botmesh_upgrade", stdout=self.stdout, verbosity=0)  # kernel tables of earlier versions (idempotent)
         missing = unbuilt(tenant_ids(None))
         if missing:
             self.stdout.write(f"building {len(missing)} Kv index(es) over existing data first ...")

@@ -1,0 +1,78 @@
+"""Issue 15 item 8: no tenant id can name the kernel's own tables.
+
+Before: ``botmesh_tenant create system`` was accepted, and the campaigns'
+cross-tenant due-index lived in ``campaigns/system/index``, the table name a
+tenant ``system`` gets for its collection ``index``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from botmesh_admin.errors import ValidationError
+from botmesh_admin.kv import Put, TenantKv
+from botmesh_admin.kv.runtime import use_kv
+from botmesh_admin.tenancy.models import Tenant
+from campaigns.stores.kv import KvCampaignStore
+from tests.backends import unique_id
+
+
+@pytest.mark.django_db
+def test_create_tenant_system_is_refused_naming_the_field():
+    with pytest.raises(CommandError) as caught:
+        call_command("botmesh_tenant", "create", "system", stdout=io.StringIO())
+    assert str(caught.value).startswith("tenant.id: 'system' is reserved")
+    assert not Tenant.objects.filter(id="system").exists()
+
+
+@pytest.mark.django_db
+def test_api_refuses_a_reserved_tenant_even_if_an_old_version_created_it():
+    Tenant.objects.create(id="system", name="left by an earlier version")
+    get_user_model().objects.create_superuser("root", password="root-password-1")
+    client = Client()
+    client.login(username="root", password="root-password-1")
+    response = client.get("/api/v1/tenants/system/whoami")
+    assert response.status_code == 422
+    assert response.json()["field"] == "tenant"
+    assert "reserved" in response.json()["message"]
+
+
+def test_no_tenant_id_reaches_a_kernel_table(any_kv):
+    """The due-index is ``campaigns/~system/index``; a tenant ``system`` cannot even be named."""
+    store = KvCampaignStore(any_kv)
+    tenant = unique_id()
+    store.index_put(tenant, "cmp_a", state="scheduled", at=5)
+    assert any_kv.get("campaigns/~system/index", f"{tenant}!cmp_a") is not None
+    with pytest.raises(ValidationError, match="^tenant: 'system' is reserved"):
+        TenantKv(any_kv, "campaigns").table("system", "index")
+    store.index_delete(tenant, "cmp_a")
+
+
+@pytest.mark.django_db
+def test_upgrade_moves_the_index_of_an_earlier_version(any_kv):
+    """Entries in ``campaigns/system/index`` are moved by ``botmesh_upgrade`` (and by a tick)."""
+    store = KvCampaignStore(any_kv)
+    tenant = unique_id()
+    legacy = "campaigns/system/index"
+    any_kv.commit(legacy, [Put(f"{tenant}!cmp_old", {"state": "scheduled", "at": 7})])
+    store.index_put(tenant, "cmp_new", state="running", at=None)
+    any_kv.commit(legacy, [Put(f"{tenant}!cmp_new", {"state": "scheduled", "at": 1})])  # older than the new one
+    out = io.StringIO()
+    with use_kv(any_kv):
+        call_command("botmesh_upgrade", stdout=out)
+        call_command("botmesh_upgrade", stdout=io.StringIO())  # idempotent
+    assert "entries moved to campaigns/~system/index" in out.getvalue()
+    assert not [e for e in any_kv.scan(legacy, limit=1000) if e.key.startswith(tenant)]
+    mine = {e.campaign_id: e.state for e in store.index_scan(after=(tenant, ""), limit=10) if e.tenant == tenant}
+    assert mine == {"cmp_old": "scheduled", "cmp_new": "running"}
+    any_kv.commit(legacy, [Put(f"{tenant}!cmp_late", {"state": "scheduled", "at": 9})])  # an old process, mid-upgrade
+    store.index_scan(limit=1)  # a tick's first page
+    assert any_kv.get("campaigns/~system/index", f"{tenant}!cmp_late") is not None
+    assert any_kv.get(legacy, f"{tenant}!cmp_late") is None
+    for campaign in ("cmp_old", "cmp_new", "cmp_late"):
+        store.index_delete(tenant, campaign)
