@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 from botmesh_admin.events.base import EventRecord
 from botmesh_admin.events.handlers import register
+from botmesh_admin.events.worker import Claim, current_claim
 
 from . import replies, services
 
@@ -76,9 +77,21 @@ project_whatsapp_webhook: Callable[[EventRecord], None] = register("whatsapp.web
 project_telegram_update: Callable[[EventRecord], None] = register("telegram.update")(_project_events)
 
 
+def _claim_of(record: EventRecord) -> Claim:
+    """The worker's claim of ``record``; outside a worker (a direct dispatch) one of the default lease."""
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.services import DEFAULT_LEASE_MS
+
+    claim = current_claim()
+    if claim is not None and claim.event_id == record.id and claim.fencing_token == record.fencing_token:
+        return claim
+    return Claim(default_journal(), record.id, record.fencing_token, DEFAULT_LEASE_MS)
+
+
 @register(replies.REPLY_EVENT)
 def send_reply(record: EventRecord) -> None:
     """Send an agent's reply through its channel's provider (see ``inbox.replies``)."""
     with _reported(record, "reply"):
-        sent = replies.reply_send(record.tenant, record.payload["message_id"], fencing_token=record.fencing_token)
+        # The claim's fencing token is checked right before the provider request (issue 15, item 6).
+        sent = replies.reply_send(record.tenant, record.payload["message_id"], claim=_claim_of(record))
         _file_under(sent.conversation_id if sent is not None else None)

@@ -5,8 +5,14 @@ and journals an ``inbox.reply`` event on the ``outbox`` channel (idempotency key
 per reply). The worker's ``reply_send``:
 
 1. marks the reply ``sending`` **durably, before** the provider request;
-2. sends through the channel's provider with the reply's idempotency key;
-3. records ``accepted`` (with the provider message id, then delivery statuses
+2. checks the outbox record's claim (its fencing token, ``Claim.check``: a
+   fenced journal ``extend``) **immediately before** the request: a worker
+   frozen past its lease (SIGSTOP, a long GC or VM pause) whose record another
+   worker took over does not reach the provider — it puts the reply back to
+   ``queued`` if nobody touched it meanwhile, and the record goes to whoever
+   holds it now (issue 15, item 6);
+3. sends through the channel's provider with the reply's idempotency key;
+4. records ``accepted`` (with the provider message id, then delivery statuses
    arrive by webhook) or ``failed`` with the provider's code and title —
    131047 (24-hour window closed) and 403 (blocked) are shown to the agent and
    not retried; 429 / 130429 are retried after the delay the provider gave.
@@ -17,6 +23,11 @@ A worker that dies between the request and its record leaves the reply in
 got it). The agent sees "not confirmed" and may ``reply_resend`` it. A
 network error without an answer is ``not_confirmed`` for the same reason.
 
+A stop (SIGTERM: ``shutdown.stopping()``) starts no new reply: the events
+worker claims no record after it. The request in flight is counted
+(``shutdown.inflight``) until its outcome is recorded, so the drain waits for
+it and a forced exit past ``BOTMESH_DRAIN_TIMEOUT`` logs it as cut off.
+
 Times are epoch milliseconds. Logs never carry the text or the chat id.
 """
 
@@ -25,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
@@ -44,6 +55,9 @@ from .domain import (
 from .projection import RETRIES, _after_message
 from .services import Inbox, default_inbox, drain_soon
 from .stores.base import Change
+
+if TYPE_CHECKING:
+    from botmesh_admin.events.worker import Claim
 
 log = logging.getLogger(__name__)
 
@@ -150,16 +164,21 @@ def _provider_for(tenant: str, channel_kind: str) -> Any:
 
 
 def reply_send(
-    tenant: str, message_id: str, *, fencing_token: int | None = None, inbox: Inbox | None = None,
+    tenant: str, message_id: str, *, claim: Claim | None = None, inbox: Inbox | None = None,
     sleep: Any = time.sleep,
 ) -> Message | None:
     """Send a queued reply (the outbox handler); return the message in its new state.
 
+    ``claim`` is the outbox record's claim (``events.worker.current_claim()``):
+    its fencing token is checked immediately before every provider request
+    (``None``: no journal record, nothing to check — direct calls in tests).
     A reply found ``sending`` was interrupted mid-request by a dead worker:
     mark it ``not_confirmed`` and do not send. Raise ``RetryLater`` when the
-    provider's rate limit outlasts ``MAX_INLINE_WAIT_MS`` (the journal retries).
+    provider's rate limit outlasts ``MAX_INLINE_WAIT_MS`` (the journal retries),
+    and ``StaleLeaseError`` when the claim was lost before the request (nothing sent).
     """
     from botmesh_admin.channels.domain import OutboundMessage
+    from botmesh_admin.observability.shutdown import inflight
 
     inbox = inbox or default_inbox()
     message = inbox.store.message_get(tenant, message_id)
@@ -185,32 +204,58 @@ def reply_send(
         assert message.reply is not None  # _set_reply keeps it
         outbound = OutboundMessage(chat_key=conv.chat_key, text=message.text,
                                    idempotency_key=message.reply.idempotency_key)
-        result = provider.send(outbound)
-        if result.accepted:
+        if claim is not None:
+            _check_claim(inbox, tenant, message, claim)
+        with inflight():  # a SIGTERM's drain waits for the request and its record
+            result = provider.send(outbound)
+            if result.accepted:
+                from botmesh_admin.observability.metrics import count
+
+                count("messages.out")
+                return _record_outcome(
+                    inbox, tenant, message, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
+                    fields={"provider_message_id": result.provider_message_id, "status": "sent",
+                             "status_at_ms": inbox.clock()},
+                )
+            rate_limited = result.retryable and (result.error_code in RATE_LIMIT_CODES or result.retry_after_ms)
+            if rate_limited and result.error_code is not None:
+                delay = result.retry_after_ms or 1000
+                log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
+                message = _set_reply(inbox, tenant, message, state="queued", error_code=result.error_code,
+                                     error_title=result.error_title, retry_at_ms=inbox.clock() + delay)
+                continue
+            if result.retryable and result.error_code is None:
+                # No answer at all: the request may have arrived. Never guess: let the agent decide.
+                return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
             from botmesh_admin.observability.metrics import count
 
-            count("messages.out")
-            return _record_outcome(
-                inbox, tenant, message, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
-                fields={"provider_message_id": result.provider_message_id, "status": "sent",
-                         "status_at_ms": inbox.clock()},
-            )
-        rate_limited = result.retryable and (result.error_code in RATE_LIMIT_CODES or result.retry_after_ms)
-        if rate_limited and result.error_code is not None:
-            delay = result.retry_after_ms or 1000
-            log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
-            message = _set_reply(inbox, tenant, message, state="queued", error_code=result.error_code,
-                                 error_title=result.error_title, retry_at_ms=inbox.clock() + delay)
-            continue
-        if result.retryable and result.error_code is None:
-            # No answer at all: the request may have arrived. Never guess: let the agent decide.
-            return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
-        from botmesh_admin.observability.metrics import count
+            count("messages.out_failed")
+            log.info("inbox reply %s failed with code %s", message_id, result.error_code)
+            return _record_outcome(inbox, tenant, message, state="failed", error_code=result.error_code,
+                                   error_title=result.error_title, retry_at_ms=None)
 
-        count("messages.out_failed")
-        log.info("inbox reply %s failed with code %s", message_id, result.error_code)
-        return _record_outcome(inbox, tenant, message, state="failed", error_code=result.error_code,
-                          error_title=result.error_title, retry_at_ms=None)
+
+def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> None:
+    """Check the outbox record's claim before the request; if it was lost, undo ``sending`` and raise.
+
+    The reply was not sent: it goes back to ``queued`` (compare-and-set on the
+    ``sending`` this worker wrote) so the record's current holder sends it. If
+    the reply moved meanwhile (the new holder found it ``sending`` and marked
+    it ``not_confirmed``), it is left as it is. Raise ``StaleLeaseError``.
+    """
+    from botmesh_admin.events import StaleLeaseError
+
+    try:
+        claim.check()
+    except StaleLeaseError:
+        assert message.reply is not None
+        log.warning("inbox reply %s: the outbox record's claim (fencing token %d) was lost before the provider "
+                    "request; not sent", message.id, claim.fencing_token)
+        try:
+            _set_reply(inbox, tenant, message, state="queued", attempts=max(message.reply.attempts - 1, 0))
+        except Conflict:
+            pass  # another worker moved the reply on: it decides now
+        raise
 
 
 def reply_resend(

@@ -38,11 +38,13 @@ when the store is back.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from botmesh_admin.errors import StoreUnavailable, store_unavailable
 
@@ -51,6 +53,34 @@ from .base import Clock, EventJournal, EventRecord, StaleLeaseError, now_ms
 logger = logging.getLogger("botmesh.events.worker")
 
 Handler = Callable[[EventRecord], None]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a record: ``(event_id, fencing_token)`` in ``journal``, renewed by ``lease_ms`` at a time."""
+
+    journal: EventJournal
+    event_id: str
+    fencing_token: int
+    lease_ms: int
+    clock: Clock = now_ms
+
+    def check(self) -> None:
+        """Renew the lease (``journal.extend``) if this claim still holds it; else raise ``StaleLeaseError``.
+
+        Call it immediately before a side effect only the lease fences (a
+        provider request). ``StaleLeaseError`` means another worker claimed the
+        record since (a higher fencing token) or the lease expired first.
+        """
+        self.journal.extend(self.event_id, self.clock(), self.fencing_token, self.lease_ms)
+
+
+_current_claim: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("botmesh_event_claim", default=None)
+
+
+def current_claim() -> Claim | None:
+    """Return the claim of the record whose handler runs in this context (``None`` outside an ``EventWorker``)."""
+    return _current_claim.get()
 
 
 class EventWorker:
@@ -118,11 +148,13 @@ class EventWorker:
             return outcome
         failure: Exception | None = None
         self._hold((record.id, record.fencing_token))
+        claimed = _current_claim.set(Claim(self.journal, record.id, record.fencing_token, self.lease_ms, self.clock))
         try:
             handler(record)
         except Exception as exc:  # a handler's failure is data for the journal, not a crash
             failure = exc
         finally:  # the lease is renewed only while the handler runs (a BaseException ends that too)
+            _current_claim.reset(claimed)
             self._hold(None)
         if failure is None:
             return self._settle(record, "ack", "processed")

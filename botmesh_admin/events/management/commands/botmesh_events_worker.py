@@ -4,9 +4,9 @@ Claims records of one channel (the default channel without ``--channel``) and
 dispatches them to the registered handlers. SIGTERM or SIGINT stops it
 gracefully: the record in hand is finished (acked or failed), then it exits 0.
 If the record in hand is still running ``BOTMESH_DRAIN_TIMEOUT`` seconds after
-the signal, it is cut off: the worker logs it and exits 1 (its lease lapses
-and the journal redelivers it; a reply found ``sending`` is then marked not
-confirmed, never resent).
+the signal, it is cut off: the worker logs it, with how many provider sends
+were in flight, and exits 1 (its lease lapses and the journal redelivers it;
+a reply found ``sending`` is then marked not confirmed, never resent).
 
 A store outage (the journal, the Kv or the database cannot be reached) does
 not stop it: it logs the outage once, retries with backoff (up to
@@ -75,8 +75,11 @@ class Command(BaseCommand):
         def force_exit() -> None:
             # The main thread returns from run_forever and exits first when the record finishes in time.
             if not done.wait(limit):
+                from botmesh_admin.observability import shutdown
+
                 log.error("events worker: forced exit %.0f s after the stop signal: 1 record in hand cut off "
-                          "(redelivered after its lease)", limit)
+                          "(redelivered after its lease), %d send(s) cut off in flight (a reply cut off is "
+                          "then not confirmed, never resent automatically)", limit, shutdown.inflight_count())
                 os._exit(1)
 
         def stop(signum: int, frame: object) -> None:
