@@ -43,7 +43,7 @@ def takeover(args: dict) -> dict:
     assert message is not None and message.reply is not None
     out = {"drained": drained, "found": message.reply.state}
     if message.reply.state == "not_confirmed":
-        replies.reply_resend(args["tenant"], args["message_id"], actor="ana")
+        replies.reply_resend(args["tenant"], args["message_id"], conversation_id=message.conversation_id, actor="ana")
         out["resent"] = journal_drain(channel="outbox")
     return out
 
