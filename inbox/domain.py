@@ -472,7 +472,8 @@ class Message:
     ``status``: provider delivery status of an outbound message (sent < delivered
     < read; failed is final with ``error_code``/``error_title``).
     ``placeholder``: an outbound message known only from a status or a reaction
-    (sent outside the inbox); replaced by the full record when it arrives.
+    (sent outside the inbox), or an inbound one known only from its edit;
+    replaced by the full record when it arrives.
     ``aliases``: other ids the same message arrived under (ledger and webhook).
     """
 

@@ -14,7 +14,9 @@ record or event twice changes nothing the second time.
   the contact's consent on that channel to ``denied`` with the evidence.
 
 A status or reaction for a message the inbox has not seen yet creates a
-*placeholder* outbound message, which the full record replaces when it arrives.
+*placeholder* outbound message, which the full record replaces when it arrives;
+so does an edit projected before its original (an inbound placeholder showing
+the edited text, whose previous text is filled in when the original arrives).
 Conflicting writers are handled by read → compare-and-set → retry.
 
 Logs carry conversation ids and hashed chat ids only, never raw chat or sender ids.
@@ -22,6 +24,7 @@ Logs carry conversation ids and hashed chat ids only, never raw chat or sender i
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import random
@@ -114,7 +117,9 @@ def _after_message(conv: Conversation, m: Message, now: int, removed: Message | 
             last_author=m.reply.author if m.reply is not None else None,
         )
     if m.direction == "in":
-        changes["inbound_count"] = conv.inbound_count + 1
+        # An inbound placeholder (a message known from its edit) was counted when it was stored.
+        counted = removed is not None and removed.direction == "in"
+        changes["inbound_count"] = conv.inbound_count + (0 if counted else 1)
         changes["last_inbound_ms"] = max(conv.last_inbound_ms or 0, m.timestamp_ms)
         if m.sender_name and not conv.display_name:
             changes["display_name"] = m.sender_name[:200]
@@ -128,6 +133,12 @@ def _merge_placeholder(m: Message, placeholder: Message) -> Message:
     """Return ``m`` carrying what was learnt about it while only its provider id was known."""
     ahead = DELIVERY_RANK.get(placeholder.status or "", 0) > DELIVERY_RANK.get(m.status or "", 0)
     source = placeholder if ahead else m
+    if placeholder.edits:
+        # Known from its edits first: the first edit's previous text is this record's, the
+        # newest text the last edit's (``_edit_placeholder``).
+        first, *rest = placeholder.edits
+        m = replace(m, text=placeholder.text, media=placeholder.media or m.media,
+                    edits=(Edit(m.text, first.replaced_at_ms), *rest))
     return replace(
         m,
         status=source.status,
@@ -231,7 +242,7 @@ def update_message(
         new = new or current
         aliases: tuple[tuple[str, Message], ...] = ()
         if alias is not None:
-            new = replace(new, aliases=(*new.aliases, alias))
+            new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, alias))))
             aliases = ((alias, new),)
         try:
             inbox.store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
@@ -302,14 +313,12 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
     if event.reaction is not None:
         return _project_reaction(inbox, tenant, event)
     if event.edit_of is not None:
-        edited = _project_edit(inbox, tenant, event)
-        if edited is not None:
-            return edited
+        return _project_edit(inbox, tenant, event)
     message = Message(
-        id=check_id(event.edit_of or event.provider_message_id, "event.provider_message_id"),
+        id=check_id(event.provider_message_id, "event.provider_message_id"),
         conversation_id=UNPLACED, direction="in", type=event.type,
         timestamp_ms=event.timestamp_ms, text=event.text, sender_id=event.sender_id,
-        sender_name=event.sender_name, provider_message_id=event.edit_of or event.provider_message_id,
+        sender_name=event.sender_name, provider_message_id=event.provider_message_id,
         source="webhook", media=_media(event), reply_to=event.reply_to,
         button=None if event.button is None else {
             "id": event.button.id, "title": event.button.title, "kind": event.button.kind,
@@ -318,7 +327,6 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
             "latitude": event.location.latitude, "longitude": event.location.longitude,
             "name": event.location.name, "address": event.location.address,
         },
-        edits=(Edit(None, event.timestamp_ms),) if event.edit_of else (),
     )
     result = ingest(
         inbox, tenant, message, chat_key=event.chat_key, channel=event.channel,
@@ -357,19 +365,67 @@ def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Proje
     return result
 
 
-def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected | None:
+def _with_edit(m: Message, text: str | None, at_ms: int, media: dict[str, Any] | None) -> Message | None:
+    """Return ``m`` with ``text`` (written at ``at_ms``) in its history; ``None`` if that changes nothing.
+
+    Edits may arrive in any order: the text shown is the one written last (by
+    edit time) and each earlier one stays in ``edits``, oldest first. The first
+    version (the original, unknown on a placeholder) always stays first.
+    """
+    texts = [e.text for e in m.edits] + [m.text]
+    since = [m.timestamp_ms] + [e.replaced_at_ms for e in m.edits]
+    at = 1 + bisect.bisect_right(since[1:], at_ms)
+    if texts[at - 1] == text:
+        return None  # the same text again (a redelivery, or an edit of the entities only)
+    texts.insert(at, text)
+    since.insert(at, at_ms)
+    edits = tuple(Edit(texts[k], since[k + 1]) for k in range(len(texts) - 1))[-MAX_EDITS:]
+    newest = at == len(texts) - 1
+    return replace(m, text=texts[-1], edits=edits, media=(media or m.media) if newest else m.media)
+
+
+def _edit_placeholder(event: InboundMessage) -> Message:
+    """Return the message an edit names, known only from the edit (its original not projected yet).
+
+    It shows the edited text; its one edit's previous text is unknown until the
+    original arrives and replaces it (``_merge_placeholder`` fills it in).
+    """
     assert event.edit_of is not None
-
-    def edit(m: Message) -> Message | None:
-        if m.text == event.text:
-            return None
-        edits = (*m.edits, Edit(m.text, event.timestamp_ms))[-MAX_EDITS:]
-        return replace(m, text=event.text, edits=edits, media=_media(event) or m.media)
-
-    return update_message(
-        inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, event.edit_of or ""), edit,
-        alias=event.provider_message_id,
+    return Message(
+        id=check_id(event.edit_of, "event.edit_of"), conversation_id=UNPLACED, direction="in", type=event.type,
+        timestamp_ms=event.timestamp_ms, text=event.text, sender_id=event.sender_id,
+        sender_name=event.sender_name, provider_message_id=event.edit_of, source="webhook",
+        media=_media(event), reply_to=event.reply_to, placeholder=True,
+        edits=(Edit(None, event.timestamp_ms),), aliases=(event.provider_message_id,),
     )
+
+
+def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+    """Apply an edit to the message it names, whatever the order the two arrive in.
+
+    Found: the edit joins its history (``_with_edit``). Not found: the edit is
+    stored as a placeholder of its message (``_edit_placeholder``), which the
+    original replaces keeping the edited text. If the original (or another edit)
+    was stored meanwhile, the placeholder is refused as a duplicate and the edit
+    is applied to what was stored: an edit is never dropped for arriving early.
+    """
+    assert event.edit_of is not None
+    target, media = event.edit_of, _media(event)
+    for attempt in range(RETRIES):
+        _backoff(attempt)
+        done = update_message(
+            inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, target),
+            lambda m: _with_edit(m, event.text, event.timestamp_ms, media), alias=event.provider_message_id,
+        )
+        if done is not None:
+            return done
+        result = ingest(
+            inbox, tenant, _edit_placeholder(event), chat_key=event.chat_key, channel=event.channel,
+            contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
+        )
+        if result.outcome != "duplicate":
+            return result  # ``messages.in`` counts the original when it replaces the placeholder
+    raise Conflict(f"message {_hash(target)} is too busy; the record will be retried")
 
 
 def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:

@@ -203,6 +203,28 @@ def test_telegram_fixtures(inbox, tenant_id):
     assert [m.text for m in a] == ["¿Hay descuento este mes?"] and [m.text for m in b] == ["Same question here"]
 
 
+def test_edits_in_any_order_show_the_last_and_keep_every_previous_text(inbox, tenant_id):
+    """Issue 15, item 2: an edit projected before its original kept no previous text (``edits[0].text`` None)."""
+    def update(update_id: int, text: str, edit_s: int | None) -> list:
+        message = {"message_id": 9, "from": {"id": 700000009, "first_name": "Eva"},
+                   "chat": {"id": 700000009, "type": "private"}, "date": 1764489600, "text": text}
+        key = "message" if edit_s is None else "edited_message"
+        if edit_s is not None:
+            message["edit_date"] = 1764489600 + edit_s
+        return telegram.parse_update({"update_id": update_id, key: message})
+
+    second, first, original = update(3, "v3", 20), update(2, "v2", 10), update(1, "v1", None)
+    for events in (second, first, original, first, second):  # the newest edit first; then redeliveries
+        for event in events:
+            inbox.project_event(tenant_id, event)
+    (message,) = thread(inbox, tenant_id, "telegram:700000009")
+    assert (message.text, [e.text for e in message.edits]) == ("v3", ["v1", "v2"])
+    assert [e.replaced_at_ms for e in message.edits] == [1764489610000, 1764489620000]
+    assert message.timestamp_ms == 1764489600000 and not message.placeholder
+    conv = inbox.store.conversation_by_chat(tenant_id, "telegram:700000009")
+    assert (conv.message_count, conv.inbound_count) == (1, 1)
+
+
 def test_blocked_bot_marks_conversation_and_denies_consent(inbox, tenant_id):
     from botmesh_admin.tenancy.services import tenant_create
     from crm.selectors import contact_get
