@@ -14,8 +14,9 @@ import re
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
+from django.http.multipartparser import MultiPartParserError
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -23,6 +24,7 @@ from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
 from botmesh_admin.errors import DomainError, PermissionDenied, retry_after_s, store_unavailable
+from botmesh_admin.httperrors import GUNICORN_REQUEST_LINE_BYTES, too_large_body, unreadable_request
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
@@ -172,14 +174,22 @@ def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRespons
 
 def too_large(request: HttpRequest) -> HttpResponse:
     """The JSON 413 of a request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return JsonResponse({"error": "too_large", "message": f"the request body is over {limit} bytes "
-                         f"({limit // (1024 * 1024)} MiB); send less at once", "field": "body"}, status=413)
+    return JsonResponse(too_large_body(), status=413)
 
 
 @api.exception_handler(RequestDataTooBig)
 def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return too_large(request)
+
+
+@api.exception_handler(SuspiciousOperation)
+@api.exception_handler(MultiPartParserError)
+@api.exception_handler(UnreadablePostError)
+def _unreadable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A request Django cannot read (no multipart boundary, over 100 files, a bad ``Host``): JSON 400."""
+    status, body = unreadable_request(exc) or (400, {"error": "bad_request", "message": str(exc), "field": None})
+    log.warning("api %s %s refused: %s", request.method, request.path, body["message"])
+    return error_response(request, status, body)
 
 
 @api.exception_handler(AuthenticationError)
@@ -216,11 +226,23 @@ class Page(Schema, Generic[T]):
     next: str | None = None
 
 
+REQUEST_LINE_RESERVE = 1024
+"""Bytes of gunicorn's request line kept for the method, the path and the other query parameters."""
+
+CURSOR_MAX_CHARS = (GUNICORN_REQUEST_LINE_BYTES - REQUEST_LINE_RESERVE) // 12
+"""Characters of an ``after`` cursor whatever they are: a code point is up to 4 UTF-8 bytes, each
+percent-encoded as 3, so 12 bytes of request line (255 characters: 3,060 bytes). A list whose cursors
+are URL-safe ASCII declares that pattern and may allow more (one byte a character)."""
+
+
 class CursorParams(Schema):
     """``limit`` (1..200, default 50) and ``after`` (exclusive cursor from the previous ``next``)."""
 
     limit: int = Field(50, ge=1, le=MAX_PAGE)
-    after: str | None = Field(None, max_length=512)
+    after: str | None = Field(
+        None, max_length=CURSOR_MAX_CHARS,
+        description="the previous page's next (opaque); bounded so the request line fits gunicorn's 4,094 bytes",
+    )
 
 
 def principal(request: HttpRequest) -> Principal:

@@ -52,6 +52,13 @@ class BadType(ValidationError, TypeError):
     """A value has the wrong type (still a ``ValidationError``; HTTP 422)."""
 
 
+class BadRequest(DomainError):
+    """The request itself cannot be read (a multipart body without a boundary, too many files). HTTP 400."""
+
+    code = "bad_request"
+    status = 400
+
+
 class NotFound(DomainError):
     """The object does not exist in the caller's tenant (also for foreign objects). HTTP 404."""
 

@@ -38,6 +38,11 @@ def _optional(module_name: str) -> object | None:
         raise
 
 
+# JSON on /api/ and /webhooks/, Django's pages elsewhere (botmesh_admin.httperrors).
+handler400 = "botmesh_admin.httperrors.bad_request"
+handler404 = "botmesh_admin.httperrors.page_not_found"
+handler500 = "botmesh_admin.httperrors.server_error"
+
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -10,3 +10,8 @@ config.load_or_exit()
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 application = get_wsgi_application()
+
+from botmesh_admin.httperrors import install_gunicorn_json_errors  # noqa: E402
+
+# gunicorn refuses an over-long request line (414) or headers (431) itself: in JSON, like the API.
+install_gunicorn_json_errors()

@@ -81,6 +81,9 @@ class ConsentIn(Schema):
 
 
 class ContactFilters(CursorParams):
+    # A text search's cursor ("q" + base64url) outgrows the generic bound; it is URL-safe ASCII
+    # (one byte of request line a character), so the list declares its shape instead.
+    after: str | None = Field(None, max_length=1401, pattern=r"^(c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400})$")
     tag: str | None = Field(None, max_length=64)
     q: str | None = Field(
         None, max_length=200,
@@ -236,24 +239,63 @@ def contact_export(request: HttpRequest, tenant: str) -> StreamingHttpResponse:
     return response
 
 
-@router.post("contacts/imports", response={202: ImportJobOut, **ERRORS})
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "the CSV: a multipart upload whose field is named ``file``, or the raw CSV "
+        "(``text/csv``, name it with ``X-Filename``; at most DATA_UPLOAD_MAX_MEMORY_SIZE)",
+        "content": {
+            "multipart/form-data": {
+                "schema": {"type": "object", "required": ["file"],
+                           "properties": {"file": {"type": "string", "format": "binary"}}},
+            },
+            "text/csv": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _import_upload(request: HttpRequest) -> tuple[str, bytes]:
+    """Return (filename, bytes) of the CSV an import request carries.
+
+    A ``multipart/form-data`` body must hold the CSV in the field ``file``
+    (422 ``file`` otherwise, naming the fields it had); one without a boundary,
+    or with more than ``DATA_UPLOAD_MAX_NUMBER_FILES`` files, is 400 (raised by
+    Django's parser, rendered by ``botmesh_admin.api``). Any other body is the
+    raw CSV. The multipart parser consumes the request stream, so the raw body
+    is never read after it.
+    """
+    if request.content_type != "multipart/form-data":
+        try:
+            data = request.body
+        except RequestDataTooBig:
+            raise ValidationError(
+                "file", "a raw CSV body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE; send a multipart field 'file'"
+            ) from None
+        return request.headers.get("X-Filename", "upload.csv"), data
+    files = request.FILES  # MultiPartParserError / TooManyFilesSent: JSON 400 from the API's handlers
+    uploads = files.getlist("file")
+    if not uploads:
+        sent = sorted({*files.keys(), *request.POST.keys()})
+        got = f"got {', '.join(repr(name[:40]) for name in sent[:5])}" if sent else "got no field"
+        raise ValidationError("file", f"is required: send the CSV as the multipart field 'file' ({got})")
+    if len(uploads) > 1:
+        raise ValidationError("file", f"one CSV per import ({len(uploads)} files were sent)")
+    return uploads[0].name or "upload.csv", uploads[0].read()
+
+
+@router.post("contacts/imports", response={202: ImportJobOut, **ERRORS}, openapi_extra=IMPORT_BODY)
 def contact_import(request: HttpRequest, tenant: str) -> Status:
     """Start a CSV import (admins): a multipart ``file`` or the raw CSV body (``text/csv``).
 
     Answers 202 with the job; poll ``GET contacts/imports/{id}`` for progress and the report.
+    A malformed upload is 400 (unreadable multipart) or 422 ``file`` (no such field), never a 500.
     """
     from .tasks import dispatch_import
 
     p = principal(request)
     p.require("admin")
-    upload = request.FILES.get("file")
-    try:
-        data = upload.read() if upload is not None else request.body
-    except RequestDataTooBig:
-        raise ValidationError(
-            "file", "a raw CSV body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE; send a multipart field 'file'"
-        ) from None
-    filename = upload.name if upload is not None else request.headers.get("X-Filename", "upload.csv")
+    filename, data = _import_upload(request)
     job = services.contact_import_start(tenant, filename=filename, data=data, created_by=p.actor)
     dispatch_import(tenant, job.id)
     return Status(202, job_out(selectors.import_job_get(tenant, job.id)))

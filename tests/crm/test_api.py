@@ -203,6 +203,34 @@ def test_empty_upload_is_422(api: Api) -> None:
     assert r.status_code == 422 and r.json()["field"] == "file"
 
 
+def _multipart(parts: list[tuple[str, str, bytes]], boundary: str | None = "XyZ") -> tuple[bytes, str]:
+    """Return a multipart/form-data body of (field, filename, data) parts and its Content-Type."""
+    b = boundary or "XyZ"
+    body = b"".join(
+        f'--{b}\r\nContent-Disposition: form-data; name="{field}"; filename="{name}"\r\n'
+        f"Content-Type: text/csv\r\n\r\n".encode() + data + b"\r\n" for field, name, data in parts
+    ) + f"--{b}--\r\n".encode()
+    return body, "multipart/form-data" + (f"; boundary={boundary}" if boundary else "")
+
+
+@pytest.mark.parametrize("case", ["field_not_named_file", "no_boundary", "101_files", "two_files"])
+def test_malformed_uploads_are_a_json_4xx_naming_the_problem(api: Api, case: str) -> None:
+    """Issue 18, item 1: each of these answered 500 (the handler read ``request.body`` after the parser)."""
+    csv = b"name,phone\nAna,+573001112233\n"
+    parts = {"field_not_named_file": [("upload", "a.csv", csv)], "no_boundary": [("file", "a.csv", csv)],
+             "101_files": [("file", f"{i}.csv", csv) for i in range(101)],
+             "two_files": [("file", "a.csv", csv), ("file", "b.csv", csv)]}[case]
+    body, content_type = _multipart(parts, boundary=None if case == "no_boundary" else "XyZ")
+    r = api.post("contacts/imports", body, content_type=content_type)
+    expected = {"field_not_named_file": (422, "file", "multipart field 'file' (got 'upload')"),
+                "no_boundary": (400, "body", "boundary"), "101_files": (400, None, "files"),
+                "two_files": (422, "file", "one CSV per import (2 files")}[case]
+    assert r["Content-Type"].startswith("application/json"), r.content
+    assert (r.status_code, r.json()["field"]) == expected[:2], r.json()
+    assert expected[2] in r.json()["message"]
+    assert api.get("contacts/imports").json() == [], "nothing was imported"
+
+
 def test_segments_crud_count_and_preview(api: Api) -> None:
     for i, plan in enumerate(["1", 1, True, "pro"]):
         api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(10 + i)}],

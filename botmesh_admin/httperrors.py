@@ -1,0 +1,193 @@
+"""JSON errors on every API and webhook path, whoever produced the error.
+
+ninja's exception handlers (``botmesh_admin.api``) render what an operation
+raises. Some errors never reach an operation: Django's URL resolver (404 for a
+path no route matches), ninja's own 405 ("Method not allowed", text/html), a
+request Django refuses while reading it (400: a bad ``Host``, an unreadable
+multipart body; 413: a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), and what
+gunicorn refuses before Django runs at all (414: a request line over
+``--limit-request-line``, 4,094 bytes by default; 431: headers over
+``--limit-request-field_size``/``--limit-request-fields``).
+``JsonErrorMiddleware`` turns the Django-side ones into the one error shape
+``{"error": code, "message": ..., "field": ...}`` on ``/api/`` and
+``/webhooks/`` paths; ``install_gunicorn_json_errors`` does the same for
+gunicorn's (every path: gunicorn has not read the path when it refuses).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
+from django.http.multipartparser import MultiPartParserError
+
+log = logging.getLogger("botmesh.api")
+
+JSON_PREFIXES = ("/api/", "/webhooks/")
+"""Paths whose every answer is JSON, errors included."""
+
+CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    414: "uri_too_long",
+    431: "headers_too_large",
+    500: "server_error",
+}
+"""The ``error`` code of an answer that carries no code of its own, by HTTP status."""
+
+GUNICORN_REQUEST_LINE_BYTES = 4094
+"""gunicorn's default ``--limit-request-line`` (bytes of ``GET /path?query HTTP/1.1``): the cursor bound is made to fit."""
+
+# Headers of the original answer kept on its JSON replacement (RFC 9110 §15.5.6: a 405 names the methods).
+_KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+
+
+def error_body(status: int, message: str | None = None, *, field: str | None = None) -> dict[str, Any]:
+    """Return the error shape for ``status`` (the reason phrase when no ``message`` is given)."""
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = "error"
+    return {"error": CODES.get(status, "http_error"), "message": message or reason.lower(), "field": field}
+
+
+def too_large_body() -> dict[str, Any]:
+    """Return the 413 of a request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_body(413, f"the request body is over {limit} bytes ({limit // (1024 * 1024)} MiB); "
+                      "send less at once", field="body")  # fmt: skip
+
+
+def unreadable_request(exc: BaseException) -> tuple[int, dict[str, Any]] | None:
+    """Return (status, body) for an exception Django raises while reading a request, else ``None``.
+
+    ``RequestDataTooBig`` is 413; an unreadable multipart body, too many
+    fields or files (``DATA_UPLOAD_MAX_NUMBER_FIELDS`` / ``_FILES``), a bad
+    ``Host`` and other ``SuspiciousOperation`` are 400 (Django answers 400 too,
+    in HTML).
+    """
+    if isinstance(exc, RequestDataTooBig):
+        return 413, too_large_body()
+    if isinstance(exc, MultiPartParserError):
+        return 400, error_body(400, f"the multipart body cannot be read: {exc}", field="body")
+    if isinstance(exc, UnreadablePostError):
+        return 400, error_body(400, "the request body could not be read (the connection broke)", field="body")
+    if isinstance(exc, SuspiciousOperation):
+        return 400, error_body(400, str(exc) or "bad request")
+    return None
+
+
+def _is_json_path(request: HttpRequest) -> bool:
+    return request.path.startswith(JSON_PREFIXES)
+
+
+def _is_json(response: HttpResponse) -> bool:
+    return str(response.get("Content-Type", "")).startswith("application/json")
+
+
+class JsonErrorMiddleware:
+    """Answer every 4xx/5xx on ``/api/`` and ``/webhooks/`` in the one JSON error shape.
+
+    A JSON answer passes through; any other error answer (Django's HTML 404
+    and 400, ninja's text 405) is replaced by ``error_body(status)``, keeping
+    ``Allow``, ``Retry-After`` and ``WWW-Authenticate``. Exceptions a view
+    raises while reading the request (``unreadable_request``) become 400/413.
+    Put it first in ``MIDDLEWARE`` so it also sees what later middleware refuse.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code < 400 or _is_json(response) or not _is_json_path(request):
+            return response
+        replacement = JsonResponse(error_body(response.status_code), status=response.status_code)
+        for header in _KEPT_HEADERS:
+            if header in response:
+                replacement[header] = response[header]
+        return replacement
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not _is_json_path(request):
+            return None
+        refused = unreadable_request(exception)
+        if refused is None:
+            return None
+        log.warning("%s %s refused: %s", request.method, request.path, refused[1]["message"])
+        return JsonResponse(refused[1], status=refused[0])
+
+
+def bad_request(request: HttpRequest, exception: Exception, template_name: str = "400.html") -> HttpResponse:
+    """``handler400``: the JSON 400 on API and webhook paths, Django's page elsewhere.
+
+    Django renders a ``SuspiciousOperation`` (a bad ``Host`` …) raised in any
+    middleware through this handler, also in middleware outside ``JsonErrorMiddleware``
+    (OpenTelemetry's is inserted first at start).
+    """
+    if _is_json_path(request):
+        status, body = unreadable_request(exception) or (400, error_body(400))
+        return JsonResponse(body, status=status)
+    from django.views import defaults
+
+    return defaults.bad_request(request, exception, template_name)
+
+
+def page_not_found(request: HttpRequest, exception: Exception, template_name: str = "404.html") -> HttpResponse:
+    """``handler404``: the JSON 404 on API and webhook paths, Django's page elsewhere."""
+    if _is_json_path(request):
+        return JsonResponse(error_body(404), status=404)
+    from django.views import defaults
+
+    return defaults.page_not_found(request, exception, template_name)
+
+
+def server_error(request: HttpRequest, template_name: str = "500.html") -> HttpResponse:
+    """``handler500``: the JSON 500 on API and webhook paths, Django's page elsewhere."""
+    if _is_json_path(request):
+        return JsonResponse(error_body(500, "internal server error; the error is logged"), status=500)
+    from django.views import defaults
+
+    return defaults.server_error(request, template_name)
+
+
+def _gunicorn_write_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    from gunicorn import util
+
+    body = json.dumps(error_body(status_int, f"{reason}: {mesg}" if mesg else reason)).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode("latin1")  # fmt: skip
+    util.write_nonblock(sock, head + body)
+
+
+def install_gunicorn_json_errors() -> bool:
+    """Make gunicorn answer the requests it refuses itself (400, 414, 431 …) in the JSON error shape.
+
+    gunicorn writes those through ``gunicorn.util.write_error`` (an HTML page)
+    before any application code runs; this replaces that function in this
+    process. Called by ``botmesh_admin.wsgi`` when gunicorn imported it.
+    Return True if gunicorn is loaded (and now patched).
+    """
+    import sys
+
+    util = sys.modules.get("gunicorn.util")
+    if util is None:
+        return False
+    util.write_error = _gunicorn_write_error  # type: ignore[attr-defined]
+    return True
+
+
+__all__ = [
+    "GUNICORN_REQUEST_LINE_BYTES", "JsonErrorMiddleware", "bad_request", "error_body",
+    "install_gunicorn_json_errors", "page_not_found", "server_error", "too_large_body", "unreadable_request",
+]
