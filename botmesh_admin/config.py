@@ -12,9 +12,10 @@ read when ``SECRET_KEY`` is unset (Docker/systemd credentials style).
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -112,6 +113,7 @@ class Config:
     secret_key_fallbacks: tuple[str, ...] = ()
     metrics_token: str | None = None
     journal_retention_days: int = 7
+    tuning: Tuning = field(default_factory=lambda: Tuning())
 
     @property
     def production(self) -> bool:
@@ -204,6 +206,7 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
         journal_retention_days=_int(
             "BOTMESH_JOURNAL_RETENTION_DAYS", get("BOTMESH_JOURNAL_RETENTION_DAYS"), 7, minimum=0
         ),
+        tuning=load_tuning(get),
     )
 
 
@@ -214,3 +217,123 @@ def load_or_exit() -> Config:
     except ConfigError as exc:
         print(f"botmesh-admin: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+# -- the packages' tunables (campaigns, deployments, coordination, channels, hub) ----------
+# Read here like every other variable (settings.py hands them to Django settings, where
+# the packages read them when used), so a typo stops the process at start with one line.
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Validated package settings; times in milliseconds, rates in messages per second."""
+
+    campaign_batch: int = 50
+    campaign_slot_ttl_ms: int = 60_000
+    campaign_max_attempts: int = 3
+    campaign_concurrency: int = 8
+    campaign_lease_ms: int = 30_000
+    campaign_rate_per_s: tuple[tuple[str, float], ...] = ()
+    retain_versions: int | None = None
+    coordination_prefix: str = "botmesh"
+    coordination_lease_ms: int = 15_000
+    whatsapp_api_base: str | None = None
+    telegram_api_base: str | None = None
+    hub_runtime_file: str | None = None
+    hub_runtime_version: str | None = None
+
+
+def _bounded(name: str, raw: str | None, default: int, low: int, high: int) -> int:
+    value = _int(name, raw, default, minimum=low)
+    if value > high:
+        raise ConfigError(name, f"must be at most {high}")
+    return value
+
+
+def _rates(name: str, raw: str | None) -> tuple[tuple[str, float], ...]:
+    """Parse ``whatsapp=60,telegram=25`` (messages per second per channel kind)."""
+    out: dict[str, float] = {}
+    for part in (raw or "").split(","):
+        if not part.strip():
+            continue
+        kind, sep, number = part.partition("=")
+        kind = kind.strip().lower()
+        if not sep or kind not in ("whatsapp", "telegram"):
+            raise ConfigError(name, f"expected whatsapp=<rate>,telegram=<rate>, got {part.strip()!r}")
+        try:
+            rate = float(number)
+        except ValueError:
+            raise ConfigError(name, f"{kind}: expected a number of messages per second, got {number.strip()!r}") from None
+        if not 0 < rate <= 10_000:
+            raise ConfigError(name, f"{kind}: must be more than 0 and at most 10000 per second")
+        out[kind] = rate
+    return tuple(sorted(out.items()))
+
+
+def _api_base(name: str, raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(name, f"expected an http:// or https:// URL, got {_redact(raw)!r}")
+    return raw.rstrip("/")
+
+
+def _semver(name: str, raw: str | None) -> str | None:
+    import semver
+
+    if raw is not None and not semver.Version.is_valid(raw):
+        raise ConfigError(name, f"expected a SemVer 2.0 version like 2.1.0, got {raw!r}")
+    return raw
+
+
+def _runtime_file(name: str, raw: str | None) -> str | None:
+    """Check the hub runtime file now: readable JSON ``{"runtime_version", "known_permissions"}``."""
+    import json
+
+    import semver
+
+    if raw is None:
+        return None
+    try:
+        data = json.loads(Path(raw).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(name, f"cannot read {raw}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(name, f"{raw} is not JSON: {exc}") from None
+    version = data.get("runtime_version") if isinstance(data, dict) else None
+    if not isinstance(version, str) or not semver.Version.is_valid(version):
+        raise ConfigError(name, f"{raw}: runtime_version must be a SemVer 2.0 version")
+    perms = data.get("known_permissions")
+    if not isinstance(perms, list) or not all(isinstance(p, str) and p for p in perms):
+        raise ConfigError(name, f"{raw}: known_permissions must be a list of strings")
+    return raw
+
+
+def load_tuning(get: Callable[[str], str | None]) -> Tuning:
+    """Read and validate the packages' variables through ``get``; raise ``ConfigError`` naming one."""
+    prefix = get("BOTMESH_COORDINATION_PREFIX") or "botmesh"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", prefix):  # coordination.base.PREFIX_RE
+        raise ConfigError("BOTMESH_COORDINATION_PREFIX", f"expected 1-63 of a-z 0-9 _ . -, got {prefix!r}")
+    retain = get("BOTMESH_RETAIN_VERSIONS")
+    return Tuning(
+        campaign_batch=_bounded("BOTMESH_CAMPAIGN_BATCH", get("BOTMESH_CAMPAIGN_BATCH"), 50, 1, 1000),
+        campaign_slot_ttl_ms=_bounded(
+            "BOTMESH_CAMPAIGN_SLOT_TTL_MS", get("BOTMESH_CAMPAIGN_SLOT_TTL_MS"), 60_000, 1000, 86_400_000
+        ),
+        campaign_max_attempts=_bounded("BOTMESH_CAMPAIGN_MAX_ATTEMPTS", get("BOTMESH_CAMPAIGN_MAX_ATTEMPTS"), 3, 1, 100),
+        campaign_concurrency=_bounded("BOTMESH_CAMPAIGN_CONCURRENCY", get("BOTMESH_CAMPAIGN_CONCURRENCY"), 8, 1, 256),
+        campaign_lease_ms=_bounded(
+            "BOTMESH_CAMPAIGN_LEASE_MS", get("BOTMESH_CAMPAIGN_LEASE_MS"), 30_000, 1000, 3_600_000
+        ),
+        campaign_rate_per_s=_rates("BOTMESH_CAMPAIGN_RATE_PER_S", get("BOTMESH_CAMPAIGN_RATE_PER_S")),
+        retain_versions=None if retain is None else _int("BOTMESH_RETAIN_VERSIONS", retain, 0, minimum=1),
+        coordination_prefix=prefix,
+        coordination_lease_ms=_bounded(
+            "BOTMESH_COORDINATION_LEASE_MS", get("BOTMESH_COORDINATION_LEASE_MS"), 15_000, 100, 600_000
+        ),
+        whatsapp_api_base=_api_base("BOTMESH_WHATSAPP_API_BASE", get("BOTMESH_WHATSAPP_API_BASE")),
+        telegram_api_base=_api_base("BOTMESH_TELEGRAM_API_BASE", get("BOTMESH_TELEGRAM_API_BASE")),
+        hub_runtime_file=_runtime_file("BOTMESH_HUB_RUNTIME_FILE", get("BOTMESH_HUB_RUNTIME_FILE")),
+        hub_runtime_version=_semver("BOTMESH_HUB_RUNTIME_VERSION", get("BOTMESH_HUB_RUNTIME_VERSION")),
+    )

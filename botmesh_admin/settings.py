@@ -145,6 +145,22 @@ BOTMESH_JOURNAL_RETENTION_DAYS = CONFIG.journal_retention_days
 BOTMESH_LOGIN_MAX_FAILURES = 5
 BOTMESH_LOGIN_LOCKOUT_MS = 15 * 60 * 1000
 
+# The packages' tunables (config.Tuning; README: Configuration), read by them when used.
+_tuning = CONFIG.tuning
+BOTMESH_CAMPAIGN_BATCH = _tuning.campaign_batch
+BOTMESH_CAMPAIGN_SLOT_TTL_MS = _tuning.campaign_slot_ttl_ms
+BOTMESH_CAMPAIGN_MAX_ATTEMPTS = _tuning.campaign_max_attempts
+BOTMESH_CAMPAIGN_CONCURRENCY = _tuning.campaign_concurrency
+BOTMESH_CAMPAIGN_LEASE_MS = _tuning.campaign_lease_ms
+BOTMESH_CAMPAIGN_RATE_PER_S = dict(_tuning.campaign_rate_per_s)
+BOTMESH_RETAIN_VERSIONS = _tuning.retain_versions
+BOTMESH_COORDINATION_PREFIX = _tuning.coordination_prefix
+BOTMESH_COORDINATION_LEASE_MS = _tuning.coordination_lease_ms
+BOTMESH_WHATSAPP_API_BASE = _tuning.whatsapp_api_base
+BOTMESH_TELEGRAM_API_BASE = _tuning.telegram_api_base
+BOTMESH_HUB_RUNTIME_FILE = _tuning.hub_runtime_file
+BOTMESH_HUB_RUNTIME_VERSION = _tuning.hub_runtime_version
+
 # Celery (ARCHITECTURE §9). The embedded default needs no server: filesystem transport.
 CELERY_BROKER_URL = CONFIG.broker_url
 _broker_dir = CONFIG.data_dir / "broker"

@@ -565,17 +565,13 @@ class DeploymentRegistry:
 
 def default_registry() -> DeploymentRegistry:
     """Return a registry over the process-wide DurableKv; ``BOTMESH_RETAIN_VERSIONS`` sets retention."""
-    import os
-
     from django.conf import settings
 
     from botmesh_admin.kv.runtime import default_kv
 
     from .stores.kv import KvDeploymentStore
 
-    retain = getattr(settings, "BOTMESH_RETAIN_VERSIONS", None) or os.environ.get(
-        "BOTMESH_RETAIN_VERSIONS"
-    )
+    retain = getattr(settings, "BOTMESH_RETAIN_VERSIONS", None)  # validated by config.load_tuning
     return DeploymentRegistry(KvDeploymentStore(default_kv()), int(retain) if retain else None)
 
 

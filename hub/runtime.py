@@ -2,14 +2,14 @@
 
 The default is a copy of ``fixtures/hub/runtime.json`` shipped with the package.
 Override it with ``BOTMESH_HUB_RUNTIME_FILE`` (a JSON file of the same shape) and/or
-``BOTMESH_HUB_RUNTIME_VERSION`` (just the version), each read from Django settings
-first and the environment second, at call time (never at import time).
+``BOTMESH_HUB_RUNTIME_VERSION`` (just the version): validated at start by
+``botmesh_admin.config.load_tuning`` and read from Django settings at call time
+(never at import time).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ def _setting(name: str) -> str | None:
         value = getattr(settings, name, None)
     except Exception:  # settings not configured (plain Python use)
         value = None
-    return str(value) if value else os.environ.get(name) or None
+    return str(value) if value else None
 
 
 def current_runtime() -> RuntimeInfo:

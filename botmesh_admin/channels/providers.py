@@ -18,7 +18,7 @@ HTTP goes through ``urllib.request`` with a timeout and never follows a
 redirect (a redirect is the provider's answer, a failure: following one could
 turn a send into a request to somewhere else). Base URLs come from the
 channel configuration, else ``settings.BOTMESH_WHATSAPP_API_BASE`` /
-``BOTMESH_TELEGRAM_API_BASE`` (or the same environment variables), else the
+``BOTMESH_TELEGRAM_API_BASE`` (validated at start by ``config.load_tuning``), else the
 real APIs, so tests point them at ``channels.testing.FakeProviderServer``.
 A base URL a tenant entered is checked when it is saved (``check_api_base_url``)
 and again at every connection: the address the socket actually reached must be
@@ -36,7 +36,6 @@ import http.client
 import ipaddress
 import json
 import logging
-import os
 import socket
 import threading
 import urllib.error
@@ -433,7 +432,7 @@ def api_base(kind: str, channel: Channel | None = None) -> str:
     if channel is not None and channel.api_base_url:
         return channel.api_base_url
     name = "BOTMESH_WHATSAPP_API_BASE" if kind == "whatsapp" else "BOTMESH_TELEGRAM_API_BASE"
-    configured = getattr(settings, name, None) or os.environ.get(name)
+    configured = getattr(settings, name, None)  # validated at start by config.load_tuning
     return configured or (WHATSAPP_API_BASE if kind == "whatsapp" else TELEGRAM_API_BASE)
 
 

@@ -143,14 +143,15 @@ def test_shipped_runtime_is_the_fixture_copy(hub_fixtures: Path) -> None:
     assert runtime.version == "1.6.2" and "contacts:write" in runtime.known_permissions
 
 
-def test_runtime_is_overridable_by_environment(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("BOTMESH_HUB_RUNTIME_VERSION", "2.1.0")
+def test_runtime_is_overridable_by_settings(settings, tmp_path: Path) -> None:
+    """``BOTMESH_HUB_RUNTIME_*`` reach the hub through the settings (``config.load_tuning`` reads the env)."""
+    settings.BOTMESH_HUB_RUNTIME_VERSION = "2.1.0"
     assert current_runtime().version == "2.1.0"
     data = {"runtime_version": "3.0.0", "known_permissions": ["messages:read"]}
     (tmp_path / "rt.json").write_text(json.dumps(data))
-    monkeypatch.delenv("BOTMESH_HUB_RUNTIME_VERSION")
-    monkeypatch.setenv("BOTMESH_HUB_RUNTIME_FILE", str(tmp_path / "rt.json"))
+    settings.BOTMESH_HUB_RUNTIME_VERSION = None
+    settings.BOTMESH_HUB_RUNTIME_FILE = str(tmp_path / "rt.json")
     assert current_runtime().known_permissions == ("messages:read",)
-    monkeypatch.setenv("BOTMESH_HUB_RUNTIME_VERSION", "bogus")
+    settings.BOTMESH_HUB_RUNTIME_VERSION = "bogus"
     with pytest.raises(ValidationError):
         current_runtime()
