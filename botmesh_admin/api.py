@@ -45,7 +45,7 @@ def _path_tenant(request: HttpRequest) -> str:
 # What a ``bot`` token may call, relative to /api/v1/tenants/<tenant>/ — nothing else.
 BOT_OPERATIONS = [
     ("POST", re.compile(r"^ledger$")),
-    ("POST", re.compile(r"^bots/[^/]+/metrics$")),
+    ("POST", re.compile(r"^bots/.+/metrics\Z", re.S)),  # a bot id is any text, "/" included
     ("GET", re.compile(r"^handoff/[^/]+$")),
     ("GET", re.compile(r"^whoami$")),
 ]

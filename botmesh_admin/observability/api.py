@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
+from django.urls import register_converter
 from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import BaseModel, ConfigDict
@@ -17,6 +18,25 @@ from .domain import iso_ms
 from .stores.base import BotSample, TraceSummary
 
 router = Router(tags=["observability"])
+
+
+class AnyTextConverter:
+    """A path segment of any text, ``/`` and newlines included (a bot id is any Unicode text).
+
+    Django's ``path`` converter (``.+``) stops at a newline; a client
+    percent-escapes the id (``quote(bot, safe="")``) and Django decodes it.
+    """
+
+    regex = r"[\s\S]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(AnyTextConverter, "anytext")
 
 
 class MetricsPushIn(BaseModel):
@@ -84,7 +104,7 @@ def _summary_out(summary: TraceSummary) -> TraceSummaryOut:
     return TraceSummaryOut(**summary.__dict__)
 
 
-@router.post("bots/{bot}/metrics", response={201: BotSampleOut, 404: ErrorOut, 422: ErrorOut})
+@router.post("bots/{anytext:bot}/metrics", response={201: BotSampleOut, 404: ErrorOut, 422: ErrorOut})
 def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsPushIn) -> Status[BotSampleOut]:
     """Keep one snapshot pushed by a replica of ``bot`` (the JSON of botmesh's ``bot.metrics()``).
 
@@ -110,7 +130,7 @@ def bot_metrics_latest(request: HttpRequest, tenant: str) -> list[BotSampleOut]:
     return [_sample_out(s) for s in selectors.bot_metrics_latest(tenant)]
 
 
-@router.get("bots/{bot}/metrics", response={200: list[BotSampleOut], 404: ErrorOut, 422: ErrorOut})
+@router.get("bots/{anytext:bot}/metrics", response={200: list[BotSampleOut], 404: ErrorOut, 422: ErrorOut})
 def bot_metrics_history(
     request: HttpRequest, tenant: str, bot: str, replica: str, since_ms: int | None = None
 ) -> list[BotSampleOut]:

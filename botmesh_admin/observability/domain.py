@@ -22,7 +22,6 @@ naming the field path for a wrong type or a negative count. Durations are ms.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -36,8 +35,11 @@ OUTCOMES = ("completed", "ended", "guarded", "cancelled", "timed_out", "retries_
 MAX_COUNT = 2**53  # JSON numbers stay exact up to here (JavaScript bots)
 MAX_FLOWS = 200
 MAX_NAME = 100
-BOT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-REPLICA_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+"""Characters of a flow name."""
+MAX_BOT = 63
+"""Characters of a bot id."""
+MAX_REPLICA = 128
+"""Characters of a replica id."""
 
 _CAMEL = {
     "startedAt": "started_at",
@@ -163,22 +165,37 @@ def iso_ms(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
-def validate_bot_id(value: object, path: str = "bot") -> str:
-    """Return ``value`` if it is a bot id (like a tenant id: ``tienda-bot``), else raise."""
+def label_text(value: object, path: str, max_len: int) -> str:
+    """Return ``value`` if it may be a Prometheus label value: 1 to ``max_len`` characters of Unicode text.
+
+    Any character is allowed — quotes, backslashes, newlines, any script —
+    because the text exposition format 0.0.4 carries any UTF-8 label value,
+    escaping only ``\\``, ``"`` and line feed (``prometheus.to_prometheus``
+    does). Refused: a non-string, the empty string, more than ``max_len``
+    characters, and a lone surrogate (JSON's ``"\\ud800"``, which is not
+    Unicode text and has no UTF-8 form). Raise ``ValidationError`` naming ``path``.
+    """
     if not isinstance(value, str):
         raise BadType(path, f"must be a string, not {type(value).__name__}")
-    if not BOT_ID_RE.fullmatch(value):
-        raise ValidationError(path, "must be 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
+    if not value:
+        raise ValidationError(path, "must not be empty")
+    if len(value) > max_len:
+        raise ValidationError(path, f"longer than {max_len} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(path, "contains a lone surrogate (not Unicode text)") from None
     return value
+
+
+def validate_bot_id(value: object, path: str = "bot") -> str:
+    """Return ``value`` if it is a bot id: any Unicode text of 1-63 characters (``label_text``)."""
+    return label_text(value, path, MAX_BOT)
 
 
 def validate_replica_id(value: object, path: str = "replica") -> str:
-    """Return ``value`` if it is a replica id (host or pod name: letters, digits, ``_ . : -``)."""
-    if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {type(value).__name__}")
-    if not REPLICA_ID_RE.fullmatch(value):
-        raise ValidationError(path, "must be 1-128 characters of A-Z, a-z, 0-9, '_', '.', ':' or '-', starting with a letter or digit")
-    return value
+    """Return ``value`` if it is a replica id (host or pod name): any Unicode text of 1-128 characters."""
+    return label_text(value, path, MAX_REPLICA)
 
 
 SNAPSHOT_SECTIONS = ("started_at", "uptime_ms", "conversations", "flows", "messages", "dropped", "presence_skipped")
@@ -283,8 +300,9 @@ def _duration(value: object, path: str) -> float:
 
 
 def _flow_name(name: str, path: str) -> None:
-    if not name or len(name) > MAX_NAME or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
-        raise ValidationError(f"{path}.{name[:MAX_NAME]}", f"a flow name is 1-{MAX_NAME} printable characters")
+    # The path names the flow by its repr when it is not plain (a newline would split the message's line).
+    shown = name[:MAX_NAME] if name.isprintable() else repr(name[:MAX_NAME])
+    label_text(name, f"{path}.{shown}", MAX_NAME)
 
 
 def _started_at(value: object, path: str) -> int | None:

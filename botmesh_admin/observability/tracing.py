@@ -442,7 +442,34 @@ def _django_response_hook(span: trace.Span, request: Any, response: Any) -> None
         span.update_name(f"{request.method} {route}")
 
 
+class WsgiPathMiddleware:
+    """Give the request's ``PATH_INFO`` back its WSGI form before the OpenTelemetry middleware reads it.
+
+    Django replaces ``META["PATH_INFO"]`` with the decoded path; the
+    instrumentation rebuilds the URL with ``wsgiref.util.request_uri``, which
+    encodes ``PATH_INFO`` as Latin-1, as PEP 3333 says it is — so a path holding
+    a character beyond U+00FF (a bot id ``🤖`` in ``/bots/%F0%9F%A4%96/metrics``)
+    raised ``UnicodeEncodeError``: a 500 for the request
+    (open-telemetry/opentelemetry-python-contrib#3237). Only ``META`` changes
+    (the UTF-8 bytes as Latin-1, PEP 3333's "bytes in a str"): Django routes by
+    ``request.path_info``, which stays decoded.
+    """
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        path = request.META.get("PATH_INFO")
+        if isinstance(path, str) and not path.isascii():
+            request.META["PATH_INFO"] = path.encode("utf-8", "surrogateescape").decode("latin-1")
+        return self.get_response(request)
+
+
+WSGI_PATH_MIDDLEWARE = f"{__name__}.WsgiPathMiddleware"
+
+
 def _instrument_django(provider: TracerProvider) -> None:
+    from django.conf import settings
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
     instrumentor = DjangoInstrumentor()
@@ -450,6 +477,10 @@ def _instrument_django(provider: TracerProvider) -> None:
         instrumentor.instrument(
             tracer_provider=provider, excluded_urls=EXCLUDED_URLS, response_hook=_django_response_hook
         )
+    # The instrumentation put its middleware first; this one goes before it.
+    middleware = list(settings.MIDDLEWARE)
+    if WSGI_PATH_MIDDLEWARE not in middleware:
+        settings.MIDDLEWARE = [WSGI_PATH_MIDDLEWARE, *middleware]
 
 
 def _instrument_celery(provider: TracerProvider) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -31,7 +32,8 @@ class TenantClient:
     bot: Client
 
     def push(self, bot: str, body: dict, **extra: object):  # type: ignore[no-untyped-def]
-        return self.bot.post(f"/api/v1/tenants/{self.tenant}/bots/{bot}/metrics", body,
+        # A client percent-escapes the bot id (any text: "/", newlines, any script).
+        return self.bot.post(f"/api/v1/tenants/{self.tenant}/bots/{quote(bot, safe='')}/metrics", body,
                              content_type="application/json", **extra)
 
 

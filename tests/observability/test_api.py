@@ -42,8 +42,9 @@ def test_a_bad_snapshot_is_422_naming_the_field(tenant_client: TenantClient) -> 
     assert response.status_code == 422
     assert response.json()["field"] == "snapshot.messages.out_failed"
     assert tenant_client.push("tienda-bot", {"messages": {}}).json()["field"] == "replica"
-    assert tenant_client.push("Tienda Bot", {"replica": "a"}).json()["field"] == "bot"
-    assert tenant_client.push("tienda-bot", {"replica": "a/b"}).json()["field"] == "replica"
+    assert tenant_client.push("tienda-bot", {"replica": "a" * 129}).json()["field"] == "replica"
+    assert tenant_client.push("tienda-bot", {"replica": ""}).json()["field"] == "replica"
+    assert tenant_client.push("b" * 64, {"replica": "a"}).json()["field"] == "bot"
 
 
 def test_history_of_an_unknown_replica_is_404(tenant_client: TenantClient) -> None:
@@ -111,3 +112,78 @@ def test_push_endpoint_is_in_the_openapi_document(tenant_client: TenantClient) -
 def test_push_with_a_time_outside_the_retention_is_422(tenant_client: TenantClient) -> None:
     response = tenant_client.push("tienda-bot", {"replica": "pod-a", "at": 1_000})
     assert response.status_code == 422 and response.json()["field"] == "at"
+
+
+# A quote, a backslash, a newline, "/" and non-Latin text: what real bots name their flows and replicas.
+NASTY_BOT = 'tienda "bot" \\ ventas/\nñ'
+NASTY_REPLICA = 'pod "a" \\\nworker1@host-7'
+NASTY_FLOW = 'say "hi" \\ now\n¿sí? 注文'
+
+
+def scrape(client: object) -> tuple[str, dict]:
+    response = client.get("/metrics")  # type: ignore[attr-defined]
+    assert response.status_code == 200
+    text = response.content.decode()
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text) for s in fam.samples
+    }
+    return text, values
+
+
+def test_any_unicode_text_is_a_flow_bot_and_replica_label(tenant_client: TenantClient) -> None:
+    """Regression for issue 15 item 7: a flow named with a quote, a backslash and a newline was a 422.
+
+    The whole snapshot is kept, read back with the same ids, and ``/metrics``
+    escapes them as text format 0.0.4 wants: prometheus_client's parser and
+    promtool read back exactly the ids that were pushed.
+    """
+    from urllib.parse import quote
+
+    body = {"replica": NASTY_REPLICA, "messages": {"in": 3}, "flows": {NASTY_FLOW: {"started": 2, "completed": 1}}}
+    url = f"/api/v1/tenants/{tenant_client.tenant}/bots/{quote(NASTY_BOT, safe='')}/metrics"
+    response = tenant_client.bot.post(url, body, content_type="application/json")
+    assert response.status_code == 201, response.content
+    assert (response.json()["bot"], response.json()["replica"]) == (NASTY_BOT, NASTY_REPLICA)
+    assert list(response.json()["snapshot"]["flows"]) == [NASTY_FLOW]
+
+    latest = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()
+    assert [(s["bot"], s["replica"]) for s in latest] == [(NASTY_BOT, NASTY_REPLICA)]
+    history = tenant_client.api.get(url, {"replica": NASTY_REPLICA}).json()
+    assert [s["snapshot"]["messages"]["in"] for s in history] == [3]
+
+    text, values = scrape(tenant_client.api)
+    labels = (("bot", NASTY_BOT), ("replica", NASTY_REPLICA), ("tenant", tenant_client.tenant))
+    assert values[("botmesh_messages_in_total", labels)] == 3
+    flow = tuple(sorted((*labels, ("flow", NASTY_FLOW))))
+    assert values[("botmesh_flow_started_total", flow)] == 2
+    assert 'flow="say \\"hi\\" \\\\ now\\n¿sí? 注文"' in text
+    promtool_check(text)
+
+
+def test_the_longest_ids_in_any_script_round_trip(tenant_client: TenantClient) -> None:
+    """63 and 128 four-byte characters: more than a Kv key holds as such, still one replica each."""
+    bot, replica = "🤖" * 63, "𝓻" * 127
+    for n, name in enumerate((replica + "1", replica + "2"), start=1):
+        response = tenant_client.push(bot, {"replica": name, "messages": {"in": n}})
+        assert response.status_code == 201, response.content
+    assert tenant_client.push(bot, {"replica": replica + "1", "messages": {"in": 5}}).json()["seq"] == 2
+    latest = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()
+    assert [(s["bot"], s["replica"], s["snapshot"]["messages"]["in"]) for s in latest] == [
+        (bot, replica + "1", 5), (bot, replica + "2", 2)]
+    _, values = scrape(tenant_client.api)
+    assert values[("botmesh_messages_in_total",
+                   (("bot", bot), ("replica", replica + "2"), ("tenant", tenant_client.tenant)))] == 2
+
+
+def test_a_lone_surrogate_is_422_naming_the_field(tenant_client: TenantClient) -> None:
+    raw = '{"replica": "pod-a", "flows": {"ok\\ud800": {"started": 1}}}'
+    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw,
+                                      content_type="application/json")
+    assert response.status_code == 422, response.content
+    assert response.json()["field"].startswith("snapshot.flows.")
+    raw = '{"replica": "pod-\\udc00", "messages": {"in": 1}}'
+    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw,
+                                      content_type="application/json")
+    assert (response.status_code, response.json()["field"]) == (422, "replica")
+    assert tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json() == []

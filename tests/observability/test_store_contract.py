@@ -95,6 +95,19 @@ def test_latest_sample_per_replica(bot_store: BotMetricsStore, tenant_id: str) -
     assert [s.bot for s in bot_store.latest(tenant_id)] == ["other-bot", "tienda-bot", "tienda-bot"]
 
 
+def test_ids_of_any_text_are_kept_apart_and_read_back(bot_store: BotMetricsStore, tenant_id: str) -> None:
+    """A "/" or "%" in an id never makes two replicas one, nor a bot another's prefix (issue 15 item 7)."""
+    ids = [("a/b", "c"), ("a", "b/c"), ("a%2Fb", "c"), ("a~", "\n"), ("a", "~" + "0" * 32), ("🤖" * 63, "é" * 128)]
+    for n, (bot, replica) in enumerate(ids, start=1):
+        bot_store.push(tenant_id, bot=bot, replica=replica, snapshot=snap(n), received_at_ms=1000)
+    latest = bot_store.latest(tenant_id)
+    assert [(s.bot, s.replica, s.snapshot["messages"]["in"]) for s in latest] == sorted(
+        (bot, replica, n) for n, (bot, replica) in enumerate(ids, start=1))
+    assert [s.replica for s in bot_store.latest(tenant_id, bot="a")] == ["b/c", "~" + "0" * 32]
+    for n, (bot, replica) in enumerate(ids, start=1):
+        assert [s.snapshot["messages"]["in"] for s in bot_store.history(tenant_id, bot=bot, replica=replica)] == [n]
+
+
 def test_history_is_bounded_and_oldest_first(bot_store: BotMetricsStore, tenant_id: str) -> None:
     for n in range(1, 13):
         bot_store.push(tenant_id, bot="b", replica="r1", snapshot=snap(n), received_at_ms=n * 1000)

@@ -361,3 +361,16 @@ def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
     (projection,) = [s for s in spans if s.name == "inbox.project"]
     assert projection.context.trace_id == push.context.trace_id
     assert projection.attributes["botmesh.tenant"] == tenant_client.tenant
+
+
+def test_a_path_beyond_latin_1_is_answered_and_traced(
+    tenant_client: TenantClient, exported: InMemorySpanExporter
+) -> None:
+    """open-telemetry/opentelemetry-python-contrib#3237: a path with ``注文`` or ``🤖`` was a 500 under tracing."""
+    from urllib.parse import quote
+
+    response = tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/{quote('注文🤖')}/")
+    assert response.status_code == 404
+    (server,) = [s for s in exported.get_finished_spans() if s.name.startswith("GET /t/")]
+    assert server.name == "GET /t/{tenant}/traces/{trace_id}/"
+    assert 404 in (server.attributes.get("http.status_code"), server.attributes.get("http.response.status_code"))

@@ -4,6 +4,13 @@ Tables (through ``TenantKv(kv, "observability")``)::
 
     observability/<tenant>/bot_metrics   l/<bot>/<replica>           latest sample (+ its seq)
                                          h/<bot>/<replica>/<slot>    ring of the last ``history`` samples
+
+A bot or replica id is any Unicode text (``domain.label_text``), so each
+stands in a key as ``key_segment(id)``: the id itself with ``%``, ``/``, ``~``
+and control characters percent-escaped (an id of the old ``[a-z0-9_.:-]``
+alphabets is its own segment, so tables written before keep their keys), or
+``~`` and a SHA-256 digest when that would not fit the Kv's 512-byte keys. Each
+sample also holds its bot and replica ids, which is what reads return.
     observability/<tenant>/traces        t/<trace id>                trace record (merged spans)
                                          x/recent/…, x/by_kind/…,    its summary in value indexes
                                          x/by_conversation/…         (``TRACE``), newest first
@@ -27,13 +34,16 @@ reads any more and which expire with their retention.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
 from botmesh_admin.kv.indexes import (
@@ -166,6 +176,24 @@ class KvCounterStore:
         self.kv.drop(self.table)
 
 
+_SEGMENT_ESCAPES = re.compile(r"[%/~\x00-\x1f\x7f-\x9f]")
+BOT_SEGMENT_BYTES = 160
+REPLICA_SEGMENT_BYTES = 300  # "l/" + 160 + "/" + 300 + "/000000" stays under the 512-byte key limit
+
+
+def key_segment(name: str, max_bytes: int) -> str:
+    """Return ``name`` as one segment of a Kv key: no ``/``, no control character, at most ``max_bytes``.
+
+    Percent-escaping is the identity on ids without ``%``, ``/``, ``~`` or
+    controls; a longer result becomes ``~<32 hex digits of SHA-256>`` (``~``
+    never starts an escaped segment, so the two never collide).
+    """
+    escaped = _SEGMENT_ESCAPES.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
+    if len(escaped.encode("utf-8")) <= max_bytes:
+        return escaped
+    return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+
+
 class KvBotMetricsStore:
     """Latest sample and a ring buffer of ``history`` samples per replica, written in one batch."""
 
@@ -178,15 +206,15 @@ class KvBotMetricsStore:
 
     def push(self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int) -> BotSample:
         table = self.tables.table(tenant, "bot_metrics")
-        latest_key = f"l/{bot}/{replica}"
+        pair = self._pair(bot, replica)
 
         def attempt() -> BotSample:
-            entry = self.kv.get(table, latest_key)
+            entry = self.kv.get(table, f"l/{pair}")
             seq = entry.value["seq"] + 1 if entry else 1
-            value = {"seq": seq, "at": received_at_ms, "snapshot": snapshot}
+            value = {"seq": seq, "at": received_at_ms, "bot": bot, "replica": replica, "snapshot": snapshot}
             self.kv.commit(table, [
-                Put(latest_key, value, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
-                Put(f"h/{bot}/{replica}/{seq % self.history_size:06d}", value, ttl_ms=self.retention_ms),
+                Put(f"l/{pair}", value, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
+                Put(f"h/{pair}/{seq % self.history_size:06d}", value, ttl_ms=self.retention_ms),
             ])
             return BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot)
 
@@ -194,20 +222,23 @@ class KvBotMetricsStore:
 
     def latest(self, tenant: str, *, bot: str | None = None) -> list[BotSample]:
         table = self.tables.table(tenant, "bot_metrics")
-        prefix = f"l/{bot}/" if bot is not None else "l/"
+        prefix = f"l/{key_segment(bot, BOT_SEGMENT_BYTES)}/" if bot is not None else "l/"
         out = []
         for entry in _scan_all(self.kv, table, prefix, limit=2000):
-            _, bot_id, replica = entry.key.split("/", 2)
-            out.append(self._sample(bot_id, replica, entry.value))
+            _, bot_segment, replica_segment = entry.key.split("/", 2)
+            out.append(self._sample(unquote(bot_segment), unquote(replica_segment), entry.value))
+        # Keys sort by their escaped or hashed segments; the contract orders by the ids themselves.
+        out.sort(key=lambda sample: (sample.bot, sample.replica))
         return out
 
     def history(self, tenant: str, *, bot: str, replica: str, since_ms: int | None = None) -> list[BotSample]:
         table = self.tables.table(tenant, "bot_metrics")
-        latest = self.kv.get(table, f"l/{bot}/{replica}")
+        pair = self._pair(bot, replica)
+        latest = self.kv.get(table, f"l/{pair}")
         if latest is None:
             return []
         newest = latest.value["seq"]
-        entries = _scan_all(self.kv, table, f"h/{bot}/{replica}/", limit=self.history_size)
+        entries = _scan_all(self.kv, table, f"h/{pair}/", limit=self.history_size)
         samples = [
             self._sample(bot, replica, e.value) for e in entries
             # a slot left from before a restart of the sequence is not part of this history
@@ -217,9 +248,14 @@ class KvBotMetricsStore:
         return [s for s in samples if since_ms is None or s.received_at_ms > since_ms]
 
     @staticmethod
+    def _pair(bot: str, replica: str) -> str:
+        return f"{key_segment(bot, BOT_SEGMENT_BYTES)}/{key_segment(replica, REPLICA_SEGMENT_BYTES)}"
+
+    @staticmethod
     def _sample(bot: str, replica: str, value: dict[str, Any]) -> BotSample:
-        return BotSample(bot=bot, replica=replica, received_at_ms=value["at"], seq=value["seq"],
-                         snapshot=value["snapshot"])
+        # Samples written before ids were any text hold no ids: their keys are the ids.
+        return BotSample(bot=value.get("bot", bot), replica=value.get("replica", replica),
+                         received_at_ms=value["at"], seq=value["seq"], snapshot=value["snapshot"])
 
 
 class KvTraceStore:
