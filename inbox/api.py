@@ -54,6 +54,9 @@ class ConversationOut(Schema):
     id: str
     chat_key: str
     channel: str
+    channel_name: str | None = Field(
+        None, description="the tenant's channel (WhatsApp number or Telegram bot) that received the chat; "
+        "replies go out through it. null: stored before conversations belonged to a channel")
     status: str
     stored_status: str
     assignee: str | None
@@ -375,9 +378,13 @@ def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) 
 
 
 @router.get("handoff/{chat_id}", response={200: HandoffStateOut, **ERRORS})
-def handoff_get(request: HttpRequest, tenant: str, chat_id: str) -> dict[str, Any]:
-    """For bots: is this chat handed off to a human (then do not answer it)?"""
-    state = selectors.handoff_get(tenant, chat_id)
+def handoff_get(request: HttpRequest, tenant: str, chat_id: str, channel: str | None = None) -> dict[str, Any]:
+    """For bots: is this chat handed off to a human (then do not answer it)?
+
+    ``channel`` names the bot's channel configuration (its number or bot); without it
+    the chat is handed off if its conversation on any of the tenant's channels is.
+    """
+    state = selectors.handoff_get(tenant, chat_id, channel_name=channel)
     return {
         "chat_id": chat_id, "handed_off": state.handed_off, "conversation_id": state.conversation_id,
         "taken_by": state.taken_by, "taken_at_ms": state.taken_at_ms, "released_by": state.released_by,
@@ -398,6 +405,7 @@ class StoredMessageIn(Schema):
     body: str | None = None
     timestamp: int
     providerMessageId: str | None = None  # noqa: N815
+    channelName: str | None = None  # noqa: N815 - the tenant's channel (number or bot) of the chat
     dropped: str | None = None
     senderName: str | None = None  # noqa: N815
 

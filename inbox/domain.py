@@ -1,8 +1,14 @@
 """Inbox value types, their validation and their JSON form (ARCHITECTURE §5, inbox).
 
-A *conversation* is one chat of one tenant, keyed by the chat key the bot ledger
-and the channel webhooks share (``whatsapp:573001112233``,
-``telegram:700000001``, ``telegram:<group>:<user>``). Its *messages* come from
+A *conversation* is one chat of one tenant on one of its channel
+configurations: ``(channel_name, chat_key)``, where ``channel_name`` is the
+tenant's WhatsApp number or Telegram bot that received it and ``chat_key`` the
+key the bot ledger and the channel webhooks share (``whatsapp:573001112233``,
+``telegram:700000001``, ``telegram:<group>:<user>``). A customer who writes to
+two numbers (or two bots) has two conversations, and each is answered through
+its own channel. Conversations stored before they belonged to a channel have
+``channel_name`` ``None`` until ``manage.py botmesh_assign_channels`` assigns
+them, and stay stored under their chat key alone (``keyed_by_chat_only``). Its *messages* come from
 the bot's ledger (``StoredMessage``), from channel webhooks and from agents'
 replies; they are ordered by ``(timestamp_ms, id)``.
 
@@ -87,6 +93,16 @@ def new_note_id(at_ms: int) -> str:
 def new_reply_id(at_ms: int) -> str:
     """Return an agent reply's message id: ``r_<13 digit ms>_<8 hex>``."""
     return f"r_{at_ms:013d}_{secrets.token_hex(4)}"
+
+
+def conversation_identity(chat_key: str, channel_name: str | None) -> str:
+    """Return the identity a conversation is stored under: ``<channel name>|<chat key>``.
+
+    ``channel_name`` ``None`` (a chat from before conversations belonged to a
+    channel, or a ledger record that names no channel of a tenant with several)
+    is the chat key alone. Channel names never hold ``|`` (``validate_id``).
+    """
+    return chat_key if channel_name is None else f"{channel_name}|{chat_key}"
 
 
 def chat_hash(chat_key: str) -> str:
@@ -262,6 +278,9 @@ class StoredMessage:
     (``timestamp``) epoch ms, from 2000 to a day from now.
     ``dropped`` (``dropped``) is set by a bot that did *not* send an outbound
     message, with the reason (``handoff`` while a human holds the chat).
+    ``channel_name`` (``channelName``, optional) is the tenant's channel the
+    chat is on (the number or bot); without it the inbox takes the tenant's only
+    channel of that kind, or the chat's conversation without a channel.
     """
 
     id: str
@@ -276,6 +295,7 @@ class StoredMessage:
     provider_message_id: str | None = None
     dropped: str | None = None
     sender_name: str | None = None
+    channel_name: str | None = None
 
     @classmethod
     def from_record(cls, data: object, field: str = "record") -> StoredMessage:
@@ -299,6 +319,11 @@ class StoredMessage:
         if dropped is not None and (not isinstance(dropped, str) or not TYPE_RE.fullmatch(dropped)):
             raise ValidationError(f"{field}.dropped", "must be a reason like handoff")
         provider_id = data.get("providerMessageId")
+        channel_name = data.get("channelName")
+        if channel_name is not None:
+            from botmesh_admin.kv.tenant import validate_id
+
+            validate_id(channel_name, f"{field}.channelName")
         return cls(
             id=check_id(data.get("id"), f"{field}.id"),
             tenant_id=tenant,
@@ -312,6 +337,7 @@ class StoredMessage:
             provider_message_id=None if provider_id is None else check_id(provider_id, f"{field}.providerMessageId"),
             dropped=dropped,
             sender_name=check_text(data.get("senderName"), f"{field}.senderName", 200),
+            channel_name=channel_name,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -325,6 +351,8 @@ class StoredMessage:
             record["dropped"] = self.dropped
         if self.sender_name is not None:
             record["senderName"] = self.sender_name
+        if self.channel_name is not None:
+            record["channelName"] = self.channel_name
         return record
 
 
@@ -349,12 +377,18 @@ class Conversation:
     ``inbound_count`` counts messages from the user (the base of unread counts);
     ``last_*`` describe the newest message by timestamp (the list row).
     ``snoozed_until_ms``: a ``pending`` conversation that reopens at that time.
+    ``channel`` is the kind (whatsapp, telegram), ``channel_name`` the tenant's
+    channel configuration that received the chat (see the module doc);
+    ``keyed_by_chat_only`` marks a conversation stored under its chat key alone
+    (created without a channel; it keeps that key once a channel is assigned).
     """
 
     id: str
     chat_key: str
     channel: str
     created_at_ms: int
+    channel_name: str | None = None
+    keyed_by_chat_only: bool = False
     status: str = "open"
     assignee: str | None = None
     version: int = 1
@@ -377,6 +411,11 @@ class Conversation:
     revision: int = 0
 
     @property
+    def identity(self) -> str:
+        """Return the identity the store keeps this conversation under (``conversation_identity``)."""
+        return conversation_identity(self.chat_key, None if self.keyed_by_chat_only else self.channel_name)
+
+    @property
     def handed_off(self) -> bool:
         """Return True while a human holds the chat (the bot must not answer)."""
         return self.handoff is not None and self.handoff.active
@@ -393,6 +432,8 @@ class Conversation:
         values = _known(cls, data)
         if values.get("handoff") is not None:
             values["handoff"] = Handoff(**values["handoff"])
+        # Stored before conversations belonged to a channel: under the chat key alone.
+        values.setdefault("keyed_by_chat_only", True)
         return cls(**values, revision=revision)
 
 
@@ -402,7 +443,13 @@ def validate_conversation(conversation: Conversation) -> Conversation:
     check_conversation_id(c.id, "conversation.id")
     check_id(c.chat_key, "conversation.chat_key")
     if not CHANNEL_RE.fullmatch(c.channel):
-        raise ValidationError("conversation.channel", "must be a channel name")
+        raise ValidationError("conversation.channel", "must be a channel kind")
+    if c.channel_name is not None:
+        from botmesh_admin.kv.tenant import validate_id
+
+        validate_id(c.channel_name, "conversation.channel_name")
+    if c.channel_name is None and not c.keyed_by_chat_only:
+        raise ValidationError("conversation.keyed_by_chat_only", "must be set for a conversation without a channel")
     check_choice(c.status, "conversation.status", CONVERSATION_STATUSES)
     if c.assignee is not None:
         check_agent(c.assignee, "conversation.assignee")

@@ -94,11 +94,27 @@ def _count(name: str) -> None:
 # -- conversation bookkeeping ---------------------------------------------------------
 
 
-def _new_conversation(chat_key: str, channel: str, at_ms: int) -> Conversation:
+def _new_conversation(chat_key: str, channel: str, at_ms: int, channel_name: str | None) -> Conversation:
     return Conversation(
         id=new_conversation_id(), chat_key=chat_key, channel=channel, created_at_ms=at_ms,
-        updated_at_ms=at_ms,
+        updated_at_ms=at_ms, channel_name=channel_name, keyed_by_chat_only=channel_name is None,
     )
+
+
+def _conversation_of(
+    inbox: Inbox, tenant: str, chat_key: str, channel: str, channel_name: str | None
+) -> tuple[Conversation | None, Conversation]:
+    """Return ``(stored, conversation)`` of the chat on ``channel_name`` (a new one if none is stored).
+
+    A conversation stored before conversations belonged to a channel is
+    assigned the channel that now hears from it.
+    """
+    stored = inbox.store.conversation_by_chat(tenant, chat_key, channel_name=channel_name)
+    if stored is None:
+        return None, _new_conversation(chat_key, channel, inbox.clock(), channel_name)
+    if stored.channel_name is None and channel_name is not None:
+        return stored, replace(stored, channel_name=channel_name)
+    return stored, stored
 
 
 def _after_message(conv: Conversation, m: Message, now: int, removed: Message | None = None) -> Conversation:
@@ -162,9 +178,11 @@ def ingest(
     *,
     chat_key: str,
     channel: str,
+    channel_name: str | None = None,
     contact: Callable[[Conversation], str | None] | None = None,
 ) -> Projected:
-    """Add ``message`` (its ``conversation_id`` is filled in) to the conversation of ``chat_key``.
+    """Add ``message`` (its ``conversation_id`` is filled in) to the conversation of ``chat_key``
+    on the channel configuration ``channel_name`` (``None``: the chat's conversation without a channel).
 
     Idempotent by message id; a message whose provider id belongs to a message
     already stored is recorded as an alias of it (``duplicate``); one that
@@ -185,8 +203,7 @@ def ingest(
         if twin is not None and (twin.id == message.id or message.id in twin.aliases):
             if not twin.placeholder or message.placeholder:
                 return Projected("duplicate", twin.conversation_id, twin.id)
-        stored = store.conversation_by_chat(tenant, chat_key)
-        conv = stored or _new_conversation(chat_key, channel, inbox.clock())
+        stored, conv = _conversation_of(inbox, tenant, chat_key, channel, channel_name)
         m = replace(message, conversation_id=conv.id)
         removed: Message | None = None
         if twin is not None and not twin.placeholder:
@@ -267,6 +284,7 @@ def project_stored(inbox: Inbox, tenant: str, record: StoredMessage) -> Projecte
     )
     result = ingest(
         inbox, tenant, message, chat_key=record.chat_id, channel=record.channel,
+        channel_name=record.channel_name,
         contact=lambda conv: _contact_for(tenant, conv, record.channel, record.sender_id, record.sender_name),
     )
     if result.outcome == "created":
@@ -329,7 +347,7 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
         },
     )
     result = ingest(
-        inbox, tenant, message, chat_key=event.chat_key, channel=event.channel,
+        inbox, tenant, message, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name,
         contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
     )
     if result.outcome == "created":
@@ -359,7 +377,8 @@ def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Proje
         inbox, target_id, event.timestamp_ms, reactions=(reaction,) if emoji else (),
         aliases=(event.provider_message_id,),
     )
-    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel)
+    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel,
+                    channel_name=event.channel_name)
     if result.outcome == "duplicate":  # the target arrived meanwhile: attach to it
         return project_inbound(inbox, tenant, event)
     return result
@@ -457,7 +476,8 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
         error_code=event.error_code if event.status == "failed" else None,
         error_title=event.error_title if event.status == "failed" else None,
     )
-    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel)
+    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel,
+                    channel_name=event.channel_name)
     if result.outcome == "duplicate":
         return project_status(inbox, tenant, event)
     return result
@@ -472,9 +492,8 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
     contact_id: str | None = None
     for attempt in range(RETRIES):
         _backoff(attempt)
-        conv = inbox.store.conversation_by_chat(tenant, event.chat_key)
-        if conv is None:
-            conv = _new_conversation(event.chat_key, event.channel, inbox.clock())
+        stored, conv = _conversation_of(inbox, tenant, event.chat_key, event.channel, event.channel_name)
+        if stored is None:
             conv = replace(conv, last_activity_ms=event.timestamp_ms)
         if contact_id is None and event.sender_id:
             contact_id = _contact_for(tenant, conv, event.channel, event.sender_id, None)
@@ -493,7 +512,7 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
         try:
             inbox.store.write(tenant, Change(
                 conversation=validate_conversation(new),
-                previous=conv if conv.revision else None,
+                previous=stored,
             ))
         except Conflict:
             continue

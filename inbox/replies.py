@@ -155,11 +155,28 @@ def _record_outcome(inbox: Inbox, tenant: str, message: Message, **changes: Any)
     raise Conflict("reply is too busy; the record will be retried")
 
 
-def _provider_for(tenant: str, channel_kind: str) -> Any:
-    from botmesh_admin.channels.providers import provider_for
+def _provider_for(tenant: str, conv: Any) -> Any:
+    """Return the provider of the channel that received ``conv`` (never another number or bot).
+
+    A conversation without a channel (stored before conversations belonged to
+    one) is sent through the tenant's only channel of its kind; with several,
+    or when its channel was deleted, every send fails with the reason (an
+    ``UnconfiguredProvider``) instead of going out from another number.
+    """
+    from botmesh_admin.channels.providers import UnconfiguredProvider, provider_for
     from botmesh_admin.channels.selectors import channel_config_list
 
-    configs = channel_config_list(tenant, kind=channel_kind)
+    configs = channel_config_list(tenant, kind=conv.channel)
+    if conv.channel_name is not None:
+        channel = next((c for c in configs if c.name == conv.channel_name), None)
+        if channel is None:
+            return UnconfiguredProvider(f"the conversation's channel {conv.channel_name!r} is no longer configured")
+        return provider_for(tenant, channel)
+    if len(configs) > 1:
+        return UnconfiguredProvider(
+            f"the conversation has no channel and the tenant has {len(configs)} {conv.channel} channels: "
+            "run manage.py botmesh_assign_channels"
+        )
     return provider_for(tenant, configs[0] if configs else None)
 
 
@@ -192,7 +209,7 @@ def reply_send(
         return _set_reply(inbox, tenant, message, state="not_confirmed", error_title="the worker stopped "
                           "before the provider answered; it may or may not have been delivered")
     conv = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
-    provider = _provider_for(tenant, conv.channel)
+    provider = _provider_for(tenant, conv)
     while True:
         wait = (message.reply.retry_at_ms or 0) - inbox.clock()
         if wait > MAX_INLINE_WAIT_MS:

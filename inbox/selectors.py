@@ -333,9 +333,38 @@ class HandoffState:
     released_at_ms: int | None = None
 
 
-def handoff_get(tenant: str, chat_key: str, *, store: InboxStore | None = None) -> HandoffState:
-    """Return the handoff state of a chat (not handed off if the inbox does not know the chat)."""
-    conversation = (store or default_store()).conversation_by_chat(tenant, chat_key)
+def conversations_of_chat(
+    tenant: str, chat_key: str, *, channel_name: str | None = None, store: InboxStore | None = None
+) -> list[Conversation]:
+    """Return the conversations of ``chat_key``: on ``channel_name``, else on each of the tenant's
+    channels of the chat's kind (and the one without a channel). O(channels of that kind) reads.
+    """
+    store = store or default_store()
+    if channel_name is not None:
+        found = store.conversation_by_chat(tenant, chat_key, channel_name=channel_name)
+        return [found] if found is not None else []
+    from botmesh_admin.channels.selectors import channel_config_list_cached
+
+    kind = chat_key.partition(":")[0]
+    names: list[str | None] = [c.name for c in channel_config_list_cached(tenant, kind=kind)]
+    conversations: dict[str, Conversation] = {}
+    for name in [*names, None]:
+        found = store.conversation_by_chat(tenant, chat_key, channel_name=name)
+        if found is not None:
+            conversations.setdefault(found.id, found)
+    return list(conversations.values())
+
+
+def handoff_get(
+    tenant: str, chat_key: str, *, channel_name: str | None = None, store: InboxStore | None = None
+) -> HandoffState:
+    """Return the handoff state of a chat (not handed off if the inbox does not know the chat).
+
+    ``channel_name`` names the bot's channel (the number or Telegram bot); without
+    it the chat counts as handed off if its conversation on any channel is.
+    """
+    found = conversations_of_chat(tenant, chat_key, channel_name=channel_name, store=store)
+    conversation = next((c for c in found if c.handed_off), found[0] if found else None)
     if conversation is None or conversation.handoff is None:
         return HandoffState(chat_key, False, conversation.id if conversation else None)
     h = conversation.handoff

@@ -424,25 +424,45 @@ def ledger_parse(body: bytes) -> list[Any]:
     return records
 
 
+def _with_channel(record: StoredMessage, names: list[str], field: str) -> StoredMessage:
+    """Return ``record`` on its channel configuration: the one it names (which must be one of
+    ``names``, the tenant's channels of its kind), else the tenant's only one of that kind.
+
+    With several channels of the kind and none named, the record keeps no
+    channel (its chat's conversation without a channel): never a guessed number.
+    """
+    if record.channel_name is not None:
+        if record.channel_name not in names:
+            raise ValidationError(field, f"is not a {record.channel} channel of this tenant")
+        return record
+    return replace(record, channel_name=names[0]) if len(names) == 1 else record
+
+
 def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
     """Validate every record, then journal each (channel ``ledger``, type ``ledger.message``).
 
     Nothing is journaled if any record is invalid: ``ValidationError`` names it
-    (``records[3].timestamp``). A record without ``tenantId`` belongs to
-    ``tenant``; one naming another tenant is refused. The idempotency key is
+    (``records[3].timestamp``, ``records[0].channelName``). A record without
+    ``tenantId`` belongs to ``tenant``; one naming another tenant is refused.
+    A record without ``channelName`` is on the tenant's only channel of its
+    kind (see ``_with_channel``). The idempotency key is
     the message id, so a pushed-again record is counted in ``duplicates``.
     Return ``{"records", "accepted", "duplicates"}``; a worker projects them.
     """
+    from botmesh_admin.channels.selectors import channel_config_list
     from botmesh_admin.events import Envelope, default_journal
     from botmesh_admin.events.base import new_event_id
     from botmesh_admin.observability.tracing import inject_context
 
+    names_of_kind: dict[str, list[str]] = {}
+    for channel in channel_config_list(tenant):
+        names_of_kind.setdefault(channel.kind, []).append(channel.name)
     parsed = []
     for i, data in enumerate(records):
         record = StoredMessage.from_record(data, f"records[{i}]")
         if record.tenant_id is not None and record.tenant_id != tenant:
             raise ValidationError(f"records[{i}].tenantId", "names another tenant than the token's")
-        parsed.append(record)
+        parsed.append(_with_channel(record, names_of_kind.get(record.channel, []), f"records[{i}].channelName"))
     journal = default_journal()
     accepted = 0
     carrier = inject_context()  # the push's trace: each record's projection continues it

@@ -12,7 +12,11 @@ fed by a webhook and by a bot's ledger push is the same conversation:
   conversation per participant).
 - ``sender_id``: ``"whatsapp:<wa_id>"`` / ``"telegram:<user id>"``.
 - ``provider_message_id``: the WhatsApp ``wamid``; for Telegram, whose message
-  ids are unique only inside a chat, ``"<chat id>:<message id>"``.
+  ids are unique only inside one bot's chat, ``"<bot channel name>:<chat id>:<message id>"``.
+- ``channel_name``: the tenant's channel configuration that received the event
+  (the WhatsApp number by ``metadata.phone_number_id``, the Telegram bot by its
+  webhook URL). A conversation is ``(channel_name, chat_key)``: one customer
+  writing to two numbers or two bots has two conversations.
 
 Times are epoch milliseconds (``timestamp_ms``).
 """
@@ -168,6 +172,7 @@ class InboundMessage(_Event):
     location: Location | None = None
     edit_of: str | None = None
     raw_type: str | None = None
+    channel_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,7 @@ class StatusUpdate(_Event):
     error_title: str | None = None
     recipient: str | None = None
     chat_key: str | None = None
+    channel_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,7 @@ class MemberUpdate(_Event):
     timestamp_ms: int
     sender_id: str | None = None
     previous_status: str | None = None
+    channel_name: str | None = None
 
     @property
     def blocked(self) -> bool:

@@ -324,12 +324,15 @@ class TelegramProvider(_HttpProvider):
 
     def __init__(
         self, base_url: str, bot_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
-        public_only: bool = False, allow_loopback: bool = False,
+        public_only: bool = False, allow_loopback: bool = False, channel_name: str | None = None,
     ) -> None:
         super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only,
                          allow_loopback=allow_loopback)
         self._base_url = base_url.rstrip("/")
         self._bot_token = bot_token
+        # Message ids are unique per bot and chat: an accepted id is "<bot channel>:<chat>:<id>",
+        # like the webhook's (``telegram`` module doc).
+        self._id_prefix = f"{channel_name}:" if channel_name else ""
 
     def __repr__(self) -> str:
         return f"TelegramProvider({self._base_url!r})"
@@ -363,7 +366,7 @@ class TelegramProvider(_HttpProvider):
             chat_id = _object(result, "chat").get("id")
             return SendResult(
                 status="accepted", chat_key=message.chat_key,
-                provider_message_id=f"{chat_id}:{result['message_id']}",
+                provider_message_id=f"{self._id_prefix}{chat_id}:{result['message_id']}",
                 recipient=str(chat_id) if chat_id is not None else address_of(message.chat_key, self.kind),
             )
         code: int = body["error_code"] if isinstance(body.get("error_code"), int) else status
@@ -464,7 +467,7 @@ def provider_for(tenant: str, channel: Channel | None) -> Provider:
         token = channel.secret("bot_token")
         if token:
             return TelegramProvider(api_base("telegram", channel), token, public_only=public_only,
-                                    allow_loopback=allow_loopback)
+                                    allow_loopback=allow_loopback, channel_name=channel.name)
     if settings.CONFIG.production:
         what = f"channel {channel.name!r}" if channel is not None else "this tenant"
         return UnconfiguredProvider(f"{what} has no credentials to send with")

@@ -6,8 +6,12 @@ Spec: Telegram Bot API, ``setWebhook`` (``secret_token``, 1-256 characters of
 
 In a group or supergroup every participant gets their own conversation:
 ``chat_key = "telegram:<chat id>:<user id>"``; a private chat is
-``"telegram:<chat id>"``. Message ids are unique per chat only, so
-``provider_message_id = "<chat id>:<message id>"``.
+``"telegram:<chat id>"``. Message ids are unique per bot and chat only, so
+``provider_message_id = "<bot>:<chat id>:<message id>"`` where ``<bot>`` is the
+tenant's channel name of the bot that received the update (``parse_update``'s
+``channel_name``; the second bot's ``message_id`` 1 from the same user is
+another message than the first bot's). Every id an event carries
+(``reply_to``, ``edit_of``, a callback's) has the same prefix.
 
 Pure functions: no Django, no I/O; tolerant of fields Telegram adds later, but
 a message whose ``date`` is not a plausible Unix time is refused (never stored as 1970).
@@ -15,6 +19,7 @@ a message whose ``date`` is not a plausible Unix time is refused (never stored a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from typing import Any
@@ -81,28 +86,32 @@ def _name(user: dict[str, Any]) -> str | None:
     return full or _str(user.get("username"))
 
 
-def parse_update(update: Any, *, now_ms: int | None = None) -> list[InboundEvent]:
+def parse_update(update: Any, *, now_ms: int | None = None, channel_name: str | None = None) -> list[InboundEvent]:
     """Return the events of one ``Update`` (zero or one; a list to match ``whatsapp.parse_webhook``).
 
     Handles ``message``, ``edited_message``, ``callback_query`` and
     ``my_chat_member``; other update kinds yield nothing. A callback query carries
     no date, so it is stamped with ``now_ms`` (default: the current time).
+    ``channel_name`` is the bot's channel: set on the event and prefixed to its ids.
     Raise ``ValidationError`` if ``update`` is not a JSON object or a date is not
     Unix seconds (naming it: ``message.date``).
     """
     if not isinstance(update, dict):
         raise ValidationError("body", "not a JSON object")
     event: InboundEvent | None = None
+    bot = f"{channel_name}:" if channel_name else ""
     if "message" in update:
-        event = _message(_dict(update["message"]), edited=False)
+        event = _message(_dict(update["message"]), edited=False, bot=bot)
     elif "edited_message" in update:
-        event = _message(_dict(update["edited_message"]), edited=True)
+        event = _message(_dict(update["edited_message"]), edited=True, bot=bot)
     elif "callback_query" in update:
         now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-        event = _callback(_dict(update["callback_query"]), now)
+        event = _callback(_dict(update["callback_query"]), now, bot=bot)
     elif "my_chat_member" in update:
         event = _member(_dict(update["my_chat_member"]))
-    return [event] if event is not None else []
+    if event is None:
+        return []
+    return [dataclasses.replace(event, channel_name=channel_name)] if channel_name else [event]
 
 
 def update_id(update: Any) -> int | None:
@@ -110,14 +119,14 @@ def update_id(update: Any) -> int | None:
     return _int(_dict(update).get("update_id"))
 
 
-def _message(msg: dict[str, Any], *, edited: bool) -> InboundMessage | None:
+def _message(msg: dict[str, Any], *, edited: bool, bot: str) -> InboundMessage | None:
     chat, user = _dict(msg.get("chat")), _dict(msg.get("from"))
     key, chat_id, message_id = chat_key(chat, user), _int(chat.get("id")), _int(msg.get("message_id"))
     if key is None or message_id is None:
         return None
     raw_type = next((k for k in CONTENT_TYPES if k in msg), "unsupported")
     fields = _content(msg, raw_type)
-    own_id = f"{chat_id}:{message_id}"
+    own_id = f"{bot}{chat_id}:{message_id}"
     reply = _int(_dict(msg.get("reply_to_message")).get("message_id"))
     time_field = "edit_date" if edited and "edit_date" in msg else "date"
     timestamp_ms = message_time_ms(
@@ -132,7 +141,7 @@ def _message(msg: dict[str, Any], *, edited: bool) -> InboundMessage | None:
         provider_message_id=f"{own_id}:edit:{timestamp}" if edited else own_id,
         timestamp_ms=timestamp_ms,
         sender_name=_name(user),
-        reply_to=f"{chat_id}:{reply}" if reply is not None else None,
+        reply_to=f"{bot}{chat_id}:{reply}" if reply is not None else None,
         edit_of=own_id if edited else None,
         **fields,
     )
@@ -184,7 +193,7 @@ def _button_title(message: dict[str, Any], data: str) -> str | None:
     return None
 
 
-def _callback(query: dict[str, Any], now_ms: int) -> InboundMessage | None:
+def _callback(query: dict[str, Any], now_ms: int, *, bot: str) -> InboundMessage | None:
     user, message = _dict(query.get("from")), _dict(query.get("message"))
     query_id, user_id = _str(query.get("id")), _int(user.get("id"))
     if query_id is None or user_id is None:
@@ -198,13 +207,13 @@ def _callback(query: dict[str, Any], now_ms: int) -> InboundMessage | None:
         channel=CHANNEL,
         chat_key=key,
         sender_id=f"{CHANNEL}:{user_id}",
-        provider_message_id=f"callback:{query_id}",
+        provider_message_id=f"{bot}callback:{query_id}",
         type="button",
         text=title or data or None,
         timestamp_ms=now_ms,
         sender_name=_name(user),
         button=Button(id=data, title=title, kind="callback"),
-        reply_to=f"{chat_id}:{message_id}" if message_id is not None and chat_id is not None else None,
+        reply_to=f"{bot}{chat_id}:{message_id}" if message_id is not None and chat_id is not None else None,
         raw_type="callback_query",
     )
 

@@ -295,3 +295,42 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (its timeout): that is what a slow answer tests
+
+
+# -- WhatsApp bodies for another business number -----------------------------------------
+
+
+def whatsapp_body_for_number(body: dict[str, Any], *, phone_number_id: str, display_phone_number: str) -> dict[str, Any]:
+    """Return a copy of a Cloud API webhook body as it would arrive for another business number.
+
+    Every change's ``metadata`` names ``phone_number_id`` / ``display_phone_number``,
+    and every message and status id (and the ids they refer to: ``context.id``,
+    ``reaction.message_id``) gets the suffix ``_<phone_number_id>``, since a wamid
+    names one message of one number. Sign the compact JSON of the result with
+    ``whatsapp.signature`` (one Meta app, one app secret, for all its numbers).
+    For the demo and tests: the shared fixtures hold one number only.
+    """
+    out = copy.deepcopy(body)
+
+    def other(message_id: Any) -> Any:
+        return f"{message_id}_{phone_number_id}" if isinstance(message_id, str) and message_id else message_id
+
+    for entry in out.get("entry") or []:
+        for change in entry.get("changes") or []:
+            value = change.get("value") or {}
+            if isinstance(value.get("metadata"), dict):
+                value["metadata"].update(phone_number_id=phone_number_id, display_phone_number=display_phone_number)
+            for message in value.get("messages") or []:
+                message["id"] = other(message.get("id"))
+                if isinstance(message.get("context"), dict):
+                    message["context"]["id"] = other(message["context"].get("id"))
+                if isinstance(message.get("reaction"), dict):
+                    message["reaction"]["message_id"] = other(message["reaction"].get("message_id"))
+            for status in value.get("statuses") or []:
+                status["id"] = other(status.get("id"))
+    return out
+
+
+def compact_json(body: Any) -> bytes:
+    """Return ``body`` as the compact UTF-8 JSON bytes Meta posts (what a signature is computed over)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

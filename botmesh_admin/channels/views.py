@@ -6,7 +6,8 @@
 
 A POST is durable before it is answered: one journal envelope per raw body
 (``whatsapp.webhook`` / ``telegram.update`` on the ``inbound`` channel, payload
-``{"config": <channel name(s)>, "events": [event.to_dict(), ...]}``) is appended,
+``{"config": <channel name(s)>, "events": [event.to_dict(), ...]}``, each event
+naming the ``channel_name`` that received it) is appended,
 idempotent by the SHA-256 of the raw body (WhatsApp) or the ``update_id``
 (Telegram), so a provider's redelivery is journaled once. If the journal cannot
 be written the view answers 503 and the provider retries. Projection into
@@ -176,7 +177,8 @@ def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> Htt
         names.append(channel.name)
     if not names:  # a change without metadata (an account-level field): name the signing channel(s)
         names = [c.name for c in channels if c.phone_number_id in signed_by]
-    events = whatsapp.parse_webhook(body)
+    # Each change's events belong to the channel of its own phone_number_id.
+    events = whatsapp.parse_webhook(body, {pid: c.name for pid, c in by_number.items() if pid and pid in signed_by})
     key = "whatsapp:" + hashlib.sha256(raw).hexdigest()
     event_id = _journal(tenant, "whatsapp.webhook", key, ",".join(names), events)
     log.info("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
@@ -215,7 +217,7 @@ def _telegram(
     if update is None or update_id is None:
         return _error(400, "bad_request", "the body is not a Telegram Update")
     try:
-        events = telegram.parse_update(update)
+        events = telegram.parse_update(update, channel_name=channel.name)
     except ValidationError as exc:
         return _error(400, "bad_request", exc.message)
     event_id = _journal(tenant, "telegram.update", f"telegram:{name}:{update_id}", name, events)

@@ -117,14 +117,20 @@ def phone_number_ids(body: Any) -> list[str]:
     return seen
 
 
-def parse_webhook(body: Any) -> list[InboundEvent]:
+def parse_webhook(body: Any, channel_names: Mapping[str, str] | None = None) -> list[InboundEvent]:
     """Return every message and status of every entry and change, in body order.
 
+    ``channel_names`` maps a ``metadata.phone_number_id`` to the name of the
+    tenant's channel for that number: each event carries the ``channel_name``
+    of the change it came in (one Meta app may post one body whose entries are
+    for several numbers), ``None`` for a number not in the map.
     Raise ``ValidationError`` if ``body`` is not a JSON object or a time is not
     Unix seconds (naming it: ``entry[0].changes[0].value.messages[1].timestamp``).
     """
     events: list[InboundEvent] = []
     for path, value in _changes(body):
+        pid = _str(_dict(value.get("metadata")).get("phone_number_id"))
+        channel_name = (channel_names or {}).get(pid) if pid else None
         names = {}
         for contact in _list(value.get("contacts")):
             contact = _dict(contact)
@@ -132,17 +138,19 @@ def parse_webhook(body: Any) -> list[InboundEvent]:
             if wa_id:
                 names[wa_id] = _str(_dict(contact.get("profile")).get("name"))
         for k, message in enumerate(_list(value.get("messages"))):
-            parsed = _message(_dict(message), names, f"{path}.messages[{k}]")
+            parsed = _message(_dict(message), names, f"{path}.messages[{k}]", channel_name)
             if parsed is not None:
                 events.append(parsed)
         for k, status in enumerate(_list(value.get("statuses"))):
-            parsed_status = _status(_dict(status), f"{path}.statuses[{k}]")
+            parsed_status = _status(_dict(status), f"{path}.statuses[{k}]", channel_name)
             if parsed_status is not None:
                 events.append(parsed_status)
     return events
 
 
-def _message(msg: dict[str, Any], names: dict[str, str | None], path: str) -> InboundMessage | None:
+def _message(
+    msg: dict[str, Any], names: dict[str, str | None], path: str, channel_name: str | None
+) -> InboundMessage | None:
     sender, message_id = _str(msg.get("from")), _str(msg.get("id"))
     if sender is None or message_id is None:
         return None
@@ -192,6 +200,7 @@ def _message(msg: dict[str, Any], names: dict[str, str | None], path: str) -> In
         sender_name=names.get(sender),
         reply_to=_str(_dict(msg.get("context")).get("id")),
         raw_type=raw_type,
+        channel_name=channel_name,
         **fields,
     )
 
@@ -200,7 +209,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _status(status: dict[str, Any], path: str) -> StatusUpdate | None:
+def _status(status: dict[str, Any], path: str, channel_name: str | None) -> StatusUpdate | None:
     message_id, state = _str(status.get("id")), _str(status.get("status"))
     if message_id is None or state is None:
         return None
@@ -216,4 +225,5 @@ def _status(status: dict[str, Any], path: str) -> StatusUpdate | None:
         error_title=_str(error.get("title")) or _str(error.get("message")),
         recipient=recipient,
         chat_key=f"{CHANNEL}:{recipient}" if recipient else None,
+        channel_name=channel_name,
     )

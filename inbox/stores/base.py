@@ -16,11 +16,12 @@ Rules every implementation keeps:
 - A new message (revision 0) claims its id; an id already claimed by any
   message of the tenant (its own id or an alias) is a ``Conflict``. So two
   workers projecting the same message leave exactly one copy.
-- A new conversation (revision 0) claims its chat key; one chat key maps to at
-  most one conversation.
+- A new conversation (revision 0) claims its identity (``Conversation.identity``:
+  its channel and chat key, or the chat key alone for one without a channel);
+  one identity maps to at most one conversation.
 - A message keeps its timestamp and direction across writes (to move it,
   remove it and put a new one in the same change).
-- Conversations list newest activity first (ties by chat key hash); messages
+- Conversations list newest activity first (ties by identity hash); messages
   in ``(timestamp_ms, id)`` order; notes in id order (ids sort by creation
   time). Cursors are exclusive.
 - Unread counts. ``Conversation.inbound_count`` is the number of the
@@ -104,8 +105,16 @@ class InboxStore(Protocol):
         """Return the conversation ``conversation_id``, or ``None``."""
         ...
 
-    def conversation_by_chat(self, tenant: str, chat_key: str) -> Conversation | None:
-        """Return the conversation of ``chat_key``, or ``None``."""
+    def conversation_by_chat(
+        self, tenant: str, chat_key: str, *, channel_name: str | None = None
+    ) -> Conversation | None:
+        """Return the conversation of ``chat_key`` on the channel ``channel_name``, or ``None``.
+
+        The one stored under ``(channel_name, chat_key)``; else the one stored
+        under the chat key alone if it has no channel or that channel (a
+        conversation from before conversations belonged to a channel).
+        ``channel_name`` ``None``: the one stored under the chat key alone.
+        """
         ...
 
     def conversation_page(

@@ -5,7 +5,9 @@ atomic inside one table only and a projection must write a message, its id
 claim, its conversation and the conversation's index entries together. Keys:
 
 =====================================  ===================================================
-``k/<sha256(chat key)[:32]>``          the conversation (its Kv version is ``revision``)
+``k/<sha256(identity)[:32]>``          the conversation (its Kv version is ``revision``); the
+                                       identity is ``<channel name>|<chat key>``, the chat key
+                                       alone for one stored without a channel
 ``c/<conversation id>``                ``{"k": chat hash}`` — finds a conversation by id
 ``m/<conv id>/<13 digit ms>/<msg id>`` a message (ordered by timestamp, then id)
 ``i/<message id or alias>``            ``{"c": conv id, "k": sort key}`` — id claims
@@ -92,7 +94,16 @@ from botmesh_admin.kv.indexes import (
     encode,
     encode_component,
 )
-from inbox.domain import Conversation, Message, Note, ReadMarker, chat_hash, now_ms, replace
+from inbox.domain import (
+    Conversation,
+    Message,
+    Note,
+    ReadMarker,
+    chat_hash,
+    conversation_identity,
+    now_ms,
+    replace,
+)
 
 from .base import INVERT, MAX_SCAN, STATUSES, Change, parse_cursor
 
@@ -252,9 +263,23 @@ class KvInboxStore:
             return None
         return Conversation.from_json(entry.value, entry.version)
 
-    def conversation_by_chat(self, tenant: str, chat_key: str) -> Conversation | None:
-        entry = self.kv.get(self._table(tenant), f"k/{chat_hash(chat_key)}")
-        return None if entry is None else Conversation.from_json(entry.value, entry.version)
+    def conversation_by_chat(
+        self, tenant: str, chat_key: str, *, channel_name: str | None = None
+    ) -> Conversation | None:
+        table = self._table(tenant)
+        legacy_key = f"k/{chat_hash(chat_key)}"
+        if channel_name is None:
+            entry = self.kv.get(table, legacy_key)
+            return None if entry is None else Conversation.from_json(entry.value, entry.version)
+        # One round trip for both places (the chat on this channel; a chat stored before channels).
+        own, legacy = self.kv.get_many(
+            table, [f"k/{chat_hash(conversation_identity(chat_key, channel_name))}", legacy_key]
+        )
+        if own is not None:
+            return Conversation.from_json(own.value, own.version)
+        if legacy is None or legacy.value.get("channel_name") not in (None, channel_name):
+            return None
+        return Conversation.from_json(legacy.value, legacy.version)
 
     def _list_prefixes(
         self, table: str, view: str, agent: str | None, status: str | None, channel: str | None
@@ -391,7 +416,7 @@ class KvInboxStore:
         conversation_key = None
         old_data: Mapping[str, Any] | None = None
         if conversation is not None:
-            digest = chat_hash(conversation.chat_key)
+            digest = chat_hash(conversation.identity)
             conversation_key = f"k/{digest}"
             data = conversation.to_json()
             if conversation.revision == 0:
@@ -673,7 +698,7 @@ class KvInboxStore:
 
     def conversation_delete(self, tenant: str, conversation: Conversation) -> None:
         table = self._table(tenant)
-        key = f"k/{chat_hash(conversation.chat_key)}"
+        key = f"k/{chat_hash(conversation.identity)}"
         entry = self.kv.get(table, key)
         if entry is None or entry.value.get("id") != conversation.id:
             raise NotFound("conversation not found")

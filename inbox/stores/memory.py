@@ -7,7 +7,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from inbox.domain import Conversation, Message, Note, ReadMarker, chat_hash, replace
+from inbox.domain import (
+    Conversation,
+    Message,
+    Note,
+    ReadMarker,
+    chat_hash,
+    conversation_identity,
+    replace,
+)
 
 from .base import MAX_SCAN, STATUSES, Change, parse_cursor
 
@@ -31,7 +39,7 @@ class _Tenant:
 
 def _order(c: Conversation) -> tuple[int, str]:
     """Return a conversation's place in the lists: newest activity first, then by chat key hash."""
-    return (-c.last_activity_ms, chat_hash(c.chat_key))
+    return (-c.last_activity_ms, chat_hash(c.identity))
 
 
 def _in_view(c: Conversation, view: str, agent: str | None) -> bool:
@@ -49,11 +57,20 @@ class MemoryInboxStore:
         with self._lock:
             return self._tenants[tenant].conversations.get(conversation_id)
 
-    def conversation_by_chat(self, tenant: str, chat_key: str) -> Conversation | None:
+    def conversation_by_chat(
+        self, tenant: str, chat_key: str, *, channel_name: str | None = None
+    ) -> Conversation | None:
         with self._lock:
             t = self._tenants[tenant]
+            if channel_name is not None:
+                cid = t.chats.get(chat_hash(conversation_identity(chat_key, channel_name)))
+                if cid is not None:
+                    return t.conversations.get(cid)
             cid = t.chats.get(chat_hash(chat_key))
-            return None if cid is None else t.conversations.get(cid)
+            legacy = None if cid is None else t.conversations.get(cid)
+            if legacy is not None and channel_name is not None and legacy.channel_name not in (None, channel_name):
+                return None
+            return legacy
 
     def conversation_page(
         self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
@@ -150,7 +167,7 @@ class MemoryInboxStore:
                 c = change.conversation
                 new_conversation = replace(c, revision=c.revision + 1)
                 t.conversations[c.id] = new_conversation
-                t.chats[chat_hash(c.chat_key)] = c.id
+                t.chats[chat_hash(c.identity)] = c.id
             for m in change.removed:
                 del t.messages[m.conversation_id][m.sort_key]
                 for message_id in (m.id, *m.aliases):
@@ -177,7 +194,7 @@ class MemoryInboxStore:
             revision = 0 if current is None else current.revision
             if revision != c.revision:
                 raise Conflict("conversation changed concurrently", current_version=revision or None)
-            if c.revision == 0 and chat_hash(c.chat_key) in t.chats:
+            if c.revision == 0 and chat_hash(c.identity) in t.chats:
                 raise Conflict("chat key already has a conversation")
         for m in change.removed:
             stored = t.messages.get(m.conversation_id, {}).get(m.sort_key)
@@ -249,7 +266,7 @@ class MemoryInboxStore:
             if current.revision != conversation.revision:
                 raise Conflict("conversation changed concurrently", current_version=current.revision)
             del t.conversations[conversation.id]
-            t.chats.pop(chat_hash(current.chat_key), None)
+            t.chats.pop(chat_hash(current.identity), None)
             t.tombstones.add(conversation.id)
 
     def erasure_pending(self, tenant: str, conversation_id: str) -> bool:

@@ -44,7 +44,8 @@ def setup(args: dict) -> dict:
                              HTTP_X_HUB_SIGNATURE_256=signatures["signatures"]["01_text.json"])
     assert response.status_code == 200, response.content
     assert journal_drain(channel="inbound")["processed"] == 1
-    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233")
+    conversation = default_inbox().store.conversation_by_chat(
+        tenant, "whatsapp:573001112233", channel_name="main")
     assert conversation is not None
     reply = replies.reply_create(tenant, conversation.id, author="ana", text="¿Le llegó el pedido?")
     return {"conversation_id": conversation.id, "message_id": reply.id}

@@ -81,7 +81,9 @@ def post_telegram(shop: Shop, name: str) -> int:
 
 
 def conversation(shop: Shop, chat_key: str):
-    conv = default_inbox().store.conversation_by_chat(shop.tenant, chat_key)
+    # Each fixture chat is on the channel that received it: "main" (the number) or "bot".
+    channel_name = "main" if chat_key.startswith("whatsapp:") else "bot"
+    conv = default_inbox().store.conversation_by_chat(shop.tenant, chat_key, channel_name=channel_name)
     assert conv is not None
     return conv
 

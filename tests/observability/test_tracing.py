@@ -314,7 +314,8 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     # the trace is found from its conversation (the traces page's conversation filter)
     from inbox.services import default_inbox
 
-    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233")
+    conversation = default_inbox().store.conversation_by_chat(
+        tenant, "whatsapp:573001112233", channel_name="main")
     assert projection.attributes["botmesh.conversation_id"] == conversation.id
     flush_to_kv()
     found = selectors.trace_list(tenant, conversation=conversation.id)[0]

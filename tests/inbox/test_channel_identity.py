@@ -1,0 +1,177 @@
+"""A conversation belongs to the channel that received it (issue 15, item 1).
+
+Driven through the real surface: signed webhooks, the API, the journal worker
+and a fake provider that records which number or bot each send used. Before
+the fix every chat of a kind merged into one conversation and every reply went
+out through the first channel of that kind by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.channels import whatsapp
+from botmesh_admin.channels.testing import (
+    FakeProviderServer,
+    compact_json,
+    whatsapp_body_for_number,
+)
+from botmesh_admin.demo import fixtures_dir
+from botmesh_admin.events.services import journal_drain
+from botmesh_admin.tenancy import services as tenancy
+from tests.backends import unique_id
+
+MAIN, SALES = "106540352242922", "106540352299999"  # two numbers of one Meta app (one app secret)
+SHOP_TOKEN = "600000000:AAF-fixture-bot-token-shop-xyz"
+HELP_TOKEN = "600000001:AAF-fixture-bot-token-help-xyz"
+HELP_SECRET = "help-bot-webhook-secret"
+ANA = "whatsapp:573001112233"
+SOFIA = "telegram:700000001"
+
+
+@dataclass
+class Tenant:
+    id: str
+    client: Client
+    token: str
+    fake: FakeProviderServer
+    app_secret: str
+    shop_secret: str
+
+    def api(self, method: str, path: str, body=None):
+        response = getattr(self.client, method)(
+            f"/api/v1/tenants/{self.id}/{path}", data=json.dumps(body) if body is not None else None,
+            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {self.token}",
+        )
+        return response.status_code, response.json()
+
+    def conversations(self) -> dict[tuple[str, str | None], dict]:
+        status, page = self.api("get", "conversations?limit=200")
+        assert status == 200, page
+        return {(c["channel_name"], c["chat_key"]): c for c in page["items"]}
+
+
+@pytest.fixture
+def two_of_each(db):
+    """A tenant with two WhatsApp numbers (``main``, ``sales``) and two Telegram bots (``shop``, ``help``)."""
+    from botmesh_admin.channels.services import channel_config_set
+
+    tenant = unique_id("multi")
+    tenancy.tenant_create(tenant, name="Multi")
+    get_user_model().objects.get_or_create(username="ana")
+    tenancy.membership_set(tenant, username="ana", role="agent")
+    app_secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
+    shop_secret = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())["secret_token"]
+    with FakeProviderServer() as fake:
+        for name, number, token in (("main", MAIN, "EAAG-main-token"), ("sales", SALES, "EAAG-sales-token")):
+            channel_config_set(tenant, kind="whatsapp", name=name, phone_number_id=number, app_secret=app_secret,
+                               access_token=token, api_base_url=fake.base_url)
+        channel_config_set(tenant, kind="telegram", name="help", bot_token=HELP_TOKEN, webhook_secret=HELP_SECRET,
+                           api_base_url=fake.base_url)
+        channel_config_set(tenant, kind="telegram", name="shop", bot_token=SHOP_TOKEN, webhook_secret=shop_secret,
+                           api_base_url=fake.base_url)
+        yield Tenant(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake, app_secret, shop_secret)
+
+
+def drain(channel: str = "inbound") -> None:
+    while sum(journal_drain(channel=channel, limit=500).values()):
+        pass
+
+
+def post_whatsapp(t: Tenant, body: dict) -> int:
+    raw = compact_json(body)
+    return t.client.post(f"/webhooks/whatsapp/{t.id}", data=raw, content_type="application/json",
+                         HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, t.app_secret)).status_code
+
+
+def post_telegram(t: Tenant, bot: str, name: str) -> int:
+    secret = t.shop_secret if bot == "shop" else HELP_SECRET
+    return t.client.post(f"/webhooks/telegram/{t.id}/{bot}", data=(fixtures_dir() / "telegram" / name).read_bytes(),
+                         content_type="application/json", HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=secret).status_code
+
+
+def two_number_body() -> dict:
+    """``01_text.json`` once for each number, as one Meta app posts it: one body, two entries."""
+    main = json.loads((fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_bytes())
+    sales = whatsapp_body_for_number(main, phone_number_id=SALES, display_phone_number="15550783999")
+    return {"object": main["object"], "entry": main["entry"] + sales["entry"]}
+
+
+def test_one_body_for_two_numbers_lands_in_a_conversation_of_each_number(two_of_each):
+    t = two_of_each
+    assert post_whatsapp(t, two_number_body()) == 200
+    drain()
+    conversations = t.conversations()
+    assert {k for k in conversations if k[1] == ANA} == {("main", ANA), ("sales", ANA)}
+    for key in (("main", ANA), ("sales", ANA)):
+        assert conversations[key]["message_count"] == 1
+        assert conversations[key]["channel"] == "whatsapp"
+    # the same customer is one CRM contact on both numbers
+    assert conversations[("main", ANA)]["contact_id"] == conversations[("sales", ANA)]["contact_id"]
+
+
+def test_replies_and_resends_go_out_through_the_number_that_received_the_chat(two_of_each):
+    t = two_of_each
+    assert post_whatsapp(t, two_number_body()) == 200
+    drain()
+    sales = t.conversations()[("sales", ANA)]
+    t.fake.script("573001112233", "window_closed", times=1)
+    status, reply = t.api("post", f"conversations/{sales['id']}/reply", {"text": "Le escribe Ventas"})
+    assert status == 202, reply
+    drain("outbox")
+    status, resent = t.api("post", f"conversations/{sales['id']}/messages/{reply['id']}/resend", {})
+    assert status in (200, 202), resent
+    drain("outbox")
+    sends = [r for r in t.fake.requests if r.provider == "whatsapp"]
+    assert [r.path.rsplit("/", 2)[-2] for r in sends] == [SALES, SALES]
+    assert {r.headers["authorization"] for r in sends} == {"Bearer EAAG-sales-token"}
+    main = t.conversations()[("main", ANA)]
+    t.api("post", f"conversations/{main['id']}/reply", {"text": "Le escribe la tienda"})
+    drain("outbox")
+    assert t.fake.requests[-1].path.rsplit("/", 2)[-2] == MAIN
+
+
+def test_two_telegram_bots_same_message_id_are_two_messages_in_two_conversations(two_of_each):
+    """The second bot's message_id 2 from the same user was dropped as a duplicate of the first bot's."""
+    t = two_of_each
+    assert post_telegram(t, "shop", "02_text.json") == 200
+    assert post_telegram(t, "help", "02_text.json") == 200  # same update_id, message_id and user
+    drain()
+    conversations = t.conversations()
+    assert {k for k in conversations if k[1] == SOFIA} == {("shop", SOFIA), ("help", SOFIA)}
+    for bot in ("shop", "help"):
+        conversation = conversations[(bot, SOFIA)]
+        status, messages = t.api("get", f"conversations/{conversation['id']}/messages")
+        assert [(m["id"], m["text"]) for m in messages["items"]] == [
+            (f"{bot}:700000001:2", "Quiero cambiar mi dirección de entrega")]
+    # an answer to help's chat comes from the help bot (the shop bot cannot even reach her there)
+    t.api("post", f"conversations/{conversations[('help', SOFIA)]['id']}/reply", {"text": "Soy el bot de ayuda"})
+    drain("outbox")
+    [send] = [r for r in t.fake.requests if r.provider == "telegram"]
+    assert f"/bot{HELP_TOKEN}/" in send.path
+    status, state = t.api("get", f"handoff/{SOFIA}?channel=help")
+    assert (status, state["conversation_id"]) == (200, conversations[("help", SOFIA)]["id"])
+
+
+def test_a_ledger_record_joins_the_conversation_of_the_channel_it_names(two_of_each):
+    t = two_of_each
+    assert post_whatsapp(t, two_number_body()) == 200
+    drain()
+    record = {"id": "bot-out-1", "channel": "whatsapp", "chatId": ANA, "senderId": "bot", "direction": "out",
+              "type": "text", "body": "Respuesta del bot de ventas", "timestamp": 1764489700000,
+              "channelName": "sales"}
+    response = t.client.post(f"/api/v1/tenants/{t.id}/ledger", data=json.dumps([record]),
+                             content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {t.token}")
+    assert response.status_code == 202, response.content
+    bad = t.client.post(f"/api/v1/tenants/{t.id}/ledger", data=json.dumps([dict(record, id="x", channelName="shop")]),
+                        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {t.token}")
+    assert (bad.status_code, bad.json()["field"]) == (422, "records[0].channelName")
+    drain("ledger")
+    conversations = t.conversations()
+    assert conversations[("sales", ANA)]["message_count"] == 2
+    assert conversations[("main", ANA)]["message_count"] == 1
