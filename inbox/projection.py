@@ -440,7 +440,7 @@ def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected
             return done
         result = ingest(
             inbox, tenant, _edit_placeholder(event), chat_key=event.chat_key, channel=event.channel,
-            contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
+            channel_name=event.channel_name, contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
         )
         if result.outcome != "duplicate":
             return result  # ``messages.in`` counts the original when it replaces the placeholder
