@@ -30,10 +30,19 @@ keeps both the order and the end of the component unambiguous. Integers are
 Index state. Each index of a table has a state entry at ``x/<index>`` (no
 trailing slash): absent, ``building`` (with the primary key the builder has
 reached) or ``built``. Writers maintain an index for every record when it is
-built, and only for records the builder has passed while it builds; every
-commit carries a ``Check`` of the state entry's version, so a writer that read
-a state the builder has since moved retries with the new state (never a lost or
-double-counted entry). Reads use an index only once it is built
+built, and only for records the builder has passed while it builds; a commit
+proves that the states it read still hold, so a writer that read a state the
+builder has since moved retries with the new state (never a lost or
+double-counted entry). The proof is one ``Check`` per table on the hot path:
+every change of a state's value (a first write, clearing, building, built)
+also adds to the table's epoch ``x/~epoch`` in the same commit, so a writer
+whose indexes are all built checks the epoch's version alone (one op instead of
+one per index); a writer that maintains an index not built yet checks that
+state entry's version itself (a build's cursor moves without the epoch, since
+only those writers care where it is). Kv versions restart after a ``drop``, so
+an epoch created by a table's first write must mean the same in every
+incarnation: that write marks every index whose record type has no record yet,
+not only its own. Reads use an index only once it is built
 (``IndexNotBuilt`` otherwise, naming ``manage.py botmesh_reindex``). A table
 with no record of a type builds that type's indexes on its first write, so new
 installations never need the command; tables written before an index was
@@ -351,6 +360,20 @@ def state_key(index: str) -> str:
     return f"{INDEX_ROOT}{index}"
 
 
+EPOCH_KEY = f"{INDEX_ROOT}~epoch"
+"""The table's index epoch: a counter every change of any index state of the table adds to.
+
+Its version moves whenever a state does, so a writer whose indexes are all
+built checks this one entry instead of one state entry per index (see
+``IndexedTable.commit``). ``~`` is in no index name.
+"""
+
+
+def _bump_epoch() -> Add:
+    """Return the op every commit that changes an index state carries (an ``Add`` never conflicts)."""
+    return Add(EPOCH_KEY, 1)
+
+
 COMPANION_TTL_MS = 24 * 3600 * 1000
 """How long a deleted record's companion (``x/~/<key>``) outlives it: longer than any writer holds a read."""
 
@@ -399,30 +422,41 @@ class _State:
 
 
 class _StateCache:
-    """Per-process cache of built states (bounded LRU); other states are read every time."""
+    """Per-process cache of a table's built indexes and its epoch version (bounded LRU).
+
+    Per table: the epoch's version and the built indexes' state versions, read
+    in one snapshot (``IndexedTable._states``); states other than built are
+    read every time. Whatever forgets one index of a table forgets the table.
+    """
 
     def __init__(self, size: int = 50_000) -> None:
         self._lock = threading.Lock()
         self._size = size
-        self._items: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], tuple[int | None, dict[str, int]]] = OrderedDict()
 
-    def get(self, kv: DurableKv, table: str, index: str) -> int | None:
+    def table(self, kv: DurableKv, table: str) -> tuple[int | None, dict[str, int]] | None:
+        """Return ``(epoch version or None if absent, {built index: state version})`` or ``None``."""
         with self._lock:
-            key = (str(id(kv)), table, index)
-            version = self._items.get(key)
-            if version is not None:
+            key = (str(id(kv)), table)
+            item = self._items.get(key)
+            if item is not None:
                 self._items.move_to_end(key)
-            return version
+            return item
 
-    def put(self, kv: DurableKv, table: str, index: str, version: int) -> None:
+    def put_table(self, kv: DurableKv, table: str, epoch: int | None, built: dict[str, int]) -> None:
         with self._lock:
-            self._items[(str(id(kv)), table, index)] = version
+            self._items[(str(id(kv)), table)] = (epoch, dict(built))
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
-    def forget(self, kv: DurableKv, table: str, index: str) -> None:
+    def get(self, kv: DurableKv, table: str, index: str) -> int | None:
+        """Return the cached version of ``index``'s built state (``None``: not cached as built)."""
+        item = self.table(kv, table)
+        return None if item is None else item[1].get(index)
+
+    def forget(self, kv: DurableKv, table: str, index: str | None = None) -> None:
         with self._lock:
-            self._items.pop((str(id(kv)), table, index), None)
+            self._items.pop((str(id(kv)), table), None)
 
 
 _built = _StateCache()
@@ -457,24 +491,25 @@ class IndexedTable:
 
     # states
 
-    def _states(self, table: str, names: Iterable[str]) -> dict[str, _State]:
-        """Return the state of each named index (built ones from the cache)."""
-        states: dict[str, _State] = {}
-        missing: list[str] = []
-        for name in names:
-            version = _built.get(self.kv, table, name)
-            if version is None:
-                missing.append(name)
-            else:
-                states[name] = _State(BUILT, version)
-        if missing:
-            for name, entry in zip(
-                missing, self.kv.get_many(table, [state_key(n) for n in missing]), strict=True
-            ):
-                states[name] = _read_state(entry)
-                if states[name].state == BUILT and entry is not None:
-                    _built.put(self.kv, table, name, entry.version)
-        return states
+    def _states(self, table: str, names: Iterable[str]) -> tuple[dict[str, _State], int | None]:
+        """Return index states (at least the named ones) and the epoch's version (``None``: absent).
+
+        From the cache when every named index is cached as built; otherwise the
+        state of every declared index and the epoch are read in one ``get_many``
+        (one snapshot), and the built ones are cached with that epoch.
+        """
+        wanted = list(names)
+        cached = _built.table(self.kv, table)
+        if cached is not None and all(n in cached[1] for n in wanted):
+            epoch, built = cached
+            return {n: _State(BUILT, built[n]) for n in wanted}, epoch
+        every = list(self._by_index)
+        entries = self.kv.get_many(table, [*(state_key(n) for n in every), EPOCH_KEY])
+        states = {n: _read_state(e) for n, e in zip(every, entries[:-1], strict=True)}
+        epoch = None if entries[-1] is None else entries[-1].version
+        built = {n: st.version for n, st in states.items() if st.state == BUILT and st.version is not None}
+        _built.put_table(self.kv, table, epoch, built)
+        return states, epoch
 
     def _has_records(self, table: str, record: RecordType) -> bool:
         return bool(self.kv.scan(table, prefix=record.prefix, limit=1))
@@ -491,27 +526,12 @@ class IndexedTable:
         Raise ``ConflictError`` when one of ``ops``' expectations fails (never
         for an index state that moved: that is retried here).
         """
-        names = {i.name for c in changes for i in c.record.indexes}
+        names = sorted({i.name for c in changes for i in c.record.indexes})
         given = len(ops)
         for _ in range(MAX_COMMIT_RETRIES):
             safe_ops, safe_changes, guards = self._read_olds(table, ops, changes)
-            states = self._states(table, names)
-            extra: list[Op] = []
-            fresh: dict[str, RecordType] = {}
-            for name in sorted(names):
-                record, _index = self._by_index[name]
-                st = states[name]
-                if st.state is None:
-                    creates_first = not self._has_records(table, record)
-                    if creates_first:
-                        fresh[name] = record
-                        st.state = BUILT  # maintained in this commit, marked built with it
-                        extra.append(Put(state_key(name), {"state": BUILT}, ABSENT))
-                    else:
-                        extra.append(Check(state_key(name), ABSENT))
-                else:
-                    assert st.version is not None
-                    extra.append(Check(state_key(name), st.version))
+            states, epoch = self._states(table, names)
+            extra, verified = self._state_ops(table, names, states, epoch)
             index_ops = upkeep_ops(safe_changes, states)
             own = {op.key for op in safe_ops}
             clash = [op.key for op in index_ops + extra if op.key in own]
@@ -520,8 +540,8 @@ class IndexedTable:
             try:
                 results = self.kv.commit(table, [*safe_ops, *index_ops, *extra])
             except ConflictError as exc:
-                if exc.key.startswith(INDEX_ROOT) and exc.key[len(INDEX_ROOT) :] in names:
-                    _built.forget(self.kv, table, exc.key[len(INDEX_ROOT) :])
+                if exc.key == EPOCH_KEY or exc.key[len(INDEX_ROOT) :] in self._by_index:
+                    _built.forget(self.kv, table)  # a state moved: read them again
                     continue
                 if exc.key in guards:
                     record_key, retry = guards[exc.key]
@@ -530,12 +550,71 @@ class IndexedTable:
                     # another incarnation of the record: to the store, its version check failed
                     raise ConflictError(table, record_key, _expect_of(ops, record_key), None) from None
                 raise
-            for name in fresh:
-                entry = results[len(safe_ops) + len(index_ops) + sorted(names).index(name)]
-                if entry is not None:
-                    _built.put(self.kv, table, name, entry.version)
+            if verified is not None:
+                # This commit checked or wrote each of ``verified`` as built and moved the
+                # epoch: cache them with the epoch's new version.
+                tail = results[len(safe_ops) + len(index_ops) :]
+                written = {
+                    op.key: r
+                    for op, r in zip(extra, tail, strict=True)
+                    if isinstance(op, Put | Add) and r is not None
+                }
+                built = {
+                    n: written[state_key(n)].version if state_key(n) in written else states[n].version
+                    for n in verified
+                }
+                bumped = written.get(EPOCH_KEY)
+                if bumped is not None and all(v is not None for v in built.values()):
+                    _built.put_table(self.kv, table, bumped.version, cast(dict[str, int], built))
             return results[:given]
         raise StoreUnavailable(f"index states of {table!r} kept moving; try again")
+
+    def _state_ops(
+        self, table: str, names: Sequence[str], states: dict[str, _State], epoch: int | None
+    ) -> tuple[list[Op], list[str] | None]:
+        """Return the ops that make a commit safe against index state changes, and what they verify.
+
+        The fast path (every index the commit maintains is built and the epoch
+        exists) is one ``Check`` of the epoch: every state change adds to it.
+        Otherwise each index's state is checked (or, on a table's first record
+        of a type, written as built; then every other index whose record type
+        has no record yet too, so an epoch created by a first write means
+        "all built" in any incarnation of the table), and a commit that writes
+        a state, or finds every state built in a table without an epoch, adds
+        to the epoch. The second value lists the indexes the commit verifies as
+        built together with moving the epoch (``None`` when it does not move it).
+        """
+        if not names:
+            return [], None
+        if epoch is not None and all(states[n].state == BUILT for n in names):
+            return [Check(EPOCH_KEY, epoch)], None
+        extra: list[Op] = []
+        fresh: list[str] = []
+        for name in names:
+            st = states[name]
+            if st.state is None:
+                if not self._has_records(table, self._by_index[name][0]):
+                    fresh.append(name)
+                    st.state = BUILT  # maintained in this commit, marked built with it
+                else:
+                    extra.append(Check(state_key(name), ABSENT))
+            else:
+                assert st.version is not None
+                extra.append(Check(state_key(name), st.version))
+        if fresh:
+            empty: dict[str, bool] = {}
+            for name, (record, _) in self._by_index.items():
+                if name in names or name not in states or states[name].state is not None:
+                    continue
+                if record.name not in empty:
+                    empty[record.name] = not self._has_records(table, record)
+                if empty[record.name]:
+                    fresh.append(name)
+            extra += [Put(state_key(n), {"state": BUILT}, ABSENT) for n in fresh]
+        if not fresh and not all(states[n].state == BUILT for n in names):
+            return extra, None
+        extra.append(_bump_epoch())
+        return extra, [*names, *(n for n in fresh if n not in names)]
 
     def _read_olds(
         self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]
@@ -590,7 +669,7 @@ class IndexedTable:
 
     def _require(self, table: str, name: str) -> RecordType:
         record, _ = self._by_index[name]
-        st = self._states(table, [name])[name]
+        st = self._states(table, [name])[0][name]
         if st.state == BUILT:
             return record
         if st.state is None and not self._has_records(table, record):
@@ -681,7 +760,7 @@ class IndexedTable:
             if st.state is None or (rebuild and st.state == BUILT):
                 expect = ABSENT if entry is None else entry.version
                 try:
-                    self.kv.commit(table, [Put(skey, {"state": CLEARING}, expect)])
+                    self.kv.commit(table, [Put(skey, {"state": CLEARING}, expect), _bump_epoch()])
                 except ConflictError:
                     continue
                 _built.forget(self.kv, table, index)
@@ -695,7 +774,8 @@ class IndexedTable:
                     continue
                 try:
                     self.kv.commit(
-                        table, [Put(skey, {"state": BUILDING, "after": None}, entry.version)]
+                        table,
+                        [Put(skey, {"state": BUILDING, "after": None}, entry.version), _bump_epoch()],
                     )
                 except ConflictError:
                     pass
@@ -708,7 +788,9 @@ class IndexedTable:
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
             if not rows:
                 try:  # the guard too: a record created after this scan was counted by nobody
-                    self.kv.commit(table, [*guard, Put(skey, {"state": BUILT}, entry.version)])
+                    self.kv.commit(
+                        table, [*guard, Put(skey, {"state": BUILT}, entry.version), _bump_epoch()]
+                    )
                 except ConflictError:
                     continue
                 return done
@@ -731,6 +813,8 @@ class IndexedTable:
             checks: list[Op] = [Check(r.key, r.version) for r in rows] + companion_checks
             state_put = Put(skey, {"state": BUILDING, "after": cursor}, entry.version)
             try:
+                # No epoch move: only writers of this index care where its cursor is, and
+                # they check its state entry (it is not built).
                 self.kv.commit(table, [*ops, *checks, *guard, state_put])
             except ConflictError:
                 size = max(10, size // 2)  # writers are busy in this range: take less at a time

@@ -17,8 +17,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from botmesh_admin.errors import ValidationError
-from botmesh_admin.kv import Put
-from botmesh_admin.kv.indexes import IndexNotBuilt, decode, encode
+from botmesh_admin.kv import ABSENT, Put
+from botmesh_admin.kv.indexes import (
+    CountIndex,
+    IndexedTable,
+    IndexNotBuilt,
+    RecordChange,
+    RecordType,
+    decode,
+    encode,
+)
 from botmesh_admin.kv.memory import MemoryKv
 from tests.kv.conftest import SHARED_BACKENDS, backend_params
 from tests.kv.index_workers import TICKET, churn, churn_by_url, random_ticket, ticket_write, tickets
@@ -280,6 +288,73 @@ def test_a_stale_writer_over_a_recreated_record_keeps_the_index_exact(kv, table)
     layout.commit(table, [Put("t/a", last, stale.version)], [RecordChange(TICKET, "t/a", stale.value, last)])
     assert layout.count(table, "n_status", [["open"], ["pending"], ["resolved"]]) == [0, 0, 1]
     assert no_drift(layout, table) == {}
+
+
+class _CountingKv:
+    """Passes every call to ``kv`` and keeps the ops of each commit."""
+
+    def __init__(self, kv) -> None:
+        self.kv, self.commits = kv, []
+
+    def commit(self, table, ops):
+        self.commits.append(list(ops))
+        return self.kv.commit(table, ops)
+
+    def __getattr__(self, name):
+        return getattr(self.kv, name)
+
+
+def test_a_write_with_every_index_built_checks_one_state_entry(kv, table) -> None:
+    """Issue 16, item 7: the hot path proves the table's six index states with one ``Check`` (the epoch)."""
+    from botmesh_admin.kv import Check
+
+    counting = _CountingKv(kv)
+    layout = tickets(counting)  # type: ignore[arg-type]
+    rng = random.Random(4)
+    assert ticket_write(layout, table, "t/1", random_ticket(rng))  # the first write marks them built
+    counting.commits.clear()
+    assert ticket_write(layout, table, "t/2", random_ticket(rng))
+    assert ticket_write(layout, table, "t/1", random_ticket(rng))
+    for ops in counting.commits:
+        state_ops = [op for op in ops if op.key.startswith("x/") and "/" not in op.key[2:]]
+        assert [(type(op), op.key) for op in state_ops] == [(Check, "x/~epoch")]
+    assert no_drift(layout, table) == {}
+
+
+def test_a_rebuild_moves_the_epoch_so_cached_writers_read_the_states_again(kv, table) -> None:
+    """A writer that cached "all built" before a rebuild began neither skips nor doubles an entry."""
+    rng = random.Random(8)
+    writer = tickets(kv)
+    for i in range(30):
+        assert ticket_write(writer, table, f"t/{i:02d}", random_ticket(rng))
+    other = tickets(kv)  # another process: its own reads, the same state cache is per Kv and table
+    other.build(table, "n_status", rebuild=True, batch=10)
+    for i in range(0, 40, 3):
+        assert ticket_write(writer, table, f"t/{i:02d}", random_ticket(rng))
+    assert no_drift(writer, table) == {}
+
+
+TWIN = RecordType("twin", "w/", (CountIndex("n_twin", fields=("status",)),))
+
+
+def test_after_erasure_a_first_write_of_another_type_leaves_no_stale_built_state(kv, table) -> None:
+    """ABA over ``drop``: the re-created epoch restarts at the version a writer cached before.
+
+    The first write after an erasure marks every index of a type without
+    records as built, so that version means "built" again and the cached
+    writer's counts stay exact.
+    """
+    layout = IndexedTable(kv, (TICKET, TWIN))
+    rec = {"status": "open", "at": 1, "tags": [], "owner": None, "weight": 1}
+    layout.commit(table, [Put("t/a", rec, ABSENT)], [RecordChange(TICKET, "t/a", None, rec)])
+    kv.drop(table)
+    twin = IndexedTable(kv, (TICKET, TWIN))
+    twin.commit(table, [Put("w/a", {"status": "x"}, ABSENT)], [RecordChange(TWIN, "w/a", None, {"status": "x"})])
+    layout.commit(table, [Put("t/b", rec, ABSENT)], [RecordChange(TICKET, "t/b", None, rec)])
+    assert layout.count(table, "n_status", [["open"]]) == [1]
+    assert {n: layout.check(table, n) for n in [*INDEXES, "n_twin"]} == {
+        n: {"missing": 0, "extra": 0, "wrong": 0} for n in [*INDEXES, "n_twin"]
+    }
 
 
 def test_eight_threads_writing_one_table_leave_no_drift(kv, table) -> None:
