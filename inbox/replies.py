@@ -42,17 +42,19 @@ from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
 from . import selectors
 from .domain import (
+    Conversation,
     Message,
     Reply,
     check_agent,
     check_text,
     check_typed_text,
+    preview,
     replace,
     unify_line_breaks,
     validate_conversation,
     validate_message,
 )
-from .projection import RETRIES, _after_message
+from .projection import RETRIES, _after_message, _merge_placeholder
 from .services import Inbox, default_inbox, drain_soon
 from .stores.base import Change
 
@@ -155,6 +157,60 @@ def _record_outcome(inbox: Inbox, tenant: str, message: Message, **changes: Any)
     raise Conflict("reply is too busy; the record will be retried")
 
 
+def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_message_id: str) -> Message:
+    """Record an accepted send: its provider message id, ``sent``, and what webhooks already said of it.
+
+    Meta may post a wamid's ``sent``/``delivered`` statuses before the Graph
+    API's answer to the send is recorded; projection keeps them on a
+    placeholder (``inbox.projection``). This write claims the provider id as
+    one of the reply's ids, so either the placeholder is there and is absorbed
+    (its furthest status, its reactions; the conversation counts it no more),
+    or it comes later and is refused (the id is claimed) and the status goes
+    to the reply: one message per provider message id in every interleaving.
+    As ``_record_outcome``, the answer wins over a ``not_confirmed`` set meanwhile.
+    """
+    pid = provider_message_id
+    for _ in range(RETRIES):
+        assert message.reply is not None
+        at = inbox.clock()
+        reply = replace(message.reply, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
+                        updated_at_ms=at)
+        new = replace(message, reply=reply, provider_message_id=pid, status="sent", status_at_ms=at)
+        holder = inbox.store.message_get(tenant, pid)
+        stored: Conversation | None = None
+        removed: tuple[Message, ...] = ()
+        claims: tuple[tuple[str, Message], ...] = ()
+        if holder is not None and holder.placeholder and holder.conversation_id == message.conversation_id:
+            removed, new = (holder,), _merge_placeholder(new, holder)
+            stored = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
+        elif holder is not None and holder.id != message.id:
+            log.warning("inbox reply %s: provider id already names message %s; not claimed", message.id, holder.id)
+        if holder is None or removed:
+            new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, pid))))
+            claims = ((pid, new),)
+        try:
+            return inbox.store.write(tenant, Change(
+                conversation=None if stored is None else _without(stored, removed[0], new, at),
+                messages=(validate_message(new),), removed=removed, aliases=claims, previous=stored,
+            )).messages[0]
+        except Conflict:
+            current = inbox.store.message_get(tenant, message.id)
+            if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
+                return current or message
+            message = current
+    raise Conflict("reply is too busy; the record will be retried")
+
+
+def _without(conv: Conversation, placeholder: Message, reply: Message, now: int) -> Conversation:
+    """Return ``conv`` no longer counting ``placeholder`` (absorbed into ``reply``)."""
+    changes: dict[str, Any] = {"message_count": max(conv.message_count - 1, 0), "updated_at_ms": now}
+    if conv.last_message_id == placeholder.id:  # the status made it the newest: the reply it was stands there
+        assert reply.reply is not None
+        changes.update(last_message_id=reply.id, last_text=preview(reply.text), last_direction="out",
+                       last_author=reply.reply.author)
+    return validate_conversation(replace(conv, **changes))
+
+
 def _provider_for(tenant: str, conv: Any) -> Any:
     """Return the provider of the channel that received ``conv`` (never another number or bot).
 
@@ -229,11 +285,7 @@ def reply_send(
                 from botmesh_admin.observability.metrics import count
 
                 count("messages.out")
-                return _record_outcome(
-                    inbox, tenant, message, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
-                    fields={"provider_message_id": result.provider_message_id, "status": "sent",
-                             "status_at_ms": inbox.clock()},
-                )
+                return _record_accepted(inbox, tenant, message, provider_message_id=result.provider_message_id)
             rate_limited = result.retryable and (result.error_code in RATE_LIMIT_CODES or result.retry_after_ms)
             if rate_limited and result.error_code is not None:
                 delay = result.retry_after_ms or 1000

@@ -33,7 +33,9 @@ Scripted answers, per recipient (``script``) or for every recipient (``script_al
   answer (a provider that received the message but whose answer was lost).
 
 ``delay_s`` (constructor, ``script`` or ``set_delay``) holds the answer back to
-simulate a slow provider. The recorded requests are in ``requests``; ``count``
+simulate a slow provider; ``hold()`` holds every answer until ``release()``
+(the request is recorded at once, with the id it will be answered with, so a
+test can post that id's delivery statuses while the sender still waits). The recorded requests are in ``requests``; ``count``
 and ``wait_for`` read them safely from any thread.
 """
 
@@ -87,6 +89,7 @@ class RecordedRequest:
     answer: str
     status: int | None
     at_ms: int
+    provider_message_id: str | None = None  # the id an accepted answer carries (wamid, Telegram message_id)
 
 
 @dataclass
@@ -119,6 +122,8 @@ class FakeProviderServer:
         self.delay_s = delay_s
         self._state = _State()
         self._lock = threading.Condition()
+        self._gate = threading.Event()  # cleared by ``hold()``: answers wait for ``release()``
+        self._gate.set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -183,6 +188,14 @@ class FakeProviderServer:
                 script = self._state.scripts.setdefault(recipient_key(recipient), _Script("accepted"))
                 script.delay_s = delay_s
 
+    def hold(self) -> None:
+        """Hold every answer back until ``release()`` (requests are still recorded as they arrive)."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let every held answer (and every later one) go."""
+        self._gate.set()
+
     def reset(self) -> None:
         """Forget every script and recorded request (the delay stays)."""
         with self._lock:
@@ -230,15 +243,17 @@ class FakeProviderServer:
             self._state.counter += 1
             n = self._state.counter
             delay = script.delay_s if script.delay_s is not None else self.delay_s
-            status, payload = None, None
+            status, payload, answered_id = None, None, None
             if name != DROP:
                 status, key = ANSWERS[provider][name]
                 payload = copy.deepcopy(self.bodies[provider][key])
                 if name == "accepted":
                     self._fill_accepted(provider, payload, body, n)
+                    answered_id = (payload["messages"][0]["id"] if provider == "whatsapp"
+                                   else str(payload["result"]["message_id"]))
             self._state.requests.append(RecordedRequest(
                 provider=provider, path=path, recipient=recipient, body=body, headers=headers,
-                answer=name, status=status, at_ms=time.time_ns() // 1_000_000,
+                answer=name, status=status, at_ms=time.time_ns() // 1_000_000, provider_message_id=answered_id,
             ))
             self._lock.notify_all()
         return status, payload, delay
@@ -279,6 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload, delay = self.fake._answer(provider, self.path, body, headers)
         if delay:
             time.sleep(delay)
+        self.fake._gate.wait(timeout=60)  # ``hold()``: bounded, so a test that forgets never hangs
         if status is None:  # "drop": the request arrived, the answer never does
             self.close_connection = True
             self.connection.close()

@@ -287,3 +287,72 @@ def test_resend_through_another_conversation_is_404_and_sends_nothing(shop):
     assert selectors.message_get(shop.tenant, reply["id"]).reply.state == "not_confirmed"
     status, resent = shop.api("post", f"conversations/{b}/messages/{reply['id']}/resend")
     assert status == 202 and resent["reply"]["state"] == "queued"
+
+
+def post_statuses(shop: Shop, wamid: str, *statuses: str) -> int:
+    """POST a signed WhatsApp webhook with ``statuses`` (``sent``, ``delivered``…) of ``wamid``."""
+    from botmesh_admin.channels import whatsapp
+
+    secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
+    body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "06_statuses.json").read_text())
+    value = body["entry"][0]["changes"][0]["value"]
+    ts = int(time.time())
+    value["statuses"] = [{"id": wamid, "status": s, "timestamp": str(ts + i), "recipient_id": "573001112233"}
+                         for i, s in enumerate(statuses)]
+    raw = json.dumps(body).encode()
+    return shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+                            HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, secret)).status_code
+
+
+INTERLEAVINGS = {
+    # name: steps while the provider holds its answer, and after the answer is recorded
+    "projected before the answer": (["sent", "delivered", "project"], []),
+    "journaled before, projected after": (["sent", "delivered"], ["project"]),
+    "delivered before, sent after": (["delivered", "project"], ["sent", "project"]),
+    "projected while the answer is recorded": (["sent", "delivered", "race"], []),
+}
+
+
+@pytest.mark.parametrize("interleaving", list(INTERLEAVINGS))
+def test_a_status_before_the_send_answer_is_absorbed_into_the_reply(shop, transactional_db, interleaving):
+    """Issue 15, item 3: a ``sent``/``delivered`` webhook that arrived while the Graph API answer was in
+    flight left a placeholder beside the reply: two outbound messages with one wamid."""
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    during, after = INTERLEAVINGS[interleaving]
+    for attempt in range(3 if interleaving.startswith("projected while") else 1):
+        reply = shop.api("post", f"conversations/{cid}/reply", {"text": f"en camino {attempt}"})[1]
+        shop.fake.hold()
+        sender = threading.Thread(target=drain, args=("outbox",))
+        sender.start()
+        racer = None
+        try:
+            assert shop.fake.wait_for(attempt + 1, timeout_s=10)
+            wamid = shop.fake.requests[-1].provider_message_id
+            for step in during:
+                if step == "project":
+                    drain()
+                elif step == "race":
+                    racer = threading.Thread(target=drain)
+                    racer.start()
+                else:
+                    assert post_statuses(shop, wamid, step) == 200
+        finally:
+            shop.fake.release()
+            sender.join(timeout=20)
+            if racer is not None:
+                racer.join(timeout=20)
+        for step in after:
+            if step == "project":
+                drain()
+            else:
+                assert post_statuses(shop, wamid, step) == 200
+        drain()
+        status, page = shop.api("get", f"conversations/{cid}/messages?limit=200")
+        same = [m for m in page["items"] if m["provider_message_id"] == wamid]
+        assert [(m["id"], m["status"], m["placeholder"]) for m in same] == [(reply["id"], "delivered", False)]
+        assert same[0]["reply"]["state"] == "accepted"
+        _, conv = shop.api("get", f"conversations/{cid}")
+        assert conv["message_count"] == len(page["items"])
+        assert conv["last_text"] == f"en camino {attempt}"
