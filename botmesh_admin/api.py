@@ -10,7 +10,7 @@ token of another tenant gets 404. Errors always have the shape
 from __future__ import annotations
 
 import logging
-import re
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
@@ -42,44 +42,81 @@ def _path_tenant(request: HttpRequest) -> str:
     return str(tenant)
 
 
-# What a ``bot`` token may call, relative to /api/v1/tenants/<tenant>/ — nothing else.
-BOT_OPERATIONS = [
-    ("POST", re.compile(r"^ledger$")),
-    ("POST", re.compile(r"^bots/.+/metrics\Z", re.S)),  # a bot id is any text, "/" included
-    ("GET", re.compile(r"^handoff/[^/]+$")),
-    ("GET", re.compile(r"^whoami$")),
-]
+ROLES = ("admin", "agent", "bot", "member")
+"""What an operation may need: ``admin``; ``agent`` (agents and admins); ``bot`` (a bot's token, or an
+admin: never an agent, who would forge customer messages); ``member`` (anyone of the tenant, bots too)."""
+
+DEFAULT_ROLE = "admin"
+"""The role of an operation that declares none (the safe default; the sweep test fails on it)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _bot_may_call(request: HttpRequest, tenant: str) -> bool:
-    prefix = f"/api/v1/tenants/{tenant}/"
-    if not request.path.startswith(prefix):
-        return False
-    rest = request.path[len(prefix):]
-    return any(request.method == method and pattern.match(rest) for method, pattern in BOT_OPERATIONS)
+def requires(role: str) -> Callable[[F], F]:
+    """Declare the role an operation needs: ``@requires("agent")`` under ``@router.get(...)``.
+
+    The API checks it once, in its auth (``TenantTokenAuth`` / ``TenantSessionAuth``),
+    before the input is validated (403 ``permission_denied``), and documents it
+    (``x-botmesh-role``, and the 403 answer). ``tests/test_api_sweep.py`` reads it.
+    Raise ``ValueError`` for a role not in ``ROLES``.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+
+    def declare(view: F) -> F:
+        view.botmesh_role = role  # type: ignore[attr-defined]
+        return view
+
+    return declare
+
+
+def declared_role(view: Callable[..., Any]) -> str | None:
+    """Return the role ``view`` declared with ``requires``, or ``None``."""
+    return getattr(view, "botmesh_role", None)
+
+
+def allows(p: Principal, role: str) -> bool:
+    """Return True if the principal ``p`` may call an operation that needs ``role``."""
+    return role == "member" or p.can(role)
+
+
+def _check_role(p: Principal, role: str) -> None:
+    if allows(p, role):
+        return
+    if p.role == "bot":
+        raise PermissionDenied("a bot token may only push its ledger and metrics and read handoffs")
+    raise PermissionDenied(f"this action needs the {role} role in tenant {p.tenant!r}")
 
 
 class TenantTokenAuth(HttpBearer):
-    """``Authorization: Bearer bm_<prefix>_<secret>`` of the path's tenant.
+    """``Authorization: Bearer bm_<prefix>_<secret>`` of the path's tenant, checked against the operation's role.
 
-    A ``bot`` token is limited to ``BOT_OPERATIONS`` here, in one place, so no
-    endpoint can forget it (403 elsewhere).
+    One instance per operation role (``mount_routers``), so no endpoint can
+    forget the check: a token of the wrong role is 403 here, before the input
+    is read.
     """
+
+    def __init__(self, role: str = DEFAULT_ROLE) -> None:
+        super().__init__()
+        self.role = role
 
     def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
         tenant = _path_tenant(request)
         principal = principal_for_token(token, tenant)
         if principal is not None:
-            if principal.role == "bot" and not _bot_may_call(request, tenant):
-                raise PermissionDenied("a bot token may only push its ledger and metrics and read handoffs")
+            _check_role(principal, self.role)
             request.principal = principal  # type: ignore[attr-defined]
         return principal
 
 
 class TenantSessionAuth(APIKeyCookie):
-    """The admin UI's session (CSRF checked on unsafe methods), as a member of the path's tenant."""
+    """The admin UI's session (CSRF checked on unsafe methods), as a member of the path's tenant with the role."""
 
     param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, role: str = DEFAULT_ROLE) -> None:
+        super().__init__()
+        self.role = role
 
     def _get_key(self, request: HttpRequest) -> str | None:
         # No session cookie, or a token was presented (and refused): there is no session to
@@ -97,6 +134,8 @@ class TenantSessionAuth(APIKeyCookie):
         if key is None or not request.user.is_authenticated:
             return None
         principal = principal_for_user(request.user, _path_tenant(request))
+        if principal is not None:
+            _check_role(principal, self.role)
         request.principal = principal  # type: ignore[attr-defined]
         return principal
 
@@ -245,6 +284,33 @@ class CursorParams(Schema):
     )
 
 
+def one_of(values: tuple[str, ...], default: Any = ..., **kwargs: Any) -> Any:
+    """Return a ``Field`` whose schema declares ``enum: values`` (OpenAPI), taken from the domain's constant.
+
+    The domain still checks the value (422 naming the field, its own message);
+    the declaration tells clients and schemathesis what is valid.
+    """
+    return Field(default, json_schema_extra={"enum": list(values)}, **kwargs)
+
+
+EXPECTED_VERSION_DOC = (
+    "compare-and-set: the version (revision) you saw; 409 with current_version if it changed. "
+    "expected_revision (its name in 0.1) is still accepted for one release"
+)
+
+
+def expected_version_field(default: Any = None, description: str = EXPECTED_VERSION_DOC) -> Any:
+    """Return the ``expected_version`` field of a compare-and-set body, also read as ``expected_revision``.
+
+    One wire name everywhere (issue 18): hub and deployments said
+    ``expected_revision``; clients that still send it keep working for one release.
+    """
+    from pydantic import AliasChoices
+
+    return Field(default, validation_alias=AliasChoices("expected_version", "expected_revision"),
+                 description=description)  # fmt: skip
+
+
 def principal(request: HttpRequest) -> Principal:
     """Return the request's principal (set by the auth classes)."""
     return request.auth  # type: ignore[attr-defined,no-any-return]
@@ -276,7 +342,42 @@ def mount_routers() -> None:
         if router is not None:
             prefix = getattr(module, "PREFIX", "/tenants/{tenant}/")
             _bind_prefix_path_params(router, prefix)
+            _bind_roles_and_errors(router)
             api.add_router(prefix, router)
+
+
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def error_statuses(methods: list[str], role: str) -> set[int]:
+    """Return the error statuses any operation of ``methods`` needing ``role`` can answer (besides its own).
+
+    401 without a valid token or session; 403 for a role below ``role`` (and a
+    session's failed CSRF check on an unsafe method); 404 for another tenant's
+    token, a tenant that does not exist or an id not in the tenant; 422 for bad
+    input; 503 while a store is unreachable; with a body, 400 (unreadable) and
+    413 (over ``DATA_UPLOAD_MAX_MEMORY_SIZE``).
+    """
+    statuses = {401, 404, 422, 503}
+    if role != "member" or UNSAFE_METHODS & set(methods):
+        statuses.add(403)
+    if {"POST", "PUT", "PATCH"} & set(methods):
+        statuses |= {400, 413}
+    return statuses
+
+
+def _bind_roles_and_errors(router: Any) -> None:
+    """Give each operation the auth of its declared role, ``x-botmesh-role`` and the shared error answers."""
+    for path_view in router.path_operations.values():
+        for operation in path_view.operations:
+            role = declared_role(operation.view_func) or DEFAULT_ROLE
+            operation.auth_param = [TenantTokenAuth(role), TenantSessionAuth(role)]
+            operation._set_auth(operation.auth_param)
+            operation.openapi_extra = {**(operation.openapi_extra or {}), "x-botmesh-role": role}
+            for status in sorted(error_statuses(operation.methods, role) - set(operation.response_models)):
+                operation.response_models[status] = operation._create_response_model(ErrorOut)
+    for _sub_prefix, sub_router, *_ in getattr(router, "_routers", []):
+        _bind_roles_and_errors(sub_router)
 
 
 def _bind_prefix_path_params(router: Any, prefix: str) -> None:
@@ -298,4 +399,6 @@ def _bind_prefix_path_params(router: Any, prefix: str) -> None:
 
 mount_routers()
 
-__all__ = ["api", "CursorParams", "ErrorOut", "Page", "Query", "principal"]
+__all__ = [
+    "api", "CursorParams", "ErrorOut", "Page", "Query", "expected_version_field", "one_of", "principal", "requires",
+]

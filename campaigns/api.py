@@ -14,10 +14,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 
 from . import selectors, services
-from .domain import Campaign, Delivery, DeliveryCounts
+from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts
 from .planner import Plan
 
 router = Router(tags=["campaigns"])
@@ -71,7 +71,7 @@ class CampaignOut(Schema):
 class CampaignIn(Schema):
     name: str
     segment_id: str
-    channel: str = Field(..., description="whatsapp or telegram")
+    channel: str = one_of(CHANNELS, description="whatsapp or telegram")
     message: dict[str, Any]
     channel_name: str | None = Field(None, description="the channel configuration to send with (default: the first)")
     contact_ids: list[str] | None = Field(None, description="only these contacts (each must match the segment)")
@@ -91,7 +91,7 @@ class CampaignPatch(Schema):
 
 class PlanIn(Schema):
     segment_id: str
-    channel: str
+    channel: str = one_of(CHANNELS)
     contact_ids: list[str] | None = None
 
 
@@ -104,11 +104,11 @@ class StartIn(Schema):
 
 
 class CampaignFilters(CursorParams):
-    state: str | None = Field(None, max_length=20)
+    state: str | None = one_of(CAMPAIGN_STATES, None, max_length=20)
 
 
 class DeliveryFilters(CursorParams):
-    state: str | None = Field(None, max_length=20)
+    state: str | None = one_of(DELIVERY_STATES, None, max_length=20)
     reason: str | None = Field(None, max_length=64)
     contact_id: str | None = Field(None, max_length=40)
 
@@ -172,6 +172,7 @@ def _detail(tenant: str, campaign_id: str) -> dict[str, Any]:
 
 
 @router.get("campaigns", response={200: Page[CampaignOut], **ERRORS})
+@requires("agent")
 def campaign_list(request: HttpRequest, tenant: str, filters: Query[CampaignFilters]) -> dict[str, Any]:
     """List campaigns by id (creation time), optionally only those in ``state``. No progress here: see one."""
     page = selectors.campaign_list(tenant, limit=filters.limit, after=filters.after, state=filters.state)
@@ -179,10 +180,10 @@ def campaign_list(request: HttpRequest, tenant: str, filters: Query[CampaignFilt
 
 
 @router.post("campaigns", response={201: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_create(request: HttpRequest, tenant: str, body: CampaignIn) -> Status:
     """Create a draft campaign (admins)."""
     p = principal(request)
-    p.require("admin")
     campaign = services.campaign_create(
         tenant, name=body.name, segment_id=body.segment_id, channel=body.channel, message=body.message,
         channel_name=body.channel_name, contact_ids=body.contact_ids, rate_per_s=body.rate_per_s, actor=p.actor,
@@ -191,6 +192,7 @@ def campaign_create(request: HttpRequest, tenant: str, body: CampaignIn) -> Stat
 
 
 @router.post("campaigns/plan", response={200: PlanOut, **ERRORS})
+@requires("agent")
 def campaign_plan(request: HttpRequest, tenant: str, body: PlanIn) -> dict[str, Any]:
     """Preview an unsaved campaign: how many contacts it would reach now, and how many are left out, by reason."""
     return plan_out(selectors.campaign_plan(tenant, segment_id=body.segment_id, channel=body.channel,
@@ -198,15 +200,16 @@ def campaign_plan(request: HttpRequest, tenant: str, body: PlanIn) -> dict[str, 
 
 
 @router.get("campaigns/{campaign_id}", response={200: CampaignOut, **ERRORS})
+@requires("agent")
 def campaign_get(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     """One campaign with its progress: deliveries per state and per reason."""
     return _detail(tenant, campaign_id)
 
 
 @router.patch("campaigns/{campaign_id}", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_update(request: HttpRequest, tenant: str, campaign_id: str, body: CampaignPatch) -> dict[str, Any]:
     """Edit a draft at ``expected_version`` (admins); 409 with ``current_version`` when stale."""
-    principal(request).require("admin")
     fields = body.model_fields_set - {"expected_version"}
     kwargs = {name: getattr(body, name) for name in fields}
     services.campaign_update(tenant, campaign_id, expected_version=body.expected_version, **kwargs)
@@ -214,56 +217,58 @@ def campaign_update(request: HttpRequest, tenant: str, campaign_id: str, body: C
 
 
 @router.delete("campaigns/{campaign_id}", response={204: None, **ERRORS})
+@requires("admin")
 def campaign_delete(request: HttpRequest, tenant: str, campaign_id: str) -> Status:
     """Delete a campaign that is not scheduled, running or paused, with its deliveries (admins)."""
-    principal(request).require("admin")
     services.campaign_delete(tenant, campaign_id)
     return Status(204, None)
 
 
 @router.get("campaigns/{campaign_id}/plan", response={200: PlanOut, **ERRORS})
+@requires("agent")
 def campaign_plan_of(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     """Preview a saved campaign as of now (before it starts, the recipients are not fixed yet)."""
     return plan_out(selectors.campaign_plan_of(tenant, campaign_id))
 
 
 @router.post("campaigns/{campaign_id}/start", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_start(request: HttpRequest, tenant: str, campaign_id: str, body: StartIn | None = None) -> dict[str, Any]:
     """Start now, or schedule for ``scheduled_at`` (admins); a time in the past is 422 on ``scheduled_at``."""
     p = principal(request)
-    p.require("admin")
     services.campaign_start(tenant, campaign_id, scheduled_at=body.scheduled_at if body else None, actor=p.actor)
     return _detail(tenant, campaign_id)
 
 
 @router.post("campaigns/{campaign_id}/pause", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_pause(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     """Pause a running campaign (admins): the batch in flight finishes, nothing more leaves."""
     p = principal(request)
-    p.require("admin")
     services.campaign_pause(tenant, campaign_id, actor=p.actor)
     return _detail(tenant, campaign_id)
 
 
 @router.post("campaigns/{campaign_id}/resume", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_resume(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     """Resume a paused or failed campaign (admins): only recipients without an outcome get it."""
     p = principal(request)
-    p.require("admin")
     services.campaign_resume(tenant, campaign_id, actor=p.actor)
     return _detail(tenant, campaign_id)
 
 
 @router.post("campaigns/{campaign_id}/cancel", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def campaign_cancel(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     """Cancel (admins): every recipient not yet sent to is ``cancelled``."""
     p = principal(request)
-    p.require("admin")
     services.campaign_cancel(tenant, campaign_id, actor=p.actor)
     return _detail(tenant, campaign_id)
 
 
 @router.get("campaigns/{campaign_id}/deliveries", response={200: Page[DeliveryOut], **ERRORS})
+@requires("agent")
 def delivery_list(request: HttpRequest, tenant: str, campaign_id: str, filters: Query[DeliveryFilters]) -> dict[str, Any]:
     """The per-recipient outcomes, by recipient; filter by ``state``, ``reason`` or ``contact_id``."""
     page = selectors.delivery_list(tenant, campaign_id, limit=filters.limit, after=filters.after,
@@ -272,9 +277,9 @@ def delivery_list(request: HttpRequest, tenant: str, campaign_id: str, filters: 
 
 
 @router.post("campaigns/{campaign_id}/deliveries/resend", response={200: CampaignOut, **ERRORS})
+@requires("admin")
 def delivery_resend(request: HttpRequest, tenant: str, campaign_id: str, body: ResendIn) -> dict[str, Any]:
     """Resend deliveries that are in doubt (admins), after checking they did not arrive."""
     p = principal(request)
-    p.require("admin")
     services.delivery_resend(tenant, campaign_id, recipients=body.recipients, actor=p.actor)
     return _detail(tenant, campaign_id)

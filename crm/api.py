@@ -14,11 +14,11 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
-from .domain import Consent, Contact, ImportJob, Segment
+from .domain import CHANNELS, CONSENT_STATUSES, Consent, Contact, ImportJob, Segment
 
 router = Router(tags=["crm"])
 
@@ -26,7 +26,7 @@ ERRORS: dict[int, type[Schema]] = {403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 
 
 
 class IdentityIO(Schema):
-    channel: str = Field(..., description="whatsapp, telegram or email")
+    channel: str = one_of(CHANNELS, description="whatsapp, telegram or email")
     address: str = Field(..., description="normalised on write: E.164, numeric id, lower-case email")
 
 
@@ -74,8 +74,8 @@ class ContactPatch(Schema):
 
 
 class ConsentIn(Schema):
-    channel: str
-    status: str
+    channel: str = one_of(CHANNELS)
+    status: str = one_of(CONSENT_STATUSES)
     evidence: str | None = None
     source: str | None = Field(None, description="defaults to the caller (token or user)")
 
@@ -206,6 +206,7 @@ def segment_out(s: Segment, count: int | None = None) -> dict[str, Any]:
 
 
 @router.get("contacts", response={200: Page[ContactOut], **ERRORS})
+@requires("agent")
 def contact_list(request: HttpRequest, tenant: str, filters: Query[ContactFilters]) -> dict[str, Any]:
     """List contacts by id (creation time); filter by ``tag``, ``consent``, text ``q`` or ``identity``.
 
@@ -220,6 +221,7 @@ def contact_list(request: HttpRequest, tenant: str, filters: Query[ContactFilter
 
 
 @router.post("contacts", response={201: ContactOut, **ERRORS})
+@requires("agent")
 def contact_create(request: HttpRequest, tenant: str, body: ContactIn) -> Status:
     """Create a contact; 409 ``identity_taken`` (with ``contact_id``) if an identity has an owner."""
     p = principal(request)
@@ -231,9 +233,9 @@ def contact_create(request: HttpRequest, tenant: str, body: ContactIn) -> Status
 
 
 @router.get("contacts/export", response={200: None, **ERRORS})
+@requires("admin")
 def contact_export(request: HttpRequest, tenant: str) -> StreamingHttpResponse:
     """Download every contact as CSV (admins); the file imports back to the same contacts."""
-    principal(request).require("admin")
     response = StreamingHttpResponse(selectors.contact_export_csv(tenant), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="contacts-{tenant}.csv"'
     return response
@@ -285,6 +287,7 @@ def _import_upload(request: HttpRequest) -> tuple[str, bytes]:
 
 
 @router.post("contacts/imports", response={202: ImportJobOut, **ERRORS}, openapi_extra=IMPORT_BODY)
+@requires("admin")
 def contact_import(request: HttpRequest, tenant: str) -> Status:
     """Start a CSV import (admins): a multipart ``file`` or the raw CSV body (``text/csv``).
 
@@ -294,7 +297,6 @@ def contact_import(request: HttpRequest, tenant: str) -> Status:
     from .tasks import dispatch_import
 
     p = principal(request)
-    p.require("admin")
     filename, data = _import_upload(request)
     job = services.contact_import_start(tenant, filename=filename, data=data, created_by=p.actor)
     dispatch_import(tenant, job.id)
@@ -302,24 +304,28 @@ def contact_import(request: HttpRequest, tenant: str) -> Status:
 
 
 @router.get("contacts/imports", response={200: list[ImportJobOut], **ERRORS})
+@requires("agent")
 def contact_import_list(request: HttpRequest, tenant: str) -> list[dict[str, Any]]:
     """The 20 most recent imports, newest first."""
     return [job_out(j) for j in selectors.import_job_list(tenant)]
 
 
 @router.get("contacts/imports/{job_id}", response={200: ImportJobOut, **ERRORS})
+@requires("agent")
 def contact_import_get(request: HttpRequest, tenant: str, job_id: str) -> dict[str, Any]:
     """An import's progress and its report (bad rows by row number and field)."""
     return job_out(selectors.import_job_get(tenant, job_id))
 
 
 @router.get("contacts/{contact_id}", response={200: ContactOut, **ERRORS})
+@requires("agent")
 def contact_get(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
     """One contact with identities, tags, attributes and consent history."""
     return contact_out(tenant, selectors.contact_get(tenant, contact_id))
 
 
 @router.patch("contacts/{contact_id}", response={200: ContactOut, **ERRORS})
+@requires("agent")
 def contact_update(request: HttpRequest, tenant: str, contact_id: str, body: ContactPatch) -> dict[str, Any]:
     """Change a contact at ``expected_version``; 409 with ``current_version`` when stale.
 
@@ -343,6 +349,7 @@ def contact_update(request: HttpRequest, tenant: str, contact_id: str, body: Con
 
 
 @router.post("contacts/{contact_id}/consent", response={200: ContactOut, **ERRORS})
+@requires("agent")
 def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: ConsentIn) -> dict[str, Any]:
     """Record marketing consent on one channel (kept alongside concurrent changes)."""
     contact = services.consent_set(
@@ -353,9 +360,9 @@ def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: Consen
 
 
 @router.delete("contacts/{contact_id}", response={200: ErasureOut, **ERRORS})
+@requires("admin")
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
     """Erase a contact (admins): identities, tags, attributes, consent history. Reports what went."""
-    principal(request).require("admin")
     report = services.contact_erase(tenant, contact_id)
     return {**report.__dict__, "channels": list(report.channels),
             "suppressed_channels": list(report.suppressed_channels)}
@@ -365,6 +372,7 @@ def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> dict[st
 
 
 @router.get("segments", response={200: list[SegmentOut], **ERRORS})
+@requires("agent")
 def segment_list(request: HttpRequest, tenant: str, counts: bool = False) -> list[dict[str, Any]]:
     """Saved segments; ``counts=true`` adds each live count (one pass over the contacts)."""
     segments = selectors.segment_list(tenant)
@@ -373,13 +381,14 @@ def segment_list(request: HttpRequest, tenant: str, counts: bool = False) -> lis
 
 
 @router.post("segments", response={201: SegmentOut, **ERRORS})
+@requires("admin")
 def segment_create(request: HttpRequest, tenant: str, body: SegmentIn) -> Status:
     """Save a segment (admins). Rules: tags_all, tags_any, tags_none, attributes, consent_required."""
-    principal(request).require("admin")
     return Status(201, segment_out(services.segment_create(tenant, name=body.name, rules=body.rules)))
 
 
 @router.post("segments/preview", response={200: PreviewOut, **ERRORS})
+@requires("agent")
 def segment_preview_rules(
     request: HttpRequest, tenant: str, body: RulesIn, limit: int = Query(20, ge=0, le=200)
 ) -> dict[str, Any]:
@@ -389,15 +398,16 @@ def segment_preview_rules(
 
 
 @router.get("segments/{segment_id}", response={200: SegmentOut, **ERRORS})
+@requires("agent")
 def segment_get(request: HttpRequest, tenant: str, segment_id: str) -> dict[str, Any]:
     """One segment."""
     return segment_out(selectors.segment_get(tenant, segment_id))
 
 
 @router.patch("segments/{segment_id}", response={200: SegmentOut, **ERRORS})
+@requires("admin")
 def segment_update(request: HttpRequest, tenant: str, segment_id: str, body: SegmentPatch) -> dict[str, Any]:
     """Rename or change the rules at ``expected_version`` (admins); 409 when stale."""
-    principal(request).require("admin")
     segment = services.segment_update(
         tenant, segment_id, expected_version=body.expected_version, name=body.name, rules=body.rules
     )
@@ -405,20 +415,22 @@ def segment_update(request: HttpRequest, tenant: str, segment_id: str, body: Seg
 
 
 @router.delete("segments/{segment_id}", response={204: None, **ERRORS})
+@requires("admin")
 def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> Status:
     """Delete a segment (admins)."""
-    principal(request).require("admin")
     services.segment_delete(tenant, segment_id)
     return Status(204, None)
 
 
 @router.get("segments/{segment_id}/count", response={200: CountOut, **ERRORS})
+@requires("agent")
 def segment_count(request: HttpRequest, tenant: str, segment_id: str) -> dict[str, int]:
     """How many contacts match now."""
     return {"count": selectors.segment_count(tenant, segment_id)}
 
 
 @router.get("segments/{segment_id}/preview", response={200: PreviewOut, **ERRORS})
+@requires("agent")
 def segment_preview(
     request: HttpRequest, tenant: str, segment_id: str, limit: int = Query(20, ge=0, le=200)
 ) -> dict[str, Any]:

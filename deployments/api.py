@@ -14,12 +14,20 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.api import (
+    CursorParams,
+    ErrorOut,
+    Page,
+    expected_version_field,
+    one_of,
+    principal,
+    requires,
+)
 from botmesh_admin.errors import NotFound
 from botmesh_admin.jsonbody import json_load_object
 
 from . import selectors, services
-from .domain import ActivePointer, BotVersion, GateRun
+from .domain import RESULTS, ActivePointer, BotVersion, GateRun
 from .services import DEFAULT_LEASE_MS, MAX_LEASE_MS
 
 router = Router(tags=["deployments"])
@@ -70,7 +78,7 @@ class ActiveOut(Schema):
     activated_by: str
     kind: str = Field(..., description="activate or rollback")
     previous_version: str | None
-    revision: int = Field(..., description="pass back as expected_revision (0: nothing active)")
+    revision: int = Field(..., description="pass back as expected_version (0: nothing active)")
 
 
 class GateRunIn(Schema):
@@ -90,17 +98,18 @@ class GateRunOut(Schema):
 
 
 class GateResultIn(Schema):
-    result: str = Field(..., description="succeeded, failed, inconclusive or error")
+    result: str = one_of(RESULTS, description="succeeded, failed, inconclusive or error")
     details: str = ""
 
 
-class RevisionIn(Schema):
-    expected_revision: int | None = Field(
-        None, description="active pointer revision you saw (0: none)"
+class ActiveRevisionIn(Schema):
+    expected_version: int | None = expected_version_field(
+        description="compare-and-set: the active pointer's revision you saw (0: none); 409 if it changed. "
+        "expected_revision (its name in 0.1) is still accepted for one release"
     )
 
 
-class RollbackIn(RevisionIn):
+class RollbackIn(ActiveRevisionIn):
     to: str
 
 
@@ -112,7 +121,7 @@ class PruneOut(Schema):
     pruned: list[str]
 
 
-class AuditOut(Schema):
+class DeploymentAuditOut(Schema):
     id: str
     at: int
     actor: str
@@ -127,7 +136,7 @@ class BotOut(Schema):
     active: ActiveOut | None
 
 
-class AuditParams(CursorParams):
+class DeploymentAuditParams(CursorParams):
     after: str | None = Field(None, max_length=64)
 
 
@@ -170,6 +179,7 @@ def _json_body(request: HttpRequest) -> Any:
 
 
 @router.get("bots", response={200: Page[BotOut], **ERRORS})
+@requires("agent")
 def bot_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) -> dict[str, Any]:
     """Bots that have published, with their active version."""
     items = selectors.bot_list(tenant, limit=page.limit, after=page.after)
@@ -193,10 +203,10 @@ def bot_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) -> di
         }
     },
 )
+@requires("admin")
 def version_publish(request: HttpRequest, tenant: str, bot: str) -> Status:
     """Publish a version: 201 created; 200 if the same content was published before; 409 if different."""
     p = principal(request)
-    p.require("admin")
     version, created = services.version_publish(
         tenant, spec=_json_body(request), actor=p.actor, bot=bot
     )
@@ -205,6 +215,7 @@ def version_publish(request: HttpRequest, tenant: str, bot: str) -> Status:
 
 
 @router.get("bots/{bot}/versions", response={200: Page[VersionOut], **ERRORS})
+@requires("agent")
 def version_list(
     request: HttpRequest, tenant: str, bot: str, page: Query[CursorParams]
 ) -> dict[str, Any]:
@@ -218,6 +229,7 @@ def version_list(
 
 
 @router.get("bots/{bot}/versions/{version}", response={200: VersionOut, **ERRORS})
+@requires("agent")
 def version_get(request: HttpRequest, tenant: str, bot: str, version: str) -> dict[str, Any]:
     """One retained version (404 if never published, pruned, or another tenant's)."""
     v = selectors.version_get(tenant, bot, version)
@@ -227,6 +239,7 @@ def version_get(request: HttpRequest, tenant: str, bot: str, version: str) -> di
 @router.post(
     "bots/{bot}/versions/{version}/gates/{gate}/runs", response={201: GateRunOut, **ERRORS}
 )
+@requires("admin")
 def gate_run_start(
     request: HttpRequest,
     tenant: str,
@@ -237,7 +250,6 @@ def gate_run_start(
 ) -> Status:
     """Reserve a run of ``gate``; 409 ``gate_running`` while another run holds it."""
     p = principal(request)
-    p.require("admin")
     lease_ms = body.lease_ms if body else DEFAULT_LEASE_MS
     run = services.gate_run_start(tenant, bot, version, gate, actor=p.actor, lease_ms=lease_ms)
     return Status(201, run_out(run))
@@ -246,6 +258,7 @@ def gate_run_start(
 @router.post(
     "bots/{bot}/versions/{version}/gates/{gate}/runs/{run_id}", response={200: VersionOut, **ERRORS}
 )
+@requires("admin")
 def gate_run_finish(
     request: HttpRequest,
     tenant: str,
@@ -257,7 +270,6 @@ def gate_run_finish(
 ) -> dict[str, Any]:
     """Report the run's result; 409 ``stale_gate_run`` if it is not the gate's current run."""
     p = principal(request)
-    p.require("admin")
     v = services.gate_run_finish(
         tenant,
         bot,
@@ -272,36 +284,37 @@ def gate_run_finish(
 
 
 @router.post("bots/{bot}/versions/{version}/activate", response={200: ActiveOut, **ERRORS})
+@requires("admin")
 def deployment_activate(
-    request: HttpRequest, tenant: str, bot: str, version: str, body: RevisionIn | None = None
+    request: HttpRequest, tenant: str, bot: str, version: str, body: ActiveRevisionIn | None = None
 ) -> dict[str, Any]:
     """Make ``version`` the active deployment; 409 ``gates_not_passed`` or on a concurrent change."""
     p = principal(request)
-    p.require("admin")
     pointer = services.deployment_activate(
         tenant,
         bot,
         version,
         actor=p.actor,
-        expected_revision=body.expected_revision if body else None,
+        expected_revision=body.expected_version if body else None,
     )
     return active_out(pointer)
 
 
 @router.post("bots/{bot}/rollback", response={200: ActiveOut, **ERRORS})
+@requires("admin")
 def deployment_rollback(
     request: HttpRequest, tenant: str, bot: str, body: RollbackIn
 ) -> dict[str, Any]:
     """Make the retained version ``to`` active again (404 if pruned); records where it came from."""
     p = principal(request)
-    p.require("admin")
     pointer = services.deployment_rollback(
-        tenant, bot, to=body.to, actor=p.actor, expected_revision=body.expected_revision
+        tenant, bot, to=body.to, actor=p.actor, expected_revision=body.expected_version
     )
     return active_out(pointer)
 
 
 @router.get("bots/{bot}/active", response={200: ActiveOut, **ERRORS})
+@requires("agent")
 def deployment_active(request: HttpRequest, tenant: str, bot: str) -> dict[str, Any]:
     """The bot's active deployment (404 if none)."""
     pointer = selectors.deployment_active(tenant, bot)
@@ -311,16 +324,17 @@ def deployment_active(request: HttpRequest, tenant: str, bot: str) -> dict[str, 
 
 
 @router.post("bots/{bot}/prune", response={200: PruneOut, **ERRORS})
+@requires("admin")
 def version_prune(request: HttpRequest, tenant: str, bot: str, body: PruneIn) -> dict[str, Any]:
     """Delete versions older than the newest ``keep`` (never the active one or one with a running gate)."""
     p = principal(request)
-    p.require("admin")
     return {"pruned": services.version_prune(tenant, bot, keep=body.keep, actor=p.actor)}
 
 
-@router.get("bots/{bot}/audit", response={200: Page[AuditOut], **ERRORS})
+@router.get("bots/{bot}/audit", response={200: Page[DeploymentAuditOut], **ERRORS})
+@requires("agent")
 def deployment_audit(
-    request: HttpRequest, tenant: str, bot: str, page: Query[AuditParams]
+    request: HttpRequest, tenant: str, bot: str, page: Query[DeploymentAuditParams]
 ) -> dict[str, Any]:
     """Every publish, gate run, activation, rollback and prune of the bot, newest first."""
     items = selectors.deployment_audit_list(tenant, bot, limit=page.limit, after=page.after)

@@ -14,7 +14,14 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.api import (
+    CursorParams,
+    ErrorOut,
+    Page,
+    expected_version_field,
+    principal,
+    requires,
+)
 from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
@@ -41,7 +48,7 @@ class PluginOut(Schema):
     plugin_id: str
     status: str = Field(..., description="enabled, disabled, pending-approval or incompatible")
     enabled: bool
-    revision: int = Field(..., description="pass back as expected_revision for compare-and-set")
+    revision: int = Field(..., description="pass back as expected_version for compare-and-set")
     version: str
     digest: str = Field(..., description="sha256 of the canonical manifest")
     manifest: ManifestOut
@@ -60,16 +67,14 @@ class PluginOut(Schema):
 
 class PermissionsIn(Schema):
     permissions: list[str]
-    expected_revision: int | None = None
+    expected_version: int | None = expected_version_field()
 
 
-class RevisionIn(Schema):
-    expected_revision: int | None = Field(
-        None, description="the revision you saw; 409 if it changed"
-    )
+class PluginRevisionIn(Schema):
+    expected_version: int | None = expected_version_field()
 
 
-class AuditOut(Schema):
+class PluginAuditOut(Schema):
     id: str
     at: int = Field(..., description="epoch milliseconds")
     actor: str
@@ -78,7 +83,7 @@ class AuditOut(Schema):
     detail: dict[str, Any]
 
 
-class AuditParams(CursorParams):
+class PluginAuditParams(CursorParams):
     after: str | None = Field(None, max_length=64)
 
 
@@ -122,6 +127,7 @@ def _page(items: list[Any], limit: int, cursor: str | None) -> str | None:
 
 
 @router.get("plugins", response={200: Page[PluginOut], **ERRORS})
+@requires("agent")
 def plugin_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) -> dict[str, Any]:
     """List installed plugins by id with their status (pass ``next`` back as ``after``)."""
     items = selectors.plugin_list(tenant, limit=page.limit, after=page.after)
@@ -143,13 +149,13 @@ def plugin_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) ->
         }
     },
 )
+@requires("admin")
 def plugin_install(request: HttpRequest, tenant: str) -> Status:
     """Install (201) or replace (200) a plugin from its manifest; it starts disabled.
 
     A replacement asking for more permissions is disabled, pending approval.
     """
     p = principal(request)
-    p.require("admin")
     length = int(request.headers.get("Content-Length") or 0)
     if length > MAX_MANIFEST_BYTES:
         raise ValidationError("manifest", f"body larger than {MAX_MANIFEST_BYTES} bytes")
@@ -158,6 +164,7 @@ def plugin_install(request: HttpRequest, tenant: str) -> Status:
 
 
 @router.get("plugin-runtime", response={200: RuntimeOut, **ERRORS})
+@requires("agent")
 def plugin_runtime(request: HttpRequest, tenant: str) -> dict[str, Any]:
     """Return the runtime version plugins are checked against and the permissions that exist."""
     runtime = selectors.hub_runtime()
@@ -167,8 +174,9 @@ def plugin_runtime(request: HttpRequest, tenant: str) -> dict[str, Any]:
     }
 
 
-@router.get("plugin-audit", response={200: Page[AuditOut], **ERRORS})
-def plugin_audit_all(request: HttpRequest, tenant: str, page: Query[AuditParams]) -> dict[str, Any]:
+@router.get("plugin-audit", response={200: Page[PluginAuditOut], **ERRORS})
+@requires("agent")
+def plugin_audit_all(request: HttpRequest, tenant: str, page: Query[PluginAuditParams]) -> dict[str, Any]:
     """The tenant's plugin audit trail, newest first."""
     items = selectors.plugin_audit_list(tenant, limit=page.limit, after=page.after)
     return {
@@ -178,83 +186,85 @@ def plugin_audit_all(request: HttpRequest, tenant: str, page: Query[AuditParams]
 
 
 @router.get("plugins/{plugin_id}", response={200: PluginOut, **ERRORS})
+@requires("agent")
 def plugin_get(request: HttpRequest, tenant: str, plugin_id: str) -> dict[str, Any]:
     """One installed plugin: manifest, status, grants and the permission diff of the last upgrade."""
     return plugin_out(selectors.plugin_get(tenant, plugin_id), selectors.hub_runtime())
 
 
 @router.delete("plugins/{plugin_id}", response={204: None, **ERRORS})
+@requires("admin")
 def plugin_uninstall(request: HttpRequest, tenant: str, plugin_id: str) -> Status:
     """Uninstall the plugin (its audit trail stays)."""
     p = principal(request)
-    p.require("admin")
     services.plugin_uninstall(tenant, plugin_id, actor=p.actor)
     return Status(204, None)
 
 
 @router.post("plugins/{plugin_id}/grants", response={200: PluginOut, **ERRORS})
+@requires("admin")
 def plugin_grant(
     request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn
 ) -> dict[str, Any]:
     """Grant permissions the manifest asks for."""
     p = principal(request)
-    p.require("admin")
     installation = services.plugin_grant(
         tenant,
         plugin_id,
         permissions=body.permissions,
         actor=p.actor,
-        expected_revision=body.expected_revision,
+        expected_revision=body.expected_version,
     )
     return plugin_out(installation, selectors.hub_runtime())
 
 
 @router.post("plugins/{plugin_id}/revocations", response={200: PluginOut, **ERRORS})
+@requires("admin")
 def plugin_revoke(
     request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn
 ) -> dict[str, Any]:
     """Withdraw granted permissions (an enabled plugin that needs one is disabled)."""
     p = principal(request)
-    p.require("admin")
     installation = services.plugin_revoke(
         tenant,
         plugin_id,
         permissions=body.permissions,
         actor=p.actor,
-        expected_revision=body.expected_revision,
+        expected_revision=body.expected_version,
     )
     return plugin_out(installation, selectors.hub_runtime())
 
 
 @router.post("plugins/{plugin_id}/enable", response={200: PluginOut, **ERRORS})
+@requires("admin")
 def plugin_enable(
-    request: HttpRequest, tenant: str, plugin_id: str, body: RevisionIn | None = None
+    request: HttpRequest, tenant: str, plugin_id: str, body: PluginRevisionIn | None = None
 ) -> dict[str, Any]:
     """Enable the plugin: 409 ``permissions_pending`` or ``incompatible_runtime`` when refused."""
     p = principal(request)
-    p.require("admin")
     installation = services.plugin_enable(
-        tenant, plugin_id, actor=p.actor, expected_revision=body.expected_revision if body else None
+        tenant, plugin_id, actor=p.actor, expected_revision=body.expected_version if body else None
     )
     return plugin_out(installation, selectors.hub_runtime())
 
 
 @router.post("plugins/{plugin_id}/disable", response={200: PluginOut, **ERRORS})
+@requires("admin")
 def plugin_disable(
-    request: HttpRequest, tenant: str, plugin_id: str, body: RevisionIn | None = None
+    request: HttpRequest, tenant: str, plugin_id: str, body: PluginRevisionIn | None = None
 ) -> dict[str, Any]:
     """Disable the plugin."""
     p = principal(request)
-    p.require("admin")
     installation = services.plugin_disable(
-        tenant, plugin_id, actor=p.actor, expected_revision=body.expected_revision if body else None
+        tenant, plugin_id, actor=p.actor, expected_revision=body.expected_version if body else None
     )
     return plugin_out(installation, selectors.hub_runtime())
 
 
-@router.get("plugins/{plugin_id}/audit", response={200: Page[AuditOut], **ERRORS})
+@router.get("plugins/{plugin_id}/audit", response={200: Page[PluginAuditOut], **ERRORS})
+@requires("agent")
 def plugin_audit(
-    request: HttpRequest, tenant: str, plugin_id: str, page: Query[AuditParams]
+    request: HttpRequest, tenant: str, plugin_id: str, page: Query[PluginAuditParams]
 ) -> dict[str, Any]:
     """The plugin's audit trail (who installed, granted, enabled, disabled it, and when), newest first."""
     items = selectors.plugin_audit_list(

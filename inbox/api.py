@@ -13,12 +13,13 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import StrictBool
 
-from botmesh_admin.api import CursorParams, ErrorOut, principal
+from botmesh_admin.api import CursorParams, ErrorOut, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.tenancy.principal import Principal
 
 from . import replies, selectors, services
-from .domain import Conversation, Message, Note
+from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
+from .stores.base import VIEWS
 
 router = Router(tags=["inbox"])
 
@@ -159,8 +160,8 @@ class NotePage(Schema):
 class ConversationFilters(CursorParams):
     """``view`` all / mine / unassigned; ``status`` open / pending / resolved; ``channel``; ``unread``."""
 
-    view: str = "all"
-    status: str | None = None
+    view: str = one_of(VIEWS, "all")
+    status: str | None = one_of(CONVERSATION_STATUSES, None)
     channel: str | None = None
     unread: bool = False
 
@@ -180,7 +181,7 @@ class HandoffIn(Schema):
 
 
 class StatusIn(Schema):
-    status: str
+    status: str = one_of(CONVERSATION_STATUSES)
     snoozed_until_ms: int | None = Field(None, description="pending only: reopen at this time (epoch ms)")
     expected_version: int | None = None
 
@@ -263,6 +264,7 @@ def _conversation(request: HttpRequest, tenant: str, c: Conversation) -> dict[st
 
 
 @router.get("conversations", response={200: ConversationPage, **ERRORS})
+@requires("agent")
 def conversation_list(request: HttpRequest, tenant: str, filters: Query[ConversationFilters]) -> dict[str, Any]:
     """List conversations, newest activity first, with the caller's unread counts."""
     rows, cursor = selectors.conversation_list(
@@ -273,12 +275,14 @@ def conversation_list(request: HttpRequest, tenant: str, filters: Query[Conversa
 
 
 @router.get("conversations/{conversation_id}", response={200: ConversationOut, **ERRORS})
+@requires("agent")
 def conversation_get(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
     """Return one conversation."""
     return _conversation(request, tenant, selectors.conversation_get(tenant, conversation_id))
 
 
 @router.get("conversations/{conversation_id}/messages", response={200: MessagePage, **ERRORS})
+@requires("agent")
 def message_list(
     request: HttpRequest, tenant: str, conversation_id: str, params: Query[CursorParams]
 ) -> dict[str, Any]:
@@ -288,6 +292,7 @@ def message_list(
 
 
 @router.get("conversations/{conversation_id}/notes", response={200: NotePage, **ERRORS})
+@requires("agent")
 def note_list(request: HttpRequest, tenant: str, conversation_id: str, params: Query[CursorParams]) -> dict[str, Any]:
     """List private notes oldest first; ``after`` is the id of the last note of the previous page."""
     items, cursor = selectors.note_list(tenant, conversation_id, limit=params.limit, after=params.after)
@@ -295,6 +300,7 @@ def note_list(request: HttpRequest, tenant: str, conversation_id: str, params: Q
 
 
 @router.post("conversations/{conversation_id}/notes", response={201: NoteOut, **ERRORS})
+@requires("agent")
 def note_add(request: HttpRequest, tenant: str, conversation_id: str, body: NoteIn) -> Status:
     """Add a private note (never sent to the customer) as the caller."""
     note = services.note_add(tenant, conversation_id, author=agent_of(principal(request)), text=body.text)
@@ -302,6 +308,7 @@ def note_add(request: HttpRequest, tenant: str, conversation_id: str, body: Note
 
 
 @router.post("conversations/{conversation_id}/assign", response={200: ConversationOut, **WRITE_ERRORS})
+@requires("agent")
 def conversation_assign(request: HttpRequest, tenant: str, conversation_id: str, body: AssignIn) -> dict[str, Any]:
     """Assign (or unassign) by compare-and-set on ``expected_version``; 409 carries the current one."""
     if body.agent is not None and not selectors.agent_is_member(tenant, body.agent):
@@ -313,6 +320,7 @@ def conversation_assign(request: HttpRequest, tenant: str, conversation_id: str,
 
 
 @router.post("conversations/{conversation_id}/handoff", response={200: ConversationOut, **WRITE_ERRORS})
+@requires("agent")
 def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str, body: HandoffIn) -> dict[str, Any]:
     """Take the chat from the bot (``active`` true) or give it back (false), as the caller."""
     conv = services.conversation_handoff(
@@ -323,6 +331,7 @@ def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str
 
 
 @router.post("conversations/{conversation_id}/status", response={200: ConversationOut, **WRITE_ERRORS})
+@requires("agent")
 def conversation_status(request: HttpRequest, tenant: str, conversation_id: str, body: StatusIn) -> dict[str, Any]:
     """Set open / pending / resolved (pending may be snoozed until a time)."""
     conv = services.conversation_status_set(
@@ -333,6 +342,7 @@ def conversation_status(request: HttpRequest, tenant: str, conversation_id: str,
 
 
 @router.post("conversations/{conversation_id}/read", response={200: ReadOut, **WRITE_ERRORS})
+@requires("agent")
 def conversation_read(request: HttpRequest, tenant: str, conversation_id: str, body: ReadIn) -> dict[str, Any]:
     """Move the caller's read marker forward to ``message_id`` (default: the newest message)."""
     agent = agent_of(principal(request))
@@ -343,6 +353,7 @@ def conversation_read(request: HttpRequest, tenant: str, conversation_id: str, b
 
 
 @router.post("conversations/{conversation_id}/reply", response={202: MessageOut, **WRITE_ERRORS})
+@requires("agent")
 def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, body: ReplyIn) -> Status:
     """Queue a reply through the outbox; poll the message for ``reply.state``."""
     message = replies.reply_create(
@@ -354,6 +365,7 @@ def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, 
 
 @router.post("conversations/{conversation_id}/messages/{message_id}/resend",
              response={202: MessageOut, **WRITE_ERRORS})
+@requires("agent")
 def reply_resend(request: HttpRequest, tenant: str, conversation_id: str, message_id: str) -> Status:
     """Send a not confirmed or failed reply of this conversation again (the customer may receive it twice).
 
@@ -367,9 +379,9 @@ def reply_resend(request: HttpRequest, tenant: str, conversation_id: str, messag
 
 
 @router.delete("conversations/{conversation_id}", response={200: EraseOut, **ERRORS})
+@requires("admin")
 def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
     """Erase the conversation with its messages, notes and read markers (right to erasure; admins)."""
-    principal(request).require("admin")
     removed = services.conversation_erase(tenant, conversation_id)
     return {"conversation_id": conversation_id, "records_removed": removed}
 
@@ -378,6 +390,7 @@ def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) 
 
 
 @router.get("handoff/{chat_id}", response={200: HandoffStateOut, **ERRORS})
+@requires("member")
 def handoff_get(request: HttpRequest, tenant: str, chat_id: str, channel: str | None = None) -> dict[str, Any]:
     """For bots: is this chat handed off to a human (then do not answer it)?
 
@@ -423,6 +436,7 @@ LEDGER_BODY = {
 
 
 @router.post("ledger", response={202: LedgerOut, **ERRORS}, openapi_extra=LEDGER_BODY)
+@requires("bot")
 def ledger_push(request: HttpRequest, tenant: str) -> Status:
     """Push a bot's message ledger; every record is validated, then journaled before the answer.
 
@@ -430,6 +444,5 @@ def ledger_push(request: HttpRequest, tenant: str) -> Status:
     written. A record without ``tenantId`` belongs to the token's tenant; one
     naming another tenant is refused. Records are projected by a worker.
     """
-    principal(request).require("bot")  # a bot's token (or an admin's), never an agent's
     records = services.ledger_parse(request.body)
     return Status(202, services.ledger_push(principal(request).tenant, records))

@@ -9,10 +9,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Schema, Status
 
-from botmesh_admin.api import ErrorOut, principal
+from botmesh_admin.api import ErrorOut, one_of, requires
 
 from . import selectors, services
-from .domain import Channel
+from .domain import CHANNEL_KINDS, Channel
 
 router = Router(tags=["channels"])
 
@@ -20,7 +20,7 @@ router = Router(tags=["channels"])
 class ChannelIn(Schema):
     """Create or update a channel. Omitted (or empty) secrets keep their stored value."""
 
-    kind: str
+    kind: str = one_of(CHANNEL_KINDS)
     phone_number_id: str | None = None
     display_phone_number: str | None = None
     bot_username: str | None = None
@@ -57,31 +57,31 @@ def _out(channel: Channel) -> ChannelOut:
 
 
 @router.get("channels", response={200: list[ChannelOut], 403: ErrorOut})
+@requires("admin")
 def channel_list(request: HttpRequest, tenant: str) -> list[ChannelOut]:
     """List the tenant's channels."""
-    principal(request).require("admin")
     return [_out(c) for c in selectors.channel_config_list(tenant)]
 
 
 @router.get("channels/{name}", response={200: ChannelOut, 403: ErrorOut, 404: ErrorOut})
+@requires("admin")
 def channel_get(request: HttpRequest, tenant: str, name: str) -> ChannelOut:
     """Return one channel."""
-    principal(request).require("admin")
     return _out(selectors.channel_config_get(tenant, name=name))
 
 
 @router.put("channels/{name}", response={200: ChannelOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut})
+@requires("admin")
 def channel_put(request: HttpRequest, tenant: str, name: str, body: ChannelIn) -> ChannelOut:
     """Create or update the channel ``name`` (secrets are stored encrypted or hashed)."""
-    principal(request).require("admin")
     data = body.model_dump()
     clear = tuple(data.pop("clear"))
     return _out(services.channel_config_set(tenant, name=name, clear=clear, **data))
 
 
 @router.delete("channels/{name}", response={204: None, 403: ErrorOut, 404: ErrorOut})
+@requires("admin")
 def channel_delete(request: HttpRequest, tenant: str, name: str) -> Status[None]:
     """Delete the channel ``name``."""
-    principal(request).require("admin")
     services.channel_config_delete(tenant, name=name)
     return Status(204, None)

@@ -10,12 +10,13 @@ from ninja import Field, Query, Router, Schema
 from ninja.responses import Status
 from pydantic import BaseModel, ConfigDict
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, principal
+from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
 from .domain import iso_ms
 from .stores.base import BotSample, TraceSummary
+from .trace_records import KINDS
 
 router = Router(tags=["observability"])
 
@@ -89,7 +90,7 @@ class TraceOut(Schema):
 
 
 class TraceFilter(CursorParams):
-    kind: str | None = Field(None, description="http, task, message or internal")
+    kind: str | None = one_of(KINDS, None, description="http, task, message or internal")
     conversation: str | None = Field(None, max_length=200)
 
 
@@ -105,6 +106,7 @@ def _summary_out(summary: TraceSummary) -> TraceSummaryOut:
 
 
 @router.post("bots/{anytext:bot}/metrics", response={201: BotSampleOut, 404: ErrorOut, 422: ErrorOut})
+@requires("bot")
 def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsPushIn) -> Status[BotSampleOut]:
     """Keep one snapshot pushed by a replica of ``bot`` (the JSON of botmesh's ``bot.metrics()``).
 
@@ -112,7 +114,6 @@ def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsP
     (or ``replicaId``) and, optionally, ``at``: when it was taken, epoch ms
     within the last 24 hours (default: now). Needs a bot (or admin) token.
     """
-    principal(request).require("bot")
     data = body.model_dump()
     replica = data.pop("replica", None) or data.pop("replicaId", None)
     if replica is None:
@@ -124,6 +125,7 @@ def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsP
 
 
 @router.get("bots/metrics", response={200: list[BotSampleOut]})
+@requires("agent")
 def bot_metrics_latest(request: HttpRequest, tenant: str) -> list[BotSampleOut]:
     """Return the latest snapshot of every live replica of every bot of the tenant."""
     principal(request)
@@ -131,6 +133,7 @@ def bot_metrics_latest(request: HttpRequest, tenant: str) -> list[BotSampleOut]:
 
 
 @router.get("bots/{anytext:bot}/metrics", response={200: list[BotSampleOut], 404: ErrorOut, 422: ErrorOut})
+@requires("agent")
 def bot_metrics_history(
     request: HttpRequest, tenant: str, bot: str, replica: str, since_ms: int | None = None
 ) -> list[BotSampleOut]:
@@ -140,6 +143,7 @@ def bot_metrics_history(
 
 
 @router.get("traces", response={200: Page[TraceSummaryOut], 422: ErrorOut})
+@requires("agent")
 def trace_list(request: HttpRequest, tenant: str, params: Query[TraceFilter]) -> dict[str, Any]:
     """Return the tenant's recent traces, newest first (filters: ``kind``, ``conversation``)."""
     principal(request)
@@ -150,6 +154,7 @@ def trace_list(request: HttpRequest, tenant: str, params: Query[TraceFilter]) ->
 
 
 @router.get("traces/{trace_id}", response={200: TraceOut, 404: ErrorOut})
+@requires("agent")
 def trace_get(request: HttpRequest, tenant: str, trace_id: str) -> TraceOut:
     """Return one trace of the tenant with its spans in tree order (``depth`` per span)."""
     principal(request)

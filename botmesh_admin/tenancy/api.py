@@ -7,7 +7,7 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from botmesh_admin.api import ErrorOut, principal
+from botmesh_admin.api import ErrorOut, one_of, principal, requires
 
 from . import selectors, services
 
@@ -22,7 +22,7 @@ class WhoAmIOut(Schema):
 
 class TokenIn(Schema):
     name: str
-    role: str = "admin"
+    role: str = one_of(("admin", "agent", "bot"), "admin")
 
 
 class TokenOut(Schema):
@@ -41,6 +41,7 @@ class TokenCreatedOut(TokenOut):
 
 
 @router.get("whoami", response={200: WhoAmIOut})
+@requires("member")
 def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
     """Return the caller's tenant, role and actor name."""
     p = principal(request)
@@ -48,24 +49,24 @@ def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
 
 
 @router.get("tokens", response={200: list[TokenOut], 403: ErrorOut})
+@requires("admin")
 def token_list(request: HttpRequest, tenant: str) -> list[TokenOut]:
     """List the tenant's API tokens (admins only)."""
-    principal(request).require("admin")
     return [TokenOut.from_orm(t) for t in selectors.token_list(tenant)]
 
 
 @router.post("tokens", response={201: TokenCreatedOut, 403: ErrorOut, 422: ErrorOut})
+@requires("admin")
 def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> tuple[int, TokenCreatedOut]:
     """Create a token; the plaintext ``token`` is returned once and never stored."""
     p = principal(request)
-    p.require("admin")
     token, plaintext = services.token_create(tenant, name=body.name, role=body.role, created_by=p.actor)
     out = TokenCreatedOut(**TokenOut.from_orm(token).dict(), token=plaintext)
     return 201, out
 
 
 @router.delete("tokens/{token_id}", response={200: TokenOut, 403: ErrorOut, 404: ErrorOut})
+@requires("admin")
 def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> TokenOut:
     """Revoke a token (admins only)."""
-    principal(request).require("admin")
     return TokenOut.from_orm(services.token_revoke(tenant, token_id=token_id))

@@ -48,7 +48,7 @@ def test_install_grant_enable_over_the_api(
     revision = resp.json()["revision"]
     resp = client.post(
         _url(world, "/acme.order-status/enable"),
-        {"expected_revision": revision},
+        {"expected_version": revision},
         content_type="application/json",
         **world.admin,
     )
@@ -187,3 +187,20 @@ def test_runtime_endpoint_and_pagination(client: Client, world: World, order_sta
     ] == "acme.p1"
     rest = client.get(_url(world) + f"?limit=2&after={first['next']}", **world.agent).json()
     assert [p["plugin_id"] for p in rest["items"]] == ["acme.p2"] and rest["next"] is None
+
+
+def test_a_stale_expected_version_is_409_and_the_old_name_expected_revision_still_counts(
+    client: Client, world: World, order_status: bytes
+) -> None:
+    """Issue 18, item 3: one wire name (``expected_version``); ``expected_revision`` is read for one release."""
+    revision = _install(client, world, order_status).json()["revision"]
+    for name in ("expected_version", "expected_revision"):
+        stale = client.post(_url(world, "/acme.order-status/disable"), {name: revision + 5},
+                            content_type="application/json", **world.admin)  # fmt: skip
+        assert stale.status_code == 409, (name, stale.content)
+    fresh = client.post(_url(world, "/acme.order-status/disable"), {"expected_revision": revision},
+                        content_type="application/json", **world.admin)  # fmt: skip
+    assert fresh.status_code == 200, fresh.content
+    again = client.post(_url(world, "/acme.order-status/disable"), {"expected_version": fresh.json()["revision"]},
+                        content_type="application/json", **world.admin)  # fmt: skip
+    assert again.status_code == 200, again.content
