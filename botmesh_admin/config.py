@@ -241,6 +241,7 @@ class Tuning:
     telegram_api_base: str | None = None
     hub_runtime_file: str | None = None
     hub_runtime_version: str | None = None
+    crm_max_segments: int = 50  # every contact write judges each saved segment (its membership)
 
 
 def _bounded(name: str, raw: str | None, default: int, low: int, high: int) -> int:
@@ -336,4 +337,5 @@ def load_tuning(get: Callable[[str], str | None]) -> Tuning:
         telegram_api_base=_api_base("BOTMESH_TELEGRAM_API_BASE", get("BOTMESH_TELEGRAM_API_BASE")),
         hub_runtime_file=_runtime_file("BOTMESH_HUB_RUNTIME_FILE", get("BOTMESH_HUB_RUNTIME_FILE")),
         hub_runtime_version=_semver("BOTMESH_HUB_RUNTIME_VERSION", get("BOTMESH_HUB_RUNTIME_VERSION")),
+        crm_max_segments=_bounded("BOTMESH_CRM_MAX_SEGMENTS", get("BOTMESH_CRM_MAX_SEGMENTS"), 50, 1, 500),
     )

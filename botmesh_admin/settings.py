@@ -160,6 +160,7 @@ BOTMESH_WHATSAPP_API_BASE = _tuning.whatsapp_api_base
 BOTMESH_TELEGRAM_API_BASE = _tuning.telegram_api_base
 BOTMESH_HUB_RUNTIME_FILE = _tuning.hub_runtime_file
 BOTMESH_HUB_RUNTIME_VERSION = _tuning.hub_runtime_version
+BOTMESH_CRM_MAX_SEGMENTS = _tuning.crm_max_segments
 
 # Celery (ARCHITECTURE §9). The embedded default needs no server: filesystem transport.
 CELERY_BROKER_URL = CONFIG.broker_url

@@ -20,10 +20,13 @@ from .domain import (
     Campaign,
     Delivery,
     DeliveryCounts,
+    PlanCounts,
+    Recipient,
+    chat_key_of,
     validate_channel,
     validate_contact_ids,
 )
-from .planner import Plan, Planner
+from .planner import SAMPLE, Plan, Planner
 from .stores import default_stores
 
 PREVIEW_RECIPIENTS = 1000
@@ -68,9 +71,14 @@ def campaign_plan(
 ) -> Plan:
     """Return who a campaign to ``segment_id`` on ``channel`` would reach now, with the drop counts.
 
-    Nothing is written. The plan walks the whole audience (its counts are
-    exact) with bounded memory: it holds the first ``PREVIEW_RECIPIENTS``
-    recipients only. Raise ``ValidationError`` for an unknown segment or channel.
+    Nothing is written. To a whole segment whose membership is built (the
+    usual case: ``crm.selectors.segment_reach``), the counts are the
+    membership's counters and the examples one page of each: O(page), with at
+    most ``SAMPLE`` recipients held. Otherwise (listed contacts, a planner of
+    the caller's, a segment just created or changed) the plan walks the whole
+    audience (its counts are exact) with bounded memory: it holds the first
+    ``PREVIEW_RECIPIENTS`` recipients only. Raise ``ValidationError`` for an
+    unknown segment or channel.
     """
     from crm.selectors import segment_get
 
@@ -79,12 +87,48 @@ def campaign_plan(
         segment = segment_get(tenant, segment_id)
     except NotFound:
         raise ValidationError("campaign.segment_id", "no such segment") from None
+    listed = validate_contact_ids(contact_ids)
+    if listed is None and planner is None:
+        quick = _plan_from_membership(tenant, segment_id, channel)
+        if quick is not None:
+            return quick
     return (planner or Planner(tenant)).plan(
-        rules=segment.rules, channel=channel, contact_ids=validate_contact_ids(contact_ids), keep=PREVIEW_RECIPIENTS)
+        rules=segment.rules, channel=channel, contact_ids=listed, keep=PREVIEW_RECIPIENTS)
+
+
+def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | None:
+    """Return the plan of a whole segment from its materialized membership, or ``None`` if not built.
+
+    The same counts and examples as ``Planner.plan`` over every contact: the
+    membership keeps the planner's verdict per campaign channel
+    (``crm.domain.membership_groups``). No recipient is a duplicate there:
+    identities are unique per tenant, so two contacts never share an address.
+    """
+    from crm.selectors import segment_reach
+
+    reach = segment_reach(tenant, segment_id, channel=channel, examples=SAMPLE)
+    if reach is None:
+        return None
+    audience = sum(reach.verdicts.values())
+    dropped = {"not_in_segment": reach.contacts - audience, "no_identity": reach.verdicts["no_identity"],
+               "opted_out": reach.verdicts["opted_out"]}
+    examples = {
+        "recipients" if reason == "ok" else reason: [c.name or c.id for c in contacts]
+        for reason, contacts in reach.examples.items() if contacts
+    }
+    recipients = tuple(
+        Recipient(c.id, c.addresses(channel)[0], chat_key_of(channel, c.addresses(channel)[0]), c.name)
+        for c in reach.examples.get("ok", [])[:PREVIEW_RECIPIENTS]
+    )
+    counts = PlanCounts(reach.contacts, reach.verdicts["ok"], {k: v for k, v in sorted(dropped.items()) if v})
+    return Plan(recipients, counts, examples)
 
 
 def campaign_plan_of(tenant: str, campaign_id: str) -> Plan:
-    """Return the preview of a saved campaign (its segment, channel and listed contacts, as of now)."""
+    """Return the preview of a saved campaign (its segment, channel and listed contacts, as of now).
+
+    O(page) for a campaign to a whole segment whose membership is built (see ``campaign_plan``).
+    """
     c = campaign_get(tenant, campaign_id)
     return campaign_plan(tenant, segment_id=c.segment_id, channel=c.channel, contact_ids=c.contact_ids)
 

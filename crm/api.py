@@ -17,7 +17,7 @@ from ninja import Field, Query, Router, Schema, Status
 from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
 
-from . import selectors, services
+from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, Consent, Contact, ImportJob, Segment
 
 router = Router(tags=["crm"])
@@ -384,7 +384,9 @@ def segment_list(request: HttpRequest, tenant: str, counts: bool = False) -> lis
 @requires("admin")
 def segment_create(request: HttpRequest, tenant: str, body: SegmentIn) -> Status:
     """Save a segment (admins). Rules: tags_all, tags_any, tags_none, attributes, consent_required."""
-    return Status(201, segment_out(services.segment_create(tenant, name=body.name, rules=body.rules)))
+    segment = services.segment_create(tenant, name=body.name, rules=body.rules)
+    tasks.dispatch_segment_build(tenant)
+    return Status(201, segment_out(segment))
 
 
 @router.post("segments/preview", response={200: PreviewOut, **ERRORS})
@@ -411,6 +413,7 @@ def segment_update(request: HttpRequest, tenant: str, segment_id: str, body: Seg
     segment = services.segment_update(
         tenant, segment_id, expected_version=body.expected_version, name=body.name, rules=body.rules
     )
+    tasks.dispatch_segment_build(tenant)
     return segment_out(segment)
 
 
@@ -419,6 +422,7 @@ def segment_update(request: HttpRequest, tenant: str, segment_id: str, body: Seg
 def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> Status:
     """Delete a segment (admins)."""
     services.segment_delete(tenant, segment_id)
+    tasks.dispatch_segment_build(tenant)
     return Status(204, None)
 
 

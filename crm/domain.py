@@ -508,6 +508,65 @@ def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
     return Segment(d["id"], d["name"], rules, version, int(d["created_at"]), int(d["updated_at"]))
 
 
+# --------------------------------------------------------------------------- segment membership
+
+PLAN_CHANNELS = ("whatsapp", "telegram")
+"""The channels a campaign sends on (``campaigns.domain.CHANNELS``; a test keeps the two equal)."""
+PLAN_VERDICTS = ("no_identity", "opted_out", "ok")
+"""What the campaign planner decides for a contact in a segment's audience, in its order of checks."""
+MEMBER: tuple[str, ...] = ("member",)
+Group: TypeAlias = tuple[str, ...]
+"""A group of a segment's materialized membership: ``MEMBER`` (the contact matches the rules) or
+``("plan", channel, verdict)`` (what a campaign on that channel would decide for it)."""
+
+
+def segment_rules_key(rules: SegmentRules) -> str:
+    """Return a short digest of ``rules`` (16 hex digits): membership is kept per segment and rules key.
+
+    Renaming a segment keeps its key (its membership stays valid); changing a rule changes it.
+    """
+    import json
+
+    raw = json.dumps(rules.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def plan_group(channel: str, verdict: str) -> Group:
+    """Return the membership group of the contacts a campaign on ``channel`` judges ``verdict``."""
+    return ("plan", channel, verdict)
+
+
+def membership_groups(rules: SegmentRules, data: Mapping[str, Any]) -> list[Group]:
+    """Return the membership groups of the stored contact JSON ``data`` for ``rules``.
+
+    ``MEMBER`` when it matches; then, per campaign channel, the planner's
+    verdict (``campaigns.planner.Planner._judge``, in its order: the rules
+    without a ``consent_required`` on the campaign's own channel — that one is
+    judged as ``opted_out`` —, an identity on the channel, consent granted there).
+    """
+    out: list[Group] = []
+    member = rules_match_json(rules, data)
+    if member:
+        out.append(MEMBER)
+    channels = {ch for ch, _ in data.get("identities") or ()}
+    consent = data.get("consent") or {}
+    for channel in PLAN_CHANNELS:
+        if rules.consent_required == channel:
+            judged = rules_match_json(replace(rules, consent_required=None), data)
+        else:
+            judged = member
+        if not judged:
+            continue
+        if channel not in channels:
+            verdict = "no_identity"
+        elif (consent.get(channel) or {}).get("status") != "granted":
+            verdict = "opted_out"
+        else:
+            verdict = "ok"
+        out.append(plan_group(channel, verdict))
+    return out
+
+
 # --------------------------------------------------------------------------- index terms and search
 
 Term: TypeAlias = tuple[str | int | bool | None, ...]

@@ -26,6 +26,8 @@ from .domain import (
     CHANNELS,
     CONSENT_STATUSES,
     MAX_SEARCH_KEY,
+    MEMBER,
+    PLAN_VERDICTS,
     AttributeValue,
     Contact,
     Identity,
@@ -35,8 +37,11 @@ from .domain import (
     Term,
     attribute_term,
     consent_term,
+    contact_to_json,
+    membership_groups,
     normalize_identity,
     normalize_tag,
+    plan_group,
     reachable_term,
     search_index_keys,
     search_keys,
@@ -617,10 +622,18 @@ def segment_members(
     return _members(store, tenant, plan, counts)
 
 
+def _saved(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]) -> Segment | None:
+    """Return the saved segment when given its id (its membership may be materialized), else ``None``."""
+    return segment_get(tenant, segment_id_or_rules) if isinstance(segment_id_or_rules, str) else None
+
+
 def segment_count(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]) -> int:
     """Return how many contacts match now (a live, exact count).
 
-    Cost: the counters of the rules' terms (one ``get_many``). A single
+    Cost: a saved segment whose membership is built (``ContactStore.membership_counts``:
+    kept in every contact's commit) is one counter, O(1). Otherwise (unsaved
+    rules, or a segment created or changed whose membership is still being
+    built): the counters of the rules' terms (one ``get_many``); a single
     condition (one tag, one attribute value, ``consent_required``, one
     ``tags_none`` tag, or no rule) is answered by them alone, O(1). Several
     conditions walk the posting list with the fewest contacts and check each
@@ -629,8 +642,13 @@ def segment_count(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping
     never fetching a contact: O(smallest list × conditions). Only ``tags_none``
     with several tags (and nothing else) reads their lists' ids, O(their sum).
     """
-    plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
     store = default_store()
+    saved = _saved(tenant, segment_id_or_rules)
+    if saved is not None:
+        built = store.membership_counts(tenant, [saved], [MEMBER])
+        if saved.id in built:
+            return built[saved.id][0]
+    plan = _SegmentPlan.of(saved.rules if saved is not None else _rules(tenant, segment_id_or_rules))
     return _count(store, tenant, plan, _read_counts(store, tenant, [plan]))
 
 
@@ -642,18 +660,37 @@ class SegmentPreview:
     sample: list[Contact]
 
 
+def _first_members(store: ContactStore, tenant: str, segment: Segment, group: tuple[str, ...], limit: int) -> list[Contact] | None:
+    """Return the first ``limit`` contacts of a built membership ``group`` (checked again on the records)."""
+    ids = store.membership_scan(tenant, segment, group, limit=limit)
+    if ids is None:
+        return None
+    contacts = [c for c in store.contact_get_many(tenant, ids) if c is not None]
+    # A contact written after its index entry was read is judged on the record as fetched.
+    return [c for c in contacts if group in membership_groups(segment.rules, contact_to_json(c))]
+
+
 def segment_preview(
     tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any], *, limit: int = 20
 ) -> SegmentPreview:
     """Return the live count and the first ``limit`` (0..200) members (by id).
 
-    The count costs what ``segment_count`` costs; the sample walks the same
+    A saved segment with built membership costs one counter and one page of
+    its membership index with the members' records, O(limit). Otherwise the
+    count costs what ``segment_count`` costs and the sample walks the same
     posting list until ``limit`` members are found.
     """
     if not 0 <= limit <= 200:
         raise ValidationError("limit", "must be 0..200")
-    plan = _SegmentPlan.of(_rules(tenant, segment_id_or_rules))
     store = default_store()
+    saved = _saved(tenant, segment_id_or_rules)
+    if saved is not None:
+        built = store.membership_counts(tenant, [saved], [MEMBER])
+        if saved.id in built:
+            count = built[saved.id][0]
+            sample = _first_members(store, tenant, saved, MEMBER, limit) if count and limit else []
+            return SegmentPreview(count, sample or [])
+    plan = _SegmentPlan.of(saved.rules if saved is not None else _rules(tenant, segment_id_or_rules))
     counts = _read_counts(store, tenant, [plan])
     count = _count(store, tenant, plan, counts)
     members = _members(store, tenant, plan, counts, first=limit + 1)
@@ -664,13 +701,74 @@ def segment_preview(
 def segment_counts(tenant: str, segments: list[Segment]) -> dict[str, int]:
     """Return the live count of each segment (the segments page).
 
-    One ``get_many`` of every counter the segments need; then each segment
-    costs what ``segment_count`` costs (O(1) for a single condition).
+    The segments whose membership is built: one counter each, read together
+    (O(1) per segment). The others (just created or changed, still building)
+    cost what ``segment_count`` costs on the posting lists.
     """
     store = default_store()
-    plans = {s.id: _SegmentPlan.of(s.rules) for s in segments}
-    counts = _read_counts(store, tenant, list(plans.values()))
-    return {segment_id: _count(store, tenant, plan, counts) for segment_id, plan in plans.items()}
+    built = store.membership_counts(tenant, segments, [MEMBER])
+    plans = {s.id: _SegmentPlan.of(s.rules) for s in segments if s.id not in built}
+    counts = _read_counts(store, tenant, list(plans.values())) if plans else {}
+    out = {s.id: built[s.id][0] for s in segments if s.id in built}
+    out.update({segment_id: _count(store, tenant, plan, counts) for segment_id, plan in plans.items()})
+    return {s.id: out[s.id] for s in segments}
+
+
+def segment_membership_pending(tenant: str, *, sweep: bool = False) -> list[str]:
+    """Return the ids of the segments whose materialized membership is still being built.
+
+    ``sweep``: include ``"sweep"`` when a deleted or changed segment's old
+    membership waits to be cleared from the contacts (the build job's work too).
+    """
+    return [sid for sid in default_store().membership_pending(tenant) if sweep or sid != "sweep"]
+
+
+@dataclass(frozen=True)
+class SegmentReach:
+    """What a campaign to a segment on one channel would decide, from the segment's membership.
+
+    ``contacts``: every contact of the tenant; ``verdicts``: how many of the
+    segment's audience get each of ``PLAN_VERDICTS`` (``ok`` = a recipient);
+    ``examples``: the first contacts (by id) of each verdict and of
+    ``not_in_segment`` (those among the first ``budget`` contacts).
+    """
+
+    contacts: int
+    verdicts: dict[str, int]
+    examples: dict[str, list[Contact]]
+
+
+REACH_EXAMPLE_BUDGET = 200  # contacts read at most to find examples of contacts outside the segment
+
+
+def segment_reach(tenant: str, segment_id: str, *, channel: str, examples: int = 10) -> SegmentReach | None:
+    """Return a campaign's counts for ``segment_id`` on ``channel`` in O(examples), or ``None`` if not built.
+
+    Counts are the membership counters (exact, kept in each contact's
+    commit); examples are one page of each verdict's membership index and
+    at most ``REACH_EXAMPLE_BUDGET`` contacts for ``not_in_segment``. Raise
+    ``NotFound`` for an unknown segment.
+    """
+    segment = segment_get(tenant, segment_id)
+    store = default_store()
+    groups = [plan_group(channel, v) for v in PLAN_VERDICTS]
+    built = store.membership_counts(tenant, [segment], groups)
+    if segment.id not in built:
+        return None
+    verdicts = dict(zip(PLAN_VERDICTS, built[segment.id], strict=True))
+    found: dict[str, list[Contact]] = {}
+    for verdict, group in zip(PLAN_VERDICTS, groups, strict=True):
+        if verdicts[verdict] and examples:
+            found[verdict] = (_first_members(store, tenant, segment, group, examples) or [])[:examples]
+    total = store.contact_count(tenant, [ALL])[0]
+    if total > sum(verdicts.values()) and examples:
+        outside = [
+            c for c in store.contact_scan(tenant, limit=REACH_EXAMPLE_BUDGET)
+            if not any(g[0] == "plan" and g[1] == channel
+                       for g in membership_groups(segment.rules, contact_to_json(c)))
+        ]
+        found["not_in_segment"] = outside[:examples]
+    return SegmentReach(total, verdicts, found)
 
 
 # --------------------------------------------------------------------------- imports

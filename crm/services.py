@@ -45,8 +45,9 @@ from .domain import (
     validate_name,
     validate_segment_name,
 )
-from .selectors import tenant_region
+from .selectors import segment_list, tenant_region
 from .stores import default_store
+from .stores.base import MAX_SCAN
 
 log = logging.getLogger(__name__)
 
@@ -383,21 +384,75 @@ erase = contact_erase
 # --------------------------------------------------------------------------- segments
 
 
+def _segments_all(tenant: str) -> list[Segment]:
+    return segment_list(tenant, limit=MAX_SCAN)
+
+
+def segment_membership_sync(tenant: str) -> list[str]:
+    """Make the tenant's segment membership definitions its saved segments; return the ids still to build.
+
+    Called after every segment write (and by the build job first, which
+    repairs a sync lost to a crash between the segment's commit and this one).
+    The segments are read after the definitions (inside the store's retry), so
+    two concurrent segment writes both end up defined.
+    """
+    store = default_store()
+    for _ in range(20):
+        segments = _segments_all(tenant)
+        try:
+            store.membership_sync(tenant, segments)
+        except Conflict:
+            continue
+        if [(s.id, s.rules) for s in segments] == [(s.id, s.rules) for s in _segments_all(tenant)]:
+            break  # no segment was saved or deleted while we wrote (else its own sync may have lost)
+    return [sid for sid in store.membership_pending(tenant) if sid != "sweep"]
+
+
+def segment_membership_build(tenant: str, *, progress: Callable[[int], None] | None = None) -> int:
+    """Build the materialized membership of every segment not built yet (online, resumable).
+
+    Return how many contacts were read. ``progress`` gets that number after
+    each batch. A background job's cost: O(contacts).
+    """
+    segment_membership_sync(tenant)
+    return default_store().membership_build(tenant, progress=progress)
+
+
 def segment_create(tenant: str, *, name: str, rules: Mapping[str, Any]) -> Segment:
-    """Save a segment; raise ``ValidationError`` naming the bad rule (``segment.rules.tags_all[0]``)."""
+    """Save a segment; raise ``ValidationError`` naming the bad rule (``segment.rules.tags_all[0]``).
+
+    A tenant has at most ``BOTMESH_CRM_MAX_SEGMENTS`` segments (every contact
+    write judges each one): one more is refused (field ``segment``). The
+    segment's membership is defined at once; the caller dispatches its build
+    (``crm.tasks.dispatch_segment_build``), and until it is built its counts
+    come from the posting lists.
+    """
     at = now_ms()
     segment = Segment(
         id=new_id("s"), name=validate_segment_name(name), rules=segment_rules_from_input(rules),
         created_at=at, updated_at=at,
     )
-    return default_store().segment_insert(tenant, segment)
+    from django.conf import settings
+
+    cap = int(settings.BOTMESH_CRM_MAX_SEGMENTS)
+    if len(_segments_all(tenant)) >= cap:
+        raise ValidationError(
+            "segment", f"a tenant has at most {cap} segments (BOTMESH_CRM_MAX_SEGMENTS); delete one first"
+        )
+    saved = default_store().segment_insert(tenant, segment)
+    segment_membership_sync(tenant)
+    return saved
 
 
 def segment_update(
     tenant: str, segment_id: str, *, expected_version: int, name: str | None = None,
     rules: Mapping[str, Any] | None = None,
 ) -> Segment:
-    """Change a segment's name and/or rules at ``expected_version``; raise ``Conflict``/``NotFound``."""
+    """Change a segment's name and/or rules at ``expected_version``; raise ``Conflict``/``NotFound``.
+
+    New rules need their membership built again (the caller dispatches it);
+    a new name keeps it.
+    """
     store = default_store()
     current = store.segment_get(tenant, segment_id)
     if current is None:
@@ -408,13 +463,17 @@ def segment_update(
         rules=segment_rules_from_input(rules) if rules is not None else current.rules,
         updated_at=now_ms(),
     )
-    return store.segment_replace(tenant, updated, expected_version=expected_version)
+    saved = store.segment_replace(tenant, updated, expected_version=expected_version)
+    if saved.rules != current.rules:
+        segment_membership_sync(tenant)
+    return saved
 
 
 def segment_delete(tenant: str, segment_id: str) -> None:
     """Delete a segment; raise ``NotFound``."""
     if not default_store().segment_delete(tenant, segment_id):
         raise NotFound(f"segment {segment_id} not found")
+    segment_membership_sync(tenant)
 
 
 # --------------------------------------------------------------------------- CSV import

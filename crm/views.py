@@ -19,7 +19,7 @@ from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
-from . import selectors, services
+from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES
 from .tasks import dispatch_import
 
@@ -190,6 +190,7 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
         try:
             page_principal(request).require("admin")
             segment = services.segment_create(tenant, name=request.POST.get("name", ""), rules=rules_from_form(request.POST))
+            tasks.dispatch_segment_build(tenant)
             messages.success(request, f"Segment {segment.name!r} saved.")
             return redirect("crm:segments", tenant=tenant)
         except DomainError as exc:
@@ -232,5 +233,6 @@ def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> HttpRe
         services.segment_delete(tenant, segment_id)
     except DomainError as exc:
         return render_error(request, exc)
+    tasks.dispatch_segment_build(tenant)
     messages.success(request, "Segment deleted.")
     return redirect("crm:segments", tenant=tenant)

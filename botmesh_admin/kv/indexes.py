@@ -960,12 +960,21 @@ class IndexedCollection:
     deliveries in ``d-<campaign id>``): given the Kv and a tenant, it returns
     the collection names of that tenant's tables (a background job's cost);
     ``collection`` then only names the family in reports.
+
+    ``verify`` checks what a package derives into its records beyond these
+    indexes (the CRM's segment membership): given the Kv and a tenant, it
+    returns drift counts (all zero: none), and ``repair`` rebuilds it;
+    ``botmesh_check_indexes`` runs both. ``derive`` brings it up to date
+    (online, resumable; returns the records read): ``botmesh_reindex`` runs it.
     """
 
     package: str
     collection: str
     records: tuple[RecordType, ...]
     instances: Callable[[DurableKv, str], Iterable[str]] | None = None
+    verify: Callable[[DurableKv, str], Mapping[str, int]] | None = None
+    repair: Callable[[DurableKv, str], None] | None = None
+    derive: Callable[[DurableKv, str], int] | None = None
 
     def layout(self, kv: DurableKv) -> IndexedTable:
         """Return the ``IndexedTable`` of this collection over ``kv``."""
@@ -987,15 +996,21 @@ def declare(
     records: Sequence[RecordType],
     *,
     instances: Callable[[DurableKv, str], Iterable[str]] | None = None,
+    verify: Callable[[DurableKv, str], Mapping[str, int]] | None = None,
+    repair: Callable[[DurableKv, str], None] | None = None,
+    derive: Callable[[DurableKv, str], int] | None = None,
 ) -> IndexedCollection:
     """Declare the indexed record types of a package collection (once, next to its store).
 
     ``botmesh_reindex`` and ``botmesh_check_indexes`` walk these declarations;
     redeclaring the same collection replaces it (module reloads in tests).
-    ``instances`` lists a tenant's tables of a one-table-per-parent layout
-    (see ``IndexedCollection``).
+    ``instances`` lists a tenant's tables of a one-table-per-parent layout;
+    ``verify`` / ``repair`` / ``derive`` check, rebuild and build derived data (see
+    ``IndexedCollection``).
     """
-    collection_spec = IndexedCollection(package, collection, tuple(records), instances)
+    collection_spec = IndexedCollection(
+        package, collection, tuple(records), instances, verify, repair, derive
+    )
     IndexedTable(cast(DurableKv, _NullKv()), collection_spec.records)  # refuses repeated names now
     _declared[(package, collection)] = collection_spec
     return collection_spec

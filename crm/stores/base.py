@@ -29,11 +29,11 @@ Rules every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from botmesh_admin.errors import ValidationError
-from crm.domain import Contact, Identity, ImportJob, Segment, SegmentRules, Term
+from crm.domain import MEMBER, Contact, Group, Identity, ImportJob, Segment, SegmentRules, Term
 
 MAX_SCAN = 5000
 
@@ -184,6 +184,52 @@ class ContactStore(Protocol):
 
     def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
         """Return up to ``limit`` segments with id greater than ``after``, by id."""
+        ...
+
+    # segment membership -----------------------------------------------------
+
+    def membership_sync(self, tenant: str, segments: Sequence[Segment]) -> None:
+        """Make the membership definitions the given ``segments`` (every saved segment of the tenant).
+
+        Membership is kept per segment and rules key (``segment_rules_key``):
+        a renamed segment keeps it; a new or changed one is not built until
+        ``membership_build`` ran (at once in a tenant without contacts).
+        """
+        ...
+
+    def membership_pending(self, tenant: str) -> list[str]:
+        """Return the ids of the segments whose membership is not built yet (``"sweep"``: a clean-up is due)."""
+        ...
+
+    def membership_build(
+        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Bring every contact's membership up to the definitions (online, resumable); return contacts read."""
+        ...
+
+    def membership_counts(
+        self, tenant: str, segments: Sequence[Segment], groups: Sequence[Group]
+    ) -> dict[str, list[int]]:
+        """Return, for each of ``segments`` whose membership is built, the number of contacts in each group.
+
+        Groups: ``MEMBER`` (matches the rules) and ``plan_group(channel,
+        verdict)`` (what a campaign to the segment on ``channel`` decides,
+        ``crm.domain.membership_groups``). O(1) per segment and group; a segment
+        not built is absent from the answer.
+        """
+        ...
+
+    def membership_scan(
+        self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
+    ) -> list[str] | None:
+        """Return up to ``limit`` (1..5000) ids in ``group`` of ``segment``, by id, after ``after`` (O(limit)).
+
+        ``None`` when the segment's membership is not built for its current rules.
+        """
+        ...
+
+    def membership_check(self, tenant: str) -> dict[str, int]:
+        """Compare each contact's stored membership with the built definitions: ``{"contacts", "wrong"}`` (full scan)."""
         ...
 
     # import jobs ------------------------------------------------------------

@@ -7,6 +7,10 @@ Layout per tenant:
   record. They share one table because a Kv commit is atomic inside one table:
   a contact, its identity claims (``ABSENT`` puts) and, on erasure, its
   suppression entries are written together or not at all.
+  ``m/<contact id>`` → ``{"k": [[segment id, rules key, *group], …]}``, the contact's
+  materialized segment membership (``crm.domain.membership_groups`` for every saved
+  segment), ``g/segments`` → the definitions it is computed from and
+  ``g/membership`` → what is built (see "Segment membership" below).
 - ``crm/<tenant>/segments``: ``<segment id>`` → segment JSON.
 - ``crm/<tenant>/imports``: ``j/<job id>`` → job JSON, ``d/<job id>/<nnnn>`` → CSV text chunks.
 
@@ -24,17 +28,49 @@ and ``IMPORTS``), kept in the commit that writes the record:
   search by prefix;
 - ``job_newest``: import jobs newest first (the job id with its hex digits inverted).
 
+- ``segment``: ``x/segment/<segment id><rules key><group>m/<id>`` for each membership
+  group of the contact (``member``, and the campaign planner's verdict per channel),
+  ordered by contact id: a segment's members, or a campaign's recipients, by page;
+- ``segment_n``: a counter per segment, rules key and group.
+
+Segment membership. ``g/segments`` holds ``{"s": {segment id: {"rules", "key"}}}``,
+written by ``membership_sync`` whenever a segment is saved or deleted (at most
+``BOTMESH_CRM_MAX_SEGMENTS`` of them, so a contact write judges a bounded number of
+rules). Every contact write computes the contact's ``m/`` record from the
+definitions it read (cached per process by version) and checks their version in
+its commit, so a write never keeps membership of definitions that changed under
+it. A segment is usable for reads once ``g/membership`` says ``built`` for its
+id and rules key: at once for a tenant without contacts, otherwise after
+``membership_build`` passed every contact (online, resumable, in batches that
+check each contact's version; the definitions' version is checked too, and a
+change restarts the pass). Reads of a segment that is not built fall back to
+the posting lists (``crm.selectors``).
+
 The identity claims ``i/…`` are not a secondary index but a uniqueness
 constraint, written by hand with ``ABSENT`` puts in the same commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound
-from botmesh_admin.kv import ABSENT, ANY, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
+from botmesh_admin.kv import (
+    ABSENT,
+    ANY,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Op,
+    Put,
+    TenantKv,
+)
 from botmesh_admin.kv.indexes import (
     CountIndex,
     RecordChange,
@@ -48,7 +84,9 @@ from botmesh_admin.kv.indexes import (
 from botmesh_admin.kv.validation import MAX_GET_MANY
 from crm.domain import (
     ALL,
+    MEMBER,
     Contact,
+    Group,
     Identity,
     IdentityTaken,
     ImportJob,
@@ -60,9 +98,12 @@ from crm.domain import (
     contact_to_json,
     import_job_from_json,
     import_job_to_json,
+    membership_groups,
     rules_match_json,
     search_index_keys,
     segment_from_json,
+    segment_rules_from_input,
+    segment_rules_key,
     segment_to_json,
     version_mismatch,
 )
@@ -99,13 +140,114 @@ CONTACT = RecordType(
 IMPORT_JOB = RecordType(
     "import_job", "j/", (ValueIndex("job_newest", keys=_newest_first),), reuses_keys=False
 )
-CONTACTS = declare("crm", "contacts", [CONTACT])
+
+
+def _membership_keys(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    return [tuple(k) for k in data.get("k") or ()]
+
+
+# A contact's membership record lives and dies with the contact (never deleted before it:
+# an emptied membership is written empty), so its versions only grow and ``old`` is trusted.
+MEMBERSHIP = RecordType(
+    "membership",
+    "m/",
+    (ValueIndex("segment", keys=_membership_keys), CountIndex("segment_n", keys=_membership_keys)),
+    reuses_keys=False,
+)
+
+
+def _verify_membership(kv: DurableKv, tenant: str) -> dict[str, int]:
+    return {"contacts with wrong segment membership": KvContactStore(kv).membership_check(tenant)["wrong"]}
+
+
+def _repair_membership(kv: DurableKv, tenant: str) -> None:
+    KvContactStore(kv).membership_rebuild(tenant)
+
+
+def _derive_membership(kv: DurableKv, tenant: str) -> int:
+    """Define the membership of the saved segments (an installation older than it) and build it."""
+    store = KvContactStore(kv)
+    store.membership_sync(tenant, store.segment_scan(tenant, limit=5000))
+    return store.membership_build(tenant)
+
+
+CONTACTS = declare(
+    "crm", "contacts", [CONTACT, MEMBERSHIP],
+    verify=_verify_membership, repair=_repair_membership, derive=_derive_membership,
+)
 IMPORTS = declare("crm", "imports", [IMPORT_JOB])
 
 
 def _chunks(items: Sequence[str], size: int = MAX_GET_MANY) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+DEFS_KEY = "g/segments"
+BUILD_KEY = "g/membership"
+ALL_COUNTER = f"x/term_n/{encode(ALL)}"
+SEGMENT_BASE = "x/segment/"
+
+
+@dataclass(frozen=True)
+class _Defs:
+    """The membership definitions of a table as read: ``version`` ``None`` when absent."""
+
+    version: int | None
+    segments: tuple[tuple[str, str, SegmentRules], ...]  # (segment id, rules key, rules)
+
+    @classmethod
+    def of(cls, entry: Entry | None) -> _Defs:
+        if entry is None:
+            return cls(None, ())
+        items = sorted((entry.value.get("s") or {}).items())
+        return cls(
+            entry.version,
+            tuple((sid, d["key"], segment_rules_from_input(d["rules"])) for sid, d in items),
+        )
+
+    def check(self) -> Check:
+        return Check(DEFS_KEY, ABSENT if self.version is None else self.version)
+
+    def membership(self, data: Mapping[str, Any]) -> list[list[str]]:
+        """Return the ``k`` list of the contact JSON ``data`` under these definitions (sorted)."""
+        return sorted([sid, key, *group] for sid, key, rules in self.segments for group in membership_groups(rules, data))
+
+
+class _DefsCache:
+    """Per-process cache of each table's definitions (bounded LRU); a commit checks the version."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._size = size
+        self._items: OrderedDict[tuple[int, str], _Defs] = OrderedDict()
+
+    def get(self, kv: DurableKv, table: str) -> _Defs:
+        key = (id(kv), table)
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        defs = _Defs.of(kv.get(table, DEFS_KEY))
+        with self._lock:
+            self._items[key] = defs
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return defs
+
+    def forget(self, kv: DurableKv, table: str) -> None:
+        with self._lock:
+            self._items.pop((id(kv), table), None)
+
+
+_defs_cache = _DefsCache()
+MEMBERSHIP_RETRIES = 20
+
+
+def _build_state(entry: Entry | None) -> dict[str, Any]:
+    value = dict(entry.value) if entry is not None else {}
+    return {"built": dict(value.get("built") or {}), "pass": value.get("pass"), "sweep": bool(value.get("sweep"))}
 
 
 class KvContactStore:
@@ -119,6 +261,47 @@ class KvContactStore:
 
     def _contacts(self, tenant: str) -> str:
         return self.tables.table(tenant, "contacts")
+
+    def _membership_ops(
+        self, defs: _Defs, contact_id: str, new: Mapping[str, Any] | None, stored: Entry | None
+    ) -> tuple[list[Op], list[RecordChange]]:
+        """Return the ops writing contact ``contact_id``'s membership for its JSON ``new``.
+
+        ``stored`` is its ``m/`` record as read (its version is expected).
+        A deleted contact (``new`` is ``None``) loses its record.
+        """
+        key = f"m/{contact_id}"
+        old = stored.value if stored is not None else None
+        expect = ABSENT if stored is None else stored.version
+        if new is None:
+            if stored is None:
+                return [], []
+            return [Delete(key, expect)], [RecordChange(MEMBERSHIP, key, old, None)]
+        value = {"k": defs.membership(new)}
+        if (stored is None and not value["k"]) or old == value:
+            return [], []
+        return [Put(key, value, expect)], [RecordChange(MEMBERSHIP, key, old, value)]
+
+    def _write(self, table: str, attempt: Callable[[_Defs], tuple[list[Op], list[RecordChange]]]) -> list[Entry | None]:
+        """Commit what ``attempt(defs)`` returns with the definitions' check; retry when they moved.
+
+        ``attempt`` reads what it needs again on each call; a conflict on the
+        definitions or on a membership record (the builder passed) retries,
+        any other ``ConflictError`` is raised.
+        """
+        for _ in range(MEMBERSHIP_RETRIES):
+            defs = _defs_cache.get(self.kv, table)
+            ops, changes = attempt(defs)
+            try:
+                return self.contacts.commit(table, [*ops, defs.check()], changes)
+            except ConflictError as exc:
+                if exc.key == DEFS_KEY:
+                    _defs_cache.forget(self.kv, table)
+                    continue
+                if exc.key.startswith("m/"):
+                    continue
+                raise
+        raise Conflict("segment definitions kept changing; try again")
 
     # contacts
 
@@ -144,11 +327,16 @@ class KvContactStore:
     def contact_insert(self, tenant: str, contact: Contact) -> Contact:
         table = self._contacts(tenant)
         value = contact_to_json(contact)
-        ops: list[Op] = [Put(f"c/{contact.id}", value, ABSENT)]
-        ops += [Put(f"i/{i.key}", {"contact": contact.id}, ABSENT) for i in contact.identities]
-        change = RecordChange(CONTACT, f"c/{contact.id}", None, value)
+
+        def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
+            ops: list[Op] = [Put(f"c/{contact.id}", value, ABSENT)]
+            ops += [Put(f"i/{i.key}", {"contact": contact.id}, ABSENT) for i in contact.identities]
+            changes = [RecordChange(CONTACT, f"c/{contact.id}", None, value)]
+            more_ops, more_changes = self._membership_ops(defs, contact.id, value, None)
+            return ops + more_ops, changes + more_changes
+
         try:
-            entry = self.contacts.commit(table, ops, [change])[0]
+            entry = self._write(table, attempt)[0]
         except ConflictError as exc:
             if exc.key.startswith("i/"):
                 raise self._identity_taken(table, exc.key) from None
@@ -162,15 +350,22 @@ class KvContactStore:
         A bulk loader (benchmarks, seeding): raise ``ConflictError`` naming the
         first id or identity that exists, and then nothing of the batch is written.
         """
-        ops: list[Op] = []
-        changes: list[RecordChange] = []
-        for contact in contacts:
-            value = contact_to_json(contact)
-            ops.append(Put(f"c/{contact.id}", value, ABSENT))
-            ops += [Put(f"i/{i.key}", {"contact": contact.id}, ABSENT) for i in contact.identities]
-            changes.append(RecordChange(CONTACT, f"c/{contact.id}", None, value))
-        if ops:
-            self.contacts.commit(self._contacts(tenant), ops, changes)
+        values = [contact_to_json(c) for c in contacts]
+
+        def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
+            ops: list[Op] = []
+            changes: list[RecordChange] = []
+            for contact, value in zip(contacts, values, strict=True):
+                ops.append(Put(f"c/{contact.id}", value, ABSENT))
+                ops += [Put(f"i/{i.key}", {"contact": contact.id}, ABSENT) for i in contact.identities]
+                changes.append(RecordChange(CONTACT, f"c/{contact.id}", None, value))
+                more_ops, more_changes = self._membership_ops(defs, contact.id, value, None)
+                ops += more_ops
+                changes += more_changes
+            return ops, changes
+
+        if contacts:
+            self._write(self._contacts(tenant), attempt)
 
     def contact_replace(
         self,
@@ -181,24 +376,29 @@ class KvContactStore:
         release_suppressions: tuple[str, ...] = (),
     ) -> Contact:
         table = self._contacts(tenant)
-        current = self.kv.get(table, f"c/{contact.id}")
-        if current is None:
-            raise NotFound("contact not found")
-        if current.version != expected_version:
-            raise Conflict(
-                f"contact changed: expected version {expected_version}, found {current.version}",
-                current_version=current.version,
-            )
-        before = {f"i/{ch}:{addr}" for ch, addr in current.value["identities"]}
-        after = {f"i/{i.key}" for i in contact.identities}
         value = contact_to_json(contact)
-        ops: list[Op] = [Put(f"c/{contact.id}", value, expected_version)]
-        ops += [Put(key, {"contact": contact.id}, ABSENT) for key in sorted(after - before)]
-        ops += [Delete(key, ANY) for key in sorted(before - after)]
-        ops += [Delete(f"s/{key}", ANY) for key in dict.fromkeys(release_suppressions)]
-        change = RecordChange(CONTACT, f"c/{contact.id}", current.value, value)
+
+        def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
+            current, stored = self.kv.get_many(table, [f"c/{contact.id}", f"m/{contact.id}"])
+            if current is None:
+                raise NotFound("contact not found")
+            if current.version != expected_version:
+                raise Conflict(
+                    f"contact changed: expected version {expected_version}, found {current.version}",
+                    current_version=current.version,
+                )
+            before = {f"i/{ch}:{addr}" for ch, addr in current.value["identities"]}
+            after = {f"i/{i.key}" for i in contact.identities}
+            ops: list[Op] = [Put(f"c/{contact.id}", value, expected_version)]
+            ops += [Put(key, {"contact": contact.id}, ABSENT) for key in sorted(after - before)]
+            ops += [Delete(key, ANY) for key in sorted(before - after)]
+            ops += [Delete(f"s/{key}", ANY) for key in dict.fromkeys(release_suppressions)]
+            changes = [RecordChange(CONTACT, f"c/{contact.id}", current.value, value)]
+            more_ops, more_changes = self._membership_ops(defs, contact.id, value, stored)
+            return ops + more_ops, changes + more_changes
+
         try:
-            entry = self.contacts.commit(table, ops, [change])[0]
+            entry = self._write(table, attempt)[0]
         except ConflictError as exc:
             if exc.key.startswith("i/"):
                 raise self._identity_taken(table, exc.key) from None
@@ -215,17 +415,22 @@ class KvContactStore:
         suppressions: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         table = self._contacts(tenant)
-        current = self.kv.get(table, f"c/{contact_id}")
-        if current is None:
-            raise NotFound("contact not found")
-        if current.version != expected_version:
-            raise version_mismatch("contact", current.version, expected_version)
-        ops: list[Op] = [Delete(f"c/{contact_id}", expected_version)]
-        ops += [Delete(f"i/{ch}:{addr}", ANY) for ch, addr in current.value["identities"]]
-        ops += [Put(f"s/{key}", dict(record), ANY) for key, record in (suppressions or {}).items()]
-        change = RecordChange(CONTACT, f"c/{contact_id}", current.value, None)
+
+        def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
+            current, stored = self.kv.get_many(table, [f"c/{contact_id}", f"m/{contact_id}"])
+            if current is None:
+                raise NotFound("contact not found")
+            if current.version != expected_version:
+                raise version_mismatch("contact", current.version, expected_version)
+            ops: list[Op] = [Delete(f"c/{contact_id}", expected_version)]
+            ops += [Delete(f"i/{ch}:{addr}", ANY) for ch, addr in current.value["identities"]]
+            ops += [Put(f"s/{key}", dict(record), ANY) for key, record in (suppressions or {}).items()]
+            changes = [RecordChange(CONTACT, f"c/{contact_id}", current.value, None)]
+            more_ops, more_changes = self._membership_ops(defs, contact_id, None, stored)
+            return ops + more_ops, changes + more_changes
+
         try:
-            self.contacts.commit(table, ops, [change])
+            self._write(table, attempt)
         except ConflictError as exc:
             raise version_mismatch("contact", exc.current_version, expected_version) from None
 
@@ -355,6 +560,170 @@ class KvContactStore:
         check_scan_limit(limit)
         entries = self.kv.scan(self.tables.table(tenant, "segments"), after=after, limit=limit)
         return [segment_from_json(e.value, e.version) for e in entries]
+
+    # segment membership
+
+    def membership_sync(self, tenant: str, segments: Sequence[Segment]) -> None:
+        """Make the membership definitions those of ``segments`` (all the tenant's saved ones).
+
+        A segment whose rules key is unchanged keeps its built membership; a new
+        or changed one waits for ``membership_build`` — except in a tenant without
+        contacts, where it is built at once (the commit checks the contact
+        counter's version, so a contact created meanwhile makes it read again).
+        Call it again after reading the segments again: on a conflict this
+        raises nothing and retries with the stored state, but the caller's list
+        must be read after the previous sync (see ``crm.services``).
+        """
+        table = self._contacts(tenant)
+        want = {s.id: {"rules": s.rules.to_json(), "key": segment_rules_key(s.rules)} for s in segments}
+        for _ in range(MEMBERSHIP_RETRIES):
+            defs_entry, build_entry, counter = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY, ALL_COUNTER])
+            have = dict(defs_entry.value.get("s") or {}) if defs_entry is not None else {}
+            if have == want:
+                return
+            state = _build_state(build_entry)
+            empty = counter is None or counter.value == 0
+            removed = any(sid not in want or want[sid]["key"] != d["key"] for sid, d in have.items())
+            if empty:
+                state = {"built": {sid: d["key"] for sid, d in want.items()}, "pass": None, "sweep": False}
+            else:
+                state["built"] = {sid: k for sid, k in state["built"].items() if want.get(sid, {}).get("key") == k}
+                state["sweep"] = state["sweep"] or removed
+            ops: list[Op] = [
+                Put(DEFS_KEY, {"s": want}, ABSENT if defs_entry is None else defs_entry.version),
+                Put(BUILD_KEY, state, ABSENT if build_entry is None else build_entry.version),
+                Check(ALL_COUNTER, ABSENT if counter is None else counter.version),
+            ]
+            try:
+                self.kv.commit(table, ops)
+            except ConflictError:
+                continue
+            _defs_cache.forget(self.kv, table)
+            return
+        raise Conflict("segment membership kept changing; try again")
+
+    def membership_pending(self, tenant: str) -> list[str]:
+        """Return the ids of the segments whose membership is not built (and ``"sweep"`` if one is due)."""
+        defs_entry, build_entry = self.kv.get_many(self._contacts(tenant), [DEFS_KEY, BUILD_KEY])
+        state = _build_state(build_entry)
+        pending = [sid for sid, sid_key, _ in _Defs.of(defs_entry).segments if state["built"].get(sid) != sid_key]
+        return pending + (["sweep"] if state["sweep"] else [])
+
+    def membership_build(
+        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Bring every contact's membership up to the definitions; return how many contacts were read.
+
+        Online and resumable: each batch commits the changed ``m/`` records
+        (checking each contact's version and the definitions' version) with the
+        pass's cursor in ``g/membership``; a killed run continues from it, and a
+        change of the definitions restarts the pass. At the end every defined
+        segment is marked built. ``progress`` gets the contacts read so far.
+        """
+        table = self._contacts(tenant)
+        done = 0
+        size = batch
+        while True:
+            defs_entry, build_entry = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY])
+            defs = _Defs.of(defs_entry)
+            state = _build_state(build_entry)
+            if all(state["built"].get(sid) == k for sid, k, _ in defs.segments) and not state["sweep"]:
+                return done
+            current = state["pass"] if state["pass"] and state["pass"].get("defs") == defs.version else None
+            after = current["after"] if current else None
+            rows = self.kv.scan(table, prefix="c/", after=after, limit=size)
+            stored = self.kv.get_many(table, [f"m/{r.key[2:]}" for r in rows]) if rows else []
+            ops: list[Op] = [defs.check()]
+            changes: list[RecordChange] = []
+            for row, entry in zip(rows, stored, strict=True):
+                more_ops, more_changes = self._membership_ops(defs, row.key[2:], row.value, entry)
+                if more_ops:
+                    ops += [Check(row.key, row.version), *more_ops]
+                    changes += more_changes
+            if len(rows) < size:
+                state = {"built": {sid: k for sid, k, _ in defs.segments}, "pass": None, "sweep": False}
+            else:
+                state["pass"] = {"after": rows[-1].key, "defs": defs.version}
+            ops.append(Put(BUILD_KEY, state, ABSENT if build_entry is None else build_entry.version))
+            try:
+                self.contacts.commit(table, ops, changes)
+            except ConflictError:
+                size = max(10, size // 2)  # writers are busy here: take less at a time
+                continue
+            size = min(batch, size * 2)
+            done += len(rows)
+            if progress is not None:
+                progress(done)
+
+    def membership_rebuild(self, tenant: str) -> int:
+        """Mark every segment not built and build the membership of every contact again (``--repair``)."""
+        table = self._contacts(tenant)
+        while True:
+            entry = self.kv.get(table, BUILD_KEY)
+            state: dict[str, Any] = {"built": {}, "pass": None, "sweep": True}
+            try:
+                self.kv.commit(table, [Put(BUILD_KEY, state, ABSENT if entry is None else entry.version)])
+                break
+            except ConflictError:
+                continue
+        return self.membership_build(tenant)
+
+    def _built_keys(self, table: str, segments: Sequence[Segment]) -> dict[str, str]:
+        """Return ``{segment id: rules key}`` of the ``segments`` whose membership is built."""
+        state = _build_state(self.kv.get(table, BUILD_KEY))
+        keys = {s.id: segment_rules_key(s.rules) for s in segments}
+        return {sid: key for sid, key in keys.items() if state["built"].get(sid) == key}
+
+    def membership_counts(
+        self, tenant: str, segments: Sequence[Segment], groups: Sequence[Group]
+    ) -> dict[str, list[int]]:
+        table = self._contacts(tenant)
+        built = self._built_keys(table, segments)
+        wanted = [(sid, key, *g) for sid, key in built.items() for g in groups]
+        counts: list[int] = []
+        for start in range(0, len(wanted), MAX_GET_MANY):
+            counts += self.contacts.count(table, "segment_n", wanted[start : start + MAX_GET_MANY])
+        n = len(groups)
+        return {sid: counts[i * n : (i + 1) * n] for i, sid in enumerate(built)}
+
+    def membership_scan(
+        self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
+    ) -> list[str] | None:
+        check_scan_limit(limit)
+        table = self._contacts(tenant)
+        key = self._built_keys(table, [segment]).get(segment.id)
+        if key is None:
+            return None
+        values = (segment.id, key, *group)
+        cursor = f"{SEGMENT_BASE}{encode(values)}m/{after}" if after is not None else None
+        entries = self.contacts.scan(table, "segment", values, after=cursor, limit=limit)
+        return [e.value["pk"][2:] for e in entries]
+
+    def membership_check(self, tenant: str) -> dict[str, int]:
+        """Compare every contact's membership with the definitions: ``{"contacts", "wrong"}``.
+
+        A full scan (a background job's cost); a pass that is still building
+        counts as no drift. ``wrong`` counts contacts whose ``m/`` record differs.
+        """
+        table = self._contacts(tenant)
+        defs_entry, build_entry = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY])
+        defs = _Defs.of(defs_entry)
+        state = _build_state(build_entry)
+        built = _Defs(defs.version, tuple(d for d in defs.segments if state["built"].get(d[0]) == d[1]))
+        keys = {(sid, key) for sid, key, _ in built.segments}
+        contacts = wrong = 0
+        after: str | None = None
+        while True:
+            rows = self.kv.scan(table, prefix="c/", after=after, limit=1000)
+            stored = self.kv.get_many(table, [f"m/{r.key[2:]}" for r in rows]) if rows else []
+            for row, entry in zip(rows, stored, strict=True):
+                contacts += 1
+                have = [k for k in (entry.value.get("k") or []) if (k[0], k[1]) in keys] if entry else []
+                if have != built.membership(row.value):
+                    wrong += 1
+            if len(rows) < 1000:
+                return {"contacts": contacts, "wrong": wrong}
+            after = rows[-1].key
 
     # import jobs
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, ValidationError
 from crm.domain import (
     ALL,
+    MEMBER,
     Contact,
+    Group,
     Identity,
     IdentityTaken,
     ImportJob,
@@ -25,6 +27,7 @@ from crm.domain import (
     Term,
     contact_terms,
     contact_to_json,
+    membership_groups,
     rules_match,
     search_index_keys,
     version_mismatch,
@@ -241,6 +244,44 @@ class MemoryContactStore:
     def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
         with self._lock:
             return _page(self._t(tenant).segments, after, limit)
+
+    # segment membership: computed from the contacts on each call, so always "built"
+
+    def membership_sync(self, tenant: str, segments: Sequence[Segment]) -> None:
+        return None
+
+    def membership_pending(self, tenant: str) -> list[str]:
+        return []
+
+    def membership_build(
+        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
+    ) -> int:
+        return 0
+
+    def _groups(self, tenant: str, segment: Segment) -> dict[str, list[Group]]:
+        with self._lock:
+            contacts = list(self._t(tenant).contacts.values())
+        return {c.id: membership_groups(segment.rules, contact_to_json(c)) for c in contacts}
+
+    def membership_counts(
+        self, tenant: str, segments: Sequence[Segment], groups: Sequence[Group]
+    ) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for segment in segments:
+            listed = self._groups(tenant, segment).values()
+            out[segment.id] = [sum(g in gs for gs in listed) for g in groups]
+        return out
+
+    def membership_scan(
+        self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
+    ) -> list[str] | None:
+        check_scan_limit(limit)
+        ids = sorted(i for i, gs in self._groups(tenant, segment).items() if group in gs and (after is None or i > after))
+        return ids[:limit]
+
+    def membership_check(self, tenant: str) -> dict[str, int]:
+        with self._lock:
+            return {"contacts": len(self._t(tenant).contacts), "wrong": 0}
 
     # import jobs
 

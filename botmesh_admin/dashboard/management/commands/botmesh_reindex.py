@@ -105,4 +105,21 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"\r  {t.label}: {done} records indexed, built")
             built += 1
+        if options["index"] is None:
+            built += self._derive(tenant_ids(options["tenant"]))
         self.stdout.write(f"botmesh_reindex: {built} index(es) built")
+
+    def _derive(self, tenants: list[str]) -> int:
+        """Bring the declared derived data (the CRM's segment membership) up to date; return how many ran."""
+        kv = default_kv()
+        ran = 0
+        for tenant in tenants:
+            for collection in declared():
+                if collection.derive is None:
+                    continue
+                done = collection.derive(kv, tenant)
+                if done:
+                    ran += 1
+                    label = f"{tenant} {collection.package}/{collection.collection} (derived)"
+                    self.stdout.write(f"  {label}: {done} records read, built")
+        return ran
