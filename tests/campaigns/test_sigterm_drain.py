@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -72,10 +73,11 @@ def states(got: dict[str, str]) -> dict[str, int]:
     return counts
 
 
-def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_next_worker_sends_the_rest(
-    tmp_path: Path,
-) -> None:
-    began = time.monotonic()
+def started_campaign(tmp_path: Path, *, drain_timeout_s: int = 20) -> tuple[Any, str, str, dict[str, str], list[str]]:
+    """A started campaign to ``ADDRESSES`` on an embedded setup under ``tmp_path``.
+
+    Return ``(kv, tenant, campaign id, the workers' environment, the worker argv)``.
+    """
     data = tmp_path / "data"
     broker = data / "broker"
     for name in ("queue", "processed", "control"):
@@ -85,11 +87,9 @@ def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_n
     tenant = unique_id("drain")
     crm_selectors._regions[tenant] = ("CO", float("inf"))
     store = KvContactStore(kv)
-    ids = []
     for i, address in enumerate(ADDRESSES):
-        ids.append(new_id("c"))
         store.contact_insert(tenant, Contact(
-            id=ids[-1], identities=(Identity("whatsapp", address),), name=f"Cliente {i}", tags=("promo",),
+            id=new_id("c"), identities=(Identity("whatsapp", address),), name=f"Cliente {i}", tags=("promo",),
             consent={"whatsapp": Consent("whatsapp", "granted", 1, "test")}, created_at=1, updated_at=1,
         ))  # fmt: skip
     with use_kv(kv):
@@ -98,18 +98,32 @@ def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_n
                                             message={"template": "promo_nov", "language": "es"})  # fmt: skip
         services.campaign_start(tenant, campaign.id)
     env = {**project_env(tmp_path), "CELERY_BROKER_URL": "filesystem://", "BOTMESH_KV_URL": kv_url,
-           "BOTMESH_JOURNAL_URL": f"sqlite:///{data}/journal.sqlite3", "BOTMESH_DRAIN_TIMEOUT": "20"}  # fmt: skip
+           "BOTMESH_JOURNAL_URL": f"sqlite:///{data}/journal.sqlite3",
+           "BOTMESH_DRAIN_TIMEOUT": str(drain_timeout_s)}  # fmt: skip
     argv = [python(), "-m", "celery", "-A", "tests.campaigns.drain_app", "worker", "-P", "prefork", "-c", "1",
             "-l", "INFO", "--without-mingle", "--without-gossip", "--without-heartbeat"]  # fmt: skip
+    return kv, tenant, campaign.id, env, argv
+
+
+def run_campaign(producer: Celery, tmp_path: Path, tenant: str, campaign_id: str, base_url: str) -> None:
+    """Queue the campaign's run (``tests.campaigns.drain_run``) in the filesystem broker under ``tmp_path``."""
+    with Connection("filesystem://", transport=FILESYSTEM_TRANSPORT,
+                    transport_options=broker_options(tmp_path / "data" / "broker")) as conn:  # fmt: skip
+        producer.send_task("tests.campaigns.drain_run", args=[tenant, campaign_id, base_url],
+                           connection=conn, retry=False)  # fmt: skip
+
+
+def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_next_worker_sends_the_rest(
+    tmp_path: Path,
+) -> None:
+    began = time.monotonic()
+    kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)
     producer = Celery("drain-producer")
     with FakeProviderServer(delay_s=2.0) as fake, Processes(tmp_path) as procs, use_kv(kv):
         try:
             first = procs.start("worker-1", [*argv, "-n", "drain-1@%h"], env)
             wait_until(lambda: "ready." in procs.log("worker-1"), "the first worker", timeout_s=40)
-            with Connection("filesystem://", transport=FILESYSTEM_TRANSPORT,
-                            transport_options=broker_options(broker)) as conn:  # fmt: skip
-                producer.send_task("tests.campaigns.drain_run", args=[tenant, campaign.id, fake.base_url],
-                                   connection=conn, retry=False)  # fmt: skip
+            run_campaign(producer, tmp_path, tenant, campaign_id, fake.base_url)
             wait_until(lambda: fake.count() >= BATCH, "the first batch to reach the provider", timeout_s=30)
             time.sleep(0.3)  # the batch is out (the provider answers in 2 s)
             at_sigterm = fake.count()
@@ -118,12 +132,12 @@ def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_n
             status = first.wait(timeout=30)
             drain_s = time.monotonic() - signalled
             after_exit = fake.count()
-            stopped = deliveries(tenant, campaign.id)
+            stopped = deliveries(tenant, campaign_id)
 
             second = procs.start("worker-2", [*argv, "-n", "drain-2@%h"], env)
-            wait_until(lambda: selectors.campaign_get(tenant, campaign.id).state == "completed",
+            wait_until(lambda: selectors.campaign_get(tenant, campaign_id).state == "completed",
                        "the second worker to send the rest", timeout_s=40)  # fmt: skip
-            final = deliveries(tenant, campaign.id)
+            final = deliveries(tenant, campaign_id)
             os.killpg(second.pid, signal.SIGTERM)
             second_status = second.wait(timeout=30)
         except BaseException:

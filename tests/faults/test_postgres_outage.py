@@ -181,14 +181,17 @@ def test_a_postgresql_outage_mid_ingest_answers_json_503_and_loses_nothing(tmp_p
     assert worker_log.count("the store is back after") >= 1 and "Traceback" not in worker_log
 
 
-def _wait_stored(url: str, acked: dict[str, str], timeout_s: float) -> dict[str, int]:
-    """Wait until the worker has processed every acknowledged webhook; return the figures."""
+def _wait_stored(url: str, acked: dict[str, str], timeout_s: float, *, kv_url: str | None = None) -> dict[str, int]:
+    """Wait until the worker has processed every acknowledged webhook; return the figures.
+
+    ``url`` is the journal's (and the Kv's, unless ``kv_url`` names another).
+    """
     from botmesh_admin.events import connect_journal
     from botmesh_admin.kv import connect
     from inbox.stores.kv import KvInboxStore
 
     journal = connect_journal(url)
-    kv = connect(url)
+    kv = connect(kv_url or url)
     store = KvInboxStore(kv)
     try:
         def records() -> list:
