@@ -39,7 +39,7 @@ from botmesh_admin.coordination.stores.kv import KvJobStore
 from botmesh_admin.events import connect_journal, use_journal
 from botmesh_admin.kv import Put, connect
 from botmesh_admin.kv.runtime import use_kv
-from tests.faults.servers import Processes, project_env, python
+from tests.faults.servers import Processes, fault_report, project_env, python
 from tests.polling import wait_until
 
 from .jobtasks import EFFECT_TABLE, fenced_job
@@ -175,11 +175,12 @@ def test_a_frozen_holder_resumed_after_a_takeover_has_its_effect_refused_and_sho
     by, refused = keys(kv, "by/"), keys(kv, "refused/")
     runs = starts(kv)
     (superseded,) = superseded_get_many(kv, [occurrence])[occurrence]
-    print(f"FAULT frozen-job-holder: lease {LEASE_S} s, workers ready in {ready_s:.1f} s, takeover "
-          f"{takeover_s:.1f} s after SIGSTOP, runs started {len(runs)}, effects applied "
-          f"{applied.value if applied else 0}, fenced commits refused {len(refused)}, superseded recorded 1, "
-          f"ledger {record.state} attempts {record.attempts}; scenario {scenario_s:.1f} s, "
-          f"{time.monotonic() - began:.1f} s with start and stop")  # fmt: skip
+    effects = applied.value if applied else 0
+    fault_report(f"FAULT frozen-job-holder: lease {LEASE_S} s, workers ready in {ready_s:.1f} s, takeover "
+                 f"{takeover_s:.1f} s after SIGSTOP, runs started {len(runs)}, effects applied {effects}, "
+                 f"duplicates {max(effects - 1, 0)}, lost {int(effects == 0)}, fenced commits refused "
+                 f"{len(refused)}, superseded recorded 1, ledger {record.state} attempts {record.attempts}; "
+                 f"scenario {scenario_s:.1f} s, {time.monotonic() - began:.1f} s with start and stop")  # fmt: skip
 
     assert applied is not None and applied.value == 1, "the effect was applied once"
     assert set(by) == {record.fencing_token} and first not in by
