@@ -314,6 +314,29 @@ class RecordPruning(Protocol):
         ...
 
 
+@runtime_checkable
+class TenantErasure(Protocol):
+    """Optional capability: forget every record of one tenant (tenant erasure)."""
+
+    def erase_tenant(self, tenant: str, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records of ``tenant`` in any state; return how many.
+
+        Their idempotency keys are freed and their counts go with them; other
+        tenants' records are untouched. Call until it returns 0 (each call is a
+        batch, so a killed erasure resumes where it stopped). Raise
+        ``ValidationError`` for a bad tenant id or limit.
+        """
+        ...
+
+
+def validate_erase_args(tenant: object, limit: object) -> str:
+    """Check the arguments of ``erase_tenant``; return the tenant id."""
+    validate_id(tenant, "tenant")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
+        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+    return str(tenant)
+
+
 # -- validation, shared by every backend ----------------------------------------------
 
 

@@ -26,6 +26,7 @@ from .base import (
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_erase_args,
     validate_event_id,
     validate_export_args,
     validate_imported,
@@ -308,6 +309,16 @@ class MemoryEventJournal:
                 del self._records[record.id]
                 self._by_key.pop((record.tenant, record.idempotency_key), None)
             return len(old)
+
+    def erase_tenant(self, tenant: str, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records of ``tenant`` (any state); return how many."""
+        validate_erase_args(tenant, limit)
+        with self._writing():
+            gone = [r for r in self._records.values() if r.tenant == tenant][:limit]
+            for record in gone:
+                del self._records[record.id]
+                self._by_key.pop((record.tenant, record.idempotency_key), None)
+            return len(gone)
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` once closed."""

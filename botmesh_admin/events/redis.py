@@ -53,6 +53,7 @@ from .base import (
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_erase_args,
     validate_event_id,
     validate_export_args,
     validate_imported,
@@ -275,6 +276,22 @@ end
 return {n, #ids}
 """
 
+ERASE_LUA = _COMMON + """
+-- ARGV: P, tenant, limit. Forgets up to limit records of the tenant (any state); once none is
+-- left, drops its counts and idempotency hash too. Reply: records deleted.
+local t = ARGV[2]
+local ids = redis.call('ZRANGEBYLEX', P .. ':i:' .. t, '-', '+', 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  local r = P .. ':r:' .. id
+  local h = redis.call('HMGET', r, 'state', 'tenant', 'channel', 'idempotency_key')
+  if h[1] then forget(r, id, h) else redis.call('ZREM', P .. ':i:' .. t, id) end
+end
+if #ids < tonumber(ARGV[3]) then
+  redis.call('DEL', P .. ':c:' .. t, P .. ':k:' .. t)
+end
+return #ids
+"""
+
 BUILD_LUA = """
 -- ARGV: P, batch. Adds the next batch of records (by id, after the cursor P:ic:at) to their
 -- channel sets; marks the sets built (P:ic:v1) once past the last record. Reply: records added.
@@ -355,7 +372,7 @@ class RedisEventJournal:
             for name, lua in (
                 ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
-                ("prune", PRUNE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA), ("fresh", FRESH_LUA),
+                ("prune", PRUNE_LUA), ("erase", ERASE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA), ("fresh", FRESH_LUA),
             )
         }  # fmt: skip
         self.ping()
@@ -593,6 +610,18 @@ class RedisEventJournal:
             gone, visited = self._run("prune", before, batch)
             removed += gone
             if visited < batch:
+                break
+        return removed
+
+    def erase_tenant(self, tenant: str, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records of ``tenant`` (any state), 500 per script call; return how many."""
+        validate_erase_args(tenant, limit)
+        removed = 0
+        while removed < limit:
+            batch = min(limit - removed, 500)
+            gone = int(self._run("erase", tenant, batch))
+            removed += gone
+            if gone < batch:
                 break
         return removed
 

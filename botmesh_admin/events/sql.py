@@ -70,6 +70,7 @@ from .base import (
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_erase_args,
     validate_event_id,
     validate_export_args,
     validate_imported,
@@ -168,6 +169,9 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         # The partial index on done records keeps this a range scan, oldest first.
         "prune": f"DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE state = 'done'"
         " AND available_at < :before ORDER BY available_at LIMIT :limit)",
+        # The (tenant, idempotency_key) unique index makes this a range scan of the tenant.
+        "erase": f"DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE tenant = :tenant LIMIT :limit)",
+        "erase_counts": f"DELETE FROM {t}_counts WHERE tenant = :tenant",
     }
     # What a claim writes into the chosen row: a lease, or the DLQ when an expired
     # lease was the record's last attempt (the worker died on it max_attempts times).
@@ -207,6 +211,12 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         sql["prune"] = _counted(
             t,
             sql["prune"] + " RETURNING tenant, channel, NULL::text AS state, state AS old_state",
+            result="count(*)",
+            rows="many",
+        )
+        sql["erase"] = _counted(
+            t,
+            sql["erase"] + " RETURNING tenant, channel, NULL::text AS state, state AS old_state",
             result="count(*)",
             rows="many",
         )
@@ -765,6 +775,24 @@ class SqlEventJournal:
             return int(self._db.run(self._sql["prune"], params)[0][0])
         with self._db.errors():
             return int(self._db.connection().execute(self._sql["prune"], params).rowcount)
+
+    def erase_tenant(self, tenant: str, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` records of ``tenant`` (any state); return how many.
+
+        Once none is left, the tenant's count rows go too (nothing of it stays).
+        """
+        validate_erase_args(tenant, limit)
+        params: dict[str, Any] = {"tenant": tenant, "limit": limit}
+        if self._db.pg:
+            params["slot"] = random.randrange(COUNT_SLOTS)
+            gone = int(self._db.run(self._sql["erase"], params)[0][0])
+        else:
+            with self._db.errors():
+                gone = int(self._db.connection().execute(self._sql["erase"], params).rowcount)
+        if gone < limit:
+            with self._db.errors():
+                self._db.connection().execute(self._sql["erase_counts"], {"tenant": tenant})
+        return gone
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` if the database cannot be reached."""

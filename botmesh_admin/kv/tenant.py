@@ -27,16 +27,24 @@ counters). No tenant id may ever name one of them:
   ``TenantKv.reserved_table``, which accepts nothing else.
 - ``validate_id`` alone (the id *syntax*) still accepts them: the journal
   stores the scheduler's records under tenant ``system``.
+
+Tenant erasure
+--------------
+
+Every table of a tenant is ``<package>/<tenant>/<collection>``, so
+``tenant_tables`` finds them all by prefix (``TableListing``), whatever the
+collection. What a package keeps of a tenant in a kernel table (the campaigns'
+due-index) it erases itself through ``on_tenant_erase``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from botmesh_admin.errors import BadType, ValidationError
 
-from .base import DurableKv
+from .base import DurableKv, TableListing
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 KERNEL_MARK = "~"
@@ -106,3 +114,32 @@ class TenantKv:
         """Drop every listed collection of ``tenant`` (tenant erasure)."""
         for name in self.tables(tenant, collections).values():
             self.kv.drop(name)
+
+
+TenantEraser = Callable[[DurableKv, str], int]
+_erasers: dict[str, TenantEraser] = {}
+
+
+def on_tenant_erase(name: str, eraser: TenantEraser) -> None:
+    """Register ``eraser(kv, tenant) -> removed`` for what a package keeps of a tenant in a kernel table.
+
+    ``name`` says what it erases in the erasure's report; registering a name again replaces it.
+    """
+    _erasers[name] = eraser
+
+
+def tenant_erasers() -> dict[str, TenantEraser]:
+    """Return the registered erasers by name (each app's ``stores.kv`` registers its own on import)."""
+    return dict(sorted(_erasers.items()))
+
+
+def tenant_tables(kv: DurableKv, tenant: str, packages: Iterable[str]) -> list[str]:
+    """Return every table of ``tenant`` in ``packages`` that holds a live entry, by name.
+
+    Raise ``ValidationError`` for a reserved or malformed tenant id, and
+    ``TypeError`` if ``kv`` cannot list its tables (every shipped backend can).
+    """
+    validate_tenant_id(tenant, "tenant")
+    if not isinstance(kv, TableListing):
+        raise TypeError(f"{type(kv).__name__} cannot list its tables")
+    return sorted({t for package in packages for t in kv.tables(f"{validate_id(package, 'package')}/{tenant}/")})

@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from botmesh_admin.api import ErrorOut, one_of, principal, requires
+from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
 
@@ -46,6 +47,29 @@ def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
     """Return the caller's tenant, role and actor name."""
     p = principal(request)
     return WhoAmIOut(tenant=p.tenant, role=p.role, actor=p.actor)
+
+
+class EraseIn(Schema):
+    confirm: str
+
+
+class EraseOut(Schema):
+    tenant: str
+    removed: dict[str, int]
+
+
+@router.post("erase", response={200: EraseOut, 403: ErrorOut, 422: ErrorOut})
+@requires("admin")
+def tenant_erase(request: HttpRequest, tenant: str, body: EraseIn) -> EraseOut:
+    """Erase the tenant for good (admins only): ``confirm`` must repeat the tenant id.
+
+    Everything goes — every package's records, the journal, traces, metrics,
+    tokens (this one too), channels and memberships; ``removed`` counts them.
+    An interrupted erasure is finished by ``manage.py botmesh_tenant erase``.
+    """
+    if body.confirm != tenant:
+        raise ValidationError("confirm", "type the tenant id to confirm the erasure")
+    return EraseOut(tenant=tenant, removed=services.tenant_erase(tenant))
 
 
 @router.get("tokens", response={200: list[TokenOut], 403: ErrorOut})

@@ -1,14 +1,15 @@
-"""Writes of tenants, memberships and tokens."""
+"""Writes of tenants, memberships and tokens, and tenant erasure."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.errors import NotFound, StoreUnavailable, ValidationError
 from botmesh_admin.kv.tenant import validate_tenant_id
 
 from .models import HUMAN_ROLES, ApiToken, Membership, Role, Tenant
@@ -75,3 +76,89 @@ def token_revoke(tenant: str, *, token_id: int) -> ApiToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
     return token
+
+
+JOURNAL_ERASE_BATCH = 1000
+
+
+def _kv_packages() -> list[str]:
+    """Return the package names whose Kv tables may hold a tenant's data.
+
+    Every app with a Kv store (``<app>.stores.kv``, where ``TenantKv(kv, <label>)``
+    lives) and every declared indexed collection. Listing a prefix costs a pass over
+    the keyspace on Redis, so the list is kept to those.
+    """
+    import importlib.util
+
+    from django.apps import apps
+
+    from botmesh_admin.kv.indexes import declared
+
+    names = {c.package for c in declared()}  # imports every app's stores.kv (and its erasers)
+    for config in apps.get_app_configs():
+        try:
+            if importlib.util.find_spec(f"{config.name}.stores.kv") is not None:
+                names.add(config.label)
+        except ModuleNotFoundError:
+            continue
+    return sorted(names)
+
+
+def tenant_erase(tenant: str, *, progress: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Delete everything of ``tenant``; return ``{what: how many removed}``.
+
+    In this order, each step idempotent, so a killed erasure is finished by
+    running it again (also once the tenant row is gone):
+
+    1. its channels, API tokens and memberships (one transaction): no webhook,
+       token or member reaches the tenant any more;
+    2. its event journal records, a batch at a time;
+    3. every Kv table of every package (``<package>/<tenant>/…``: records,
+       declared indexes, campaign delivery tables, traces, metrics samples) and
+       what packages keep of it in kernel tables (``kv.tenant.on_tenant_erase``);
+    4. the tenant row, then the Kv tables once more (what work in flight wrote
+       meanwhile).
+
+    ``progress`` gets one line per step. Raise ``ValidationError`` for a
+    reserved or malformed id (the kernel's namespaces are never erased) and
+    ``StoreUnavailable`` if a journal cannot erase by tenant.
+    """
+    from botmesh_admin.channels.models import ChannelConfig
+    from botmesh_admin.channels.selectors import channel_config_forget
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.base import TenantErasure
+    from botmesh_admin.kv.runtime import default_kv
+    from botmesh_admin.kv.tenant import tenant_erasers, tenant_tables
+
+    validate_tenant_id(tenant, "tenant")
+    say = progress or (lambda line: None)
+    removed: dict[str, int] = {}
+    with transaction.atomic():
+        removed["channels"] = ChannelConfig.objects.filter(tenant_id=tenant).delete()[0]
+        removed["api tokens"] = ApiToken.objects.filter(tenant_id=tenant).delete()[0]
+        removed["memberships"] = Membership.objects.filter(tenant_id=tenant).delete()[0]
+    channel_config_forget(tenant)  # the webhooks' cached configuration (this process; others expire theirs)
+    say(f"{removed['channels']} channels, {removed['api tokens']} API tokens, "
+        f"{removed['memberships']} memberships removed")
+
+    journal = default_journal()
+    if not isinstance(journal, TenantErasure):
+        raise StoreUnavailable(f"{type(journal).__name__} cannot erase a tenant's records")
+    removed["journal records"] = 0
+    while gone := journal.erase_tenant(tenant, limit=JOURNAL_ERASE_BATCH):
+        removed["journal records"] += gone
+        say(f"journal: {removed['journal records']} records removed")
+
+    kv, packages = default_kv(), _kv_packages()
+    removed["kv tables"] = 0
+    for final in (False, True):
+        for table in tenant_tables(kv, tenant, packages):
+            kv.drop(table)
+            removed["kv tables"] += 1
+            say(f"kv: dropped {table}")
+        for name, eraser in tenant_erasers().items():
+            removed[name] = removed.get(name, 0) + eraser(kv, tenant)
+        if not final:
+            removed["tenant"] = Tenant.objects.filter(id=tenant).delete()[1].get(Tenant._meta.label, 0)
+    say("; ".join(f"{what}: {n}" for what, n in removed.items()))
+    return removed

@@ -6,4 +6,5 @@ app_name = "tenancy"
 urlpatterns = [
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+    path("erase/", views.tenant_erase, name="erase"),
 ]

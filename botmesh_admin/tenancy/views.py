@@ -117,3 +117,18 @@ def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> HttpRespon
         return render_error(request, exc)
     messages.success(request, "Token revoked.")
     return redirect("tenancy:tokens", tenant=tenant)
+
+
+@tenant_page("admin")
+def tenant_erase(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Erase the tenant for good after the admin types its id (``services.tenant_erase``)."""
+    if request.method == "POST":
+        if request.POST.get("confirm", "") != tenant:
+            messages.error(request, "confirm: type the tenant id exactly to erase it")
+            return render(request, "tenancy/erase.html", {"tenant": tenant}, status=422)
+        try:
+            removed = services.tenant_erase(tenant)
+        except DomainError as exc:
+            return render_error(request, exc)
+        return render(request, "tenancy/erased.html", {"tenant": tenant, "removed": removed})
+    return render(request, "tenancy/erase.html", {"tenant": tenant})

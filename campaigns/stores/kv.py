@@ -46,6 +46,7 @@ from botmesh_admin.kv.indexes import (
     decode,
     encode,
 )
+from botmesh_admin.kv.tenant import on_tenant_erase, validate_tenant_id
 from botmesh_admin.kv.validation import MAX_GET_MANY
 from campaigns.domain import (
     REASON_STATES,
@@ -242,6 +243,16 @@ class KvCampaignStore:
 
     def index_delete(self, tenant: str, campaign_id: str) -> None:
         self.kv.commit(self._index(), [Delete(f"{tenant}{SEP}{campaign_id}")])
+
+    def index_erase(self, tenant: str) -> int:
+        """Delete every due-index entry of ``tenant`` (tenant erasure), in both tables; return how many."""
+        validate_tenant_id(tenant, "tenant")
+        removed = 0
+        for table in (self._index(), self.tables.reserved_table(SYSTEM, "index")):
+            while entries := self.kv.scan(table, prefix=f"{tenant}{SEP}", limit=COMMIT_BATCH):
+                self.kv.commit(table, [Delete(e.key) for e in entries])
+                removed += len(entries)
+        return removed
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
         check_scan_limit(limit)
@@ -469,3 +480,6 @@ class KvSlotStore(SlotRules):
         if entry is None or entry.value["until"] <= now_ms:
             return None
         return str(entry.value["owner"])
+
+
+on_tenant_erase("campaigns due-index entries", lambda kv, tenant: KvCampaignStore(kv).index_erase(tenant))
