@@ -120,45 +120,6 @@ def test_grant_of_unknown_permission_is_422_with_the_index(
     assert resp.status_code == 422 and resp.json()["field"] == "permissions"
 
 
-def test_agents_read_but_get_403_on_writes(
-    client: Client, world: World, order_status: bytes
-) -> None:
-    assert _install(client, world, order_status, world.agent).status_code == 403
-    _install(client, world, order_status)
-    assert client.get(_url(world, "/acme.order-status"), **world.agent).status_code == 200
-    for tail in ("/grants", "/revocations"):
-        resp = client.post(
-            _url(world, "/acme.order-status" + tail),
-            {"permissions": FOUR},
-            content_type="application/json",
-            **world.agent,
-        )
-        assert resp.status_code == 403 and resp.json()["error"] == "permission_denied"
-    for tail in ("/enable", "/disable"):
-        resp = client.post(
-            _url(world, "/acme.order-status" + tail), content_type="application/json", **world.agent
-        )
-        assert resp.status_code == 403
-    assert client.delete(_url(world, "/acme.order-status"), **world.agent).status_code == 403
-
-
-def test_another_tenants_token_gets_404(client: Client, world: World, order_status: bytes) -> None:
-    _install(client, world, order_status)
-    # B's token on A's URLs: 404, never A's data.
-    assert client.get(_url(world, "/acme.order-status"), **world.b_admin).status_code == 404
-    assert client.get(_url(world), **world.b_admin).status_code == 404
-    # B's token on B's URLs: A's plugin does not exist there.
-    resp = client.get(_url(world, "/acme.order-status", tenant=world.b), **world.b_admin)
-    assert resp.status_code == 404 and resp.json()["error"] == "not_found"
-    resp = client.post(
-        _url(world, "/acme.order-status/enable", tenant=world.b),
-        content_type="application/json",
-        **world.b_admin,
-    )
-    assert resp.status_code == 404
-    assert client.get(_url(world, "", tenant=world.b), **world.b_admin).json()["items"] == []
-
-
 def test_uninstall_then_404(client: Client, world: World, hub_fixtures: Path) -> None:
     _install(client, world, (hub_fixtures / "valid" / "minimal.json").read_bytes())
     assert client.delete(_url(world, "/x.y"), **world.admin).status_code == 204

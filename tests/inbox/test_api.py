@@ -149,12 +149,6 @@ def conversation(api) -> dict:
     return api.call("get", "conversations")[1]["items"][0]
 
 
-def test_conversation_of_another_tenant_is_404(api, conversation):
-    status, body = api.call("get", f"conversations/{conversation['id']}", tenant=api.other_tenant,
-                            token=api.other_token)
-    assert status == 404 and body["error"] == "not_found"
-
-
 def test_assign_stale_version_is_409_with_current_assignee_and_version(api, conversation):
     cid, version = conversation["id"], conversation["version"]
     status, body = api.call("post", f"conversations/{cid}/assign", {"agent": "ana", "expected_version": version})

@@ -18,13 +18,6 @@ def test_token_resolves_its_tenant(world, client: Client) -> None:
     assert resp.json() == {"tenant": "acme", "role": "admin", "actor": "token:ci"}
 
 
-def test_token_of_another_tenant_gets_404_not_data(world, client: Client) -> None:
-    resp = client.get("/api/v1/tenants/acme/tokens", **bearer(world.globex_token))
-    assert resp.status_code == 404
-    assert resp.json()["error"] == "not_found"
-    assert "ci" not in resp.content.decode().replace("not_found", "")
-
-
 def test_missing_or_unknown_token_is_401(world, client: Client) -> None:
     assert client.get("/api/v1/tenants/acme/whoami").status_code == 401
     resp = client.get("/api/v1/tenants/acme/whoami", **bearer("bm_nope_nope"))
@@ -51,12 +44,6 @@ def test_revoked_token_stops_working(world, client: Client) -> None:
     revoked = client.delete(f"/api/v1/tenants/acme/tokens/{created.json()['id']}", **bearer(world.acme_token))
     assert revoked.status_code == 200 and revoked.json()["revoked_at"]
     assert client.get("/api/v1/tenants/acme/whoami", **bearer(temp)).status_code == 401
-
-
-def test_agent_cannot_manage_tokens(world, client: Client) -> None:
-    resp = client.get("/api/v1/tenants/acme/tokens", **bearer(world.acme_agent_token))
-    assert resp.status_code == 403
-    assert resp.json()["error"] == "permission_denied"
 
 
 def test_revoking_a_foreign_token_is_404(world, client: Client) -> None:
