@@ -49,18 +49,18 @@ def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
     return WhoAmIOut(tenant=p.tenant, role=p.role, actor=p.actor)
 
 
-class EraseIn(Schema):
+class TenantEraseIn(Schema):
     confirm: str
 
 
-class EraseOut(Schema):
+class TenantEraseOut(Schema):
     tenant: str
     removed: dict[str, int]
 
 
-@router.post("erase", response={200: EraseOut, 403: ErrorOut, 422: ErrorOut})
+@router.post("erase", response={200: TenantEraseOut, 403: ErrorOut, 422: ErrorOut})
 @requires("admin")
-def tenant_erase(request: HttpRequest, tenant: str, body: EraseIn) -> EraseOut:
+def tenant_erase(request: HttpRequest, tenant: str, body: TenantEraseIn) -> TenantEraseOut:
     """Erase the tenant for good (admins only): ``confirm`` must repeat the tenant id.
 
     Everything goes — every package's records, the journal, traces, metrics,
@@ -69,7 +69,7 @@ def tenant_erase(request: HttpRequest, tenant: str, body: EraseIn) -> EraseOut:
     """
     if body.confirm != tenant:
         raise ValidationError("confirm", "type the tenant id to confirm the erasure")
-    return EraseOut(tenant=tenant, removed=services.tenant_erase(tenant))
+    return TenantEraseOut(tenant=tenant, removed=services.tenant_erase(tenant))
 
 
 @router.get("tokens", response={200: list[TokenOut], 403: ErrorOut})
