@@ -73,7 +73,10 @@ class CampaignIn(Schema):
     segment_id: str
     channel: str = one_of(CHANNELS, description="whatsapp or telegram")
     message: dict[str, Any]
-    channel_name: str | None = Field(None, description="the channel configuration to send with (default: the first)")
+    channel_name: str | None = Field(
+        None, description="the tenant's channel (WhatsApp number or Telegram bot) that sends; required. A "
+        "recipient without a conversation on it is dropped with reason no_conversation_on_channel (a WhatsApp "
+        "template may open one)")
     contact_ids: list[str] | None = Field(None, description="only these contacts (each must match the segment)")
     rate_per_s: float | None = Field(None, description="messages per second (default: the channel's)")
 

@@ -15,6 +15,7 @@ from typing import Any
 SEGMENT = "VIP con consentimiento WhatsApp"
 DRAFT = "Black Friday VIP"
 SMALL = "Aviso de envío gratis (prueba)"
+CHANNEL = "main"  # the demo's first WhatsApp number (inbox.demo); every campaign names its sending channel
 MESSAGE = {"template": "promo_black_friday", "language": "es", "parameters": ["{name}", "30%"]}
 
 
@@ -30,7 +31,8 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 60.0) -> str:
     names = {c["name"] for c in (existing or {}).get("items", [])} if isinstance(existing, dict) else set()
     if DRAFT not in names:
         status, draft = ctx.request("POST", f"{base}/campaigns", {
-            "name": DRAFT, "segment_id": segment["id"], "channel": "whatsapp", "message": MESSAGE}, tenant=tenant)
+            "name": DRAFT, "segment_id": segment["id"], "channel": "whatsapp", "channel_name": CHANNEL,
+            "message": MESSAGE}, tenant=tenant)
         if status != 201:
             return f"campaigns: creating the draft failed ({status}: {draft})"
     _, preview = ctx.request("POST", f"{base}/campaigns/plan",
@@ -41,7 +43,8 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 60.0) -> str:
     listed = [c["id"] for c in (vips or {}).get("items", [])
               if c.get("consent", {}).get("whatsapp", {}).get("status") == "granted"][:3]
     status, small = ctx.request("POST", f"{base}/campaigns", {
-        "name": SMALL, "segment_id": segment["id"], "channel": "whatsapp", "contact_ids": listed,
+        "name": SMALL, "segment_id": segment["id"], "channel": "whatsapp", "channel_name": CHANNEL,
+        "contact_ids": listed,
         "message": {"template": "envio_gratis", "language": "es", "parameters": ["{name}"]}}, tenant=tenant)
     if status != 201:
         return f"campaigns: creating the small campaign failed ({status}: {small})"

@@ -88,15 +88,29 @@ def _check_segment(tenant: str, segment_id: object) -> str:
 
 
 def _check_channel_name(tenant: str, channel: str, name: str | None) -> str | None:
-    if name is None:
-        return None
-    from botmesh_admin.channels.selectors import channel_config_get
+    """Return ``name`` if it is one of the tenant's ``channel`` channels: the one that sends.
 
-    try:
-        config = channel_config_get(tenant, name=name)
-    except NotFound:
-        raise ValidationError("campaign.channel_name", f"no channel called {name!r}") from None
-    if config.kind != channel:
+    Required as soon as the tenant has a channel of that kind: a campaign names
+    its sending number or bot explicitly, and a recipient is only sent to
+    through a channel they are on (``bot_for``). ``None`` is accepted only while
+    the tenant has no channel of the kind (development's console provider sends;
+    in production every send fails, naming the missing credentials).
+    """
+    from botmesh_admin.channels.selectors import channel_config_list
+
+    configured = [c.name for c in channel_config_list(tenant, kind=channel)]
+    if name is None:
+        if not configured:
+            return None
+        raise ValidationError("campaign.channel_name",
+                              f"name the {channel} channel that sends: one of {', '.join(configured)}")
+    if name not in configured:
+        from botmesh_admin.channels.selectors import channel_config_get
+
+        try:
+            config = channel_config_get(tenant, name=name)
+        except NotFound:
+            raise ValidationError("campaign.channel_name", f"no channel called {name!r}") from None
         raise ValidationError("campaign.channel_name", f"{name!r} is a {config.kind} channel, not {channel}")
     return name
 
@@ -397,8 +411,18 @@ def default_options(campaign: Campaign) -> SendOptions:
     )
 
 
+NO_CONVERSATION = "no_conversation_on_channel"
+
+
 def bot_for(tenant: str, campaign: Campaign) -> CampaignBot:
-    """Return the bot that sends ``campaign``: its channel's provider (the console without credentials in dev)."""
+    """Return the bot that sends ``campaign``: its named channel's provider (the console without
+    credentials in dev) and the hook that keeps each send on that channel.
+
+    A campaign saved before the channel was required (``channel_name`` None)
+    sends through the tenant's only channel of its kind. Raise ``NotFound``
+    when the named channel is gone, ``ValueError`` when none is named and the
+    tenant has several (the run fails with that reason: never another number).
+    """
     from botmesh_admin.channels.domain import Channel
     from botmesh_admin.channels.providers import provider_for
     from botmesh_admin.channels.selectors import channel_config_get, channel_config_list
@@ -408,11 +432,38 @@ def bot_for(tenant: str, campaign: Campaign) -> CampaignBot:
         channel = channel_config_get(tenant, name=campaign.channel_name)
     else:
         configured = channel_config_list(tenant, kind=campaign.channel)
+        if len(configured) > 1:
+            raise ValueError(f"the campaign names no sending channel and the tenant has {len(configured)} "
+                             f"{campaign.channel} channels; edit it to name one")
         channel = configured[0] if configured else None
     provider = provider_for(tenant, channel)
     if hasattr(provider, "max_workers"):
         provider.max_workers = int(setting("BOTMESH_CAMPAIGN_CONCURRENCY", 8))
-    return CampaignBot(provider)
+    hooks = (_on_channel(tenant, channel.name),) if channel is not None else ()
+    return CampaignBot(provider, hooks=hooks)
+
+
+def _on_channel(tenant: str, channel_name: str) -> Callable[[Recipient, Any], str | None]:
+    """Return the send hook that drops a recipient without a conversation on ``channel_name``.
+
+    A Telegram bot can only write to a user who started it, and a WhatsApp text
+    only inside a conversation with that number (the 24-hour window), so such a
+    recipient is ``dropped`` with ``no_conversation_on_channel`` — never sent from
+    another number or bot. A WhatsApp template is a business-initiated message
+    Meta lets a number send to any opted-in customer (Cloud API, "Conversations"):
+    it goes out from the named number and opens the conversation there.
+    One inbox read per recipient (``conversations_of_chat`` on one channel: O(1)).
+    """
+    from inbox.selectors import conversations_of_chat
+
+    def hook(recipient: Recipient, message: Any) -> str | None:
+        if message.template is not None and recipient.chat_key.startswith("whatsapp:"):
+            return None
+        if not conversations_of_chat(tenant, recipient.chat_key, channel_name=channel_name):
+            return NO_CONVERSATION
+        return None
+
+    return hook
 
 
 class SlotClaims:

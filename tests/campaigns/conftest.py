@@ -40,7 +40,7 @@ def campaign_store(stores: tuple[CampaignStore, SlotStore]) -> CampaignStore:
 
 
 @pytest.fixture
-def world(tenant_id: str):
+def world(tenant_id: str, db):
     """Memory CRM + campaign stores for ``tenant_id`` (region CO); yield the tenant id."""
     from campaigns.stores import use_stores
     from crm import selectors as crm_selectors

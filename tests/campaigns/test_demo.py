@@ -36,7 +36,11 @@ def eager():
 
 
 def test_demo_creates_a_draft_and_a_completed_campaign_once(db, world: str, eager) -> None:
+    from botmesh_admin.channels.services import channel_config_set
+
     tenancy.tenant_create(world, name="Tienda Demo", default_region="CO")
+    # the inbox demo's first number, which the demo campaigns name as their sending channel
+    channel_config_set(world, kind="whatsapp", name=demo.CHANNEL, phone_number_id="106540352242922")
     _, token = tenancy.token_create(world, name="demo", role="admin")
     make_contacts(world, 5, tags=("vip",))
     make_contacts(world, 2, tags=("vip",), consent="denied", start=10)

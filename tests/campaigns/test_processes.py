@@ -62,7 +62,7 @@ def shared(tmp_path_factory):
 
 
 @pytest.fixture
-def campaign(shared, request):
+def campaign(shared, request, db):
     """A started campaign to the 500 contacts (or the first ``n`` listed, with ``@pytest.mark.parametrize``
     of ``audience``); yields ``(kv url, tenant, campaign id)`` inside ``use_kv``."""
     url, kv, tenant, segment_id, ids = shared

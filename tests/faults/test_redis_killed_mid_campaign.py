@@ -32,7 +32,7 @@ from .servers import Processes, fault_report
 pytestmark = pytest.mark.slow
 
 
-def test_redis_sigkilled_mid_campaign_sends_every_recipient_exactly_once(tmp_path: Path) -> None:
+def test_redis_sigkilled_mid_campaign_sends_every_recipient_exactly_once(tmp_path: Path, db: None) -> None:
     began = time.monotonic()
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)
     producer = Celery("redis-campaign-producer")

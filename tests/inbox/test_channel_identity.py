@@ -25,6 +25,7 @@ from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
 from tests.backends import unique_id
+from tests.polling import wait_until
 
 MAIN, SALES = "106540352242922", "106540352299999"  # two numbers of one Meta app (one app secret)
 SHOP_TOKEN = "600000000:AAF-fixture-bot-token-shop-xyz"
@@ -175,3 +176,53 @@ def test_a_ledger_record_joins_the_conversation_of_the_channel_it_names(two_of_e
     conversations = t.conversations()
     assert conversations[("sales", ANA)]["message_count"] == 2
     assert conversations[("main", ANA)]["message_count"] == 1
+
+
+@pytest.fixture
+def eager():
+    from botmesh_admin.celery import app as celery_app
+
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+def test_a_campaign_sends_through_its_named_bot_and_reports_who_has_no_conversation_there(two_of_each, eager):
+    """Campaigns went out through the first channel of the kind by name, whoever the recipient had written to."""
+    from crm import services as crm
+
+    t = two_of_each
+    for user in ("700000001", "700000002"):
+        crm.contact_create(t.id, identities=[{"channel": "telegram", "address": user}], tags=("promo",),
+                           consent={"telegram": "granted"}, source="test")
+    segment = crm.segment_create(t.id, name="Promo", rules={"tags_all": ["promo"]})
+    assert post_telegram(t, "help", "02_text.json") == 200  # Sofía (700000001) wrote to the help bot
+    update = json.loads((fixtures_dir() / "telegram" / "02_text.json").read_bytes())
+    update["update_id"] += 1
+    update["message"]["from"]["id"] = update["message"]["chat"]["id"] = 700000002
+    other = t.client.post(f"/webhooks/telegram/{t.id}/shop", data=json.dumps(update), content_type="application/json",
+                          HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=t.shop_secret)
+    assert other.status_code == 200  # 700000002 wrote to the shop bot only
+    drain()
+    wait_until(lambda: {("help", SOFIA), ("shop", "telegram:700000002")} <= set(t.conversations()),
+               "both chats projected", timeout_s=10)
+    body = {"name": "Aviso", "segment_id": segment.id, "channel": "telegram", "message": {"text": "Hola {name}"}}
+    for channel_name, message in ((None, "name the telegram channel that sends: one of help, shop"),
+                                  ("main", "'main' is a whatsapp channel, not telegram")):
+        status, refused = t.api("post", "campaigns", dict(body, channel_name=channel_name))
+        assert (status, refused["field"]) == (422, "campaign.channel_name") and message in refused["message"]
+    status, campaign = t.api("post", "campaigns", dict(body, channel_name="help"))
+    assert status == 201 and campaign["channel_name"] == "help"
+    status, started = t.api("post", f"campaigns/{campaign['id']}/start")
+    assert status == 200, started
+
+    def deliveries() -> list[dict]:
+        return t.api("get", f"campaigns/{campaign['id']}/deliveries")[1]["items"]
+
+    wait_until(lambda: len(deliveries()) == 2 and all(d["state"] in ("accepted", "dropped") for d in deliveries()),
+               "the campaign's outcomes", timeout_s=10)
+    outcome = {d["recipient"]: (d["state"], d["reason"]) for d in deliveries()}
+    assert outcome == {"700000001": ("accepted", None), "700000002": ("dropped", "no_conversation_on_channel")}
+    [send] = [r for r in t.fake.requests if r.provider == "telegram"]
+    assert f"/bot{HELP_TOKEN}/" in send.path and send.recipient == "700000001"
