@@ -114,6 +114,7 @@ class Config:
     metrics_token: str | None = None
     journal_retention_days: int = 7
     tuning: Tuning = field(default_factory=lambda: Tuning())
+    metrics_limits: MetricsLimits = field(default_factory=lambda: MetricsLimits())
 
     @property
     def production(self) -> bool:
@@ -207,6 +208,7 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
             "BOTMESH_JOURNAL_RETENTION_DAYS", get("BOTMESH_JOURNAL_RETENTION_DAYS"), 7, minimum=0
         ),
         tuning=load_tuning(get),
+        metrics_limits=load_metrics_limits(get),
     )
 
 
@@ -338,4 +340,32 @@ def load_tuning(get: Callable[[str], str | None]) -> Tuning:
         hub_runtime_file=_runtime_file("BOTMESH_HUB_RUNTIME_FILE", get("BOTMESH_HUB_RUNTIME_FILE")),
         hub_runtime_version=_semver("BOTMESH_HUB_RUNTIME_VERSION", get("BOTMESH_HUB_RUNTIME_VERSION")),
         crm_max_segments=_bounded("BOTMESH_CRM_MAX_SEGMENTS", get("BOTMESH_CRM_MAX_SEGMENTS"), 50, 1, 500),
+    )
+
+
+# -- bot metrics cardinality (observability) ------------------------------------------------
+# How many series pushed bots may put on /metrics (issue 18): live bots per tenant, live
+# replicas per bot, and how long a replica stays live after its last push.
+
+
+@dataclass(frozen=True)
+class MetricsLimits:
+    """Caps on pushed bot metrics: ``max_bots`` live bots per tenant, ``max_replicas`` per bot.
+
+    A replica is live for ``replica_ttl_s`` seconds after its last push; then it
+    leaves ``/metrics`` and stops counting against the caps.
+    """
+
+    max_bots: int = 20
+    max_replicas: int = 20
+    replica_ttl_s: int = 300
+
+
+def load_metrics_limits(get: Callable[[str], str | None]) -> MetricsLimits:
+    """Read ``BOTMESH_METRICS_MAX_BOTS``, ``…_MAX_REPLICAS`` and ``…_REPLICA_TTL_S``; raise ``ConfigError`` naming one."""
+    return MetricsLimits(
+        max_bots=_bounded("BOTMESH_METRICS_MAX_BOTS", get("BOTMESH_METRICS_MAX_BOTS"), 20, 1, 10_000),
+        max_replicas=_bounded("BOTMESH_METRICS_MAX_REPLICAS", get("BOTMESH_METRICS_MAX_REPLICAS"), 20, 1, 10_000),
+        # at most the 24 h a pushed sample is kept (observability.stores.memory.DEFAULT_RETENTION_MS)
+        replica_ttl_s=_bounded("BOTMESH_METRICS_REPLICA_TTL_S", get("BOTMESH_METRICS_REPLICA_TTL_S"), 300, 1, 86_400),
     )

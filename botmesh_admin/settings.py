@@ -162,6 +162,11 @@ BOTMESH_HUB_RUNTIME_FILE = _tuning.hub_runtime_file
 BOTMESH_HUB_RUNTIME_VERSION = _tuning.hub_runtime_version
 BOTMESH_CRM_MAX_SEGMENTS = _tuning.crm_max_segments
 
+# Bot metrics cardinality (config.MetricsLimits; README: Metrics and traces).
+BOTMESH_METRICS_MAX_BOTS = CONFIG.metrics_limits.max_bots
+BOTMESH_METRICS_MAX_REPLICAS = CONFIG.metrics_limits.max_replicas
+BOTMESH_METRICS_REPLICA_TTL_S = CONFIG.metrics_limits.replica_ttl_s
+
 # Celery (ARCHITECTURE §9). The embedded default needs no server: filesystem transport.
 CELERY_BROKER_URL = CONFIG.broker_url
 _broker_dir = CONFIG.data_dir / "broker"

@@ -165,6 +165,21 @@ def iso_ms(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
+class MetricsLimitExceeded(ValidationError):
+    """A push would put one more live bot or replica on ``/metrics`` than a cap allows. HTTP 422.
+
+    ``field`` is ``bot`` or ``replica``; the body also names the setting
+    (``limit``: ``BOTMESH_METRICS_MAX_BOTS`` or ``BOTMESH_METRICS_MAX_REPLICAS``)
+    and its value (``max``).
+    """
+
+    code = "limit_exceeded"
+
+    def __init__(self, field: str, problem: str, *, limit: str, maximum: int) -> None:
+        super().__init__(field, problem)
+        self.details = {"limit": limit, "max": maximum}
+
+
 def label_text(value: object, path: str, max_len: int) -> str:
     """Return ``value`` if it may be a Prometheus label value: 1 to ``max_len`` characters of Unicode text.
 

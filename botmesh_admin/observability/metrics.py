@@ -19,8 +19,9 @@ next successful write.
 
 Counters live in Redis when ``REDIS_URL`` is set, else in the Kv
 (``default_kv()``, compare-and-set increments), so ``snapshot()`` in any
-process shows the sum over all of them. ``started_at`` and ``uptime`` are this
-process's; ``reset_metrics()`` zeroes the counters and keeps them.
+process shows the sum over all of them. ``started_at`` and ``uptime`` are the
+counters' own (when the first process counted into an empty store), the same
+in every process; ``reset_metrics()`` zeroes the counters and starts them again.
 """
 
 from __future__ import annotations
@@ -59,8 +60,6 @@ _FLOW_EVENTS = frozenset(("started", *OUTCOMES))
 _DURATION_SUM, _DURATION_COUNT = "duration_ms_sum", "duration_count"
 MAX_PENDING = 1000
 
-_started_at_ms = now_ms()
-_started_monotonic = time.monotonic()
 _lock = threading.Lock()
 _pending: dict[str, int] = {}
 _override: CounterStore | None = None
@@ -187,11 +186,19 @@ def snapshot_of(counters: dict[str, int], *, started_at_ms: int, uptime_ms: int)
 
 
 def process_snapshot() -> Snapshot:
-    """Return this process's ``Snapshot`` (counters summed over every process)."""
+    """Return the admin's ``Snapshot``: counters summed over every process, and their shared start.
+
+    ``started_at``/``uptime`` are those of the shared counters
+    (``CounterStore.started_at``), not of the process that answers: every
+    gunicorn worker, Celery worker and host reports the same start, so a scrape
+    does not depend on which worker answered it.
+    """
     flush()
-    counters = counter_store().read()
-    uptime = int((time.monotonic() - _started_monotonic) * 1000)
-    return snapshot_of(counters, started_at_ms=_started_at_ms, uptime_ms=uptime)
+    store = counter_store()
+    counters = store.read()
+    now = now_ms()
+    started = store.started_at(now)
+    return snapshot_of(counters, started_at_ms=started, uptime_ms=max(0, now - started))
 
 
 def snapshot() -> dict[str, Any]:
@@ -200,7 +207,7 @@ def snapshot() -> dict[str, Any]:
 
 
 def reset_metrics() -> None:
-    """Zero every counter (in every process); ``started_at`` and uptime are kept."""
+    """Zero every counter (in every process); their start (``started_at``, uptime) starts again."""
     with _lock:
         _pending.clear()
     counter_store().reset()

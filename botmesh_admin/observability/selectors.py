@@ -37,13 +37,20 @@ def bot_metrics_history(tenant: str, *, bot: str, replica: str, since_ms: int | 
     return samples
 
 
-def bot_metrics_all_latest() -> list[tuple[str, BotSample]]:
-    """Return ``(tenant, sample)`` for every tenant's live replicas (for ``/metrics`` only)."""
+def bot_metrics_all_latest(*, now_ms: int, live_ms: int) -> list[tuple[str, BotSample]]:
+    """Return ``(tenant, sample)`` for every tenant's live replicas (for ``/metrics`` only).
+
+    A replica is live while its last push is younger than ``live_ms``
+    (``BOTMESH_METRICS_REPLICA_TTL_S``): one that stopped pushing leaves
+    ``/metrics`` then, though its history stays for the metrics page.
+    """
     from botmesh_admin.tenancy.models import Tenant
 
     out: list[tuple[str, BotSample]] = []
     for tenant in Tenant.objects.values_list("id", flat=True):
-        out.extend((tenant, s) for s in stores.bot_metrics_store().latest(tenant))
+        out.extend(
+            (tenant, s) for s in stores.bot_metrics_store().latest(tenant) if s.last_push_ms > now_ms - live_ms
+        )
     return out
 
 

@@ -11,7 +11,7 @@ from botmesh_admin.kv.validation import now_ms
 
 from . import stores
 from .domain import snapshot_from_json, validate_bot_id, validate_replica_id
-from .stores.base import BotSample
+from .stores.base import BotSample, PushLimits
 from .stores.memory import DEFAULT_RETENTION_MS
 
 
@@ -22,7 +22,10 @@ def bot_metrics_push(
 
     ``received_at_ms`` (epoch ms; field ``at`` in the API) defaults to now and
     must lie within the retention window (24 h back, 1 min ahead). Return the
-    stored sample. Raise ``ValidationError`` naming the field (``snapshot.messages.in: …``).
+    stored sample. Raise ``ValidationError`` naming the field (``snapshot.messages.in: …``),
+    and ``MetricsLimitExceeded`` (422) when a replica that is not live would
+    exceed ``BOTMESH_METRICS_MAX_REPLICAS`` for its bot or, for a bot with no
+    live replica, ``BOTMESH_METRICS_MAX_BOTS`` for the tenant.
     """
     validate_id(tenant, "tenant")
     validate_bot_id(bot, "bot")
@@ -33,7 +36,19 @@ def bot_metrics_push(
         raise ValidationError("at", "must be epoch milliseconds within the last 24 hours")
     parsed = snapshot_from_json(snapshot, "snapshot", now_ms=at)
     return stores.bot_metrics_store().push(
-        tenant, bot=bot, replica=replica, snapshot=parsed.to_json(), received_at_ms=at
+        tenant, bot=bot, replica=replica, snapshot=parsed.to_json(), received_at_ms=at, pushed_at_ms=now,
+        limits=push_limits(),
+    )
+
+
+def push_limits() -> PushLimits:
+    """Return the caps of pushed metrics from the settings (``BOTMESH_METRICS_*``, README: Metrics and traces)."""
+    from django.conf import settings
+
+    return PushLimits(
+        max_bots=settings.BOTMESH_METRICS_MAX_BOTS,
+        max_replicas=settings.BOTMESH_METRICS_MAX_REPLICAS,
+        live_ms=settings.BOTMESH_METRICS_REPLICA_TTL_S * 1000,
     )
 
 

@@ -22,12 +22,21 @@ WINDOWS = {"15m": 15 * 60_000, "1h": 3_600_000, "6h": 6 * 3_600_000, "24h": 24 *
 PAGE_SIZE = 50
 
 
+ADMIN_PREFIX = "botmesh_admin_"
+ADMIN_LABELS = {"service": "botmesh-admin"}  # the service.name its traces carry
+
+
 @require_GET
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:
-    """Serve this process's snapshot plus one series set per pushed bot and replica, text format 0.0.4.
+    """Serve one series set per live pushed bot replica, then the admin's own, text format 0.0.4.
 
-    When ``settings.BOTMESH_METRICS_TOKEN`` is set, the scraper must send it as
-    ``Authorization: Bearer <token>`` (else 401).
+    Bots' series are ``botmesh_<family>{tenant, bot, replica}`` for each replica
+    that pushed within ``BOTMESH_METRICS_REPLICA_TTL_S``. The admin's own
+    counters are the same families named ``botmesh_admin_<family>`` with
+    ``service="botmesh-admin"``, so ``sum(botmesh_messages_in_total)`` adds up
+    the bots only; their ``uptime_seconds`` is the shared counters' (the same
+    whichever gunicorn worker answers). When ``settings.BOTMESH_METRICS_TOKEN``
+    is set, the scraper must send it as ``Authorization: Bearer <token>`` (else 401).
     """
     token = getattr(settings, "BOTMESH_METRICS_TOKEN", None)
     if token:
@@ -35,10 +44,14 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         if not hmac.compare_digest(given.encode(), str(token).encode()):
             return HttpResponse("unauthorized\n", status=401, content_type="text/plain; charset=utf-8")
     try:
-        sets: list[tuple[prometheus.SnapshotLike, dict[str, str] | None]] = [(metrics.process_snapshot(), None)]
-        for tenant, sample in selectors.bot_metrics_all_latest():
-            sets.append((sample.snapshot, {"tenant": tenant, "bot": sample.bot, "replica": sample.replica}))
-        body = prometheus.to_prometheus_many(sets)
+        live_ms = settings.BOTMESH_METRICS_REPLICA_TTL_S * 1000
+        sets: list[tuple[prometheus.SnapshotLike, dict[str, str] | None]] = [
+            (sample.snapshot, {"tenant": tenant, "bot": sample.bot, "replica": sample.replica})
+            for tenant, sample in selectors.bot_metrics_all_latest(now_ms=now_ms(), live_ms=live_ms)
+        ]
+        body = prometheus.to_prometheus_many(sets) + prometheus.to_prometheus(
+            metrics.process_snapshot(), prefix=ADMIN_PREFIX, labels=ADMIN_LABELS
+        )
     except Exception as exc:  # the scraper gets a clear failure, not a half page
         log.warning("metrics unavailable: %s", type(exc).__name__)
         return HttpResponse("metrics store unavailable\n", status=503, content_type="text/plain; charset=utf-8")

@@ -88,7 +88,7 @@ def test_metrics_endpoint_serves_process_and_pushed_series(tenant_client: Tenant
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text) for s in fam.samples
     }
-    assert values[("botmesh_messages_in_total", ())] == 4
+    assert values[("botmesh_admin_messages_in_total", (("service", "botmesh-admin"),))] == 4
     key = (("bot", "tienda-bot"), ("replica", "pod-b"), ("tenant", tenant_client.tenant))
     assert values[("botmesh_messages_in_total", key)] == 7
     assert text.count("# TYPE botmesh_messages_in_total counter") == 1

@@ -56,6 +56,15 @@ def test_counters_add_read_and_reset(counter_store: CounterStore) -> None:
     assert counter_store.read() == {"errors": 1}
 
 
+def test_counters_start_once_for_every_process_and_again_after_a_reset(counter_store: CounterStore) -> None:
+    counter_store.add({"messages.in": 1})
+    assert counter_store.started_at(1_000) == 1_000
+    assert counter_store.started_at(5_000) == 1_000  # a later caller (another worker) reads the first's
+    assert counter_store.read() == {"messages.in": 1}  # the start is not a counter
+    counter_store.reset()
+    assert counter_store.started_at(9_000) == 9_000
+
+
 def test_concurrent_increments_are_never_lost(counter_store: CounterStore) -> None:
     threads, each = 4, 25
 

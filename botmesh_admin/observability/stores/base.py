@@ -26,7 +26,15 @@ class CounterStore(Protocol):
         ...
 
     def reset(self) -> None:
-        """Set every counter to zero."""
+        """Set every counter to zero and forget when they started."""
+        ...
+
+    def started_at(self, now_ms: int) -> int:
+        """Return when these counters started (epoch ms), storing ``now_ms`` as that time if none is stored.
+
+        The first caller after an empty store (or a ``reset``) sets it; every
+        process sharing the store then answers the same time.
+        """
         ...
 
 
@@ -39,6 +47,51 @@ class BotSample:
     received_at_ms: int
     seq: int
     snapshot: dict[str, Any]
+    pushed_at_ms: int | None = None
+    """When the push arrived (epoch ms; ``None`` in samples stored before it was kept)."""
+
+    @property
+    def last_push_ms(self) -> int:
+        """Return when the replica last pushed: ``pushed_at_ms``, else the snapshot's own time."""
+        return self.pushed_at_ms if self.pushed_at_ms is not None else self.received_at_ms
+
+
+@dataclass(frozen=True)
+class PushLimits:
+    """Caps a push is checked against: live bots per tenant, live replicas per bot.
+
+    A replica is live while its last push is younger than ``live_ms``.
+    ``names`` are the settings the caps come from, for the error message.
+    """
+
+    max_bots: int
+    max_replicas: int
+    live_ms: int
+    names: tuple[str, str] = ("BOTMESH_METRICS_MAX_BOTS", "BOTMESH_METRICS_MAX_REPLICAS")
+
+    def check(self, live: list[tuple[str, str]], *, bot: str, replica: str) -> None:
+        """Raise ``MetricsLimitExceeded`` unless ``(bot, replica)`` may join the ``live`` pairs."""
+        from ..domain import MetricsLimitExceeded
+
+        if (bot, replica) in live:
+            return
+        seconds = self.live_ms // 1000
+        replicas = sum(1 for b, _ in live if b == bot)
+        if replicas >= self.max_replicas:
+            raise MetricsLimitExceeded(
+                "replica",
+                f"bot {bot!r} already has {replicas} live replicas, the limit ({self.names[1]}={self.max_replicas});"
+                f" a replica stops counting {seconds} s after its last push",
+                limit=self.names[1], maximum=self.max_replicas,
+            )
+        bots = {b for b, _ in live}
+        if bot not in bots and len(bots) >= self.max_bots:
+            raise MetricsLimitExceeded(
+                "bot",
+                f"the tenant already has {len(bots)} live bots, the limit ({self.names[0]}={self.max_bots});"
+                f" a bot stops counting {seconds} s after its replicas' last push",
+                limit=self.names[0], maximum=self.max_bots,
+            )
 
 
 @runtime_checkable
@@ -49,8 +102,18 @@ class BotMetricsStore(Protocol):
     a replica that stops pushing disappears after ``retention_ms``.
     """
 
-    def push(self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int) -> BotSample:
-        """Store ``snapshot`` as the replica's latest sample and append it to its history."""
+    def push(
+        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
+        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+    ) -> BotSample:
+        """Store ``snapshot`` as the replica's latest sample and append it to its history.
+
+        ``pushed_at_ms`` (epoch ms, default now) is when the push arrived. With
+        ``limits``, a replica that is not live is admitted only if
+        ``limits.check`` passes against the tenant's live replicas, atomically
+        with other admissions (two new replicas never both take the last
+        place); else ``MetricsLimitExceeded`` is raised and nothing is written.
+        """
         ...
 
     def latest(self, tenant: str, *, bot: str | None = None) -> list[BotSample]:

@@ -4,6 +4,7 @@ Tables (through ``TenantKv(kv, "observability")``)::
 
     observability/<tenant>/bot_metrics   l/<bot>/<replica>           latest sample (+ its seq)
                                          h/<bot>/<replica>/<slot>    ring of the last ``history`` samples
+                                         a/admission                 rewritten by each new live replica
 
 A bot or replica id is any Unicode text (``domain.label_text``), so each
 stands in a key as ``key_segment(id)``: the id itself with ``%``, ``/``, ``~``
@@ -59,13 +60,14 @@ from botmesh_admin.kv.indexes import (
 from botmesh_admin.kv.tenant import validate_id
 
 from .. import trace_records
-from .base import BotSample, TraceSummary
+from .base import BotSample, PushLimits, TraceSummary
 from .memory import DEFAULT_HISTORY, DEFAULT_MAX_TRACES, DEFAULT_RETENTION_MS
 
 PACKAGE = "observability"
 SYSTEM_TRACES = f"{PACKAGE}/~system/traces"
 COUNTERS = f"{PACKAGE}/~process/counters"
 MAX_ATTEMPTS = 200
+STARTED_AT_KEY = "~started_at"  # when the counters started (no counter name holds "~")
 PRUNE_BATCH = 100  # traces deleted per commit
 RECORD_BATCH = 50  # traces written per commit by record_many
 
@@ -168,6 +170,8 @@ class KvCounterStore:
     def read(self) -> dict[str, int]:
         totals: dict[str, int] = {}
         for entry in _scan_all(self.kv, self.table, ""):
+            if entry.key == STARTED_AT_KEY:
+                continue
             name = entry.key.rsplit("#", 1)[0]
             totals[name] = totals.get(name, 0) + int(entry.value)
         return {k: v for k, v in totals.items() if v}
@@ -175,7 +179,21 @@ class KvCounterStore:
     def reset(self) -> None:
         self.kv.drop(self.table)
 
+    def started_at(self, now_ms: int) -> int:
+        entry = self.kv.get(self.table, STARTED_AT_KEY)
+        if entry is not None:
+            return int(entry.value)
+        try:
+            self.kv.commit(self.table, [Put(STARTED_AT_KEY, now_ms, expect=ABSENT)])
+        except ConflictError:  # another process stored it first: its time is the start
+            entry = self.kv.get(self.table, STARTED_AT_KEY)
+            if entry is not None:
+                return int(entry.value)
+        return now_ms
 
+
+ADMISSION_KEY = "a/admission"  # rewritten by each admission of a new replica (``KvBotMetricsStore._admission``)
+MAX_LATEST = 2000  # latest samples a read returns (live ones are capped far below by PushLimits)
 _SEGMENT_ESCAPES = re.compile(r"[%/~\x00-\x1f\x7f-\x9f]")
 BOT_SEGMENT_BYTES = 160
 REPLICA_SEGMENT_BYTES = 300  # "l/" + 160 + "/" + 300 + "/000000" stays under the 512-byte key limit
@@ -204,29 +222,65 @@ class KvBotMetricsStore:
         self.history_size = history
         self.retention_ms = retention_ms
 
-    def push(self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int) -> BotSample:
+    def push(
+        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
+        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+    ) -> BotSample:
+        from botmesh_admin.kv.validation import now_ms
+
         table = self.tables.table(tenant, "bot_metrics")
         pair = self._pair(bot, replica)
+        pushed = now_ms() if pushed_at_ms is None else pushed_at_ms
 
         def attempt() -> BotSample:
             entry = self.kv.get(table, f"l/{pair}")
+            ops: list[Op] = []
+            if limits is not None and (entry is None or self._last_push(entry.value) <= pushed - limits.live_ms):
+                ops.append(self._admission(table, bot, replica, pushed, limits))
             seq = entry.value["seq"] + 1 if entry else 1
-            value = {"seq": seq, "at": received_at_ms, "bot": bot, "replica": replica, "snapshot": snapshot}
+            value = {"seq": seq, "at": received_at_ms, "pushed_at": pushed, "bot": bot, "replica": replica,
+                     "snapshot": snapshot}
             self.kv.commit(table, [
+                *ops,
                 Put(f"l/{pair}", value, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
                 Put(f"h/{pair}/{seq % self.history_size:06d}", value, ttl_ms=self.retention_ms),
             ])
-            return BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot)
+            return BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot,
+                             pushed_at_ms=pushed)
 
         return retry_cas(attempt)
+
+    def _admission(self, table: str, bot: str, replica: str, pushed: int, limits: PushLimits) -> Op:
+        """Check a replica that is not live against ``limits``; return the op that serialises admissions.
+
+        Every admission rewrites ``a/admission`` with its expected version, so two
+        replicas admitted at once conflict and one retries, counting the other.
+        Pushes of live replicas skip this: they change no count.
+        """
+        marker = self.kv.get(table, ADMISSION_KEY)
+        live = [
+            (sample.bot, sample.replica) for sample in self._scan_latest(table, "l/")
+            if sample.last_push_ms > pushed - limits.live_ms
+        ]
+        limits.check(live, bot=bot, replica=replica)
+        return Put(ADMISSION_KEY, {"at": pushed}, expect=marker.version if marker else ABSENT,
+                   ttl_ms=self.retention_ms)
+
+    def _scan_latest(self, table: str, prefix: str) -> list[BotSample]:
+        out = []
+        for entry in _scan_all(self.kv, table, prefix, limit=MAX_LATEST):
+            _, bot_segment, replica_segment = entry.key.split("/", 2)
+            out.append(self._sample(unquote(bot_segment), unquote(replica_segment), entry.value))
+        return out
+
+    @staticmethod
+    def _last_push(value: dict[str, Any]) -> int:
+        return int(value.get("pushed_at", value["at"]))
 
     def latest(self, tenant: str, *, bot: str | None = None) -> list[BotSample]:
         table = self.tables.table(tenant, "bot_metrics")
         prefix = f"l/{key_segment(bot, BOT_SEGMENT_BYTES)}/" if bot is not None else "l/"
-        out = []
-        for entry in _scan_all(self.kv, table, prefix, limit=2000):
-            _, bot_segment, replica_segment = entry.key.split("/", 2)
-            out.append(self._sample(unquote(bot_segment), unquote(replica_segment), entry.value))
+        out = self._scan_latest(table, prefix)
         # Keys sort by their escaped or hashed segments; the contract orders by the ids themselves.
         out.sort(key=lambda sample: (sample.bot, sample.replica))
         return out
@@ -255,7 +309,8 @@ class KvBotMetricsStore:
     def _sample(bot: str, replica: str, value: dict[str, Any]) -> BotSample:
         # Samples written before ids were any text hold no ids: their keys are the ids.
         return BotSample(bot=value.get("bot", bot), replica=value.get("replica", replica),
-                         received_at_ms=value["at"], seq=value["seq"], snapshot=value["snapshot"])
+                         received_at_ms=value["at"], seq=value["seq"], snapshot=value["snapshot"],
+                         pushed_at_ms=value.get("pushed_at"))
 
 
 class KvTraceStore:

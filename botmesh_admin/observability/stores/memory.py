@@ -11,7 +11,7 @@ from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.kv.validation import now_ms
 
 from .. import trace_records
-from .base import BotSample, TraceSummary
+from .base import BotSample, PushLimits, TraceSummary
 
 DEFAULT_HISTORY = 720
 DEFAULT_RETENTION_MS = 24 * 3600 * 1000
@@ -28,6 +28,7 @@ class MemoryCounterStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counters: dict[str, int] = {}
+        self._started_at: int | None = None
 
     def add(self, deltas: Mapping[str, int]) -> None:
         with self._lock:
@@ -41,6 +42,13 @@ class MemoryCounterStore:
     def reset(self) -> None:
         with self._lock:
             self._counters.clear()
+            self._started_at = None
+
+    def started_at(self, now_ms: int) -> int:
+        with self._lock:
+            if self._started_at is None:
+                self._started_at = now_ms
+            return self._started_at
 
 
 class MemoryBotMetricsStore:
@@ -54,12 +62,24 @@ class MemoryBotMetricsStore:
         self._lock = threading.Lock()
         self._samples: dict[tuple[str, str, str], deque[tuple[int, BotSample]]] = {}
 
-    def push(self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int) -> BotSample:
+    def push(
+        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
+        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+    ) -> BotSample:
         key = (validate_id(tenant, "tenant"), bot, replica)
+        pushed = self._clock() if pushed_at_ms is None else pushed_at_ms
         with self._lock:
+            if limits is not None:
+                live = [
+                    (b, r) for (t, b, r) in list(self._samples)
+                    if t == key[0] and (ring := self._live((t, b, r)))
+                    and ring[-1][1].last_push_ms > pushed - limits.live_ms
+                ]
+                limits.check(live, bot=bot, replica=replica)
             ring = self._live(key)
             seq = ring[-1][1].seq + 1 if ring else 1
-            sample = BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot)
+            sample = BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot,
+                               pushed_at_ms=pushed)
             ring.append((self._clock() + self.retention_ms, sample))
             return sample
 

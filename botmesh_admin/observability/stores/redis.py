@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 DEFAULT_KEY = "botmesh-admin:metrics:counters"
+STARTED_AT_FIELD = b"~started_at"  # when the counters started (no counter name holds "~")
 
 
 class RedisCounterStore:
@@ -29,7 +30,13 @@ class RedisCounterStore:
 
     def read(self) -> dict[str, int]:
         raw = self._client.hgetall(self.key)
-        return {k.decode(): int(v) for k, v in raw.items() if int(v)}
+        return {k.decode(): int(v) for k, v in raw.items() if k != STARTED_AT_FIELD and int(v)}
+
+    def started_at(self, now_ms: int) -> int:
+        # HSETNX: the first process to ask stores the start; the field lives and dies with the counters
+        self._client.hsetnx(self.key, STARTED_AT_FIELD, now_ms)
+        stored = self._client.hget(self.key, STARTED_AT_FIELD)
+        return int(stored) if stored is not None else now_ms
 
     def reset(self) -> None:
         self._client.delete(self.key)
