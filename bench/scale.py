@@ -106,6 +106,7 @@ TARGET_ORM = 3.0
 TARGET_MS = 150.0
 PACKAGES = ("inbox", "crm", "campaigns")
 PHASES = ("contacts", "conversations", "markers", "deliveries")
+CHANNEL_NAMES = {"whatsapp": "main", "telegram": "bot"}
 
 FIRST = (
     "José",
@@ -462,6 +463,9 @@ def conversation_of(spec: Spec, i: int) -> tuple[Any, tuple[Any, ...]]:
         id=conversation_id_of(i),
         chat_key=f"{channel}:{address}",
         channel=channel,
+        # The tenant's one WhatsApp number and one Telegram bot received the chats: a
+        # conversation belongs to the channel configuration that received it.
+        channel_name=CHANNEL_NAMES[channel],
         created_at_ms=t0,
         status=status,
         assignee=assignee,
