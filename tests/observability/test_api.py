@@ -159,6 +159,11 @@ def test_any_unicode_text_is_a_flow_bot_and_replica_label(tenant_client: TenantC
     assert values[("botmesh_flow_started_total", flow)] == 2
     assert 'flow="say \\"hi\\" \\\\ now\\n¿sí? 注文"' in text
     promtool_check(text)
+    # the metrics page shows that bot and its replica (escaped as HTML)
+    page = tenant_client.page.get(f"/t/{tenant_client.tenant}/metrics/", {"bot": NASTY_BOT})
+    assert page.status_code == 200
+    assert [s.replica for s in page.context["replicas"]] == [NASTY_REPLICA]
+    assert "tienda &quot;bot&quot;" in page.content.decode()
 
 
 def test_the_longest_ids_in_any_script_round_trip(tenant_client: TenantClient) -> None:
