@@ -351,6 +351,46 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
     return default_inbox().erase(tenant, conversation_id)
 
 
+def conversation_channels_assign(
+    tenant: str, *, names: Mapping[str, str], after: str | None = None, limit: int = 200,
+) -> tuple[dict[str, int], str | None]:
+    """Assign one page of the tenant's conversations without a channel to their channel.
+
+    ``names`` maps a kind (``whatsapp``, ``telegram``) to the channel name its
+    conversations from before belong to (``botmesh_assign_channels`` passes the
+    tenant's only channel of each kind, or what the operator named). Walks the
+    conversation list (newest activity first) from ``after``; each assignment is
+    a compare-and-set of the conversation (retried; the agent-facing version
+    and the store key stay: such a conversation stays ``keyed_by_chat_only``).
+    Idempotent: an assigned conversation is skipped. Return ``({"checked",
+    "assigned", "left"}, the cursor of the next page or None)``.
+    """
+    store = default_store()
+    page, cursor = store.conversation_page(tenant, after=after, limit=limit)
+    counts = {"checked": len(page), "assigned": 0, "left": 0}
+    for conv in page:
+        if conv.channel_name is not None:
+            continue
+        name = names.get(conv.channel)
+        if name is None:
+            counts["left"] += 1
+            continue
+        for _ in range(RETRIES):
+            current = store.conversation_get(tenant, conv.id)
+            if current is None or current.channel_name is not None:
+                break
+            new = validate_conversation(replace(current, channel_name=name))
+            try:
+                store.write(tenant, Change(conversation=new, previous=current))
+            except Conflict:
+                continue
+            counts["assigned"] += 1
+            break
+        else:
+            raise Conflict(f"conversation {conv.id} is too busy; run the command again")
+    return counts, cursor
+
+
 TICK_EVERY_S = 60
 """The period of ``inbox.tick``: how late a snoozed conversation may reach the ``open`` list and counts."""
 

@@ -226,3 +226,54 @@ def test_a_campaign_sends_through_its_named_bot_and_reports_who_has_no_conversat
     assert outcome == {"700000001": ("accepted", None), "700000002": ("dropped", "no_conversation_on_channel")}
     [send] = [r for r in t.fake.requests if r.provider == "telegram"]
     assert f"/bot{HELP_TOKEN}/" in send.path and send.recipient == "700000001"
+
+
+def test_conversations_of_an_earlier_version_get_their_channel_from_the_command(two_of_each):
+    """Conversations stored before they belonged to a channel: botmesh_assign_channels assigns them."""
+    import io
+
+    from django.core.management import call_command
+
+    from botmesh_admin.channels import telegram
+    from botmesh_admin.channels.services import channel_config_delete
+    from botmesh_admin.events.services import event_publish
+    from botmesh_admin.kv import Put
+    from botmesh_admin.kv.runtime import default_kv
+    from inbox.stores.kv import KvInboxStore
+
+    t = two_of_each
+    channel_config_delete(t.id, name="sales")  # one number (assigned by itself), two bots (named by the operator)
+    old_events = [  # what an earlier version journaled: events without channel_name, ids without the bot
+        *whatsapp.parse_webhook(json.loads((fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_bytes())),
+        *telegram.parse_update(json.loads((fixtures_dir() / "telegram" / "02_text.json").read_bytes())),
+    ]
+    event_publish(t.id, type="whatsapp.webhook", channel="inbound", idempotency_key="old-body",
+                  payload={"config": "main,shop", "events": [e.to_dict() for e in old_events]})
+    drain()
+    store = KvInboxStore(default_kv())
+    table = store._table(t.id)
+    for e in store.kv.scan(table, prefix="k/", limit=100):  # the stored form of an earlier version
+        store.kv.commit(table, [Put(e.key, {k: v for k, v in e.value.items()
+                                            if k not in ("channel_name", "keyed_by_chat_only")}, e.version)])
+    assert {k for k in t.conversations()} == {(None, ANA), (None, SOFIA)}
+
+    out, err = io.StringIO(), io.StringIO()
+    call_command("botmesh_assign_channels", "--tenant", t.id, stdout=out, stderr=err)
+    assert f"{t.id}: done: 1 assigned, 1 left without a channel" in out.getvalue()
+    assert "telegram has help, shop" in err.getvalue() and "--channel KIND=NAME" in err.getvalue()
+    assert {k for k in t.conversations()} == {("main", ANA), (None, SOFIA)}
+    call_command("botmesh_assign_channels", "--tenant", t.id, "--channel", "telegram=shop", stdout=out, stderr=err)
+    assert {k for k in t.conversations()} == {("main", ANA), ("shop", SOFIA)}
+    again = io.StringIO()
+    call_command("botmesh_assign_channels", "--tenant", t.id, stdout=again, stderr=err)
+    assert f"{t.id}: done: 0 assigned, 0 left" in again.getvalue()  # idempotent
+
+    # the assigned conversation is the one its number's next message joins, and replies go out through it
+    image = json.loads((fixtures_dir() / "whatsapp" / "raw" / "02_image_caption.json").read_bytes())
+    assert post_whatsapp(t, image) == 200
+    drain()
+    conversations = t.conversations()
+    assert set(conversations) == {("main", ANA), ("shop", SOFIA)} and conversations[("main", ANA)]["message_count"] == 2
+    t.api("post", f"conversations/{conversations[('main', ANA)]['id']}/reply", {"text": "hola"})
+    drain("outbox")
+    assert t.fake.requests[-1].path.rsplit("/", 2)[-2] == MAIN

@@ -163,6 +163,20 @@ class Command(BaseCommand):
         if missing:
             self.stdout.write(f"building {len(missing)} Kv index(es) over existing data first ...")
             call_command("botmesh_reindex", stdout=self.stdout)
+        self._assign_channels()
+
+    def _assign_channels(self) -> None:
+        """Give conversations of an earlier version their channel, until none is left (then never again)."""
+        from inbox.management.commands.botmesh_assign_channels import Command as AssignChannels
+
+        marker = settings.BOTMESH_DATA_DIR / "upgrades" / "channels-assigned"
+        if marker.exists():
+            return
+        command = AssignChannels(stdout=self.stdout, stderr=self.stderr)
+        call_command(command, verbosity=0)
+        if command.left == 0:  # a conversation left (several numbers) is named at every start until assigned
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("botmesh_assign_channels: every conversation has its channel\n")
 
     def _wait_ready(self, base_url: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
         deadline = time.monotonic() + 90
