@@ -45,7 +45,7 @@ def _flow_duration(s: Snapshot) -> list[Sample]:
 
 # (name without prefix, type, help, samples of one snapshot, label names it uses)
 FAMILIES: list[tuple[str, str, str, Callable[[Snapshot], list[Sample]], tuple[str, ...]]] = [
-    ("uptime_seconds", "gauge", "Seconds since the process started.",
+    ("uptime_seconds", "gauge", "Seconds since the process started (the admin: since its shared counters started).",
      lambda s: [({}, s.uptime_ms / 1000)], ()),
     ("conversations_active", "gauge", "Conversations in progress.",
      lambda s: [({}, s.conversations.active)], ()),
