@@ -1,12 +1,18 @@
 """THE DEMO of the inbox: the shared fixtures go in through the running server's real endpoints.
 
-1. configure the demo tenant's WhatsApp channel (app secret of ``whatsapp/raw/signatures.json``,
-   phone number id 106540352242922) and Telegram channel (secret of ``telegram/meta.json``)
-   through the channels API;
+1. configure the demo tenant's two WhatsApp numbers and two Telegram bots through the
+   channels API: ``main`` (app secret of ``whatsapp/raw/signatures.json``, phone number id
+   106540352242922) and ``ventas`` (a second number of the same Meta app: same app secret),
+   ``bot`` (secret of ``telegram/meta.json``) and ``ayuda`` (a secret of its own);
 2. POST every ``whatsapp/raw/*.json`` with its ``X-Hub-Signature-256`` to the webhook, and
-   every Telegram update with ``X-Telegram-Bot-Api-Secret-Token``;
+   every Telegram update with ``X-Telegram-Bot-Api-Secret-Token`` to ``bot``; then, since
+   the fixtures hold one number, the bodies of ``SECOND_NUMBER_BODIES`` as Meta would post
+   them for ``ventas`` (``channels.testing.whatsapp_body_for_number``, signed with the app
+   secret) and ``SECOND_BOT_UPDATES`` to ``ayuda`` — the same customers, each on two
+   channels, so two conversations each;
 3. push ``ledger/messages.jsonl`` through the ledger endpoint, each tenant's records with
-   that tenant's token;
+   that tenant's token (the demo tenant's bot runs on ``main`` and ``bot``: its records
+   name that channel, as a bot on a tenant with several numbers does);
 4. wait (polling the API) until the worker has projected them; return a summary.
 
 No access token or bot token is configured, so in development replies go to the console provider.
@@ -20,8 +26,15 @@ from collections import defaultdict
 from typing import Any
 
 WHATSAPP_CHANNEL = "main"
+SECOND_WHATSAPP_CHANNEL = "ventas"
 TELEGRAM_CHANNEL = "bot"
+SECOND_TELEGRAM_CHANNEL = "ayuda"
 PHONE_NUMBER_ID = "106540352242922"
+SECOND_PHONE_NUMBER_ID = "106540352299999"
+SECOND_DISPLAY_NUMBER = "15550783999"
+SECOND_BOT_SECRET = "botmesh-demo-ayuda-secret"
+SECOND_NUMBER_BODIES = ("01_text.json", "03_button_reply.json", "08_batch.json")
+SECOND_BOT_UPDATES = ("01_start.json", "02_text.json", "04_edited.json")
 WAIT_S = 180.0
 
 
@@ -33,7 +46,12 @@ def _configure_channels(ctx: Any, tenant: str) -> None:
         WHATSAPP_CHANNEL: {"kind": "whatsapp", "phone_number_id": PHONE_NUMBER_ID,
                            "display_phone_number": "+1 555 078 3881", "app_secret": app_secret,
                            "verify_token": "botmesh-demo-verify"},
+        SECOND_WHATSAPP_CHANNEL: {"kind": "whatsapp", "phone_number_id": SECOND_PHONE_NUMBER_ID,
+                                  "display_phone_number": "+1 555 078 3999", "app_secret": app_secret,
+                                  "verify_token": "botmesh-demo-verify"},
         TELEGRAM_CHANNEL: {"kind": "telegram", "bot_username": "tienda_demo_bot", "webhook_secret": secret},
+        SECOND_TELEGRAM_CHANNEL: {"kind": "telegram", "bot_username": "tienda_ayuda_bot",
+                                  "webhook_secret": SECOND_BOT_SECRET},
     }
     for name, body in channels.items():
         status, answer = ctx.request("PUT", f"/api/v1/tenants/{tenant}/channels/{name}", body, tenant=tenant)
@@ -52,12 +70,28 @@ def _post_webhooks(ctx: Any, tenant: str) -> int:
         if status != 200:
             raise RuntimeError(f"inbox demo: WhatsApp webhook {name} answered {status} {answer}")
         posted += 1
-    meta = json.loads((fixtures / "telegram" / "meta.json").read_text())
-    for path in sorted((fixtures / "telegram").glob("0*.json")):
-        status, answer = ctx.request("POST", f"/webhooks/telegram/{tenant}/{TELEGRAM_CHANNEL}", path.read_bytes(),
-                                     headers={meta["header"]: meta["secret_token"]}, tenant=None)
+    from botmesh_admin.channels.testing import compact_json, whatsapp_body_for_number
+    from botmesh_admin.channels.whatsapp import signature
+
+    for name in SECOND_NUMBER_BODIES:  # through the same signed ingestion path, for the second number
+        body = whatsapp_body_for_number(json.loads((raw / name).read_bytes()), phone_number_id=SECOND_PHONE_NUMBER_ID,
+                                        display_phone_number=SECOND_DISPLAY_NUMBER)
+        data = compact_json(body)
+        status, answer = ctx.request("POST", f"/webhooks/whatsapp/{tenant}", data,
+                                     headers={signatures["header"]: signature(data, signatures["app_secret"])},
+                                     tenant=None)
         if status != 200:
-            raise RuntimeError(f"inbox demo: Telegram webhook {path.name} answered {status} {answer}")
+            raise RuntimeError(f"inbox demo: WhatsApp webhook {name} for {SECOND_WHATSAPP_CHANNEL} answered {status} "
+                               f"{answer}")
+        posted += 1
+    meta = json.loads((fixtures / "telegram" / "meta.json").read_text())
+    updates = [(TELEGRAM_CHANNEL, meta["secret_token"], p) for p in sorted((fixtures / "telegram").glob("0*.json"))]
+    updates += [(SECOND_TELEGRAM_CHANNEL, SECOND_BOT_SECRET, fixtures / "telegram" / n) for n in SECOND_BOT_UPDATES]
+    for bot, secret, path in updates:
+        status, answer = ctx.request("POST", f"/webhooks/telegram/{tenant}/{bot}", path.read_bytes(),
+                                     headers={meta["header"]: secret}, tenant=None)
+        if status != 200:
+            raise RuntimeError(f"inbox demo: Telegram webhook {path.name} for {bot} answered {status} {answer}")
         posted += 1
     return posted
 
@@ -65,9 +99,15 @@ def _post_webhooks(ctx: Any, tenant: str) -> int:
 def _push_ledger(ctx: Any) -> dict[str, dict[str, int]]:
     lines = (ctx.fixtures / "ledger" / "messages.jsonl").read_text(encoding="utf-8").splitlines()
     by_tenant: dict[str, list[str]] = defaultdict(list)
+    from botmesh_admin.demo import DEMO_TENANT
+
+    own = {"whatsapp": WHATSAPP_CHANNEL, "telegram": TELEGRAM_CHANNEL}
     for line in lines:
         if line.strip():
-            by_tenant[json.loads(line)["tenantId"]].append(line)
+            record = json.loads(line)
+            if record["tenantId"] == DEMO_TENANT:  # the demo tenant has two of each: name the bot's own
+                line = json.dumps(dict(record, channelName=own[record["channel"]]), ensure_ascii=False)
+            by_tenant[record["tenantId"]].append(line)
     receipts = {}
     for tenant, records in by_tenant.items():
         if tenant not in ctx.tokens:

@@ -35,13 +35,19 @@ def test_demo_loads_through_webhooks_and_ledger(live_server):
             stop.set()
             thread.join(timeout=10)
         status, page = ctx.request("GET", "/api/v1/tenants/tienda/conversations?limit=200", tenant="tienda")
-        chats = {c["chat_key"]: c for c in page["items"]}
+        chats = {(c["channel_name"], c["chat_key"]): c for c in page["items"]}
         status, soporte = ctx.request("GET", "/api/v1/tenants/soporte/conversations?limit=200", tenant="soporte")
     assert "soporte: 38 conversations, 121 messages" in summary
-    assert len(chats) == 40 + 5  # 40 ledger chats + 5 from the webhooks
-    assert chats["whatsapp:573001112233"]["display_name"] == "Ana García"
-    assert chats["telegram:700000001"]["blocked"]
-    assert sum(c["message_count"] for c in page["items"] if c["chat_key"] not in {
-        "whatsapp:573001112233", "whatsapp:5215512345678", "telegram:700000001",
-        "telegram:-1001234567890:700000001", "telegram:-1001234567890:700000002"}) == 480
+    webhook_chats = {
+        ("main", "whatsapp:573001112233"), ("main", "whatsapp:5215512345678"), ("bot", "telegram:700000001"),
+        ("bot", "telegram:-1001234567890:700000001"), ("bot", "telegram:-1001234567890:700000002"),
+        # the second number and the second bot (issue 15, item 1): the same customers, other conversations
+        ("ventas", "whatsapp:573001112233"), ("ventas", "whatsapp:5215512345678"), ("ayuda", "telegram:700000001"),
+    }
+    assert webhook_chats <= set(chats)
+    assert len(chats) == 40 + len(webhook_chats)  # 40 ledger chats (on the bot's own channels) + the webhooks'
+    assert {channel for channel, _ in chats} == {"main", "ventas", "bot", "ayuda"}
+    assert chats[("main", "whatsapp:573001112233")]["display_name"] == "Ana García"
+    assert chats[("bot", "telegram:700000001")]["blocked"] and not chats[("ayuda", "telegram:700000001")]["blocked"]
+    assert sum(c["message_count"] for key, c in chats.items() if key not in webhook_chats) == 480
     assert not ctx.notes
