@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,9 +21,26 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-PORT = int(os.environ.get("BOTMESH_SMOKE_PORT", "8765"))
-BASE = f"http://127.0.0.1:{PORT}"
 PY = sys.executable
+BASE = ""  # http://127.0.0.1:<port>, set by main()
+
+
+def choose_port(environ: dict[str, str] | os._Environ[str]) -> int:
+    """Return ``BOTMESH_SMOKE_PORT`` if set and free, else a port the kernel says is free now.
+
+    Raise ``SystemExit`` naming the port if ``BOTMESH_SMOKE_PORT`` is taken: the
+    test must not talk to whatever else listens there (it used a fixed 8765).
+    """
+    raw = environ.get("BOTMESH_SMOKE_PORT")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", int(raw) if raw else 0))
+        except OSError as exc:
+            raise SystemExit(f"smoke test: port {raw} (BOTMESH_SMOKE_PORT) is taken by another process "
+                             f"({exc.strerror}); free it or unset BOTMESH_SMOKE_PORT to use a free port") from None
+        except ValueError:
+            raise SystemExit(f"smoke test: BOTMESH_SMOKE_PORT must be a port number, got {raw!r}") from None
+        return int(probe.getsockname()[1])
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -46,6 +64,9 @@ def request(method: str, path: str, data: bytes | None = None, headers: dict[str
 
 
 def main() -> int:
+    global BASE
+    port = choose_port(os.environ)
+    BASE = f"http://127.0.0.1:{port}"
     data_dir = tempfile.mkdtemp(prefix="botmesh-prod-")
     pg = os.environ["BOTMESH_PROD_DATABASE_URL"]
     redis = os.environ["BOTMESH_TEST_REDIS_URL"].rsplit("/", 1)[0] + "/1"
@@ -75,7 +96,7 @@ def main() -> int:
     token = manage("botmesh_token", "create", "smoke", "--name", "smoke").strip()
 
     procs = [
-        subprocess.Popen([PY, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{PORT}", "-w", "2",
+        subprocess.Popen([PY, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2",
                           "--graceful-timeout", "30"], env=env),
         subprocess.Popen([PY, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "WARNING", "-c", "2",
                           "-n", "smoke-worker@%h"], env=env),
@@ -87,6 +108,11 @@ def main() -> int:
         status = 0
         body = ""
         while time.monotonic() < deadline:
+            # gunicorn that could not bind (the port was taken meanwhile) exits: say so, rather
+            # than read another server's answers.
+            if procs[0].poll() is not None:
+                raise SystemExit(f"smoke test: gunicorn exited with status {procs[0].returncode} before "
+                                 f"/readyz answered (is port {port} taken?)")
             try:
                 status, _, body, _ = request("GET", "/readyz")
                 if status == 200:
