@@ -67,6 +67,28 @@ def _without_mexican_mobile_one(number: phonenumbers.PhoneNumber) -> phonenumber
     return number
 
 
+def _with_brazilian_mobile_nine(number: phonenumbers.PhoneNumber) -> phonenumbers.PhoneNumber:
+    """Return ``+55 11 8123-4567`` as ``+55 11 98123-4567``.
+
+    Brazil put a ninth digit, a leading 9, in front of every mobile number
+    (Anatel Resolução nº 553 of 14 December 2010; area code 11 from July 2012,
+    the last areas on 6 November 2016). ``phonenumbers`` no longer accepts the
+    8-digit form, but WhatsApp ``wa_id``s of accounts made before the change
+    still lack the 9, while the number the person writes in a form has it: both
+    are one contact. Only a number that is not valid as it stands and becomes a
+    valid *mobile* with the 9 is changed (8-digit landlines start with 2-5 and
+    stay as they are).
+    """
+    national = str(number.national_number)
+    if number.country_code != 55 or len(national) != 10 or national[2] not in "6789":
+        return number
+    if phonenumbers.is_valid_number(number):
+        return number
+    nine = phonenumbers.PhoneNumber(country_code=55, national_number=int(national[:2] + "9" + national[2:]))
+    mobile = phonenumbers.number_type(nine) == phonenumbers.PhoneNumberType.MOBILE
+    return nine if mobile and phonenumbers.is_valid_number(nine) else number
+
+
 def _normalize_phone(address: str, default_region: str, field: str) -> str:
     text = address.strip()
     if not PHONE_CHARS_RE.fullmatch(text):
@@ -80,7 +102,7 @@ def _normalize_phone(address: str, default_region: str, field: str) -> str:
         candidates.append(phonenumbers.parse(text, default_region))
     except phonenumbers.NumberParseException:
         pass
-    candidates = [_without_mexican_mobile_one(n) for n in candidates]
+    candidates = [_with_brazilian_mobile_nine(_without_mexican_mobile_one(n)) for n in candidates]
     for check in (phonenumbers.is_valid_number, phonenumbers.is_possible_number):
         for number in candidates:
             if check(number):
@@ -95,7 +117,9 @@ def normalize_identity(
 
     - ``whatsapp``: E.164 (``+573001112233``) parsed with the ``phonenumbers``
       library; a number without ``+`` is read in ``default_region`` (ISO 3166),
-      and a digits-only address (a WhatsApp ``wa_id``) is read as international.
+      and a digits-only address (a WhatsApp ``wa_id``) is read as international;
+      the forms older WhatsApp ids keep are folded into the current number
+      (Mexico's ``+52 1``, Brazil's mobiles without their ninth digit).
     - ``telegram``: the numeric user id as decimal digits (``"700001004"``).
     - ``email``: trimmed and lower-cased.
 
