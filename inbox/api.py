@@ -205,10 +205,34 @@ class ReadOut(Schema):
 
 
 class ReplyIn(Schema):
-    """An agent's reply. Send the same ``idempotency_key`` when retrying a request."""
+    """An agent's reply. Send the same ``idempotency_key`` when retrying a request.
+
+    ``assign`` true: assign the conversation to yourself and reply, in one step
+    (a reply in another agent's conversation is otherwise a 409 naming them).
+    """
 
     text: str
     idempotency_key: str | None = Field(None, max_length=200)
+    assign: StrictBool = False
+
+
+class InboxSettingsOut(Schema):
+    """What replying means in this tenant (README, "Inbox").
+
+    ``reply_takes_over``: an agent's reply in a chat the bot is handling takes it
+    from the bot (handoff). ``reply_to_others``: agents may reply in a
+    conversation assigned to another agent (admins always may).
+    """
+
+    reply_takes_over: bool
+    reply_to_others: bool
+
+
+class InboxSettingsIn(Schema):
+    """Change one or both settings (a missing one is kept)."""
+
+    reply_takes_over: StrictBool | None = None
+    reply_to_others: StrictBool | None = None
 
 
 class EraseOut(Schema):
@@ -355,10 +379,17 @@ def conversation_read(request: HttpRequest, tenant: str, conversation_id: str, b
 @router.post("conversations/{conversation_id}/reply", response={202: MessageOut, **WRITE_ERRORS})
 @requires("agent")
 def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, body: ReplyIn) -> Status:
-    """Queue a reply through the outbox; poll the message for ``reply.state``."""
+    """Queue a reply through the outbox; poll the message for ``reply.state``.
+
+    A reply in a chat the bot is handling takes it from the bot (unless the
+    tenant's ``reply_takes_over`` is off); in a conversation assigned to another
+    agent it is a 409 naming the ``assignee`` unless the caller is an admin, the
+    tenant's ``reply_to_others`` is on, or ``assign`` is true.
+    """
+    caller = principal(request)
     message = replies.reply_create(
-        tenant, conversation_id, author=agent_of(principal(request)), text=body.text,
-        idempotency_key=body.idempotency_key,
+        tenant, conversation_id, author=agent_of(caller), text=body.text,
+        idempotency_key=body.idempotency_key, admin=caller.can("admin"), assign=body.assign,
     )
     return Status(202, message_out(message))
 
@@ -384,6 +415,21 @@ def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) 
     """Erase the conversation with its messages, notes and read markers (right to erasure; admins)."""
     removed = services.conversation_erase(tenant, conversation_id)
     return {"conversation_id": conversation_id, "records_removed": removed}
+
+
+@router.get("inbox/settings", response={200: InboxSettingsOut, **ERRORS})
+def inbox_settings_get(request: HttpRequest, tenant: str) -> dict[str, Any]:
+    """Return what replying means in this tenant."""
+    return selectors.inbox_settings_get(tenant).to_json()
+
+
+@router.patch("inbox/settings", response={200: InboxSettingsOut, **WRITE_ERRORS})
+def inbox_settings_set(request: HttpRequest, tenant: str, body: InboxSettingsIn) -> dict[str, Any]:
+    """Change what replying means in this tenant (admins)."""
+    principal(request).require("admin")
+    return services.inbox_settings_set(
+        tenant, reply_takes_over=body.reply_takes_over, reply_to_others=body.reply_to_others
+    ).to_json()
 
 
 # -- bots -----------------------------------------------------------------------------

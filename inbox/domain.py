@@ -360,6 +360,32 @@ class StoredMessage:
 
 
 @dataclass(frozen=True)
+class InboxSettings:
+    """What replying means in a tenant (README, "Inbox"); the defaults are what Chatwoot's users expect.
+
+    ``reply_takes_over``: an agent's reply in a chat the bot is handling takes
+    the chat from the bot (a handoff by the replier, now; an unassigned
+    conversation is assigned to them). False: the bot keeps answering.
+    ``reply_to_others``: any agent may reply in a conversation assigned to
+    another agent. False: refused (409 naming the assignee) unless the replier
+    is an admin or assigns it to themselves in the same action.
+    """
+
+    reply_takes_over: bool = True
+    reply_to_others: bool = False
+    revision: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``revision``)."""
+        return {"reply_takes_over": self.reply_takes_over, "reply_to_others": self.reply_to_others}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> InboxSettings:
+        """Build settings from ``to_json()`` output (a missing field keeps its default)."""
+        return cls(**_known(cls, data), revision=revision)
+
+
+@dataclass(frozen=True)
 class Handoff:
     """Who took the chat from the bot and when; ``active`` False once given back (who/when too)."""
 
@@ -698,6 +724,6 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "Conversation", "Edit", "Handoff", "Message", "MessageReaction", "Note", "ReadMarker", "Reply",
+    "Conversation", "Edit", "Handoff", "InboxSettings", "Message", "MessageReaction", "Note", "ReadMarker", "Reply",
     "StoredMessage", "replace",
 ]

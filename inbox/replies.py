@@ -43,6 +43,7 @@ from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from . import selectors
 from .domain import (
     Conversation,
+    Handoff,
     Message,
     Reply,
     check_agent,
@@ -81,9 +82,21 @@ def _reply_id(tenant: str, conversation_id: str, idempotency_key: str) -> str:
 
 def reply_create(
     tenant: str, conversation_id: str, *, author: str, text: str, idempotency_key: str | None = None,
-    inbox: Inbox | None = None,
+    admin: bool = False, assign: bool = False, inbox: Inbox | None = None,
 ) -> Message:
     """Queue an agent's reply; return its message (state ``queued``).
+
+    What replying means follows the tenant's ``InboxSettings`` (README, "Inbox"),
+    checked and applied in the same write as the reply:
+
+    - in a conversation assigned to another agent the reply is refused with
+      ``Conflict`` (409) naming the ``assignee``, unless ``admin`` (the replier
+      is a tenant admin), the setting ``reply_to_others``, or ``assign``;
+    - ``assign`` ("assign to me and reply") makes ``author`` the assignee;
+    - with ``reply_takes_over`` (the default) a reply in a chat the bot is
+      handling takes it from the bot: a handoff by ``author`` at this time, and
+      an unassigned conversation is assigned to ``author``. The bot sees it at
+      ``GET …/handoff/{chat_id}``.
 
     The same ``idempotency_key`` (a client's retry) returns the first reply and
     sends nothing new; with another text it is refused (``reply.idempotency_key``).
@@ -103,20 +116,45 @@ def reply_create(
                 raise ValidationError("reply.idempotency_key", "was already used for a reply with another text")
             return existing
         conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
+        settings = inbox.store.settings_get(tenant)
+        if conv.assignee not in (None, author) and not (admin or assign or settings.reply_to_others):
+            raise Conflict(
+                f"conversation is assigned to {conv.assignee}; assign it to yourself to reply",
+                current_version=conv.version, assignee=conv.assignee,
+            )
         message = validate_message(Message(
             id=message_id, conversation_id=conv.id, direction="out", type="text", timestamp_ms=at, text=text,
             sender_id=f"agent:{author}", sender_name=author, source="agent",
             reply=Reply(author=author, state="queued", idempotency_key=key, updated_at_ms=at),
         ))
-        new_conv = validate_conversation(_after_message(conv, message, at))
+        taken = _replied_by(conv, author, at, takes_over=settings.reply_takes_over, assign=assign)
+        new_conv = validate_conversation(_after_message(taken, message, at))
         try:
             inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")
-        log.info("inbox reply %s queued conversation=%s", message_id, conv.id)
+        log.info("inbox reply %s queued conversation=%s handoff=%s", message_id, conv.id,
+                 new_conv.handed_off and not conv.handed_off)
         return inbox.store.message_get(tenant, message_id) or message
     raise Conflict("conversation is too busy; try again")
+
+
+def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, assign: bool) -> Conversation:
+    """Return ``conv`` as ``author``'s reply leaves it: assigned (``assign``), taken from the bot (``takes_over``).
+
+    An agent-facing change (assignee, handoff) moves ``version``, as the assign
+    and handoff actions do: an agent acting on what they saw before is told.
+    """
+    changes: dict[str, Any] = {}
+    if assign and conv.assignee != author:
+        changes["assignee"] = author
+    if takes_over and not conv.handed_off:
+        changes["handoff"] = Handoff(True, author, at)
+        changes["assignee"] = changes.get("assignee", conv.assignee) or author
+    if not changes:
+        return conv
+    return replace(conv, version=conv.version + 1, **changes)
 
 
 def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:

@@ -15,6 +15,7 @@ from botmesh_admin.errors import NotFound, ValidationError
 from .domain import (
     CONVERSATION_STATUSES,
     Conversation,
+    InboxSettings,
     Message,
     Note,
     ReadMarker,
@@ -385,3 +386,8 @@ def member_usernames(tenant: str) -> list[str]:
     from botmesh_admin.tenancy.models import Membership
 
     return sorted(Membership.objects.filter(tenant_id=tenant).values_list("user__username", flat=True))
+
+
+def inbox_settings_get(tenant: str, *, store: InboxStore | None = None) -> InboxSettings:
+    """Return what replying means in ``tenant`` (``InboxSettings``; the defaults if never set)."""
+    return (store or default_store()).settings_get(tenant)

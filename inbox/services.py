@@ -23,6 +23,7 @@ from .domain import (
     CONVERSATION_STATUSES,
     Conversation,
     Handoff,
+    InboxSettings,
     Note,
     ReadMarker,
     StoredMessage,
@@ -389,6 +390,36 @@ def conversation_channels_assign(
         else:
             raise Conflict(f"conversation {conv.id} is too busy; run the command again")
     return counts, cursor
+
+
+def inbox_settings_set(
+    tenant: str, *, reply_takes_over: bool | None = None, reply_to_others: bool | None = None,
+    store: InboxStore | None = None,
+) -> InboxSettings:
+    """Change what replying means in ``tenant`` (``None``: keep); return the settings stored.
+
+    Read → compare-and-set → retry, so two admins changing different settings
+    keep both. Raise ``ValidationError`` naming a field that is not a boolean.
+    """
+    for name, value in (("reply_takes_over", reply_takes_over), ("reply_to_others", reply_to_others)):
+        if value is not None and not isinstance(value, bool):
+            raise ValidationError(name, "must be true or false")
+    store = store or default_store()
+    for _ in range(RETRIES):
+        current = store.settings_get(tenant)
+        new = replace(
+            current,
+            reply_takes_over=current.reply_takes_over if reply_takes_over is None else reply_takes_over,
+            reply_to_others=current.reply_to_others if reply_to_others is None else reply_to_others,
+        )
+        try:
+            stored = store.settings_put(tenant, new)
+        except Conflict:
+            continue
+        log.info("inbox settings of %s: reply_takes_over=%s reply_to_others=%s", tenant,
+                 stored.reply_takes_over, stored.reply_to_others)
+        return stored
+    raise Conflict("inbox settings are too busy; try again")
 
 
 TICK_EVERY_S = 60

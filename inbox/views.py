@@ -103,7 +103,16 @@ def _thread_context(request: HttpRequest, tenant: str, conversation_id: str) -> 
         "tenant": tenant, "c": conv, "status": selectors.effective_status(conv), "entries": _entries(messages, notes),
         "agent": agent, "members": selectors.member_usernames(tenant), "query": _query(_filters(request)),
         "can_erase": page_principal(request).can("admin"),
+        "reply": _reply_policy(request, tenant, conv, agent),
     }
+
+
+def _reply_policy(request: HttpRequest, tenant: str, conv: Conversation, agent: str) -> dict[str, bool]:
+    """What the composer offers: ``others`` — the conversation is another agent's and only
+    "Assign to me and reply" is offered; ``takes_over`` — sending takes the chat from the bot."""
+    settings = selectors.inbox_settings_get(tenant)
+    mine_to_answer = conv.assignee in (None, agent) or settings.reply_to_others or page_principal(request).can("admin")
+    return {"others": not mine_to_answer, "takes_over": settings.reply_takes_over and not conv.handed_off}
 
 
 @tenant_page("agent")
@@ -244,11 +253,13 @@ def note(request: HttpRequest, tenant: str, conversation_id: str) -> str:
 @_action
 def reply(request: HttpRequest, tenant: str, conversation_id: str) -> str:
     """Queue a reply through the outbox (the form's idempotency key makes a double submit harmless)."""
+    assign = request.POST.get("assign") == "1"  # "Assign to me and reply"
     replies.reply_create(
         tenant, conversation_id, author=_agent(request), text=request.POST.get("text", ""),
         idempotency_key=request.POST.get("idempotency_key") or None,
+        admin=page_principal(request).can("admin"), assign=assign,
     )
-    return "Reply queued"
+    return "Assigned to you; reply queued" if assign else "Reply queued"
 
 
 @_action

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from botmesh_admin.errors import ValidationError
-from inbox.domain import Conversation, Message, Note, ReadMarker
+from inbox.domain import Conversation, InboxSettings, Message, Note, ReadMarker
 
 MAX_SCAN = 5000
 INVERT = 10**13 - 1
@@ -222,5 +222,16 @@ class InboxStore(Protocol):
 
         Return how many records were removed; 0 means the purge is complete and
         the tombstone is gone.
+        """
+        ...
+
+    def settings_get(self, tenant: str) -> InboxSettings:
+        """Return the tenant's inbox settings (the defaults, at revision 0, if never stored)."""
+        ...
+
+    def settings_put(self, tenant: str, settings: InboxSettings) -> InboxSettings:
+        """Store the settings expecting their ``revision`` (0: never stored); return them at the new one.
+
+        Raise ``Conflict`` on a stale revision.
         """
         ...

@@ -96,6 +96,7 @@ from botmesh_admin.kv.indexes import (
 )
 from inbox.domain import (
     Conversation,
+    InboxSettings,
     Message,
     Note,
     ReadMarker,
@@ -108,6 +109,7 @@ from inbox.domain import (
 from .base import INVERT, MAX_SCAN, STATUSES, Change, parse_cursor
 
 COLLECTION = "conversations"
+SETTINGS, SETTINGS_KEY = "settings", "inbox"
 RETRIES = 20
 MESSAGE_BATCH = 500
 FILTERS = ("assignee", "status", "channel")
@@ -761,3 +763,19 @@ class KvInboxStore:
         if removed == 0:
             self.kv.commit(table, [Delete(f"e/{conversation_id}")])
         return removed
+
+    # -- settings: their own table (``inbox/<tenant>/settings``, key ``inbox``) -----------
+
+    def settings_get(self, tenant: str) -> InboxSettings:
+        entry = self.kv.get(self.tables.table(tenant, SETTINGS), SETTINGS_KEY)
+        return InboxSettings() if entry is None else InboxSettings.from_json(entry.value, entry.version)
+
+    def settings_put(self, tenant: str, settings: InboxSettings) -> InboxSettings:
+        table = self.tables.table(tenant, SETTINGS)
+        expect = ABSENT if settings.revision == 0 else settings.revision
+        try:
+            (entry,) = self.kv.commit(table, [Put(SETTINGS_KEY, settings.to_json(), expect)])
+        except ConflictError as exc:
+            raise _stale("inbox settings", exc) from None
+        assert entry is not None  # a Put returns its written entry
+        return replace(settings, revision=entry.version)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from inbox.domain import (
     Conversation,
+    InboxSettings,
     Message,
     Note,
     ReadMarker,
@@ -52,6 +53,7 @@ class MemoryInboxStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tenants: dict[str, _Tenant] = defaultdict(_Tenant)
+        self._settings: dict[str, InboxSettings] = {}
 
     def conversation_get(self, tenant: str, conversation_id: str) -> Conversation | None:
         with self._lock:
@@ -298,3 +300,16 @@ class MemoryInboxStore:
                 t.messages.pop(conversation_id, None)
                 t.notes.pop(conversation_id, None)
             return removed
+
+    def settings_get(self, tenant: str) -> InboxSettings:
+        with self._lock:
+            return self._settings.get(tenant) or InboxSettings()
+
+    def settings_put(self, tenant: str, settings: InboxSettings) -> InboxSettings:
+        with self._lock:
+            current = self._settings.get(tenant)
+            if (current.revision if current else 0) != settings.revision:
+                raise Conflict("inbox settings changed concurrently", current_version=current.revision if current else 0)
+            stored = replace(settings, revision=settings.revision + 1)
+            self._settings[tenant] = stored
+            return stored

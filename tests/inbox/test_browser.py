@@ -87,3 +87,32 @@ def test_agent_assigns_and_replies(page, shop, screenshot_dir) -> None:
         time.sleep(0.2)
     page.screenshot(path=str(screenshot_dir / "inbox.png"))
     assert fake.count("573001112233") == 1
+
+
+def test_reply_in_another_agents_chat_offers_assign_to_me_and_takes_it_from_the_bot(page, shop, screenshot_dir):
+    """Issue 15, item 4: who may reply and what replying does, as the agent sees it."""
+    from inbox.selectors import conversations_of_chat
+    from inbox.services import conversation_assign, default_inbox
+
+    tenant, fake = shop
+    (conv,) = conversations_of_chat(tenant, "whatsapp:573001112233")
+    conversation_assign(tenant, conv.id, agent="mateo", expected_version=conv.version)
+    login(page, "sofia", "sofia-password-1")
+    page.goto(f"/t/{tenant}/inbox/{conv.id}/")
+    page.wait_for_selector(".inbox-reply-owner:has-text('Assigned to @mateo')")
+    assert page.get_by_role("button", name="Send").count() == 0
+    assert page.locator(".inbox-reply-hint", has_text="takes this chat from the bot").count() == 1
+    page.fill("#reply-text", "Hola Ana, te atiendo yo")
+    page.screenshot(path=str(screenshot_dir / "inbox-others-conversation.png"))
+    page.get_by_role("button", name="Assign to me and reply").click()
+    page.wait_for_selector(".inbox-agent:has-text('te atiendo yo')")
+    page.wait_for_selector(".inbox-state:has-text('Assigned to @sofia')")
+    page.wait_for_selector(".inbox-state:has-text('human handling')")
+    assert page.locator(".inbox-state", has_text="taken by sofia").count() == 1
+    assert page.get_by_role("button", name="Send").count() == 1  # hers now: a plain reply
+    assert page.locator(".inbox-reply-hint").count() == 0  # already taken from the bot
+    page.screenshot(path=str(screenshot_dir / "inbox-assign-and-reply.png"))
+    state = default_inbox().store.conversation_get(tenant, conv.id)
+    assert (state.assignee, state.handoff.taken_by) == ("sofia", "sofia")
+    drain("outbox")
+    assert fake.count("573001112233") == 1

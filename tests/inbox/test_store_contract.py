@@ -181,3 +181,15 @@ def test_limits_are_validated(inbox_store, tenant_id):
         inbox_store.conversation_page(tenant_id, limit=0)
     with pytest.raises(ValidationError):
         inbox_store.message_page(tenant_id, new_conversation_id(), limit=100_000)
+
+
+def test_settings_default_then_compare_and_set(inbox_store, tenant_id):
+    from inbox.domain import InboxSettings
+
+    assert inbox_store.settings_get(tenant_id) == InboxSettings(reply_takes_over=True, reply_to_others=False)
+    stored = inbox_store.settings_put(tenant_id, InboxSettings(reply_to_others=True))
+    assert stored.revision >= 1 and inbox_store.settings_get(tenant_id) == stored
+    with pytest.raises(Conflict):
+        inbox_store.settings_put(tenant_id, InboxSettings(reply_takes_over=False))  # revision 0: stale
+    assert inbox_store.settings_put(tenant_id, replace(stored, reply_takes_over=False)).reply_takes_over is False
+    assert inbox_store.settings_get("other-" + tenant_id).reply_to_others is False

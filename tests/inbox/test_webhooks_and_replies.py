@@ -356,3 +356,79 @@ def test_a_status_before_the_send_answer_is_absorbed_into_the_reply(shop, transa
         _, conv = shop.api("get", f"conversations/{cid}")
         assert conv["message_count"] == len(page["items"])
         assert conv["last_text"] == f"en camino {attempt}"
+
+
+def agent_client(shop: Shop, username: str) -> Client:
+    """A browser session of ``username``, an agent of the shop (the API takes the UI's session too)."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    tenancy.membership_set(shop.tenant, username=username, role="agent")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def as_client(client: Client, shop: Shop, method: str, path: str, body=None):
+    response = getattr(client, method)(f"/api/v1/tenants/{shop.tenant}/{path}", content_type="application/json",
+                                       data=json.dumps(body) if body is not None else None)
+    return response.status_code, response.json()
+
+
+def test_an_agents_reply_takes_the_chat_from_the_bot_and_the_bot_sees_who_and_when(shop):
+    """Issue 15, item 4: the bot kept answering after an agent replied (no handoff was recorded)."""
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    ana = agent_client(shop, "ana")
+    before = int(time.time() * 1000)
+    status, _ = as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Hola, soy Ana"})
+    assert status == 202
+    _, conv = shop.api("get", f"conversations/{cid}")
+    assert conv["handoff"]["active"] and conv["handoff"]["taken_by"] == "ana" and conv["assignee"] == "ana"
+    bot_token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
+    response = shop.client.get(f"/api/v1/tenants/{shop.tenant}/handoff/whatsapp:573001112233",
+                               HTTP_AUTHORIZATION=f"Bearer {bot_token}")
+    seen = response.json()
+    assert response.status_code == 200 and seen["handed_off"] and seen["taken_by"] == "ana"
+    assert before <= seen["taken_at_ms"] <= int(time.time() * 1000)
+
+
+def test_a_reply_does_not_take_over_when_the_tenant_setting_says_so(shop):
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    ana = agent_client(shop, "ana")
+    assert as_client(ana, shop, "patch", "inbox/settings", {"reply_takes_over": False})[0] == 403
+    status, body = shop.api("patch", "inbox/settings", {"reply_takes_over": "no"})
+    assert (status, body["field"]) == (422, "reply_takes_over")
+    assert shop.api("patch", "inbox/settings", {"reply_takes_over": False}) == (
+        200, {"reply_takes_over": False, "reply_to_others": False})
+    assert as_client(ana, shop, "get", "inbox/settings")[1]["reply_takes_over"] is False
+    assert as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Hola"})[0] == 202
+    _, conv = shop.api("get", f"conversations/{cid}")
+    assert conv["handoff"] is None and conv["assignee"] is None
+
+
+def test_a_reply_in_another_agents_conversation_is_409_naming_the_assignee(shop):
+    """Issue 15, item 4: anyone's reply went out in a conversation another agent was handling."""
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    cid = conversation(shop, "whatsapp:573001112233").id
+    ana, bob = agent_client(shop, "ana"), agent_client(shop, "bob")
+    assert as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Te atiendo yo"})[0] == 202
+    status, refused = as_client(bob, shop, "post", f"conversations/{cid}/reply", {"text": "¿Y yo?"})
+    assert (status, refused["error"], refused["assignee"]) == (409, "conflict", "ana")
+    assert "assigned to ana" in refused["message"]
+    _, page = shop.api("get", f"conversations/{cid}/messages?limit=200")
+    assert [m["text"] for m in page["items"] if m["reply"]] == ["Te atiendo yo"]  # nothing queued
+    # "Assign to me and reply": one step, and the conversation is bob's
+    status, taken = as_client(bob, shop, "post", f"conversations/{cid}/reply", {"text": "Sigo yo", "assign": True})
+    assert status == 202 and taken["reply"]["author"] == "bob"
+    assert shop.api("get", f"conversations/{cid}")[1]["assignee"] == "bob"
+    # an admin may always reply; with the tenant's reply_to_others any agent may
+    assert shop.api("post", f"conversations/{cid}/reply", {"text": "Soy la admin"})[0] == 202
+    assert as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Otra vez"})[0] == 409
+    shop.api("patch", "inbox/settings", {"reply_to_others": True})
+    assert as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Otra vez"})[0] == 202
+    assert shop.api("get", f"conversations/{cid}")[1]["assignee"] == "bob"
+    drain("outbox")
+    assert shop.fake.count("573001112233") == 4
