@@ -418,15 +418,16 @@ def conversation_erase(request: HttpRequest, tenant: str, conversation_id: str) 
 
 
 @router.get("inbox/settings", response={200: InboxSettingsOut, **ERRORS})
+@requires("agent")
 def inbox_settings_get(request: HttpRequest, tenant: str) -> dict[str, Any]:
     """Return what replying means in this tenant."""
     return selectors.inbox_settings_get(tenant).to_json()
 
 
 @router.patch("inbox/settings", response={200: InboxSettingsOut, **WRITE_ERRORS})
+@requires("admin")
 def inbox_settings_set(request: HttpRequest, tenant: str, body: InboxSettingsIn) -> dict[str, Any]:
     """Change what replying means in this tenant (admins)."""
-    principal(request).require("admin")
     return services.inbox_settings_set(
         tenant, reply_takes_over=body.reply_takes_over, reply_to_others=body.reply_to_others
     ).to_json()
