@@ -129,7 +129,8 @@ def tenants(db) -> Iterator[Tenants]:
                          "bot_token": "600000000:AAF-fixture-bot-token-not-real-xyz"}, method="put")  # fmt: skip
     t.ids["name"] = "tg"
     t.ids["campaign_id"] = post("campaigns", {"name": f"camp {MARKER}", "segment_id": t.ids["segment_id"],
-                                              "channel": "telegram", "message": {"text": "hi"}})["id"]  # fmt: skip
+                                              "channel": "telegram", "channel_name": "tg",
+                                              "message": {"text": "hi"}})["id"]  # fmt: skip
     manifest = (fixtures_dir() / "hub" / "valid" / "order-status.json").read_bytes()
     t.ids["plugin_id"] = _ok(client.post(base + "plugins", manifest, content_type="application/json"),
                              "plugin")["plugin_id"]  # fmt: skip
