@@ -14,6 +14,7 @@ reaches a store.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -560,34 +561,38 @@ def plan_group(channel: str, verdict: str) -> Group:
     return ("plan", channel, verdict)
 
 
+def plan_verdict(rules: SegmentRules, data: Mapping[str, Any], channel: str) -> str | None:
+    """Return what a campaign to ``rules`` on ``channel`` decides for the contact JSON ``data``.
+
+    ``None`` (not in the segment), else one of ``PLAN_VERDICTS``, in the order of
+    ``campaigns.planner.Planner._judge``: the rules without a ``consent_required``
+    on the campaign's own channel (that one is judged as ``opted_out``), an
+    identity on the channel, consent granted there.
+    """
+    relaxed = replace(rules, consent_required=None) if rules.consent_required == channel else rules
+    if not rules_match_json(relaxed, data):
+        return None
+    if not any(ch == channel for ch, _ in data.get("identities") or ()):
+        return "no_identity"
+    if ((data.get("consent") or {}).get(channel) or {}).get("status") != "granted":
+        return "opted_out"
+    return "ok"
+
+
 def membership_groups(rules: SegmentRules, data: Mapping[str, Any]) -> list[Group]:
     """Return the membership groups of the stored contact JSON ``data`` for ``rules``.
 
     ``MEMBER`` when it matches; then, per campaign channel, the planner's
-    verdict (``campaigns.planner.Planner._judge``, in its order: the rules
-    without a ``consent_required`` on the campaign's own channel — that one is
-    judged as ``opted_out`` —, an identity on the channel, consent granted there).
+    verdict when it is not ``ok`` (``plan_verdict``). The recipients need no
+    group of their own: they are the members less those two groups' members
+    (a ``consent_required`` on the campaign's channel makes every member a
+    recipient and puts the others in those groups).
     """
-    out: list[Group] = []
-    member = rules_match_json(rules, data)
-    if member:
-        out.append(MEMBER)
-    channels = {ch for ch, _ in data.get("identities") or ()}
-    consent = data.get("consent") or {}
+    out: list[Group] = [MEMBER] if rules_match_json(rules, data) else []
     for channel in PLAN_CHANNELS:
-        if rules.consent_required == channel:
-            judged = rules_match_json(replace(rules, consent_required=None), data)
-        else:
-            judged = member
-        if not judged:
-            continue
-        if channel not in channels:
-            verdict = "no_identity"
-        elif (consent.get(channel) or {}).get("status") != "granted":
-            verdict = "opted_out"
-        else:
-            verdict = "ok"
-        out.append(plan_group(channel, verdict))
+        verdict = plan_verdict(rules, data, channel)
+        if verdict is not None and verdict != "ok":
+            out.append(plan_group(channel, verdict))
     return out
 
 
@@ -682,6 +687,14 @@ def contact_terms(data: Mapping[str, Any]) -> list[Term]:
 
 def fold(text: str) -> str:
     """Return ``text`` case-folded and without accents (``"García"`` → ``"garcia"``)."""
+    if text.isascii():
+        return text.lower()  # ASCII has no accents, and its case folding is lower()
+    return _fold_unicode(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold_unicode(text: str) -> str:
+    # Cached: a list page folds the names of every contact it looks at, and names repeat.
     decomposed = unicodedata.normalize("NFKD", text.casefold())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 

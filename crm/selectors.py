@@ -42,8 +42,8 @@ from .domain import (
     normalize_identity,
     normalize_tag,
     plan_group,
+    plan_verdict,
     reachable_term,
-    search_index_keys,
     search_keys,
     search_match,
     search_terms,
@@ -215,7 +215,8 @@ class _Filters:
             return []
         return [consent_term(self.consent[0], "granted"), consent_term(self.consent[0], "denied")]
 
-    def keep(self, contact: Contact) -> bool:
+    def keep(self, contact: Contact, keys: set[str] | None = None) -> bool:
+        """Return True if ``contact`` passes every filter (``keys``: its search keys, if computed already)."""
         if self.tag is not None and self.tag not in contact.tags:
             return False
         if self.consent is not None and contact.consent_status(self.consent[0]) != self.consent[1]:
@@ -223,7 +224,8 @@ class _Filters:
         for name, want in self.attributes.items():
             if name not in contact.attributes or not strict_equal(contact.attributes[name], want):
                 return False
-        if self.text is not None and not search_match(self.text, _contact_search_keys(contact)):
+        if self.text is not None and not search_match(self.text, keys if keys is not None else
+                                                      _contact_search_keys(contact)):
             return False
         return True
 
@@ -259,7 +261,9 @@ def contact_list(
     words (alphabetically), then by id, each contact once. ``next`` is opaque:
     pass it back as ``after``.
 
-    Cost: no filter, limit + 1 records. With filters, the counts of the
+    Cost: no filter, limit + 1 records. One filter with a posting list (a
+    tag, consent granted or denied, one attribute): that list is walked, its
+    entries and the records fetched. With more filters, the counts of the
     filters' posting lists are read (one ``get_many``), the smallest list is
     walked in id order, the other filters are checked on their index entries
     (one small entry per candidate and filter) and only the candidates left
@@ -303,6 +307,9 @@ def contact_list(
             return _text_page(store, tenant, filters, [], [], prefix, None, limit)
         page = store.contact_scan(tenant, after=after, limit=limit + 1)
         return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
+    if len(required) == 1 and not forbidden and text is None:
+        # One posting list and nothing to choose: it drives, and no counter needs reading.
+        return _term_page(store, tenant, filters, required[0], [], [], after, limit)
     counts = dict(zip([ALL, *required, *forbidden], store.contact_count(tenant, [ALL, *required, *forbidden]),
                       strict=True))
     required.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
@@ -405,10 +412,13 @@ def _text_page(
         for hit in hits:
             cursor = hit
             contact = fetched.get(hit[1])
-            if contact is None or not filters.keep(contact):
+            if contact is None:
                 continue
-            keys = search_index_keys(contact.name, ((i.channel, i.address) for i in contact.identities))
-            if hit[0] != min((k for k in keys if k.startswith(prefix)), default=None):
+            keys = _contact_search_keys(contact)  # once per contact: folding names is what a page costs
+            if not filters.keep(contact, keys):
+                continue
+            index_keys = {k[:MAX_SEARCH_KEY] for k in keys}  # as ``search_index_keys`` holds them
+            if hit[0] != min((k for k in index_keys if k.startswith(prefix)), default=None):
                 continue  # listed under an earlier key of this contact (or no longer under this one)
             items.append((contact, hit))
             if len(items) > limit:
@@ -730,7 +740,8 @@ class SegmentReach:
     ``contacts``: every contact of the tenant; ``verdicts``: how many of the
     segment's audience get each of ``PLAN_VERDICTS`` (``ok`` = a recipient);
     ``examples``: the first contacts (by id) of each verdict and of
-    ``not_in_segment`` (those among the first ``budget`` contacts).
+    ``not_in_segment``, among the first ``REACH_EXAMPLE_BUDGET`` members and
+    contacts read.
     """
 
     contacts: int
@@ -738,37 +749,40 @@ class SegmentReach:
     examples: dict[str, list[Contact]]
 
 
-REACH_EXAMPLE_BUDGET = 200  # contacts read at most to find examples of contacts outside the segment
+REACH_EXAMPLE_BUDGET = 200  # members, and contacts, read at most to find the examples
 
 
 def segment_reach(tenant: str, segment_id: str, *, channel: str, examples: int = 10) -> SegmentReach | None:
-    """Return a campaign's counts for ``segment_id`` on ``channel`` in O(examples), or ``None`` if not built.
+    """Return a campaign's counts for ``segment_id`` on ``channel`` in O(page), or ``None`` if not built.
 
     Counts are the membership counters (exact, kept in each contact's
-    commit); examples are one page of each verdict's membership index and
-    at most ``REACH_EXAMPLE_BUDGET`` contacts for ``not_in_segment``. Raise
-    ``NotFound`` for an unknown segment.
+    commit: ``crm.domain.membership_groups``); the examples are found among
+    the first ``REACH_EXAMPLE_BUDGET`` members and the first as many contacts,
+    judged with ``plan_verdict``. Raise ``NotFound`` for an unknown segment.
     """
     segment = segment_get(tenant, segment_id)
     store = default_store()
-    groups = [plan_group(channel, v) for v in PLAN_VERDICTS]
-    built = store.membership_counts(tenant, [segment], groups)
+    left_out = [v for v in PLAN_VERDICTS if v != "ok"]
+    built = store.membership_counts(tenant, [segment], [MEMBER, *(plan_group(channel, v) for v in left_out)])
     if segment.id not in built:
         return None
-    verdicts = dict(zip(PLAN_VERDICTS, built[segment.id], strict=True))
-    found: dict[str, list[Contact]] = {}
-    for verdict, group in zip(PLAN_VERDICTS, groups, strict=True):
-        if verdicts[verdict] and examples:
-            found[verdict] = (_first_members(store, tenant, segment, group, examples) or [])[:examples]
+    members, *counts = built[segment.id]
+    verdicts = dict(zip(left_out, counts, strict=True))
+    # The groups hold members, unless consent on this very channel is a rule: then every member is a recipient.
+    verdicts["ok"] = members if segment.rules.consent_required == channel else members - sum(counts)
     total = store.contact_count(tenant, [ALL])[0]
-    if total > sum(verdicts.values()) and examples:
-        outside = [
-            c for c in store.contact_scan(tenant, limit=REACH_EXAMPLE_BUDGET)
-            if not any(g[0] == "plan" and g[1] == channel
-                       for g in membership_groups(segment.rules, contact_to_json(c)))
-        ]
-        found["not_in_segment"] = outside[:examples]
-    return SegmentReach(total, verdicts, found)
+    found: dict[str, list[Contact]] = {}
+    if examples:
+        ids = store.membership_scan(tenant, segment, MEMBER, limit=REACH_EXAMPLE_BUDGET) or []
+        walked = [c for c in store.contact_get_many(tenant, ids) if c is not None]
+        if total > members:
+            walked = sorted({c.id: c for c in [*walked, *store.contact_scan(tenant, limit=REACH_EXAMPLE_BUDGET)]}
+                            .values(), key=lambda c: c.id)
+        for contact in walked:
+            verdict = plan_verdict(segment.rules, contact_to_json(contact), channel) or "not_in_segment"
+            if len(found.setdefault(verdict, [])) < examples:
+                found[verdict].append(contact)
+    return SegmentReach(total, {v: verdicts[v] for v in PLAN_VERDICTS}, {k: v for k, v in found.items() if v})
 
 
 # --------------------------------------------------------------------------- imports

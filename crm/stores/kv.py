@@ -28,10 +28,10 @@ and ``IMPORTS``), kept in the commit that writes the record:
   search by prefix;
 - ``job_newest``: import jobs newest first (the job id with its hex digits inverted).
 
-- ``segment``: ``x/segment/<segment id><rules key><group>m/<id>`` for each membership
-  group of the contact (``member``, and the campaign planner's verdict per channel),
-  ordered by contact id: a segment's members, or a campaign's recipients, by page;
-- ``segment_n``: a counter per segment, rules key and group.
+- ``segment``: ``x/segment/<segment id><rules key>member m/<id>`` for each segment the
+  contact is a member of, ordered by contact id: a segment's members by page;
+- ``segment_n``: a counter per segment, rules key and group (``member``, and the
+  campaign planner's verdicts other than ``ok`` per channel).
 
 Segment membership. ``g/segments`` holds ``{"s": {segment id: {"rules", "key"}}}``,
 written by ``membership_sync`` whenever a segment is saved or deleted (at most
@@ -146,12 +146,17 @@ def _membership_keys(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return [tuple(k) for k in data.get("k") or ()]
 
 
+def _member_keys(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    # Only the members are listed (a preview's page); the planner's groups are counted only.
+    return [tuple(k) for k in data.get("k") or () if k[2:] == list(MEMBER)]
+
+
 # A contact's membership record lives and dies with the contact (never deleted before it:
 # an emptied membership is written empty), so its versions only grow and ``old`` is trusted.
 MEMBERSHIP = RecordType(
     "membership",
     "m/",
-    (ValueIndex("segment", keys=_membership_keys), CountIndex("segment_n", keys=_membership_keys)),
+    (ValueIndex("segment", keys=_member_keys), CountIndex("segment_n", keys=_membership_keys)),
     reuses_keys=False,
 )
 
