@@ -749,7 +749,7 @@ class SegmentReach:
     examples: dict[str, list[Contact]]
 
 
-REACH_EXAMPLE_BUDGET = 200  # members, and contacts, read at most to find the examples
+REACH_EXAMPLE_BUDGET = 50  # members, and contacts, read at most to find the examples (a page each)
 
 
 def segment_reach(tenant: str, segment_id: str, *, channel: str, examples: int = 10) -> SegmentReach | None:

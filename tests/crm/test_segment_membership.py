@@ -156,7 +156,7 @@ def test_a_built_segment_counts_in_one_counter_and_previews_one_page() -> None:
         assert counts == {segment.id: want} and read < 12
         plan, read = cost(lambda: campaign_selectors.campaign_plan(tenant, segment_id=segment.id,
                                                                     channel="whatsapp"))
-        assert plan.counts.recipients == want and read < 300  # counters, one page each, ≤ 200 contacts
+        assert plan.counts.recipients == want and read < 120  # counters, ≤ 50 members and ≤ 50 contacts
 
 
 def test_a_segment_saved_in_a_tenant_without_contacts_is_built_at_once_and_kept_by_writes() -> None:
