@@ -4,8 +4,10 @@ Today: the campaigns' cross-tenant due-index, from ``campaigns/system/index`` to
 ``campaigns/~system/index`` (``botmesh_admin/kv/tenant.py`` states the rule).
 Idempotent and resumable; safe while the admin runs (the scheduler's tick moves
 what it finds too, so a rolling upgrade loses no scheduled campaign). It also
-names any tenant whose id is now reserved: nothing can reach it until it is
-erased (``botmesh_tenant erase``) and its data loaded into a tenant with a new id.
+names any tenant whose id is now reserved (``system``, ``process``, ``kernel``):
+the API and UI refuse it, and ``botmesh_tenant erase`` will not touch a kernel
+namespace, so its rows and ``<package>/<id>/…`` tables must be moved or removed
+by hand (a backup first).
 """
 
 from __future__ import annotations
