@@ -129,6 +129,7 @@ def tenant_erase(tenant: str, *, progress: Callable[[str], None] | None = None) 
     from botmesh_admin.events.base import TenantErasure
     from botmesh_admin.kv.runtime import default_kv
     from botmesh_admin.kv.tenant import tenant_erasers, tenant_tables
+    from botmesh_admin.observability import tracing
 
     validate_tenant_id(tenant, "tenant")
     say = progress or (lambda line: None)
@@ -160,5 +161,6 @@ def tenant_erase(tenant: str, *, progress: Callable[[str], None] | None = None) 
             removed[name] = removed.get(name, 0) + eraser(kv, tenant)
         if not final:
             removed["tenant"] = Tenant.objects.filter(id=tenant).delete()[1].get(Tenant._meta.label, 0)
+            tracing.force_flush()  # traces of the tenant this process still holds: written now, dropped next
     say("; ".join(f"{what}: {n}" for what, n in removed.items()))
     return removed

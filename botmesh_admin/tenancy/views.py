@@ -130,5 +130,6 @@ def tenant_erase(request: HttpRequest, tenant: str) -> HttpResponse:
             removed = services.tenant_erase(tenant)
         except DomainError as exc:
             return render_error(request, exc)
+        request.principal = None  # type: ignore[attr-defined]  # this request's trace is filed under no tenant
         return render(request, "tenancy/erased.html", {"tenant": tenant, "removed": removed})
     return render(request, "tenancy/erase.html", {"tenant": tenant})

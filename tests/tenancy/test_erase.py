@@ -154,6 +154,10 @@ def test_admin_api_erases_with_a_typed_confirmation() -> None:
     assert done.json()["removed"]["api tokens"] == 2 and done.json()["removed"]["tenant"] == 1
     assert not Tenant.objects.filter(id=gone).exists()
     assert client.get(f"/api/v1/tenants/{gone}/whoami", **auth).status_code == 401  # the token went with it
+    from botmesh_admin.kv.runtime import default_kv
+
+    time.sleep(0.5)  # the request's own trace is written once it ends
+    assert default_kv().tables(f"observability/{gone}/") == []  # type: ignore[attr-defined]
 
 
 def _manage(env: dict[str, str], *args: str, **kw: Any) -> Any:
@@ -240,3 +244,7 @@ def test_admin_page_erases_after_the_id_is_typed() -> None:
     assert done.status_code == 200 and f"Tenant {gone} erased" in done.content.decode()
     assert not Tenant.objects.filter(id=gone).exists()
     assert admin.get(f"/t/{gone}/").status_code == 404
+    from botmesh_admin.kv.runtime import default_kv
+
+    time.sleep(0.5)  # the request's own trace is written once it ends
+    assert default_kv().tables(f"observability/{gone}/") == []  # type: ignore[attr-defined]
