@@ -94,10 +94,18 @@ def _ok(response: Any, what: str) -> Any:
 @pytest.fixture
 def tenants(db) -> Iterator[Tenants]:
     """Tenant A with one of everything (marked with ``MARKER``), tenant B empty; tokens of every role."""
+    yield seed_tenant("sweep")
+
+
+def seed_tenant(prefix: str) -> Tenants:
+    """Create tenant A (``<prefix>-a-…``) with one of everything through the API, and an empty tenant B.
+
+    Used by the schemathesis test too, so that its run has ids to follow.
+    """
     from botmesh_admin.events.services import journal_drain
     from botmesh_admin.tenancy import services as tenancy
 
-    a, b = unique_id("sweep-a"), unique_id("sweep-b")
+    a, b = unique_id(f"{prefix}-a"), unique_id(f"{prefix}-b")
     tenancy.tenant_create(a, name="A")
     tenancy.tenant_create(b, name="B")
     t = Tenants(a, b, {role: tenancy.token_create(a, name=f"{role}-token", role=role)[1]
@@ -142,7 +150,7 @@ def tenants(db) -> Iterator[Tenants]:
     t.ids["event_id"] = _ok(client.get(base + "events"), "events")["items"][0]["id"]
     t.ids["token_id"] = str(_ok(client.get(base + "tokens"), "tokens")[0]["id"])
     t.ids["trace_id"] = "0" * 32
-    yield t
+    return t
 
 
 def snapshot(tenant: str) -> dict[str, Any]:
