@@ -53,7 +53,8 @@ def test_the_api_is_what_its_openapi_says_for_every_role(live_server, tmp_path: 
             "--exclude-path-regex", r"/erase$", "-H", f"Authorization: Bearer {world.tokens[role]}",
             "--report", "junit", "--report-dir", str(tmp_path / role),
         ]  # fmt: skip
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=MAX_TIME_S + 30)
+        # cwd: st keeps a .schemathesis/ cache folder where it runs, not in the repository
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=MAX_TIME_S + 30, cwd=tmp_path)
         (tmp_path / f"{role}.txt").write_text(run.stdout + run.stderr)
         summary = [line for line in run.stdout.splitlines() if "passed" in line or "failed" in line or "tested" in line]
         print(f"schemathesis as {role}: exit {run.returncode}; " + " | ".join(summary[-4:]))
