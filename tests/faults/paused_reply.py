@@ -3,9 +3,11 @@
 ``manage.py botmesh_events_worker --handler tests.faults.paused_reply.handle``
 with ``FAULTS_DIR`` set. It is the registry's ``dispatch``; only
 ``inbox.replies._set_reply`` is wrapped: after a write of ``sending`` it
-appends ``sending <message id>`` to ``<FAULTS_DIR>/paused.log`` and sleeps
-``PAUSE_S``, so the test can freeze the process (SIGSTOP) at that point —
-after the durable ``sending``, before the claim check and the provider request.
+appends ``sending <message id>`` to ``<FAULTS_DIR>/paused.log`` and waits
+(at most ``PAUSE_LIMIT_S``) until the file ``<FAULTS_DIR>/resume`` exists, so
+the test freezes the process (SIGSTOP) at that point — after the durable
+``sending``, before the claim check and the provider request — however slow
+the machine, and writes the file before it resumes it (SIGCONT).
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from typing import Any
 from botmesh_admin.events.handlers import dispatch
 from inbox import replies
 
-PAUSE_S = 1.0
+PAUSE_LIMIT_S = 60.0
 _set_reply = replies._set_reply
 
 
 def _paused_set_reply(inbox: Any, tenant: str, message: Any, **changes: Any) -> Any:
     written = _set_reply(inbox, tenant, message, **changes)
     if changes.get("state") == "sending":
-        with open(Path(os.environ["FAULTS_DIR"]) / "paused.log", "a", encoding="utf-8") as out:
+        directory = Path(os.environ["FAULTS_DIR"])
+        with open(directory / "paused.log", "a", encoding="utf-8") as out:
             out.write(f"sending {message.id}\n")
-        time.sleep(PAUSE_S)  # the test's SIGSTOP lands here
+        deadline = time.monotonic() + PAUSE_LIMIT_S
+        while not (directory / "resume").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the test's SIGSTOP lands here
     return written
 
 

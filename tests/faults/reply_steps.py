@@ -10,7 +10,8 @@ under one directory). Steps:
 - ``takeover``: what another worker does once the first one's lease lapsed —
   drain the outbox once with a ``lease_ms`` lease — and then, when the reply
   ``message_id`` is not confirmed, what the agent does: resend it (the worker
-  drains the outbox again and sends it).
+  drains the outbox again and sends it). With ``wait_go`` it is started ahead
+  of time (Django takes seconds to load) and waits for a line on stdin first.
 
 Each prints one JSON line last (flushed).
 """
@@ -38,6 +39,9 @@ def takeover(args: dict) -> dict:
     from inbox import replies
     from inbox.services import default_inbox
 
+    if args.get("wait_go"):
+        print("READY", flush=True)
+        sys.stdin.readline()
     drained = journal_drain(channel="outbox", lease_ms=args.get("lease_ms", 1500))
     message = default_inbox().store.message_get(args["tenant"], args["message_id"])
     assert message is not None and message.reply is not None

@@ -64,21 +64,34 @@ def test_a_sender_frozen_past_its_lease_does_not_send_after_another_worker_took_
     kv = connect(env["BOTMESH_KV_URL"])
     store = KvInboxStore(kv)
     with FakeProviderServer() as fake, Processes(tmp_path) as procs:
-        ids = step(env, "setup", tenant=tenant, base_url=fake.base_url)
-        message_id = ids["message_ids"][0]
         paused = tmp_path / "paused.log"
+        # Everything that takes seconds to load starts at once: the worker (it waits for the reply),
+        # the worker that will take over (it waits for the word) and the setup.
         first = procs.start("worker-1", [python(), "manage.py", "botmesh_events_worker", "--channel", "outbox",
                                          "--lease-ms", str(LEASE_MS), "--idle-ms", "50",
                                          "--handler", "tests.faults.paused_reply.handle"], env)  # fmt: skip
         frozen = False
+        takeover: subprocess.Popen[str] | None = None
         try:
+            ids = step(env, "setup", tenant=tenant, base_url=fake.base_url)
+            message_id = ids["message_ids"][0]
+            takeover = subprocess.Popen(
+                [python(), "-m", "tests.faults.reply_steps", "takeover", json.dumps(
+                    {"tenant": tenant, "message_id": message_id, "lease_ms": LEASE_MS, "wait_go": True})],
+                cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
             wait_until(lambda: paused.exists() and message_id in paused.read_text(), "the reply marked sending",
                        timeout_s=60, interval_s=0.02)  # fmt: skip
             os.killpg(first.pid, signal.SIGSTOP)  # during its pause: after "sending", before the request
             frozen = True
-            time.sleep(LEASE_MS / 1000 + 0.5)  # the frozen worker's lease lapses (its heartbeat is frozen too)
-            taken = step(env, "takeover", tenant=tenant, message_id=message_id, lease_ms=LEASE_MS)
+            lapsed_at = time.monotonic() + LEASE_MS / 1000 + 0.5  # the frozen worker's lease (its heartbeat too)
+            assert takeover.stdout is not None and takeover.stdout.readline().strip() == "READY"
+            time.sleep(max(0.0, lapsed_at - time.monotonic()))
+            out, _ = takeover.communicate("go\n", timeout=60)
+            assert takeover.returncode == 0, out
+            taken = json.loads(out.strip().splitlines()[-1])
             requests_before_resume = fake.count()
+            (tmp_path / "resume").touch()
             os.killpg(first.pid, signal.SIGCONT)
             frozen = False
             wait_until(lambda: "lost before the provider request" in procs.log("worker-1") or fake.count() > 1,
@@ -90,8 +103,12 @@ def test_a_sender_frozen_past_its_lease_does_not_send_after_another_worker_took_
             print(procs.log("worker-1")[-4000:])
             raise
         finally:
+            (tmp_path / "resume").touch()
             if frozen:
                 os.killpg(first.pid, signal.SIGCONT)  # a frozen process cannot act on the SIGTERM that stops it
+            if takeover is not None and takeover.poll() is None:
+                takeover.kill()
+                takeover.wait(timeout=5)
         first_log = procs.log("worker-1")
         keys = [r.headers.get("idempotency-key") for r in fake.requests]
     kv.close()

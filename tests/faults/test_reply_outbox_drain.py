@@ -8,7 +8,7 @@ provider that holds its answers back; every worker is ``celery -A
 botmesh_admin worker -P prefork -c 1``, the production app, and SIGTERM goes to
 its whole process group (as systemd sends it):
 
-1. provider 2 s: SIGTERM while the first reply is in flight — it finishes and
+1. provider 4 s: SIGTERM while the first reply is in flight — it finishes and
    is recorded (accepted), no other reply starts, the worker exits 0;
 2. provider 8 s, ``BOTMESH_DRAIN_TIMEOUT=1``: SIGTERM while the second is in
    flight — the worker is forced out, exits 1 and logs "1 send(s) cut off in
@@ -58,23 +58,29 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
     store = KvInboxStore(kv)
     producer = Celery("outbox-producer")
 
-    def drain_outbox() -> None:
-        """Queue one ``events.drain`` of the outbox (what beat's safety net does every 5 s)."""
+    def drain_outbox(queue: str) -> None:
+        """Queue one ``events.drain`` of the outbox (what beat's safety net does every 5 s) on ``queue``."""
         with Connection("filesystem://", transport=FILESYSTEM_TRANSPORT,
                         transport_options=broker_options(broker)) as conn:  # fmt: skip
-            producer.send_task("events.drain", kwargs={"channel": "outbox"}, connection=conn, retry=False)
+            producer.send_task("events.drain", kwargs={"channel": "outbox"}, connection=conn, retry=False,
+                               queue=queue)  # fmt: skip
 
     def states() -> list[str]:
         return [store.message_get(tenant, i).reply.state for i in ids]  # type: ignore[union-attr]
 
-    with FakeProviderServer(delay_s=2.0) as fake, Processes(tmp_path) as procs:
+    ids: list[str] = []
+    with FakeProviderServer(delay_s=4.0) as fake, Processes(tmp_path) as procs:
         try:
-            # The replies' own drain tasks wait in the broker for the first worker.
-            ids = step(env, "setup", tenant=tenant, base_url=fake.base_url, replies=3)["message_ids"]
-            assert states() == ["queued"] * 3
+            # The three workers load at once (seconds each); the later ones consume queues of their own,
+            # so each runs only the drain the test gives it. The replies' own drain tasks go to the
+            # default queue, the first worker's.
             first = procs.start("worker-1", [*WORKER, "-n", "outbox-1@%h"], {**env, "BOTMESH_DRAIN_TIMEOUT": "20"})
+            second = procs.start("worker-2", [*WORKER, "-n", "outbox-2@%h", "-Q", "faults-outbox-2"],
+                                 {**env, "BOTMESH_DRAIN_TIMEOUT": "1"})  # fmt: skip
+            third = procs.start("worker-3", [*WORKER, "-n", "outbox-3@%h", "-Q", "faults-outbox-3"], env)
+            ids = step(env, "setup", tenant=tenant, base_url=fake.base_url, replies=3)["message_ids"]
             wait_until(lambda: fake.count() >= 1, "the first reply to reach the provider", timeout_s=60)
-            time.sleep(0.3)  # its request is out (the provider answers in 2 s)
+            time.sleep(0.3)  # its request is out (the provider answers in 4 s)
             at_sigterm = fake.count()
             signalled = time.monotonic()
             os.killpg(first.pid, signal.SIGTERM)
@@ -84,8 +90,8 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
             drained = states()
 
             fake.set_delay(8.0)
-            second = procs.start("worker-2", [*WORKER, "-n", "outbox-2@%h"], {**env, "BOTMESH_DRAIN_TIMEOUT": "1"})
-            drain_outbox()
+            wait_until(lambda: "ready." in procs.log("worker-2"), "the second worker", timeout_s=60)
+            drain_outbox("faults-outbox-2")
             wait_until(lambda: fake.count() >= 2, "the second reply to reach the provider", timeout_s=60)
             time.sleep(0.3)
             signalled = time.monotonic()
@@ -96,8 +102,8 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
             forced = states()
 
             fake.set_delay(0.0)
-            third = procs.start("worker-3", [*WORKER, "-n", "outbox-3@%h"], env)
-            drain_outbox()
+            wait_until(lambda: "ready." in procs.log("worker-3"), "the third worker", timeout_s=60)
+            drain_outbox("faults-outbox-3")
             wait_until(lambda: states()[2] == "accepted", "the restarted worker to send the rest", timeout_s=60)
             final = states()
             os.killpg(third.pid, signal.SIGTERM)
@@ -112,7 +118,7 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
         per_reply = Counter(r.headers.get("idempotency-key") for r in fake.requests)
     kv.close()
     fault_report(
-        f"FAULT sigterm-reply-outbox: 3 replies; drain (provider 2 s): requests at SIGTERM {at_sigterm}, after it "
+        f"FAULT sigterm-reply-outbox: 3 replies; drain (provider 4 s): requests at SIGTERM {at_sigterm}, after it "
         f"{after_first - at_sigterm}, replies {Counter(drained)}, exit {first_status} after {first_s:.1f} s; "
         f"forced (provider 8 s, drain timeout 1 s): requests after SIGTERM {after_second - 2}, replies "
         f"{Counter(forced)}, exit {second_status} after {second_s:.1f} s; after restart {Counter(final)}, sent "
