@@ -71,14 +71,18 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
     ids: list[str] = []
     with FakeProviderServer(delay_s=4.0) as fake, Processes(tmp_path) as procs:
         try:
-            # The three workers load at once (seconds each); the later ones consume queues of their own,
-            # so each runs only the drain the test gives it. The replies' own drain tasks go to the
-            # default queue, the first worker's.
-            first = procs.start("worker-1", [*WORKER, "-n", "outbox-1@%h"], {**env, "BOTMESH_DRAIN_TIMEOUT": "20"})
+            # The three workers load at once (seconds each), each on a queue of its own, so each runs
+            # only the drain the test gives it (the replies' own drain tasks go to the default queue,
+            # which none of them consumes).
+            first = procs.start("worker-1", [*WORKER, "-n", "outbox-1@%h", "-Q", "faults-outbox-1"],
+                                {**env, "BOTMESH_DRAIN_TIMEOUT": "20"})  # fmt: skip
             second = procs.start("worker-2", [*WORKER, "-n", "outbox-2@%h", "-Q", "faults-outbox-2"],
                                  {**env, "BOTMESH_DRAIN_TIMEOUT": "1"})  # fmt: skip
             third = procs.start("worker-3", [*WORKER, "-n", "outbox-3@%h", "-Q", "faults-outbox-3"], env)
             ids = step(env, "setup", tenant=tenant, base_url=fake.base_url, replies=3)["message_ids"]
+            assert states() == ["queued"] * 3
+            wait_until(lambda: "ready." in procs.log("worker-1"), "the first worker", timeout_s=60)
+            drain_outbox("faults-outbox-1")
             wait_until(lambda: fake.count() >= 1, "the first reply to reach the provider", timeout_s=60)
             time.sleep(0.3)  # its request is out (the provider answers in 4 s)
             at_sigterm = fake.count()
