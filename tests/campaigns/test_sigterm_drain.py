@@ -118,7 +118,7 @@ def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_n
 ) -> None:
     began = time.monotonic()
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)
-    producer = Celery("drain-producer")
+    producer = Celery("drain-producer", set_as_current=False)
     with FakeProviderServer(delay_s=2.0) as fake, Processes(tmp_path) as procs, use_kv(kv):
         try:
             first = procs.start("worker-1", [*argv, "-n", "drain-1@%h"], env)

@@ -64,7 +64,7 @@ class Broker:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.app = Celery("fenced-producer")
+        self.app = Celery("fenced-producer", set_as_current=False)
         self.sent = 0
         self._at = 0.0
         for name in ("queue", "processed"):

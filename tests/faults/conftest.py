@@ -5,6 +5,10 @@ tests of 10–70 s each, a long one collected last runs alone at the end.
 Longest first (the seconds below, measured on the shared 2-core machine)
 keeps both workers busy to the end. Only the fault tests move, among the
 places they already hold; every other test keeps its place.
+
+(A test's own Celery producer app is made with ``set_as_current=False``: the
+current app is the one a ``shared_task`` imported later binds to, and the
+order of tests in a process is not fixed.)
 """
 
 from __future__ import annotations

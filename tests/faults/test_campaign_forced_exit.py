@@ -38,7 +38,7 @@ PROVIDER_S = 8.0
 def test_a_worker_forced_out_mid_campaign_exits_1_and_logs_the_sends_it_cut_off(tmp_path: Path, db: None) -> None:
     began = time.monotonic()
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path, drain_timeout_s=1)
-    producer = Celery("forced-producer")
+    producer = Celery("forced-producer", set_as_current=False)
     with FakeProviderServer(delay_s=PROVIDER_S) as fake, Processes(tmp_path) as procs, use_kv(kv):
         try:
             worker = procs.start("worker", [*argv, "-n", "forced@%h"], env)

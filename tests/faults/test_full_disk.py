@@ -97,7 +97,7 @@ def broker_options(broker: Path) -> dict[str, object]:
 
 def publish(broker: Path, label: str) -> None:
     """Send ``tests.faults.mark(label)`` through the filesystem broker in ``broker``, as the web process does."""
-    producer = Celery("faults-producer")
+    producer = Celery("faults-producer", set_as_current=False)
     with Connection("filesystem://", transport=FILESYSTEM_TRANSPORT, transport_options=broker_options(broker)) as conn:
         producer.send_task("tests.faults.mark", args=[label], connection=conn, retry=False)
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 def test_redis_sigkilled_mid_campaign_sends_every_recipient_exactly_once(tmp_path: Path, db: None) -> None:
     began = time.monotonic()
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)
-    producer = Celery("redis-campaign-producer")
+    producer = Celery("redis-campaign-producer", set_as_current=False)
     with FakeProviderServer(delay_s=1.0) as fake, Processes(tmp_path) as procs, use_kv(kv):
         redis = procs.redis()
         env = {**env, "CELERY_BROKER_URL": redis.url, "REDIS_URL": redis.url}

@@ -77,7 +77,7 @@ def test_worker_holding_a_task_survives_redis_killed_and_restarted(tmp_path: Pat
             "-n", "faults@%h", "--without-mingle", "--without-gossip",
         ], env)  # fmt: skip
         log = tmp_path / "worker.log"
-        producer = Celery("faults-producer")
+        producer = Celery("faults-producer", set_as_current=False)
         try:
             send(producer, redis.url, "tests.faults.mark", "before")
             wait_until(lambda: runs(tmp_path, "done.log")["before"] == 1, "the worker to consume", timeout_s=40)

@@ -56,7 +56,7 @@ def test_sigterm_finishes_the_reply_in_flight_a_forced_exit_says_it_cut_one_off_
     tenant = unique_id("outbox")
     kv = connect(env["BOTMESH_KV_URL"])
     store = KvInboxStore(kv)
-    producer = Celery("outbox-producer")
+    producer = Celery("outbox-producer", set_as_current=False)
 
     def drain_outbox(queue: str) -> None:
         """Queue one ``events.drain`` of the outbox (what beat's safety net does every 5 s) on ``queue``."""
