@@ -163,6 +163,7 @@ class ConversationFilters(CursorParams):
     view: str = one_of(VIEWS, "all")
     status: str | None = one_of(CONVERSATION_STATUSES, None)
     channel: str | None = None
+    channel_name: str | None = Field(None, description="only the conversations this channel (number or bot) received")
     unread: bool = False
 
 
@@ -294,6 +295,7 @@ def conversation_list(request: HttpRequest, tenant: str, filters: Query[Conversa
     rows, cursor = selectors.conversation_list(
         tenant, agent=agent_of(principal(request)), view=filters.view, status=filters.status,
         channel=filters.channel, unread_only=filters.unread, limit=filters.limit, after=filters.after,
+        channel_name=filters.channel_name,
     )
     return {"items": [conversation_out(r.conversation, r.unread) for r in rows], "next": cursor}
 

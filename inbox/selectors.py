@@ -110,11 +110,16 @@ def _check_view(view: object) -> str:
     return str(view)
 
 
-def _matches(c: Conversation, *, agent: str, view: str, status: str | None, channel: str | None, now: int) -> bool:
+def _matches(
+    c: Conversation, *, agent: str, view: str, status: str | None, channel: str | None, now: int,
+    channel_name: str | None = None,
+) -> bool:
     """Return True if ``c`` (as fetched) still belongs in the list the filters describe."""
     if view == "mine" and c.assignee != agent or view == "unassigned" and c.assignee is not None:
         return False
     if channel is not None and c.channel != channel:
+        return False
+    if channel_name is not None and c.channel_name != channel_name:
         return False
     return status is None or c.status == status and effective_status(c, now) == status
 
@@ -130,11 +135,13 @@ def conversation_list(
     limit: int = 50,
     after: str | None = None,
     store: InboxStore | None = None,
+    channel_name: str | None = None,
 ) -> tuple[list[ConversationRow], str | None]:
     """Return one page of conversations, newest activity first, and the cursor of the next page.
 
     ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
     ``status``: open / pending / resolved; ``channel``: whatsapp, telegram…;
+    ``channel_name``: the tenant's channel (number or bot) that received them;
     ``unread_only``: only rows where ``agent`` has unread messages. Each row
     shows its effective status (``effective_status``) and its exact unread count.
 
@@ -159,6 +166,10 @@ def conversation_list(
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
     after = cursor_check(after, CONVERSATION_CURSOR)
+    if channel_name is not None:
+        from botmesh_admin.kv.tenant import validate_id
+
+        validate_id(channel_name, "channel_name")
     store = store or default_store()
     now = now_ms()
     batch = limit
@@ -166,13 +177,15 @@ def conversation_list(
     cursor, scanned = after, 0
     while scanned < MAX_SCANNED:
         page, next_cursor = store.conversation_page(
-            tenant, view=view, agent=agent, status=status, channel=channel, after=cursor, limit=batch
+            tenant, view=view, agent=agent, status=status, channel=channel, after=cursor, limit=batch,
+            channel_name=channel_name,
         )
         markers = store.markers_get(tenant, [c.id for c in page], agent)
         for i, (c, marker) in enumerate(zip(page, markers, strict=True)):
             scanned += 1
             cursor = conversation_cursor(c)
-            if not _matches(c, agent=agent, view=view, status=status, channel=channel, now=now):
+            if not _matches(c, agent=agent, view=view, status=status, channel=channel, now=now,
+                            channel_name=channel_name):
                 continue
             unread = _unread(tenant, c, marker, store)
             if unread_only and not unread:

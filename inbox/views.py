@@ -45,17 +45,23 @@ def _agent(request: HttpRequest) -> str:
 def _filters(request: HttpRequest) -> dict[str, Any]:
     view = request.GET.get("view", "all")
     status = request.GET.get("status") or None
-    channel = request.GET.get("channel") or None
+    # ``channel`` is a kind (``whatsapp``) or one channel of the tenant (``whatsapp/ventas``).
+    channel = request.GET.get("channel") or ""
+    kind, _, name = channel.partition("/")
+    kind_ok = kind in ("whatsapp", "telegram")
     return {
         "view": view if view in selectors.VIEWS else "all",
         "status": status if status in ("open", "pending", "resolved") else None,
-        "channel": channel if channel in ("whatsapp", "telegram") else None,
+        "channel": channel if kind_ok else None,
+        "channel_kind": kind if kind_ok else None,
+        "channel_name": name if kind_ok and name else None,
         "unread": request.GET.get("unread") == "1",
     }
 
 
 def _query(filters: dict[str, Any], **extra: Any) -> str:
-    data = {k: v for k, v in filters.items() if v not in (None, False, "all")}
+    data = {k: v for k, v in filters.items() if v not in (None, False, "all") and k not in ("channel_kind",
+                                                                                           "channel_name")}
     if data.get("unread"):
         data["unread"] = "1"
     data.update({k: v for k, v in extra.items() if v})
@@ -65,12 +71,16 @@ def _query(filters: dict[str, Any], **extra: Any) -> str:
 def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> dict[str, Any]:
     filters = _filters(request)
     agent = _agent(request)
+    from botmesh_admin.channels.selectors import channel_config_list
+
     rows, cursor = selectors.conversation_list(
-        tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel"],
-        unread_only=filters["unread"], limit=PAGE, after=request.GET.get("after") or None,
+        tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel_kind"],
+        channel_name=filters["channel_name"], unread_only=filters["unread"], limit=PAGE,
+        after=request.GET.get("after") or None,
     )
     return {
         "tenant": tenant, "rows": rows, "next": cursor, "filters": filters, "query": _query(filters),
+        "channel_configs": channel_config_list(tenant),
         "selected": selected, "agent": agent,
         "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
         "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},

@@ -119,12 +119,13 @@ class InboxStore(Protocol):
 
     def conversation_page(
         self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50,
+        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         """Return up to ``limit`` conversations, newest ``last_activity_ms`` first, and the cursor.
 
         ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
-        ``status``: the stored status; ``channel``: the conversation's channel.
+        ``status``: the stored status; ``channel``: the conversation's channel
+        kind; ``channel_name``: the channel configuration that received it.
         Read O(limit) records. ``after`` is a ``conversation_cursor`` (the
         previous page's cursor); the cursor returned is ``None`` when there are
         no more conversations. A conversation that changed while the page was

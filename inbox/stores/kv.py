@@ -34,6 +34,12 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   ``max(3, channels) × (limit + 1)`` index entries, then one ``get_many`` of
   its records. Four entries rather than one per filter combination (eight)
   halve what every projected message rewrites, on the hottest write path.
+- ``conv_channel`` (value) — every conversation twice by the channel
+  configuration that received it: ``("sn", status, channel_name, -ms)`` and
+  ``("asn", assignee, status, channel_name, -ms)``; a channel filter merges
+  the three statuses' scans when no status is given: ``3 × (limit + 1)``
+  entries. (Added with conversations' channels: ``botmesh_reindex`` builds it
+  on tables written before.)
 - ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
   (the wake-up job).
 - ``conv_count`` (count) — conversations per ``("*", status)``,
@@ -156,7 +162,15 @@ def _list_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return [("-", at), ("a", assignee, at), ("sc", status, channel, at), ("asc", assignee, status, channel, at)]
 
 
-INDEXED = ("id", "assignee", "status", "channel", "last_activity_ms", "inbound_count", "snoozed_until_ms")
+def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    at = -int(record.get("last_activity_ms") or 0)
+    assignee, status, name = record.get("assignee"), record.get("status"), record.get("channel_name")
+    return [("sn", status, name, at), ("asn", assignee, status, name, at)]
+
+
+INDEXED = (
+    "id", "assignee", "status", "channel", "channel_name", "last_activity_ms", "inbound_count", "snoozed_until_ms",
+)
 """The conversation fields its indexes read (``_indexed`` gives the indexes only these)."""
 
 
@@ -195,6 +209,7 @@ CONVERSATION = RecordType(
     "k/",
     (
         ValueIndex("conv_list", keys=_list_keys, payload=_position),
+        ValueIndex("conv_channel", keys=_channel_keys, payload=_position),
         ValueIndex(
             "conv_snoozed", ("snoozed_until_ms",),
             where=lambda r: r.get("status") == "pending" and r.get("snoozed_until_ms") is not None,
@@ -302,7 +317,7 @@ class KvInboxStore:
 
     def conversation_page(
         self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50,
+        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         table = self._table(tenant)
@@ -313,10 +328,17 @@ class KvInboxStore:
             # millisecond (a row may show twice, none is skipped).
             position = encode_component(-at) + (self._conversation_key(table, conversation_id) or "")
         merged: list[tuple[str, Entry]] = []
-        for values in self._list_prefixes(table, view, agent, status, channel):
-            prefix = "x/conv_list/" + encode(values)
+        index = "conv_list" if channel_name is None else "conv_channel"
+        if channel_name is None:
+            prefixes = self._list_prefixes(table, view, agent, status, channel)
+        else:  # a channel names its kind: the kind filter adds nothing (the selector checks it)
+            who = [] if view == "all" else [agent if view == "mine" else None]
+            statuses = [status] if status is not None else list(STATUSES)
+            prefixes = [["asn" if who else "sn", *who, s, channel_name] for s in statuses]
+        for values in prefixes:
+            prefix = f"x/{index}/" + encode(values)
             page = self.layout.scan(
-                table, "conv_list", values, after=prefix + position if position else None, limit=limit + 1
+                table, index, values, after=prefix + position if position else None, limit=limit + 1
             )
             # Every prefix orders its entries by the same suffix: (-activity, record key).
             merged += [(e.key[len(prefix):], e) for e in page]

@@ -76,14 +76,15 @@ class MemoryInboxStore:
 
     def conversation_page(
         self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50,
+        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         with self._lock:
             t = self._tenants[tenant]
             ordered = sorted(
                 (c for c in t.conversations.values()
-                 if _in_view(c, view, agent) and status in (None, c.status) and channel in (None, c.channel)),
+                 if _in_view(c, view, agent) and status in (None, c.status) and channel in (None, c.channel)
+                 and channel_name in (None, c.channel_name)),
                 key=_order,
             )
             if after is not None:

@@ -114,6 +114,17 @@ def test_one_body_for_two_numbers_lands_in_a_conversation_of_each_number(two_of_
         assert conversations[key]["channel"] == "whatsapp"
     # the same customer is one CRM contact on both numbers
     assert conversations[("main", ANA)]["contact_id"] == conversations[("sales", ANA)]["contact_id"]
+    # the list filters by the number (an index page: conv_channel), in the API and on the inbox page
+    for query in ("channel_name=sales", "channel_name=sales&status=open", "channel_name=sales&view=unassigned"):
+        status, page = t.api("get", f"conversations?{query}")
+        assert [(c["channel_name"], c["chat_key"]) for c in page["items"]] == [("sales", ANA)], query
+    assert t.api("get", "conversations?channel_name=main")[1]["items"][0]["id"] == conversations[("main", ANA)]["id"]
+    from django.contrib.auth import get_user_model
+
+    t.client.force_login(get_user_model().objects.get(username="ana"))
+    html = t.client.get(f"/t/{t.id}/inbox/?channel=whatsapp/sales").content.decode()
+    assert conversations[("sales", ANA)]["id"] in html and conversations[("main", ANA)]["id"] not in html
+    assert "whatsapp · sales" in html
 
 
 def test_replies_and_resends_go_out_through_the_number_that_received_the_chat(two_of_each):
