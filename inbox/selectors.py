@@ -377,6 +377,10 @@ def handoff_get(
     ``channel_name`` names the bot's channel (the number or Telegram bot); without
     it the chat counts as handed off if its conversation on any channel is.
     """
+    if channel_name is not None:
+        from botmesh_admin.kv.tenant import validate_id
+
+        validate_id(channel_name, "channel")
     found = conversations_of_chat(tenant, chat_key, channel_name=channel_name, store=store)
     conversation = next((c for c in found if c.handed_off), found[0] if found else None)
     if conversation is None or conversation.handoff is None:

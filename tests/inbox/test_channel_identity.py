@@ -168,6 +168,8 @@ def test_two_telegram_bots_same_message_id_are_two_messages_in_two_conversations
     assert f"/bot{HELP_TOKEN}/" in send.path
     status, state = t.api("get", f"handoff/{SOFIA}?channel=help")
     assert (status, state["conversation_id"]) == (200, conversations[("help", SOFIA)]["id"])
+    status, refused = t.api("get", f"handoff/{SOFIA}?channel=Not%20a%20name")
+    assert (status, refused["field"]) == (422, "channel")
 
 
 def test_a_ledger_record_joins_the_conversation_of_the_channel_it_names(two_of_each):
