@@ -11,9 +11,10 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
-from pydantic import StrictBool
+from pydantic import ConfigDict, StrictBool
 
 from botmesh_admin.api import CursorParams, ErrorOut, one_of, principal, requires
+from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.tenancy.principal import Principal
 
@@ -35,6 +36,13 @@ def agent_of(p: Principal) -> str:
 
 
 # -- schemas ------------------------------------------------------------------------------
+
+
+class BodyIn(Schema):
+    """A request body: a field it does not declare is a 422 naming that field (a typo is
+    never ignored and answered 200 with nothing changed)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class HandoffOut(Schema):
@@ -162,36 +170,36 @@ class ConversationFilters(CursorParams):
 
     view: str = one_of(VIEWS, "all")
     status: str | None = one_of(CONVERSATION_STATUSES, None)
-    channel: str | None = None
+    channel: str | None = one_of(CHANNEL_KINDS, None)
     channel_name: str | None = Field(None, description="only the conversations this channel (number or bot) received")
     unread: bool = False
 
 
-class AssignIn(Schema):
+class AssignIn(BodyIn):
     """Compare-and-set: ``expected_version`` is the conversation's ``version`` you saw."""
 
     agent: str | None = Field(None, description="username to assign, or null to unassign")
     expected_version: int
 
 
-class HandoffIn(Schema):
+class HandoffIn(BodyIn):
     """``active`` true: a human takes the chat (the bot must stop answering); false: give it back."""
 
     active: StrictBool  # a JSON true or false: "yes" or 1 are refused, not guessed
     expected_version: int | None = None
 
 
-class StatusIn(Schema):
+class StatusIn(BodyIn):
     status: str = one_of(CONVERSATION_STATUSES)
     snoozed_until_ms: int | None = Field(None, description="pending only: reopen at this time (epoch ms)")
     expected_version: int | None = None
 
 
-class NoteIn(Schema):
+class NoteIn(BodyIn):
     text: str
 
 
-class ReadIn(Schema):
+class ReadIn(BodyIn):
     """The last message the caller read (default: the newest)."""
 
     message_id: str | None = None
@@ -205,7 +213,7 @@ class ReadOut(Schema):
     unread: int
 
 
-class ReplyIn(Schema):
+class ReplyIn(BodyIn):
     """An agent's reply. Send the same ``idempotency_key`` when retrying a request.
 
     ``assign`` true: assign the conversation to yourself and reply, in one step
@@ -229,7 +237,7 @@ class InboxSettingsOut(Schema):
     reply_to_others: bool
 
 
-class InboxSettingsIn(Schema):
+class InboxSettingsIn(BodyIn):
     """Change one or both settings (a missing one is kept)."""
 
     reply_takes_over: StrictBool | None = None
@@ -475,7 +483,9 @@ class StoredMessageIn(Schema):
 LEDGER_BODY = {
     "requestBody": {
         "required": True,
-        "description": "StoredMessage records as a JSON array or as JSON lines (one object a line).",
+        "description": "StoredMessage records as a JSON array (`[{...}, {...}]`) or as JSON lines "
+        "(one record object a line). Any other shape, such as an object wrapping the records "
+        "(`{\"records\": [...]}`) or one record over several lines, is a 422 naming `body`.",
         "content": {
             "application/json": {"schema": {"type": "array", "items": StoredMessageIn.model_json_schema()}},
             "application/x-ndjson": {"schema": {"type": "string"}},
@@ -489,6 +499,8 @@ LEDGER_BODY = {
 def ledger_push(request: HttpRequest, tenant: str) -> Status:
     """Push a bot's message ledger; every record is validated, then journaled before the answer.
 
+    The body is a JSON array of records or JSON lines (one record object a
+    line); any other shape (``{"records": [...]}``) is a 422 naming ``body``.
     422 names the first bad record (``records[3].timestamp``) and nothing is
     written. A record without ``tenantId`` belongs to the token's tenant; one
     naming another tenant is refused. Records are projected by a worker.

@@ -257,6 +257,25 @@ def check_chat_id(channel: str, value: object, field: str) -> str:
     return chat_id
 
 
+CHAT_KEY_FORMAT = "whatsapp:<wa_id> or telegram:<chat id>[:<user id>] (e.g. whatsapp:573001112233)"
+
+
+def check_chat_key(value: object, field: str = "chat_id") -> str:
+    """Return ``value`` if it is a chat key of one of ``CHANNEL_KINDS``, else raise naming ``field``.
+
+    The key a bot asks about must carry its kind (``whatsapp:573001112233``,
+    ``telegram:700000001``, ``telegram:-1001234:700000001``: the ledger's
+    ``chatId``, see ``botmesh_admin.channels.domain``); a bare number or a
+    foreign prefix is refused so a typo is never answered "not handed off".
+    Bounded like other ids (``MAX_ID`` characters).
+    """
+    chat_id = check_id(value, field)
+    kind, sep, _ = chat_id.partition(":")
+    if not sep or kind not in CHANNEL_KINDS:
+        raise ValidationError(field, f"must be {CHAT_KEY_FORMAT}")
+    return check_chat_id(kind, chat_id, field)
+
+
 def check_conversation_id(value: object, field: str = "conversation_id") -> str:
     """Return ``value`` if it has the shape of a conversation id (``cv_`` + 20 hex digits)."""
     if not isinstance(value, str) or not CONVERSATION_ID_RE.fullmatch(value):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 
@@ -20,6 +21,7 @@ from .domain import (
     Note,
     ReadMarker,
     check_agent,
+    check_chat_key,
     check_conversation_id,
     now_ms,
     sort_key,
@@ -163,6 +165,8 @@ def conversation_list(
     _check_view(view)
     if status is not None and status not in CONVERSATION_STATUSES:
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
+    if channel is not None and channel not in CHANNEL_KINDS:
+        raise ValidationError("channel", f"must be one of {', '.join(CHANNEL_KINDS)}")
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
     after = cursor_check(after, CONVERSATION_CURSOR)
@@ -369,6 +373,21 @@ def conversations_of_chat(
     return list(conversations.values())
 
 
+def _check_channel_of_kind(tenant: str, channel_name: str, kind: str) -> None:
+    """Raise ``ValidationError`` naming ``channel`` unless ``channel_name`` is one of the tenant's
+    channel configurations of ``kind`` (a bot's typo must not read as "not handed off")."""
+    from botmesh_admin.channels.selectors import channel_config_list_cached
+    from botmesh_admin.kv.tenant import validate_id
+
+    validate_id(channel_name, "channel")
+    names = [c.name for c in channel_config_list_cached(tenant, kind=kind)]
+    if channel_name not in names:  # the copy may predate a channel added in another process
+        names = [c.name for c in channel_config_list_cached(tenant, kind=kind, refresh=True)]
+    if channel_name not in names:
+        known = f"its {kind} channels: {', '.join(names)}" if names else f"it has no {kind} channel"
+        raise ValidationError("channel", f"is not a {kind} channel of this tenant ({known})")
+
+
 def handoff_get(
     tenant: str, chat_key: str, *, channel_name: str | None = None, store: InboxStore | None = None
 ) -> HandoffState:
@@ -376,11 +395,15 @@ def handoff_get(
 
     ``channel_name`` names the bot's channel (the number or Telegram bot); without
     it the chat counts as handed off if its conversation on any channel is.
-    """
-    if channel_name is not None:
-        from botmesh_admin.kv.tenant import validate_id
 
-        validate_id(channel_name, "channel")
+    Raise ``ValidationError`` naming ``chat_id`` for a key without its kind
+    (``check_chat_key``: a bare number, a foreign prefix, over ``MAX_ID``
+    characters) and naming ``channel`` for a name that is not one of the
+    tenant's channels of the chat's kind.
+    """
+    kind = check_chat_key(chat_key, "chat_id").partition(":")[0]
+    if channel_name is not None:
+        _check_channel_of_kind(tenant, channel_name, kind)
     found = conversations_of_chat(tenant, chat_key, channel_name=channel_name, store=store)
     conversation = next((c for c in found if c.handed_off), found[0] if found else None)
     if conversation is None or conversation.handoff is None:

@@ -466,21 +466,30 @@ LEDGER_CHANNEL = "ledger"
 ahead of a customer's live webhook on ``inbound``."""
 
 
+LEDGER_BODY_SHAPES = "a JSON array of records, or JSON lines (one record object a line)"
+# Keys only a StoredMessage record has: a one-line object without any of them is a wrapper, not a record.
+_RECORD_KEYS = frozenset({"id", "chatId", "channel", "senderId", "timestamp"})
+
+
 def ledger_parse(body: bytes) -> list[Any]:
     """Return the records of a ledger push: a JSON array, or JSON lines (one object a line).
 
-    Raise ``ValidationError`` naming ``records`` or ``records[i]`` (0-based) for
-    a body that is neither.
+    Raise ``ValidationError`` naming ``body`` for a body of neither shape (not
+    UTF-8, empty, one JSON object over several lines, or an object wrapping the
+    records such as ``{"records": [...]}``), ``records`` for too many records
+    and ``records[i]`` (0-based) for a line that is not JSON.
     """
     from botmesh_admin.jsonbody import json_load
 
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValidationError("records", "the body is not UTF-8") from None
+        raise ValidationError("body", "is not UTF-8") from None
     stripped = text.strip()
     if not stripped:
-        raise ValidationError("records", "no records")
+        raise ValidationError("body", f"has no records: send {LEDGER_BODY_SHAPES}")
+    if stripped.startswith("{"):
+        _refuse_wrapped_records(stripped)
     if stripped.startswith("["):
         records = json_load(stripped, field="records")
         if not isinstance(records, list):
@@ -493,6 +502,25 @@ def ledger_parse(body: bytes) -> list[Any]:
     if len(records) > MAX_LEDGER_RECORDS:
         raise ValidationError("records", f"at most {MAX_LEDGER_RECORDS} records per push")
     return records
+
+
+def _refuse_wrapped_records(text: str) -> None:
+    """Raise ``ValidationError`` naming ``body`` if ``text`` is one JSON object that is not a
+    one-line record (checking its records would name ``records[0].channel`` for the wrong cause)."""
+    from botmesh_admin.jsonbody import json_load
+
+    try:
+        whole = json_load(text, field="body")
+    except ValidationError:
+        return  # not one JSON value: JSON lines, judged line by line
+    if not isinstance(whole, dict):
+        return
+    if not _RECORD_KEYS & whole.keys():
+        wrapped = [k for k, v in whole.items() if isinstance(v, list)]
+        hint = f" (send the array under {wrapped[0]!r} itself)" if wrapped else ""
+        raise ValidationError("body", f"must be {LEDGER_BODY_SHAPES}, not an object wrapping them{hint}")
+    if "\n" in text:
+        raise ValidationError("body", f"must be {LEDGER_BODY_SHAPES}: this record spans several lines")
 
 
 def _with_channel(record: StoredMessage, names: list[str], field: str) -> StoredMessage:
