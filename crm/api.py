@@ -15,7 +15,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
 from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
-from botmesh_admin.errors import ValidationError
+from botmesh_admin.errors import DomainError, ValidationError
 
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, Consent, Contact, ImportJob, Segment
@@ -257,17 +257,38 @@ IMPORT_BODY = {
 }
 
 
+IMPORT_CONTENT_TYPES = ("multipart/form-data", "text/csv")  # the two bodies IMPORT_BODY documents
+
+
+class UnsupportedMediaType(DomainError):
+    """The request body has a content type the endpoint does not read (RFC 9110 §15.5.16). HTTP 415."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
 def _import_upload(request: HttpRequest) -> tuple[str, bytes]:
     """Return (filename, bytes) of the CSV an import request carries.
 
     A ``multipart/form-data`` body must hold the CSV in the field ``file``
     (422 ``file`` otherwise, naming the fields it had); one without a boundary,
     or with more than ``DATA_UPLOAD_MAX_NUMBER_FILES`` files, is 400 (raised by
-    Django's parser, rendered by ``botmesh_admin.api``). Any other body is the
-    raw CSV. The multipart parser consumes the request stream, so the raw body
-    is never read after it.
+    Django's parser, rendered by ``botmesh_admin.api``). A ``text/csv`` body is
+    the raw CSV. Any other content type (JSON, a form, none) is 415
+    ``UnsupportedMediaType`` on ``file`` naming the two accepted bodies, the ones
+    ``IMPORT_BODY`` documents. The multipart parser consumes the request stream,
+    so the raw body is never read after it.
     """
-    if request.content_type != "multipart/form-data":
+    content_type = (request.content_type or "").lower()
+    if not content_type and request.META.get("CONTENT_LENGTH") in (None, "", "0"):
+        content_type = "text/csv"  # no body at all has no type to refuse: it is the empty file (422)
+    if content_type not in IMPORT_CONTENT_TYPES:
+        sent = content_type[:80] or "no Content-Type"
+        raise UnsupportedMediaType(
+            f"file: send the CSV as multipart/form-data with the field 'file', or as a text/csv body (got {sent})",
+            field="file",
+        )
+    if content_type == "text/csv":
         try:
             data = request.body
         except RequestDataTooBig:
@@ -286,13 +307,14 @@ def _import_upload(request: HttpRequest) -> tuple[str, bytes]:
     return uploads[0].name or "upload.csv", uploads[0].read()
 
 
-@router.post("contacts/imports", response={202: ImportJobOut, **ERRORS}, openapi_extra=IMPORT_BODY)
+@router.post("contacts/imports", response={202: ImportJobOut, **ERRORS, 415: ErrorOut}, openapi_extra=IMPORT_BODY)
 @requires("admin")
 def contact_import(request: HttpRequest, tenant: str) -> Status:
     """Start a CSV import (admins): a multipart ``file`` or the raw CSV body (``text/csv``).
 
     Answers 202 with the job; poll ``GET contacts/imports/{id}`` for progress and the report.
-    A malformed upload is 400 (unreadable multipart) or 422 ``file`` (no such field), never a 500.
+    A malformed upload is 400 (unreadable multipart) or 422 ``file`` (no such field, a file that is
+    not text in an accepted encoding), another content type 415 ``file``; never a 500.
     """
     from .tasks import dispatch_import
 

@@ -21,6 +21,7 @@ to the same contacts (``:json`` columns keep numbers, booleans and null exact).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -50,6 +51,10 @@ CONSENT_COLUMNS = {f"consent_{ch}": ch for ch in CHANNELS}
 RESERVED = {"name", "tags", "marketing_consent", "id", *IDENTITY_COLUMNS, *CONSENT_COLUMNS}
 MAX_BYTES = 20 * 1024 * 1024
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Byte order marks of the encodings read besides UTF-8 (the Unicode Standard, §23.8).
+BOMS = ((codecs.BOM_UTF8, "utf-8", "UTF-8"), (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16"),
+        (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16"))
+ZIP_MAGIC = b"PK\x03\x04"  # .xlsx and .ods are zip archives
 
 
 @dataclass
@@ -77,15 +82,50 @@ class ParsedRow:
 
 
 def decode(data: bytes | str) -> str:
-    """Return the text of an uploaded file (UTF-8 with or without BOM, else Windows-1252)."""
+    """Return the text of an uploaded file; raise ``ValidationError`` (field ``file``) if it is not text.
+
+    Accepted: UTF-8 with or without BOM; UTF-16 (LE or BE) with its BOM, which is
+    what Excel writes for "Unicode Text"; else Windows-1252 (Excel's "CSV" on a
+    Western Windows). A file that is none of these -- invalid after its BOM,
+    UTF-16 without a BOM, a workbook, any file with NUL characters -- is refused
+    here, before a job exists, with the encoding it was read as.
+    """
     if isinstance(data, str):
-        return data
+        return _text_only(data, "text")
     if len(data) > MAX_BYTES:
         raise ValidationError("file", f"larger than {MAX_BYTES // (1024 * 1024)} MB")
+    if data.startswith(ZIP_MAGIC):
+        raise ValidationError("file", "is a spreadsheet workbook (.xlsx/.ods), not CSV: "
+                              "save it as \"CSV UTF-8\" or \"Unicode Text\" and upload that")
+    for bom, encoding, label in BOMS:
+        if data.startswith(bom):
+            try:
+                return _text_only(data[len(bom):].decode(encoding), label)
+            except UnicodeDecodeError as exc:
+                raise ValidationError(
+                    "file", f"starts with a {label} byte order mark but is not valid {label} "
+                    f"(byte {exc.start} of the text after it)") from None
     try:
-        return data.decode("utf-8-sig")
+        return _text_only(data.decode("utf-8"), "UTF-8")
     except UnicodeDecodeError:
-        return data.decode("cp1252", errors="replace")
+        pass
+    try:
+        return _text_only(data.decode("cp1252"), "Windows-1252")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(
+            "file", f"is neither UTF-8 nor Windows-1252 text (byte 0x{data[exc.start]:02X} at offset "
+            f"{exc.start}); save it as \"CSV UTF-8\" or as UTF-16 with a byte order mark") from None
+
+
+def _text_only(text: str, label: str) -> str:
+    # A NUL never occurs in a text CSV; it does in UTF-16 read without its BOM
+    # (every ASCII letter is followed by 0x00, which is valid UTF-8) and in binary files.
+    at = text.find("\x00")
+    if at >= 0:
+        raise ValidationError(
+            "file", f"read as {label}, it holds a NUL character (at character {at}): not a text CSV "
+            "(UTF-16 needs its byte order mark)")
+    return text
 
 
 def _reader(text: str) -> Iterator[list[str]]:
@@ -100,6 +140,7 @@ class Header:
 
     columns: list[tuple[int, str, str]]  # (index, kind, name) kind: name/identity/tags/consent/attr/json
     errors: list[RowError]
+    width: int  # cells in the header row; a row with values beyond it is refused
 
 
 def parse_header(cells: list[str]) -> Header:
@@ -125,7 +166,7 @@ def parse_header(cells: list[str]) -> Header:
                                        "^[a-z][a-z0-9_]{0,63}$, optionally with the suffix :json"))
                 continue
             columns.append((index, "json" if kind else "attr", attr))
-    return Header(columns, errors)
+    return Header(columns, errors, len(cells))
 
 
 def _unescape(text: str) -> str:
@@ -137,7 +178,15 @@ def _unescape(text: str) -> str:
 
 
 def parse_row(header: Header, cells: list[str], row: int, default_region: str) -> ParsedRow | list[RowError]:
-    """Return the validated row, or every error found in it (the row is then skipped)."""
+    """Return the validated row, or every error found in it (the row is then skipped).
+
+    A row with a value past the header's last column is refused whole (field
+    ``None``, naming both column counts): its values would otherwise land under
+    no column and be lost. Empty trailing cells are no error.
+    """
+    if any(c.strip() for c in cells[header.width:]):
+        return [RowError(row, None, f"the row has {len(cells)} columns but the header has {header.width}; "
+                         f"the values after column {header.width} have no column name")]
     out = ParsedRow(row)
     errors: list[RowError] = []
     general_consent: str | None = None

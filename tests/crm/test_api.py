@@ -210,6 +210,76 @@ def test_malformed_uploads_are_a_json_4xx_naming_the_problem(api: Api, case: str
     assert api.get("contacts/imports").json() == [], "nothing was imported"
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded", ""])
+def test_import_with_another_content_type_is_415_naming_the_accepted_bodies(api: Api, content_type: str) -> None:
+    """Issue 24, item 1: a JSON body answered 202 and was imported as "upload.csv"."""
+    body = b'{"file": "name,phone\\nAna,+573001112233\\n"}'
+    r = api.client.generic("POST", api.url("contacts/imports"), body, content_type=content_type)
+    assert r.status_code == 415, r.content
+    assert r["Content-Type"].startswith("application/json")
+    assert r.json()["error"] == "unsupported_media_type" and r.json()["field"] == "file"
+    message = r.json()["message"]
+    assert "multipart/form-data" in message and "'file'" in message and "text/csv" in message
+    assert (content_type or "no Content-Type") in message
+    assert api.get("contacts/imports").json() == [], "nothing was imported"
+
+
+NAMES_CSV = "name,email,city\r\nJosé Ñandú,jose@example.com,São Paulo\r\nZoë 李,zoe@example.com,Kraków\r\n"
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le+bom", "utf-16-be+bom",
+                                      "cp1252"])
+def test_import_decodes_utf8_utf16_with_bom_and_windows_1252(api: Api, encoding: str) -> None:
+    """Issue 24, item 2: a UTF-16 file (Excel's "Unicode Text") ended "done" with 0 rows and a garbled header."""
+    text = NAMES_CSV if encoding != "cp1252" else NAMES_CSV.replace("李", "Li")
+    if encoding.endswith("+bom"):
+        data = "\ufeff".encode(encoding[:-4]) + text.encode(encoding[:-4])
+    else:
+        data = text.encode(encoding)
+    r = api.post("contacts/imports", data, content_type="text/csv")
+    assert r.status_code == 202, r.content
+    job = api.get(f"contacts/imports/{r.json()['id']}").json()
+    assert (job["status"], job["created"], job["failed_rows"], job["errors"]) == ("done", 2, 0, [])
+    contacts = sorted(api.get("contacts").json()["items"], key=lambda c: c["name"])
+    assert [(c["name"], c["attributes"]) for c in contacts] == [
+        ("José Ñandú", {"city": "São Paulo"}), (text.split("\r\n")[2].split(",")[0], {"city": "Kraków"})]
+
+
+UNDECODABLE = [
+    ("utf16_without_bom", NAMES_CSV.encode("utf-16-le"), "NUL character"),
+    ("utf16_bom_odd_length", b"\xff\xfe" + "name,email\n".encode("utf-16-le") + b"a", "not valid UTF-16"),
+    ("utf8_bom_then_invalid", b"\xef\xbb\xbfname,email\n\xc3(\n", "not valid UTF-8"),
+    ("not_utf8_nor_1252", b"name,email\nJos\xe9 \x81,j@example.com\n", "neither UTF-8 nor Windows-1252"),
+    ("xlsx_workbook", b"PK\x03\x04\x14\x00\x06\x00", "workbook"),
+]
+
+
+@pytest.mark.parametrize(("case", "data", "says"), UNDECODABLE, ids=[case for case, _, _ in UNDECODABLE])
+def test_import_refuses_an_undecodable_file_with_422_naming_the_encoding(
+    api: Api, case: str, data: bytes, says: str
+) -> None:
+    """Issue 24, item 2: an undecodable file is refused before a job exists, never "done" with 0 rows."""
+    r = api.post("contacts/imports", data, content_type="text/csv")
+    assert (r.status_code, r.json()["field"]) == (422, "file"), r.content
+    assert says in r.json()["message"]
+    assert api.get("contacts/imports").json() == [], "no job was recorded"
+
+
+def test_import_reports_a_row_with_more_columns_than_the_header(api: Api) -> None:
+    """Issue 24, item 3: "Too Many,...,extra,extra" was imported and its extra values silently dropped."""
+    csv = ("name,email,city\n"
+           "Ana,ana@example.com,Bogotá\n"
+           "Too Many,too@example.com,Lima,extra,extra\n"
+           "Bo,bo@example.com,Quito,,\n").encode()
+    r = api.post("contacts/imports", csv, content_type="text/csv")
+    assert r.status_code == 202, r.content
+    job = api.get(f"contacts/imports/{r.json()['id']}").json()
+    assert (job["status"], job["created"], job["failed_rows"]) == ("done", 2, 1)
+    assert job["errors"] == [{"row": 3, "field": None, "message": "the row has 5 columns but the header has 3; "
+                              "the values after column 3 have no column name"}]
+    assert sorted(c["name"] for c in api.get("contacts").json()["items"]) == ["Ana", "Bo"], "the bad row is not imported"
+
+
 def test_segments_crud_count_and_preview(api: Api) -> None:
     for i, plan in enumerate(["1", 1, True, "pro"]):
         api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(10 + i)}],
