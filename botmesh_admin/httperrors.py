@@ -23,7 +23,7 @@ from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
 from django.http.multipartparser import MultiPartParserError
 
@@ -38,6 +38,7 @@ CODES = {
     403: "permission_denied",
     404: "not_found",
     405: "method_not_allowed",
+    411: "length_required",
     413: "too_large",
     414: "uri_too_long",
     431: "headers_too_large",
@@ -102,13 +103,25 @@ class JsonErrorMiddleware:
     and 400, ninja's text 405) is replaced by ``error_body(status)``, keeping
     ``Allow``, ``Retry-After`` and ``WWW-Authenticate``. Exceptions a view
     raises while reading the request (``unreadable_request``) become 400/413.
-    Put it first in ``MIDDLEWARE`` so it also sees what later middleware refuse.
+    A disallowed ``Host`` is refused here, before any other middleware runs.
+    Put it first in ``MIDDLEWARE`` so it also sees what later middleware refuse
+    (``botmesh_admin.observability.tracing`` keeps it first when it adds
+    OpenTelemetry's middleware).
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_json_path(request):
+            # Checked here, first: a bad Host raised in a later middleware (OpenTelemetry's calls
+            # build_absolute_uri) is rendered by Django as its HTML debug page when DEBUG is on,
+            # and handler400 is never asked.
+            try:
+                request.get_host()
+            except DisallowedHost as exc:
+                log.warning("%s %s refused: disallowed Host", request.method, request.path)
+                return JsonResponse(error_body(400, str(exc) or "bad request", field="Host"), status=400)
         response = self.get_response(request)
         if response.status_code < 400 or _is_json(response) or not _is_json_path(request):
             return response

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "botmesh_admin.httperrors.JsonErrorMiddleware",  # first: it also sees what later middleware refuse
+    "botmesh_admin.chunkedbody.ChunkedBodyMiddleware",  # before anything reads a chunked body
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

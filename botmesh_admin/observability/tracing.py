@@ -466,6 +466,7 @@ class WsgiPathMiddleware:
 
 
 WSGI_PATH_MIDDLEWARE = f"{__name__}.WsgiPathMiddleware"
+JSON_ERROR_MIDDLEWARE = "botmesh_admin.httperrors.JsonErrorMiddleware"
 
 
 def _instrument_django(provider: TracerProvider) -> None:
@@ -477,10 +478,15 @@ def _instrument_django(provider: TracerProvider) -> None:
         instrumentor.instrument(
             tracer_provider=provider, excluded_urls=EXCLUDED_URLS, response_hook=_django_response_hook
         )
-    # The instrumentation put its middleware first; this one goes before it.
+    # The instrumentation put its middleware first; this one goes before it, and the JSON
+    # error middleware before both: OpenTelemetry's reads the Host (build_absolute_uri), and a
+    # bad one raised there would be Django's HTML 400 on /api/ with DEBUG on.
     middleware = list(settings.MIDDLEWARE)
     if WSGI_PATH_MIDDLEWARE not in middleware:
-        settings.MIDDLEWARE = [WSGI_PATH_MIDDLEWARE, *middleware]
+        middleware = [WSGI_PATH_MIDDLEWARE, *middleware]
+    if JSON_ERROR_MIDDLEWARE in middleware:
+        middleware = [JSON_ERROR_MIDDLEWARE, *(m for m in middleware if m != JSON_ERROR_MIDDLEWARE)]
+    settings.MIDDLEWARE = middleware
 
 
 def _instrument_celery(provider: TracerProvider) -> None:
