@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from types import UnionType
+from typing import Any, Generic, TypeVar, Union, get_args, get_origin
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
@@ -23,9 +24,16 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
 
-from botmesh_admin.errors import DomainError, PermissionDenied, retry_after_s, store_unavailable
+from botmesh_admin.errors import (
+    DomainError,
+    PermissionDenied,
+    ValidationError,
+    bounded,
+    retry_after_s,
+    store_unavailable,
+)
 from botmesh_admin.httperrors import GUNICORN_REQUEST_LINE_BYTES, too_large_body, unreadable_request
-from botmesh_admin.jsonbody import json_load
+from botmesh_admin.jsonbody import json_load, json_type
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
@@ -190,25 +198,37 @@ def _store_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     return _domain_error(request, unavailable)
 
 
+_LOCATIONS = ("query", "path", "header", "cookie", "form", "file")
+
+
+def input_path(loc: Any) -> list[str]:
+    """Return the field path of a ninja/pydantic error ``loc``, starting at the input's own fields.
+
+    ninja says ``["body", <parameter>, "identities", 0]`` for a body schema (the
+    parameter's name is not in the JSON: ``["body", "body", …]`` for ``body: ContactIn``)
+    and ``["query", "limit"]`` for a query parameter: the answer is
+    ``["identities", "0"]`` and ``["limit"]``; the whole body is ``["body"]``.
+    Each part is cut to ``MAX_ECHO_CHARS`` (a key is the client's text).
+    """
+    parts = [str(p) for p in loc or ()]
+    if parts and parts[0] == "body":
+        parts = parts[2:] or ["body"]
+    elif parts and parts[0] in _LOCATIONS:
+        parts = parts[1:]
+    return [bounded(p) for p in parts]
+
+
 @api.exception_handler(NinjaValidationError)
 def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-    errors = exc.errors
-    first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", [])]
-    field = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path", "form") else loc) or None
-    if loc and loc[0] == "body" and len(loc) > 2:
-        field = ".".join(loc[2:])  # drop the schema parameter name
-    message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid input"))
-    return error_response(
-        request,
-        422,
-        {
-            "error": "validation_error",
-            "message": message,
-            "field": field,
-            "errors": [{"loc": e.get("loc"), "msg": e.get("msg")} for e in errors],
-        },
-    )
+    """Render ninja's input errors in the one shape; ``field`` and each ``loc`` come from ``input_path``."""
+    errors = [
+        {"loc": input_path(e.get("loc")), "msg": str(e.get("msg", "invalid"))} for e in exc.errors
+    ]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid input"}
+    field = bounded(".".join(first["loc"])) or None
+    message = f"{field}: {first['msg']}" if field else str(first["msg"])
+    body = {"error": "validation_error", "message": message, "field": field, "errors": errors}
+    return error_response(request, 422, body)
 
 
 def too_large(request: HttpRequest) -> HttpResponse:
@@ -342,6 +362,7 @@ def mount_routers() -> None:
         if router is not None:
             prefix = getattr(module, "PREFIX", "/tenants/{tenant}/")
             _bind_prefix_path_params(router, prefix)
+            _require_object_bodies(router)
             _bind_roles_and_errors(router)
             api.add_router(prefix, router)
 
@@ -378,6 +399,56 @@ def _bind_roles_and_errors(router: Any) -> None:
                 operation.response_models[status] = operation._create_response_model(ErrorOut)
     for _sub_prefix, sub_router, *_ in getattr(router, "_routers", []):
         _bind_roles_and_errors(sub_router)
+
+
+def _require_object_bodies(router: Any) -> None:
+    """Make each operation whose body is a schema (a JSON object) refuse any other JSON: 422 on ``body``.
+
+    ninja's ``Schema`` reads attributes of whatever it is given, so ``[1, 2]``
+    sent for ``body: ContactIn`` said "identities: Field required".
+    """
+    for path_view in router.path_operations.values():
+        for operation in path_view.operations:
+            operation.models = [_object_body_model(model) for model in operation.models]
+    for _sub_prefix, sub_router, *_ in getattr(router, "_routers", []):
+        _require_object_bodies(sub_router)
+
+
+def _object_body_model(model: Any) -> Any:
+    """Return ninja's JSON body model ``model`` refusing a body that is not an object, or ``model`` unchanged.
+
+    Unchanged: other parameters, multipart bodies and a single body parameter
+    that is not a schema (``list[...]``, ``dict``, any JSON), which keep their own checks.
+    """
+    from ninja.params.models import BodyModel
+    from pydantic import BaseModel
+
+    if not (isinstance(model, type) and issubclass(model, BodyModel)):
+        return model
+    if model.get_request_data.__func__ is not BodyModel.get_request_data.__func__:  # type: ignore[attr-defined]
+        return model  # multipart: read from request.POST and FILES
+    single = getattr(model, "__read_from_single_attr__", None)
+    if single:
+        # ``body: XIn`` or ``body: XIn | None = None`` (an empty body stays allowed: data is None)
+        annotation = model.model_fields[single].annotation
+        optional = get_origin(annotation) in (Union, UnionType)
+        kinds = [k for k in get_args(annotation) if k is not type(None)] if optional else [annotation]
+        if not (len(kinds) == 1 and isinstance(kinds[0], type) and issubclass(kinds[0], BaseModel)):
+            return model
+
+    class ObjectBody(model):  # type: ignore[misc,valid-type]
+        @classmethod
+        def get_request_data(
+            cls, request: HttpRequest, api: NinjaAPI, path_params: dict[str, Any]
+        ) -> Any:
+            data = super().get_request_data(request, api, path_params)
+            value = data.get(single) if single and isinstance(data, dict) else data
+            if data is not None and not isinstance(value, dict):
+                raise ValidationError("body", f"must be a JSON object, not {json_type(value)}")
+            return data
+
+    ObjectBody.__name__, ObjectBody.__qualname__ = model.__name__, model.__qualname__
+    return ObjectBody
 
 
 def _bind_prefix_path_params(router: Any, prefix: str) -> None:

@@ -13,6 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
+MAX_ECHO_CHARS = 200
+"""Characters of a client's own text (a field path, a key) an error message repeats at most."""
+
+
+def bounded(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """Return ``text``, or its first ``limit - 1`` characters and ``…`` when it is longer.
+
+    A field path can hold a client's key (``contact.attributes.<key>``): a
+    5,000-character key must not come back 5,000 characters long, twice.
+    """
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class DomainError(Exception):
     """Base of every deliberate error. Subclasses set ``code`` and ``status``."""
@@ -23,7 +35,7 @@ class DomainError(Exception):
     def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
         super().__init__(message)
         self.message = message
-        self.field = field
+        self.field = bounded(field) if field is not None else None
         self.details = details
 
     def as_dict(self) -> dict[str, Any]:
@@ -36,6 +48,8 @@ class DomainError(Exception):
 class ValidationError(DomainError, ValueError):
     """A value failed validation; ``field`` names its path (``contact.channels[1].address``).
 
+    The path is cut to ``MAX_ECHO_CHARS`` (with ``…``) in ``field`` and in the message.
+
     Subclasses ``ValueError`` (and, through ``BadType``, ``TypeError``) so plain
     Python callers can catch it without importing this module. HTTP 422.
     """
@@ -44,7 +58,8 @@ class ValidationError(DomainError, ValueError):
     status = 422
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}" if field else problem, field=field or None)
+        path = bounded(field) if field else None
+        super().__init__(f"{path}: {problem}" if path else problem, field=path)
         self.problem = problem
 
 
