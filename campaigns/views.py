@@ -16,7 +16,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.pages import (
+    list_query_checked,
+    page_principal,
+    render_error,
+    tenant_page,
+)
 
 from . import selectors, services
 from .domain import CHANNELS, DELIVERY_STATES, OUTCOMES, Campaign
@@ -73,11 +78,14 @@ def _rate(data: Any) -> float | None:
 def campaign_list(request: HttpRequest, tenant: str) -> HttpResponse:
     """Every campaign with its state; the running ones with their progress."""
     after = request.GET.get("after") or None
-    page = selectors.campaign_list(tenant, limit=50, after=after)
+    state = request.GET.get("state") or None
+    with list_query_checked():  # ?state=bogus or a bad cursor: a 400 page naming it
+        page = selectors.campaign_list(tenant, limit=50, after=after, state=state)
     rows = [(c, selectors.campaign_progress(tenant, c.id).counts if c.state in ("running", "paused") else None)
             for c in page.items]
     return render(request, "campaigns/list.html", {
         "tenant": tenant, "rows": rows, "next": page.next, "is_admin": page_principal(request).can("admin"),
+        "state": state or "",
     })
 
 
@@ -153,8 +161,9 @@ def campaign_detail(request: HttpRequest, tenant: str, campaign_id: str) -> Http
 def _deliveries_context(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
     state = request.GET.get("state") or None
     reason = request.GET.get("reason") or None
-    page = selectors.delivery_list(tenant, campaign_id, limit=50, after=request.GET.get("after") or None,
-                                   state=state if state in DELIVERY_STATES else None, reason=reason)
+    with list_query_checked():  # ?state=bogus or a bad cursor: a 400 page naming it
+        page = selectors.delivery_list(tenant, campaign_id, limit=50, after=request.GET.get("after") or None,
+                                       state=state, reason=reason)
     return {"deliveries": page, "filter_state": state or "", "filter_reason": reason or "",
             "delivery_states": DELIVERY_STATES}
 

@@ -51,7 +51,13 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         page, error = selectors.ContactPage([], None), exc.message
     context = {"tenant": tenant, "page": page, "q": q, "tag": tag, "error": error,
                "is_admin": page_principal(request).can("admin")}
-    return _render(request, "crm/contacts.html", "crm/_contact_rows.html", context)
+    response = _render(request, "crm/contacts.html", "crm/_contact_rows.html", context)
+    if error is not None and not _is_htmx(request):
+        # The page shows the error above an empty list; a 400 so a link checker or a
+        # script sees the address was bad. htmx (search as you type) keeps 200: it
+        # swaps only 2xx answers, and the row fragment shows the error in place.
+        response.status_code = 400
+    return response
 
 
 @tenant_page("agent")

@@ -20,11 +20,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from botmesh_admin.errors import Conflict, DomainError, ValidationError
-from botmesh_admin.tenancy.pages import page_principal, tenant_page
+from botmesh_admin.channels.domain import CHANNEL_KINDS
+from botmesh_admin.errors import BadRequest, Conflict, DomainError, ValidationError
+from botmesh_admin.tenancy.pages import list_query_checked, page_principal, tenant_page
 
 from . import replies, selectors, services
-from .domain import Conversation, Message, Note
+from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
 
 PAGE = 50
 THREAD = 200
@@ -43,18 +44,23 @@ def _agent(request: HttpRequest) -> str:
 
 
 def _filters(request: HttpRequest) -> dict[str, Any]:
-    view = request.GET.get("view", "all")
+    """Return the list's filters from the address; raise ``BadRequest`` (400) naming a bad one."""
+    view = request.GET.get("view") or "all"
     status = request.GET.get("status") or None
     # ``channel`` is a kind (``whatsapp``) or one channel of the tenant (``whatsapp/ventas``).
-    channel = request.GET.get("channel") or ""
-    kind, _, name = channel.partition("/")
-    kind_ok = kind in ("whatsapp", "telegram")
+    channel = request.GET.get("channel") or None
+    kind, _, name = (channel or "").partition("/")
+    for field, value, choices in (("view", view, selectors.VIEWS), ("status", status, CONVERSATION_STATUSES),
+                                  ("channel", kind or None, CHANNEL_KINDS)):
+        if value is not None and value not in choices:
+            raise BadRequest(f"{field}: must be one of {', '.join(choices)} "
+                             "(remove it from the address to see the whole list)", field=field)
     return {
-        "view": view if view in selectors.VIEWS else "all",
-        "status": status if status in ("open", "pending", "resolved") else None,
-        "channel": channel if kind_ok else None,
-        "channel_kind": kind if kind_ok else None,
-        "channel_name": name if kind_ok and name else None,
+        "view": view,
+        "status": status,
+        "channel": channel,
+        "channel_kind": kind or None,
+        "channel_name": name or None,
         "unread": request.GET.get("unread") == "1",
     }
 
@@ -73,11 +79,12 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
     agent = _agent(request)
     from botmesh_admin.channels.selectors import channel_config_list
 
-    rows, cursor = selectors.conversation_list(
-        tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel_kind"],
-        channel_name=filters["channel_name"], unread_only=filters["unread"], limit=PAGE,
-        after=request.GET.get("after") or None,
-    )
+    with list_query_checked():
+        rows, cursor = selectors.conversation_list(
+            tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel_kind"],
+            channel_name=filters["channel_name"], unread_only=filters["unread"], limit=PAGE,
+            after=request.GET.get("after") or None,
+        )
     return {
         "tenant": tenant, "rows": rows, "next": cursor, "filters": filters, "query": _query(filters),
         "channel_configs": channel_config_list(tenant),

@@ -8,15 +8,16 @@ service renders as an error page (or an htmx fragment) with its status.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from botmesh_admin.errors import DomainError, NotFound
+from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError
 
 from .principal import Principal
 from .selectors import principal_for_user
@@ -57,3 +58,20 @@ def page_principal(request: HttpRequest) -> Principal:
     if principal is None:
         raise NotFound("no tenant")
     return principal
+
+
+@contextlib.contextmanager
+def list_query_checked() -> Iterator[None]:
+    """Turn a list selector's ``ValidationError`` into a ``BadRequest`` (a 400 page naming the field).
+
+    A list page's filters and cursor come from its address, not from a form
+    the user typed into: a value outside the choices (``?status=bogus``) or a
+    cursor that is not one (``?after=garbage``) is a bad link, refused rather
+    than answered with an unfiltered or empty list as if it were valid.
+    """
+    try:
+        yield
+    except ValidationError as exc:
+        raise BadRequest(
+            f"{exc.message} (remove it from the address to see the whole list)", field=exc.field
+        ) from None
