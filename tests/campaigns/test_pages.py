@@ -104,3 +104,15 @@ def test_list_page_and_agents_cannot_edit(admin: Client, tenant: str) -> None:
     (campaign,) = selectors.campaign_list(tenant).items
     assert agent.post(f"/t/{tenant}/campaigns/{campaign.id}/start").status_code == 403
     assert selectors.campaign_get(tenant, campaign.id).state == "draft"
+
+
+def test_campaign_pages_refuse_an_unknown_state_filter_with_400(admin: Client, tenant: str) -> None:
+    """Found by a new user: ``?state=bogus`` answered 200 with every campaign (or delivery), unfiltered."""
+    admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
+    (campaign,) = selectors.campaign_list(tenant).items
+    assert "Noviembre" in admin.get(f"/t/{tenant}/campaigns/", {"state": "draft"}).content.decode()
+    assert "Noviembre" not in admin.get(f"/t/{tenant}/campaigns/", {"state": "running"}).content.decode()
+    for path in ("", f"{campaign.id}/", f"{campaign.id}/deliveries"):
+        refused = admin.get(f"/t/{tenant}/campaigns/{path}", {"state": "bogus"})
+        assert refused.status_code == 400, path
+        assert "state: must be one of" in refused.content.decode(), path
