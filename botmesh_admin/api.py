@@ -432,7 +432,9 @@ def _object_body_model(model: Any) -> Any:
         # ``body: XIn`` or ``body: XIn | None = None`` (an empty body stays allowed: data is None)
         annotation = model.model_fields[single].annotation
         optional = get_origin(annotation) in (Union, UnionType)
-        kinds = [k for k in get_args(annotation) if k is not type(None)] if optional else [annotation]
+        kinds = (
+            [k for k in get_args(annotation) if k is not type(None)] if optional else [annotation]
+        )
         if not (len(kinds) == 1 and isinstance(kinds[0], type) and issubclass(kinds[0], BaseModel)):
             return model
 
