@@ -96,10 +96,29 @@ class PlanIn(Schema):
     segment_id: str
     channel: str = one_of(CHANNELS)
     contact_ids: list[str] | None = None
+    channel_name: str | None = Field(
+        None, max_length=63, description="the channel (WhatsApp number or Telegram bot) that would send: the "
+        "plan then looks up who has no conversation on it (no_conversation)")
+
+
+class NoConversationOut(Schema):
+    channel_name: str = Field(..., description="the sending channel looked at")
+    checked: int = Field(..., description="recipients looked up in the inbox now: the first ones, at most 50")
+    without_conversation: int = Field(
+        ..., description="of those checked, how many have no conversation on channel_name: the run drops them "
+        "with reason no_conversation_on_channel")
+    examples: list[str] = Field(..., description="up to 10 names of recipients checked without a conversation")
+    exact: bool = Field(
+        ..., description="true when every recipient was checked (checked == recipients): without_conversation "
+        "is then the run's count; false: only the first were, the others are checked at send time")
 
 
 class PlanOut(PlanCountsOut):
     examples: dict[str, list[str]] = Field(..., description="up to 10 names per reason (and of recipients)")
+    no_conversation: NoConversationOut | None = Field(
+        None, description="recipients without a conversation on the sending channel (channel_name), who are "
+        "counted in recipients but dropped at send time; null when no channel is named or the message needs "
+        "none (a WhatsApp template)")
 
 
 class StartIn(Schema):
@@ -157,7 +176,10 @@ def campaign_out(c: Campaign, counts: DeliveryCounts | None = None) -> dict[str,
 
 
 def plan_out(plan: Plan) -> dict[str, Any]:
-    return {**plan.counts.to_json(), "examples": plan.examples}
+    """Return the API shape of a plan preview."""
+    check = plan.no_conversation
+    return {**plan.counts.to_json(), "examples": plan.examples,
+            "no_conversation": check.to_json() if check is not None else None}
 
 
 def delivery_out(d: Delivery) -> dict[str, Any]:
@@ -197,9 +219,12 @@ def campaign_create(request: HttpRequest, tenant: str, body: CampaignIn) -> Stat
 @router.post("campaigns/plan", response={200: PlanOut, **ERRORS})
 @requires("agent")
 def campaign_plan(request: HttpRequest, tenant: str, body: PlanIn) -> dict[str, Any]:
-    """Preview an unsaved campaign: how many contacts it would reach now, and how many are left out, by reason."""
+    """Preview an unsaved campaign: how many contacts it would reach now, and how many are left out, by reason.
+
+    With ``channel_name``, ``no_conversation`` tells who among the first recipients has no conversation on it.
+    """
     return plan_out(selectors.campaign_plan(tenant, segment_id=body.segment_id, channel=body.channel,
-                                            contact_ids=body.contact_ids))
+                                            contact_ids=body.contact_ids, channel_name=body.channel_name))
 
 
 @router.get("campaigns/{campaign_id}", response={200: CampaignOut, **ERRORS})

@@ -205,6 +205,28 @@ class PlanCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class ConversationCheck:
+    """A preview's look at the sending channel: recipients without a conversation on ``channel_name``.
+
+    The run drops each such recipient (``no_conversation_on_channel``, the
+    send hook ``campaigns.services.bot_for`` installs). The preview looks up
+    only its first ``checked`` recipients (a page, O(page) inbox reads):
+    ``without`` and ``examples`` are exact for those; ``exact`` says whether
+    they were all the recipients. When not, the others are checked at send time.
+    """
+
+    channel_name: str
+    checked: int
+    without: int
+    examples: tuple[str, ...]
+    exact: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel_name": self.channel_name, "checked": self.checked, "without_conversation": self.without,
+                "examples": list(self.examples), "exact": self.exact}
+
+
+@dataclass(frozen=True, slots=True)
 class Campaign:
     """A campaign and where it is in its life. Times are epoch milliseconds.
 

@@ -35,7 +35,7 @@ from typing import Protocol
 from botmesh_admin.errors import NotFound
 from crm.domain import Contact, SegmentRules, rules_match
 
-from .domain import PlanCounts, Recipient, chat_key_of
+from .domain import ConversationCheck, PlanCounts, Recipient, chat_key_of
 
 SAMPLE = 10
 BATCH = 500
@@ -80,11 +80,14 @@ class Plan:
 
     ``recipients`` holds every recipient unless the plan was asked to keep
     fewer (``Planner.plan(keep=…)``); ``counts.recipients`` always counts them all.
+    ``no_conversation`` is the preview's look at the sending channel
+    (``campaigns.selectors.campaign_plan`` with a ``channel_name``), else ``None``.
     """
 
     recipients: tuple[Recipient, ...]
     counts: PlanCounts
     examples: dict[str, list[str]]
+    no_conversation: ConversationCheck | None = None
 
 
 class Claims(Protocol):

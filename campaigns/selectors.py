@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from botmesh_admin.cursors import cursor_check
@@ -18,18 +19,21 @@ from .domain import (
     DELIVERY_STATES,
     ID_RE,
     Campaign,
+    ConversationCheck,
     Delivery,
     DeliveryCounts,
     PlanCounts,
     Recipient,
     chat_key_of,
     validate_channel,
+    validate_channel_name,
     validate_contact_ids,
 )
 from .planner import SAMPLE, Plan, Planner
 from .stores import default_stores
 
 PREVIEW_RECIPIENTS = 1000
+CONVERSATION_CHECK_PAGE = 50  # recipients a preview looks up on the sending channel (one O(1) inbox read each)
 MAX_FILTER = 200  # longer than any reason or contact id a delivery holds
 # A delivery list's cursor is the last recipient: an E.164 number (WhatsApp) or a Telegram user id.
 RECIPIENT_CURSOR = re.compile(r"\+?[0-9]{1,20}")
@@ -65,9 +69,27 @@ def campaign_list(tenant: str, *, limit: int = 50, after: str | None = None, sta
     return CampaignPage(items, None)
 
 
+def conversation_required(channel: str, *, template: bool) -> bool:
+    """Return whether a send on ``channel`` needs a conversation with the recipient on the sending channel.
+
+    A Telegram bot can only write to a user who started it, and a WhatsApp text
+    only inside a conversation with that number (the 24-hour window). A
+    WhatsApp template is a business-initiated message Meta lets a number send
+    to any opted-in customer (Cloud API, "Conversations"): it needs none.
+    """
+    return not (template and channel == "whatsapp")
+
+
+def recipient_has_conversation(tenant: str, recipient: Recipient, *, channel_name: str) -> bool:
+    """Return whether the inbox has a conversation with ``recipient`` on ``channel_name`` (one O(1) read)."""
+    from inbox.selectors import conversations_of_chat
+
+    return bool(conversations_of_chat(tenant, recipient.chat_key, channel_name=channel_name))
+
+
 def campaign_plan(
     tenant: str, *, segment_id: str, channel: str, contact_ids: Sequence[str] | None = None,
-    planner: Planner | None = None,
+    planner: Planner | None = None, channel_name: str | None = None, template: bool | None = None,
 ) -> Plan:
     """Return who a campaign to ``segment_id`` on ``channel`` would reach now, with the drop counts.
 
@@ -77,8 +99,17 @@ def campaign_plan(
     most ``SAMPLE`` recipients held. Otherwise (listed contacts, a planner of
     the caller's, a segment just created or changed) the plan walks the whole
     audience (its counts are exact) with bounded memory: it holds the first
-    ``PREVIEW_RECIPIENTS`` recipients only. Raise ``ValidationError`` for an
-    unknown segment or channel.
+    ``PREVIEW_RECIPIENTS`` recipients only.
+
+    With ``channel_name`` (the sending number or bot) the plan's
+    ``no_conversation`` tells how many recipients the run would drop for
+    having no conversation there (the send hook's rule,
+    ``conversation_required``; ``template`` None: a WhatsApp campaign sends a
+    template, a Telegram one a text). Only the first
+    ``CONVERSATION_CHECK_PAGE`` recipients are looked up, so it is exact when
+    they are all the recipients (``exact``); otherwise the rest are checked at
+    send time. Raise ``ValidationError`` for an unknown segment, channel or
+    ``channel_name`` (``campaign.channel_name``: not a channel of that kind).
     """
     from crm.selectors import segment_get
 
@@ -88,12 +119,42 @@ def campaign_plan(
     except NotFound:
         raise ValidationError("campaign.segment_id", "no such segment") from None
     listed = validate_contact_ids(contact_ids)
+    sender = _sending_channel(tenant, channel, channel_name)
+    plan = None
     if listed is None and planner is None:
-        quick = _plan_from_membership(tenant, segment_id, channel)
-        if quick is not None:
-            return quick
-    return (planner or Planner(tenant)).plan(
-        rules=segment.rules, channel=channel, contact_ids=listed, keep=PREVIEW_RECIPIENTS)
+        plan = _plan_from_membership(tenant, segment_id, channel)
+    if plan is None:
+        plan = (planner or Planner(tenant)).plan(
+            rules=segment.rules, channel=channel, contact_ids=listed, keep=PREVIEW_RECIPIENTS)
+    if sender is not None and conversation_required(
+            channel, template=channel == "whatsapp" if template is None else template):
+        plan = replace(plan, no_conversation=_conversation_check(tenant, plan, sender))
+    return plan
+
+
+def _sending_channel(tenant: str, channel: str, name: object) -> str | None:
+    """Return ``name`` if it is one of the tenant's ``channel`` channels (None stays None)."""
+    from botmesh_admin.channels.selectors import channel_config_get
+
+    checked = validate_channel_name(name)
+    if checked is None:
+        return None
+    try:
+        config = channel_config_get(tenant, name=checked)
+    except NotFound:
+        raise ValidationError("campaign.channel_name", f"no channel called {checked!r}") from None
+    if config.kind != channel:
+        raise ValidationError("campaign.channel_name", f"{checked!r} is a {config.kind} channel, not {channel}")
+    return checked
+
+
+def _conversation_check(tenant: str, plan: Plan, channel_name: str) -> ConversationCheck:
+    """Look up the plan's first ``CONVERSATION_CHECK_PAGE`` recipients on ``channel_name`` (O(page))."""
+    page = plan.recipients[:CONVERSATION_CHECK_PAGE]
+    without = [r for r in page if not recipient_has_conversation(tenant, r, channel_name=channel_name)]
+    return ConversationCheck(
+        channel_name, len(page), len(without), tuple(r.name or r.contact_id for r in without[:SAMPLE]),
+        exact=len(page) == plan.counts.recipients)
 
 
 def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | None:
@@ -106,14 +167,15 @@ def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | 
     """
     from crm.selectors import segment_reach
 
-    reach = segment_reach(tenant, segment_id, channel=channel, examples=SAMPLE)
+    # Recipients: as many as the examples' page holds (the sending channel's check looks them up).
+    reach = segment_reach(tenant, segment_id, channel=channel, examples=CONVERSATION_CHECK_PAGE)
     if reach is None:
         return None
     audience = sum(reach.verdicts.values())
     dropped = {"not_in_segment": reach.contacts - audience, "no_identity": reach.verdicts["no_identity"],
                "opted_out": reach.verdicts["opted_out"]}
     examples = {
-        "recipients" if reason == "ok" else reason: [c.name or c.id for c in contacts]
+        "recipients" if reason == "ok" else reason: [c.name or c.id for c in contacts[:SAMPLE]]
         for reason, contacts in reach.examples.items() if contacts
     }
     recipients = tuple(
@@ -127,10 +189,12 @@ def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | 
 def campaign_plan_of(tenant: str, campaign_id: str) -> Plan:
     """Return the preview of a saved campaign (its segment, channel and listed contacts, as of now).
 
-    O(page) for a campaign to a whole segment whose membership is built (see ``campaign_plan``).
+    O(page) for a campaign to a whole segment whose membership is built (see ``campaign_plan``), with
+    the look at its sending channel (``no_conversation``) when it names one.
     """
     c = campaign_get(tenant, campaign_id)
-    return campaign_plan(tenant, segment_id=c.segment_id, channel=c.channel, contact_ids=c.contact_ids)
+    return campaign_plan(tenant, segment_id=c.segment_id, channel=c.channel, contact_ids=c.contact_ids,
+                         channel_name=c.channel_name, template=c.message.template is not None)
 
 
 class Progress(NamedTuple):

@@ -453,13 +453,16 @@ def _on_channel(tenant: str, channel_name: str) -> Callable[[Recipient, Any], st
     Meta lets a number send to any opted-in customer (Cloud API, "Conversations"):
     it goes out from the named number and opens the conversation there.
     One inbox read per recipient (``conversations_of_chat`` on one channel: O(1)).
+    The preview applies the same rule to its first recipients
+    (``selectors.campaign_plan``'s ``no_conversation``).
     """
-    from inbox.selectors import conversations_of_chat
+    from .selectors import conversation_required, recipient_has_conversation
 
     def hook(recipient: Recipient, message: Any) -> str | None:
-        if message.template is not None and recipient.chat_key.startswith("whatsapp:"):
+        kind = recipient.chat_key.partition(":")[0]
+        if not conversation_required(kind, template=message.template is not None):
             return None
-        if not conversations_of_chat(tenant, recipient.chat_key, channel_name=channel_name):
+        if not recipient_has_conversation(tenant, recipient, channel_name=channel_name):
             return NO_CONVERSATION
         return None
 

@@ -74,6 +74,13 @@ def _rate(data: Any) -> float | None:
         raise ValidationError("campaign.rate_per_s", "must be a number of messages per second") from None
 
 
+def _preview_of(tenant: str, data: Any) -> Any:
+    """Return the plan of the editor's segment, channel and sending channel (``Send with``), if chosen."""
+    channel = data.get("channel", "")
+    return selectors.campaign_plan(tenant, segment_id=data.get("segment_id", ""), channel=channel,
+                                   channel_name=data.get("channel_name") or None)
+
+
 @tenant_page("agent")
 def campaign_list(request: HttpRequest, tenant: str) -> HttpResponse:
     """Every campaign with its state; the running ones with their progress."""
@@ -98,11 +105,11 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
         return redirect("campaigns:detail", tenant=tenant, campaign_id=current.id)
     form: Any = request.POST if request.method == "POST" else (_form_of(current) if current else {})
     preview = error = None
+    configs = _channel_configs(tenant)
     if request.method == "POST":
         try:
             if request.POST.get("action") == "preview":
-                preview = selectors.campaign_plan(tenant, segment_id=request.POST.get("segment_id", ""),
-                                                  channel=request.POST.get("channel", ""))
+                preview = _preview_of(tenant, request.POST)
             else:
                 campaign = _save(request, tenant, current)
                 messages.success(request, f"Campaign {campaign.name!r} saved as a draft.")
@@ -111,7 +118,8 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
             error = exc
     return render(request, "campaigns/editor.html", {
         "tenant": tenant, "campaign": current, "form": form, "preview": preview, "error": error,
-        "segments": _segments(tenant), "channels": CHANNELS, "configs": _channel_configs(tenant),
+        "segments": _segments(tenant), "channels": CHANNELS, "configs": configs,
+        "kinds": {c.kind for c in configs},
     })
 
 
@@ -132,8 +140,7 @@ def _save(request: HttpRequest, tenant: str, current: Campaign | None) -> Campai
 def campaign_preview(request: HttpRequest, tenant: str) -> HttpResponse:
     """The editor's live preview (htmx): recipients now, and the contacts left out by reason."""
     try:
-        plan = selectors.campaign_plan(tenant, segment_id=request.POST.get("segment_id", ""),
-                                       channel=request.POST.get("channel", ""))
+        plan = _preview_of(tenant, request.POST)
     except DomainError as exc:
         return render(request, "campaigns/_preview.html", {"error": exc})
     return render(request, "campaigns/_preview.html", {"preview": plan})

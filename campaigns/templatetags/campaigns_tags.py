@@ -36,3 +36,9 @@ def split_reason(key: str) -> tuple[str, str]:
 def human(name: str) -> str:
     """``in_doubt`` → ``in doubt``."""
     return str(name).replace("_", " ")
+
+
+@register.filter
+def minus(value: int, other: int) -> int:
+    """``value - other`` (counts: recipients less those the run will drop)."""
+    return int(value) - int(other)

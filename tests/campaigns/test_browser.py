@@ -73,3 +73,51 @@ def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screens
         page.screenshot(path=str(screenshot_dir / "campaign.png"), full_page=True)
     finally:
         celery_app.conf.task_always_eager = previous
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_send_with_offers_only_the_chosen_kinds_channels_and_the_preview_names_who_has_no_chat_there(
+        world, page, screenshot_dir) -> None:
+    """A new user's report: after choosing Telegram, "Send with" still offered the WhatsApp numbers, and the
+    preview promised 3 recipients to a bot only one of them had written to."""
+    from inbox.services import message_project
+
+    tenant = world
+    tenancy.tenant_create(tenant, name="Tienda Demo", default_region="CO")
+    for name in ("main", "ventas"):
+        channels.channel_config_set(tenant, kind="whatsapp", name=name, phone_number_id=f"10654035224{len(name)}")
+    channels.channel_config_set(tenant, kind="telegram", name="bot", bot_token="600000000:AAF-fixture-bot-token-shop-xyz")
+    make_contacts(tenant, 3, channel="telegram")
+    crm.segment_create(tenant, name="Clientes promo", rules={"tags_all": ["promo"]})
+    message_project(tenant, {"id": "m1", "channel": "telegram", "chatId": "telegram:700000001", "senderId": "700000001",
+                             "direction": "in", "type": "text", "body": "hola", "timestamp": 1764489700000,
+                             "channelName": "bot"})  # Cliente 1 wrote to the bot; Cliente 0 and 2 did not
+    get_user_model().objects.create_user("marta", password="marta-password-1")
+    tenancy.membership_set(tenant, username="marta", role="admin")
+    login(page, "marta", "marta-password-1")
+    page.goto(f"/t/{tenant}/campaigns/new/")
+
+    def offered() -> list[str]:
+        return page.eval_on_selector_all(
+            "select[name=channel_name] option", "os => os.filter(o => !o.hidden && !o.disabled).map(o => o.value)")
+
+    assert page.input_value("select[name=channel]") == "whatsapp"
+    assert offered() == ["", "main", "ventas"]
+    page.fill("input[name=name]", "Aviso")
+    page.fill("textarea[name=text]", "Hola {name}")
+    page.select_option("select[name=channel_name]", "main")
+    page.select_option("select[name=segment_id]", label="Clientes promo")
+    page.select_option("select[name=channel]", "telegram")
+    assert offered() == ["", "bot"]
+    assert page.input_value("select[name=channel_name]") == ""  # the WhatsApp number is no longer chosen
+    assert "(choose the telegram number or bot)" in page.inner_text("select[name=channel_name]")
+    page.select_option("select[name=channel_name]", "bot")  # the form's change: htmx previews
+    page.wait_for_selector("[data-testid=preview-no-conversation]")
+    assert page.get_by_test_id("preview-recipients").inner_text() == "3"
+    note = page.get_by_test_id("preview-no-conversation").inner_text()
+    assert "2 of the 3 recipients have no conversation on bot" in note and "so 1 would get the message" in note
+    assert page.get_by_test_id("no-conversation-examples").inner_text() == "For example: Cliente 0, Cliente 2"
+    page.screenshot(path=str(screenshot_dir / "campaign_send_with.png"), full_page=True)
+    page.select_option("select[name=channel]", "whatsapp")
+    assert offered() == ["", "main", "ventas"] and page.input_value("select[name=channel_name]") == ""

@@ -57,10 +57,14 @@ def _check_segments(kv: MemoryKv, store: KvContactStore, tenant: str) -> None:
         assert (preview.count, [c.id for c in preview.sample]) == (len(members), members[:3])
         for channel in CAMPAIGN_CHANNELS:
             quick = campaign_selectors.campaign_plan(tenant, segment_id=segment.id, channel=channel)
-            full = Planner(tenant).plan(rules=segment.rules, channel=channel, keep=10)
+            full = Planner(tenant).plan(rules=segment.rules, channel=channel,
+                                        keep=campaign_selectors.CONVERSATION_CHECK_PAGE)
             assert quick.counts == full.counts, (segment.rules, channel)
             assert quick.examples == full.examples, (segment.rules, channel)
-            assert [r.contact_id for r in quick.recipients] == [r.contact_id for r in full.recipients]
+            # The quick plan holds the recipients among the first members (a page): the walk's first ones.
+            held = [r.contact_id for r in quick.recipients]
+            assert held == [r.contact_id for r in full.recipients][:len(held)]
+            assert len(held) >= min(10, full.counts.recipients)
     expected = {s.id: sum(rules_match(s.rules, c) for c in everyone) for s in segments}
     assert selectors.segment_counts(tenant, segments) == expected
     table = TenantKv(kv, "crm").table(tenant, "contacts")
