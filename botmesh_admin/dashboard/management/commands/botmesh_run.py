@@ -9,19 +9,31 @@ Once the stack is up, a child that exits is started again, not the end of the
 stack: after ``RESTART_FIRST_S`` seconds, doubling on each crash up to
 ``RESTART_MAX_S`` (back to the first delay once a child has run for
 ``RESTART_RESET_S``), each crash and restart logged with its log file. A child
-that exits during start-up still stops the command with its status (a
-configuration error must be seen at once).
+that exits during start-up still stops the command with its status and its
+log's last line (a configuration error must be seen at once).
+
+The port is tried (a bind, as runserver binds) before anything starts: taken,
+the command stops at once naming it and ``--port`` / ``BOTMESH_PORT``
+(another server answering ``/readyz`` there looked like ours). Web is only
+restarted while it can start: before each restart the port is tried again, and
+a web that exits before it listened (or whose port is taken)
+``START_FAILURES_MAX`` times in a row stops the stack with the reason — the
+last line of ``web.log`` — instead of restarting forever. A web that had been
+listening and then crashed is restarted with the backoff as before.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -33,22 +45,71 @@ from botmesh_admin import demo
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 RESTART_RESET_S = 60.0
+START_FAILURES_MAX = 3
+"""Restarts in a row of a child that never got to serve before the stack stops (1 + 2 + 4 s of backoff)."""
+
+
+class StartFailed(CommandError):
+    """A supervised child keeps failing right at start (the message says why)."""
+
+
+def port_refusal(host: str, port: int) -> str | None:
+    """Return why ``host:port`` cannot be listened on (one line naming the fix), or ``None`` if it can.
+
+    Binds with ``SO_REUSEADDR`` as runserver does, so a port whose last
+    connections are in TIME_WAIT counts as free, one another program listens
+    on as taken.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+    except OSError as exc:
+        in_use = exc.errno == errno.EADDRINUSE
+        reason = "is already in use (another program listens on it)" if in_use else \
+            f"cannot be listened on ({exc.strerror or exc})"
+        return (f"port {port} of {host} {reason}: start on another with --port {port + 1} "
+                f"or BOTMESH_PORT={port + 1}")  # fmt: skip
+    return None
+
+
+def last_line(path: Path) -> str:
+    """Return the last non-empty line of the log at ``path`` (its last 4 KiB read), or a note that it is empty."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError as exc:
+        return f"(cannot read {path}: {exc.strerror})"
+    return lines[-1] if lines else f"({path} is empty)"
 
 
 class Child:
     """One supervised child: its command, its log file, the running process and its restart backoff."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str], cwd: Path,
+        *, serving: Callable[[], bool] | None = None, refusal: Callable[[], str | None] | None = None,
+    ) -> None:  # fmt: skip
+        """``serving``: True once the child serves (web: its port accepts); without it a child counts as
+        serving at once (worker and beat: restarted with the backoff however soon they die).
+        ``refusal``: why the child cannot start now (web: its port is taken), checked before each restart.
+        """
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self.env = env
         self.cwd = cwd
+        self.serving = serving
+        self.refusal = refusal
         self.proc: subprocess.Popen[bytes] = self._spawn()
         self.started = time.monotonic()
         self.delay_s = RESTART_FIRST_S
         self.restart_at: float | None = None  # when the crashed process is started again
         self.restarts = 0
+        self.served = serving is None
+        self.start_failures = 0  # restarts in a row that never served
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
@@ -58,11 +119,24 @@ class Child:
             )  # fmt: skip
 
     def supervise(self, now: float) -> str | None:
-        """Notice a crash or restart a crashed child; return a line to log, or ``None``."""
+        """Notice a crash or restart a crashed child; return a line to log, or ``None``.
+
+        Raises ``StartFailed`` once the child failed right at start
+        ``START_FAILURES_MAX`` times in a row (exited before it served, or
+        ``refusal`` said it cannot start), naming the reason.
+        """
         if self.restart_at is None:
             status = self.proc.poll()
             if status is None:
+                if not self.served and self.serving is not None and self.serving():
+                    self.served = True
+                    self.start_failures = 0
                 return None
+            if self.served:
+                self.start_failures = 0
+            else:
+                self._failed_at_start(f"{self.name} exited with status {status} before it served; last line of "
+                                      f"{self.log_path}: {last_line(self.log_path)}")  # fmt: skip
             if now - self.started >= RESTART_RESET_S:
                 self.delay_s = RESTART_FIRST_S  # it had been running fine: a fresh crash, not a loop
             self.restart_at = now + self.delay_s
@@ -70,6 +144,13 @@ class Child:
                     f"(see {self.log_path})")  # fmt: skip
         if now < self.restart_at:
             return None
+        refused = self.refusal() if self.refusal is not None else None
+        if refused is not None:
+            self._failed_at_start(f"{self.name} cannot start: {refused}")
+            self.restart_at = now + self.delay_s
+            self.delay_s = min(self.delay_s * 2, RESTART_MAX_S)
+            return f"{self.name} cannot start: {refused}; trying again in {self.restart_at - now:.0f} s"
+        self.served = self.serving is None
         self.proc = self._spawn()
         self.started = now
         self.restart_at = None
@@ -77,13 +158,28 @@ class Child:
         self.delay_s = min(self.delay_s * 2, RESTART_MAX_S)
         return f"{self.name} restarted (pid {self.proc.pid}, restart {self.restarts})"
 
+    def _failed_at_start(self, reason: str) -> None:
+        self.start_failures += 1
+        if self.start_failures >= START_FAILURES_MAX:
+            raise StartFailed(f"{reason} ({self.start_failures} starts in a row failed; stopping everything)")
+
+
+def _accepts(host: str, port: int) -> bool:
+    """Return True if ``host:port`` accepts a TCP connection now (0.2 s at most)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
 
 class Command(BaseCommand):
     help = "Run the admin (web + Celery worker + Celery beat) on the embedded default."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=settings.CONFIG.port)
+        parser.add_argument("--port", type=int, default=settings.CONFIG.port,
+                            help="port of the web server (default: BOTMESH_PORT, else 8000)")
         parser.add_argument("--no-demo", action="store_true", help="do not load the demo tenant")
         parser.add_argument(
             "--reload-demo", action="store_true",
@@ -99,6 +195,9 @@ class Command(BaseCommand):
                 f"demo fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures folder "
                 "(../shared/fixtures next to this repository), or start with --no-demo"
             )
+        refused = port_refusal(opts["host"], opts["port"])
+        if refused is not None:
+            raise CommandError(refused)
         self._reindex()
         py = sys.executable
         log_dir = settings.BOTMESH_DATA_DIR / "logs"
@@ -110,10 +209,15 @@ class Command(BaseCommand):
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files
-        children = {
-            name: Child(name, cmd, log_dir / f"{name}.log", env, Path(settings.BASE_DIR))
-            for name, cmd in commands.items()
+        web_checks = {
+            "serving": lambda: _accepts(opts["host"], opts["port"]),  # the port was free right before the spawn
+            "refusal": lambda: port_refusal(opts["host"], opts["port"]),
         }
+        children = {
+            name: Child(name, cmd, log_dir / f"{name}.log", env, Path(settings.BASE_DIR),
+                        **(web_checks if name == "web" else {}))  # type: ignore[arg-type]
+            for name, cmd in commands.items()
+        }  # fmt: skip
 
         stopping = False
 
@@ -124,7 +228,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         try:
-            self._wait_ready(base_url, {name: child.proc for name, child in children.items()})
+            self._wait_ready(base_url, children)
+            children["web"].served = True
             summaries: list[str] = []
             if not opts["no_demo"]:
                 tokens = demo.ensure_accounts()
@@ -136,9 +241,8 @@ class Command(BaseCommand):
                     demo.mark_demo_loaded(summaries)
             self.stdout.write("")
             self.stdout.write(self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"))
-            self.stdout.write(f"  log in as {demo.ADMIN_USER} / {demo.ADMIN_PASSWORD} (admin) "
-                              f"or {demo.AGENT_USER} / {demo.AGENT_PASSWORD} (agent)")
-            self.stdout.write(f"  demo tenant: {base_url}/t/{demo.DEMO_TENANT}/   API docs: {base_url}/api/v1/docs")
+            for line in self._what_exists(base_url, demo_loaded=not opts["no_demo"]):
+                self.stdout.write(f"  {line}")
             for line in summaries:
                 self.stdout.write(f"  demo: {line}")
             self.stdout.write(f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything")
@@ -178,16 +282,45 @@ class Command(BaseCommand):
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text("botmesh_assign_channels: every conversation has its channel\n")
 
-    def _wait_ready(self, base_url: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    def _what_exists(self, base_url: str, *, demo_loaded: bool) -> list[str]:
+        """The login and links to print: the demo's where they exist (``--no-demo`` loads none), else how to add them."""
+        from django.contrib.auth import get_user_model
+
+        from botmesh_admin.tenancy.models import Tenant
+
+        users = get_user_model().objects
+        # With --no-demo a demo password an earlier start set may have been changed since: checked, not assumed.
+        logins = [
+            f"{name} / {password} ({role})"
+            for name, password, role in ((demo.ADMIN_USER, demo.ADMIN_PASSWORD, "admin"),
+                                         (demo.AGENT_USER, demo.AGENT_PASSWORD, "agent"))
+            if demo_loaded or any(u.check_password(password) for u in users.filter(username=name))
+        ]  # fmt: skip
+        lines = []
+        if logins:
+            lines.append("log in as " + " or ".join(logins))
+        elif users.exists():
+            lines.append(f"log in at {base_url}/login/ with your account")
+        else:
+            lines.append("no user yet: python manage.py createsuperuser, then "
+                         "python manage.py botmesh_tenant create <id> --name <name> --admin <user>")  # fmt: skip
+        if Tenant.objects.filter(id=demo.DEMO_TENANT).exists():
+            lines.append(f"demo tenant: {base_url}/t/{demo.DEMO_TENANT}/   API docs: {base_url}/api/v1/docs")
+        else:
+            lines.append(f"API docs: {base_url}/api/v1/docs")
+        return lines
+
+    def _wait_ready(self, base_url: str, children: dict[str, Child]) -> None:
         deadline = time.monotonic() + 90
         last = ""
         while time.monotonic() < deadline:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    raise CommandError(f"{name} exited with status {proc.returncode} during start-up")
+            for name, child in children.items():
+                if child.proc.poll() is not None:
+                    raise CommandError(f"{name} exited with status {child.proc.returncode} during start-up; "
+                                       f"last line of {child.log_path}: {last_line(child.log_path)}")  # fmt: skip
             try:
                 with urllib.request.urlopen(f"{base_url}/readyz", timeout=5) as resp:
-                    if resp.status == 200:
+                    if resp.status == 200 and children["web"].proc.poll() is None:
                         return
             except urllib.error.HTTPError as exc:
                 last = json.loads(exc.read() or b"{}").get("reason", "")
