@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from tests.faults.servers import project_env
+import pytest
+
+from tests.faults.servers import Processes, free_port, project_env, python
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +68,111 @@ def test_a_taken_port_stops_the_start_at_once_naming_the_port_and_how_to_choose_
     assert f"--port {port + 1}" in line and f"BOTMESH_PORT={port + 1}" in line
     assert not (tmp_path / "data" / "logs").exists(), "nothing was started"
     assert time.monotonic() - started < 30
+
+
+def _migrated_copy(path: Path) -> None:
+    """Write the test run's migrated SQLite database to ``path`` (spares the stack a ``migrate``)."""
+    import sqlite3
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    target = sqlite3.connect(path)
+    try:
+        connection.connection.backup(target)
+    finally:
+        target.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # no open transaction: the copy needs none
+def test_no_demo_prints_only_what_exists_and_a_web_whose_port_got_taken_stops_the_stack(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**project_env(tmp_path), "BOTMESH_DRAIN_TIMEOUT": "5"}
+    (tmp_path / "data").mkdir()
+    _migrated_copy(tmp_path / "data" / "db.sqlite3")
+    with Processes(tmp_path) as procs:
+        run = procs.start("run", [python(), "manage.py", "botmesh_run", "--no-demo", "--port", str(port)], env)
+        try:
+            wait_until(lambda: run.poll() is None and "Ctrl-C stops everything" in procs.log("run"),
+                       "botmesh_run to start web, worker and beat", timeout_s=60)  # fmt: skip
+            printed = procs.log("run")
+            assert f"botmesh-admin is running at http://127.0.0.1:{port}/" in printed
+            assert "tienda" not in printed and "botmesh-demo" not in printed and "log in as" not in printed
+            assert "no user yet: python manage.py createsuperuser" in printed
+            pids = {name: int(pid) for name, pid in re.findall(r"(web|worker|beat) pid (\d+)", printed)}
+            os.kill(pids["web"], signal.SIGKILL)
+            with socket.socket() as squatter:  # another program takes the port before web is restarted
+                squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                wait_until(lambda: _bound(squatter, port), "the port to be free for the squatter", timeout_s=5)
+                squatter.listen()
+                run.wait(timeout=30)
+        except BaseException:
+            print(procs.log("run")[-4000:])
+            raise
+        log = procs.log("run")
+    assert run.returncode != 0, log
+    assert re.search(rf"web cannot start: port {port} of 127.0.0.1 is already in use .*--port {port + 1} "
+                     rf"or BOTMESH_PORT={port + 1} \(3 starts in a row failed; stopping everything\)", log), log
+    assert log.count("web restarted") == 0
+    for name, pid in pids.items():
+        wait_until(lambda pid=pid: not _alive(pid), f"{name} to stop", timeout_s=10)
+
+
+def _bound(sock: socket.socket, port: int) -> bool:
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie is dead: its parent has not reaped it yet
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            return False
+    return True
+
+
+def test_a_child_that_keeps_exiting_before_it_serves_stops_with_its_logs_last_line(tmp_path: Path) -> None:
+    from botmesh_admin.dashboard.management.commands.botmesh_run import Child, StartFailed
+
+    argv = [sys.executable, "-c", "import sys; print('starting'); print('Error: cannot open the thing'); sys.exit(3)"]
+    child = Child("web", argv, tmp_path / "web.log", dict(os.environ), tmp_path, serving=lambda: False)
+    child.served = True  # it had served once (the first start): its crash is restarted with the backoff
+    lines: list[str] = []
+    deadline = time.monotonic() + 20
+    with pytest.raises(StartFailed) as failed:
+        while time.monotonic() < deadline:
+            news = child.supervise(time.monotonic())
+            if news:
+                lines.append(news)
+            time.sleep(0.05)
+    assert str(failed.value) == (f"web exited with status 3 before it served; last line of {tmp_path / 'web.log'}: "
+                                 "Error: cannot open the thing (3 starts in a row failed; stopping everything)")
+    assert [re.sub(r"pid \d+", "pid N", line) for line in lines if "restarted" in line] == [
+        f"web restarted (pid N, restart {n})" for n in (1, 2, 3)
+    ]  # then the third start in a row that never served stopped it
+
+
+def test_a_child_that_served_and_then_crashed_is_restarted_with_the_backoff(tmp_path: Path) -> None:
+    from botmesh_admin.dashboard.management.commands.botmesh_run import Child, _accepts
+
+    port = free_port()
+    serves_then_crashes = ("import socket, sys, time; s = socket.socket(); "
+                           "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                           f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(1); sys.exit(1)")  # fmt: skip
+    child = Child("web", [sys.executable, "-c", serves_then_crashes], tmp_path / "web.log", dict(os.environ),
+                  tmp_path, serving=lambda: _accepts("127.0.0.1", port))  # fmt: skip
+    deadline = time.monotonic() + 30
+    while child.restarts < 3:  # 1 + 2 + 4 s of backoff: each start served, so none counts as a failed start
+        assert time.monotonic() < deadline, child.restarts
+        child.supervise(time.monotonic())
+        time.sleep(0.05)
+    assert child.start_failures == 0 and child.delay_s == 8
+    child.proc.kill()
+    child.proc.wait()
