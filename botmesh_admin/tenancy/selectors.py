@@ -29,6 +29,17 @@ def tenant_list_for_user(user: AbstractBaseUser | AnonymousUser) -> list[Tenant]
     return list(Tenant.objects.filter(memberships__user=user).distinct())
 
 
+def first_joined_tenant(user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """Return the id of the tenant ``user`` joined first (membership order; the oldest tenant for a
+    superuser who is a member of none), or ``None`` if they have none."""
+    if not user.is_authenticated:
+        return None
+    first = Membership.objects.filter(user=user).order_by("id").values_list("tenant_id", flat=True).first()
+    if first is None and user.is_superuser:
+        first = Tenant.objects.order_by("created_at", "id").values_list("id", flat=True).first()
+    return first
+
+
 def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:
     """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant).
 

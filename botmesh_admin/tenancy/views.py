@@ -51,11 +51,18 @@ class LoginView(auth_views.LoginView):
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """Send the user to their first tenant, or explain that they have none."""
+    """Send the user to a tenant of theirs, or explain that they have none.
+
+    The tenant last opened in this session, else the one the user joined first
+    (the demo's ``tienda``: ``demo.ensure_accounts`` adds the demo users to it
+    first), not the first by id (the switcher's order) — a user's first tenant
+    is their main one. A superuser, member of none, goes to the oldest tenant.
+    """
     tenants = selectors.tenant_list_for_user(request.user)
     if tenants:
+        ids = {t.id for t in tenants}
         last = request.session.get(LAST_TENANT)
-        chosen = next((t.id for t in tenants if t.id == last), tenants[0].id)
+        chosen = last if last in ids else selectors.first_joined_tenant(request.user) or tenants[0].id
         return redirect("tenant-home", tenant=chosen)
     return render(request, "no_tenant.html")
 

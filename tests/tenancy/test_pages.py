@@ -99,3 +99,26 @@ def test_login_lands_on_the_last_tenant_used(world, client: Client) -> None:
     client.login(username="alice", password="alice-password-1")
     client.get("/t/globex/")
     assert client.get("/").url == "/t/globex/"
+
+
+def test_the_demo_admin_lands_on_tienda_after_login_the_tenant_joined_first(db) -> None:
+    """Found by a new user: after login the demo admin landed on /t/soporte/ (first by id), the README says tienda."""
+    from botmesh_admin import demo
+
+    demo.ensure_accounts()
+    for username, password in ((demo.ADMIN_USER, demo.ADMIN_PASSWORD), (demo.AGENT_USER, demo.AGENT_PASSWORD)):
+        client = Client()
+        resp = client.post("/login/", {"username": username, "password": password}, follow=True)
+        assert [url for url, _ in resp.redirect_chain] == ["/", f"/t/{demo.DEMO_TENANT}/"], username
+        assert resp.status_code == 200 and '<option value="tienda" selected>' in resp.content.decode()
+
+
+def test_a_user_lands_on_the_tenant_they_joined_first_not_the_first_by_id(world) -> None:
+    from botmesh_admin.tenancy import services
+
+    services.tenant_create("aaa", name="AAA")
+    services.membership_set("globex", username="bob", role="agent")  # bob: acme first, then globex, then aaa
+    services.membership_set("aaa", username="bob", role="agent")
+    client = Client()
+    resp = client.post("/login/", {"username": "bob", "password": "bob-password-1"}, follow=True)
+    assert resp.redirect_chain[-1][0] == "/t/acme/"
