@@ -11,7 +11,9 @@ gunicorn refuses before Django runs at all (414: a request line over
 ``JsonErrorMiddleware`` turns the Django-side ones into the one error shape
 ``{"error": code, "message": ..., "field": ...}`` on ``/api/`` and
 ``/webhooks/`` paths; ``install_gunicorn_json_errors`` does the same for
-gunicorn's (every path: gunicorn has not read the path when it refuses).
+gunicorn's (every path: gunicorn has not read the path when it refuses) and
+``install_runserver_json_errors`` for the dev server's (``./dev run``), whose
+limits are Python's ``http.server``'s: 65,536 bytes a line, 100 headers.
 """
 
 from __future__ import annotations
@@ -200,7 +202,43 @@ def install_gunicorn_json_errors() -> bool:
     return True
 
 
+def _runserver_send_error(handler: Any, code: int, message: str | None = None, explain: str | None = None) -> None:
+    """``BaseHTTPRequestHandler.send_error`` answering in the JSON error shape (and closing, as it does)."""
+    short = handler.responses.get(code, ("error", ""))[0]
+    handler.log_error("code %d, message %s", code, message or short)
+    handler.send_response(code, message or short)
+    handler.send_header("Connection", "close")
+    body = b""
+    if code >= 200 and code not in (HTTPStatus.NO_CONTENT, HTTPStatus.RESET_CONTENT, HTTPStatus.NOT_MODIFIED):
+        text = message or short
+        body = json.dumps(error_body(code, f"{text}: {explain}" if explain else text)).encode()
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if handler.command != "HEAD" and body:
+        handler.wfile.write(body)
+
+
+def install_runserver_json_errors() -> bool:
+    """Make Django's dev server (``runserver``) answer what it refuses itself in the JSON error shape.
+
+    Python's ``http.server`` under runserver refuses a request line over
+    65,536 bytes (414), a header line over 65,536 bytes or over 100 headers
+    (431) and an unparsable request (400) with an HTML page from
+    ``send_error``; this replaces that method of Django's request handler.
+    Called by ``botmesh_admin.wsgi`` (runserver loads it too). Return True if
+    runserver's module is loaded (and now patched).
+    """
+    import sys
+
+    basehttp = sys.modules.get("django.core.servers.basehttp")
+    if basehttp is None:
+        return False
+    basehttp.WSGIRequestHandler.send_error = _runserver_send_error  # type: ignore[attr-defined]
+    return True
+
+
 __all__ = [
     "GUNICORN_REQUEST_LINE_BYTES", "JsonErrorMiddleware", "bad_request", "error_body",
-    "install_gunicorn_json_errors", "page_not_found", "server_error", "too_large_body", "unreadable_request",
+    "install_gunicorn_json_errors", "install_runserver_json_errors", "page_not_found", "server_error", "too_large_body", "unreadable_request",
 ]

@@ -11,7 +11,9 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 application = get_wsgi_application()
 
-from botmesh_admin.httperrors import install_gunicorn_json_errors  # noqa: E402
+from botmesh_admin.httperrors import install_gunicorn_json_errors, install_runserver_json_errors  # noqa: E402
 
-# gunicorn refuses an over-long request line (414) or headers (431) itself: in JSON, like the API.
+# gunicorn and the dev server refuse an over-long request line (414) or headers (431) themselves: in JSON,
+# like the API (whichever of the two loaded this module).
 install_gunicorn_json_errors()
+install_runserver_json_errors()

@@ -178,3 +178,42 @@ def test_gunicorn_answers_414_and_431_in_json_and_a_cursor_at_its_bound_gets_thr
         status, headers, body = _raw(port, f"GET /api/v1/tenants/acme/conversations?limit=200&after={after} "
                                      "HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())  # fmt: skip
         assert status == 401 and json.loads(body)["error"] == "unauthenticated", (status, body[:200])
+
+
+def test_the_dev_server_answers_its_own_414_and_431_in_json_too(tmp_path: Path) -> None:
+    """Found by a new user: ``./dev run``'s runserver answered these with HTML pages (gunicorn in JSON)."""
+    import json
+
+    from tests.faults.servers import Processes, free_port, project_env, python
+
+    with Processes(tmp_path) as procs:
+        port = free_port()
+        (tmp_path / "data").mkdir()
+        web = procs.start("web", [python(), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+                          project_env(tmp_path))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            assert web.poll() is None, procs.log("web")
+            try:
+                if _raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, procs.log("web")
+            time.sleep(0.2)
+
+        status, headers, body = _raw(port, b"GET /api/v1/tenants/acme/contacts?after=" + b"a" * 70_000
+                                     + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # fmt: skip
+        assert (status, headers["content-type"]) == (414, "application/json"), body
+        assert json.loads(body)["error"] == "uri_too_long"
+
+        status, headers, body = _raw(port, b"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # a page, not the API
+                                     + b"X-Big: " + b"b" * 70_000 + b"\r\n\r\n")  # fmt: skip
+        assert (status, headers["content-type"]) == (431, "application/json"), body
+        assert json.loads(body) == {"error": "headers_too_large", "field": None,
+                                    "message": "Line too long: got more than 65536 bytes when reading header line"}
+
+        many = b"".join(b"X-H%d: 1\r\n" % i for i in range(101))
+        status, headers, body = _raw(port, b"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")
+        assert (status, headers["content-type"]) == (431, "application/json"), body
+        assert json.loads(body)["error"] == "headers_too_large"
