@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 
 from botmesh_admin.api import api
@@ -43,7 +45,15 @@ handler400 = "botmesh_admin.httperrors.bad_request"
 handler404 = "botmesh_admin.httperrors.page_not_found"
 handler500 = "botmesh_admin.httperrors.server_error"
 
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico`` (what a browser asks for where a page names no icon): the static icon (301)."""
+    return HttpResponsePermanentRedirect(static("botmesh/favicon.ico"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", api.urls),

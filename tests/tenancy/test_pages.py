@@ -122,3 +122,18 @@ def test_a_user_lands_on_the_tenant_they_joined_first_not_the_first_by_id(world)
     client = Client()
     resp = client.post("/login/", {"username": "bob", "password": "bob-password-1"}, follow=True)
     assert resp.redirect_chain[-1][0] == "/t/acme/"
+
+
+def test_every_page_names_an_icon_that_is_served_and_favicon_ico_is_found(world, client: Client) -> None:
+    """Found by a new user: /favicon.ico was a 404 on every page."""
+    for path in ("/login/", "/t/acme/"):
+        if path != "/login/":
+            client.login(username="alice", password="alice-password-1")
+        html = client.get(path).content.decode()
+        [href] = re.findall(r'<link rel="icon" href="([^"]+)"', html)
+        icon = client.get(href)
+        assert icon.status_code == 200, path
+        assert icon["Content-Type"] in ("image/x-icon", "image/vnd.microsoft.icon")
+        assert b"".join(icon.streaming_content if icon.streaming else [icon.content])[:4] == b"\0\0\1\0"  # ICO
+    bare = Client().get("/favicon.ico", follow=True)
+    assert bare.status_code == 200 and bare.redirect_chain == [(href, 301)]
