@@ -239,14 +239,14 @@ class Command(BaseCommand):
                 else:
                     summaries = demo.load_over_http(base_url, tokens)
                     demo.mark_demo_loaded(summaries)
-            self.stdout.write("")
-            self.stdout.write(self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"))
-            for line in self._what_exists(base_url, demo_loaded=not opts["no_demo"]):
-                self.stdout.write(f"  {line}")
-            for line in summaries:
-                self.stdout.write(f"  demo: {line}")
-            self.stdout.write(f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything")
-            self.stdout.write("  " + ", ".join(f"{name} pid {child.proc.pid}" for name, child in children.items()))
+            lines = [
+                "", self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"),
+                *(f"  {line}" for line in self._what_exists(base_url, demo_loaded=not opts["no_demo"])),
+                *(f"  demo: {line}" for line in summaries),
+                f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything",
+                "  " + ", ".join(f"{name} pid {child.proc.pid}" for name, child in children.items()),
+            ]  # fmt: skip
+            self.stdout.write("\n".join(lines))  # one write: whoever reads "is running at" reads the pids too
             self.stdout.flush()
             while not stopping and not opts["exit_after_load"]:
                 for child in children.values():
