@@ -192,11 +192,15 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     if pg:
         pg_set = claim_set.format(token=f"nextval('{t}_fence')")
         # ``c.state`` is the state the row had when it was locked: the claim's old state.
+        # The candidate is chosen once, in a MATERIALIZED CTE: as a sub-select in the
+        # UPDATE's FROM the planner may rescan it (a nested loop), and each rescan of a
+        # LIMIT 1 ... SKIP LOCKED query may lock another row — the claim then leased two
+        # records, or failed on the counters' upsert ("ON CONFLICT DO UPDATE command
+        # cannot affect row a second time"), seen under two Celery workers on jobs.run.
         sql["claim"] = _counted(
             t,
-            f"UPDATE {t} e SET {pg_set}"
-            f" FROM ({ready.replace('SELECT id', 'SELECT id, state', 1)} FOR UPDATE SKIP LOCKED) c"
-            f" WHERE e.id = c.id RETURNING {ecols}, c.state AS old_state",
+            f"UPDATE {t} e SET {pg_set} FROM c WHERE e.id = c.id RETURNING {ecols}, c.state AS old_state",
+            first=f"c AS MATERIALIZED ({ready.replace('SELECT id', 'SELECT id, state', 1)} FOR UPDATE SKIP LOCKED)",
         )
         sql["replay"] = _counted(
             t,
@@ -236,7 +240,7 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     return sql
 
 
-def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one") -> str:
+def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one", first: str = "") -> str:
     """Return PostgreSQL ``change`` with the upsert of the counters it moves, as one statement.
 
     ``change`` returns its rows' ``tenant``, ``channel``, new ``state`` (NULL
@@ -245,7 +249,8 @@ def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one") -> s
     old state's counter and +1 to its new one's in slot ``:slot``. ``rows``
     ``"one"``: ``change`` touches at most one record (one counter row, no
     aggregation); ``"many"``: the rows are summed per ``(tenant, channel)`` and
-    written in key order, a fixed lock order.
+    written in key order, a fixed lock order. ``first`` is a CTE (``name AS (...)``)
+    that ``change`` reads, evaluated before it.
     """
     if rows == "one":
         deltas = ", ".join(
@@ -264,7 +269,7 @@ def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one") -> s
         source += " ORDER BY tenant, channel"
     added = ", ".join(f"{s} = k.{s} + excluded.{s}" for s in STATES)
     return (
-        f"WITH u AS ({change}),"
+        f"WITH {first + ', ' if first else ''}u AS ({change}),"
         f" moved AS (INSERT INTO {t}_counts AS k (tenant, channel, slot, {', '.join(STATES)})"
         f" {source} ON CONFLICT (tenant, channel, slot) DO UPDATE SET {added})"
         f" SELECT {result} FROM u"
