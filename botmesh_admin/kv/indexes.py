@@ -614,7 +614,10 @@ class IndexedTable:
         if not fresh and not all(states[n].state == BUILT for n in names):
             return extra, None
         extra.append(_bump_epoch())
-        return extra, [*names, *(n for n in fresh if n not in names)]
+        # Only what is built is verified: a commit that writes a type's first record may
+        # also maintain an index still building (or absent), which must not be cached as built.
+        built = [n for n in names if states[n].state == BUILT]
+        return extra, [*built, *(n for n in fresh if n not in names)]
 
     def _read_olds(
         self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]

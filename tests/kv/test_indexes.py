@@ -357,6 +357,47 @@ def test_after_erasure_a_first_write_of_another_type_leaves_no_stale_built_state
     }
 
 
+def test_a_first_record_of_one_type_never_marks_another_types_unbuilt_index_built(kv, table) -> None:
+    """One commit writes the first record of a type and a record of a type whose indexes are not built.
+
+    The first type's index is marked built in that commit; the other's, half
+    built, was cached as built too, so reads answered from it and its build
+    then counted records twice.
+    """
+    rng = random.Random(5)
+    records = {f"t/{i:04d}": random_ticket(rng) for i in range(20)}
+    for key, value in records.items():  # written before the indexes existed
+        kv.commit(table, [Put(key, value)])
+    layout = IndexedTable(kv, (TICKET, TWIN))
+
+    class Killed(Exception):
+        pass
+
+    def die(done: int) -> None:
+        if done >= 7:
+            raise Killed
+
+    for name in INDEXES:  # each build killed after its first batch: "building"
+        with pytest.raises(Killed):
+            layout.build(table, name, batch=7, progress=die)
+    assert {layout.state(table, name) for name in INDEXES} == {"building"}
+    new = random_ticket(rng)
+    layout.commit(
+        table,
+        [Put("t/new", new, ABSENT), Put("w/a", {"status": "x"}, ABSENT)],
+        [RecordChange(TICKET, "t/new", None, new), RecordChange(TWIN, "w/a", None, {"status": "x"})],
+    )
+    records["t/new"] = new
+    assert layout.count(table, "n_twin", [["x"]]) == [1]
+    with pytest.raises(IndexNotBuilt):
+        layout.count(table, "n_status", [["open"]])
+    for name in INDEXES:
+        layout.build(table, name, batch=7)
+    want = expected_counts(records)
+    assert layout.count(table, "n_status", [[s] for s in sorted(want)]) == [want[s] for s in sorted(want)]
+    assert no_drift(layout, table) == {}
+
+
 def test_eight_threads_writing_one_table_leave_no_drift(kv, table) -> None:
     """Concurrent writers of overlapping records: every counter still equals the records'."""
     threads = [threading.Thread(target=churn, args=(kv, table, s, 60)) for s in range(8)]
