@@ -440,11 +440,11 @@ def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:
     whose indexes are not built yet (``manage.py botmesh_reindex``) is skipped.
     """
     from botmesh_admin.kv.indexes import IndexNotBuilt
-    from botmesh_admin.tenancy.models import Tenant
+    from botmesh_admin.tenancy.selectors import tenant_ids
 
     inbox = default_inbox()
     counts = {"woken": 0, "backfilled": 0, "skipped": 0}
-    for tenant in Tenant.objects.order_by("id").values_list("id", flat=True):
+    for tenant in tenant_ids():
         try:
             counts["woken"] += inbox.wake_snoozed(tenant, at_ms=at_ms)
             counts["backfilled"] += inbox.backfill_markers(tenant)

@@ -44,10 +44,10 @@ def bot_metrics_all_latest(*, now_ms: int, live_ms: int) -> list[tuple[str, BotS
     (``BOTMESH_METRICS_REPLICA_TTL_S``): one that stopped pushing leaves
     ``/metrics`` then, though its history stays for the metrics page.
     """
-    from botmesh_admin.tenancy.models import Tenant
+    from botmesh_admin.tenancy.selectors import tenant_ids
 
     out: list[tuple[str, BotSample]] = []
-    for tenant in Tenant.objects.values_list("id", flat=True):
+    for tenant in tenant_ids():
         out.extend(
             (tenant, s) for s in stores.bot_metrics_store().latest(tenant) if s.last_push_ms > now_ms - live_ms
         )

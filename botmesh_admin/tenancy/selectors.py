@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
@@ -13,6 +14,24 @@ from botmesh_admin.kv.tenant import RESERVED_TENANT_IDS, validate_tenant_id
 
 from .models import ApiToken, Membership, Tenant
 from .principal import Principal
+
+log = logging.getLogger("botmesh.tenancy")
+
+
+def tenant_ids() -> list[str]:
+    """Return the ids of every tenant whose tables can be read, sorted; for loops over all tenants.
+
+    A tenant created by an earlier version under an id that is now reserved
+    (``RESERVED_TENANT_IDS``: the kernel's own namespaces) is left out with a
+    warning: its tables cannot be named any more (``TenantKv.table`` refuses
+    the id), and one such tenant must not stop the loop for every other one.
+    ``manage.py botmesh_upgrade`` says what to do with it.
+    """
+    ids = sorted(Tenant.objects.values_list("id", flat=True))
+    skipped = [t for t in ids if t in RESERVED_TENANT_IDS]
+    if skipped:
+        log.warning("tenants %s have reserved ids and are skipped; see manage.py botmesh_upgrade", skipped)
+    return [t for t in ids if t not in RESERVED_TENANT_IDS]
 
 
 def token_digest(plaintext: str) -> str:

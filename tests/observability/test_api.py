@@ -192,3 +192,25 @@ def test_a_lone_surrogate_is_422_naming_the_field(tenant_client: TenantClient) -
                                       content_type="application/json")
     assert (response.status_code, response.json()["field"]) == (422, "replica")
     assert tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json() == []
+
+
+def test_a_tenant_with_an_id_reserved_since_does_not_stop_the_loops_over_every_tenant(
+    tenant_client: TenantClient,
+) -> None:
+    """An earlier version could create tenant ``system``, whose tables can no longer be named:
+    /metrics answered 503, inbox.tick stopped at it and botmesh_reindex could not start."""
+    from botmesh_admin.dashboard.management.commands.botmesh_reindex import (
+        tenant_ids as reindex_ids,
+    )
+    from botmesh_admin.tenancy.models import Tenant
+    from botmesh_admin.tenancy.selectors import tenant_ids
+    from inbox.services import inbox_tick
+
+    Tenant.objects.create(id="system", name="made before the id was reserved")
+    tenant_client.push("tienda-bot", {**BOTMESH_JSON, "replica": "pod-a"})
+    assert "system" not in tenant_ids() and tenant_client.tenant in tenant_ids()
+    assert "system" not in reindex_ids(None)
+    assert inbox_tick()["skipped"] == 0
+    response = tenant_client.api.get("/metrics")
+    assert response.status_code == 200
+    assert f'tenant="{tenant_client.tenant}"' in response.content.decode()

@@ -21,10 +21,10 @@ from botmesh_admin.kv.runtime import default_kv
 
 
 def tenant_ids(only: str | None) -> list[str]:
-    """Return the ids of the tenants to walk (``only`` must exist)."""
-    from botmesh_admin.tenancy.models import Tenant
+    """Return the ids of the tenants to walk (``only`` must exist; reserved ids are left out)."""
+    from botmesh_admin.tenancy import selectors
 
-    ids = sorted(Tenant.objects.values_list("id", flat=True))
+    ids = selectors.tenant_ids()
     if only is not None:
         if only not in ids:
             raise CommandError(f"--tenant: no tenant {only!r}")
