@@ -17,7 +17,6 @@ import json
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -163,18 +162,9 @@ def test_gunicorn_reads_chunked_bodies_and_answers_json_413_and_host_400(tmp_pat
                            capture_output=True, text=True, timeout=60).stdout.split()[-1]  # fmt: skip
     with Processes(tmp_path) as procs:
         port = free_port()
-        web = procs.start("web", [python(), "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
+        procs.start("web", [python(), "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
                                   "-w", "1", "--log-level", "warning"], env)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            assert web.poll() is None, procs.log("web")
-            try:
-                if _send(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, procs.log("web")
-            time.sleep(0.2)
+        procs.wait_healthz("web", port)
 
         def post(path: str, chunks: list[bytes], *headers: str) -> tuple[int, str, bytes]:
             head = "".join(f"{h}\r\n" for h in (f"POST {path} HTTP/1.1", "Host: 127.0.0.1",

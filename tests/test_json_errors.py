@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import socket
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -151,18 +150,9 @@ def test_gunicorn_answers_414_and_431_in_json_and_a_cursor_at_its_bound_gets_thr
         port = free_port()
         env = project_env(tmp_path)
         (tmp_path / "data").mkdir()
-        web = procs.start("web", [python(), "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
+        procs.start("web", [python(), "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
                                   "-w", "1", "--log-level", "warning"], env)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            assert web.poll() is None, procs.log("web")
-            try:
-                if _raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, procs.log("web")
-            time.sleep(0.2)
+        procs.wait_healthz("web", port)
 
         status, headers, body = _raw(port, b"GET /api/v1/tenants/acme/contacts?after=" + b"a" * 5000
                                      + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # fmt: skip
@@ -189,18 +179,9 @@ def test_the_dev_server_answers_its_own_414_and_431_in_json_too(tmp_path: Path) 
     with Processes(tmp_path) as procs:
         port = free_port()
         (tmp_path / "data").mkdir()
-        web = procs.start("web", [python(), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        procs.start("web", [python(), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
                           project_env(tmp_path))  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            assert web.poll() is None, procs.log("web")
-            try:
-                if _raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, procs.log("web")
-            time.sleep(0.2)
+        procs.wait_healthz("web", port)
 
         status, headers, body = _raw(port, b"GET /api/v1/tenants/acme/contacts?after=" + b"a" * 70_000
                                      + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # fmt: skip

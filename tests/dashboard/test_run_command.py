@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.servers import Processes, free_port, project_env, python
+from tests.faults.servers import Processes, free_port, migrated_copy, project_env, python
 from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,27 +70,13 @@ def test_a_taken_port_stops_the_start_at_once_naming_the_port_and_how_to_choose_
     assert time.monotonic() - started < 30
 
 
-def _migrated_copy(path: Path) -> None:
-    """Write the test run's migrated SQLite database to ``path`` (spares the stack a ``migrate``)."""
-    import sqlite3
-
-    from django.db import connection
-
-    connection.ensure_connection()
-    target = sqlite3.connect(path)
-    try:
-        connection.connection.backup(target)
-    finally:
-        target.close()
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # no open transaction: the copy needs none
 def test_no_demo_prints_only_what_exists_and_a_web_whose_port_got_taken_stops_the_stack(tmp_path: Path) -> None:
     port = free_port()
     env = {**project_env(tmp_path), "BOTMESH_DRAIN_TIMEOUT": "5"}
     (tmp_path / "data").mkdir()
-    _migrated_copy(tmp_path / "data" / "db.sqlite3")
+    migrated_copy(tmp_path / "data" / "db.sqlite3")
     with Processes(tmp_path) as procs:
         run = procs.start("run", [python(), "manage.py", "botmesh_run", "--no-demo", "--port", str(port)], env)
         try:

@@ -174,6 +174,7 @@ class Processes:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._stoppers: list[object] = []
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def __enter__(self) -> Processes:
         return self
@@ -204,12 +205,50 @@ class Processes:
                                 start_new_session=True)  # fmt: skip
         log.close()
         self._stoppers.append(lambda: _stop(proc))
+        self._procs[name] = proc
         return proc
 
     def log(self, name: str) -> str:
         """Return what process ``name`` wrote so far."""
         path = self.directory / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_healthz(self, name: str, port: int, timeout_s: float = 60.0) -> None:
+        """Wait until process ``name`` answers ``GET /healthz`` on ``port`` with 200 (gunicorn or runserver).
+
+        Fail with its log when it exits first or ``timeout_s`` (seconds) pass.
+        """
+        import http.client
+
+        proc = self._procs[name]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert proc.poll() is None, self.log(name)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request("GET", "/healthz", headers={"Connection": "close"})
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            assert time.monotonic() < deadline, self.log(name)
+            time.sleep(0.2)
+
+
+def migrated_copy(path: Path) -> None:
+    """Write the test run's migrated SQLite database to ``path`` (spares a started stack its ``migrate``)."""
+    import sqlite3
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    target = sqlite3.connect(path)
+    try:
+        connection.connection.backup(target)
+    finally:
+        target.close()
 
 
 FAULT_REPORT_DEFAULT = ROOT / "var" / "fault-report.txt"

@@ -40,7 +40,7 @@ from botmesh_admin.filesystem_broker import decode_message
 from tests import services
 from tests.polling import wait_until
 
-from .servers import Processes, fault_report, free_port, project_env, python
+from .servers import Processes, fault_report, free_port, migrated_copy, project_env, python
 
 pytestmark = pytest.mark.slow
 
@@ -245,20 +245,6 @@ def _alive(pid: int) -> bool:
         if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
             return False
     return True
-
-
-def migrated_copy(path: Path) -> None:
-    """Write the test run's migrated SQLite database to ``path`` (spares the stack a ``migrate``)."""
-    import sqlite3
-
-    from django.db import connection
-
-    connection.ensure_connection()
-    target = sqlite3.connect(path)
-    try:
-        connection.connection.backup(target)
-    finally:
-        target.close()
 
 
 @pytest.mark.django_db(transaction=True)  # no open transaction: the copy needs none

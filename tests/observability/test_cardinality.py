@@ -174,8 +174,7 @@ def test_uptime_is_the_same_whichever_gunicorn_worker_answers(tmp_path: Path) ->
     """Two workers, one of them replaced mid-test: every scrape reports the admin's uptime, not a worker's."""
     import signal
 
-    from tests.faults.servers import Processes, free_port, project_env, python
-    from tests.faults.test_full_disk import migrated_copy
+    from tests.faults.servers import Processes, free_port, migrated_copy, project_env, python
 
     env = project_env(tmp_path)
     (tmp_path / "data").mkdir()
