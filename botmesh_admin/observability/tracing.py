@@ -298,20 +298,27 @@ class KvTraceProcessor(SpanProcessor):
             self.flush(force=False)
 
     def flush(self, force: bool = True) -> None:
-        """Write every finished local trace (every held span with ``force``)."""
-        now = time.monotonic()
-        with self._lock:
-            ready = [
-                (tid, seg) for tid, seg in self._pending.items()
-                if force or seg["done"] or now - seg["since"] > self.hold_s
-            ]
-            for tid, _ in ready:
-                del self._pending[tid]
-        by_tenant: dict[str | None, list[list[dict[str, Any]]]] = {}
-        for _, segment in ready:
-            spans = [span_to_dict(s) for s in segment["spans"]]
-            by_tenant.setdefault(segment["tenant"], []).append(spans)
+        """Write every finished local trace (every held span with ``force``).
+
+        Taking traces out of the pending set and writing them is one step under
+        the write lock: a ``force_flush`` that finds nothing pending returns only
+        after a write the background thread has started is in the Kv (before,
+        it could return while the thread still converted those spans, and a
+        reader right after the flush saw no trace).
+        """
         with self._write_lock:
+            now = time.monotonic()
+            with self._lock:
+                ready = [
+                    (tid, seg) for tid, seg in self._pending.items()
+                    if force or seg["done"] or now - seg["since"] > self.hold_s
+                ]
+                for tid, _ in ready:
+                    del self._pending[tid]
+            by_tenant: dict[str | None, list[list[dict[str, Any]]]] = {}
+            for _, segment in ready:
+                spans = [span_to_dict(s) for s in segment["spans"]]
+                by_tenant.setdefault(segment["tenant"], []).append(spans)
             for tenant, traces in by_tenant.items():
                 self._write(tenant, traces)
 

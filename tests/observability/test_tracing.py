@@ -130,6 +130,38 @@ def test_kv_processor_files_a_local_trace_under_its_tenant(fresh_kv: DurableKv, 
     assert sorted(s["name"] for s in spans) == ["GET /t/x/inbox/", "inner.step", "message.receive"]
 
 
+def test_force_flush_waits_for_a_write_the_writer_thread_has_begun(
+    monkeypatch: pytest.MonkeyPatch, tenant_id: str
+) -> None:
+    """Regression (a flake of the Django-request trace test under xdist load): the writer thread
+    had taken a finished trace out of the pending set and was still converting its spans when
+    ``force_flush`` found nothing pending and returned; the reader right after saw no trace."""
+    records: list[tuple[str | None, list[dict]]] = []
+    converting, release = threading.Event(), threading.Event()
+    convert = tracing.span_to_dict
+
+    def slow_in_writer_thread(s):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "botmesh-trace-writer":
+            converting.set()
+            release.wait(2)
+        return convert(s)
+
+    monkeypatch.setattr(tracing, "span_to_dict", slow_in_writer_thread)
+    processor = tracing.KvTraceProcessor(lambda tenant, spans: records.append((tenant, spans)), interval_s=0.01)
+    remove = tracing.add_span_processor(processor)
+    try:
+        with span("message.receive", tenant=tenant_id):
+            pass
+        assert converting.wait(5), "the writer thread never took the trace"
+        threading.Timer(0.3, release.set).start()
+        processor.force_flush()
+        assert [tenant for tenant, _ in records] == [tenant_id]
+    finally:
+        release.set()
+        remove()
+        processor.shutdown()
+
+
 def test_marker_text_appears_nowhere_on_the_message_path(
     tenant_client: TenantClient, exported: InMemorySpanExporter
 ) -> None:
