@@ -86,8 +86,10 @@ def bench_sqlite(entries: int, tmp: Path) -> None:
         rows = [json.loads(x) for x in (tmp / "raw.jsonl").read_text().splitlines()]
         for start in range(0, len(rows), 1000):
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO botmesh_kv VALUES (?, ?, ?, ?, ?)",
-                             [(t, k, json.dumps(v), ver, exp) for t, k, v, ver, exp in rows[start:start + 1000]])  # fmt: skip
+            conn.executemany(
+                "INSERT INTO botmesh_kv VALUES (?, ?, ?, ?, ?)",
+                [(t, k, json.dumps(v), ver, exp) for t, k, v, ver, exp in rows[start : start + 1000]],
+            )
             conn.execute("COMMIT")
         conn.close()
 
@@ -118,9 +120,9 @@ def bench_redis(entries: int, tmp: Path) -> None:
             keys = list(client.scan_iter(match="bmkv:*:e:*", count=1000))
             for start in range(0, len(keys), 1000):
                 pipe = client.pipeline(transaction=False)
-                for key in keys[start:start + 1000]:
+                for key in keys[start : start + 1000]:
                     pipe.hgetall(key)
-                for key, h in zip(keys[start:start + 1000], pipe.execute(), strict=True):
+                for key, h in zip(keys[start : start + 1000], pipe.execute(), strict=True):
                     out.write(json.dumps([key.decode(), h[b"v"].decode(), int(h[b"ver"])]) + "\n")
 
     line("redis: logical Kv export", entries, ours, timed(raw_export))
@@ -130,7 +132,7 @@ def bench_redis(entries: int, tmp: Path) -> None:
         rows = [json.loads(x) for x in (tmp / "redis-raw.jsonl").read_text().splitlines()]
         for start in range(0, len(rows), 1000):
             pipe = target_client.pipeline(transaction=False)
-            for key, value, version in rows[start:start + 1000]:
+            for key, value, version in rows[start : start + 1000]:
                 raw = "raw" + key
                 pipe.hset(raw, mapping={"v": value, "ver": version})
                 pipe.zadd(raw.split(":e:")[0] + ":i", {raw.split(":e:")[1]: 0})

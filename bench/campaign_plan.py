@@ -105,15 +105,29 @@ def seed(url: str, tenant: str, n: int, *, raw: bool = False) -> tuple[str, str]
         batch = []
         for i in range(first, min(n, first + size)):
             status = "denied" if i % 10 == 3 else "granted"
-            batch.append(Contact(
-                id=new_id("c"), identities=(Identity("whatsapp", f"+57{3000000000 + i}"),), name=f"Cliente {i}",
-                tags=("vip",) if i % 10 == 7 else ("promo",), consent={"whatsapp": Consent("whatsapp", status, 1, "b")},
-                created_at=1, updated_at=1,
-            ))
+            batch.append(
+                Contact(
+                    id=new_id("c"),
+                    identities=(Identity("whatsapp", f"+57{3000000000 + i}"),),
+                    name=f"Cliente {i}",
+                    tags=("vip",) if i % 10 == 7 else ("promo",),
+                    consent={"whatsapp": Consent("whatsapp", status, 1, "b")},
+                    created_at=1,
+                    updated_at=1,
+                )
+            )
         if raw:  # the CRM store's records and identity claims, without its index upkeep
-            kv.commit(table, [op for c in batch for op in (
-                Put(f"c/{c.id}", contact_to_json(c), ABSENT),
-                *(Put(f"i/{i.key}", {"contact": c.id}, ABSENT) for i in c.identities))])
+            kv.commit(
+                table,
+                [
+                    op
+                    for c in batch
+                    for op in (
+                        Put(f"c/{c.id}", contact_to_json(c), ABSENT),
+                        *(Put(f"i/{i.key}", {"contact": c.id}, ABSENT) for i in c.identities),
+                    )
+                ],
+            )
         else:
             store.contact_insert_batch(tenant, batch)
         if first % 50_000 == 0:
@@ -122,8 +136,13 @@ def seed(url: str, tenant: str, n: int, *, raw: bool = False) -> tuple[str, str]
     print(f"\r  setup: {n:,} contacts written {how} in {time.perf_counter() - start:.1f} s")
     with use_kv(kv):
         segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
-        campaign = services.campaign_create(tenant, name="Bench", segment_id=segment.id, channel="whatsapp",
-                                            message={"template": "promo_nov", "language": "es"})
+        campaign = services.campaign_create(
+            tenant,
+            name="Bench",
+            segment_id=segment.id,
+            channel="whatsapp",
+            message={"template": "promo_nov", "language": "es"},
+        )
     kv.close()
     return segment.id, campaign.id
 
@@ -162,8 +181,9 @@ def phase(name: str, url: str, tenant: str, segment_id: str, campaign_id: str) -
     result: dict[str, Any] = {}
     with use_kv(kv):
         if name != "unbounded":
-            Planner(tenant).plan(rules=crm_selectors.segment_get(tenant, segment_id).rules, channel="whatsapp",
-                                 contact_ids=[], keep=0)  # warm the code paths: lazy imports are not the plan
+            Planner(tenant).plan(
+                rules=crm_selectors.segment_get(tenant, segment_id).rules, channel="whatsapp", contact_ids=[], keep=0
+            )  # warm the code paths: lazy imports are not the plan
         started_kb = status_kb("VmRSS")
         own_peak = reset_peak()
         start = time.perf_counter()
@@ -224,18 +244,27 @@ def main() -> None:
         ids = json.dumps([tenant, segment_id, campaign_id])
         figures = {}
         for name in PHASES:
-            out = subprocess.run([sys.executable, __file__, "--phase", name, "--kv", url, "--ids", ids], cwd=ROOT,
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--phase", name, "--kv", url, "--ids", ids],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             figures[name] = json.loads(out.strip().splitlines()[-1])
         held = max(1, figures["baseline"]["growth_kb"])
         print(f"{'phase':<10} {'peak RSS':>10} {'growth':>10} {'time':>9}  {'x baseline':>10}  result")
         for name in PHASES:
             f = figures[name]
             detail = {k: v for k, v in f.items() if k not in ("rss_kb", "growth_kb", "seconds")}
-            print(f"{name:<10} {f['rss_kb'] / 1024:7.1f} MB {f['growth_kb'] / 1024:7.1f} MB {f['seconds']:8.2f}s  "
-                  f"{f['growth_kb'] / held:9.2f}x  {detail}")
-        print(f"baseline: {figures['baseline']['contacts']:,} contact ids held in a list grow the process by "
-              f"{held / 1024:.1f} MB; the preview and the run plan should stay flat as --contacts grows")
+            print(
+                f"{name:<10} {f['rss_kb'] / 1024:7.1f} MB {f['growth_kb'] / 1024:7.1f} MB {f['seconds']:8.2f}s  "
+                f"{f['growth_kb'] / held:9.2f}x  {detail}"
+            )
+        print(
+            f"baseline: {figures['baseline']['contacts']:,} contact ids held in a list grow the process by "
+            f"{held / 1024:.1f} MB; the preview and the run plan should stay flat as --contacts grows"
+        )
     finally:
         if folder:
             shutil.rmtree(folder, ignore_errors=True)

@@ -65,18 +65,31 @@ def seed_contacts(kv, tenant: str, n: int) -> None:
     for start in range(0, n, 250):
         ops = []
         for i in range(start, min(n, start + 250)):
-            c = Contact(id=new_id("c"), identities=(Identity("whatsapp", address(i)),), name=f"Cliente {i}",
-                        tags=("promo",), consent=granted, created_at=1, updated_at=1)
-            ops += [Put(f"c/{c.id}", contact_to_json(c), expect=ABSENT),
-                    Put(f"i/whatsapp:{address(i)}", {"contact": c.id}, expect=ABSENT)]
+            c = Contact(
+                id=new_id("c"),
+                identities=(Identity("whatsapp", address(i)),),
+                name=f"Cliente {i}",
+                tags=("promo",),
+                consent=granted,
+                created_at=1,
+                updated_at=1,
+            )
+            ops += [
+                Put(f"c/{c.id}", contact_to_json(c), expect=ABSENT),
+                Put(f"i/whatsapp:{address(i)}", {"contact": c.id}, expect=ABSENT),
+            ]
         kv.commit(table, ops)
 
 
 def run_pipeline(kv, fake: FakeProviderServer, tenant: str, segment_id: str, args: argparse.Namespace) -> float:
     """Return deliveries/s of one campaign run through the services."""
-    campaign = services.campaign_create(tenant, name=f"bench {uuid.uuid4().hex[:6]}", segment_id=segment_id,
-                                        channel="whatsapp", message={"template": "promo_nov", "language": "es",
-                                                                     "parameters": ["{name}"]})
+    campaign = services.campaign_create(
+        tenant,
+        name=f"bench {uuid.uuid4().hex[:6]}",
+        segment_id=segment_id,
+        channel="whatsapp",
+        message={"template": "promo_nov", "language": "es", "parameters": ["{name}"]},
+    )
     services.campaign_start(tenant, campaign.id)
     provider = WhatsAppProvider(fake.base_url, PHONE_NUMBER_ID, "bench-token", max_workers=args.concurrency)
     options = SendOptions(batch_size=args.batch, ttl_ms=60_000, rate_per_s=None)
@@ -93,14 +106,19 @@ def run_raw(fake: FakeProviderServer, args: argparse.Namespace) -> float:
     provider = WhatsAppProvider(fake.base_url, PHONE_NUMBER_ID, "bench-token")
     url = f"{fake.base_url}/{PHONE_NUMBER_ID}/messages"
     bodies = [
-        json.dumps(provider.payload(OutboundMessage(
-            address(i), template=Template("promo_nov", "es", (f"Cliente {i}",))))).encode()
+        json.dumps(
+            provider.payload(OutboundMessage(address(i), template=Template("promo_nov", "es", (f"Cliente {i}",))))
+        ).encode()
         for i in range(args.recipients)
     ]
 
     def post(body: bytes) -> int:
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json", "Authorization": "Bearer bench-token"})
+        request = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": "Bearer bench-token"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             json.loads(response.read())
             return response.status
@@ -134,10 +152,14 @@ def main() -> None:
             pipeline.append(run_pipeline(kv, fake, tenant, segment.id, args))
     kv.close()
     best_pipeline, best_raw = max(pipeline), max(raw)
-    print(f"kv {args.kv.split('://')[0]}  recipients {args.recipients}  concurrency {args.concurrency}  "
-          f"batch {args.batch}")
-    print(f"pipeline {best_pipeline:8.0f} deliveries/s   raw loop {best_raw:8.0f} requests/s   "
-          f"ratio {best_pipeline / best_raw:.2f}")
+    print(
+        f"kv {args.kv.split('://')[0]}  recipients {args.recipients}  concurrency {args.concurrency}  "
+        f"batch {args.batch}"
+    )
+    print(
+        f"pipeline {best_pipeline:8.0f} deliveries/s   raw loop {best_raw:8.0f} requests/s   "
+        f"ratio {best_pipeline / best_raw:.2f}"
+    )
 
 
 if __name__ == "__main__":

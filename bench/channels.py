@@ -43,7 +43,9 @@ def rate(step: Callable[[], None], seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
-def compare(ours: Callable[[], None], baseline: Callable[[], None], seconds: float, rounds: int = 3) -> tuple[float, float]:
+def compare(
+    ours: Callable[[], None], baseline: Callable[[], None], seconds: float, rounds: int = 3
+) -> tuple[float, float]:
     """Return the best rate of each over ``rounds`` alternating rounds (baseline first)."""
     best_ours = best_base = 0.0
     for _ in range(rounds):
@@ -87,8 +89,12 @@ def main() -> None:
             assert provider.send(message).accepted
 
         def outbound_baseline() -> None:
-            request = urllib.request.Request(url, data=body, method="POST", headers={
-                "Content-Type": "application/json", "Authorization": "Bearer token"})
+            request = urllib.request.Request(
+                url,
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/json", "Authorization": "Bearer token"},
+            )
             with urllib.request.urlopen(request, timeout=10) as response:
                 json.loads(response.read())
 

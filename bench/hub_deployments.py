@@ -55,9 +55,7 @@ def rate(step: Callable[[], None], seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
-def compare(
-    ours: Callable[[], None], baseline: Callable[[], None], seconds: float
-) -> tuple[float, float]:
+def compare(ours: Callable[[], None], baseline: Callable[[], None], seconds: float) -> tuple[float, float]:
     """Return the best rate of each over three alternating rounds (baseline first)."""
     best_ours = best_base = 0.0
     for _ in range(3):
@@ -89,9 +87,7 @@ def main() -> None:
     raw = (fixtures_dir() / "hub" / "valid" / "order-status.json").read_bytes()
     results = []
 
-    ours, base = compare(
-        lambda: parse_manifest(raw, runtime=runtime), lambda: json.loads(raw), args.seconds
-    )
+    ours, base = compare(lambda: parse_manifest(raw, runtime=runtime), lambda: json.loads(raw), args.seconds)
     results.append(("manifest parse+validate", ours, "json.loads", base))
 
     hub = PluginHub(KvPluginStore(kv), runtime=runtime)
@@ -138,9 +134,7 @@ def main() -> None:
 
     print(f"Kv: {url.split('@')[-1]}")
     for name, ours, base_name, base in results:
-        print(
-            f"{name:26} {ours:10.0f} ops/s   {base_name:18} {base:10.0f} ops/s   ratio {ours / base:.2f}"
-        )
+        print(f"{name:26} {ours:10.0f} ops/s   {base_name:18} {base:10.0f} ops/s   ratio {ours / base:.2f}")
     KvPluginStore(kv).drop_tenant(tenant)
     KvDeploymentStore(kv).drop_tenant(tenant)
     kv.drop(f"bench/{tenant}/raw")

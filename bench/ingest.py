@@ -80,8 +80,12 @@ def bench_env(url: str) -> dict[str, str]:
     Counters go to Redis (``REDIS_URL``) as in production, when a test Redis is available.
     """
     env = {
-        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "DATABASE_URL": url, "BOTMESH_KV_URL": url,
-        "BOTMESH_JOURNAL_URL": url, "CELERY_BROKER_URL": "memory://", "DEBUG": "0",
+        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
+        "DATABASE_URL": url,
+        "BOTMESH_KV_URL": url,
+        "BOTMESH_JOURNAL_URL": url,
+        "CELERY_BROKER_URL": "memory://",
+        "DEBUG": "0",
         "BOTMESH_DATA_DIR": os.environ.get("BOTMESH_BENCH_DIR") or tempfile.mkdtemp(prefix="bench-ingest-"),
     }
     if os.environ.get("BOTMESH_TEST_REDIS_URL"):
@@ -109,8 +113,7 @@ def setup_django(url: str) -> None:
     from botmesh_admin.tenancy.services import tenant_create
 
     tenant_create(TENANT, name="Bench")
-    channel_config_set(TENANT, kind="whatsapp", name="main", phone_number_id=PHONE_NUMBER_ID,
-                       app_secret=APP_SECRET)
+    channel_config_set(TENANT, kind="whatsapp", name="main", phone_number_id=PHONE_NUMBER_ID, app_secret=APP_SECRET)
 
 
 def bodies(n: int, run: str) -> list[tuple[str, bytes, str]]:
@@ -122,12 +125,33 @@ def bodies(n: int, run: str) -> list[tuple[str, bytes, str]]:
     for i in range(n):
         sender = f"57300{i % 200:07d}"
         wamid = f"wamid.bench{run}{i:08d}"
-        body = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [{"field": "messages", "value": {
-            "messaging_product": "whatsapp",
-            "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_NUMBER_ID},
-            "contacts": [{"profile": {"name": f"Cliente {i % 200}"}, "wa_id": sender}],
-            "messages": [{"from": sender, "id": wamid, "timestamp": str(base_ts + i), "type": "text",
-                          "text": {"body": f"mensaje {i}"}}]}}]}]}
+        body = {
+            "object": "whatsapp_business_account",
+            "entry": [
+                {
+                    "id": "1",
+                    "changes": [
+                        {
+                            "field": "messages",
+                            "value": {
+                                "messaging_product": "whatsapp",
+                                "metadata": {"display_phone_number": "15550783881", "phone_number_id": PHONE_NUMBER_ID},
+                                "contacts": [{"profile": {"name": f"Cliente {i % 200}"}, "wa_id": sender}],
+                                "messages": [
+                                    {
+                                        "from": sender,
+                                        "id": wamid,
+                                        "timestamp": str(base_ts + i),
+                                        "type": "text",
+                                        "text": {"body": f"mensaje {i}"},
+                                    }
+                                ],
+                            },
+                        }
+                    ],
+                }
+            ],
+        }
         raw = json.dumps(body, separators=(",", ":")).encode()
         out.append((wamid, raw, whatsapp.signature(raw, APP_SECRET)))
     return out
@@ -145,9 +169,23 @@ def serve(web_processes: int, threads: int = 4) -> tuple[str, subprocess.Popen]:
     """Start gunicorn (``web_processes`` × ``threads``) on the real WSGI app; return its URL."""
     port = free_port()
     web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}",
-         "-w", str(web_processes), "--threads", str(threads), "--log-level", "warning"],
-        cwd=ROOT, env={**os.environ}, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "botmesh_admin.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(web_processes),
+            "--threads",
+            str(threads),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env={**os.environ},
+        stdout=subprocess.DEVNULL,
     )
     # Booting two workers took 22 s on the shared 2-core machine at load 15, and more than
     # 30 s at load 20: wait long enough that a busy machine slows the run instead of failing it.
@@ -165,8 +203,9 @@ def serve(web_processes: int, threads: int = 4) -> tuple[str, subprocess.Popen]:
 def start_workers(workers: int, idle_ms: int) -> list[subprocess.Popen]:
     """Start ``workers`` processes draining the ``inbound`` journal channel (what Celery workers do)."""
     return [
-        subprocess.Popen([sys.executable, __file__, "--worker", "--idle-ms", str(idle_ms)], cwd=ROOT,
-                         env={**os.environ})
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--idle-ms", str(idle_ms)], cwd=ROOT, env={**os.environ}
+        )
         for _ in range(workers)
     ]
 
@@ -283,12 +322,16 @@ def baseline(url: str, items: list[tuple[str, bytes, str]], senders: int) -> flo
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_raw_messages")
-        conn.execute("CREATE TABLE bench_raw_messages (id text PRIMARY KEY, tenant text NOT NULL, "
-                     "chat_key text NOT NULL, body jsonb NOT NULL, timestamp_ms bigint NOT NULL)")
+        conn.execute(
+            "CREATE TABLE bench_raw_messages (id text PRIMARY KEY, tenant text NOT NULL, "
+            "chat_key text NOT NULL, body jsonb NOT NULL, timestamp_ms bigint NOT NULL)"
+        )
     rows = []
     for wamid, raw, _ in items:
         message = json.loads(raw)["entry"][0]["changes"][0]["value"]["messages"][0]
-        rows.append((wamid, TENANT, f"whatsapp:{message['from']}", json.dumps(message), int(message["timestamp"]) * 1000))
+        rows.append(
+            (wamid, TENANT, f"whatsapp:{message['from']}", json.dumps(message), int(message["timestamp"]) * 1000)
+        )
     chunks = [rows[i::senders] for i in range(senders)]
 
     def insert(chunk: list[tuple]) -> None:
@@ -319,6 +362,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def process_groups(web: subprocess.Popen, workers: list[subprocess.Popen]) -> dict[str, list[int]]:
     """Return the pids to account CPU to: this process (the senders), web, workers, servers."""
+
     def children(pid: int) -> list[int]:
         try:
             return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -336,8 +380,13 @@ def process_groups(web: subprocess.Popen, workers: list[subprocess.Popen]) -> di
                     pass
         return out
 
-    return {"senders (bench)": [os.getpid()], "web": [web.pid, *children(web.pid)],
-            "workers": [w.pid for w in workers], "postgres": named("postgres"), "redis": named("redis-server")}
+    return {
+        "senders (bench)": [os.getpid()],
+        "web": [web.pid, *children(web.pid)],
+        "workers": [w.pid for w in workers],
+        "postgres": named("postgres"),
+        "redis": named("redis-server"),
+    }
 
 
 def main() -> int:
@@ -356,7 +405,7 @@ def main() -> int:
         return worker_main(args.idle_ms)
     server_url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
     if not server_url:
-        print("BOTMESH_TEST_POSTGRES_URL is not set: run `eval \"$(scripts/services.sh)\"` first")
+        print('BOTMESH_TEST_POSTGRES_URL is not set: run `eval "$(scripts/services.sh)"` first')
         return 2
     url = fresh_database(server_url)
     setup_django(url)
@@ -377,7 +426,9 @@ def measure(args: argparse.Namespace, url: str, base: str, groups_now: Callable[
     post_all(base, warm, args.senders)
     wait_projected(len(warm), args.timeout)
     done = len(warm)
-    rounds: list[tuple[float, list[float], float, float, dict[str, float]]] = []  # (msg/s, answer ms, posted s, projected s, CPU ms/msg)
+    rounds: list[
+        tuple[float, list[float], float, float, dict[str, float]]
+    ] = []  # (msg/s, answer ms, posted s, projected s, CPU ms/msg)
     raws: list[float] = []
     for n in range(max(1, args.rounds)):
         items = bodies(args.messages, f"run{n}")
@@ -400,17 +451,29 @@ def measure(args: argparse.Namespace, url: str, base: str, groups_now: Callable[
     p50 = statistics.median(answer_ms)
     p99 = answer_ms[min(len(answer_ms) - 1, int(len(answer_ms) * 0.99))]
     ratio = ours / raw
-    print(f"inbox ingest on PostgreSQL: {args.messages} messages per round, {args.senders} senders, "
-          f"{args.web}x{args.threads} web threads, {args.workers} worker processes, best of {len(rounds)} rounds")
-    print(f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted_s:.2f} s, "
-          f"all projected after {projected_s:.2f} s)")
+    print(
+        f"inbox ingest on PostgreSQL: {args.messages} messages per round, {args.senders} senders, "
+        f"{args.web}x{args.threads} web threads, {args.workers} worker processes, best of {len(rounds)} rounds"
+    )
+    print(
+        f"  webhook → projected   {ours:8.0f} msg/s   (all POSTs answered after {posted_s:.2f} s, "
+        f"all projected after {projected_s:.2f} s)"
+    )
     print(f"  baseline raw INSERT   {raw:8.0f} msg/s")
-    print(f"  ratio                 {ratio:8.2f}x   (target >= {TARGET_RATIO}x) {'OK' if ratio >= TARGET_RATIO else 'BELOW TARGET'}")
+    print(
+        f"  ratio                 {ratio:8.2f}x   (target >= {TARGET_RATIO}x) "
+        f"{'OK' if ratio >= TARGET_RATIO else 'BELOW TARGET'}"
+    )
     print(f"  webhook answer        p50 {p50:.1f} ms   p99 {p99:.1f} ms   (best round)")
-    print(f"  empty Django request  {empty:8.0f} req/s   ({empty / raw:.2f}x baseline: the web tier's ceiling, "
-          "GET /healthz on the same server and client)")
-    print("  CPU per message       " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in cpu.items())
-          + f"   (total {sum(cpu.values()):.2f} ms, best round)")
+    print(
+        f"  empty Django request  {empty:8.0f} req/s   ({empty / raw:.2f}x baseline: the web tier's ceiling, "
+        "GET /healthz on the same server and client)"
+    )
+    print(
+        "  CPU per message       "
+        + ", ".join(f"{name} {ms:.2f} ms" for name, ms in cpu.items())
+        + f"   (total {sum(cpu.values()):.2f} ms, best round)"
+    )
     return 0 if ratio >= TARGET_RATIO else 1
 
 

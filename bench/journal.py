@@ -50,9 +50,7 @@ def journal_worker(url: str, share: int, worker: int, ready: mp.Barrier, go: mp.
     ready.wait()
     go.wait()
     for n in range(share):
-        journal.append(
-            Envelope(type="bench.event", tenant="bench", payload={"n": n}, idempotency_key=f"{worker}-{n}")
-        )
+        journal.append(Envelope(type="bench.event", tenant="bench", payload={"n": n}, idempotency_key=f"{worker}-{n}"))
     drainer = EventWorker(journal, lease_ms=30_000)
     while any(drainer.run_batch(lambda record: None, 100).values()):
         pass
@@ -155,7 +153,7 @@ def main() -> int:
         have_procrastinate = False
         print("procrastinate is not installed: `.venv/bin/pip install procrastinate` for the peer baseline")
     if not pg:
-        print("BOTMESH_TEST_POSTGRES_URL is not set: PostgreSQL skipped (eval \"$(scripts/services.sh)\")")
+        print('BOTMESH_TEST_POSTGRES_URL is not set: PostgreSQL skipped (eval "$(scripts/services.sh)")')
     if not redis_url:
         print("BOTMESH_TEST_REDIS_URL is not set: Redis skipped")
 

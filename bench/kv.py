@@ -99,9 +99,7 @@ def raw_postgres_step(url: str) -> tuple[Callable[[], None], Callable[[], None]]
 
     conn = psycopg.connect(url, autocommit=True)
     table = f"bench_raw_cas_{uuid.uuid4().hex[:12]}"
-    conn.execute(
-        f'CREATE TABLE {table} (key text COLLATE "C" PRIMARY KEY, value text, version bigint)'
-    )
+    conn.execute(f'CREATE TABLE {table} (key text COLLATE "C" PRIMARY KEY, value text, version bigint)')
     conn.execute(f"INSERT INTO {table} VALUES ('counter', '{{}}', 1)")
 
     def execute(sql: str, params: tuple[object, ...]) -> int:
@@ -192,9 +190,7 @@ def compare(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--seconds", type=float, default=3.0, help="per backend and baseline (default 3)"
-    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="per backend and baseline (default 3)")
     args = parser.parse_args()
     rows: list[tuple[str, float, str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:

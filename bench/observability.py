@@ -101,7 +101,8 @@ def bench_prometheus(rounds: int) -> None:
                 own_names = sorted({k for snap, _ in parsed for own, _ in samples_of(snap) for k in own})
                 names = ["tenant", "bot", "replica", *own_names]
                 family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
-                    base, help_text, labels=names)
+                    base, help_text, labels=names
+                )
                 for snap, const in parsed:
                     for own, value in samples_of(snap):
                         merged = {**{k: "" for k in names}, **const, **own}

@@ -197,10 +197,7 @@ def ensure_database(server_url: str) -> str:
     import psycopg
 
     with psycopg.connect(server_url, autocommit=True) as conn:
-        if (
-            conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
-            is None
-        ):
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{DATABASE}"')
     return database_url(server_url, DATABASE)
 
@@ -214,8 +211,7 @@ def bench_env(db_url: str, kv_url: str) -> dict[str, str]:
         "BOTMESH_JOURNAL_URL": db_url,
         "CELERY_BROKER_URL": "memory://",
         "DEBUG": "0",
-        "BOTMESH_DATA_DIR": os.environ.get("BOTMESH_BENCH_DIR")
-        or tempfile.mkdtemp(prefix="bench-scale-"),
+        "BOTMESH_DATA_DIR": os.environ.get("BOTMESH_BENCH_DIR") or tempfile.mkdtemp(prefix="bench-scale-"),
         "BOTMESH_BENCH_DB": db_url,
         "ALLOWED_HOSTS": "testserver,localhost",
     }
@@ -295,9 +291,7 @@ def conversation_id_of(i: int) -> str:
 
 
 def tags_of(i: int) -> list[str]:
-    return sorted(
-        tag for tag, (salt, share, out_of) in TAGS.items() if mix(i, salt) % out_of < share
-    )
+    return sorted(tag for tag, (salt, share, out_of) in TAGS.items() if mix(i, salt) % out_of < share)
 
 
 def attributes_of(i: int) -> dict[str, Any]:
@@ -328,9 +322,7 @@ def contact_of(spec: Spec, i: int) -> Any:
 
     at = spec.base_ms + i
     identities = [
-        Identity("whatsapp", phone_of(i))
-        if channel_of(i) == "whatsapp"
-        else Identity("telegram", telegram_of(i))
+        Identity("whatsapp", phone_of(i)) if channel_of(i) == "whatsapp" else Identity("telegram", telegram_of(i))
     ]
     email = email_of(i)
     if email:
@@ -449,9 +441,7 @@ def conversation_of(spec: Spec, i: int) -> tuple[Any, tuple[Any, ...]]:
 
     t0 = spec.base_ms + i * STEP_MS
     messages = tuple(
-        replace(
-            m, timestamp_ms=m.timestamp_ms + t0, status_at_ms=m.status_at_ms and m.status_at_ms + t0
-        )
+        replace(m, timestamp_ms=m.timestamp_ms + t0, status_at_ms=m.status_at_ms and m.status_at_ms + t0)
         for m in messages_of(i)
     )
     last = messages[-1]
@@ -491,9 +481,7 @@ def markers_of(i: int) -> list[tuple[str, str, int]]:
     roll = mix(i, 4) % 100
     if roll < 35:  # ana read everything (25 %) or only the first message (10 %)
         upto = len(messages) if roll < 25 else 1
-        out.append(
-            ("ana", messages[upto - 1].id, sum(1 for m in messages[:upto] if m.direction == "in"))
-        )
+        out.append(("ana", messages[upto - 1].id, sum(1 for m in messages[:upto] if m.direction == "in")))
     if mix(i, 5) % 100 < 20:
         out.append(("ben", messages[-1].id, sum(1 for m in messages if m.direction == "in")))
     return out
@@ -633,9 +621,7 @@ class WriteBackKv:
         written = self.kv.commit(table, ops)
         for op, entry in zip(ops, written, strict=True):
             if op.key in promised and (entry is None or entry.version != promised[op.key]):
-                raise RuntimeError(
-                    f"{table} {op.key}: promised version {promised[op.key]}, wrote {entry}"
-                )
+                raise RuntimeError(f"{table} {op.key}: promised version {promised[op.key]}, wrote {entry}")
         self.flushes += 1
 
     def _holds(self, table: str, keys: Sequence[str] = (), prefix: str | None = None) -> bool:
@@ -643,9 +629,7 @@ class WriteBackKv:
             return False
         check = self._types[1]
         if prefix is not None:
-            return any(
-                k.startswith(prefix) and not isinstance(op, check) for k, op in self._ops.items()
-            )
+            return any(k.startswith(prefix) and not isinstance(op, check) for k, op in self._ops.items())
         return any(k in self._ops and not isinstance(self._ops[k], check) for k in keys)
 
     def get(self, table: str, key: str) -> Any:
@@ -658,9 +642,7 @@ class WriteBackKv:
             self.flush()
         return self.kv.get_many(table, keys)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Any]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Any]:
         if self._holds(table, prefix=prefix):
             self.flush()
         return self.kv.scan(table, prefix=prefix, after=after, limit=limit)
@@ -706,9 +688,7 @@ class CountingKv:
         self._add(get_many=1, keys=len(keys), entries=sum(1 for e in entries if e is not None))
         return entries
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Any]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Any]:
         entries = self.kv.scan(table, prefix=prefix, after=after, limit=limit)
         self._add(scan=1, entries=len(entries))
         return entries
@@ -745,18 +725,21 @@ PEER_COLUMNS = {
 def peer_ddl(p: str) -> list[str]:
     """Return the peer schema: what a Django model with ordinary indexes would migrate to."""
     return [
-        f"CREATE TABLE IF NOT EXISTS {p}conversation (id text PRIMARY KEY, tenant text NOT NULL, chat_key text NOT NULL,"
-        " channel text NOT NULL, status text NOT NULL, assignee text, contact_id text, display_name text, last_text text,"
-        " last_activity_ms bigint NOT NULL, inbound_count integer NOT NULL, message_count integer NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {p}conversation (id text PRIMARY KEY, tenant text NOT NULL,"
+        " chat_key text NOT NULL, channel text NOT NULL, status text NOT NULL, assignee text, contact_id text,"
+        " display_name text, last_text text, last_activity_ms bigint NOT NULL, inbound_count integer NOT NULL,"
+        " message_count integer NOT NULL)",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {p}conv_chat ON {p}conversation (tenant, chat_key)",
         f"CREATE INDEX IF NOT EXISTS {p}conv_activity ON {p}conversation (tenant, last_activity_ms DESC, id)",
-        f"CREATE INDEX IF NOT EXISTS {p}conv_assignee ON {p}conversation (tenant, assignee, status, last_activity_ms DESC)",
+        f"CREATE INDEX IF NOT EXISTS {p}conv_assignee ON {p}conversation"
+        " (tenant, assignee, status, last_activity_ms DESC)",
         f"CREATE INDEX IF NOT EXISTS {p}conv_status ON {p}conversation (tenant, status, last_activity_ms DESC)",
-        f"CREATE INDEX IF NOT EXISTS {p}conv_channel ON {p}conversation (tenant, channel, status, last_activity_ms DESC)",
+        f"CREATE INDEX IF NOT EXISTS {p}conv_channel ON {p}conversation"
+        " (tenant, channel, status, last_activity_ms DESC)",
         f"CREATE TABLE IF NOT EXISTS {p}readmarker (conversation_id text NOT NULL, agent text NOT NULL,"
         " read_inbound integer NOT NULL, PRIMARY KEY (conversation_id, agent))",
-        f"CREATE TABLE IF NOT EXISTS {p}contact (id text PRIMARY KEY, tenant text NOT NULL, name text, name_folded text,"
-        " phone text, telegram text, email text, tags text[] NOT NULL, attributes jsonb NOT NULL,"
+        f"CREATE TABLE IF NOT EXISTS {p}contact (id text PRIMARY KEY, tenant text NOT NULL, name text,"
+        " name_folded text, phone text, telegram text, email text, tags text[] NOT NULL, attributes jsonb NOT NULL,"
         " consent_whatsapp text, consent_telegram text, consent_email text, created_at bigint NOT NULL)",
         f"CREATE INDEX IF NOT EXISTS {p}contact_tenant ON {p}contact (tenant, id)",
         f"CREATE INDEX IF NOT EXISTS {p}contact_tags ON {p}contact USING gin (tags)",
@@ -882,9 +865,7 @@ class Builder:
         self.loader = WriteBackKv(kv)
         self.pg = psycopg.connect(db_url, autocommit=True)
 
-    def chunk(
-        self, spec: Spec, phase: str, start: int, stop: int, careful: bool
-    ) -> tuple[str, int, int, float]:
+    def chunk(self, spec: Spec, phase: str, start: int, stop: int, careful: bool) -> tuple[str, int, int, float]:
         """Build items ``start..stop`` of ``phase``; ``careful`` skips what a killed run already wrote."""
         from botmesh_admin.kv.runtime import use_kv
 
@@ -899,9 +880,7 @@ class Builder:
             self.loader.flush()
         with self.pg.transaction(), self.pg.cursor() as cursor:
             for table, items in rows.items():
-                with cursor.copy(
-                    f"COPY {spec.prefix}{table} ({PEER_COLUMNS[table]}) FROM STDIN"
-                ) as copy:
+                with cursor.copy(f"COPY {spec.prefix}{table} ({PEER_COLUMNS[table]}) FROM STDIN") as copy:
                     for row in items:
                         copy.write_row(row)
             cursor.execute(
@@ -910,9 +889,7 @@ class Builder:
             )
         return phase, start, stop, time.perf_counter() - began
 
-    def _contacts(
-        self, spec: Spec, items: range, careful: bool
-    ) -> dict[str, list[tuple[Any, ...]]]:
+    def _contacts(self, spec: Spec, items: range, careful: bool) -> dict[str, list[tuple[Any, ...]]]:
         from crm.domain import validate_contact
         from crm.stores import default_store
 
@@ -924,9 +901,7 @@ class Builder:
             store.contact_insert(spec.tenant, validate_contact(contact))
         return {"contact": [peer_contact_row(spec, i) for i in items]}
 
-    def _conversations(
-        self, spec: Spec, items: range, careful: bool
-    ) -> dict[str, list[tuple[Any, ...]]]:
+    def _conversations(self, spec: Spec, items: range, careful: bool) -> dict[str, list[tuple[Any, ...]]]:
         from inbox.domain import validate_conversation, validate_message
         from inbox.stores import default_store
         from inbox.stores.base import Change
@@ -949,37 +924,26 @@ class Builder:
         from inbox.services import Inbox
         from inbox.stores import default_store
 
-        inbox = Inbox(
-            default_store()
-        )  # the service: a marker moves only forward, so a redo is harmless
+        inbox = Inbox(default_store())  # the service: a marker moves only forward, so a redo is harmless
         rows = []
         for i in items:
             for agent, message_id, read in markers_of(i):
-                inbox.mark_read(
-                    spec.tenant, conversation_id_of(i), agent=agent, message_id=message_id
-                )
+                inbox.mark_read(spec.tenant, conversation_id_of(i), agent=agent, message_id=message_id)
                 rows.append((conversation_id_of(i), agent, read))
         return {"readmarker": rows}
 
-    def _deliveries(
-        self, spec: Spec, items: range, careful: bool
-    ) -> dict[str, list[tuple[Any, ...]]]:
+    def _deliveries(self, spec: Spec, items: range, careful: bool) -> dict[str, list[tuple[Any, ...]]]:
         from campaigns.stores import default_stores
 
         _, slots = default_stores()
         deliveries = [d for d in (delivery_of(spec, i) for i in items) if d is not None]
         todo = deliveries
         if careful:
-            todo = [
-                d
-                for d in deliveries
-                if slots.slot_get(spec.tenant, spec.campaign_id, d.recipient) is None
-            ]
+            todo = [d for d in deliveries if slots.slot_get(spec.tenant, spec.campaign_id, d.recipient) is None]
         slots.slots_add(spec.tenant, spec.campaign_id, todo)
         return {
             "delivery": [
-                (spec.campaign_id, d.recipient, d.contact_id, d.state, d.reason, d.updated_at)
-                for d in deliveries
+                (spec.campaign_id, d.recipient, d.contact_id, d.state, d.reason, d.updated_at) for d in deliveries
             ]
         }
 
@@ -1008,9 +972,7 @@ def reach(pg: Any, spec: Spec) -> int:
     A tenant measured at a size must hold nothing beyond it: a killed chunk may
     have written records the peer lacks.
     """
-    row = pg.execute(
-        "SELECT max(stop) FROM scale_bench_chunk WHERE tenant = %s", (spec.tenant,)
-    ).fetchone()
+    row = pg.execute("SELECT max(stop) FROM scale_bench_chunk WHERE tenant = %s", (spec.tenant,)).fetchone()
     return int(row[0] or 0)
 
 
@@ -1029,9 +991,7 @@ def pending_chunks(pg: Any, spec: Spec, phase: str, size: int) -> list[tuple[int
     return out
 
 
-def build(
-    spec: Spec, size: int, *, jobs: int, env: dict[str, str], main_builder: Builder
-) -> dict[str, float]:
+def build(spec: Spec, size: int, *, jobs: int, env: dict[str, str], main_builder: Builder) -> dict[str, float]:
     """Bring the tenant to ``size`` items in every phase; return seconds per phase.
 
     The first chunk of a phase runs here alone (it creates each table's index
@@ -1053,12 +1013,8 @@ def build(
                 done += stop - start
             if chunks:
                 if pool is None:
-                    pool = multiprocessing.get_context("spawn").Pool(
-                        jobs, initializer=worker_init, initargs=(env,)
-                    )
-                tasks = [
-                    (spec.__dict__, phase, start, stop, careful) for start, stop, careful in chunks
-                ]
+                    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=worker_init, initargs=(env,))
+                tasks = [(spec.__dict__, phase, start, stop, careful) for start, stop, careful in chunks]
                 for _, start, stop, _ in pool.imap_unordered(worker_chunk, tasks):
                     done += stop - start
                     elapsed = time.perf_counter() - began
@@ -1069,7 +1025,8 @@ def build(
                     )
             seconds[phase] = time.perf_counter() - began
             print(
-                f"\r  build {phase:<13} {total:>9,} items in {seconds[phase]:7.1f} s ({total / seconds[phase]:.0f}/s)   "
+                f"\r  build {phase:<13} {total:>9,} items in {seconds[phase]:7.1f} s "
+                f"({total / seconds[phase]:.0f}/s)   "
             )
     finally:
         if pool is not None:
@@ -1097,9 +1054,7 @@ def campaign_settle(spec: Spec, size: int) -> None:
         return
     campaigns.campaign_replace(
         spec.tenant,
-        replace(
-            campaign, state="paused", plan=PlanCounts(planned, planned), started_at=spec.base_ms
-        ),
+        replace(campaign, state="paused", plan=PlanCounts(planned, planned), started_at=spec.base_ms),
         expected_version=campaign.version,
     )
 
@@ -1111,35 +1066,24 @@ def tenant_spec(pg: Any, tenant: str, kv_url: str) -> Spec:
     from botmesh_admin.tenancy.models import Tenant
     from botmesh_admin.tenancy.services import tenant_create
 
-    row = pg.execute(
-        "SELECT kv_url, base_ms, meta FROM scale_bench_tenant WHERE tenant = %s", (tenant,)
-    ).fetchone()
+    row = pg.execute("SELECT kv_url, base_ms, meta FROM scale_bench_tenant WHERE tenant = %s", (tenant,)).fetchone()
     if row is None:
-        base_ms = (
-            int(time.time()) - 40 * 86400
-        ) * 1000  # a million conversations span 12 days, all in the past
+        base_ms = (int(time.time()) - 40 * 86400) * 1000  # a million conversations span 12 days, all in the past
         pg.execute(
             "INSERT INTO scale_bench_tenant (tenant, kv_url, base_ms) VALUES (%s, %s, %s)",
             (tenant, kv_url, base_ms),
         )
         row = (kv_url, base_ms, {})
     if row[0] != kv_url:
-        raise SystemExit(
-            f"tenant {tenant} was built on {row[0]}, not {kv_url}: pass that --kv or another --tenant"
-        )
+        raise SystemExit(f"tenant {tenant} was built on {row[0]}, not {kv_url}: pass that --kv or another --tenant")
     meta = dict(row[2])
     if not Tenant.objects.filter(id=tenant).exists():
         tenant_create(tenant, name=f"Scale {tenant}")
     if "segments" not in meta:
         from crm.services import segment_create
 
-        meta["segments"] = {
-            name: segment_create(tenant, name=name, rules=rules).id
-            for name, rules in SEGMENTS.items()
-        }
-        pg.execute(
-            "UPDATE scale_bench_tenant SET meta = %s WHERE tenant = %s", (Jsonb(meta), tenant)
-        )
+        meta["segments"] = {name: segment_create(tenant, name=name, rules=rules).id for name, rules in SEGMENTS.items()}
+        pg.execute("UPDATE scale_bench_tenant SET meta = %s WHERE tenant = %s", (Jsonb(meta), tenant))
     if "campaign_id" not in meta:
         from campaigns.services import campaign_create
 
@@ -1150,9 +1094,7 @@ def tenant_spec(pg: Any, tenant: str, kv_url: str) -> Spec:
             channel="whatsapp",
             message={"template": "promo_scale", "language": "es"},
         ).id
-        pg.execute(
-            "UPDATE scale_bench_tenant SET meta = %s WHERE tenant = %s", (Jsonb(meta), tenant)
-        )
+        pg.execute("UPDATE scale_bench_tenant SET meta = %s WHERE tenant = %s", (Jsonb(meta), tenant))
     spec = Spec(tenant, row[1], meta["campaign_id"], meta["segments"])
     for statement in peer_ddl(spec.prefix):
         pg.execute(statement)
@@ -1263,14 +1205,10 @@ class Peer:
 
     def conversation_after(self, conversation_id: str) -> tuple[int, str]:
         """Return the keyset ``(last_activity_ms, id)`` of a conversation (where a page ended)."""
-        rows = self.rows(
-            "SELECT last_activity_ms, id FROM {p}conversation WHERE id = %s", (conversation_id,)
-        )
+        rows = self.rows("SELECT last_activity_ms, id FROM {p}conversation WHERE id = %s", (conversation_id,))
         return rows[0][0], rows[0][1]
 
-    def orm_conversations(
-        self, view: str, status: str | None, channel: str | None, unread_only: bool
-    ) -> Any:
+    def orm_conversations(self, view: str, status: str | None, channel: str | None, unread_only: bool) -> Any:
         from django.db.models import F, FilteredRelation, Q
         from django.db.models.functions import Coalesce
 
@@ -1301,13 +1239,8 @@ class Peer:
 
         qs = self.orm_conversations(view, status, channel, unread_only)
         if after is not None:
-            qs = qs.filter(
-                Q(last_activity_ms__lt=after[0]) | Q(last_activity_ms=after[0], id__gt=after[1])
-            )
-        return [
-            tuple(r)
-            for r in qs.order_by("-last_activity_ms", "id").values_list("id", "unread")[:PAGE]
-        ]
+            qs = qs.filter(Q(last_activity_ms__lt=after[0]) | Q(last_activity_ms=after[0], id__gt=after[1]))
+        return [tuple(r) for r in qs.order_by("-last_activity_ms", "id").values_list("id", "unread")[:PAGE]]
 
     def unread_total(self) -> int:
         return int(
@@ -1322,20 +1255,14 @@ class Peer:
     def orm_unread_total(self) -> int:
         from django.db.models import Sum
 
-        return int(
-            self.orm_conversations("all", None, None, False).aggregate(n=Sum("unread"))["n"] or 0
-        )
+        return int(self.orm_conversations("all", None, None, False).aggregate(n=Sum("unread"))["n"] or 0)
 
     @staticmethod
     def view_counts(groups: Sequence[tuple[str, str | None, int]]) -> dict[str, int]:
         """Fold ``(status, assignee, count)`` groups into ``{"<view>/<status or any>": count}``."""
         out: dict[str, int] = {}
         for status, assignee, n in groups:
-            views = (
-                ["all"]
-                + (["mine"] if assignee == AGENT else [])
-                + (["unassigned"] if assignee is None else [])
-            )
+            views = ["all"] + (["mine"] if assignee == AGENT else []) + (["unassigned"] if assignee is None else [])
             for view in views:
                 for key in (f"{view}/{status}", f"{view}/any"):
                     out[key] = out.get(key, 0) + n
@@ -1344,8 +1271,7 @@ class Peer:
     def list_counts(self) -> dict[str, int]:
         return self.view_counts(
             self.rows(
-                "SELECT status, assignee, count(*) FROM {p}conversation WHERE tenant = %s"
-                " GROUP BY status, assignee",
+                "SELECT status, assignee, count(*) FROM {p}conversation WHERE tenant = %s GROUP BY status, assignee",
                 (self.spec.tenant,),
             )
         )
@@ -1353,14 +1279,8 @@ class Peer:
     def orm_list_counts(self) -> dict[str, int]:
         from django.db.models import Count
 
-        qs = (
-            self.m["Conversation"]
-            .objects.filter(tenant=self.spec.tenant)
-            .values("status", "assignee")
-        )
-        return self.view_counts(
-            [(g["status"], g["assignee"], g["n"]) for g in qs.annotate(n=Count("id")).order_by()]
-        )
+        qs = self.m["Conversation"].objects.filter(tenant=self.spec.tenant).values("status", "assignee")
+        return self.view_counts([(g["status"], g["assignee"], g["n"]) for g in qs.annotate(n=Count("id")).order_by()])
 
     # contacts
 
@@ -1392,8 +1312,7 @@ class Peer:
         return [
             r[0]
             for r in self.rows(
-                f"SELECT id FROM {{p}}contact WHERE tenant = %s AND {clause}"
-                f" ORDER BY id LIMIT {PAGE}",
+                f"SELECT id FROM {{p}}contact WHERE tenant = %s AND {clause} ORDER BY id LIMIT {PAGE}",
                 params,
             )
         ]
@@ -1429,8 +1348,7 @@ class Peer:
         if rules.get("consent_required"):
             channel = rules["consent_required"]
             clauses.append(
-                f"consent_{channel} = 'granted' AND {'phone' if channel == 'whatsapp' else channel}"
-                " IS NOT NULL"
+                f"consent_{channel} = 'granted' AND {'phone' if channel == 'whatsapp' else channel} IS NOT NULL"
             )
         return " AND ".join(clauses) or "TRUE", params
 
@@ -1465,20 +1383,14 @@ class Peer:
         )
 
     def orm_segment_count(self, rules: dict[str, Any]) -> int:
-        return int(
-            self.m["Contact"]
-            .objects.filter(tenant=self.spec.tenant)
-            .filter(self.segment_q(rules))
-            .count()
-        )
+        return int(self.m["Contact"].objects.filter(tenant=self.spec.tenant).filter(self.segment_q(rules)).count())
 
     def segment_preview(self, rules: dict[str, Any]) -> tuple[int, list[str]]:
         where, params = self.segment_sql(rules)
         ids = [
             r[0]
             for r in self.rows(
-                f"SELECT id FROM {{p}}contact WHERE tenant = %s AND {where} ORDER BY id"
-                f" LIMIT {PAGE}",
+                f"SELECT id FROM {{p}}contact WHERE tenant = %s AND {where} ORDER BY id LIMIT {PAGE}",
                 [self.spec.tenant, *params],
             )
         ]
@@ -1509,20 +1421,13 @@ class Peer:
             self.m["Contact"]
             .objects.filter(tenant=self.spec.tenant)
             .aggregate(
-                **{
-                    f"s{n}": Count("id", filter=self.segment_q(rules))
-                    for n, rules in enumerate(SEGMENTS.values())
-                }
+                **{f"s{n}": Count("id", filter=self.segment_q(rules)) for n, rules in enumerate(SEGMENTS.values())}
             )
         )
         return {self.spec.segments[name]: int(counts[f"s{n}"]) for n, name in enumerate(SEGMENTS)}
 
     def contact_total(self) -> int:
-        return int(
-            self.rows("SELECT count(*) FROM {p}contact WHERE tenant = %s", (self.spec.tenant,))[0][
-                0
-            ]
-        )
+        return int(self.rows("SELECT count(*) FROM {p}contact WHERE tenant = %s", (self.spec.tenant,))[0][0])
 
     def orm_contact_total(self) -> int:
         return int(self.m["Contact"].objects.filter(tenant=self.spec.tenant).count())
@@ -1546,8 +1451,7 @@ class Peer:
     def progress(self) -> dict[str, Any]:
         return self.progress_of(
             self.rows(
-                "SELECT state, reason, count(*) FROM {p}delivery WHERE campaign_id = %s"
-                " GROUP BY state, reason",
+                "SELECT state, reason, count(*) FROM {p}delivery WHERE campaign_id = %s GROUP BY state, reason",
                 (self.spec.campaign_id,),
             )
         )
@@ -1555,14 +1459,8 @@ class Peer:
     def orm_progress(self) -> dict[str, Any]:
         from django.db.models import Count
 
-        qs = (
-            self.m["Delivery"]
-            .objects.filter(campaign_id=self.spec.campaign_id)
-            .values("state", "reason")
-        )
-        return self.progress_of(
-            [(g["state"], g["reason"], g["n"]) for g in qs.annotate(n=Count("*")).order_by()]
-        )
+        qs = self.m["Delivery"].objects.filter(campaign_id=self.spec.campaign_id).values("state", "reason")
+        return self.progress_of([(g["state"], g["reason"], g["n"]) for g in qs.annotate(n=Count("*")).order_by()])
 
     def delivery_page(self, state: str, reason: str | None) -> list[str]:
         extra, params = ("AND reason = %s", [reason]) if reason else ("", [])
@@ -1584,9 +1482,7 @@ class Peer:
 
 def pick(size: int, predicate: Callable[[int], bool], start: int) -> int:
     """Return the first index from ``start`` (wrapping below ``size``) that satisfies ``predicate``."""
-    return next(
-        i for i in itertools.chain(range(min(start, size - 1), size), range(size)) if predicate(i)
-    )
+    return next(i for i in itertools.chain(range(min(start, size - 1), size), range(size)) if predicate(i))
 
 
 def build_reads(spec: Spec, peer: Peer, size: int, *, with_pages: bool = True) -> list[Read]:
@@ -1688,9 +1584,7 @@ def build_reads(spec: Spec, peer: Peer, size: int, *, with_pages: bool = True) -
         )
 
     # -- crm
-    contact_params = {
-        p for p in ("consent", "attribute", "attributes") if accepts(crm.contact_list, p)
-    }
+    contact_params = {p for p in ("consent", "attribute", "attributes") if accepts(crm.contact_list, p)}
 
     def ours_contacts(**filters: Any) -> list[str]:
         return [c.id for c in crm.contact_list(tenant, limit=PAGE, **filters).items]
@@ -1813,17 +1707,13 @@ def build_reads(spec: Spec, peer: Peer, size: int, *, with_pages: bool = True) -
 
     # -- campaigns
     def ours_deliveries(state: str, reason: str | None) -> list[str]:
-        page = campaign_selectors.delivery_list(
-            tenant, spec.campaign_id, limit=PAGE, state=state, reason=reason
-        )
+        page = campaign_selectors.delivery_list(tenant, spec.campaign_id, limit=PAGE, state=state, reason=reason)
         return [d.recipient for d in page.items]
 
     reads.append(
         Read(
             "campaign_progress (counts by state)",
-            lambda: progress_answer(
-                campaign_selectors.campaign_progress(tenant, spec.campaign_id).counts
-            ),
+            lambda: progress_answer(campaign_selectors.campaign_progress(tenant, spec.campaign_id).counts),
             peer.orm_progress,
             peer.progress,
         )
@@ -1902,9 +1792,7 @@ def normalize_counts(counts: Any) -> dict[str, int]:
     if isinstance(counts, dict):
         out: dict[str, int] = {}
         for key, value in counts.items():
-            if isinstance(
-                value, dict
-            ):  # {view: {status: n}}: the peer also counts each view's total
+            if isinstance(value, dict):  # {view: {status: n}}: the peer also counts each view's total
                 for status, n in value.items():
                     out[f"{key}/{status or 'any'}"] = int(n)
                 if None not in value and "any" not in value:
@@ -1975,9 +1863,7 @@ def timed(fn: Callable[[], Any], reps: int, budget_s: float) -> tuple[float, Any
         return first * 1000, answer, 1  # too slow to repeat: the warm-up is the measurement
     times: list[float] = []
     spent = first
-    while (len(times) < reps and (spent < budget_s or not times)) or (
-        spent < 1.0 and len(times) < 4 * reps
-    ):
+    while (len(times) < reps and (spent < budget_s or not times)) or (spent < 1.0 and len(times) < 4 * reps):
         t = time.perf_counter()
         answer = fn()
         times.append(time.perf_counter() - t)
@@ -2013,9 +1899,7 @@ def measure_one(read: Read, counting: CountingKv, reps: int, budget_s: float) ->
     return Result(ours_ms, orm_ms, raw_ms, kv, same, max(1, n - 1), read.note)
 
 
-def measure(
-    reads: list[Read], counting: CountingKv, reps: int, budget_s: float, rounds: int
-) -> dict[str, Result]:
+def measure(reads: list[Read], counting: CountingKv, reps: int, budget_s: float, rounds: int) -> dict[str, Result]:
     """Measure every read ``rounds`` times over (passes over the whole list); keep each side's best.
 
     A burst of load from the machine's other users then costs a read one pass,
@@ -2040,8 +1924,7 @@ def measure(
             ratio = f"{r.ours / r.orm:7.1f}x" if r.orm else "      -"
             print(
                 f"  {read.name:<58} ours {r.ours:9.1f} ms  orm {fmt(r.orm)}  raw {fmt(r.raw)}"
-                f"  ours/orm {ratio}  kv {kv_text(r.kv)}"
-                + ("" if r.same in (None, "same") else "  " + str(r.same))
+                f"  ours/orm {ratio}  kv {kv_text(r.kv)}" + ("" if r.same in (None, "same") else "  " + str(r.same))
             )
     return results
 
@@ -2055,12 +1938,7 @@ def agreement(ours: Any, peer: Any) -> str:
     """
     if ours == peer:
         return "same"
-    if (
-        isinstance(ours, list)
-        and isinstance(peer, list)
-        and len(ours) < len(peer)
-        and peer[: len(ours)] == ours
-    ):
+    if isinstance(ours, list) and isinstance(peer, list) and len(ours) < len(peer) and peer[: len(ours)] == ours:
         return f"short page ({len(ours)} of {len(peer)})"
     return "DIFFER"
 
@@ -2075,18 +1953,12 @@ def fmt(ms: float | None) -> str:
 
 
 def kv_text(kv: dict[str, float]) -> str:
-    parts = [
-        f"{name} {kv[name]:.0f}"
-        for name in ("get", "get_many", "keys", "scan", "entries")
-        if kv.get(name)
-    ]
+    parts = [f"{name} {kv[name]:.0f}" for name in ("get", "get_many", "keys", "scan", "entries") if kv.get(name)]
     return ", ".join(parts) or "-"
 
 
 def size_label(n: int) -> str:
-    return (
-        f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
-    )
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
 def report(all_results: dict[int, dict[str, Result]], kv_url: str, builds: dict[int, str]) -> str:
@@ -2134,9 +2006,7 @@ def report(all_results: dict[int, dict[str, Result]], kv_url: str, builds: dict[
         cells.append("-" if b is None or not b.raw else f"{b.ours / b.raw:.1f}×")
         cells.append("-" if b is None else kv_text(b.kv))
         cells.append(
-            "-"
-            if b is None or present[0] == large
-            else f"{a.kv.get('entries', 0):.0f} → {b.kv.get('entries', 0):.0f}"
+            "-" if b is None or present[0] == large else f"{a.kv.get('entries', 0):.0f} → {b.kv.get('entries', 0):.0f}"
         )
         verdicts = []
         if b is not None:
@@ -2179,9 +2049,7 @@ def check_indexes(tenant: str) -> None:
         call_command("botmesh_check_indexes", tenant=tenant, stdout=out)
     except CommandError as exc:
         print(out.getvalue() + f"  index check: {exc}")
-        raise SystemExit(
-            "the built tenant's indexes drift: the numbers would mean nothing"
-        ) from None
+        raise SystemExit("the built tenant's indexes drift: the numbers would mean nothing") from None
     except Exception as exc:  # an installation without the command (before the index kernel)
         print(f"  index check skipped: {type(exc).__name__}: {exc}")
         return
@@ -2191,25 +2059,15 @@ def check_indexes(tenant: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--sizes", default="10000,100000,1000000", help="comma-separated tenant sizes, ascending"
-    )
-    parser.add_argument(
-        "--kv", help="Kv URL (default: the bench database on the test PostgreSQL server)"
-    )
-    parser.add_argument(
-        "--tenant", help="tenant id (default: scale-<random>); reused if already built"
-    )
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated tenant sizes, ascending")
+    parser.add_argument("--kv", help="Kv URL (default: the bench database on the test PostgreSQL server)")
+    parser.add_argument("--tenant", help="tenant id (default: scale-<random>); reused if already built")
     parser.add_argument("--keep", action="store_true", help="keep the tenant for a later run")
     parser.add_argument("--drop", metavar="TENANT", help="drop a kept tenant and exit")
     parser.add_argument("--jobs", type=int, default=2, help="builder processes")
     parser.add_argument("--reps", type=int, default=5, help="timed calls per read (median)")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="passes over every read; each side's best counts"
-    )
-    parser.add_argument(
-        "--budget", type=float, default=20.0, help="seconds per read and side at most"
-    )
+    parser.add_argument("--rounds", type=int, default=3, help="passes over every read; each side's best counts")
+    parser.add_argument("--budget", type=float, default=20.0, help="seconds per read and side at most")
     parser.add_argument("--only", help="measure only reads whose name contains this text")
     parser.add_argument("--no-pages", action="store_true", help="skip the whole-page GETs")
     parser.add_argument(
@@ -2227,9 +2085,7 @@ def main() -> int:
         help="bench/results/scale_<tenant>.json of another tenant: its sizes below this tenant's"
         " size fill in the report (the same generator builds the same rows)",
     )
-    parser.add_argument(
-        "--copy-to", action="append", default=[], metavar="DIR", help="also save the report here"
-    )
+    parser.add_argument("--copy-to", action="append", default=[], metavar="DIR", help="also save the report here")
     args = parser.parse_args()
     server = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
     if not server:
@@ -2279,13 +2135,9 @@ def main() -> int:
                     run = earlier[str(size)]
                     all_results[size] = {n: Result(**r) for n, r in run["results"].items()}
                     builds[size] = run["build"] + f" (measured at {run['commit']})"
-                    print(
-                        f"  the tenant is bigger now: using the reads measured at {run['commit']}"
-                    )
+                    print(f"  the tenant is bigger now: using the reads measured at {run['commit']}")
                 else:
-                    print(
-                        "  the tenant is bigger now and nothing was measured at this size: skipped"
-                    )
+                    print("  the tenant is bigger now and nothing was measured at this size: skipped")
                 continue
             seconds = build(spec, size, jobs=args.jobs, env=env, main_builder=builder)
             rss_mb = (
@@ -2322,10 +2174,7 @@ def main() -> int:
             saved.write_text(json.dumps(earlier, indent=1))
         text = report(all_results, kv_url, builds)
         print("\n" + text)
-        name = (
-            args.out
-            or f"scale_{urlsplit(kv_url).scheme}_{'-'.join(size_label(s) for s in sizes)}.md"
-        )
+        name = args.out or f"scale_{urlsplit(kv_url).scheme}_{'-'.join(size_label(s) for s in sizes)}.md"
         title = f"# bench/scale.py — {datetime_now()} — commit {git_head()}\n\n"
         for directory in (ROOT / "bench" / "results", *map(Path, args.copy_to)):
             directory.mkdir(parents=True, exist_ok=True)
@@ -2350,9 +2199,7 @@ def datetime_now() -> str:
 def git_head() -> str:
     import subprocess
 
-    out = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or "?"
 
 

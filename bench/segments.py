@@ -58,7 +58,8 @@ def make_contacts(n: int, seed: int = 7) -> list[Contact]:
             name=f"Contact {i}",
             tags=tuple(sorted(rng.sample(TAGS, rng.randint(0, 3)))),
             attributes={"city": rng.choice(["Bogotá", "Cali", "CDMX"]), **({"plan": plan} if plan else {})},
-            created_at=1, updated_at=1,
+            created_at=1,
+            updated_at=1,
         )
         status = rng.choice(["granted", "denied", None])
         if status:
@@ -77,10 +78,13 @@ def load(kv, tenant: str, contacts: list[Contact]) -> None:
 def plain_filter(contacts: list[Contact]) -> int:
     """The baseline: the same rules as a hand-written generator over in-memory contacts."""
     return sum(
-        1 for c in contacts
+        1
+        for c in contacts
         if "vip" in c.tags
-        and type(c.attributes.get("plan")) is str and c.attributes.get("plan") == "pro"
-        and c.consent.get("whatsapp") is not None and c.consent["whatsapp"].status == "granted"
+        and type(c.attributes.get("plan")) is str
+        and c.attributes.get("plan") == "pro"
+        and c.consent.get("whatsapp") is not None
+        and c.consent["whatsapp"].status == "granted"
         and any(i.channel == "whatsapp" for i in c.identities)
     )
 
@@ -102,7 +106,7 @@ def main() -> None:
     args = parser.parse_args()
     url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")
     if not url:
-        sys.exit("set BOTMESH_TEST_POSTGRES_URL (eval \"$(scripts/services.sh)\")")
+        sys.exit('set BOTMESH_TEST_POSTGRES_URL (eval "$(scripts/services.sh)")')
     kv = connect(url)
     tenant = f"bench-{uuid.uuid4().hex[:10]}"
     contacts = make_contacts(args.contacts)

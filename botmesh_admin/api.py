@@ -221,9 +221,7 @@ def input_path(loc: Any) -> list[str]:
 @api.exception_handler(NinjaValidationError)
 def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     """Render ninja's input errors in the one shape; ``field`` and each ``loc`` come from ``input_path``."""
-    errors = [
-        {"loc": input_path(e.get("loc")), "msg": str(e.get("msg", "invalid"))} for e in exc.errors
-    ]
+    errors = [{"loc": input_path(e.get("loc")), "msg": str(e.get("msg", "invalid"))} for e in exc.errors]
     first = errors[0] if errors else {"loc": [], "msg": "invalid input"}
     field = bounded(".".join(first["loc"])) or None
     message = f"{field}: {first['msg']}" if field else str(first["msg"])
@@ -299,7 +297,8 @@ class CursorParams(Schema):
 
     limit: int = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
-        None, max_length=CURSOR_MAX_CHARS,
+        None,
+        max_length=CURSOR_MAX_CHARS,
         description="the previous page's next (opaque); bounded so the request line fits gunicorn's 4,094 bytes",
     )
 
@@ -432,17 +431,13 @@ def _object_body_model(model: Any) -> Any:
         # ``body: XIn`` or ``body: XIn | None = None`` (an empty body stays allowed: data is None)
         annotation = model.model_fields[single].annotation
         optional = get_origin(annotation) in (Union, UnionType)
-        kinds = (
-            [k for k in get_args(annotation) if k is not type(None)] if optional else [annotation]
-        )
+        kinds = [k for k in get_args(annotation) if k is not type(None)] if optional else [annotation]
         if not (len(kinds) == 1 and isinstance(kinds[0], type) and issubclass(kinds[0], BaseModel)):
             return model
 
     class ObjectBody(model):  # type: ignore[misc,valid-type]
         @classmethod
-        def get_request_data(
-            cls, request: HttpRequest, api: NinjaAPI, path_params: dict[str, Any]
-        ) -> Any:
+        def get_request_data(cls, request: HttpRequest, api: NinjaAPI, path_params: dict[str, Any]) -> Any:
             data = super().get_request_data(request, api, path_params)
             value = data.get(single) if single and isinstance(data, dict) else data
             if data is not None and not isinstance(value, dict):
@@ -473,5 +468,13 @@ def _bind_prefix_path_params(router: Any, prefix: str) -> None:
 mount_routers()
 
 __all__ = [
-    "api", "CursorParams", "ErrorOut", "Page", "Query", "expected_version_field", "one_of", "principal", "requires",
+    "api",
+    "CursorParams",
+    "ErrorOut",
+    "Page",
+    "Query",
+    "expected_version_field",
+    "one_of",
+    "principal",
+    "requires",
 ]

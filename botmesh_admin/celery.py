@@ -14,9 +14,18 @@ config.load_or_exit()
 app = Celery("botmesh_admin")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(
-    ["botmesh_admin.events", "botmesh_admin.coordination", "botmesh_admin.channels",
-     "botmesh_admin.observability", "botmesh_admin.dashboard", "inbox", "crm", "campaigns", "hub",
-     "deployments"]
+    [
+        "botmesh_admin.events",
+        "botmesh_admin.coordination",
+        "botmesh_admin.channels",
+        "botmesh_admin.observability",
+        "botmesh_admin.dashboard",
+        "inbox",
+        "crm",
+        "campaigns",
+        "hub",
+        "deployments",
+    ]
 )
 
 # A SIGTERM must reach the process that runs a campaign or a reply: the stop flag is shared with the

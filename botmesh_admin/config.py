@@ -266,7 +266,9 @@ def _rates(name: str, raw: str | None) -> tuple[tuple[str, float], ...]:
         try:
             rate = float(number)
         except ValueError:
-            raise ConfigError(name, f"{kind}: expected a number of messages per second, got {number.strip()!r}") from None
+            raise ConfigError(
+                name, f"{kind}: expected a number of messages per second, got {number.strip()!r}"
+            ) from None
         if not 0 < rate <= 10_000:
             raise ConfigError(name, f"{kind}: must be more than 0 and at most 10000 per second")
         out[kind] = rate
@@ -324,7 +326,9 @@ def load_tuning(get: Callable[[str], str | None]) -> Tuning:
         campaign_slot_ttl_ms=_bounded(
             "BOTMESH_CAMPAIGN_SLOT_TTL_MS", get("BOTMESH_CAMPAIGN_SLOT_TTL_MS"), 60_000, 1000, 86_400_000
         ),
-        campaign_max_attempts=_bounded("BOTMESH_CAMPAIGN_MAX_ATTEMPTS", get("BOTMESH_CAMPAIGN_MAX_ATTEMPTS"), 3, 1, 100),
+        campaign_max_attempts=_bounded(
+            "BOTMESH_CAMPAIGN_MAX_ATTEMPTS", get("BOTMESH_CAMPAIGN_MAX_ATTEMPTS"), 3, 1, 100
+        ),
         campaign_concurrency=_bounded("BOTMESH_CAMPAIGN_CONCURRENCY", get("BOTMESH_CAMPAIGN_CONCURRENCY"), 8, 1, 256),
         campaign_lease_ms=_bounded(
             "BOTMESH_CAMPAIGN_LEASE_MS", get("BOTMESH_CAMPAIGN_LEASE_MS"), 30_000, 1000, 3_600_000
@@ -362,7 +366,10 @@ class MetricsLimits:
 
 
 def load_metrics_limits(get: Callable[[str], str | None]) -> MetricsLimits:
-    """Read ``BOTMESH_METRICS_MAX_BOTS``, ``…_MAX_REPLICAS`` and ``…_REPLICA_TTL_S``; raise ``ConfigError`` naming one."""
+    """Read ``BOTMESH_METRICS_MAX_BOTS``, ``…_MAX_REPLICAS`` and ``…_REPLICA_TTL_S``.
+
+    Raise ``ConfigError`` naming the variable that is wrong.
+    """
     return MetricsLimits(
         max_bots=_bounded("BOTMESH_METRICS_MAX_BOTS", get("BOTMESH_METRICS_MAX_BOTS"), 20, 1, 10_000),
         max_replicas=_bounded("BOTMESH_METRICS_MAX_REPLICAS", get("BOTMESH_METRICS_MAX_REPLICAS"), 20, 1, 10_000),

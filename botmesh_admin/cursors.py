@@ -25,9 +25,7 @@ def cursor_check(after: object, shape: re.Pattern[str]) -> str | None:
     if after is None or after == "":
         return None
     if not isinstance(after, str) or not shape.fullmatch(after):
-        raise ValidationError(
-            "after", "not a cursor of this list (pass back the previous page's next)"
-        )
+        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
     return after
 
 

@@ -55,8 +55,12 @@ class DemoContext:
     notes: list[str] = field(default_factory=list)
 
     def request(
-        self, method: str, path: str, body: bytes | dict[str, Any] | list[Any] | None = None,
-        headers: dict[str, str] | None = None, tenant: str | None = DEMO_TENANT,
+        self,
+        method: str,
+        path: str,
+        body: bytes | dict[str, Any] | list[Any] | None = None,
+        headers: dict[str, str] | None = None,
+        tenant: str | None = DEMO_TENANT,
     ) -> tuple[int, Any]:
         """Send one HTTP request to the running server; return ``(status, parsed JSON or text)``."""
         data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()

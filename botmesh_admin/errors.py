@@ -182,9 +182,7 @@ def store_unavailable(exc: BaseException) -> StoreUnavailable | None:
         return exc
     for kind, store in outage_types().items():
         if isinstance(exc, kind):
-            wrapped = StoreUnavailable(
-                f"{store} is unavailable ({type(exc).__name__}); retry later"
-            )
+            wrapped = StoreUnavailable(f"{store} is unavailable ({type(exc).__name__}); retry later")
             wrapped.__cause__ = exc
             return wrapped
     return None

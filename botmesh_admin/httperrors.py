@@ -49,7 +49,9 @@ CODES = {
 """The ``error`` code of an answer that carries no code of its own, by HTTP status."""
 
 GUNICORN_REQUEST_LINE_BYTES = 4094
-"""gunicorn's default ``--limit-request-line`` (bytes of ``GET /path?query HTTP/1.1``): the cursor bound is made to fit."""
+"""gunicorn's default ``--limit-request-line`` (bytes of ``GET /path?query HTTP/1.1``).
+
+The cursor bound is made to fit it."""
 
 # Headers of the original answer kept on its JSON replacement (RFC 9110 §15.5.6: a 405 names the methods).
 _KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
@@ -239,6 +241,14 @@ def install_runserver_json_errors() -> bool:
 
 
 __all__ = [
-    "GUNICORN_REQUEST_LINE_BYTES", "JsonErrorMiddleware", "bad_request", "error_body",
-    "install_gunicorn_json_errors", "install_runserver_json_errors", "page_not_found", "server_error", "too_large_body", "unreadable_request",
+    "GUNICORN_REQUEST_LINE_BYTES",
+    "JsonErrorMiddleware",
+    "bad_request",
+    "error_body",
+    "install_gunicorn_json_errors",
+    "install_runserver_json_errors",
+    "page_not_found",
+    "server_error",
+    "too_large_body",
+    "unreadable_request",
 ]

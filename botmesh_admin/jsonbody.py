@@ -75,17 +75,13 @@ def _load(
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationError(field, f"not {wanted}: the body is not UTF-8") from None
-    hook: Callable[[list[tuple[str, Any]]], Any] | None = (
-        _reject_duplicates if reject_duplicate_keys else None
-    )
+    hook: Callable[[list[tuple[str, Any]]], Any] | None = _reject_duplicates if reject_duplicate_keys else None
     try:
         value = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         raise ValidationError(f"{field}.{exc.key}", "duplicate key") from None
     except RecursionError:
-        raise ValidationError(
-            field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep"
-        ) from None
+        raise ValidationError(field, f"not {wanted}: nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:
         if "integer string conversion" in str(exc):  # Python's own cap on the digits of an int
             raise ValidationError(field, f"not {wanted}: a number has more than 4300 digits") from None
@@ -128,9 +124,7 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        )
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
         if children is None:
             continue
         if depth > limit:

@@ -46,7 +46,6 @@ handler404 = "botmesh_admin.httperrors.page_not_found"
 handler500 = "botmesh_admin.httperrors.server_error"
 
 
-
 def favicon(request: HttpRequest) -> HttpResponse:
     """``/favicon.ico`` (what a browser asks for where a page names no icon): the static icon (301)."""
     return HttpResponsePermanentRedirect(static("botmesh/favicon.ico"))

@@ -29,13 +29,14 @@ CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # U+200C and ZWJ U+200D (emoji sequences, Persian and Indic spelling), the marks LRM/RLM/ALM
 # (U+200E, U+200F, U+061C: a right-to-left name with digits needs them, and they override
 # nothing), the soft hyphen, Arabic number signs and the emoji tag characters U+E0020-E007F.
-SPOOFING_RE = re.compile(
-    "[\u180e\u200b\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0001]"
-)
+SPOOFING_RE = re.compile("[\u180e\u200b\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0001]")
 
 
 def spoofing_character(value: str) -> str | None:
-    """Return how a message names the first ``SPOOFING_RE`` character of ``value`` (``U+202E RIGHT-TO-LEFT OVERRIDE``), or ``None``."""
+    """Return how a message names the first ``SPOOFING_RE`` character of ``value``, or ``None``.
+
+    The name reads ``U+202E RIGHT-TO-LEFT OVERRIDE``.
+    """
     found = SPOOFING_RE.search(value)
     if found is None:
         return None
@@ -46,9 +47,7 @@ def spoofing_character(value: str) -> str | None:
 def _refuse_spoofing(value: str, field: str) -> None:
     named = spoofing_character(value)
     if named:
-        raise ValidationError(
-            field, f"contains {named}, an invisible character that disguises the text"
-        )
+        raise ValidationError(field, f"contains {named}, an invisible character that disguises the text")
 
 
 def json_string(value: object, path: str, *, max_len: int, blank: bool = True) -> str:

@@ -74,9 +74,11 @@ class CampaignIn(Schema):
     channel: str = one_of(CHANNELS, description="whatsapp or telegram")
     message: dict[str, Any]
     channel_name: str | None = Field(
-        None, description="the tenant's channel (WhatsApp number or Telegram bot) that sends; required. A "
+        None,
+        description="the tenant's channel (WhatsApp number or Telegram bot) that sends; required. A "
         "recipient without a conversation on it is dropped with reason no_conversation_on_channel (a WhatsApp "
-        "template may open one)")
+        "template may open one)",
+    )
     contact_ids: list[str] | None = Field(None, description="only these contacts (each must match the segment)")
     rate_per_s: float | None = Field(None, description="messages per second (default: the channel's)")
 
@@ -97,28 +99,37 @@ class PlanIn(Schema):
     channel: str = one_of(CHANNELS)
     contact_ids: list[str] | None = None
     channel_name: str | None = Field(
-        None, max_length=63, description="the channel (WhatsApp number or Telegram bot) that would send: the "
-        "plan then looks up who has no conversation on it (no_conversation)")
+        None,
+        max_length=63,
+        description="the channel (WhatsApp number or Telegram bot) that would send: the "
+        "plan then looks up who has no conversation on it (no_conversation)",
+    )
 
 
 class NoConversationOut(Schema):
     channel_name: str = Field(..., description="the sending channel looked at")
     checked: int = Field(..., description="recipients looked up in the inbox now: the first ones, at most 50")
     without_conversation: int = Field(
-        ..., description="of those checked, how many have no conversation on channel_name: the run drops them "
-        "with reason no_conversation_on_channel")
+        ...,
+        description="of those checked, how many have no conversation on channel_name: the run drops them "
+        "with reason no_conversation_on_channel",
+    )
     examples: list[str] = Field(..., description="up to 10 names of recipients checked without a conversation")
     exact: bool = Field(
-        ..., description="true when every recipient was checked (checked == recipients): without_conversation "
-        "is then the run's count; false: only the first were, the others are checked at send time")
+        ...,
+        description="true when every recipient was checked (checked == recipients): without_conversation "
+        "is then the run's count; false: only the first were, the others are checked at send time",
+    )
 
 
 class PlanOut(PlanCountsOut):
     examples: dict[str, list[str]] = Field(..., description="up to 10 names per reason (and of recipients)")
     no_conversation: NoConversationOut | None = Field(
-        None, description="recipients without a conversation on the sending channel (channel_name), who are "
+        None,
+        description="recipients without a conversation on the sending channel (channel_name), who are "
         "counted in recipients but dropped at send time; null when no channel is named or the message needs "
-        "none (a WhatsApp template)")
+        "none (a WhatsApp template)",
+    )
 
 
 class StartIn(Schema):
@@ -158,19 +169,36 @@ class ResendIn(Schema):
 
 def progress_out(counts: DeliveryCounts) -> dict[str, Any]:
     """Return the API shape of delivery counts."""
-    return {"total": counts.total, "done": counts.done, "percent": counts.percent, "states": dict(counts.states),
-            "reasons": dict(counts.reasons)}
+    return {
+        "total": counts.total,
+        "done": counts.done,
+        "percent": counts.percent,
+        "states": dict(counts.states),
+        "reasons": dict(counts.reasons),
+    }
 
 
 def campaign_out(c: Campaign, counts: DeliveryCounts | None = None) -> dict[str, Any]:
     """Return the API shape of a campaign (with its progress when ``counts`` is given)."""
     return {
-        "id": c.id, "name": c.name, "segment_id": c.segment_id, "channel": c.channel,
-        "channel_name": c.channel_name, "message": c.message.to_json(),
-        "contact_ids": list(c.contact_ids) if c.contact_ids is not None else None, "rate_per_s": c.rate_per_s,
-        "state": c.state, "scheduled_at": c.scheduled_at, "plan": c.plan.to_json() if c.plan else None,
-        "error": c.error, "created_by": c.created_by, "created_at": c.created_at, "updated_at": c.updated_at,
-        "started_at": c.started_at, "finished_at": c.finished_at, "version": c.version,
+        "id": c.id,
+        "name": c.name,
+        "segment_id": c.segment_id,
+        "channel": c.channel,
+        "channel_name": c.channel_name,
+        "message": c.message.to_json(),
+        "contact_ids": list(c.contact_ids) if c.contact_ids is not None else None,
+        "rate_per_s": c.rate_per_s,
+        "state": c.state,
+        "scheduled_at": c.scheduled_at,
+        "plan": c.plan.to_json() if c.plan else None,
+        "error": c.error,
+        "created_by": c.created_by,
+        "created_at": c.created_at,
+        "updated_at": c.updated_at,
+        "started_at": c.started_at,
+        "finished_at": c.finished_at,
+        "version": c.version,
         "progress": progress_out(counts) if counts is not None else None,
     }
 
@@ -178,16 +206,29 @@ def campaign_out(c: Campaign, counts: DeliveryCounts | None = None) -> dict[str,
 def plan_out(plan: Plan) -> dict[str, Any]:
     """Return the API shape of a plan preview."""
     check = plan.no_conversation
-    return {**plan.counts.to_json(), "examples": plan.examples,
-            "no_conversation": check.to_json() if check is not None else None}
+    return {
+        **plan.counts.to_json(),
+        "examples": plan.examples,
+        "no_conversation": check.to_json() if check is not None else None,
+    }
 
 
 def delivery_out(d: Delivery) -> dict[str, Any]:
     return {
-        "recipient": d.recipient, "contact_id": d.contact_id, "chat_key": d.chat_key, "state": d.state,
-        "attempts": d.attempts, "sends": d.sends, "provider_message_id": d.provider_message_id,
-        "provider_recipient": d.provider_recipient, "error_code": d.error_code, "error_title": d.error_title,
-        "retryable": d.retryable, "reason": d.reason, "not_before": d.not_before, "updated_at": d.updated_at,
+        "recipient": d.recipient,
+        "contact_id": d.contact_id,
+        "chat_key": d.chat_key,
+        "state": d.state,
+        "attempts": d.attempts,
+        "sends": d.sends,
+        "provider_message_id": d.provider_message_id,
+        "provider_recipient": d.provider_recipient,
+        "error_code": d.error_code,
+        "error_title": d.error_title,
+        "retryable": d.retryable,
+        "reason": d.reason,
+        "not_before": d.not_before,
+        "updated_at": d.updated_at,
     }
 
 
@@ -210,8 +251,15 @@ def campaign_create(request: HttpRequest, tenant: str, body: CampaignIn) -> Stat
     """Create a draft campaign (admins)."""
     p = principal(request)
     campaign = services.campaign_create(
-        tenant, name=body.name, segment_id=body.segment_id, channel=body.channel, message=body.message,
-        channel_name=body.channel_name, contact_ids=body.contact_ids, rate_per_s=body.rate_per_s, actor=p.actor,
+        tenant,
+        name=body.name,
+        segment_id=body.segment_id,
+        channel=body.channel,
+        message=body.message,
+        channel_name=body.channel_name,
+        contact_ids=body.contact_ids,
+        rate_per_s=body.rate_per_s,
+        actor=p.actor,
     )
     return Status(201, campaign_out(campaign))
 
@@ -223,8 +271,15 @@ def campaign_plan(request: HttpRequest, tenant: str, body: PlanIn) -> dict[str, 
 
     With ``channel_name``, ``no_conversation`` tells who among the first recipients has no conversation on it.
     """
-    return plan_out(selectors.campaign_plan(tenant, segment_id=body.segment_id, channel=body.channel,
-                                            contact_ids=body.contact_ids, channel_name=body.channel_name))
+    return plan_out(
+        selectors.campaign_plan(
+            tenant,
+            segment_id=body.segment_id,
+            channel=body.channel,
+            contact_ids=body.contact_ids,
+            channel_name=body.channel_name,
+        )
+    )
 
 
 @router.get("campaigns/{campaign_id}", response={200: CampaignOut, **ERRORS})
@@ -297,10 +352,19 @@ def campaign_cancel(request: HttpRequest, tenant: str, campaign_id: str) -> dict
 
 @router.get("campaigns/{campaign_id}/deliveries", response={200: Page[DeliveryOut], **ERRORS})
 @requires("agent")
-def delivery_list(request: HttpRequest, tenant: str, campaign_id: str, filters: Query[DeliveryFilters]) -> dict[str, Any]:
+def delivery_list(
+    request: HttpRequest, tenant: str, campaign_id: str, filters: Query[DeliveryFilters]
+) -> dict[str, Any]:
     """The per-recipient outcomes, by recipient; filter by ``state``, ``reason`` or ``contact_id``."""
-    page = selectors.delivery_list(tenant, campaign_id, limit=filters.limit, after=filters.after,
-                                   state=filters.state, reason=filters.reason, contact_id=filters.contact_id)
+    page = selectors.delivery_list(
+        tenant,
+        campaign_id,
+        limit=filters.limit,
+        after=filters.after,
+        state=filters.state,
+        reason=filters.reason,
+        contact_id=filters.contact_id,
+    )
     return {"items": [delivery_out(d) for d in page.items], "next": page.next}
 
 

@@ -30,22 +30,44 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 60.0) -> str:
     _, existing = ctx.request("GET", f"{base}/campaigns?limit=200", tenant=tenant)
     names = {c["name"] for c in (existing or {}).get("items", [])} if isinstance(existing, dict) else set()
     if DRAFT not in names:
-        status, draft = ctx.request("POST", f"{base}/campaigns", {
-            "name": DRAFT, "segment_id": segment["id"], "channel": "whatsapp", "channel_name": CHANNEL,
-            "message": MESSAGE}, tenant=tenant)
+        status, draft = ctx.request(
+            "POST",
+            f"{base}/campaigns",
+            {
+                "name": DRAFT,
+                "segment_id": segment["id"],
+                "channel": "whatsapp",
+                "channel_name": CHANNEL,
+                "message": MESSAGE,
+            },
+            tenant=tenant,
+        )
         if status != 201:
             return f"campaigns: creating the draft failed ({status}: {draft})"
-    _, preview = ctx.request("POST", f"{base}/campaigns/plan",
-                             {"segment_id": segment["id"], "channel": "whatsapp"}, tenant=tenant)
+    _, preview = ctx.request(
+        "POST", f"{base}/campaigns/plan", {"segment_id": segment["id"], "channel": "whatsapp"}, tenant=tenant
+    )
     if SMALL in names:
         return f"campaigns: demo campaigns already loaded; the draft would reach {preview.get('recipients')} now"
     _, vips = ctx.request("GET", f"{base}/contacts?tag=vip&limit=50", tenant=tenant)
-    listed = [c["id"] for c in (vips or {}).get("items", [])
-              if c.get("consent", {}).get("whatsapp", {}).get("status") == "granted"][:3]
-    status, small = ctx.request("POST", f"{base}/campaigns", {
-        "name": SMALL, "segment_id": segment["id"], "channel": "whatsapp", "channel_name": CHANNEL,
-        "contact_ids": listed,
-        "message": {"template": "envio_gratis", "language": "es", "parameters": ["{name}"]}}, tenant=tenant)
+    listed = [
+        c["id"]
+        for c in (vips or {}).get("items", [])
+        if c.get("consent", {}).get("whatsapp", {}).get("status") == "granted"
+    ][:3]
+    status, small = ctx.request(
+        "POST",
+        f"{base}/campaigns",
+        {
+            "name": SMALL,
+            "segment_id": segment["id"],
+            "channel": "whatsapp",
+            "channel_name": CHANNEL,
+            "contact_ids": listed,
+            "message": {"template": "envio_gratis", "language": "es", "parameters": ["{name}"]},
+        },
+        tenant=tenant,
+    )
     if status != 201:
         return f"campaigns: creating the small campaign failed ({status}: {small})"
     ctx.request("POST", f"{base}/campaigns/{small['id']}/start", tenant=tenant)
@@ -55,5 +77,7 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 60.0) -> str:
         time.sleep(0.5)
         _, state = ctx.request("GET", f"{base}/campaigns/{small['id']}", tenant=tenant)
     progress = (state.get("progress") or {}).get("states", {})
-    return (f"campaigns: draft {DRAFT!r} would reach {preview.get('recipients')} "
-            f"(left out: {preview.get('dropped')}); {SMALL!r} is {state.get('state')} {progress}")
+    return (
+        f"campaigns: draft {DRAFT!r} would reach {preview.get('recipients')} "
+        f"(left out: {preview.get('dropped')}); {SMALL!r} is {state.get('state')} {progress}"
+    )

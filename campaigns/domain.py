@@ -47,7 +47,14 @@ EDITABLE_STATES = ("draft", "scheduled")
 CHANNELS = ("whatsapp", "telegram")
 
 DELIVERY_STATES = (
-    "pending", "reserved", "sending", "accepted", "failed", "dropped", "cancelled", "in_doubt",
+    "pending",
+    "reserved",
+    "sending",
+    "accepted",
+    "failed",
+    "dropped",
+    "cancelled",
+    "in_doubt",
 )
 OUTCOMES = ("accepted", "failed", "dropped", "cancelled", "in_doubt")
 FINAL_STATES = ("accepted", "failed", "dropped", "cancelled")
@@ -117,8 +124,12 @@ class Message:
     parameters: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "template": self.template, "language": self.language,
-                "parameters": list(self.parameters)}
+        return {
+            "text": self.text,
+            "template": self.template,
+            "language": self.language,
+            "parameters": list(self.parameters),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Message:
@@ -172,9 +183,7 @@ def message_from_input(data: object, channel: str, field: str = "campaign.messag
             raise BadType(f"{field}.parameters", "must be a list of strings")
         if len(raw) > MAX_PARAMETERS:
             raise ValidationError(f"{field}.parameters", f"more than {MAX_PARAMETERS} parameters")
-        params = tuple(
-            _text(p, f"{field}.parameters[{i}]", MAX_PARAMETER, required=True) for i, p in enumerate(raw)
-        )
+        params = tuple(_text(p, f"{field}.parameters[{i}]", MAX_PARAMETER, required=True) for i, p in enumerate(raw))
         return Message(template=template, language=language, parameters=params)
     if template is not None:
         raise ValidationError(f"{field}.template", f"{channel} has no message templates; send a text")
@@ -222,8 +231,13 @@ class ConversationCheck:
     exact: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"channel_name": self.channel_name, "checked": self.checked, "without_conversation": self.without,
-                "examples": list(self.examples), "exact": self.exact}
+        return {
+            "channel_name": self.channel_name,
+            "checked": self.checked,
+            "without_conversation": self.without,
+            "examples": list(self.examples),
+            "exact": self.exact,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,12 +277,22 @@ class Campaign:
 def campaign_to_json(c: Campaign) -> dict[str, Any]:
     """Return the stored JSON of ``c`` (without ``version``: the store owns it)."""
     return {
-        "id": c.id, "name": c.name, "segment_id": c.segment_id, "channel": c.channel,
-        "channel_name": c.channel_name, "message": c.message.to_json(),
+        "id": c.id,
+        "name": c.name,
+        "segment_id": c.segment_id,
+        "channel": c.channel,
+        "channel_name": c.channel_name,
+        "message": c.message.to_json(),
         "contact_ids": list(c.contact_ids) if c.contact_ids is not None else None,
-        "rate_per_s": c.rate_per_s, "state": c.state, "scheduled_at": c.scheduled_at,
-        "plan": c.plan.to_json() if c.plan else None, "error": c.error, "created_by": c.created_by,
-        "created_at": c.created_at, "updated_at": c.updated_at, "started_at": c.started_at,
+        "rate_per_s": c.rate_per_s,
+        "state": c.state,
+        "scheduled_at": c.scheduled_at,
+        "plan": c.plan.to_json() if c.plan else None,
+        "error": c.error,
+        "created_by": c.created_by,
+        "created_at": c.created_at,
+        "updated_at": c.updated_at,
+        "started_at": c.started_at,
         "finished_at": c.finished_at,
     }
 
@@ -277,14 +301,24 @@ def campaign_from_json(d: Mapping[str, Any], version: int) -> Campaign:
     """Return the campaign stored as ``d`` at ``version``."""
     ids = d.get("contact_ids")
     return Campaign(
-        id=d["id"], name=d["name"], segment_id=d["segment_id"], channel=d["channel"],
-        message=Message.from_json(d["message"]), channel_name=d.get("channel_name"),
-        contact_ids=tuple(ids) if ids is not None else None, rate_per_s=d.get("rate_per_s"),
-        state=d["state"], scheduled_at=d.get("scheduled_at"),
-        plan=PlanCounts.from_json(d["plan"]) if d.get("plan") else None, error=d.get("error"),
-        created_by=d.get("created_by", ""), created_at=int(d.get("created_at", 0)),
-        updated_at=int(d.get("updated_at", 0)), started_at=d.get("started_at"),
-        finished_at=d.get("finished_at"), version=version,
+        id=d["id"],
+        name=d["name"],
+        segment_id=d["segment_id"],
+        channel=d["channel"],
+        message=Message.from_json(d["message"]),
+        channel_name=d.get("channel_name"),
+        contact_ids=tuple(ids) if ids is not None else None,
+        rate_per_s=d.get("rate_per_s"),
+        state=d["state"],
+        scheduled_at=d.get("scheduled_at"),
+        plan=PlanCounts.from_json(d["plan"]) if d.get("plan") else None,
+        error=d.get("error"),
+        created_by=d.get("created_by", ""),
+        created_at=int(d.get("created_at", 0)),
+        updated_at=int(d.get("updated_at", 0)),
+        started_at=d.get("started_at"),
+        finished_at=d.get("finished_at"),
+        version=version,
     )
 
 
@@ -436,9 +470,22 @@ class Delivery:
 
 
 _DELIVERY_FIELDS = (
-    "recipient", "contact_id", "chat_key", "state", "token", "lease_until", "attempts", "sends",
-    "provider_message_id", "provider_recipient", "error_code", "error_title", "retryable", "reason",
-    "not_before", "updated_at",
+    "recipient",
+    "contact_id",
+    "chat_key",
+    "state",
+    "token",
+    "lease_until",
+    "attempts",
+    "sends",
+    "provider_message_id",
+    "provider_recipient",
+    "error_code",
+    "error_title",
+    "retryable",
+    "reason",
+    "not_before",
+    "updated_at",
 )
 
 
@@ -481,8 +528,14 @@ def reserve(d: Delivery, *, token: str, ttl_ms: int, now: int, sending: bool = F
     """
     if not d.available(now):
         return None
-    return replace(d, state="sending" if sending else "reserved", token=token, lease_until=now + ttl_ms,
-                   not_before=None, updated_at=now)
+    return replace(
+        d,
+        state="sending" if sending else "reserved",
+        token=token,
+        lease_until=now + ttl_ms,
+        not_before=None,
+        updated_at=now,
+    )
 
 
 def mark_sending(d: Delivery, *, token: str, ttl_ms: int, now: int) -> Delivery | None:
@@ -504,9 +557,18 @@ def mark_sent(
     if not _answered(d, token):
         return None
     return replace(
-        d, state="accepted", provider_message_id=provider_message_id, provider_recipient=provider_recipient,
-        attempts=d.attempts + 1, sends=d.sends + 1, lease_until=None, error_code=None, error_title=None,
-        retryable=None, reason=None, updated_at=now,
+        d,
+        state="accepted",
+        provider_message_id=provider_message_id,
+        provider_recipient=provider_recipient,
+        attempts=d.attempts + 1,
+        sends=d.sends + 1,
+        lease_until=None,
+        error_code=None,
+        error_title=None,
+        retryable=None,
+        reason=None,
+        updated_at=now,
     )
 
 
@@ -518,14 +580,33 @@ def mark_failed(d: Delivery, *, token: str, failure: Failure, max_attempts: int,
     title = (failure.error_title or "")[:300] or None
     if failure.retryable and attempts < max_attempts:
         delay = failure.retry_after_ms if failure.retry_after_ms is not None else 1000 * 2 ** (attempts - 1)
-        return replace(d, state="pending", token=None, not_before=now + delay, reason="retrying", attempts=attempts,
-                       error_code=failure.error_code, error_title=title, retryable=True, lease_until=None,
-                       updated_at=now)
+        return replace(
+            d,
+            state="pending",
+            token=None,
+            not_before=now + delay,
+            reason="retrying",
+            attempts=attempts,
+            error_code=failure.error_code,
+            error_title=title,
+            retryable=True,
+            lease_until=None,
+            updated_at=now,
+        )
     reason = f"code:{failure.error_code}" if failure.error_code is not None else "refused"
     if failure.retryable:
         reason = "gave_up"
-    return replace(d, state="failed", reason=reason, attempts=attempts, error_code=failure.error_code,
-                   error_title=title, retryable=failure.retryable, lease_until=None, updated_at=now)
+    return replace(
+        d,
+        state="failed",
+        reason=reason,
+        attempts=attempts,
+        error_code=failure.error_code,
+        error_title=title,
+        retryable=failure.retryable,
+        lease_until=None,
+        updated_at=now,
+    )
 
 
 def mark_dropped(d: Delivery, *, token: str, reason: str, now: int) -> Delivery | None:
@@ -556,8 +637,15 @@ def release(d: Delivery, *, token: str, now: int) -> Delivery | None:
 def cancel(d: Delivery, *, now: int) -> Delivery | None:
     """Cancel a slot nobody holds (pending, or a reservation that expired)."""
     if d.state == "pending" or (d.state == "reserved" and (d.lease_until or 0) <= now):
-        return replace(d, state="cancelled", reason="campaign_cancelled", token=None, lease_until=None,
-                       not_before=None, updated_at=now)
+        return replace(
+            d,
+            state="cancelled",
+            reason="campaign_cancelled",
+            token=None,
+            lease_until=None,
+            not_before=None,
+            updated_at=now,
+        )
     return None
 
 

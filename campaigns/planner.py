@@ -197,8 +197,13 @@ class Planner:
         self.contacts = contacts if contacts is not None else CrmContacts(tenant)
 
     def plan(
-        self, *, rules: SegmentRules, channel: str, contact_ids: Sequence[str] | None = None,
-        claims: Claims | None = None, keep: int | None = None,
+        self,
+        *,
+        rules: SegmentRules,
+        channel: str,
+        contact_ids: Sequence[str] | None = None,
+        claims: Claims | None = None,
+        keep: int | None = None,
     ) -> Plan:
         """Return the recipients of a campaign to the segment ``rules`` on ``channel``.
 
@@ -214,8 +219,9 @@ class Planner:
         tally = _Tally(keep)
         with SeenKeys() as own:
             batch: list[_Verdict] = []
-            for verdict in self._judge(self._audience(contact_ids), match_rules, channel, listed=contact_ids
-                                       is not None):
+            for verdict in self._judge(
+                self._audience(contact_ids), match_rules, channel, listed=contact_ids is not None
+            ):
                 batch.append(verdict)
                 if len(batch) == BATCH:
                     self._settle(batch, claims or own, tally)
@@ -225,7 +231,12 @@ class Planner:
         return Plan(tuple(tally.recipients), counts, tally.examples)
 
     def _judge(
-        self, audience: Iterator[tuple[str, Contact | None]], rules: SegmentRules, channel: str, *, listed: bool,
+        self,
+        audience: Iterator[tuple[str, Contact | None]],
+        rules: SegmentRules,
+        channel: str,
+        *,
+        listed: bool,
     ) -> Iterator[_Verdict]:
         """Yield each contact's verdict but the address dedupe (``Claims`` settles that per batch)."""
         seen_listed: set[str] = set()  # a listed audience is in memory already (at most MAX_CONTACT_IDS)
@@ -296,7 +307,8 @@ class Planner:
         from crm.services import consent_set
 
         try:
-            consent_set(self.tenant, contact_id, channel=channel, status="denied", source="campaign",
-                        evidence=evidence[:500])
+            consent_set(
+                self.tenant, contact_id, channel=channel, status="denied", source="campaign", evidence=evidence[:500]
+            )
         except NotFound:
             pass  # erased meanwhile: nothing left to mark

@@ -88,8 +88,14 @@ def recipient_has_conversation(tenant: str, recipient: Recipient, *, channel_nam
 
 
 def campaign_plan(
-    tenant: str, *, segment_id: str, channel: str, contact_ids: Sequence[str] | None = None,
-    planner: Planner | None = None, channel_name: str | None = None, template: bool | None = None,
+    tenant: str,
+    *,
+    segment_id: str,
+    channel: str,
+    contact_ids: Sequence[str] | None = None,
+    planner: Planner | None = None,
+    channel_name: str | None = None,
+    template: bool | None = None,
 ) -> Plan:
     """Return who a campaign to ``segment_id`` on ``channel`` would reach now, with the drop counts.
 
@@ -125,9 +131,11 @@ def campaign_plan(
         plan = _plan_from_membership(tenant, segment_id, channel)
     if plan is None:
         plan = (planner or Planner(tenant)).plan(
-            rules=segment.rules, channel=channel, contact_ids=listed, keep=PREVIEW_RECIPIENTS)
+            rules=segment.rules, channel=channel, contact_ids=listed, keep=PREVIEW_RECIPIENTS
+        )
     if sender is not None and conversation_required(
-            channel, template=channel == "whatsapp" if template is None else template):
+        channel, template=channel == "whatsapp" if template is None else template
+    ):
         plan = replace(plan, no_conversation=_conversation_check(tenant, plan, sender))
     return plan
 
@@ -153,8 +161,12 @@ def _conversation_check(tenant: str, plan: Plan, channel_name: str) -> Conversat
     page = plan.recipients[:CONVERSATION_CHECK_PAGE]
     without = [r for r in page if not recipient_has_conversation(tenant, r, channel_name=channel_name)]
     return ConversationCheck(
-        channel_name, len(page), len(without), tuple(r.name or r.contact_id for r in without[:SAMPLE]),
-        exact=len(page) == plan.counts.recipients)
+        channel_name,
+        len(page),
+        len(without),
+        tuple(r.name or r.contact_id for r in without[:SAMPLE]),
+        exact=len(page) == plan.counts.recipients,
+    )
 
 
 def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | None:
@@ -172,11 +184,15 @@ def _plan_from_membership(tenant: str, segment_id: str, channel: str) -> Plan | 
     if reach is None:
         return None
     audience = sum(reach.verdicts.values())
-    dropped = {"not_in_segment": reach.contacts - audience, "no_identity": reach.verdicts["no_identity"],
-               "opted_out": reach.verdicts["opted_out"]}
+    dropped = {
+        "not_in_segment": reach.contacts - audience,
+        "no_identity": reach.verdicts["no_identity"],
+        "opted_out": reach.verdicts["opted_out"],
+    }
     examples = {
         "recipients" if reason == "ok" else reason: [c.name or c.id for c in contacts[:SAMPLE]]
-        for reason, contacts in reach.examples.items() if contacts
+        for reason, contacts in reach.examples.items()
+        if contacts
     }
     recipients = tuple(
         Recipient(c.id, c.addresses(channel)[0], chat_key_of(channel, c.addresses(channel)[0]), c.name)
@@ -193,8 +209,14 @@ def campaign_plan_of(tenant: str, campaign_id: str) -> Plan:
     the look at its sending channel (``no_conversation``) when it names one.
     """
     c = campaign_get(tenant, campaign_id)
-    return campaign_plan(tenant, segment_id=c.segment_id, channel=c.channel, contact_ids=c.contact_ids,
-                         channel_name=c.channel_name, template=c.message.template is not None)
+    return campaign_plan(
+        tenant,
+        segment_id=c.segment_id,
+        channel=c.channel,
+        contact_ids=c.contact_ids,
+        channel_name=c.channel_name,
+        template=c.message.template is not None,
+    )
 
 
 class Progress(NamedTuple):
@@ -219,8 +241,14 @@ class DeliveryPage(NamedTuple):
 
 
 def delivery_list(
-    tenant: str, campaign_id: str, *, limit: int = 50, after: str | None = None, state: str | None = None,
-    reason: str | None = None, contact_id: str | None = None,
+    tenant: str,
+    campaign_id: str,
+    *,
+    limit: int = 50,
+    after: str | None = None,
+    state: str | None = None,
+    reason: str | None = None,
+    contact_id: str | None = None,
 ) -> DeliveryPage:
     """Return the campaign's deliveries ordered by recipient, filtered by state, reason and contact.
 
@@ -235,8 +263,9 @@ def delivery_list(
     if any(isinstance(v, str) and len(v) > MAX_FILTER for v in (reason, contact_id)):
         return DeliveryPage([], None)  # no delivery has it (and it could not be an index key)
     _, slots = default_stores()
-    items = slots.slot_scan(tenant, campaign_id, after=after, limit=limit + 1, state=state, reason=reason,
-                            contact_id=contact_id)
+    items = slots.slot_scan(
+        tenant, campaign_id, after=after, limit=limit + 1, state=state, reason=reason, contact_id=contact_id
+    )
     if len(items) > limit:
         return DeliveryPage(items[:limit], items[limit - 1].recipient)
     return DeliveryPage(items, None)

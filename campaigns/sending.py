@@ -167,14 +167,15 @@ def send_campaign(
             now = clock()
             stale = [(d, "sender_lost") for d in page if d.stale_sending(now)]
             if stale:
-                run.report.in_doubt += len(slots.slots_mark_in_doubt(
-                    tenant, campaign.id, stale, now_ms=now, expired_only=True))
+                run.report.in_doubt += len(
+                    slots.slots_mark_in_doubt(tenant, campaign.id, stale, now_ms=now, expired_only=True)
+                )
             for d in page:
                 if d.state in ("pending", "reserved", "sending") and not d.available(now) and not d.stale_sending(now):
                     due = d.not_before if d.state == "pending" else d.lease_until
                     wake_at = min(wake_at or due or now, due or now)
             candidates = [d for d in page if d.available(now)]
-            chunks = [candidates[i:i + options.batch_size] for i in range(0, len(candidates), options.batch_size)]
+            chunks = [candidates[i : i + options.batch_size] for i in range(0, len(candidates), options.batch_size)]
             # The next batch's contacts are read while this one is out (reads only; at most one batch older).
             checks = run.start_checks(chunks[0]) if chunks else []
             for index, chunk in enumerate(chunks):
@@ -231,8 +232,15 @@ def _reads_pool() -> ThreadPoolExecutor:
 
 class _Run:
     def __init__(
-        self, bot: CampaignBot, planner: Planner, tenant: str, campaign: Campaign, slots: SlotStore,
-        campaigns: CampaignStore | None, options: SendOptions, clock: Callable[[], int],
+        self,
+        bot: CampaignBot,
+        planner: Planner,
+        tenant: str,
+        campaign: Campaign,
+        slots: SlotStore,
+        campaigns: CampaignStore | None,
+        options: SendOptions,
+        clock: Callable[[], int],
         sleep: Callable[[float], None],
     ) -> None:
         self.bot, self.planner, self.tenant, self.campaign = bot, planner, tenant, campaign
@@ -246,7 +254,9 @@ class _Run:
         return [pool.submit(self.planner.check, d.contact_id, channel, d.recipient) for d in candidates]
 
     def send_batch(
-        self, candidates: Sequence[Delivery], checks: Sequence[tuple[str | None, Contact | None]],
+        self,
+        candidates: Sequence[Delivery],
+        checks: Sequence[tuple[str | None, Contact | None]],
     ) -> int | None:
         """Send one batch (``checks``: its contacts' send-time checks); return when a retry is due (ms), if any."""
         tenant, cid, channel = self.tenant, self.campaign.id, self.campaign.channel
@@ -271,8 +281,15 @@ class _Run:
             return None
         # Reserved and marked sending in one write, right before the requests leave: from here on a
         # sender that dies leaves these slots "sending", and they become in doubt, never resent.
-        sending = self.slots.slots_reserve(tenant, cid, [d for d, _ in ready.values()], token=new_token(),
-                                           ttl_ms=self.options.ttl_ms, now_ms=self.clock(), sending=True)
+        sending = self.slots.slots_reserve(
+            tenant,
+            cid,
+            [d for d, _ in ready.values()],
+            token=new_token(),
+            ttl_ms=self.options.ttl_ms,
+            now_ms=self.clock(),
+            sending=True,
+        )
         if not sending:
             return None
         by_recipient = {d.recipient: d for d in sending}
@@ -283,8 +300,9 @@ class _Run:
                     results = self.bot.provider.broadcast(messages)
                 except Exception as exc:
                     self.slots.slots_release(tenant, cid, sending, now_ms=self.clock())
-                    log.warning("campaign %s: broadcast raised %s; %d slot(s) released",
-                                cid, type(exc).__name__, len(sending))
+                    log.warning(
+                        "campaign %s: broadcast raised %s; %d slot(s) released", cid, type(exc).__name__, len(sending)
+                    )
                     raise BroadcastFailed(f"the provider's broadcast raised {type(exc).__name__}") from exc
                 return self._record(sending, by_recipient, results)
 
@@ -292,10 +310,12 @@ class _Run:
         """Reserve, then drop, slots whose send-time check or hook said no (each with its reason)."""
         tenant, cid = self.tenant, self.campaign.id
         reasons = {d.recipient: reason for d, reason in dropped}
-        held = self.slots.slots_reserve(tenant, cid, [d for d, _ in dropped], token=new_token(),
-                                        ttl_ms=self.options.ttl_ms, now_ms=self.clock())
-        done = self.slots.slots_mark_dropped(tenant, cid, [(d, reasons[d.recipient]) for d in held],
-                                             now_ms=self.clock())
+        held = self.slots.slots_reserve(
+            tenant, cid, [d for d, _ in dropped], token=new_token(), ttl_ms=self.options.ttl_ms, now_ms=self.clock()
+        )
+        done = self.slots.slots_mark_dropped(
+            tenant, cid, [(d, reasons[d.recipient]) for d in held], now_ms=self.clock()
+        )
         self.report.dropped += len(done)
         for d in done:
             self.report.drop_reasons[d.reason or ""] = self.report.drop_reasons.get(d.reason or "", 0) + 1
@@ -320,12 +340,16 @@ class _Run:
             return
         now = self.clock()
         start = self.campaigns.throttle_take(
-            self.tenant, self.options.throttle_key, count=count, interval_ms=1000.0 / rate, now_ms=now)
+            self.tenant, self.options.throttle_key, count=count, interval_ms=1000.0 / rate, now_ms=now
+        )
         if start > now:
             self.sleep((start - now) / 1000)
 
     def _record(
-        self, sending: list[Delivery], by_recipient: dict[str, Delivery], results: Sequence[SendResult],
+        self,
+        sending: list[Delivery],
+        by_recipient: dict[str, Delivery],
+        results: Sequence[SendResult],
     ) -> int | None:
         tenant, cid, now = self.tenant, self.campaign.id, self.clock()
         blocked: dict[str, str] = {}
@@ -344,8 +368,9 @@ class _Run:
             elif result.error_code is None and result.retryable:
                 doubt.append((d, "no_answer"))  # a network error: the provider may have the message
             else:
-                failed.append((d, Failure(result.error_code, result.error_title, result.retryable,
-                                          result.retry_after_ms)))
+                failed.append(
+                    (d, Failure(result.error_code, result.error_title, result.retryable, result.retry_after_ms))
+                )
                 if result.retry_after_ms:
                     slow_down = max(slow_down, result.retry_after_ms)
                 if result.error_code in FATAL_CODES.get(self.campaign.channel, ()):
@@ -358,8 +383,7 @@ class _Run:
             self.report.accepted += len(self.slots.slots_mark_sent(tenant, cid, sent, now_ms=now))
             metrics.count("messages.out", len(sent))
         if failed:
-            done = self.slots.slots_mark_failed(tenant, cid, failed, max_attempts=self.options.max_attempts,
-                                                now_ms=now)
+            done = self.slots.slots_mark_failed(tenant, cid, failed, max_attempts=self.options.max_attempts, now_ms=now)
             for d in done:
                 if d.state == "pending":
                     self.report.retrying += 1
@@ -372,6 +396,7 @@ class _Run:
         for contact_id, evidence in blocked.items():
             self.planner.consent_denied(contact_id, "telegram", evidence=evidence)
         if slow_down and self.campaigns is not None:
-            self.campaigns.throttle_take(tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now,
-                                         not_before_ms=now + slow_down)
+            self.campaigns.throttle_take(
+                tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now, not_before_ms=now + slow_down
+            )
         return wake

@@ -102,8 +102,9 @@ def _check_channel_name(tenant: str, channel: str, name: str | None) -> str | No
     if name is None:
         if not configured:
             return None
-        raise ValidationError("campaign.channel_name",
-                              f"name the {channel} channel that sends: one of {', '.join(configured)}")
+        raise ValidationError(
+            "campaign.channel_name", f"name the {channel} channel that sends: one of {', '.join(configured)}"
+        )
     if name not in configured:
         from botmesh_admin.channels.selectors import channel_config_get
 
@@ -131,11 +132,17 @@ def campaign_create(
     channel = validate_channel(channel)
     at = now_ms()
     campaign = Campaign(
-        id=new_campaign_id(), name=validate_name(name), segment_id=_check_segment(tenant, segment_id),
-        channel=channel, message=message_from_input(message, channel),
+        id=new_campaign_id(),
+        name=validate_name(name),
+        segment_id=_check_segment(tenant, segment_id),
+        channel=channel,
+        message=message_from_input(message, channel),
         channel_name=_check_channel_name(tenant, channel, validate_channel_name(channel_name)),
-        contact_ids=validate_contact_ids(contact_ids), rate_per_s=validate_rate(rate_per_s),
-        created_by=str(actor)[:150], created_at=at, updated_at=at,
+        contact_ids=validate_contact_ids(contact_ids),
+        rate_per_s=validate_rate(rate_per_s),
+        created_by=str(actor)[:150],
+        created_at=at,
+        updated_at=at,
     )
     campaigns, _ = default_stores()
     created = campaigns.campaign_insert(tenant, validate_campaign(campaign))
@@ -176,8 +183,10 @@ def campaign_update(
     if rate_per_s is not UNSET:
         changes["rate_per_s"] = validate_rate(rate_per_s)
     if current.version != expected_version:
-        raise Conflict(f"campaign changed: expected version {expected_version}, found {current.version}",
-                       current_version=current.version)
+        raise Conflict(
+            f"campaign changed: expected version {expected_version}, found {current.version}",
+            current_version=current.version,
+        )
     updated = validate_campaign(replace(current, **changes, updated_at=now_ms()))
     return campaigns.campaign_replace(tenant, updated, expected_version=expected_version)
 
@@ -188,8 +197,9 @@ def campaign_delete(tenant: str, campaign_id: str) -> None:
     for attempt in range(MAX_ATTEMPTS):
         current = _get(tenant, campaign_id)
         if current.state in ACTIVE_STATES:
-            raise StateConflict(f"cancel the {current.state} campaign before deleting it",
-                                current_version=current.version)
+            raise StateConflict(
+                f"cancel the {current.state} campaign before deleting it", current_version=current.version
+            )
         try:
             campaigns.campaign_delete(tenant, campaign_id, expected_version=current.version)
         except Conflict as exc:
@@ -216,7 +226,10 @@ def _get(tenant: str, campaign_id: str) -> Campaign:
 
 
 def _transition(
-    tenant: str, campaign_id: str, change: Callable[[Campaign], Campaign | None], *,
+    tenant: str,
+    campaign_id: str,
+    change: Callable[[Campaign], Campaign | None],
+    *,
     index: Callable[[Campaign], None] | None = None,
 ) -> Campaign:
     """Apply ``change`` by compare-and-set, re-reading after a concurrent write; ``None`` = nothing to do."""
@@ -325,8 +338,9 @@ def campaign_cancel(tenant: str, campaign_id: str, *, actor: str = "") -> Campai
     campaigns, slots = default_stores()
     cancelled = slots.slots_cancel(tenant, campaign_id, now_ms=now_ms())
     campaigns.index_delete(tenant, campaign_id)
-    log.info("campaign cancelled tenant=%s campaign=%s deliveries=%d by=%s", tenant, campaign_id, cancelled,
-             actor or "-")
+    log.info(
+        "campaign cancelled tenant=%s campaign=%s deliveries=%d by=%s", tenant, campaign_id, cancelled, actor or "-"
+    )
     return campaign
 
 
@@ -352,8 +366,9 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
     at = now_ms()
     for recipient in recipients:
         slots.slot_resend(tenant, campaign_id, recipient, now_ms=at)
-    log.info("campaign resend tenant=%s campaign=%s deliveries=%d by=%s", tenant, campaign_id, len(recipients),
-             actor or "-")
+    log.info(
+        "campaign resend tenant=%s campaign=%s deliveries=%d by=%s", tenant, campaign_id, len(recipients), actor or "-"
+    )
 
     def change(c: Campaign) -> Campaign | None:
         if c.state in ("running", "paused"):
@@ -374,10 +389,16 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
 class _Control:
     """Goes on while the campaign is ``running`` and (with a lease) this runner still holds it."""
 
-    def __init__(self, tenant: str, campaign_id: str, owner: str, lease_ms: int | None,
-                 clock: Callable[[], int]) -> None:
+    def __init__(
+        self, tenant: str, campaign_id: str, owner: str, lease_ms: int | None, clock: Callable[[], int]
+    ) -> None:
         self.tenant, self.campaign_id, self.owner, self.lease_ms, self.clock = (
-            tenant, campaign_id, owner, lease_ms, clock)
+            tenant,
+            campaign_id,
+            owner,
+            lease_ms,
+            clock,
+        )
         self.renewed = clock()
         self.stopped_by: str | None = None
 
@@ -389,8 +410,9 @@ class _Control:
             return False
         now = self.clock()
         if self.lease_ms and now - self.renewed >= self.lease_ms // 3:
-            if not slots.lease_acquire(self.tenant, self.campaign_id, owner=self.owner, ttl_ms=self.lease_ms,
-                                       now_ms=now):
+            if not slots.lease_acquire(
+                self.tenant, self.campaign_id, owner=self.owner, ttl_ms=self.lease_ms, now_ms=now
+            ):
                 self.stopped_by = "lease_lost"
                 return False
             self.renewed = now
@@ -405,7 +427,9 @@ def default_options(campaign: Campaign) -> SendOptions:
     if rate:
         batch = max(1, min(batch, int(rate)))  # a burst is at most one second of the rate
     return SendOptions(
-        batch_size=batch, ttl_ms=int(setting("BOTMESH_CAMPAIGN_SLOT_TTL_MS", 60_000)), rate_per_s=rate,
+        batch_size=batch,
+        ttl_ms=int(setting("BOTMESH_CAMPAIGN_SLOT_TTL_MS", 60_000)),
+        rate_per_s=rate,
         throttle_key=f"{campaign.channel}-{campaign.channel_name or 'default'}",
         max_attempts=int(setting("BOTMESH_CAMPAIGN_MAX_ATTEMPTS", 3)),
     )
@@ -433,8 +457,10 @@ def bot_for(tenant: str, campaign: Campaign) -> CampaignBot:
     else:
         configured = channel_config_list(tenant, kind=campaign.channel)
         if len(configured) > 1:
-            raise ValueError(f"the campaign names no sending channel and the tenant has {len(configured)} "
-                             f"{campaign.channel} channels; edit it to name one")
+            raise ValueError(
+                f"the campaign names no sending channel and the tenant has {len(configured)} "
+                f"{campaign.channel} channels; edit it to name one"
+            )
         channel = configured[0] if configured else None
     provider = provider_for(tenant, channel)
     if hasattr(provider, "max_workers"):
@@ -482,7 +508,8 @@ class SlotClaims:
 
     def claim(self, items: Sequence[tuple[str, Recipient]]) -> list[bool]:
         return self.slots.slots_claim(
-            self.tenant, self.campaign_id, [(key, new_delivery(r, self.at)) for key, r in items])
+            self.tenant, self.campaign_id, [(key, new_delivery(r, self.at)) for key, r in items]
+        )
 
 
 def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
@@ -495,8 +522,9 @@ def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
     except NotFound:
         return _fail(tenant, campaign.id, "the campaign's segment was deleted")
     claims = SlotClaims(slots, tenant, campaign.id, now_ms())
-    plan = planner.plan(rules=segment.rules, channel=campaign.channel, contact_ids=campaign.contact_ids,
-                        claims=claims, keep=0)
+    plan = planner.plan(
+        rules=segment.rules, channel=campaign.channel, contact_ids=campaign.contact_ids, claims=claims, keep=0
+    )
     log.info("campaign planned tenant=%s campaign=%s recipients=%d", tenant, campaign.id, plan.counts.recipients)
     return _transition(tenant, campaign.id, lambda c: None if c.plan is not None else replace(c, plan=plan.counts))
 
@@ -560,8 +588,17 @@ def campaign_run(
             log.info("campaign %s tenant=%s: another runner holds it", campaign_id, tenant)
             return campaign
         try:
-            campaign = _run_once(tenant, campaign, bot=bot, planner=planner, options=options, owner=owner,
-                                 lease_ms=lease_ms, clock=clock, sleep=sleep)
+            campaign = _run_once(
+                tenant,
+                campaign,
+                bot=bot,
+                planner=planner,
+                options=options,
+                owner=owner,
+                lease_ms=lease_ms,
+                clock=clock,
+                sleep=sleep,
+            )
         finally:
             if lease_ms:
                 slots.lease_release(tenant, campaign_id, owner=owner)
@@ -571,8 +608,15 @@ def campaign_run(
 
 
 def _run_once(
-    tenant: str, campaign: Campaign, *, bot: CampaignBot | None, planner: Planner | None,
-    options: SendOptions | None, owner: str, lease_ms: int | None, clock: Callable[[], int],
+    tenant: str,
+    campaign: Campaign,
+    *,
+    bot: CampaignBot | None,
+    planner: Planner | None,
+    options: SendOptions | None,
+    owner: str,
+    lease_ms: int | None,
+    clock: Callable[[], int],
     sleep: Callable[[float], None],
 ) -> Campaign:
     campaigns, slots = default_stores()
@@ -590,18 +634,34 @@ def _run_once(
     while True:
         try:
             report = send_campaign(
-                bot, planner, tenant=tenant, campaign=campaign, slots=slots, campaigns=campaigns,
-                options=options or default_options(campaign), control=control, clock=clock, sleep=sleep,
+                bot,
+                planner,
+                tenant=tenant,
+                campaign=campaign,
+                slots=slots,
+                campaigns=campaigns,
+                options=options or default_options(campaign),
+                control=control,
+                clock=clock,
+                sleep=sleep,
             )
             break
         except BroadcastFailed as exc:
             failures += 1
             if failures >= BROADCAST_FAILURES_BEFORE_FAILED:
                 return _fail(tenant, campaign.id, str(exc))
-            sleep(min(8.0, 2.0 ** failures))
-    log.info("campaign run tenant=%s campaign=%s accepted=%d failed=%d retrying=%d dropped=%d in_doubt=%d%s",
-             tenant, campaign.id, report.accepted, report.failed, report.retrying, report.dropped, report.in_doubt,
-             f" stopped_by={control.stopped_by}" if report.stopped else "")
+            sleep(min(8.0, 2.0**failures))
+    log.info(
+        "campaign run tenant=%s campaign=%s accepted=%d failed=%d retrying=%d dropped=%d in_doubt=%d%s",
+        tenant,
+        campaign.id,
+        report.accepted,
+        report.failed,
+        report.retrying,
+        report.dropped,
+        report.in_doubt,
+        f" stopped_by={control.stopped_by}" if report.stopped else "",
+    )
     if report.fatal:
         return _fail(tenant, campaign.id, report.fatal)
     if report.finished:
@@ -652,8 +712,11 @@ def campaigns_tick(*, at_ms: int | None = None, dispatch: Callable[[str, str], N
                 if campaign_start_due(entry.tenant, entry.campaign_id, at_ms=now).state == "running":
                     dispatch(entry.tenant, entry.campaign_id)
                     counts["started"] += 1
-            elif (campaign.state == "running" and now - campaign.updated_at >= STALLED_AFTER_MS
-                  and slots.lease_holder(entry.tenant, entry.campaign_id, now_ms=now) is None):
+            elif (
+                campaign.state == "running"
+                and now - campaign.updated_at >= STALLED_AFTER_MS
+                and slots.lease_holder(entry.tenant, entry.campaign_id, now_ms=now) is None
+            ):
                 dispatch(entry.tenant, entry.campaign_id)
                 counts["redispatched"] += 1
         if len(entries) < 500:

@@ -39,8 +39,9 @@ def run_or_requeue(task: Task, tenant: str, campaign_id: str, **run: Any) -> str
     """
     state = services.campaign_run(tenant, campaign_id, **run).state
     if state == "running" and shutdown.stopping():
-        log.info("campaign %s tenant=%s: stopped by the worker's shutdown; requeued for the next worker",
-                 campaign_id, tenant)
+        log.info(
+            "campaign %s tenant=%s: stopped by the worker's shutdown; requeued for the next worker", campaign_id, tenant
+        )
         raise task.retry(countdown=0, max_retries=None)
     return state
 
@@ -54,8 +55,14 @@ def campaign_start_due(tenant: str, campaign_id: str) -> str:
     return campaign.state
 
 
-@scheduled_job("campaigns.tick", every_s=10, catch_up="latest", catch_up_window_s=600, lease_s=60,
-               description="Start scheduled campaigns when due; resume running campaigns no worker is sending.")
+@scheduled_job(
+    "campaigns.tick",
+    every_s=10,
+    catch_up="latest",
+    catch_up_window_s=600,
+    lease_s=60,
+    description="Start scheduled campaigns when due; resume running campaigns no worker is sending.",
+)
 @shared_task(name="campaigns.tick", ignore_result=True)
 def campaigns_tick() -> dict[str, int]:
     """Start due scheduled campaigns and re-dispatch stalled running ones."""

@@ -50,16 +50,24 @@ def message_from_form(data: Any) -> dict[str, Any]:
     channel = data.get("channel", "")
     if channel == "whatsapp":
         params = [line.strip() for line in data.get("parameters", "").splitlines() if line.strip()]
-        return {"template": data.get("template", "").strip(), "language": data.get("language", "").strip() or "en_US",
-                "parameters": params}
+        return {
+            "template": data.get("template", "").strip(),
+            "language": data.get("language", "").strip() or "en_US",
+            "parameters": params,
+        }
     return {"text": data.get("text", "")}
 
 
 def _form_of(c: Campaign) -> dict[str, Any]:
     return {
-        "name": c.name, "segment_id": c.segment_id, "channel": c.channel, "channel_name": c.channel_name or "",
-        "template": c.message.template or "", "language": c.message.language,
-        "parameters": "\n".join(c.message.parameters), "text": c.message.text or "",
+        "name": c.name,
+        "segment_id": c.segment_id,
+        "channel": c.channel,
+        "channel_name": c.channel_name or "",
+        "template": c.message.template or "",
+        "language": c.message.language,
+        "parameters": "\n".join(c.message.parameters),
+        "text": c.message.text or "",
         "rate_per_s": "" if c.rate_per_s is None else f"{c.rate_per_s:g}",
     }
 
@@ -77,8 +85,9 @@ def _rate(data: Any) -> float | None:
 def _preview_of(tenant: str, data: Any) -> Any:
     """Return the plan of the editor's segment, channel and sending channel (``Send with``), if chosen."""
     channel = data.get("channel", "")
-    return selectors.campaign_plan(tenant, segment_id=data.get("segment_id", ""), channel=channel,
-                                   channel_name=data.get("channel_name") or None)
+    return selectors.campaign_plan(
+        tenant, segment_id=data.get("segment_id", ""), channel=channel, channel_name=data.get("channel_name") or None
+    )
 
 
 @tenant_page("agent")
@@ -88,12 +97,21 @@ def campaign_list(request: HttpRequest, tenant: str) -> HttpResponse:
     state = request.GET.get("state") or None
     with list_query_checked():  # ?state=bogus or a bad cursor: a 400 page naming it
         page = selectors.campaign_list(tenant, limit=50, after=after, state=state)
-    rows = [(c, selectors.campaign_progress(tenant, c.id).counts if c.state in ("running", "paused") else None)
-            for c in page.items]
-    return render(request, "campaigns/list.html", {
-        "tenant": tenant, "rows": rows, "next": page.next, "is_admin": page_principal(request).can("admin"),
-        "state": state or "",
-    })
+    rows = [
+        (c, selectors.campaign_progress(tenant, c.id).counts if c.state in ("running", "paused") else None)
+        for c in page.items
+    ]
+    return render(
+        request,
+        "campaigns/list.html",
+        {
+            "tenant": tenant,
+            "rows": rows,
+            "next": page.next,
+            "is_admin": page_principal(request).can("admin"),
+            "state": state or "",
+        },
+    )
 
 
 @tenant_page("admin")
@@ -116,18 +134,31 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
                 return redirect("campaigns:detail", tenant=tenant, campaign_id=campaign.id)
         except DomainError as exc:
             error = exc
-    return render(request, "campaigns/editor.html", {
-        "tenant": tenant, "campaign": current, "form": form, "preview": preview, "error": error,
-        "segments": _segments(tenant), "channels": CHANNELS, "configs": configs,
-        "kinds": {c.kind for c in configs},
-    })
+    return render(
+        request,
+        "campaigns/editor.html",
+        {
+            "tenant": tenant,
+            "campaign": current,
+            "form": form,
+            "preview": preview,
+            "error": error,
+            "segments": _segments(tenant),
+            "channels": CHANNELS,
+            "configs": configs,
+            "kinds": {c.kind for c in configs},
+        },
+    )
 
 
 def _save(request: HttpRequest, tenant: str, current: Campaign | None) -> Campaign:
     data = request.POST
     fields = {
-        "name": data.get("name", ""), "segment_id": data.get("segment_id", ""), "channel": data.get("channel", ""),
-        "message": message_from_form(data), "channel_name": data.get("channel_name") or None,
+        "name": data.get("name", ""),
+        "segment_id": data.get("segment_id", ""),
+        "channel": data.get("channel", ""),
+        "message": message_from_form(data),
+        "channel_name": data.get("channel_name") or None,
         "rate_per_s": _rate(data),
     }
     if current is None:
@@ -151,8 +182,14 @@ def campaign_detail(request: HttpRequest, tenant: str, campaign_id: str) -> Http
     """A campaign: its message, actions, progress (polled while live), counts by reason and deliveries."""
     progress = selectors.campaign_progress(tenant, campaign_id)
     campaign = progress.campaign
-    context = {"tenant": tenant, "campaign": campaign, "counts": progress.counts, "live": campaign.state in LIVE_STATES,
-               "outcomes": OUTCOMES, "is_admin": page_principal(request).can("admin")}
+    context = {
+        "tenant": tenant,
+        "campaign": campaign,
+        "counts": progress.counts,
+        "live": campaign.state in LIVE_STATES,
+        "outcomes": OUTCOMES,
+        "is_admin": page_principal(request).can("admin"),
+    }
     if _is_htmx(request) and request.GET.get("part") == "progress":
         return render(request, "campaigns/_progress.html", context)
     context["segment_name"] = next((s.name for s in _segments(tenant) if s.id == campaign.segment_id), None)
@@ -169,10 +206,15 @@ def _deliveries_context(request: HttpRequest, tenant: str, campaign_id: str) -> 
     state = request.GET.get("state") or None
     reason = request.GET.get("reason") or None
     with list_query_checked():  # ?state=bogus or a bad cursor: a 400 page naming it
-        page = selectors.delivery_list(tenant, campaign_id, limit=50, after=request.GET.get("after") or None,
-                                       state=state, reason=reason)
-    return {"deliveries": page, "filter_state": state or "", "filter_reason": reason or "",
-            "delivery_states": DELIVERY_STATES}
+        page = selectors.delivery_list(
+            tenant, campaign_id, limit=50, after=request.GET.get("after") or None, state=state, reason=reason
+        )
+    return {
+        "deliveries": page,
+        "filter_state": state or "",
+        "filter_reason": reason or "",
+        "delivery_states": DELIVERY_STATES,
+    }
 
 
 @tenant_page("agent")
@@ -181,8 +223,12 @@ def delivery_table(request: HttpRequest, tenant: str, campaign_id: str) -> HttpR
     if not _is_htmx(request):
         return campaign_detail(request, tenant, campaign_id)
     campaign = selectors.campaign_get(tenant, campaign_id)
-    context = {"tenant": tenant, "campaign": campaign, "is_admin": page_principal(request).can("admin"),
-               **_deliveries_context(request, tenant, campaign_id)}
+    context = {
+        "tenant": tenant,
+        "campaign": campaign,
+        "is_admin": page_principal(request).can("admin"),
+        **_deliveries_context(request, tenant, campaign_id),
+    }
     return render(request, "campaigns/_deliveries.html", context)
 
 
@@ -203,8 +249,9 @@ def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action:
     try:
         if action == "start":
             raw = request.POST.get("scheduled_at", "").strip()
-            campaign = services.campaign_start(tenant, campaign_id, scheduled_at=_scheduled_at(raw) if raw else None,
-                                               actor=actor)
+            campaign = services.campaign_start(
+                tenant, campaign_id, scheduled_at=_scheduled_at(raw) if raw else None, actor=actor
+            )
             messages.success(request, "Campaign scheduled." if campaign.state == "scheduled" else "Campaign started.")
         elif action == "pause":
             services.campaign_pause(tenant, campaign_id, actor=actor)

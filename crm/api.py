@@ -53,7 +53,6 @@ class ContactOut(Schema):
     conversations_url: str
 
 
-
 class ContactIn(Schema):
     identities: list[dict[str, Any]]
     name: str | None = None
@@ -86,7 +85,8 @@ class ContactFilters(CursorParams):
     after: str | None = Field(None, max_length=1401, pattern=r"^(c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400})$")
     tag: str | None = Field(None, max_length=64)
     q: str | None = Field(
-        None, max_length=200,
+        None,
+        max_length=200,
         description="words that start a name word, an email (or its words) or a phone number's digits",
     )
     identity: str | None = Field(None, max_length=300, description="<channel>:<address>")
@@ -176,12 +176,17 @@ def _consent(c: Consent) -> dict[str, Any]:
 def contact_out(tenant: str, c: Contact) -> dict[str, Any]:
     """Return the API shape of a contact."""
     return {
-        "id": c.id, "name": c.name,
+        "id": c.id,
+        "name": c.name,
         "identities": [{"channel": i.channel, "address": i.address} for i in c.identities],
-        "tags": list(c.tags), "attributes": dict(c.attributes),
+        "tags": list(c.tags),
+        "attributes": dict(c.attributes),
         "consent": {ch: _consent(v) for ch, v in c.consent.items()},
         "consent_history": [_consent(v) for v in c.consent_history],
-        "source": c.source, "version": c.version, "created_at": c.created_at, "updated_at": c.updated_at,
+        "source": c.source,
+        "version": c.version,
+        "created_at": c.created_at,
+        "updated_at": c.updated_at,
         "conversations_url": f"/t/{tenant}/inbox/?contact={c.id}",
     }
 
@@ -189,17 +194,34 @@ def contact_out(tenant: str, c: Contact) -> dict[str, Any]:
 def job_out(job: ImportJob) -> dict[str, Any]:
     """Return the API shape of an import job."""
     return {
-        "id": job.id, "status": job.status, "filename": job.filename, "total_rows": job.total_rows,
-        "processed": job.processed, "percent": job.percent, "created": job.created, "merged": job.merged,
-        "failed_rows": job.failed_rows, "errors": list(job.errors), "notices": list(job.notices),
-        "message": job.message, "created_at": job.created_at, "updated_at": job.updated_at,
+        "id": job.id,
+        "status": job.status,
+        "filename": job.filename,
+        "total_rows": job.total_rows,
+        "processed": job.processed,
+        "percent": job.percent,
+        "created": job.created,
+        "merged": job.merged,
+        "failed_rows": job.failed_rows,
+        "errors": list(job.errors),
+        "notices": list(job.notices),
+        "message": job.message,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
     }
 
 
 def segment_out(s: Segment, count: int | None = None) -> dict[str, Any]:
     """Return the API shape of a segment."""
-    return {"id": s.id, "name": s.name, "rules": s.rules.to_json(), "version": s.version,
-            "created_at": s.created_at, "updated_at": s.updated_at, "count": count}
+    return {
+        "id": s.id,
+        "name": s.name,
+        "rules": s.rules.to_json(),
+        "version": s.version,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "count": count,
+    }
 
 
 # --------------------------------------------------------------------------- contacts
@@ -214,8 +236,13 @@ def contact_list(request: HttpRequest, tenant: str, filters: Query[ContactFilter
     short (even empty) with a ``next``: follow ``next`` until it is null.
     """
     page = selectors.contact_list(
-        tenant, limit=filters.limit, after=filters.after, tag=filters.tag, q=filters.q,
-        identity=filters.identity, consent=filters.consent,
+        tenant,
+        limit=filters.limit,
+        after=filters.after,
+        tag=filters.tag,
+        q=filters.q,
+        identity=filters.identity,
+        consent=filters.consent,
     )
     return {"items": [contact_out(tenant, c) for c in page.items], "next": page.next}
 
@@ -226,8 +253,13 @@ def contact_create(request: HttpRequest, tenant: str, body: ContactIn) -> Status
     """Create a contact; 409 ``identity_taken`` (with ``contact_id``) if an identity has an owner."""
     p = principal(request)
     contact = services.contact_create(
-        tenant, identities=body.identities, name=body.name, tags=body.tags, attributes=body.attributes,
-        consent=body.consent, source=p.actor,
+        tenant,
+        identities=body.identities,
+        name=body.name,
+        tags=body.tags,
+        attributes=body.attributes,
+        consent=body.consent,
+        source=p.actor,
     )
     return Status(201, contact_out(tenant, contact))
 
@@ -248,8 +280,11 @@ IMPORT_BODY = {
         "(``text/csv``, name it with ``X-Filename``; at most DATA_UPLOAD_MAX_MEMORY_SIZE)",
         "content": {
             "multipart/form-data": {
-                "schema": {"type": "object", "required": ["file"],
-                           "properties": {"file": {"type": "string", "format": "binary"}}},
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                },
             },
             "text/csv": {"schema": {"type": "string"}},
         },
@@ -363,8 +398,13 @@ def contact_update(request: HttpRequest, tenant: str, contact_id: str, body: Con
     if "tags" in sent and body.tags is not None:
         kwargs["tags"] = body.tags
     contact = services.contact_update(
-        tenant, contact_id, expected_version=body.expected_version, add_tags=body.add_tags,
-        remove_tags=body.remove_tags, attributes=body.attributes, remove_attributes=body.remove_attributes,
+        tenant,
+        contact_id,
+        expected_version=body.expected_version,
+        add_tags=body.add_tags,
+        remove_tags=body.remove_tags,
+        attributes=body.attributes,
+        remove_attributes=body.remove_attributes,
         **kwargs,
     )
     return contact_out(tenant, contact)
@@ -375,8 +415,12 @@ def contact_update(request: HttpRequest, tenant: str, contact_id: str, body: Con
 def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: ConsentIn) -> dict[str, Any]:
     """Record marketing consent on one channel (kept alongside concurrent changes)."""
     contact = services.consent_set(
-        tenant, contact_id, channel=body.channel, status=body.status,
-        source=body.source or principal(request).actor, evidence=body.evidence,
+        tenant,
+        contact_id,
+        channel=body.channel,
+        status=body.status,
+        source=body.source or principal(request).actor,
+        evidence=body.evidence,
     )
     return contact_out(tenant, contact)
 
@@ -386,8 +430,11 @@ def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: Consen
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
     """Erase a contact (admins): identities, tags, attributes, consent history. Reports what went."""
     report = services.contact_erase(tenant, contact_id)
-    return {**report.__dict__, "channels": list(report.channels),
-            "suppressed_channels": list(report.suppressed_channels)}
+    return {
+        **report.__dict__,
+        "channels": list(report.channels),
+        "suppressed_channels": list(report.suppressed_channels),
+    }
 
 
 # --------------------------------------------------------------------------- segments

@@ -45,15 +45,23 @@ from .domain import (
     validate_name,
 )
 
-IDENTITY_COLUMNS = {"phone": "whatsapp", "whatsapp": "whatsapp", "email": "email",
-                    "telegram_id": "telegram", "telegram": "telegram"}
+IDENTITY_COLUMNS = {
+    "phone": "whatsapp",
+    "whatsapp": "whatsapp",
+    "email": "email",
+    "telegram_id": "telegram",
+    "telegram": "telegram",
+}
 CONSENT_COLUMNS = {f"consent_{ch}": ch for ch in CHANNELS}
 RESERVED = {"name", "tags", "marketing_consent", "id", *IDENTITY_COLUMNS, *CONSENT_COLUMNS}
 MAX_BYTES = 20 * 1024 * 1024
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # Byte order marks of the encodings read besides UTF-8 (the Unicode Standard, §23.8).
-BOMS = ((codecs.BOM_UTF8, "utf-8", "UTF-8"), (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16"),
-        (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16"))
+BOMS = (
+    (codecs.BOM_UTF8, "utf-8", "UTF-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16"),
+    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16"),
+)
 ZIP_MAGIC = b"PK\x03\x04"  # .xlsx and .ods are zip archives
 
 
@@ -95,16 +103,20 @@ def decode(data: bytes | str) -> str:
     if len(data) > MAX_BYTES:
         raise ValidationError("file", f"larger than {MAX_BYTES // (1024 * 1024)} MB")
     if data.startswith(ZIP_MAGIC):
-        raise ValidationError("file", "is a spreadsheet workbook (.xlsx/.ods), not CSV: "
-                              "save it as \"CSV UTF-8\" or \"Unicode Text\" and upload that")
+        raise ValidationError(
+            "file",
+            'is a spreadsheet workbook (.xlsx/.ods), not CSV: save it as "CSV UTF-8" or "Unicode Text" and upload that',
+        )
     for bom, encoding, label in BOMS:
         if data.startswith(bom):
             try:
-                return _text_only(data[len(bom):].decode(encoding), label)
+                return _text_only(data[len(bom) :].decode(encoding), label)
             except UnicodeDecodeError as exc:
                 raise ValidationError(
-                    "file", f"starts with a {label} byte order mark but is not valid {label} "
-                    f"(byte {exc.start} of the text after it)") from None
+                    "file",
+                    f"starts with a {label} byte order mark but is not valid {label} "
+                    f"(byte {exc.start} of the text after it)",
+                ) from None
     try:
         return _text_only(data.decode("utf-8"), "UTF-8")
     except UnicodeDecodeError:
@@ -113,8 +125,10 @@ def decode(data: bytes | str) -> str:
         return _text_only(data.decode("cp1252"), "Windows-1252")
     except UnicodeDecodeError as exc:
         raise ValidationError(
-            "file", f"is neither UTF-8 nor Windows-1252 text (byte 0x{data[exc.start]:02X} at offset "
-            f"{exc.start}); save it as \"CSV UTF-8\" or as UTF-16 with a byte order mark") from None
+            "file",
+            f"is neither UTF-8 nor Windows-1252 text (byte 0x{data[exc.start]:02X} at offset "
+            f'{exc.start}); save it as "CSV UTF-8" or as UTF-16 with a byte order mark',
+        ) from None
 
 
 def _text_only(text: str, label: str) -> str:
@@ -123,8 +137,10 @@ def _text_only(text: str, label: str) -> str:
     at = text.find("\x00")
     if at >= 0:
         raise ValidationError(
-            "file", f"read as {label}, it holds a NUL character (at character {at}): not a text CSV "
-            "(UTF-16 needs its byte order mark)")
+            "file",
+            f"read as {label}, it holds a NUL character (at character {at}): not a text CSV "
+            "(UTF-16 needs its byte order mark)",
+        )
     return text
 
 
@@ -162,8 +178,14 @@ def parse_header(cells: list[str]) -> Header:
         else:
             attr, _, kind = name.partition(":")
             if not ATTRIBUTE_NAME_RE.fullmatch(attr) or kind not in ("", "json"):
-                errors.append(RowError(1, raw.strip(), "not a column name: attribute columns match "
-                                       "^[a-z][a-z0-9_]{0,63}$, optionally with the suffix :json"))
+                errors.append(
+                    RowError(
+                        1,
+                        raw.strip(),
+                        "not a column name: attribute columns match "
+                        "^[a-z][a-z0-9_]{0,63}$, optionally with the suffix :json",
+                    )
+                )
                 continue
             columns.append((index, "json" if kind else "attr", attr))
     return Header(columns, errors, len(cells))
@@ -184,9 +206,15 @@ def parse_row(header: Header, cells: list[str], row: int, default_region: str) -
     ``None``, naming both column counts): its values would otherwise land under
     no column and be lost. Empty trailing cells are no error.
     """
-    if any(c.strip() for c in cells[header.width:]):
-        return [RowError(row, None, f"the row has {len(cells)} columns but the header has {header.width}; "
-                         f"the values after column {header.width} have no column name")]
+    if any(c.strip() for c in cells[header.width :]):
+        return [
+            RowError(
+                row,
+                None,
+                f"the row has {len(cells)} columns but the header has {header.width}; "
+                f"the values after column {header.width} have no column name",
+            )
+        ]
     out = ParsedRow(row)
     errors: list[RowError] = []
     general_consent: str | None = None
@@ -291,8 +319,7 @@ def export_row(columns: list[str], contact: Contact) -> list[str]:
             cells.append("" if status == "unknown" else status)
         elif column.endswith(":json"):
             name = column[: -len(":json")]
-            cells.append(json.dumps(contact.attributes[name], ensure_ascii=False)
-                         if name in contact.attributes else "")
+            cells.append(json.dumps(contact.attributes[name], ensure_ascii=False) if name in contact.attributes else "")
         else:
             value = contact.attributes.get(column)
             cells.append(_escape(value) if isinstance(value, str) else "")
@@ -312,5 +339,11 @@ def format_csv(rows: Iterable[list[str]]) -> Iterator[str]:
 
 def as_mapping(row: ParsedRow) -> Mapping[str, Any]:
     """Return the row as a plain dict (for tests and debugging)."""
-    return {"row": row.row, "name": row.name, "identities": [i.key for i in row.identities],
-            "tags": list(row.tags), "attributes": row.attributes, "consent": row.consent}
+    return {
+        "row": row.row,
+        "name": row.name,
+        "identities": [i.key for i in row.identities],
+        "tags": list(row.tags),
+        "attributes": row.attributes,
+        "consent": row.consent,
+    }

@@ -16,8 +16,13 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 90.0) -> str:
     """Upload ``crm/contacts.csv``, wait for the import task, save demo segments; return a summary."""
     base = f"/api/v1/tenants/{tenant}"
     body = (ctx.fixtures / "crm" / "contacts.csv").read_bytes()
-    status, job = ctx.request("POST", f"{base}/contacts/imports", body,
-                              {"Content-Type": "text/csv", "X-Filename": "contacts.csv"}, tenant=tenant)
+    status, job = ctx.request(
+        "POST",
+        f"{base}/contacts/imports",
+        body,
+        {"Content-Type": "text/csv", "X-Filename": "contacts.csv"},
+        tenant=tenant,
+    )
     if status != 202:
         return f"crm: import refused ({status}: {job})"
     deadline = time.monotonic() + timeout_s
@@ -30,6 +35,10 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 90.0) -> str:
         if name not in names:
             ctx.request("POST", f"{base}/segments", {"name": name, "rules": rules}, tenant=tenant)
     if job.get("status") != "done":
-        return f"crm: import {job.get('id')} is {job.get('status')} ({job.get('processed')}/{job.get('total_rows')} rows)"
-    return (f"crm: imported {job['filename']}: {job['created']} contacts created, {job['merged']} merged, "
-            f"{job['failed_rows']} bad row(s) reported; {len(DEMO_SEGMENTS)} segments")
+        return (
+            f"crm: import {job.get('id')} is {job.get('status')} ({job.get('processed')}/{job.get('total_rows')} rows)"
+        )
+    return (
+        f"crm: imported {job['filename']}: {job['created']} contacts created, {job['merged']} merged, "
+        f"{job['failed_rows']} bad row(s) reported; {len(DEMO_SEGMENTS)} segments"
+    )

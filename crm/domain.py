@@ -111,9 +111,7 @@ def _normalize_phone(address: str, default_region: str, field: str) -> str:
     raise ValidationError(field, "not an E.164 phone number (and not a number of the default region)")
 
 
-def normalize_identity(
-    channel: str, address: str, default_region: str = "CO", *, field: str = "address"
-) -> str:
+def normalize_identity(channel: str, address: str, default_region: str = "CO", *, field: str = "address") -> str:
     """Return ``address`` in the canonical form of ``channel``; raise ``ValidationError``.
 
     - ``whatsapp``: E.164 (``+573001112233``) parsed with the ``phonenumbers``
@@ -176,9 +174,7 @@ class Consent:
     evidence: str | None = None
 
 
-def validate_consent(
-    channel: object, status: object, source: object, evidence: object, field: str = "consent"
-) -> None:
+def validate_consent(channel: object, status: object, source: object, evidence: object, field: str = "consent") -> None:
     """Raise ``ValidationError`` unless the consent fields are valid."""
     if channel not in CHANNELS:
         raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNELS)}")
@@ -279,9 +275,7 @@ def validate_attribute_value(value: object, field: str) -> AttributeValue:
     raise BadType(field, f"must be a string, number, boolean or null, not {type(value).__name__}")
 
 
-def validate_attributes(
-    attributes: object, field: str = "contact.attributes"
-) -> dict[str, AttributeValue]:
+def validate_attributes(attributes: object, field: str = "contact.attributes") -> dict[str, AttributeValue]:
     """Return a validated copy of ``attributes``; raise ``ValidationError`` naming the entry."""
     if not isinstance(attributes, Mapping):
         raise BadType(field, "must be an object")
@@ -527,8 +521,11 @@ def segment_to_json(segment: Segment) -> dict[str, Any]:
 def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
     r = d["rules"]
     rules = SegmentRules(
-        tuple(r.get("tags_all", ())), tuple(r.get("tags_any", ())), tuple(r.get("tags_none", ())),
-        dict(r.get("attributes", {})), r.get("consent_required"),
+        tuple(r.get("tags_all", ())),
+        tuple(r.get("tags_any", ())),
+        tuple(r.get("tags_none", ())),
+        dict(r.get("attributes", {})),
+        r.get("consent_required"),
     )
     return Segment(d["id"], d["name"], rules, version, int(d["created_at"]), int(d["updated_at"]))
 
@@ -806,8 +803,18 @@ class ImportJob:
 
 
 IMPORT_FIELDS = (
-    "id", "status", "filename", "total_rows", "processed", "created", "merged", "failed_rows",
-    "message", "created_by", "created_at", "updated_at",
+    "id",
+    "status",
+    "filename",
+    "total_rows",
+    "processed",
+    "created",
+    "merged",
+    "failed_rows",
+    "message",
+    "created_by",
+    "created_at",
+    "updated_at",
 )
 
 

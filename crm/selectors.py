@@ -131,8 +131,9 @@ def _parse_consent_filter(consent: str) -> tuple[str, str]:
     channel, sep, status = consent.partition(":")
     if not sep or channel not in CHANNELS or status not in CONSENT_STATUSES:
         raise ValidationError(
-            "consent", f"use <channel>:<status> with channel one of {', '.join(CHANNELS)} "
-            f"and status one of {', '.join(CONSENT_STATUSES)}"
+            "consent",
+            f"use <channel>:<status> with channel one of {', '.join(CHANNELS)} "
+            f"and status one of {', '.join(CONSENT_STATUSES)}",
         )
     return channel, status
 
@@ -167,8 +168,11 @@ def _read_text_cursor(after: str, text: list[str]) -> tuple[str, tuple[str, str]
     except (ValueError, UnicodeDecodeError):
         value = None
     if (
-        not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, str) for v in value)
-        or value[0] not in {t[:MAX_SEARCH_KEY] for t in text} or not ID_CURSOR.fullmatch(value[2])
+        not isinstance(value, list)
+        or len(value) != 3
+        or not all(isinstance(v, str) for v in value)
+        or value[0] not in {t[:MAX_SEARCH_KEY] for t in text}
+        or not ID_CURSOR.fullmatch(value[2])
     ):
         raise _bad_cursor()
     return value[0], (value[1], value[2])
@@ -224,8 +228,9 @@ class _Filters:
         for name, want in self.attributes.items():
             if name not in contact.attributes or not strict_equal(contact.attributes[name], want):
                 return False
-        if self.text is not None and not search_match(self.text, keys if keys is not None else
-                                                      _contact_search_keys(contact)):
+        if self.text is not None and not search_match(
+            self.text, keys if keys is not None else _contact_search_keys(contact)
+        ):
             return False
         return True
 
@@ -310,8 +315,9 @@ def contact_list(
     if len(required) == 1 and not forbidden and text is None:
         # One posting list and nothing to choose: it drives, and no counter needs reading.
         return _term_page(store, tenant, filters, required[0], [], [], after, limit)
-    counts = dict(zip([ALL, *required, *forbidden], store.contact_count(tenant, [ALL, *required, *forbidden]),
-                      strict=True))
+    counts = dict(
+        zip([ALL, *required, *forbidden], store.contact_count(tenant, [ALL, *required, *forbidden]), strict=True)
+    )
     required.sort(key=counts.__getitem__)  # the most selective first: it drives, the rest shrink it fastest
     # Consent unknown is every contact less the other two statuses: walked as all contacts.
     unknown = counts[ALL] - sum(counts[t] for t in forbidden) if forbidden else None
@@ -556,7 +562,11 @@ def _read_counts(store: ContactStore, tenant: str, plans: list[_SegmentPlan]) ->
 
 
 def _filter_ids(
-    store: ContactStore, tenant: str, plan: _SegmentPlan, driver: tuple[Term, ...], counts: Mapping[Term, int],
+    store: ContactStore,
+    tenant: str,
+    plan: _SegmentPlan,
+    driver: tuple[Term, ...],
+    counts: Mapping[Term, int],
     ids: list[str],
 ) -> list[str]:
     """Return the ``ids`` (of the driver's list) that meet every other condition, by index entries only."""
@@ -610,9 +620,7 @@ def _members(
         yield from store.contact_match(tenant, _filter_ids(store, tenant, plan, driver, counts, batch), plan.rules)
 
 
-def segment_members(
-    tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]
-) -> Iterator[Contact]:
+def segment_members(tenant: str, segment_id_or_rules: str | SegmentRules | Mapping[str, Any]) -> Iterator[Contact]:
     """Yield the contacts matching a saved segment (by id) or unsaved rules, by contact id.
 
     Streams with bounded memory: one batch of ``SEGMENT_BATCH`` (1,000) contacts
@@ -670,7 +678,9 @@ class SegmentPreview:
     sample: list[Contact]
 
 
-def _first_members(store: ContactStore, tenant: str, segment: Segment, group: tuple[str, ...], limit: int) -> list[Contact] | None:
+def _first_members(
+    store: ContactStore, tenant: str, segment: Segment, group: tuple[str, ...], limit: int
+) -> list[Contact] | None:
     """Return the first ``limit`` contacts of a built membership ``group`` (checked again on the records)."""
     ids = store.membership_scan(tenant, segment, group, limit=limit)
     if ids is None:
@@ -776,8 +786,10 @@ def segment_reach(tenant: str, segment_id: str, *, channel: str, examples: int =
         ids = store.membership_scan(tenant, segment, MEMBER, limit=REACH_EXAMPLE_BUDGET) or []
         walked = [c for c in store.contact_get_many(tenant, ids) if c is not None]
         if total > members:
-            walked = sorted({c.id: c for c in [*walked, *store.contact_scan(tenant, limit=REACH_EXAMPLE_BUDGET)]}
-                            .values(), key=lambda c: c.id)
+            walked = sorted(
+                {c.id: c for c in [*walked, *store.contact_scan(tenant, limit=REACH_EXAMPLE_BUDGET)]}.values(),
+                key=lambda c: c.id,
+            )
         for contact in walked:
             verdict = plan_verdict(segment.rules, contact_to_json(contact), channel) or "not_in_segment"
             if len(found.setdefault(verdict, [])) < examples:

@@ -59,7 +59,7 @@ UNSET: Any = object()
 
 
 def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**min(attempt, 6))))
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
 
 
 def identity_hash(identity: Identity) -> str:
@@ -86,8 +86,13 @@ def _apply_suppressions(tenant: str, contact: Contact, identities: Iterable[Iden
         record = store.suppression_get(tenant, identity_hash(ident))
         if record is not None:
             contact = contact.with_consent(
-                Consent(ident.channel, "denied", now_ms(), "suppression list",
-                        "consent was denied before this identity was erased")
+                Consent(
+                    ident.channel,
+                    "denied",
+                    now_ms(),
+                    "suppression list",
+                    "consent was denied before this identity was erased",
+                )
             )
     return contact
 
@@ -117,7 +122,9 @@ def _mutate(
         changed = validate_contact(replace(changed, updated_at=now_ms()))
         try:
             return store.contact_replace(
-                tenant, changed, expected_version=current.version,
+                tenant,
+                changed,
+                expected_version=current.version,
                 release_suppressions=release(current, changed) if release else (),
             )
         except Conflict as exc:
@@ -138,8 +145,14 @@ def _new_contact(
 ) -> Contact:
     at = now_ms()
     contact = Contact(
-        id=new_id("c"), identities=identities, name=name, tags=tags,
-        attributes=dict(attributes or {}), source=source, created_at=at, updated_at=at,
+        id=new_id("c"),
+        identities=identities,
+        name=name,
+        tags=tags,
+        attributes=dict(attributes or {}),
+        source=source,
+        created_at=at,
+        updated_at=at,
     )
     return _apply_suppressions(tenant, contact, identities)
 
@@ -207,9 +220,7 @@ def contact_create(
     for channel, entry in _consent_input(consent, "contact.consent").items():
         if contact.consent_status(channel) == "denied" and entry["status"] == "granted":
             continue
-        contact = contact.with_consent(
-            Consent(channel, entry["status"], now_ms(), source, entry.get("evidence"))
-        )
+        contact = contact.with_consent(Consent(channel, entry["status"], now_ms(), source, entry.get("evidence")))
     created = default_store().contact_insert(tenant, validate_contact(contact))
     log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
     return created
@@ -356,7 +367,10 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
             consent = contact.consent.get(ident.channel)
             if consent is not None and consent.status == "denied":
                 suppressions[identity_hash(ident)] = {
-                    "channel": ident.channel, "status": "denied", "at": consent.at, "erased_at": now_ms(),
+                    "channel": ident.channel,
+                    "status": "denied",
+                    "at": consent.at,
+                    "erased_at": now_ms(),
                 }
         try:
             store.contact_delete(tenant, contact_id, expected_version=contact.version, suppressions=suppressions)
@@ -429,8 +443,11 @@ def segment_create(tenant: str, *, name: str, rules: Mapping[str, Any]) -> Segme
     """
     at = now_ms()
     segment = Segment(
-        id=new_id("s"), name=validate_segment_name(name), rules=segment_rules_from_input(rules),
-        created_at=at, updated_at=at,
+        id=new_id("s"),
+        name=validate_segment_name(name),
+        rules=segment_rules_from_input(rules),
+        created_at=at,
+        updated_at=at,
     )
     from django.conf import settings
 
@@ -445,7 +462,11 @@ def segment_create(tenant: str, *, name: str, rules: Mapping[str, Any]) -> Segme
 
 
 def segment_update(
-    tenant: str, segment_id: str, *, expected_version: int, name: str | None = None,
+    tenant: str,
+    segment_id: str,
+    *,
+    expected_version: int,
+    name: str | None = None,
     rules: Mapping[str, Any] | None = None,
 ) -> Segment:
     """Change a segment's name and/or rules at ``expected_version``; raise ``Conflict``/``NotFound``.
@@ -488,8 +509,13 @@ def contact_import_start(tenant: str, *, filename: str, data: bytes | str, creat
     total = csvio.count_rows(text)
     at = now_ms()
     job = ImportJob(
-        id=new_id("imp"), status="queued", filename=(filename or "upload.csv")[:200],
-        total_rows=total, created_by=created_by[:150], created_at=at, updated_at=at,
+        id=new_id("imp"),
+        status="queued",
+        filename=(filename or "upload.csv")[:200],
+        total_rows=total,
+        created_by=created_by[:150],
+        created_at=at,
+        updated_at=at,
     )
     return default_store().import_job_insert(tenant, job, text)
 
@@ -523,8 +549,9 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
     for attempt in range(20):
         owners = {c.id: c for i in row.identities if (c := store.contact_find(tenant, i)) is not None}
         if len(owners) > 1:
-            raise ValidationError("phone", "the row's identities belong to different contacts: "
-                                  + ", ".join(sorted(owners)))
+            raise ValidationError(
+                "phone", "the row's identities belong to different contacts: " + ", ".join(sorted(owners))
+            )
         try:
             if owners:
                 (owner,) = owners.values()
@@ -559,23 +586,34 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
     text = store.import_data_get(tenant, job_id)
     if text is None:
         return store.import_job_replace(
-            tenant, replace(job, status="failed", message="the uploaded file is gone"),
+            tenant,
+            replace(job, status="failed", message="the uploaded file is gone"),
             expected_version=job.version,
         )
     region = tenant_region(tenant)
     header, rows = csvio.read_rows(text)
     errors = list(job.errors)
     notices = list(job.notices)
-    counts: dict[str, Any] = {"processed": job.processed, "created": job.created, "merged": job.merged,
-              "failed_rows": job.failed_rows}
+    counts: dict[str, Any] = {
+        "processed": job.processed,
+        "created": job.created,
+        "merged": job.merged,
+        "failed_rows": job.failed_rows,
+    }
     if not job.processed:
         errors += [e.as_dict() for e in header.errors]
 
     def save(**extra: Any) -> ImportJob:
         return store.import_job_replace(
             tenant,
-            replace(job, errors=tuple(errors[:MAX_REPORTED_ERRORS]), notices=tuple(notices[:MAX_REPORTED_ERRORS]),
-                    updated_at=now_ms(), **counts, **extra),
+            replace(
+                job,
+                errors=tuple(errors[:MAX_REPORTED_ERRORS]),
+                notices=tuple(notices[:MAX_REPORTED_ERRORS]),
+                updated_at=now_ms(),
+                **counts,
+                **extra,
+            ),
             expected_version=job.version,
         )
 
@@ -604,14 +642,32 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
         raise
     job = save(status="done", total_rows=counts["processed"])
     store.import_data_delete(tenant, job_id)
-    log.info("crm import done tenant=%s import=%s created=%d merged=%d failed_rows=%d",
-             tenant, job_id, job.created, job.merged, job.failed_rows)
+    log.info(
+        "crm import done tenant=%s import=%s created=%d merged=%d failed_rows=%d",
+        tenant,
+        job_id,
+        job.created,
+        job.merged,
+        job.failed_rows,
+    )
     return job
 
 
 __all__ = [
-    "CHANNELS", "ErasureReport", "consent_set", "contact_create", "contact_erase", "contact_import_run",
-    "contact_import_start", "contact_tags_add", "contact_tags_remove", "contact_update",
-    "contact_upsert_identity", "erase", "identity_hash", "segment_create", "segment_delete",
+    "CHANNELS",
+    "ErasureReport",
+    "consent_set",
+    "contact_create",
+    "contact_erase",
+    "contact_import_run",
+    "contact_import_start",
+    "contact_tags_add",
+    "contact_tags_remove",
+    "contact_update",
+    "contact_upsert_identity",
+    "erase",
+    "identity_hash",
+    "segment_create",
+    "segment_delete",
     "segment_update",
 ]

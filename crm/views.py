@@ -49,8 +49,14 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         page = selectors.contact_list(tenant, limit=50, after=after, tag=tag or None, q=q or None)
     except DomainError as exc:
         page, error = selectors.ContactPage([], None), exc.message
-    context = {"tenant": tenant, "page": page, "q": q, "tag": tag, "error": error,
-               "is_admin": page_principal(request).can("admin")}
+    context = {
+        "tenant": tenant,
+        "page": page,
+        "q": q,
+        "tag": tag,
+        "error": error,
+        "is_admin": page_principal(request).can("admin"),
+    }
     response = _render(request, "crm/contacts.html", "crm/_contact_rows.html", context)
     if error is not None and not _is_htmx(request):
         # The page shows the error above an empty list; a 400 so a link checker or a
@@ -64,12 +70,19 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
 def contact_detail(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
     """One contact: identities, tags, attributes, consent and its history, link to conversations."""
     contact = selectors.contact_get(tenant, contact_id)
-    return render(request, "crm/contact.html", {
-        "tenant": tenant, "contact": contact, "channels": CHANNELS, "statuses": CONSENT_STATUSES,
-        "consent_rows": [(ch, contact.consent.get(ch)) for ch in CHANNELS],
-        "history": list(reversed(contact.consent_history)),
-        "is_admin": page_principal(request).can("admin"),
-    })
+    return render(
+        request,
+        "crm/contact.html",
+        {
+            "tenant": tenant,
+            "contact": contact,
+            "channels": CHANNELS,
+            "statuses": CONSENT_STATUSES,
+            "consent_rows": [(ch, contact.consent.get(ch)) for ch in CHANNELS],
+            "history": list(reversed(contact.consent_history)),
+            "is_admin": page_principal(request).can("admin"),
+        },
+    )
 
 
 @require_POST
@@ -93,8 +106,12 @@ def contact_consent(request: HttpRequest, tenant: str, contact_id: str) -> HttpR
     """Record a consent change made by the signed-in user."""
     try:
         services.consent_set(
-            tenant, contact_id, channel=request.POST.get("channel", ""), status=request.POST.get("status", ""),
-            source=page_principal(request).actor, evidence=request.POST.get("evidence", "").strip() or None,
+            tenant,
+            contact_id,
+            channel=request.POST.get("channel", ""),
+            status=request.POST.get("status", ""),
+            source=page_principal(request).actor,
+            evidence=request.POST.get("evidence", "").strip() or None,
         )
         messages.success(request, "Consent recorded.")
     except ValidationError as exc:
@@ -107,7 +124,11 @@ def contact_consent(request: HttpRequest, tenant: str, contact_id: str) -> HttpR
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
     """Erase a contact and say what was removed."""
     report = services.contact_erase(tenant, contact_id)
-    kept = f"; kept a hashed suppression entry for {', '.join(report.suppressed_channels)}" if report.suppressed_channels else ""
+    kept = (
+        f"; kept a hashed suppression entry for {', '.join(report.suppressed_channels)}"
+        if report.suppressed_channels
+        else ""
+    )
     messages.success(
         request,
         f"Contact {report.contact_id} erased: {report.identities} identities, {report.tags} tags, "
@@ -195,7 +216,9 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
     if request.method == "POST":
         try:
             page_principal(request).require("admin")
-            segment = services.segment_create(tenant, name=request.POST.get("name", ""), rules=rules_from_form(request.POST))
+            segment = services.segment_create(
+                tenant, name=request.POST.get("name", ""), rules=rules_from_form(request.POST)
+            )
             tasks.dispatch_segment_build(tenant)
             messages.success(request, f"Segment {segment.name!r} saved.")
             return redirect("crm:segments", tenant=tenant)
@@ -203,10 +226,18 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
             messages.error(request, exc.message)
     items = selectors.segment_list(tenant)
     counts = selectors.segment_counts(tenant, items)
-    return _render(request, "crm/segments.html", "crm/_segment_rows.html", {
-        "tenant": tenant, "segments": [(s, counts[s.id]) for s in items], "channels": CHANNELS, "form": form,
-        "is_admin": page_principal(request).can("admin"),
-    })
+    return _render(
+        request,
+        "crm/segments.html",
+        "crm/_segment_rows.html",
+        {
+            "tenant": tenant,
+            "segments": [(s, counts[s.id]) for s in items],
+            "channels": CHANNELS,
+            "form": form,
+            "is_admin": page_principal(request).can("admin"),
+        },
+    )
 
 
 @tenant_page("agent")
@@ -224,11 +255,17 @@ def segment_detail(request: HttpRequest, tenant: str, segment_id: str) -> HttpRe
     """One segment: rules, live count and the first 50 members."""
     segment = selectors.segment_get(tenant, segment_id)
     preview = selectors.segment_preview(tenant, segment.id, limit=50)
-    return render(request, "crm/segment.html", {
-        "tenant": tenant, "segment": segment, "preview": preview,
-        "attributes": [(k, json.dumps(v, ensure_ascii=False)) for k, v in segment.rules.attributes.items()],
-        "is_admin": page_principal(request).can("admin"),
-    })
+    return render(
+        request,
+        "crm/segment.html",
+        {
+            "tenant": tenant,
+            "segment": segment,
+            "preview": preview,
+            "attributes": [(k, json.dumps(v, ensure_ascii=False)) for k, v in segment.rules.attributes.items()],
+            "is_admin": page_principal(request).can("admin"),
+        },
+    )
 
 
 @require_POST

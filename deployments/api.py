@@ -42,9 +42,7 @@ class ArtifactIO(Schema):
 
 class GateOut(Schema):
     name: str
-    status: str = Field(
-        ..., description="pending, running, succeeded, failed, inconclusive or error"
-    )
+    status: str = Field(..., description="pending, running, succeeded, failed, inconclusive or error")
     run_id: str | None
     runner: str | None
     started_at: int | None = Field(None, description="epoch milliseconds")
@@ -82,9 +80,7 @@ class ActiveOut(Schema):
 
 
 class GateRunIn(Schema):
-    lease_ms: int = Field(
-        DEFAULT_LEASE_MS, ge=1000, le=MAX_LEASE_MS, description="reservation length (ms)"
-    )
+    lease_ms: int = Field(DEFAULT_LEASE_MS, ge=1000, le=MAX_LEASE_MS, description="reservation length (ms)")
 
 
 class GateRunOut(Schema):
@@ -184,9 +180,7 @@ def bot_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) -> di
     """Bots that have published, with their active version."""
     items = selectors.bot_list(tenant, limit=page.limit, after=page.after)
     return {
-        "items": [
-            {"bot": b.bot, "active": active_out(b.active) if b.active else None} for b in items
-        ],
+        "items": [{"bot": b.bot, "active": active_out(b.active) if b.active else None} for b in items],
         "next": items[-1].bot if len(items) == page.limit else None,
     }
 
@@ -207,18 +201,14 @@ def bot_list(request: HttpRequest, tenant: str, page: Query[CursorParams]) -> di
 def version_publish(request: HttpRequest, tenant: str, bot: str) -> Status:
     """Publish a version: 201 created; 200 if the same content was published before; 409 if different."""
     p = principal(request)
-    version, created = services.version_publish(
-        tenant, spec=_json_body(request), actor=p.actor, bot=bot
-    )
+    version, created = services.version_publish(tenant, spec=_json_body(request), actor=p.actor, bot=bot)
     out = version_out(version, selectors.deployment_active(tenant, bot), _now())
     return Status(201 if created else 200, out)
 
 
 @router.get("bots/{bot}/versions", response={200: Page[VersionOut], **ERRORS})
 @requires("agent")
-def version_list(
-    request: HttpRequest, tenant: str, bot: str, page: Query[CursorParams]
-) -> dict[str, Any]:
+def version_list(request: HttpRequest, tenant: str, bot: str, page: Query[CursorParams]) -> dict[str, Any]:
     """Retained versions, newest first, with gate status (pass ``next`` back as ``after``)."""
     items = selectors.version_list(tenant, bot, limit=page.limit, after=page.after)
     active, now = selectors.deployment_active(tenant, bot), _now()
@@ -236,9 +226,7 @@ def version_get(request: HttpRequest, tenant: str, bot: str, version: str) -> di
     return version_out(v, selectors.deployment_active(tenant, bot), _now())
 
 
-@router.post(
-    "bots/{bot}/versions/{version}/gates/{gate}/runs", response={201: GateRunOut, **ERRORS}
-)
+@router.post("bots/{bot}/versions/{version}/gates/{gate}/runs", response={201: GateRunOut, **ERRORS})
 @requires("admin")
 def gate_run_start(
     request: HttpRequest,
@@ -255,9 +243,7 @@ def gate_run_start(
     return Status(201, run_out(run))
 
 
-@router.post(
-    "bots/{bot}/versions/{version}/gates/{gate}/runs/{run_id}", response={200: VersionOut, **ERRORS}
-)
+@router.post("bots/{bot}/versions/{version}/gates/{gate}/runs/{run_id}", response={200: VersionOut, **ERRORS})
 @requires("admin")
 def gate_run_finish(
     request: HttpRequest,
@@ -302,9 +288,7 @@ def deployment_activate(
 
 @router.post("bots/{bot}/rollback", response={200: ActiveOut, **ERRORS})
 @requires("admin")
-def deployment_rollback(
-    request: HttpRequest, tenant: str, bot: str, body: RollbackIn
-) -> dict[str, Any]:
+def deployment_rollback(request: HttpRequest, tenant: str, bot: str, body: RollbackIn) -> dict[str, Any]:
     """Make the retained version ``to`` active again (404 if pruned); records where it came from."""
     p = principal(request)
     pointer = services.deployment_rollback(
@@ -333,9 +317,7 @@ def version_prune(request: HttpRequest, tenant: str, bot: str, body: PruneIn) ->
 
 @router.get("bots/{bot}/audit", response={200: Page[DeploymentAuditOut], **ERRORS})
 @requires("agent")
-def deployment_audit(
-    request: HttpRequest, tenant: str, bot: str, page: Query[DeploymentAuditParams]
-) -> dict[str, Any]:
+def deployment_audit(request: HttpRequest, tenant: str, bot: str, page: Query[DeploymentAuditParams]) -> dict[str, Any]:
     """Every publish, gate run, activation, rollback and prune of the bot, newest first."""
     items = selectors.deployment_audit_list(tenant, bot, limit=page.limit, after=page.after)
     return {

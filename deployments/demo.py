@@ -46,10 +46,5 @@ def load(ctx: Any) -> str:
             _ok(ctx.request("POST", f"{gate_url}/{run['run_id']}", body), f"finish {gate['name']}")
     bot = json.loads(paths[0].read_text(encoding="utf-8"))["bot"] if paths else "tienda-bot"
     base = f"/api/v1/tenants/{DEMO_TENANT}/bots/{bot}"
-    active = _ok(
-        ctx.request("POST", f"{base}/versions/{ACTIVE}/activate", {}), f"activate {ACTIVE}"
-    )
-    return (
-        f"deployments: {len(paths)} versions of {bot} ({published} new), gates run, "
-        f"{active['version']} active"
-    )
+    active = _ok(ctx.request("POST", f"{base}/versions/{ACTIVE}/activate", {}), f"activate {ACTIVE}")
+    return f"deployments: {len(paths)} versions of {bot} ({published} new), gates run, {active['version']} active"

@@ -71,9 +71,7 @@ class VersionExists(Conflict):
 # ---------------------------------------------------------------- what CI publishes
 
 
-def _string(
-    data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool
-) -> str | None:
+def _string(data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool) -> str | None:
     if key not in data or (data[key] is None and not required):
         if required:
             raise ValidationError(path, "is required")
@@ -120,9 +118,7 @@ class VersionSpec:
     @property
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON: equal content, equal digest."""
-        canonical = json.dumps(
-            self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -180,9 +176,7 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
     _unknown_keys(artifact, ARTIFACT_FIELDS, f"{path}.artifact")
     digest = _string(artifact, "digest", f"{path}.artifact.digest", max_len=80, required=True) or ""
     if not DIGEST_RE.fullmatch(digest):
-        raise ValidationError(
-            f"{path}.artifact.digest", "must be 'sha256:' and 64 lowercase hex digits"
-        )
+        raise ValidationError(f"{path}.artifact.digest", "must be 'sha256:' and 64 lowercase hex digits")
     url = _string(artifact, "url", f"{path}.artifact.url", max_len=500, required=True) or ""
     if not ARTIFACT_URL_RE.fullmatch(url):
         raise ValidationError(f"{path}.artifact.url", "must be an oci:// or https:// URL")
@@ -196,10 +190,7 @@ def parse_version_spec(data: object, *, path: str = "version") -> VersionSpec:
         if gate in gates[:i]:
             raise ValidationError(f"{path}.gates[{i}]", f"duplicate gate {gate!r}")
     notes = _string(data, "notes", f"{path}.notes", max_len=MAX_NOTES, required=False) or ""
-    created_by = (
-        _string(data, "createdBy", f"{path}.createdBy", max_len=MAX_CREATED_BY, required=False)
-        or ""
-    )
+    created_by = _string(data, "createdBy", f"{path}.createdBy", max_len=MAX_CREATED_BY, required=False) or ""
     return VersionSpec(
         bot=bot,
         version=version,

@@ -33,9 +33,7 @@ def bot_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[
     ]
 
 
-def deployment_active_list(
-    tenant: str, *, limit: int = 50, after: str | None = None
-) -> list[ActivePointer]:
+def deployment_active_list(tenant: str, *, limit: int = 50, after: str | None = None) -> list[ActivePointer]:
     """Return the tenant's live deployments by bot id (``after``: the page's last bot id)."""
     return default_registry().active_list(tenant, limit=limit, after=cursor_check(after, BOT_CURSOR))
 
@@ -45,9 +43,7 @@ def deployment_active_count(tenant: str) -> int:
     return default_registry().active_count(tenant)
 
 
-def version_list(
-    tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-) -> list[BotVersion]:
+def version_list(tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> list[BotVersion]:
     """Return up to ``limit`` retained versions, newest first (``after``: previous page's cursor)."""
     return default_registry().list(tenant, bot, limit, cursor_check(after, VERSION_CURSOR))
 
@@ -62,8 +58,6 @@ def deployment_active(tenant: str, bot: str) -> ActivePointer | None:
     return default_registry().active(tenant, bot)
 
 
-def deployment_audit_list(
-    tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-) -> list[AuditEvent]:
+def deployment_audit_list(tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> list[AuditEvent]:
     """Return the bot's audit trail, newest first (``after``: the last event id seen)."""
     return default_registry().audit(tenant, bot, limit=limit, after=cursor_check(after, AUDIT_CURSOR))

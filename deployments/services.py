@@ -64,9 +64,7 @@ class DeploymentRegistry:
         *,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        if retain_versions is not None and (
-            not isinstance(retain_versions, int) or retain_versions < 1
-        ):
+        if retain_versions is not None and (not isinstance(retain_versions, int) or retain_versions < 1):
             raise ValidationError("retain_versions", "must be a positive integer or None")
         self.store = store
         self.retain_versions = retain_versions
@@ -103,9 +101,7 @@ class DeploymentRegistry:
             raise NotFound(f"version {version!r} of bot {bot!r} not found")
         return found
 
-    def list(
-        self, tenant: str, bot: str, limit: int = 50, after: int | str | None = None
-    ) -> builtins.list[BotVersion]:
+    def list(self, tenant: str, bot: str, limit: int = 50, after: int | str | None = None) -> builtins.list[BotVersion]:
         """Return up to ``limit`` (1..200) retained versions, newest first.
 
         ``after`` is the ``seq`` of the last version of the previous page (the
@@ -127,9 +123,7 @@ class DeploymentRegistry:
         self._ids(tenant, bot)
         return self.store.get_active(tenant, bot)
 
-    def active_list(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[ActivePointer]:
+    def active_list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[ActivePointer]:
         """Return up to ``limit`` (1..200) live deployments by bot id, bots after ``after``."""
         validate_id(tenant, "tenant")
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
@@ -146,9 +140,7 @@ class DeploymentRegistry:
         validate_id(tenant, "tenant")
         return self.store.list_bots(tenant, limit=limit, after=after)
 
-    def audit(
-        self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[AuditEvent]:
+    def audit(self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> builtins.list[AuditEvent]:
         """Return the bot's audit trail, newest first (``after``: the last event id seen)."""
         self._ids(tenant, bot)
         return self.store.audit_list(tenant, bot, limit=limit, after=after)
@@ -174,9 +166,7 @@ class DeploymentRegistry:
         if not isinstance(spec, VersionSpec):
             spec = parse_version_spec(spec)
         if bot is not None and spec.bot != bot:
-            raise ValidationError(
-                "version.bot", f"{spec.bot!r} does not match the bot in the URL {bot!r}"
-            )
+            raise ValidationError("version.bot", f"{spec.bot!r} does not match the bot in the URL {bot!r}")
         digest = spec.digest
         for _ in range(CAS_ATTEMPTS):
             existing = self._existing(tenant, spec, digest)
@@ -215,9 +205,7 @@ class DeploymentRegistry:
                 try:
                     self.prune(tenant, spec.bot, keep=self.retain_versions, actor=RETENTION_ACTOR)
                 except Conflict:
-                    log.warning(
-                        "retention prune after publish lost a race; the next publish retries it"
-                    )
+                    log.warning("retention prune after publish lost a race; the next publish retries it")
             return stored, True
         raise Conflict(f"version {spec.version!r} keeps changing; try again")
 
@@ -238,9 +226,7 @@ class DeploymentRegistry:
             )
         found = self.store.get_version(tenant, spec.bot, spec.version)
         if found is None:  # pruned between the two reads
-            raise VersionExists(
-                f"version {spec.version!r} of {spec.bot!r} was pruned", digest=index.digest
-            )
+            raise VersionExists(f"version {spec.version!r} of {spec.bot!r} was pruned", digest=index.digest)
         return found
 
     # ------------------------------------------------------------ gates
@@ -327,9 +313,7 @@ class DeploymentRegistry:
                 )
             )
             try:
-                self.store.update_version(
-                    tenant, updated, expect_revision=current.revision, audit=events
-                )
+                self.store.update_version(tenant, updated, expect_revision=current.revision, audit=events)
             except Conflict:
                 continue  # someone else changed the version: decide again on a fresh read
             return run
@@ -396,9 +380,7 @@ class DeploymentRegistry:
                 duration_ms=now - (state.started_at or now),
             )
             try:
-                return self.store.update_version(
-                    tenant, updated, expect_revision=current.revision, audit=[event]
-                )
+                return self.store.update_version(tenant, updated, expect_revision=current.revision, audit=[event])
             except Conflict:
                 continue
         raise Conflict(f"gate {gate!r} of {version!r} keeps changing; try again")
@@ -484,9 +466,7 @@ class DeploymentRegistry:
         Activating the active version again is a no-op.
         """
         target = self.get(tenant, bot, version)
-        return self._point(
-            tenant, bot, target, actor=actor, kind="activate", expected_revision=expected_revision
-        )
+        return self._point(tenant, bot, target, actor=actor, kind="activate", expected_revision=expected_revision)
 
     def rollback(
         self, tenant: str, bot: str, *, to: str, actor: str, expected_revision: int | None = None
@@ -501,9 +481,7 @@ class DeploymentRegistry:
         target = self.get(tenant, bot, to)
         if self.store.get_active(tenant, bot) is None:
             raise ValidationError("to", f"bot {bot!r} has no active version to roll back from")
-        return self._point(
-            tenant, bot, target, actor=actor, kind="rollback", expected_revision=expected_revision
-        )
+        return self._point(tenant, bot, target, actor=actor, kind="rollback", expected_revision=expected_revision)
 
     # ------------------------------------------------------------ pruning
 
@@ -528,9 +506,7 @@ class DeploymentRegistry:
             ][:PRUNE_BATCH]
             if not victims:
                 return pruned
-            event = self._event(
-                now, actor, "pruned", bot, None, keep=keep, versions=[v.version for v in victims]
-            )
+            event = self._event(now, actor, "pruned", bot, None, keep=keep, versions=[v.version for v in victims])
             try:
                 self.store.delete_versions(
                     tenant,
@@ -586,9 +562,7 @@ def gate_run_start(
     tenant: str, bot: str, version: str, gate: str, *, actor: str, lease_ms: int = DEFAULT_LEASE_MS
 ) -> GateRun:
     """Reserve a gate run (see ``DeploymentRegistry.start_gate_run``)."""
-    return default_registry().start_gate_run(
-        tenant, bot, version, gate, actor=actor, lease_ms=lease_ms
-    )
+    return default_registry().start_gate_run(tenant, bot, version, gate, actor=actor, lease_ms=lease_ms)
 
 
 def gate_run_finish(
@@ -612,18 +586,14 @@ def deployment_activate(
     tenant: str, bot: str, version: str, *, actor: str, expected_revision: int | None = None
 ) -> ActivePointer:
     """Activate a version (see ``DeploymentRegistry.activate``)."""
-    return default_registry().activate(
-        tenant, bot, version, actor=actor, expected_revision=expected_revision
-    )
+    return default_registry().activate(tenant, bot, version, actor=actor, expected_revision=expected_revision)
 
 
 def deployment_rollback(
     tenant: str, bot: str, *, to: str, actor: str, expected_revision: int | None = None
 ) -> ActivePointer:
     """Roll back to a retained version (see ``DeploymentRegistry.rollback``)."""
-    return default_registry().rollback(
-        tenant, bot, to=to, actor=actor, expected_revision=expected_revision
-    )
+    return default_registry().rollback(tenant, bot, to=to, actor=actor, expected_revision=expected_revision)
 
 
 def version_prune(tenant: str, bot: str, *, keep: int, actor: str) -> builtins.list[str]:

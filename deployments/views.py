@@ -39,9 +39,7 @@ def bots(request: HttpRequest, tenant: str) -> HttpResponse:
 def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
     """The versions timeline of one bot (newest first) with gates, actions and recent audit."""
     validate_bot(bot)
-    versions = selectors.version_list(
-        tenant, bot, limit=PAGE, after=request.GET.get("after") or None
-    )
+    versions = selectors.version_list(tenant, bot, limit=PAGE, after=request.GET.get("after") or None)
     active = selectors.deployment_active(tenant, bot)
     if not versions and active is None and not request.GET.get("after"):
         raise NotFound(f"bot {bot!r} has no versions")
@@ -128,9 +126,7 @@ def confirm(request: HttpRequest, tenant: str, bot: str, action: str, version: s
 @tenant_page("agent")
 def audit(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
     """Every publish, gate run, activation, rollback and prune of the bot, newest first."""
-    events = selectors.deployment_audit_list(
-        tenant, bot, limit=PAGE, after=request.GET.get("after") or None
-    )
+    events = selectors.deployment_audit_list(tenant, bot, limit=PAGE, after=request.GET.get("after") or None)
     return render(
         request,
         "deployments/audit.html",

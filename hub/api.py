@@ -203,9 +203,7 @@ def plugin_uninstall(request: HttpRequest, tenant: str, plugin_id: str) -> Statu
 
 @router.post("plugins/{plugin_id}/grants", response={200: PluginOut, **ERRORS})
 @requires("admin")
-def plugin_grant(
-    request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn
-) -> dict[str, Any]:
+def plugin_grant(request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn) -> dict[str, Any]:
     """Grant permissions the manifest asks for."""
     p = principal(request)
     installation = services.plugin_grant(
@@ -220,9 +218,7 @@ def plugin_grant(
 
 @router.post("plugins/{plugin_id}/revocations", response={200: PluginOut, **ERRORS})
 @requires("admin")
-def plugin_revoke(
-    request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn
-) -> dict[str, Any]:
+def plugin_revoke(request: HttpRequest, tenant: str, plugin_id: str, body: PermissionsIn) -> dict[str, Any]:
     """Withdraw granted permissions (an enabled plugin that needs one is disabled)."""
     p = principal(request)
     installation = services.plugin_revoke(
@@ -263,13 +259,9 @@ def plugin_disable(
 
 @router.get("plugins/{plugin_id}/audit", response={200: Page[PluginAuditOut], **ERRORS})
 @requires("agent")
-def plugin_audit(
-    request: HttpRequest, tenant: str, plugin_id: str, page: Query[PluginAuditParams]
-) -> dict[str, Any]:
+def plugin_audit(request: HttpRequest, tenant: str, plugin_id: str, page: Query[PluginAuditParams]) -> dict[str, Any]:
     """The plugin's audit trail (who installed, granted, enabled, disabled it, and when), newest first."""
-    items = selectors.plugin_audit_list(
-        tenant, plugin_id=plugin_id, limit=page.limit, after=page.after
-    )
+    items = selectors.plugin_audit_list(tenant, plugin_id=plugin_id, limit=page.limit, after=page.after)
     return {
         "items": [audit_out(e) for e in items],
         "next": _page(items, page.limit, items[-1].id if items else None),

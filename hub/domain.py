@@ -135,9 +135,7 @@ class Manifest:
     @property
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON (sorted keys, no spaces)."""
-        canonical = json.dumps(
-            self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -159,9 +157,7 @@ class Manifest:
 # ---------------------------------------------------------------- parsing
 
 
-def _text(
-    data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool
-) -> str | None:
+def _text(data: Mapping[str, Any], key: str, path: str, *, max_len: int, required: bool) -> str | None:
     if key not in data:
         if required:
             raise ValidationError(path, "is required")
@@ -257,23 +253,15 @@ def parse_manifest(raw: bytes | str | Mapping[str, Any], *, runtime: RuntimeInfo
             raise ValidationError(f"{path}.{key}", "is required")
     plugin_id = _text(data, "id", f"{path}.id", max_len=MAX_ID, required=True) or ""
     if not ID_RE.fullmatch(plugin_id):
-        raise ValidationError(
-            f"{path}.id", "must be dotted lowercase segments like 'acme.order-status'"
-        )
+        raise ValidationError(f"{path}.id", "must be dotted lowercase segments like 'acme.order-status'")
     name = _text(data, "name", f"{path}.name", max_len=MAX_NAME, required=True) or ""
     version = _text(data, "version", f"{path}.version", max_len=64, required=True) or ""
     if not semver.Version.is_valid(version):
         raise ValidationError(f"{path}.version", "not a SemVer 2.0 version (e.g. '1.4.0')")
-    runtime_range = (
-        _text(data, "runtime", f"{path}.runtime", max_len=MAX_RANGE, required=True) or ""
-    )
+    runtime_range = _text(data, "runtime", f"{path}.runtime", max_len=MAX_RANGE, required=True) or ""
     validate_runtime_range(runtime_range, f"{path}.runtime")
-    permissions = _permissions(
-        data["permissions"], f"{path}.permissions", runtime.known_permissions
-    )
-    description = _text(
-        data, "description", f"{path}.description", max_len=MAX_DESCRIPTION, required=False
-    )
+    permissions = _permissions(data["permissions"], f"{path}.permissions", runtime.known_permissions)
+    description = _text(data, "description", f"{path}.description", max_len=MAX_DESCRIPTION, required=False)
     entry = _text(data, "entry", f"{path}.entry", max_len=MAX_ENTRY, required=False)
     if entry is not None and (not ENTRY_RE.fullmatch(entry) or ".." in entry.split("/")):
         raise ValidationError(f"{path}.entry", "must be a relative path inside the plugin")
@@ -381,8 +369,7 @@ class Installation:
         pending = self.pending_permissions
         if pending:
             return PermissionsPending(
-                f"{self.plugin_id} {self.manifest.version} asks for permissions not granted: "
-                + ", ".join(pending),
+                f"{self.plugin_id} {self.manifest.version} asks for permissions not granted: " + ", ".join(pending),
                 current_version=self.revision,
                 pending=list(pending),
             )

@@ -72,9 +72,7 @@ class PluginHub:
             raise NotFound(f"plugin {plugin_id!r} is not installed")
         return found
 
-    def list(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[Installation]:
+    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return up to ``limit`` installations ordered by plugin id, after the id ``after``."""
         validate_id(tenant, "tenant")
         return self.store.list(tenant, limit=limit, after=after)
@@ -161,9 +159,7 @@ class PluginHub:
         )
         return self.store.save(tenant, installation, expect_revision=None, audit=[event])
 
-    def _replace(
-        self, tenant: str, current: Installation, manifest: Manifest, actor: str
-    ) -> Installation:
+    def _replace(self, tenant: str, current: Installation, manifest: Manifest, actor: str) -> Installation:
         now = self.clock()
         old = current.manifest
         order = semver.Version.parse(manifest.version).compare(old.version)
@@ -210,9 +206,7 @@ class PluginHub:
         self,
         tenant: str,
         plugin_id: str,
-        change: Callable[
-            [Installation, int], tuple[Installation, builtins.list[AuditEvent]] | None
-        ],
+        change: Callable[[Installation, int], tuple[Installation, builtins.list[AuditEvent]] | None],
         *,
         expected_revision: int | None = None,
     ) -> Installation:
@@ -234,9 +228,7 @@ class PluginHub:
                 return current
             updated, events = decided
             try:
-                return self.store.save(
-                    tenant, updated, expect_revision=current.revision, audit=events
-                )
+                return self.store.save(tenant, updated, expect_revision=current.revision, audit=events)
             except Conflict:
                 if expected_revision is not None:
                     raise
@@ -258,9 +250,7 @@ class PluginHub:
         """
         perms = validate_permission_list(list(permissions), "permissions", self.runtime)
 
-        def change(
-            current: Installation, now: int
-        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
+        def change(current: Installation, now: int) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             for i, perm in enumerate(perms):
                 if perm not in current.manifest.permissions:
                     raise ValidationError(
@@ -270,9 +260,7 @@ class PluginHub:
             new = [p for p in perms if p not in current.granted]
             if not new:
                 return None
-            granted = tuple(
-                p for p in current.manifest.permissions if p in current.granted or p in new
-            )
+            granted = tuple(p for p in current.manifest.permissions if p in current.granted or p in new)
             event = self._event(
                 now,
                 actor,
@@ -298,15 +286,11 @@ class PluginHub:
         """Withdraw granted ``permissions``; an enabled plugin that needs one is disabled too."""
         perms = validate_permission_list(list(permissions), "permissions", self.runtime)
 
-        def change(
-            current: Installation, now: int
-        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
+        def change(current: Installation, now: int) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             gone = [p for p in perms if p in current.granted]
             if not gone:
                 return None
-            updated = current.evolve(
-                granted=tuple(p for p in current.granted if p not in gone), updated_at=now
-            )
+            updated = current.evolve(granted=tuple(p for p in current.granted if p not in gone), updated_at=now)
             events = [
                 self._event(
                     now,
@@ -333,9 +317,7 @@ class PluginHub:
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
 
-    def enable(
-        self, tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None
-    ) -> Installation:
+    def enable(self, tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None) -> Installation:
         """Enable the plugin if every requested permission is granted and the runtime fits.
 
         The check and the write are one compare-and-set on the installation, so
@@ -345,9 +327,7 @@ class PluginHub:
         ``Conflict`` for a stale ``expected_revision``, ``NotFound`` if not installed.
         """
 
-        def change(
-            current: Installation, now: int
-        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
+        def change(current: Installation, now: int) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             refusal = current.enable_refusal(self.runtime)
             if refusal is not None:
                 raise refusal
@@ -366,14 +346,10 @@ class PluginHub:
 
         return self._update(tenant, plugin_id, change, expected_revision=expected_revision)
 
-    def disable(
-        self, tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None
-    ) -> Installation:
+    def disable(self, tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None) -> Installation:
         """Disable the plugin (a no-op if it is not enabled)."""
 
-        def change(
-            current: Installation, now: int
-        ) -> tuple[Installation, builtins.list[AuditEvent]] | None:
+        def change(current: Installation, now: int) -> tuple[Installation, builtins.list[AuditEvent]] | None:
             if not current.enabled:
                 return None
             event = self._event(
@@ -402,9 +378,7 @@ class PluginHub:
                 was_enabled=current.enabled,
             )
             try:
-                self.store.delete(
-                    tenant, plugin_id, expect_revision=current.revision, audit=[event]
-                )
+                self.store.delete(tenant, plugin_id, expect_revision=current.revision, audit=[event])
                 return
             except Conflict:
                 continue
@@ -423,9 +397,7 @@ def default_hub() -> PluginHub:
     return PluginHub(KvPluginStore(default_kv()))
 
 
-def plugin_install(
-    tenant: str, *, manifest: bytes | str | Mapping[str, Any], actor: str
-) -> tuple[Installation, bool]:
+def plugin_install(tenant: str, *, manifest: bytes | str | Mapping[str, Any], actor: str) -> tuple[Installation, bool]:
     """Install or replace a plugin from its manifest; return ``(installation, created)``."""
     return default_hub().install(tenant, manifest, actor=actor)
 
@@ -458,20 +430,14 @@ def plugin_revoke(
     )
 
 
-def plugin_enable(
-    tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None
-) -> Installation:
+def plugin_enable(tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None) -> Installation:
     """Enable a plugin after re-checking its grants atomically (see ``PluginHub.enable``)."""
     return default_hub().enable(tenant, plugin_id, actor=actor, expected_revision=expected_revision)
 
 
-def plugin_disable(
-    tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None
-) -> Installation:
+def plugin_disable(tenant: str, plugin_id: str, *, actor: str, expected_revision: int | None = None) -> Installation:
     """Disable a plugin (see ``PluginHub.disable``)."""
-    return default_hub().disable(
-        tenant, plugin_id, actor=actor, expected_revision=expected_revision
-    )
+    return default_hub().disable(tenant, plugin_id, actor=actor, expected_revision=expected_revision)
 
 
 def plugin_uninstall(tenant: str, plugin_id: str, *, actor: str) -> None:

@@ -39,9 +39,7 @@ def plugins(request: HttpRequest, tenant: str) -> HttpResponse:
     after = request.GET.get("after") or None
     items = selectors.plugin_list(tenant, limit=PAGE, after=after)
     runtime = selectors.hub_runtime()
-    rows = [
-        {"i": i, "status": i.status(runtime), "compat": i.compatibility(runtime)} for i in items
-    ]
+    rows = [{"i": i, "status": i.status(runtime), "compat": i.compatibility(runtime)} for i in items]
     return render(
         request,
         "hub/plugins.html",
@@ -68,9 +66,7 @@ def install(request: HttpRequest, tenant: str) -> HttpResponse:
     else:
         raw = request.POST.get("manifest", "").encode("utf-8")
     try:
-        installation, created = services.plugin_install(
-            tenant, manifest=raw, actor=page_principal(request).actor
-        )
+        installation, created = services.plugin_install(tenant, manifest=raw, actor=page_principal(request).actor)
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect("hub:plugins", tenant=tenant)
@@ -104,9 +100,7 @@ def plugin(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
             "reason": reason,
             "runtime": runtime,
             "permissions": permissions,
-            "manifest_json": json.dumps(
-                installation.manifest.as_dict(), indent=2, ensure_ascii=False
-            ),
+            "manifest_json": json.dumps(installation.manifest.as_dict(), indent=2, ensure_ascii=False),
             "audit": selectors.plugin_audit_list(tenant, plugin_id=plugin_id, limit=20),
             "can_write": page_principal(request).can("admin"),
         },

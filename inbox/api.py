@@ -64,8 +64,10 @@ class ConversationOut(Schema):
     chat_key: str
     channel: str
     channel_name: str | None = Field(
-        None, description="the tenant's channel (WhatsApp number or Telegram bot) that received the chat; "
-        "replies go out through it. null: stored before conversations belonged to a channel")
+        None,
+        description="the tenant's channel (WhatsApp number or Telegram bot) that received the chat; "
+        "replies go out through it. null: stored before conversations belonged to a channel",
+    )
     status: str
     stored_status: str
     assignee: str | None
@@ -301,8 +303,14 @@ def _conversation(request: HttpRequest, tenant: str, c: Conversation) -> dict[st
 def conversation_list(request: HttpRequest, tenant: str, filters: Query[ConversationFilters]) -> dict[str, Any]:
     """List conversations, newest activity first, with the caller's unread counts."""
     rows, cursor = selectors.conversation_list(
-        tenant, agent=agent_of(principal(request)), view=filters.view, status=filters.status,
-        channel=filters.channel, unread_only=filters.unread, limit=filters.limit, after=filters.after,
+        tenant,
+        agent=agent_of(principal(request)),
+        view=filters.view,
+        status=filters.status,
+        channel=filters.channel,
+        unread_only=filters.unread,
+        limit=filters.limit,
+        after=filters.after,
         channel_name=filters.channel_name,
     )
     return {"items": [conversation_out(r.conversation, r.unread) for r in rows], "next": cursor}
@@ -358,7 +366,10 @@ def conversation_assign(request: HttpRequest, tenant: str, conversation_id: str,
 def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str, body: HandoffIn) -> dict[str, Any]:
     """Take the chat from the bot (``active`` true) or give it back (false), as the caller."""
     conv = services.conversation_handoff(
-        tenant, conversation_id, active=body.active, actor=agent_of(principal(request)),
+        tenant,
+        conversation_id,
+        active=body.active,
+        actor=agent_of(principal(request)),
         expected_version=body.expected_version,
     )
     return _conversation(request, tenant, conv)
@@ -369,7 +380,10 @@ def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str
 def conversation_status(request: HttpRequest, tenant: str, conversation_id: str, body: StatusIn) -> dict[str, Any]:
     """Set open / pending / resolved (pending may be snoozed until a time)."""
     conv = services.conversation_status_set(
-        tenant, conversation_id, status=body.status, snoozed_until_ms=body.snoozed_until_ms,
+        tenant,
+        conversation_id,
+        status=body.status,
+        snoozed_until_ms=body.snoozed_until_ms,
         expected_version=body.expected_version,
     )
     return _conversation(request, tenant, conv)
@@ -382,8 +396,13 @@ def conversation_read(request: HttpRequest, tenant: str, conversation_id: str, b
     agent = agent_of(principal(request))
     marker = services.read_marker_set(tenant, conversation_id, agent=agent, message_id=body.message_id)
     conv = selectors.conversation_get(tenant, conversation_id)
-    return {"conversation_id": conversation_id, "agent": agent, "message_id": marker.message_id,
-            "at_ms": marker.at_ms, "unread": selectors.unread_count(tenant, conv, agent=agent)}
+    return {
+        "conversation_id": conversation_id,
+        "agent": agent,
+        "message_id": marker.message_id,
+        "at_ms": marker.at_ms,
+        "unread": selectors.unread_count(tenant, conv, agent=agent),
+    }
 
 
 @router.post("conversations/{conversation_id}/reply", response={202: MessageOut, **WRITE_ERRORS})
@@ -398,14 +417,18 @@ def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, 
     """
     caller = principal(request)
     message = replies.reply_create(
-        tenant, conversation_id, author=agent_of(caller), text=body.text,
-        idempotency_key=body.idempotency_key, admin=caller.can("admin"), assign=body.assign,
+        tenant,
+        conversation_id,
+        author=agent_of(caller),
+        text=body.text,
+        idempotency_key=body.idempotency_key,
+        admin=caller.can("admin"),
+        assign=body.assign,
     )
     return Status(202, message_out(message))
 
 
-@router.post("conversations/{conversation_id}/messages/{message_id}/resend",
-             response={202: MessageOut, **WRITE_ERRORS})
+@router.post("conversations/{conversation_id}/messages/{message_id}/resend", response={202: MessageOut, **WRITE_ERRORS})
 @requires("agent")
 def reply_resend(request: HttpRequest, tenant: str, conversation_id: str, message_id: str) -> Status:
     """Send a not confirmed or failed reply of this conversation again (the customer may receive it twice).
@@ -456,8 +479,12 @@ def handoff_get(request: HttpRequest, tenant: str, chat_id: str, channel: str | 
     """
     state = selectors.handoff_get(tenant, chat_id, channel_name=channel)
     return {
-        "chat_id": chat_id, "handed_off": state.handed_off, "conversation_id": state.conversation_id,
-        "taken_by": state.taken_by, "taken_at_ms": state.taken_at_ms, "released_by": state.released_by,
+        "chat_id": chat_id,
+        "handed_off": state.handed_off,
+        "conversation_id": state.conversation_id,
+        "taken_by": state.taken_by,
+        "taken_at_ms": state.taken_at_ms,
+        "released_by": state.released_by,
         "released_at_ms": state.released_at_ms,
     }
 
@@ -485,7 +512,7 @@ LEDGER_BODY = {
         "required": True,
         "description": "StoredMessage records as a JSON array (`[{...}, {...}]`) or as JSON lines "
         "(one record object a line). Any other shape, such as an object wrapping the records "
-        "(`{\"records\": [...]}`) or one record over several lines, is a 422 naming `body`.",
+        '(`{"records": [...]}`) or one record over several lines, is a 422 naming `body`.',
         "content": {
             "application/json": {"schema": {"type": "array", "items": StoredMessageIn.model_json_schema()}},
             "application/x-ndjson": {"schema": {"type": "string"}},

@@ -1,4 +1,5 @@
 """The inbox package (ARCHITECTURE §5)."""
+
 from django.apps import AppConfig
 
 

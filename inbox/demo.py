@@ -43,15 +43,26 @@ def _configure_channels(ctx: Any, tenant: str) -> None:
     app_secret = json.loads((fixtures / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
     secret = json.loads((fixtures / "telegram" / "meta.json").read_text())["secret_token"]
     channels = {
-        WHATSAPP_CHANNEL: {"kind": "whatsapp", "phone_number_id": PHONE_NUMBER_ID,
-                           "display_phone_number": "+1 555 078 3881", "app_secret": app_secret,
-                           "verify_token": "botmesh-demo-verify"},
-        SECOND_WHATSAPP_CHANNEL: {"kind": "whatsapp", "phone_number_id": SECOND_PHONE_NUMBER_ID,
-                                  "display_phone_number": "+1 555 078 3999", "app_secret": app_secret,
-                                  "verify_token": "botmesh-demo-verify"},
+        WHATSAPP_CHANNEL: {
+            "kind": "whatsapp",
+            "phone_number_id": PHONE_NUMBER_ID,
+            "display_phone_number": "+1 555 078 3881",
+            "app_secret": app_secret,
+            "verify_token": "botmesh-demo-verify",
+        },
+        SECOND_WHATSAPP_CHANNEL: {
+            "kind": "whatsapp",
+            "phone_number_id": SECOND_PHONE_NUMBER_ID,
+            "display_phone_number": "+1 555 078 3999",
+            "app_secret": app_secret,
+            "verify_token": "botmesh-demo-verify",
+        },
         TELEGRAM_CHANNEL: {"kind": "telegram", "bot_username": "tienda_demo_bot", "webhook_secret": secret},
-        SECOND_TELEGRAM_CHANNEL: {"kind": "telegram", "bot_username": "tienda_ayuda_bot",
-                                  "webhook_secret": SECOND_BOT_SECRET},
+        SECOND_TELEGRAM_CHANNEL: {
+            "kind": "telegram",
+            "bot_username": "tienda_ayuda_bot",
+            "webhook_secret": SECOND_BOT_SECRET,
+        },
     }
     for name, body in channels.items():
         status, answer = ctx.request("PUT", f"/api/v1/tenants/{tenant}/channels/{name}", body, tenant=tenant)
@@ -65,8 +76,13 @@ def _post_webhooks(ctx: Any, tenant: str) -> int:
     signatures = json.loads((raw / "signatures.json").read_text())
     posted = 0
     for name, signature in sorted(signatures["signatures"].items()):
-        status, answer = ctx.request("POST", f"/webhooks/whatsapp/{tenant}", (raw / name).read_bytes(),
-                                     headers={signatures["header"]: signature}, tenant=None)
+        status, answer = ctx.request(
+            "POST",
+            f"/webhooks/whatsapp/{tenant}",
+            (raw / name).read_bytes(),
+            headers={signatures["header"]: signature},
+            tenant=None,
+        )
         if status != 200:
             raise RuntimeError(f"inbox demo: WhatsApp webhook {name} answered {status} {answer}")
         posted += 1
@@ -74,22 +90,35 @@ def _post_webhooks(ctx: Any, tenant: str) -> int:
     from botmesh_admin.channels.whatsapp import signature
 
     for name in SECOND_NUMBER_BODIES:  # through the same signed ingestion path, for the second number
-        body = whatsapp_body_for_number(json.loads((raw / name).read_bytes()), phone_number_id=SECOND_PHONE_NUMBER_ID,
-                                        display_phone_number=SECOND_DISPLAY_NUMBER)
+        body = whatsapp_body_for_number(
+            json.loads((raw / name).read_bytes()),
+            phone_number_id=SECOND_PHONE_NUMBER_ID,
+            display_phone_number=SECOND_DISPLAY_NUMBER,
+        )
         data = compact_json(body)
-        status, answer = ctx.request("POST", f"/webhooks/whatsapp/{tenant}", data,
-                                     headers={signatures["header"]: signature(data, signatures["app_secret"])},
-                                     tenant=None)
+        status, answer = ctx.request(
+            "POST",
+            f"/webhooks/whatsapp/{tenant}",
+            data,
+            headers={signatures["header"]: signature(data, signatures["app_secret"])},
+            tenant=None,
+        )
         if status != 200:
-            raise RuntimeError(f"inbox demo: WhatsApp webhook {name} for {SECOND_WHATSAPP_CHANNEL} answered {status} "
-                               f"{answer}")
+            raise RuntimeError(
+                f"inbox demo: WhatsApp webhook {name} for {SECOND_WHATSAPP_CHANNEL} answered {status} {answer}"
+            )
         posted += 1
     meta = json.loads((fixtures / "telegram" / "meta.json").read_text())
     updates = [(TELEGRAM_CHANNEL, meta["secret_token"], p) for p in sorted((fixtures / "telegram").glob("0*.json"))]
     updates += [(SECOND_TELEGRAM_CHANNEL, SECOND_BOT_SECRET, fixtures / "telegram" / n) for n in SECOND_BOT_UPDATES]
     for bot, secret, path in updates:
-        status, answer = ctx.request("POST", f"/webhooks/telegram/{tenant}/{bot}", path.read_bytes(),
-                                     headers={meta["header"]: secret}, tenant=None)
+        status, answer = ctx.request(
+            "POST",
+            f"/webhooks/telegram/{tenant}/{bot}",
+            path.read_bytes(),
+            headers={meta["header"]: secret},
+            tenant=None,
+        )
         if status != 200:
             raise RuntimeError(f"inbox demo: Telegram webhook {path.name} for {bot} answered {status} {answer}")
         posted += 1
@@ -112,8 +141,13 @@ def _push_ledger(ctx: Any) -> dict[str, dict[str, int]]:
     for tenant, records in by_tenant.items():
         if tenant not in ctx.tokens:
             continue
-        status, answer = ctx.request("POST", f"/api/v1/tenants/{tenant}/ledger", "\n".join(records).encode(),
-                                     headers={"Content-Type": "application/x-ndjson"}, tenant=tenant)
+        status, answer = ctx.request(
+            "POST",
+            f"/api/v1/tenants/{tenant}/ledger",
+            "\n".join(records).encode(),
+            headers={"Content-Type": "application/x-ndjson"},
+            tenant=tenant,
+        )
         if status != 202:
             raise RuntimeError(f"inbox demo: ledger push for {tenant} answered {status} {answer}")
         receipts[tenant] = answer

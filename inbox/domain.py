@@ -203,8 +203,12 @@ def _bounded_int(value: object, field: str, what: str, out_of_range: str) -> int
 
 def check_version(value: object, field: str) -> int:
     """Return ``value`` if it can be a conversation version (a whole number, 0 <= v < 2**53)."""
-    return _bounded_int(value, field, "the conversation's version (a whole number)",
-                        "must be the conversation's version, as the conversation shows it")
+    return _bounded_int(
+        value,
+        field,
+        "the conversation's version (a whole number)",
+        "must be the conversation's version, as the conversation shows it",
+    )
 
 
 def check_ms(value: object, field: str) -> int:
@@ -362,9 +366,16 @@ class StoredMessage:
     def to_record(self) -> dict[str, Any]:
         """Return the ledger JSON form (``from_record(to_record())`` round-trips)."""
         record: dict[str, Any] = {
-            "id": self.id, "tenantId": self.tenant_id, "channel": self.channel, "chatId": self.chat_id,
-            "senderId": self.sender_id, "direction": self.direction, "type": self.type, "body": self.body,
-            "timestamp": self.timestamp_ms, "providerMessageId": self.provider_message_id,
+            "id": self.id,
+            "tenantId": self.tenant_id,
+            "channel": self.channel,
+            "chatId": self.chat_id,
+            "senderId": self.sender_id,
+            "direction": self.direction,
+            "type": self.type,
+            "body": self.body,
+            "timestamp": self.timestamp_ms,
+            "providerMessageId": self.provider_message_id,
         }
         if self.dropped is not None:
             record["dropped"] = self.dropped
@@ -743,6 +754,15 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "Conversation", "Edit", "Handoff", "InboxSettings", "Message", "MessageReaction", "Note", "ReadMarker", "Reply",
-    "StoredMessage", "replace",
+    "Conversation",
+    "Edit",
+    "Handoff",
+    "InboxSettings",
+    "Message",
+    "MessageReaction",
+    "Note",
+    "ReadMarker",
+    "Reply",
+    "StoredMessage",
+    "replace",
 ]

@@ -45,12 +45,16 @@ def _reported(record: EventRecord, what: str) -> Iterator[None]:
     try:
         # The span continues the trace of the request that journaled the record (the payload's
         # ``trace`` carrier): one message, one trace, across processes.
-        with tracing.span(f"inbox.{what}", parent=carrier if isinstance(carrier, dict) else None,
-                          tenant=record.tenant, event_id=record.id, event_type=record.type):
+        with tracing.span(
+            f"inbox.{what}",
+            parent=carrier if isinstance(carrier, dict) else None,
+            tenant=record.tenant,
+            event_id=record.id,
+            event_type=record.type,
+        ):
             yield
     except Exception as exc:
-        log.error("inbox %s of event %s failed (attempt %d): %s", what, record.id, record.attempts,
-                  type(exc).__name__)
+        log.error("inbox %s of event %s failed (attempt %d): %s", what, record.id, record.attempts, type(exc).__name__)
         count("errors")
         raise
 

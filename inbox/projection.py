@@ -96,8 +96,13 @@ def _count(name: str) -> None:
 
 def _new_conversation(chat_key: str, channel: str, at_ms: int, channel_name: str | None) -> Conversation:
     return Conversation(
-        id=new_conversation_id(), chat_key=chat_key, channel=channel, created_at_ms=at_ms,
-        updated_at_ms=at_ms, channel_name=channel_name, keyed_by_chat_only=channel_name is None,
+        id=new_conversation_id(),
+        chat_key=chat_key,
+        channel=channel,
+        created_at_ms=at_ms,
+        updated_at_ms=at_ms,
+        channel_name=channel_name,
+        keyed_by_chat_only=channel_name is None,
     )
 
 
@@ -128,8 +133,10 @@ def _after_message(conv: Conversation, m: Message, now: int, removed: Message | 
     }
     if newest:
         changes.update(
-            last_activity_ms=max(m.timestamp_ms, 0), last_message_id=m.id,
-            last_text=preview(m.text) if m.text else f"[{m.type}]", last_direction=m.direction,
+            last_activity_ms=max(m.timestamp_ms, 0),
+            last_message_id=m.id,
+            last_text=preview(m.text) if m.text else f"[{m.type}]",
+            last_direction=m.direction,
             last_author=m.reply.author if m.reply is not None else None,
         )
     if m.direction == "in":
@@ -153,17 +160,20 @@ def _merge_placeholder(m: Message, placeholder: Message) -> Message:
         # Known from its edits first: the first edit's previous text is this record's, the
         # newest text the last edit's (``_edit_placeholder``).
         first, *rest = placeholder.edits
-        m = replace(m, text=placeholder.text, media=placeholder.media or m.media,
-                    edits=(Edit(m.text, first.replaced_at_ms), *rest))
+        m = replace(
+            m,
+            text=placeholder.text,
+            media=placeholder.media or m.media,
+            edits=(Edit(m.text, first.replaced_at_ms), *rest),
+        )
     return replace(
         m,
         status=source.status,
         status_at_ms=source.status_at_ms,
         error_code=source.error_code,
         error_title=source.error_title,
-        reactions=placeholder.reactions + tuple(
-            r for r in m.reactions if r.sender_id not in {p.sender_id for p in placeholder.reactions}
-        ),
+        reactions=placeholder.reactions
+        + tuple(r for r in m.reactions if r.sender_id not in {p.sender_id for p in placeholder.reactions}),
         aliases=tuple(dict.fromkeys((*m.aliases, *placeholder.aliases))),
     )
 
@@ -208,9 +218,13 @@ def ingest(
         removed: Message | None = None
         if twin is not None and not twin.placeholder:
             try:  # the same message, known under another id (ledger and webhook): remember this id too
-                store.write(tenant, Change(
-                    messages=(replace(twin, aliases=(*twin.aliases, m.id)),), aliases=((m.id, twin),),
-                ))
+                store.write(
+                    tenant,
+                    Change(
+                        messages=(replace(twin, aliases=(*twin.aliases, m.id)),),
+                        aliases=((m.id, twin),),
+                    ),
+                )
             except Conflict:
                 continue
             return Projected("duplicate", twin.conversation_id, twin.id)
@@ -222,10 +236,15 @@ def ingest(
                 conv = replace(conv, contact_id=contact_id)
         new_conv = validate_conversation(_after_message(conv, validate_message(m), inbox.clock(), removed))
         try:
-            store.write(tenant, Change(
-                conversation=new_conv, messages=(m,), removed=(removed,) if removed else (),
-                previous=stored,
-            ))
+            store.write(
+                tenant,
+                Change(
+                    conversation=new_conv,
+                    messages=(m,),
+                    removed=(removed,) if removed else (),
+                    previous=stored,
+                ),
+            )
         except Conflict:
             continue
         if conv.revision == 0:
@@ -235,8 +254,12 @@ def ingest(
 
 
 def update_message(
-    inbox: Inbox, tenant: str, find: Callable[[], Message | None], change: Callable[[Message], Message | None],
-    *, alias: str | None = None,
+    inbox: Inbox,
+    tenant: str,
+    find: Callable[[], Message | None],
+    change: Callable[[Message], Message | None],
+    *,
+    alias: str | None = None,
 ) -> Projected | None:
     """Apply ``change`` to the message ``find`` returns, by compare-and-set; ``None`` if not found.
 
@@ -275,15 +298,26 @@ def update_message(
 def project_stored(inbox: Inbox, tenant: str, record: StoredMessage) -> Projected:
     """Project one bot ledger record into ``tenant`` (the caller checked the record's tenant)."""
     message = Message(
-        id=record.id, conversation_id=UNPLACED, direction=record.direction, type=record.type,
-        timestamp_ms=record.timestamp_ms, text=record.body, sender_id=record.sender_id,
-        sender_name=record.sender_name, provider_message_id=record.provider_message_id, source="ledger",
+        id=record.id,
+        conversation_id=UNPLACED,
+        direction=record.direction,
+        type=record.type,
+        timestamp_ms=record.timestamp_ms,
+        text=record.body,
+        sender_id=record.sender_id,
+        sender_name=record.sender_name,
+        provider_message_id=record.provider_message_id,
+        source="ledger",
         dropped=record.dropped,
         status="sent" if record.direction == "out" and record.provider_message_id and not record.dropped else None,
         status_at_ms=record.timestamp_ms if record.direction == "out" and record.provider_message_id else None,
     )
     result = ingest(
-        inbox, tenant, message, chat_key=record.chat_id, channel=record.channel,
+        inbox,
+        tenant,
+        message,
+        chat_key=record.chat_id,
+        channel=record.channel,
         channel_name=record.channel_name,
         contact=lambda conv: _contact_for(tenant, conv, record.channel, record.sender_id, record.sender_name),
     )
@@ -305,17 +339,32 @@ def _media(event: InboundMessage) -> dict[str, Any] | None:
     if event.media is None:
         return None
     m = event.media
-    return {k: v for k, v in (
-        ("id", m.id), ("mime_type", m.mime_type), ("caption", m.caption), ("filename", m.filename),
-        ("size_bytes", m.size_bytes), ("width", m.width), ("height", m.height),
-    ) if v is not None}
+    return {
+        k: v
+        for k, v in (
+            ("id", m.id),
+            ("mime_type", m.mime_type),
+            ("caption", m.caption),
+            ("filename", m.filename),
+            ("size_bytes", m.size_bytes),
+            ("width", m.width),
+            ("height", m.height),
+        )
+        if v is not None
+    }
 
 
 def _placeholder(inbox: Inbox, provider_id: str, at_ms: int, **fields: Any) -> Message:
     return Message(
-        id=check_id(provider_id, "event.provider_message_id"), conversation_id=UNPLACED,
-        direction="out", type="text", timestamp_ms=at_ms, provider_message_id=provider_id,
-        source="webhook", placeholder=True, **fields,
+        id=check_id(provider_id, "event.provider_message_id"),
+        conversation_id=UNPLACED,
+        direction="out",
+        type="text",
+        timestamp_ms=at_ms,
+        provider_message_id=provider_id,
+        source="webhook",
+        placeholder=True,
+        **fields,
     )
 
 
@@ -334,20 +383,40 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
         return _project_edit(inbox, tenant, event)
     message = Message(
         id=check_id(event.provider_message_id, "event.provider_message_id"),
-        conversation_id=UNPLACED, direction="in", type=event.type,
-        timestamp_ms=event.timestamp_ms, text=event.text, sender_id=event.sender_id,
-        sender_name=event.sender_name, provider_message_id=event.provider_message_id,
-        source="webhook", media=_media(event), reply_to=event.reply_to,
-        button=None if event.button is None else {
-            "id": event.button.id, "title": event.button.title, "kind": event.button.kind,
+        conversation_id=UNPLACED,
+        direction="in",
+        type=event.type,
+        timestamp_ms=event.timestamp_ms,
+        text=event.text,
+        sender_id=event.sender_id,
+        sender_name=event.sender_name,
+        provider_message_id=event.provider_message_id,
+        source="webhook",
+        media=_media(event),
+        reply_to=event.reply_to,
+        button=None
+        if event.button is None
+        else {
+            "id": event.button.id,
+            "title": event.button.title,
+            "kind": event.button.kind,
         },
-        location=None if event.location is None else {
-            "latitude": event.location.latitude, "longitude": event.location.longitude,
-            "name": event.location.name, "address": event.location.address,
+        location=None
+        if event.location is None
+        else {
+            "latitude": event.location.latitude,
+            "longitude": event.location.longitude,
+            "name": event.location.name,
+            "address": event.location.address,
         },
     )
     result = ingest(
-        inbox, tenant, message, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name,
+        inbox,
+        tenant,
+        message,
+        chat_key=event.chat_key,
+        channel=event.channel,
+        channel_name=event.channel_name,
         contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
     )
     if result.outcome == "created":
@@ -368,17 +437,24 @@ def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Proje
         return replace(m, reactions=others + ((reaction,) if emoji else ()))
 
     done = update_message(
-        inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, target_id), react,
+        inbox,
+        tenant,
+        lambda: inbox.store.message_by_provider_id(tenant, target_id),
+        react,
         alias=event.provider_message_id,
     )
     if done is not None:
         return done
     placeholder = _placeholder(
-        inbox, target_id, event.timestamp_ms, reactions=(reaction,) if emoji else (),
+        inbox,
+        target_id,
+        event.timestamp_ms,
+        reactions=(reaction,) if emoji else (),
         aliases=(event.provider_message_id,),
     )
-    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel,
-                    channel_name=event.channel_name)
+    result = ingest(
+        inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
+    )
     if result.outcome == "duplicate":  # the target arrived meanwhile: attach to it
         return project_inbound(inbox, tenant, event)
     return result
@@ -411,11 +487,21 @@ def _edit_placeholder(event: InboundMessage) -> Message:
     """
     assert event.edit_of is not None
     return Message(
-        id=check_id(event.edit_of, "event.edit_of"), conversation_id=UNPLACED, direction="in", type=event.type,
-        timestamp_ms=event.timestamp_ms, text=event.text, sender_id=event.sender_id,
-        sender_name=event.sender_name, provider_message_id=event.edit_of, source="webhook",
-        media=_media(event), reply_to=event.reply_to, placeholder=True,
-        edits=(Edit(None, event.timestamp_ms),), aliases=(event.provider_message_id,),
+        id=check_id(event.edit_of, "event.edit_of"),
+        conversation_id=UNPLACED,
+        direction="in",
+        type=event.type,
+        timestamp_ms=event.timestamp_ms,
+        text=event.text,
+        sender_id=event.sender_id,
+        sender_name=event.sender_name,
+        provider_message_id=event.edit_of,
+        source="webhook",
+        media=_media(event),
+        reply_to=event.reply_to,
+        placeholder=True,
+        edits=(Edit(None, event.timestamp_ms),),
+        aliases=(event.provider_message_id,),
     )
 
 
@@ -433,14 +519,22 @@ def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected
     for attempt in range(RETRIES):
         _backoff(attempt)
         done = update_message(
-            inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, target),
-            lambda m: _with_edit(m, event.text, event.timestamp_ms, media), alias=event.provider_message_id,
+            inbox,
+            tenant,
+            lambda: inbox.store.message_by_provider_id(tenant, target),
+            lambda m: _with_edit(m, event.text, event.timestamp_ms, media),
+            alias=event.provider_message_id,
         )
         if done is not None:
             return done
         result = ingest(
-            inbox, tenant, _edit_placeholder(event), chat_key=event.chat_key, channel=event.channel,
-            channel_name=event.channel_name, contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
+            inbox,
+            tenant,
+            _edit_placeholder(event),
+            chat_key=event.chat_key,
+            channel=event.channel,
+            channel_name=event.channel_name,
+            contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
         )
         if result.outcome != "duplicate":
             return result  # ``messages.in`` counts the original when it replaces the placeholder
@@ -472,12 +566,17 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
         log.info("inbox status for unknown message %s and no chat; ignored", _hash(pid))
         return Projected("ignored")
     placeholder = _placeholder(
-        inbox, pid, event.timestamp_ms, status=event.status, status_at_ms=event.timestamp_ms,
+        inbox,
+        pid,
+        event.timestamp_ms,
+        status=event.status,
+        status_at_ms=event.timestamp_ms,
         error_code=event.error_code if event.status == "failed" else None,
         error_title=event.error_title if event.status == "failed" else None,
     )
-    result = ingest(inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel,
-                    channel_name=event.channel_name)
+    result = ingest(
+        inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
+    )
     if result.outcome == "duplicate":
         return project_status(inbox, tenant, event)
     return result
@@ -486,8 +585,7 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
 def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
     """Record that the user blocked (``kicked``/``left``) or unblocked (``member``) the bot."""
     evidence = (
-        f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} "
-        f"at {event.timestamp_ms} ms"
+        f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} at {event.timestamp_ms} ms"
     )
     contact_id: str | None = None
     for attempt in range(RETRIES):
@@ -507,13 +605,17 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
             new = replace(conv, blocked=False, blocked_at_ms=event.timestamp_ms, blocked_evidence=evidence)
         else:
             return Projected("ignored", conv.id if conv.revision else None)
-        new = replace(new, version=conv.version + 1, updated_at_ms=inbox.clock(),
-                      contact_id=conv.contact_id or contact_id)
+        new = replace(
+            new, version=conv.version + 1, updated_at_ms=inbox.clock(), contact_id=conv.contact_id or contact_id
+        )
         try:
-            inbox.store.write(tenant, Change(
-                conversation=validate_conversation(new),
-                previous=stored,
-            ))
+            inbox.store.write(
+                tenant,
+                Change(
+                    conversation=validate_conversation(new),
+                    previous=stored,
+                ),
+            )
         except Conflict:
             continue
         break
@@ -565,8 +667,9 @@ def _consent_denied(tenant: str, contact_id: str, channel: str, evidence: str) -
     try:
         from crm.services import consent_set
 
-        consent_set(tenant, contact_id, channel=channel, status="denied", source=f"{channel}:my_chat_member",
-                    evidence=evidence)
+        consent_set(
+            tenant, contact_id, channel=channel, status="denied", source=f"{channel}:my_chat_member", evidence=evidence
+        )
     except (DomainError, ImportError) as exc:
         log.warning("inbox consent update failed contact=%s: %s", contact_id, type(exc).__name__)
         _count("errors")

@@ -81,8 +81,15 @@ def _reply_id(tenant: str, conversation_id: str, idempotency_key: str) -> str:
 
 
 def reply_create(
-    tenant: str, conversation_id: str, *, author: str, text: str, idempotency_key: str | None = None,
-    admin: bool = False, assign: bool = False, inbox: Inbox | None = None,
+    tenant: str,
+    conversation_id: str,
+    *,
+    author: str,
+    text: str,
+    idempotency_key: str | None = None,
+    admin: bool = False,
+    assign: bool = False,
+    inbox: Inbox | None = None,
 ) -> Message:
     """Queue an agent's reply; return its message (state ``queued``).
 
@@ -120,13 +127,23 @@ def reply_create(
         if conv.assignee not in (None, author) and not (admin or assign or settings.reply_to_others):
             raise Conflict(
                 f"conversation is assigned to {conv.assignee}; assign it to yourself to reply",
-                current_version=conv.version, assignee=conv.assignee,
+                current_version=conv.version,
+                assignee=conv.assignee,
             )
-        message = validate_message(Message(
-            id=message_id, conversation_id=conv.id, direction="out", type="text", timestamp_ms=at, text=text,
-            sender_id=f"agent:{author}", sender_name=author, source="agent",
-            reply=Reply(author=author, state="queued", idempotency_key=key, updated_at_ms=at),
-        ))
+        message = validate_message(
+            Message(
+                id=message_id,
+                conversation_id=conv.id,
+                direction="out",
+                type="text",
+                timestamp_ms=at,
+                text=text,
+                sender_id=f"agent:{author}",
+                sender_name=author,
+                source="agent",
+                reply=Reply(author=author, state="queued", idempotency_key=key, updated_at_ms=at),
+            )
+        )
         taken = _replied_by(conv, author, at, takes_over=settings.reply_takes_over, assign=assign)
         new_conv = validate_conversation(_after_message(taken, message, at))
         try:
@@ -134,8 +151,12 @@ def reply_create(
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")
-        log.info("inbox reply %s queued conversation=%s handoff=%s", message_id, conv.id,
-                 new_conv.handed_off and not conv.handed_off)
+        log.info(
+            "inbox reply %s queued conversation=%s handoff=%s",
+            message_id,
+            conv.id,
+            new_conv.handed_off and not conv.handed_off,
+        )
         return inbox.store.message_get(tenant, message_id) or message
     raise Conflict("conversation is too busy; try again")
 
@@ -162,10 +183,15 @@ def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:
     from botmesh_admin.observability.tracing import inject_context
 
     # The agent's request's trace travels along: the send continues it.
-    default_journal().append(Envelope(
-        type=REPLY_EVENT, tenant=tenant, channel=OUTBOX_CHANNEL,
-        payload={"message_id": message_id, "trace": inject_context()}, idempotency_key=idempotency_key,
-    ))
+    default_journal().append(
+        Envelope(
+            type=REPLY_EVENT,
+            tenant=tenant,
+            channel=OUTBOX_CHANNEL,
+            payload={"message_id": message_id, "trace": inject_context()},
+            idempotency_key=idempotency_key,
+        )
+    )
     drain_soon(OUTBOX_CHANNEL)
 
 
@@ -211,8 +237,9 @@ def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_me
     for _ in range(RETRIES):
         assert message.reply is not None
         at = inbox.clock()
-        reply = replace(message.reply, state="accepted", error_code=None, error_title=None, retry_at_ms=None,
-                        updated_at_ms=at)
+        reply = replace(
+            message.reply, state="accepted", error_code=None, error_title=None, retry_at_ms=None, updated_at_ms=at
+        )
         new = replace(message, reply=reply, provider_message_id=pid, status="sent", status_at_ms=at)
         holder = inbox.store.message_get(tenant, pid)
         stored: Conversation | None = None
@@ -227,10 +254,16 @@ def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_me
             new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, pid))))
             claims = ((pid, new),)
         try:
-            return inbox.store.write(tenant, Change(
-                conversation=None if stored is None else _without(stored, removed[0], new, at),
-                messages=(validate_message(new),), removed=removed, aliases=claims, previous=stored,
-            )).messages[0]
+            return inbox.store.write(
+                tenant,
+                Change(
+                    conversation=None if stored is None else _without(stored, removed[0], new, at),
+                    messages=(validate_message(new),),
+                    removed=removed,
+                    aliases=claims,
+                    previous=stored,
+                ),
+            ).messages[0]
         except Conflict:
             current = inbox.store.message_get(tenant, message.id)
             if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
@@ -244,8 +277,12 @@ def _without(conv: Conversation, placeholder: Message, reply: Message, now: int)
     changes: dict[str, Any] = {"message_count": max(conv.message_count - 1, 0), "updated_at_ms": now}
     if conv.last_message_id == placeholder.id:  # the status made it the newest: the reply it was stands there
         assert reply.reply is not None
-        changes.update(last_message_id=reply.id, last_text=preview(reply.text), last_direction="out",
-                       last_author=reply.reply.author)
+        changes.update(
+            last_message_id=reply.id,
+            last_text=preview(reply.text),
+            last_direction="out",
+            last_author=reply.reply.author,
+        )
     return validate_conversation(replace(conv, **changes))
 
 
@@ -275,7 +312,11 @@ def _provider_for(tenant: str, conv: Any) -> Any:
 
 
 def reply_send(
-    tenant: str, message_id: str, *, claim: Claim | None = None, inbox: Inbox | None = None,
+    tenant: str,
+    message_id: str,
+    *,
+    claim: Claim | None = None,
+    inbox: Inbox | None = None,
     sleep: Any = time.sleep,
 ) -> Message | None:
     """Send a queued reply (the outbox handler); return the message in its new state.
@@ -300,8 +341,13 @@ def reply_send(
         return message
     if state == "sending":
         log.warning("inbox reply %s found sending after a restart: not confirmed, not resent", message_id)
-        return _set_reply(inbox, tenant, message, state="not_confirmed", error_title="the worker stopped "
-                          "before the provider answered; it may or may not have been delivered")
+        return _set_reply(
+            inbox,
+            tenant,
+            message,
+            state="not_confirmed",
+            error_title="the worker stopped before the provider answered; it may or may not have been delivered",
+        )
     conv = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
     provider = _provider_for(tenant, conv)
     while True:
@@ -313,8 +359,9 @@ def reply_send(
         # Durably "sending" before the request: a crash from here on can never lead to a second send.
         message = _set_reply(inbox, tenant, message, state="sending", attempts=message.reply.attempts + 1)
         assert message.reply is not None  # _set_reply keeps it
-        outbound = OutboundMessage(chat_key=conv.chat_key, text=message.text,
-                                   idempotency_key=message.reply.idempotency_key)
+        outbound = OutboundMessage(
+            chat_key=conv.chat_key, text=message.text, idempotency_key=message.reply.idempotency_key
+        )
         if claim is not None:
             _check_claim(inbox, tenant, message, claim)
         with inflight():  # a SIGTERM's drain waits for the request and its record
@@ -328,8 +375,15 @@ def reply_send(
             if rate_limited and result.error_code is not None:
                 delay = result.retry_after_ms or 1000
                 log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
-                message = _set_reply(inbox, tenant, message, state="queued", error_code=result.error_code,
-                                     error_title=result.error_title, retry_at_ms=inbox.clock() + delay)
+                message = _set_reply(
+                    inbox,
+                    tenant,
+                    message,
+                    state="queued",
+                    error_code=result.error_code,
+                    error_title=result.error_title,
+                    retry_at_ms=inbox.clock() + delay,
+                )
                 continue
             if result.retryable and result.error_code is None:
                 # No answer at all: the request may have arrived. Never guess: let the agent decide.
@@ -338,8 +392,15 @@ def reply_send(
 
             count("messages.out_failed")
             log.info("inbox reply %s failed with code %s", message_id, result.error_code)
-            return _record_outcome(inbox, tenant, message, state="failed", error_code=result.error_code,
-                                   error_title=result.error_title, retry_at_ms=None)
+            return _record_outcome(
+                inbox,
+                tenant,
+                message,
+                state="failed",
+                error_code=result.error_code,
+                error_title=result.error_title,
+                retry_at_ms=None,
+            )
 
 
 def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> None:
@@ -356,8 +417,12 @@ def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> N
         claim.check()
     except StaleLeaseError:
         assert message.reply is not None
-        log.warning("inbox reply %s: the outbox record's claim (fencing token %d) was lost before the provider "
-                    "request; not sent", message.id, claim.fencing_token)
+        log.warning(
+            "inbox reply %s: the outbox record's claim (fencing token %d) was lost before the provider "
+            "request; not sent",
+            message.id,
+            claim.fencing_token,
+        )
         try:
             _set_reply(inbox, tenant, message, state="queued", attempts=max(message.reply.attempts - 1, 0))
         except Conflict:
@@ -382,12 +447,14 @@ def reply_resend(
     if message is None or message.reply is None or message.conversation_id != conversation_id:
         raise NotFound(f"reply {message_id} not found in conversation {conversation_id}")
     if message.reply.state not in ("not_confirmed", "failed"):
-        raise ValidationError("reply.state", f"is {message.reply.state}; only a not confirmed or failed reply "
-                              "can be resent")
+        raise ValidationError(
+            "reply.state", f"is {message.reply.state}; only a not confirmed or failed reply can be resent"
+        )
     attempt = message.reply.attempts + 1
     key = f"{message.reply.idempotency_key[:180]}:resend{attempt}"
-    queued = _set_reply(inbox, tenant, message, state="queued", idempotency_key=key, error_code=None,
-                        error_title=None, retry_at_ms=None)
+    queued = _set_reply(
+        inbox, tenant, message, state="queued", idempotency_key=key, error_code=None, error_title=None, retry_at_ms=None
+    )
     _enqueue(tenant, message_id, f"reply:{message_id}:resend{attempt}")
     log.info("inbox reply %s resent by agent", message_id)
     return queued

@@ -92,9 +92,7 @@ def _unread(tenant: str, conversation: Conversation, marker: ReadMarker | None, 
     return max(0, conversation.inbound_count - marker.seen_inbound)
 
 
-def unread_count(
-    tenant: str, conversation: Conversation, *, agent: str, store: InboxStore | None = None
-) -> int:
+def unread_count(tenant: str, conversation: Conversation, *, agent: str, store: InboxStore | None = None) -> int:
     """Return how many inbound messages come after ``agent``'s read marker (exact, O(1)).
 
     ``conversation.inbound_count`` minus the marker's ``seen_inbound`` (the
@@ -113,7 +111,13 @@ def _check_view(view: object) -> str:
 
 
 def _matches(
-    c: Conversation, *, agent: str, view: str, status: str | None, channel: str | None, now: int,
+    c: Conversation,
+    *,
+    agent: str,
+    view: str,
+    status: str | None,
+    channel: str | None,
+    now: int,
     channel_name: str | None = None,
 ) -> bool:
     """Return True if ``c`` (as fetched) still belongs in the list the filters describe."""
@@ -181,15 +185,22 @@ def conversation_list(
     cursor, scanned = after, 0
     while scanned < MAX_SCANNED:
         page, next_cursor = store.conversation_page(
-            tenant, view=view, agent=agent, status=status, channel=channel, after=cursor, limit=batch,
+            tenant,
+            view=view,
+            agent=agent,
+            status=status,
+            channel=channel,
+            after=cursor,
+            limit=batch,
             channel_name=channel_name,
         )
         markers = store.markers_get(tenant, [c.id for c in page], agent)
         for i, (c, marker) in enumerate(zip(page, markers, strict=True)):
             scanned += 1
             cursor = conversation_cursor(c)
-            if not _matches(c, agent=agent, view=view, status=status, channel=channel, now=now,
-                            channel_name=channel_name):
+            if not _matches(
+                c, agent=agent, view=view, status=status, channel=channel, now=now, channel_name=channel_name
+            ):
                 continue
             unread = _unread(tenant, c, marker, store)
             if unread_only and not unread:
@@ -257,7 +268,11 @@ def conversation_count(
 
 
 def message_list(
-    tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 100,
+    tenant: str,
+    conversation_id: str,
+    *,
+    after: str | None = None,
+    limit: int = 100,
     store: InboxStore | None = None,
 ) -> tuple[list[Message], str | None]:
     """Return messages in order (timestamp, then id) after the cursor, and the next cursor."""
@@ -276,7 +291,9 @@ LATEST_FIRST_WINDOW_MS = 3_600_000  # the thread view first reads the last hour 
 LATEST_WIDEN = 8  # then a window this many times longer, until it holds enough messages
 
 
-def _tail(store: InboxStore, tenant: str, conversation_id: str, after: str | None, limit: int) -> tuple[list[Message], int]:
+def _tail(
+    store: InboxStore, tenant: str, conversation_id: str, after: str | None, limit: int
+) -> tuple[list[Message], int]:
     """Return the last ``limit`` messages after the key ``after`` (oldest first) and how many were read."""
     window: list[Message] = []
     read = 0
@@ -323,7 +340,11 @@ def message_get(tenant: str, message_id: str, *, store: InboxStore | None = None
 
 
 def note_list(
-    tenant: str, conversation_id: str, *, limit: int = 50, after: str | None = None,
+    tenant: str,
+    conversation_id: str,
+    *,
+    limit: int = 50,
+    after: str | None = None,
     store: InboxStore | None = None,
 ) -> tuple[list[Note], str | None]:
     """Return notes oldest first; ``after`` is the id of the last note of the previous page."""
@@ -409,9 +430,7 @@ def handoff_get(
     if conversation is None or conversation.handoff is None:
         return HandoffState(chat_key, False, conversation.id if conversation else None)
     h = conversation.handoff
-    return HandoffState(
-        chat_key, h.active, conversation.id, h.taken_by, h.taken_at_ms, h.released_by, h.released_at_ms
-    )
+    return HandoffState(chat_key, h.active, conversation.id, h.taken_by, h.taken_at_ms, h.released_by, h.released_at_ms)
 
 
 def agent_is_member(tenant: str, agent: str) -> bool:

@@ -89,8 +89,12 @@ class Inbox:
     # -- conversation changes ---------------------------------------------------
 
     def _change(
-        self, tenant: str, conversation_id: str, change: Callable[[Conversation], Conversation | None],
-        *, expected_version: int | None = None,
+        self,
+        tenant: str,
+        conversation_id: str,
+        change: Callable[[Conversation], Conversation | None],
+        *,
+        expected_version: int | None = None,
     ) -> Conversation:
         """Apply ``change`` by compare-and-set, retrying while only the store revision moved.
 
@@ -102,7 +106,9 @@ class Inbox:
             if expected_version is not None and conv.version != expected_version:
                 raise Conflict(
                     f"conversation changed: expected version {expected_version}, found {conv.version}",
-                    current_version=conv.version, assignee=conv.assignee, status=conv.status,
+                    current_version=conv.version,
+                    assignee=conv.assignee,
+                    status=conv.status,
                 )
             new = change(conv)
             if new is None:
@@ -115,9 +121,7 @@ class Inbox:
                 continue
         raise Conflict("conversation is too busy; try again")
 
-    def assign(
-        self, tenant: str, conversation_id: str, agent: str | None, expected_version: int
-    ) -> Conversation:
+    def assign(self, tenant: str, conversation_id: str, agent: str | None, expected_version: int) -> Conversation:
         """Assign the conversation to ``agent`` (``None``: unassign) if its version is ``expected_version``.
 
         Compare-and-set: a stale version raises ``Conflict`` (HTTP 409) with the
@@ -156,7 +160,12 @@ class Inbox:
         return conv
 
     def set_status(
-        self, tenant: str, conversation_id: str, *, status: str, snoozed_until_ms: int | None = None,
+        self,
+        tenant: str,
+        conversation_id: str,
+        *,
+        status: str,
+        snoozed_until_ms: int | None = None,
         expected_version: int | None = None,
     ) -> Conversation:
         """Set open / pending / resolved; ``snoozed_until_ms`` (pending only) reopens it at that time."""
@@ -190,9 +199,7 @@ class Inbox:
         """Return a page of notes and the id to pass as ``after`` for the next page (``None``: last page)."""
         return selectors.note_list(tenant, conversation_id, limit=limit, after=after, store=self.store)
 
-    def mark_read(
-        self, tenant: str, conversation_id: str, *, agent: str, message_id: str | None = None
-    ) -> ReadMarker:
+    def mark_read(self, tenant: str, conversation_id: str, *, agent: str, message_id: str | None = None) -> ReadMarker:
         """Move ``agent``'s read marker to ``message_id`` (default: the newest message); forward only.
 
         A marker never moves back: marking an older message returns the marker
@@ -210,10 +217,16 @@ class Inbox:
             current = self.store.marker_get(tenant, conversation_id, agent)
             if current is not None and current.message_sort_key >= message.sort_key:
                 return current
-            marker = validate_marker(ReadMarker(
-                conversation_id, agent, message.id, message.sort_key, self.clock(),
-                revision=0 if current is None else current.revision,
-            ))
+            marker = validate_marker(
+                ReadMarker(
+                    conversation_id,
+                    agent,
+                    message.id,
+                    message.sort_key,
+                    self.clock(),
+                    revision=0 if current is None else current.revision,
+                )
+            )
             try:
                 return self.store.marker_put(tenant, marker)
             except Conflict:
@@ -310,9 +323,7 @@ def event_project(tenant: str, event: Any) -> Projected:
     return default_inbox().project_event(tenant, event)
 
 
-def conversation_assign(
-    tenant: str, conversation_id: str, *, agent: str | None, expected_version: int
-) -> Conversation:
+def conversation_assign(tenant: str, conversation_id: str, *, agent: str | None, expected_version: int) -> Conversation:
     """Compare-and-set the assignee (see ``Inbox.assign``)."""
     return default_inbox().assign(tenant, conversation_id, agent, expected_version)
 
@@ -327,12 +338,19 @@ def conversation_handoff(
 
 
 def conversation_status_set(
-    tenant: str, conversation_id: str, *, status: str, snoozed_until_ms: int | None = None,
+    tenant: str,
+    conversation_id: str,
+    *,
+    status: str,
+    snoozed_until_ms: int | None = None,
     expected_version: int | None = None,
 ) -> Conversation:
     """Set the status (see ``Inbox.set_status``)."""
     return default_inbox().set_status(
-        tenant, conversation_id, status=status, snoozed_until_ms=snoozed_until_ms,
+        tenant,
+        conversation_id,
+        status=status,
+        snoozed_until_ms=snoozed_until_ms,
         expected_version=expected_version,
     )
 
@@ -353,7 +371,11 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
 
 
 def conversation_channels_assign(
-    tenant: str, *, names: Mapping[str, str], after: str | None = None, limit: int = 200,
+    tenant: str,
+    *,
+    names: Mapping[str, str],
+    after: str | None = None,
+    limit: int = 200,
 ) -> tuple[dict[str, int], str | None]:
     """Assign one page of the tenant's conversations without a channel to their channel.
 
@@ -393,7 +415,10 @@ def conversation_channels_assign(
 
 
 def inbox_settings_set(
-    tenant: str, *, reply_takes_over: bool | None = None, reply_to_others: bool | None = None,
+    tenant: str,
+    *,
+    reply_takes_over: bool | None = None,
+    reply_to_others: bool | None = None,
     store: InboxStore | None = None,
 ) -> InboxSettings:
     """Change what replying means in ``tenant`` (``None``: keep); return the settings stored.
@@ -416,8 +441,12 @@ def inbox_settings_set(
             stored = store.settings_put(tenant, new)
         except Conflict:
             continue
-        log.info("inbox settings of %s: reply_takes_over=%s reply_to_others=%s", tenant,
-                 stored.reply_takes_over, stored.reply_to_others)
+        log.info(
+            "inbox settings of %s: reply_takes_over=%s reply_to_others=%s",
+            tenant,
+            stored.reply_takes_over,
+            stored.reply_to_others,
+        )
         return stored
     raise Conflict("inbox settings are too busy; try again")
 
@@ -451,8 +480,9 @@ def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:
         except IndexNotBuilt:
             counts["skipped"] += 1
     if counts["skipped"]:
-        log.warning("inbox.tick skipped %d tenant(s) with unbuilt indexes; run manage.py botmesh_reindex",
-                    counts["skipped"])
+        log.warning(
+            "inbox.tick skipped %d tenant(s) with unbuilt indexes; run manage.py botmesh_reindex", counts["skipped"]
+        )
     return counts
 
 
@@ -567,11 +597,16 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
     carrier = inject_context()  # the push's trace: each record's projection continues it
     for record in parsed:
         event_id = new_event_id(now_ms())
-        stored = journal.append(Envelope(
-            type=LEDGER_EVENT, tenant=tenant, channel=LEDGER_CHANNEL, id=event_id,
-            payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
-            idempotency_key=record.id,
-        ))
+        stored = journal.append(
+            Envelope(
+                type=LEDGER_EVENT,
+                tenant=tenant,
+                channel=LEDGER_CHANNEL,
+                id=event_id,
+                payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
+                idempotency_key=record.id,
+            )
+        )
         accepted += stored.id == event_id
     if accepted:
         drain_soon(LEDGER_CHANNEL)

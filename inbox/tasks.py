@@ -14,8 +14,14 @@ from botmesh_admin.coordination.registry import scheduled_job
 from . import services
 
 
-@scheduled_job("inbox.tick", every_s=services.TICK_EVERY_S, catch_up="latest", catch_up_window_s=600, lease_s=60,
-               description="Reopen snoozed conversations whose time has come; backfill old read markers' counts.")
+@scheduled_job(
+    "inbox.tick",
+    every_s=services.TICK_EVERY_S,
+    catch_up="latest",
+    catch_up_window_s=600,
+    lease_s=60,
+    description="Reopen snoozed conversations whose time has come; backfill old read markers' counts.",
+)
 @shared_task(name="inbox.tick", ignore_result=True)
 def inbox_tick() -> dict[str, int]:
     """Reopen due snoozed conversations and backfill read markers, over every tenant."""

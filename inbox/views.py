@@ -50,11 +50,16 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
     # ``channel`` is a kind (``whatsapp``) or one channel of the tenant (``whatsapp/ventas``).
     channel = request.GET.get("channel") or None
     kind, _, name = (channel or "").partition("/")
-    for field, value, choices in (("view", view, selectors.VIEWS), ("status", status, CONVERSATION_STATUSES),
-                                  ("channel", kind or None, CHANNEL_KINDS)):
+    for field, value, choices in (
+        ("view", view, selectors.VIEWS),
+        ("status", status, CONVERSATION_STATUSES),
+        ("channel", kind or None, CHANNEL_KINDS),
+    ):
         if value is not None and value not in choices:
-            raise BadRequest(f"{field}: must be one of {', '.join(choices)} "
-                             "(remove it from the address to see the whole list)", field=field)
+            raise BadRequest(
+                f"{field}: must be one of {', '.join(choices)} (remove it from the address to see the whole list)",
+                field=field,
+            )
     return {
         "view": view,
         "status": status,
@@ -66,8 +71,9 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
 
 
 def _query(filters: dict[str, Any], **extra: Any) -> str:
-    data = {k: v for k, v in filters.items() if v not in (None, False, "all") and k not in ("channel_kind",
-                                                                                           "channel_name")}
+    data = {
+        k: v for k, v in filters.items() if v not in (None, False, "all") and k not in ("channel_kind", "channel_name")
+    }
     if data.get("unread"):
         data["unread"] = "1"
     data.update({k: v for k, v in extra.items() if v})
@@ -81,14 +87,25 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
 
     with list_query_checked():
         rows, cursor = selectors.conversation_list(
-            tenant, agent=agent, view=filters["view"], status=filters["status"], channel=filters["channel_kind"],
-            channel_name=filters["channel_name"], unread_only=filters["unread"], limit=PAGE,
+            tenant,
+            agent=agent,
+            view=filters["view"],
+            status=filters["status"],
+            channel=filters["channel_kind"],
+            channel_name=filters["channel_name"],
+            unread_only=filters["unread"],
+            limit=PAGE,
             after=request.GET.get("after") or None,
         )
     return {
-        "tenant": tenant, "rows": rows, "next": cursor, "filters": filters, "query": _query(filters),
+        "tenant": tenant,
+        "rows": rows,
+        "next": cursor,
+        "filters": filters,
+        "query": _query(filters),
         "channel_configs": channel_config_list(tenant),
-        "selected": selected, "agent": agent,
+        "selected": selected,
+        "agent": agent,
         "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
         "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},
         "total_unread": sum(r.unread for r in rows),
@@ -97,8 +114,9 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
 
 def _entries(messages: list[Message], notes: list[Note]) -> list[dict[str, Any]]:
     """Messages and notes in one timeline (notes set apart by kind)."""
-    items: list[dict[str, Any]] = [{"kind": "message", "m": m, "at": m.timestamp_ms, "hint": _hint(m)}
-                                   for m in messages]
+    items: list[dict[str, Any]] = [
+        {"kind": "message", "m": m, "at": m.timestamp_ms, "hint": _hint(m)} for m in messages
+    ]
     items += [{"kind": "note", "n": n, "at": n.created_at_ms} for n in notes]
     items.sort(key=lambda e: e["at"])
     return items
@@ -117,8 +135,13 @@ def _thread_context(request: HttpRequest, tenant: str, conversation_id: str) -> 
     messages = selectors.message_latest(tenant, conv.id, limit=THREAD)
     notes, _ = selectors.note_list(tenant, conv.id, limit=200)
     return {
-        "tenant": tenant, "c": conv, "status": selectors.effective_status(conv), "entries": _entries(messages, notes),
-        "agent": agent, "members": selectors.member_usernames(tenant), "query": _query(_filters(request)),
+        "tenant": tenant,
+        "c": conv,
+        "status": selectors.effective_status(conv),
+        "entries": _entries(messages, notes),
+        "agent": agent,
+        "members": selectors.member_usernames(tenant),
+        "query": _query(_filters(request)),
         "can_erase": page_principal(request).can("admin"),
         "reply": _reply_policy(request, tenant, conv, agent),
     }
@@ -190,9 +213,13 @@ def _as_shown(exc: DomainError, tenant: str, conversation_id: str) -> DomainErro
     except DomainError:
         return exc
     who = f"assigned to @{conv.assignee}" if conv.assignee else "unassigned"
-    return _Shown(exc.status, exc.code, f"It is now {who} and {selectors.effective_status(conv)}; the thread "
-                  "shows it as it is now. Try again if you still want to.", title="Someone changed this "
-                  "conversation meanwhile.")
+    return _Shown(
+        exc.status,
+        exc.code,
+        f"It is now {who} and {selectors.effective_status(conv)}; the thread "
+        "shows it as it is now. Try again if you still want to.",
+        title="Someone changed this conversation meanwhile.",
+    )
 
 
 def _action(view: Any) -> Any:
@@ -272,9 +299,13 @@ def reply(request: HttpRequest, tenant: str, conversation_id: str) -> str:
     """Queue a reply through the outbox (the form's idempotency key makes a double submit harmless)."""
     assign = request.POST.get("assign") == "1"  # "Assign to me and reply"
     replies.reply_create(
-        tenant, conversation_id, author=_agent(request), text=request.POST.get("text", ""),
+        tenant,
+        conversation_id,
+        author=_agent(request),
+        text=request.POST.get("text", ""),
         idempotency_key=request.POST.get("idempotency_key") or None,
-        admin=page_principal(request).can("admin"), assign=assign,
+        admin=page_principal(request).can("admin"),
+        assign=assign,
     )
     return "Assigned to you; reply queued" if assign else "Reply queued"
 
@@ -282,8 +313,9 @@ def reply(request: HttpRequest, tenant: str, conversation_id: str) -> str:
 @_action
 def resend(request: HttpRequest, tenant: str, conversation_id: str) -> str:
     """Resend a not confirmed or failed reply, at the agent's explicit request."""
-    replies.reply_resend(tenant, request.POST.get("message_id", ""), conversation_id=conversation_id,
-                         actor=_agent(request))
+    replies.reply_resend(
+        tenant, request.POST.get("message_id", ""), conversation_id=conversation_id, actor=_agent(request)
+    )
     return "Reply queued again"
 
 

@@ -20,8 +20,9 @@ def main(path: str) -> None:
     times = sorted(((float(c.get("time", 0)), c.get("name", "?")) for c in cases), reverse=True)
     total = sum(t for t, _ in times)
     slowest = ", ".join(f"{name} {t:.0f} s" for t, name in times[:3])
-    print(f"FAULT suite: {len(cases)} tests, {total:.0f} s summed over workers ({total / 60:.1f} min; "
-          f"slowest: {slowest})")
+    print(
+        f"FAULT suite: {len(cases)} tests, {total:.0f} s summed over workers ({total / 60:.1f} min; slowest: {slowest})"
+    )
 
 
 if __name__ == "__main__":

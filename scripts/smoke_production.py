@@ -36,8 +36,10 @@ def choose_port(environ: dict[str, str] | os._Environ[str]) -> int:
         try:
             probe.bind(("127.0.0.1", int(raw) if raw else 0))
         except OSError as exc:
-            raise SystemExit(f"smoke test: port {raw} (BOTMESH_SMOKE_PORT) is taken by another process "
-                             f"({exc.strerror}); free it or unset BOTMESH_SMOKE_PORT to use a free port") from None
+            raise SystemExit(
+                f"smoke test: port {raw} (BOTMESH_SMOKE_PORT) is taken by another process "
+                f"({exc.strerror}); free it or unset BOTMESH_SMOKE_PORT to use a free port"
+            ) from None
         except ValueError:
             raise SystemExit(f"smoke test: BOTMESH_SMOKE_PORT must be a port number, got {raw!r}") from None
         return int(probe.getsockname()[1])
@@ -60,7 +62,12 @@ def request(method: str, path: str, data: bytes | None = None, headers: dict[str
         resp = opener.open(req, timeout=15)
     except urllib.error.HTTPError as exc:
         resp = exc
-    return resp.status, dict(resp.headers), resp.read().decode(errors="replace"), resp.headers.get_all("Set-Cookie") or []
+    return (
+        resp.status,
+        dict(resp.headers),
+        resp.read().decode(errors="replace"),
+        resp.headers.get_all("Set-Cookie") or [],
+    )
 
 
 def main() -> int:
@@ -90,18 +97,58 @@ def main() -> int:
     manage("migrate", "--noinput")
     manage("collectstatic", "--noinput", "-v", "0")
     manage("check", "--deploy", "--fail-level", "WARNING")
-    subprocess.run([PY, "manage.py", "createsuperuser", "--noinput", "--username", "smoke-admin",
-                    "--email", "smoke@example.invalid"], env=env, capture_output=True)
+    subprocess.run(
+        [
+            PY,
+            "manage.py",
+            "createsuperuser",
+            "--noinput",
+            "--username",
+            "smoke-admin",
+            "--email",
+            "smoke@example.invalid",
+        ],
+        env=env,
+        capture_output=True,
+    )
     manage("botmesh_tenant", "create", "smoke", "--name", "Smoke", "--admin", "smoke-admin")
     token = manage("botmesh_token", "create", "smoke", "--name", "smoke").strip()
 
     procs = [
-        subprocess.Popen([PY, "-m", "gunicorn", "botmesh_admin.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2",
-                          "--graceful-timeout", "30"], env=env),
-        subprocess.Popen([PY, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "WARNING", "-c", "2",
-                          "-n", "smoke-worker@%h"], env=env),
-        subprocess.Popen([PY, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "WARNING",
-                          "-s", os.path.join(data_dir, "beat-schedule")], env=env),
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "gunicorn",
+                "botmesh_admin.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                "2",
+                "--graceful-timeout",
+                "30",
+            ],
+            env=env,
+        ),
+        subprocess.Popen(
+            [PY, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "WARNING", "-c", "2", "-n", "smoke-worker@%h"],
+            env=env,
+        ),
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "botmesh_admin",
+                "beat",
+                "-l",
+                "WARNING",
+                "-s",
+                os.path.join(data_dir, "beat-schedule"),
+            ],
+            env=env,
+        ),
     ]
     try:
         deadline = time.monotonic() + 60
@@ -111,8 +158,10 @@ def main() -> int:
             # gunicorn that could not bind (the port was taken meanwhile) exits: say so, rather
             # than read another server's answers.
             if procs[0].poll() is not None:
-                raise SystemExit(f"smoke test: gunicorn exited with status {procs[0].returncode} before "
-                                 f"/readyz answered (is port {port} taken?)")
+                raise SystemExit(
+                    f"smoke test: gunicorn exited with status {procs[0].returncode} before "
+                    f"/readyz answered (is port {port} taken?)"
+                )
             try:
                 status, _, body, _ = request("GET", "/readyz")
                 if status == 200:
@@ -129,12 +178,18 @@ def main() -> int:
         for c in cookies:
             jar.load(c)
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', body).group(1)  # type: ignore[union-attr]
-        form = urllib.parse.urlencode({"username": "smoke-admin", "password": "smoke-password-123",
-                                       "csrfmiddlewaretoken": csrf}).encode()
+        form = urllib.parse.urlencode(
+            {"username": "smoke-admin", "password": "smoke-password-123", "csrfmiddlewaretoken": csrf}
+        ).encode()
         status, headers, _, cookies = request(
-            "POST", "/login/", form,
-            {"Content-Type": "application/x-www-form-urlencoded", "Cookie": f"csrftoken={jar['csrftoken'].value}",
-             "Referer": "https://127.0.0.1/login/"},
+            "POST",
+            "/login/",
+            form,
+            {
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Cookie": f"csrftoken={jar['csrftoken'].value}",
+                "Referer": "https://127.0.0.1/login/",
+            },
         )
         assert status == 302, f"login answered {status}"
         for c in cookies:
@@ -144,7 +199,9 @@ def main() -> int:
         assert status == 200 and "smoke" in body, f"tenant page after login -> {status}"
         print("login: 302, tenant page: 200")
 
-        status, _, body, _ = request("GET", "/api/v1/tenants/smoke/whoami", headers={"Authorization": f"Bearer {token}"})
+        status, _, body, _ = request(
+            "GET", "/api/v1/tenants/smoke/whoami", headers={"Authorization": f"Bearer {token}"}
+        )
         assert status == 200 and '"role": "admin"' in body.replace('":"', '": "'), f"API whoami -> {status} {body}"
         status, _, _, _ = request("GET", "/api/v1/tenants/other/whoami", headers={"Authorization": f"Bearer {token}"})
         assert status == 404, f"foreign tenant answered {status}, expected 404"

@@ -17,8 +17,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     fixtures = fixtures_dir()
     if not (fixtures / "ledger" / "messages.jsonl").is_file():  # hundreds of tests read them: say it once
-        pytest.exit(f"shared fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures "
-                    "folder (../shared/fixtures next to this repository)", returncode=4)
+        pytest.exit(
+            f"shared fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures "
+            "folder (../shared/fixtures next to this repository)",
+            returncode=4,
+        )
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         _cluster = services.start_cluster_if_possible()
 
@@ -59,8 +62,14 @@ def tenant_id() -> str:
 
 
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 
 

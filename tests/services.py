@@ -61,10 +61,23 @@ class RedisCluster:
             self.procs.append(
                 subprocess.Popen(
                     [
-                        "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-                        "--dir", str(node_dir),
+                        "redis-server",
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        str(node_dir),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -73,9 +86,19 @@ class RedisCluster:
         for port in self.ports:
             self._wait(lambda p=port: self._cli(p, "ping") == "PONG")
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{p}" for p in self.ports],
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
         )
         for port in self.ports:
             self._wait(lambda p=port: "cluster_state:ok" in self._cli(p, "cluster", "info"))

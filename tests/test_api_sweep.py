@@ -128,8 +128,10 @@ def seed_tenant(prefix: str) -> Tenants:
     t.ids.update(conversation_id=conversation["id"], chat_id=mine[0]["chatId"])
     t.ids["message_id"] = _ok(client.get(base + f"conversations/{conversation['id']}/messages"), "m")["items"][0]["id"]
     post(f"conversations/{conversation['id']}/notes", {"text": f"note {MARKER}"})
-    t.ids["contact_id"] = post("contacts", {"name": f"Ana {MARKER}", "identities": [
-        {"channel": "telegram", "address": "424242"}], "tags": ["vip"]})["id"]
+    t.ids["contact_id"] = post(
+        "contacts",
+        {"name": f"Ana {MARKER}", "identities": [{"channel": "telegram", "address": "424242"}], "tags": ["vip"]},
+    )["id"]
     t.ids["segment_id"] = post("segments", {"name": f"seg {MARKER}", "rules": {"tags_all": ["vip"]}})["id"]
     imported = client.post(base + "contacts/imports", b"name,email\nBo,bo@example.com\n", content_type="text/csv")
     t.ids["job_id"] = _ok(imported, "import")["id"]
@@ -197,9 +199,16 @@ def test_tenant_b_never_reaches_tenant_a(tenants: Tenants) -> None:
             failures.append((op.method, op.path.replace("{tenant}", "<B>"), mine.status_code, text[:200]))
         if op.method == "GET":
             # B's own traces name the paths B asked for (A's ids among them): only A's records count.
-            leaked = [] if "/traces" in op.path else [
-                name for name, value in tenants.ids.items()
-                if name not in ("trace_id", "name", "bot", "gate", "version", "chat_id", "token_id") and value in text]
+            leaked = (
+                []
+                if "/traces" in op.path
+                else [
+                    name
+                    for name, value in tenants.ids.items()
+                    if name not in ("trace_id", "name", "bot", "gate", "version", "chat_id", "token_id")
+                    and value in text
+                ]
+            )
             if mine.status_code == 200 and leaked:
                 failures.append((op.method, op.path.replace("{tenant}", "<B>"), mine.status_code, text[:200]))
     assert not failures, failures

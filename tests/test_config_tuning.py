@@ -61,22 +61,30 @@ def test_runtime_file_of_the_wrong_shape_is_refused_at_start(tmp_path: Path) -> 
 def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("BOTMESH_") or k == "BOTMESH_FIXTURES"}
     full.update(env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=full, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_manage_py_stops_at_start_naming_a_package_variable(tmp_path: Path) -> None:
     proc = _manage({"BOTMESH_DATA_DIR": str(tmp_path), "BOTMESH_CAMPAIGN_BATCH": "lots"}, "check")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "botmesh-admin: configuration error: BOTMESH_CAMPAIGN_BATCH: expected an integer, got 'lots'"
+    assert (
+        proc.stderr.strip()
+        == "botmesh-admin: configuration error: BOTMESH_CAMPAIGN_BATCH: expected an integer, got 'lots'"
+    )
 
 
 def test_package_settings_from_the_environment_reach_the_packages(tmp_path: Path) -> None:
     """The values a process started with are the ones campaigns, coordination and deployments use."""
     env = {
-        "BOTMESH_DATA_DIR": str(tmp_path), "BOTMESH_CAMPAIGN_BATCH": "7", "BOTMESH_CAMPAIGN_RATE_PER_S": "whatsapp=5",
-        "BOTMESH_COORDINATION_LEASE_MS": "9000", "BOTMESH_COORDINATION_PREFIX": "shop-a",
-        "BOTMESH_RETAIN_VERSIONS": "3", "BOTMESH_TELEGRAM_API_BASE": "http://127.0.0.1:9/tg/",
+        "BOTMESH_DATA_DIR": str(tmp_path),
+        "BOTMESH_CAMPAIGN_BATCH": "7",
+        "BOTMESH_CAMPAIGN_RATE_PER_S": "whatsapp=5",
+        "BOTMESH_COORDINATION_LEASE_MS": "9000",
+        "BOTMESH_COORDINATION_PREFIX": "shop-a",
+        "BOTMESH_RETAIN_VERSIONS": "3",
+        "BOTMESH_TELEGRAM_API_BASE": "http://127.0.0.1:9/tg/",
     }
     code = (
         "from campaigns.domain import Campaign; from campaigns.services import default_options;"

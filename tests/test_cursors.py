@@ -58,8 +58,13 @@ def shop(db) -> Shop:
         pass
     [conversation] = client.get(f"/api/v1/tenants/{tenant}/conversations").json()["items"]
     segment = segment_create(tenant, name="All", rules={})
-    campaign = campaign_create(tenant, name="Promo", segment_id=segment.id, channel="whatsapp",
-                               message={"template": "promo_nov", "language": "es", "parameters": []})
+    campaign = campaign_create(
+        tenant,
+        name="Promo",
+        segment_id=segment.id,
+        channel="whatsapp",
+        message={"template": "promo_nov", "language": "es", "parameters": []},
+    )
     return Shop(tenant, client, {"conversation": conversation["id"], "campaign": campaign.id})
 
 

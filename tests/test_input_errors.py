@@ -104,9 +104,7 @@ def test_query_errors_name_the_parameter(api: Api) -> None:
 
 @pytest.mark.parametrize(("raw", "kind"), [(b"[1,2]", "array"), (b'"x"', "string"), (b"3", "number"),
                                            (b"null", "null"), (b"true", "boolean")])  # fmt: skip
-def test_a_body_that_is_not_a_json_object_is_422_naming_body(
-    api: Api, raw: bytes, kind: str
-) -> None:
+def test_a_body_that_is_not_a_json_object_is_422_naming_body(api: Api, raw: bytes, kind: str) -> None:
     r = api.post("contacts", raw)
     assert r.status_code == 422, r.content
     body = r.json()
@@ -128,7 +126,4 @@ def test_a_plugin_manifest_name_with_a_bidi_override_is_422_naming_it(api: Api) 
     manifest["name"] = "Order \u202estatus"
     r = api.post("plugins", json.dumps(manifest), content_type="application/json")
     assert r.status_code == 422, r.content
-    assert (
-        r.json()["field"] == "manifest.name"
-        and "U+202E RIGHT-TO-LEFT OVERRIDE" in r.json()["message"]
-    )
+    assert r.json()["field"] == "manifest.name" and "U+202E RIGHT-TO-LEFT OVERRIDE" in r.json()["message"]

@@ -59,8 +59,16 @@ def test_webhooks_answer_a_method_they_lack_with_json_405(path: str) -> None:
     assert "POST" in response["Allow"]
 
 
-@pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/tenants/acme/nope", "/api/v1/tenants/acme/contacts/a/b/c",
-                                  "/webhooks/nope", "/webhooks/telegram/acme"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/nope",
+        "/api/v1/tenants/acme/nope",
+        "/api/v1/tenants/acme/contacts/a/b/c",
+        "/webhooks/nope",
+        "/webhooks/telegram/acme",
+    ],
+)
 def test_paths_no_route_matches_are_json_404(path: str) -> None:
     _assert_json_error(Client().get(path), 404, "not_found")
 
@@ -75,8 +83,15 @@ def test_a_disallowed_host_is_json_400(path: str) -> None:
     _assert_json_error(Client().get(path, HTTP_HOST="evil.example"), 400, "bad_request")
 
 
-@pytest.mark.parametrize("path", ["/api/v1/tenants/acme/ledger", "/api/v1/tenants/acme/contacts",
-                                  "/webhooks/whatsapp/acme", "/webhooks/telegram/acme/main"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/tenants/acme/ledger",
+        "/api/v1/tenants/acme/contacts",
+        "/webhooks/whatsapp/acme",
+        "/webhooks/telegram/acme/main",
+    ],
+)
 def test_a_body_over_the_upload_limit_is_json_413(path: str, settings, db) -> None:
     from botmesh_admin.channels.services import channel_config_set
     from botmesh_admin.tenancy import services
@@ -191,8 +206,11 @@ def test_the_dev_server_answers_its_own_414_and_431_in_json_too(tmp_path: Path) 
         status, headers, body = _raw(port, b"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # a page, not the API
                                      + b"X-Big: " + b"b" * 70_000 + b"\r\n\r\n")  # fmt: skip
         assert (status, headers["content-type"]) == (431, "application/json"), body
-        assert json.loads(body) == {"error": "headers_too_large", "field": None,
-                                    "message": "Line too long: got more than 65536 bytes when reading header line"}
+        assert json.loads(body) == {
+            "error": "headers_too_large",
+            "field": None,
+            "message": "Line too long: got more than 65536 bytes when reading header line",
+        }
 
         many = b"".join(b"X-H%d: 1\r\n" % i for i in range(101))
         status, headers, body = _raw(port, b"GET /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")

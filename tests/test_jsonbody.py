@@ -31,10 +31,17 @@ def test_json_nested_up_to_the_limit_is_read() -> None:
     assert json_load('{"a": [1, {"b": null}]}', field="body") == {"a": [1, {"b": None}]}
 
 
-@pytest.mark.parametrize(("raw", "problem"), [
-    (b'{"a": NaN}', "NaN is not JSON"), (b"[Infinity]", "Infinity is not JSON"), (b"\xff\xfe", "not UTF-8"),
-    (b"{nope", "invalid JSON"), ("\ud800", "not UTF-8"), (b'{"n": 1' + b"0" * 5000 + b"}", "more than 4300 digits"),
-])
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b'{"a": NaN}', "NaN is not JSON"),
+        (b"[Infinity]", "Infinity is not JSON"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"{nope", "invalid JSON"),
+        ("\ud800", "not UTF-8"),
+        (b'{"n": 1' + b"0" * 5000 + b"}", "more than 4300 digits"),
+    ],
+)
 def test_what_is_not_json_is_a_validation_error_naming_the_field(raw: bytes | str, problem: str) -> None:
     """Found by exploratory testing: every malformed body must be a 4xx, whatever is wrong with it."""
     with pytest.raises(ValidationError) as info:
@@ -89,7 +96,9 @@ def test_every_json_body_nested_3000_deep_is_4xx_with_a_clear_message(tokens, me
     tenant, by_role = tokens
     client = Client(raise_request_exception=False)
     response = getattr(client, method)(
-        f"/api/v1/tenants/{tenant}/{path}", body, content_type="application/json",
+        f"/api/v1/tenants/{tenant}/{path}",
+        body,
+        content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {by_role[role]}",
     )
     assert response.status_code in (400, 422), response.content[:300]

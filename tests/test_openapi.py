@@ -62,7 +62,8 @@ def test_schema_names_are_unique(doc: dict[str, Any]) -> None:
     duplicates = {name: where for name, where in by_name.items() if len(where) > 1}
     assert not duplicates
     assert {"PluginAuditOut", "DeploymentAuditOut", "PluginRevisionIn", "ActiveRevisionIn"} <= set(
-        doc["components"]["schemas"])
+        doc["components"]["schemas"]
+    )
 
 
 def test_every_operation_documents_the_errors_it_can_answer(doc: dict[str, Any]) -> None:
@@ -82,7 +83,9 @@ def test_every_operation_documents_the_errors_it_can_answer(doc: dict[str, Any])
 def test_compare_and_set_operations_document_409_and_say_expected_version(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     cas = [name for name, schema in schemas.items() if "expected_version" in schema.get("properties", {})]
-    assert {"AssignIn", "ContactPatch", "PermissionsIn", "PluginRevisionIn", "ActiveRevisionIn", "RollbackIn"} <= set(cas)
+    assert {"AssignIn", "ContactPatch", "PermissionsIn", "PluginRevisionIn", "ActiveRevisionIn", "RollbackIn"} <= set(
+        cas
+    )
     assert not [name for name, schema in schemas.items() if "expected_revision" in schema.get("properties", {})]
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
@@ -92,21 +95,26 @@ def test_compare_and_set_operations_document_409_and_say_expected_version(doc: d
                 assert 409 in {int(s) for s in op["responses"]}, (method, path)
 
 
-@pytest.mark.parametrize(("schema", "field", "values"), [
-    ("ChannelIn", "kind", {"whatsapp", "telegram"}),
-    ("StatusIn", "status", {"open", "pending", "resolved"}),
-    ("TokenIn", "role", {"admin", "agent", "bot"}),
-    ("GateResultIn", "result", {"succeeded", "failed", "inconclusive", "error"}),
-    ("ConsentIn", "status", {"granted", "denied", "unknown"}),
-    ("ConsentIn", "channel", {"whatsapp", "telegram", "email"}),
-    ("CampaignIn", "channel", {"whatsapp", "telegram"}),
-])
+@pytest.mark.parametrize(
+    ("schema", "field", "values"),
+    [
+        ("ChannelIn", "kind", {"whatsapp", "telegram"}),
+        ("StatusIn", "status", {"open", "pending", "resolved"}),
+        ("TokenIn", "role", {"admin", "agent", "bot"}),
+        ("GateResultIn", "result", {"succeeded", "failed", "inconclusive", "error"}),
+        ("ConsentIn", "status", {"granted", "denied", "unknown"}),
+        ("ConsentIn", "channel", {"whatsapp", "telegram", "email"}),
+        ("CampaignIn", "channel", {"whatsapp", "telegram"}),
+    ],
+)
 def test_enums_are_declared(doc: dict[str, Any], schema: str, field: str, values: set[str]) -> None:
     assert set(doc["components"]["schemas"][schema]["properties"][field]["enum"]) == values
 
 
 def test_enum_query_parameters_are_declared(doc: dict[str, Any]) -> None:
-    params = {p["name"]: p["schema"] for p in doc["paths"][f"{PREFIX}/tenants/{{tenant}}/conversations"]["get"]["parameters"]}
+    params = {
+        p["name"]: p["schema"] for p in doc["paths"][f"{PREFIX}/tenants/{{tenant}}/conversations"]["get"]["parameters"]
+    }
     assert params["view"]["enum"] == ["all", "mine", "unassigned"]
     assert params["status"]["enum"] == ["open", "pending", "resolved"]
 

@@ -63,9 +63,7 @@ class PgTarget:
 
     @classmethod
     def from_django(cls, db: dict[str, Any]) -> PgTarget:
-        options = tuple(
-            (k, str(v)) for k, v in (db.get("OPTIONS") or {}).items() if k in ("sslmode", "sslrootcert")
-        )
+        options = tuple((k, str(v)) for k, v in (db.get("OPTIONS") or {}).items() if k in ("sslmode", "sslrootcert"))
         return cls(
             host=db.get("HOST") or "localhost",
             port=int(db.get("PORT") or 5432),

@@ -92,8 +92,7 @@ def _file_lock(path: Path):  # type: ignore[no-untyped-def]
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise BackupError(
-                f"{path} is open in a running process: stop the web, worker and beat processes "
-                "before a restore"
+                f"{path} is open in a running process: stop the web, worker and beat processes before a restore"
             ) from None
         yield
     finally:

@@ -50,9 +50,14 @@ def _out(channel: Channel) -> ChannelOut:
     else:
         path = reverse("webhooks:telegram", kwargs={"tenant": channel.tenant, "name": channel.name})
     return ChannelOut(
-        kind=channel.kind, name=channel.name, phone_number_id=channel.phone_number_id,
-        display_phone_number=channel.display_phone_number, bot_username=channel.bot_username,
-        api_base_url=channel.api_base_url, secrets=channel.secrets_set, webhook_path=path,
+        kind=channel.kind,
+        name=channel.name,
+        phone_number_id=channel.phone_number_id,
+        display_phone_number=channel.display_phone_number,
+        bot_username=channel.bot_username,
+        api_base_url=channel.api_base_url,
+        secrets=channel.secrets_set,
+        webhook_path=path,
     )
 
 

@@ -1,4 +1,5 @@
 """botmesh kernel: channels (inbound webhooks, outbound providers, per-tenant channel configuration)."""
+
 from django.apps import AppConfig
 
 

@@ -44,9 +44,7 @@ class CredentialUnreadable(DomainError):
 
 
 def _derive(material: str) -> bytes:
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=HKDF_INFO).derive(
-        material.encode("utf-8")
-    )
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=HKDF_INFO).derive(material.encode("utf-8"))
     return base64.urlsafe_b64encode(key)
 
 
@@ -93,8 +91,7 @@ def decrypt(token: str) -> str:
         return keyring().decrypt(token.encode("ascii")).decode("utf-8")
     except (InvalidToken, UnicodeError):
         raise CredentialUnreadable(
-            "a stored channel credential cannot be decrypted: was a key removed from "
-            "BOTMESH_CREDENTIALS_KEYS?"
+            "a stored channel credential cannot be decrypted: was a key removed from BOTMESH_CREDENTIALS_KEYS?"
         ) from None
 
 

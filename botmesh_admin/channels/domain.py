@@ -32,8 +32,17 @@ from botmesh_admin.errors import BadType, ValidationError
 
 CHANNEL_KINDS = ("whatsapp", "telegram")
 MESSAGE_TYPES = (
-    "text", "image", "video", "audio", "document", "sticker", "location", "contacts",
-    "reaction", "button", "unsupported",
+    "text",
+    "image",
+    "video",
+    "audio",
+    "document",
+    "sticker",
+    "location",
+    "contacts",
+    "reaction",
+    "button",
+    "unsupported",
 )
 STATUSES = ("sent", "delivered", "read", "failed")
 MAX_TEXT = 4096  # Telegram's sendMessage limit; WhatsApp allows 4096 too.
@@ -154,7 +163,10 @@ class InboundMessage(_Event):
 
     kind: ClassVar[str] = "message"
     _nested: ClassVar[dict[str, type]] = {
-        "media": Media, "reaction": Reaction, "button": Button, "location": Location,
+        "media": Media,
+        "reaction": Reaction,
+        "button": Button,
+        "location": Location,
     }
 
     channel: str
@@ -340,8 +352,11 @@ PUBLIC_OF_KIND = {
     "telegram": ("bot_username",),
 }
 SECRET_LABELS = {
-    "app_secret": "App secret", "verify_token": "Verify token", "access_token": "Access token",
-    "bot_token": "Bot token", "webhook_secret": "Webhook secret token",
+    "app_secret": "App secret",
+    "verify_token": "Verify token",
+    "access_token": "Access token",
+    "bot_token": "Bot token",
+    "webhook_secret": "Webhook secret token",
 }
 
 
@@ -365,9 +380,7 @@ class Channel:
     sealed: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     # Decrypted values, kept as long as this object: the webhooks' cached copy
     # (seconds) checks a signature per request, and MultiFernet costs ~40 µs a call.
-    _clear: dict[str, str] = dataclasses.field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _clear: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def is_set(self, secret: str) -> bool:
         """Return True if the secret named ``secret`` has a stored value."""

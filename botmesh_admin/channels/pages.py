@@ -53,11 +53,13 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
         try:
             current = selectors.channel_config_get(tenant, name=edit)
             forms[current.kind] = {
-                "name": current.name, "api_base_url": current.api_base_url or "",
+                "name": current.name,
+                "api_base_url": current.api_base_url or "",
                 "phone_number_id": current.phone_number_id or "",
                 "display_phone_number": current.display_phone_number or "",
                 "bot_username": current.bot_username or "",
-                "secrets": current.secrets_set, "editing": True,
+                "secrets": current.secrets_set,
+                "editing": True,
             }
         except DomainError as exc:
             return render_error(request, exc)
@@ -80,8 +82,12 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
         request,
         "channels/list.html",
         {
-            "tenant": tenant, "rows": _rows(request, tenant), "forms": forms, "error": error,
-            "suggestion": credentials.new_token(), "labels": SECRET_LABELS,
+            "tenant": tenant,
+            "rows": _rows(request, tenant),
+            "forms": forms,
+            "error": error,
+            "suggestion": credentials.new_token(),
+            "labels": SECRET_LABELS,
         },
         status=status,
     )

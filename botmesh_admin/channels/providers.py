@@ -121,8 +121,11 @@ def _checked_connection(allow_loopback: bool) -> Any:
     """Return a ``socket.create_connection`` that refuses a peer address that is not public
     (loopback allowed with ``allow_loopback``: a local fake provider in development), before a byte is sent."""
 
-    def create(address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
-               source_address: Any = None) -> socket.socket:
+    def create(
+        address: tuple[str, int],
+        timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+        source_address: Any = None,
+    ) -> socket.socket:
         sock = socket.create_connection(address, timeout, source_address)
         peer = ip_address_of(str(sock.getpeername()[0]))
         if not (allow_loopback and peer.is_loopback) and not is_public(peer):
@@ -181,7 +184,11 @@ def _opener(public_only: bool, allow_loopback: bool) -> urllib.request.OpenerDir
 
 class _HttpProvider(_BaseProvider):
     def __init__(
-        self, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False,
+        self,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_workers: int = 1,
+        public_only: bool = False,
         allow_loopback: bool = False,
     ) -> None:
         self.timeout_s = timeout_s
@@ -209,16 +216,24 @@ class _HttpProvider(_BaseProvider):
 
     def _network_failure(self, message: OutboundMessage, error: str) -> SendResult:
         if error == NotPublicAddress.__name__:  # nothing was sent: a sure failure, not a doubt
-            log.warning("%s send to %s refused: the API base URL reaches a non-public address", self.kind,
-                        log_id(message.chat_key))
+            log.warning(
+                "%s send to %s refused: the API base URL reaches a non-public address",
+                self.kind,
+                log_id(message.chat_key),
+            )
             return SendResult(
-                status="failed", chat_key=message.chat_key, retryable=False,
+                status="failed",
+                chat_key=message.chat_key,
+                retryable=False,
                 error_title=f"not sent: the channel's {self.kind} API base URL reaches a non-public address",
             )
         log.warning("%s send to %s: no answer (%s)", self.kind, log_id(message.chat_key), error)
         return SendResult(
-            status="failed", chat_key=message.chat_key, error_title=f"no answer from {self.kind} ({error})",
-            retryable=True, retry_after_ms=DEFAULT_RETRY_AFTER_MS,
+            status="failed",
+            chat_key=message.chat_key,
+            error_title=f"no answer from {self.kind} ({error})",
+            retryable=True,
+            retry_after_ms=DEFAULT_RETRY_AFTER_MS,
         )
 
 
@@ -249,12 +264,19 @@ class WhatsAppProvider(_HttpProvider):
     kind = "whatsapp"
 
     def __init__(
-        self, base_url: str, phone_number_id: str, access_token: str, *,
-        timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1, public_only: bool = False,
+        self,
+        base_url: str,
+        phone_number_id: str,
+        access_token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_workers: int = 1,
+        public_only: bool = False,
         allow_loopback: bool = False,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only,
-                         allow_loopback=allow_loopback)
+        super().__init__(
+            timeout_s=timeout_s, max_workers=max_workers, public_only=public_only, allow_loopback=allow_loopback
+        )
         self.url = f"{base_url.rstrip('/')}/{phone_number_id}/messages"
         self._access_token = access_token
 
@@ -270,13 +292,16 @@ class WhatsAppProvider(_HttpProvider):
         }
         if message.template is not None:
             template: dict[str, Any] = {
-                "name": message.template.name, "language": {"code": message.template.language},
+                "name": message.template.name,
+                "language": {"code": message.template.language},
             }
             if message.template.parameters:
-                template["components"] = [{
-                    "type": "body",
-                    "parameters": [{"type": "text", "text": p} for p in message.template.parameters],
-                }]
+                template["components"] = [
+                    {
+                        "type": "body",
+                        "parameters": [{"type": "text", "text": p} for p in message.template.parameters],
+                    }
+                ]
             body.update(type="template", template=template)
         else:
             body.update(type="text", text={"body": message.text, "preview_url": False})
@@ -299,7 +324,9 @@ class WhatsAppProvider(_HttpProvider):
             contacts = body.get("contacts") if isinstance(body.get("contacts"), list) else []
             wa_id = contacts[0].get("wa_id") if contacts and isinstance(contacts[0], dict) else None
             return SendResult(
-                status="accepted", chat_key=message.chat_key, provider_message_id=str(messages[0]["id"]),
+                status="accepted",
+                chat_key=message.chat_key,
+                provider_message_id=str(messages[0]["id"]),
                 recipient=str(wa_id) if wa_id else address_of(message.chat_key, self.kind),
             )
         error = _object(body, "error")
@@ -311,8 +338,11 @@ class WhatsAppProvider(_HttpProvider):
             retry_after = DEFAULT_RETRY_AFTER_MS
         log.info("whatsapp send to %s failed: code %s", log_id(message.chat_key), code)
         return SendResult(
-            status="failed", chat_key=message.chat_key, error_code=code,
-            error_title=str(error.get("message") or f"HTTP {status}"), retryable=retryable,
+            status="failed",
+            chat_key=message.chat_key,
+            error_code=code,
+            error_title=str(error.get("message") or f"HTTP {status}"),
+            retryable=retryable,
             retry_after_ms=retry_after if retryable else None,
         )
 
@@ -323,11 +353,19 @@ class TelegramProvider(_HttpProvider):
     kind = "telegram"
 
     def __init__(
-        self, base_url: str, bot_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_workers: int = 1,
-        public_only: bool = False, allow_loopback: bool = False, channel_name: str | None = None,
+        self,
+        base_url: str,
+        bot_token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_workers: int = 1,
+        public_only: bool = False,
+        allow_loopback: bool = False,
+        channel_name: str | None = None,
     ) -> None:
-        super().__init__(timeout_s=timeout_s, max_workers=max_workers, public_only=public_only,
-                         allow_loopback=allow_loopback)
+        super().__init__(
+            timeout_s=timeout_s, max_workers=max_workers, public_only=public_only, allow_loopback=allow_loopback
+        )
         self._base_url = base_url.rstrip("/")
         self._bot_token = bot_token
         # Message ids are unique per bot and chat: an accepted id is "<bot channel>:<chat>:<id>",
@@ -340,8 +378,10 @@ class TelegramProvider(_HttpProvider):
     def payload(self, message: OutboundMessage) -> dict[str, Any]:
         """Return the ``sendMessage`` JSON body for ``message``."""
         address = address_of(message.chat_key, self.kind)
-        body: dict[str, Any] = {"chat_id": int(address) if address.lstrip("-").isdigit() else address,
-                                "text": message.text}
+        body: dict[str, Any] = {
+            "chat_id": int(address) if address.lstrip("-").isdigit() else address,
+            "text": message.text,
+        }
         if message.reply_to:
             reply_id = message.reply_to.rsplit(":", 1)[-1]
             if reply_id.isdigit():
@@ -352,8 +392,11 @@ class TelegramProvider(_HttpProvider):
         """Send one text message (Telegram has no templates: a template is a non-retryable failure)."""
         if message.template is not None:
             return SendResult(
-                status="failed", chat_key=message.chat_key, error_code=400,
-                error_title="Telegram has no message templates", retryable=False,
+                status="failed",
+                chat_key=message.chat_key,
+                error_code=400,
+                error_title="Telegram has no message templates",
+                retryable=False,
             )
         headers = {"Idempotency-Key": message.idempotency_key} if message.idempotency_key else {}
         answer = self._post(f"{self._base_url}/bot{self._bot_token}/sendMessage", self.payload(message), headers)
@@ -365,7 +408,8 @@ class TelegramProvider(_HttpProvider):
         if body.get("ok") is True and "message_id" in result:
             chat_id = _object(result, "chat").get("id")
             return SendResult(
-                status="accepted", chat_key=message.chat_key,
+                status="accepted",
+                chat_key=message.chat_key,
                 provider_message_id=f"{self._id_prefix}{chat_id}:{result['message_id']}",
                 recipient=str(chat_id) if chat_id is not None else address_of(message.chat_key, self.kind),
             )
@@ -380,8 +424,11 @@ class TelegramProvider(_HttpProvider):
             retry_after_ms = DEFAULT_RETRY_AFTER_MS
         log.info("telegram send to %s failed: code %s", log_id(message.chat_key), code)
         return SendResult(
-            status="failed", chat_key=message.chat_key, error_code=code,
-            error_title=str(body.get("description") or f"HTTP {status}"), retryable=retryable,
+            status="failed",
+            chat_key=message.chat_key,
+            error_code=code,
+            error_title=str(body.get("description") or f"HTTP {status}"),
+            retryable=retryable,
             retry_after_ms=retry_after_ms if retryable else None,
         )
 
@@ -410,7 +457,9 @@ class ConsoleProvider(_BaseProvider):
         provider_id = "console." + hashlib.sha256(seed.encode()).hexdigest()[:20]
         log.info("console %s send to %s accepted as %s", self.channel, log_id(message.chat_key), provider_id)
         return SendResult(
-            status="accepted", chat_key=message.chat_key, provider_message_id=provider_id,
+            status="accepted",
+            chat_key=message.chat_key,
+            provider_message_id=provider_id,
             recipient=address_of(message.chat_key, self.channel),
         )
 
@@ -461,13 +510,23 @@ def provider_for(tenant: str, channel: Channel | None) -> Provider:
     if channel is not None and channel.kind == "whatsapp":
         token = channel.secret("access_token")
         if token and channel.phone_number_id:
-            return WhatsAppProvider(api_base("whatsapp", channel), channel.phone_number_id, token,
-                                    public_only=public_only, allow_loopback=allow_loopback)
+            return WhatsAppProvider(
+                api_base("whatsapp", channel),
+                channel.phone_number_id,
+                token,
+                public_only=public_only,
+                allow_loopback=allow_loopback,
+            )
     if channel is not None and channel.kind == "telegram":
         token = channel.secret("bot_token")
         if token:
-            return TelegramProvider(api_base("telegram", channel), token, public_only=public_only,
-                                    allow_loopback=allow_loopback, channel_name=channel.name)
+            return TelegramProvider(
+                api_base("telegram", channel),
+                token,
+                public_only=public_only,
+                allow_loopback=allow_loopback,
+                channel_name=channel.name,
+            )
     if settings.CONFIG.production:
         what = f"channel {channel.name!r}" if channel is not None else "this tenant"
         return UnconfiguredProvider(f"{what} has no credentials to send with")

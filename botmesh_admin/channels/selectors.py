@@ -50,9 +50,7 @@ _cache: dict[str, tuple[float, tuple[Channel, ...]]] = {}
 _generation = 0  # bumped by every forget: a read that overlapped a change is not kept
 
 
-def channel_config_list_cached(
-    tenant: str, *, kind: str | None = None, refresh: bool = False
-) -> list[Channel]:
+def channel_config_list_cached(tenant: str, *, kind: str | None = None, refresh: bool = False) -> list[Channel]:
     """Return ``channel_config_list(tenant, kind=kind)`` from a copy at most ``CONFIG_TTL_S`` old.
 
     For the webhook views only: a caller that would refuse a request because of
@@ -101,9 +99,7 @@ def channel_for_whatsapp(tenant: str, *, phone_number_id: str) -> Channel:
 
     Raise ``NotFound`` if the tenant has no WhatsApp channel with that number.
     """
-    row = ChannelConfig.objects.filter(
-        tenant_id=tenant, kind="whatsapp", phone_number_id=phone_number_id
-    ).first()
+    row = ChannelConfig.objects.filter(tenant_id=tenant, kind="whatsapp", phone_number_id=phone_number_id).first()
     if row is None:
         raise NotFound("no WhatsApp channel for this phone number id")
     return to_channel(row)

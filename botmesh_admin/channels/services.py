@@ -89,8 +89,9 @@ def check_api_base_url(value: str, *, production: bool) -> str:
     elif parts.scheme == "http" and not loopback:
         raise ValidationError(field, "http is for a provider on this machine (localhost) only; use https")
     elif address is not None and not loopback and not is_public(address):
-        raise ValidationError(field, "must not point at a private or link-local address (only this machine, "
-                              "for a local fake provider)")
+        raise ValidationError(
+            field, "must not point at a private or link-local address (only this machine, for a local fake provider)"
+        )
     return value.rstrip("/")
 
 
@@ -147,12 +148,16 @@ def channel_config_set(
         raise ValidationError("channel.kind", f"must be one of {', '.join(CHANNEL_KINDS)}")
     validate_id(name, "channel.name")
     public_in = {
-        "phone_number_id": phone_number_id, "display_phone_number": display_phone_number,
+        "phone_number_id": phone_number_id,
+        "display_phone_number": display_phone_number,
         "bot_username": bot_username,
     }
     secrets_in = {
-        "app_secret": app_secret, "verify_token": verify_token, "access_token": access_token,
-        "bot_token": bot_token, "webhook_secret": webhook_secret,
+        "app_secret": app_secret,
+        "verify_token": verify_token,
+        "access_token": access_token,
+        "bot_token": bot_token,
+        "webhook_secret": webhook_secret,
     }
     for field, value in (*public_in.items(), *secrets_in.items(), ("api_base_url", api_base_url)):
         if value is not None and not isinstance(value, str):
@@ -249,4 +254,3 @@ def channel_credentials_rotate() -> int:
             row.save(update_fields=[*columns, "updated_at"])
     _forget(None)
     return changed
-

@@ -43,9 +43,17 @@ SECRET_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 GROUP_TYPES = ("group", "supergroup")
 # Message content keys, in the order they are recognised, and the normalised type.
 CONTENT_TYPES = {
-    "text": "text", "photo": "image", "video": "video", "animation": "video", "video_note": "video",
-    "voice": "audio", "audio": "audio", "document": "document", "sticker": "sticker",
-    "location": "location", "contact": "contacts",
+    "text": "text",
+    "photo": "image",
+    "video": "video",
+    "animation": "video",
+    "video_note": "video",
+    "voice": "audio",
+    "audio": "audio",
+    "document": "document",
+    "sticker": "sticker",
+    "location": "location",
+    "contact": "contacts",
 }
 
 
@@ -159,10 +167,16 @@ def _content(msg: dict[str, Any], raw_type: str) -> dict[str, Any]:
         sizes = [s for s in sizes if _str(s.get("file_id"))]
         if not sizes:
             return {"type": "unsupported", "raw_type": raw_type}
-        best = max(sizes, key=lambda s: (_int(s.get("file_size")) or 0, (_int(s.get("width")) or 0) * (_int(s.get("height")) or 0)))
+        best = max(
+            sizes,
+            key=lambda s: (_int(s.get("file_size")) or 0, (_int(s.get("width")) or 0) * (_int(s.get("height")) or 0)),
+        )
         media = Media(
-            id=best["file_id"], caption=caption, size_bytes=_int(best.get("file_size")),
-            width=_int(best.get("width")), height=_int(best.get("height")),
+            id=best["file_id"],
+            caption=caption,
+            size_bytes=_int(best.get("file_size")),
+            width=_int(best.get("width")),
+            height=_int(best.get("height")),
         )
         return {"type": "image", "text": caption, "media": media, "raw_type": raw_type}
     content = _dict(msg.get(raw_type))
@@ -176,9 +190,13 @@ def _content(msg: dict[str, Any], raw_type: str) -> dict[str, Any]:
         return {"type": "contacts", "text": name or _str(content.get("phone_number")), "raw_type": raw_type}
     if raw_type in CONTENT_TYPES and _str(content.get("file_id")):
         media = Media(
-            id=content["file_id"], mime_type=_str(content.get("mime_type")), caption=caption,
-            filename=_str(content.get("file_name")), size_bytes=_int(content.get("file_size")),
-            width=_int(content.get("width")), height=_int(content.get("height")),
+            id=content["file_id"],
+            mime_type=_str(content.get("mime_type")),
+            caption=caption,
+            filename=_str(content.get("file_name")),
+            size_bytes=_int(content.get("file_size")),
+            width=_int(content.get("width")),
+            height=_int(content.get("height")),
         )
         return {"type": CONTENT_TYPES[raw_type], "text": caption, "media": media, "raw_type": raw_type}
     return {"type": "unsupported", "raw_type": raw_type}

@@ -35,8 +35,9 @@ Scripted answers, per recipient (``script``) or for every recipient (``script_al
 ``delay_s`` (constructor, ``script`` or ``set_delay``) holds the answer back to
 simulate a slow provider; ``hold()`` holds every answer until ``release()``
 (the request is recorded at once, with the id it will be answered with, so a
-test can post that id's delivery statuses while the sender still waits). The recorded requests are in ``requests``; ``count``
-and ``wait_for`` read them safely from any thread.
+test can post that id's delivery statuses while the sender still waits). The
+recorded requests are in ``requests``; ``count`` and ``wait_for`` read them
+safely from any thread.
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ class FakeProviderServer:
         key = recipient_key(recipient) if recipient is not None else None
         with self._lock:
             return sum(
-                1 for r in self._state.requests
+                1
+                for r in self._state.requests
                 if (key is None or r.recipient == key) and (provider is None or r.provider == provider)
             )
 
@@ -231,7 +233,9 @@ class FakeProviderServer:
 
     # --- answering (called by the handler threads) -------------------------------------
 
-    def _answer(self, provider: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int | None, dict[str, Any] | None, float]:
+    def _answer(
+        self, provider: str, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[int | None, dict[str, Any] | None, float]:
         recipient = recipient_key(body.get("to") if provider == "whatsapp" else body.get("chat_id", ""))
         with self._lock:
             script = self._state.scripts.get(recipient) or self._state.default
@@ -249,12 +253,22 @@ class FakeProviderServer:
                 payload = copy.deepcopy(self.bodies[provider][key])
                 if name == "accepted":
                     self._fill_accepted(provider, payload, body, n)
-                    answered_id = (payload["messages"][0]["id"] if provider == "whatsapp"
-                                   else str(payload["result"]["message_id"]))
-            self._state.requests.append(RecordedRequest(
-                provider=provider, path=path, recipient=recipient, body=body, headers=headers,
-                answer=name, status=status, at_ms=time.time_ns() // 1_000_000, provider_message_id=answered_id,
-            ))
+                    answered_id = (
+                        payload["messages"][0]["id"] if provider == "whatsapp" else str(payload["result"]["message_id"])
+                    )
+            self._state.requests.append(
+                RecordedRequest(
+                    provider=provider,
+                    path=path,
+                    recipient=recipient,
+                    body=body,
+                    headers=headers,
+                    answer=name,
+                    status=status,
+                    at_ms=time.time_ns() // 1_000_000,
+                    provider_message_id=answered_id,
+                )
+            )
             self._lock.notify_all()
         return status, payload, delay
 
@@ -286,7 +300,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             body = None
-        provider = "whatsapp" if WHATSAPP_PATH.match(self.path) else "telegram" if TELEGRAM_PATH.match(self.path) else None
+        provider = (
+            "whatsapp" if WHATSAPP_PATH.match(self.path) else "telegram" if TELEGRAM_PATH.match(self.path) else None
+        )
         if provider is None or not isinstance(body, dict):
             self._send(404 if provider is None else 400, {"error": "fake provider: unknown path or bad JSON"})
             return
@@ -316,7 +332,9 @@ class _Handler(BaseHTTPRequestHandler):
 # -- WhatsApp bodies for another business number -----------------------------------------
 
 
-def whatsapp_body_for_number(body: dict[str, Any], *, phone_number_id: str, display_phone_number: str) -> dict[str, Any]:
+def whatsapp_body_for_number(
+    body: dict[str, Any], *, phone_number_id: str, display_phone_number: str
+) -> dict[str, Any]:
     """Return a copy of a Cloud API webhook body as it would arrive for another business number.
 
     Every change's ``metadata`` names ``phone_number_id`` / ``display_phone_number``,

@@ -15,8 +15,9 @@ the inbox happens in a worker.
 
 Answers: 200 once journaled; 401 (nothing written) for a bad signature or
 secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
-object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB). Order: the signature is checked before the body is parsed, so
-unauthenticated input is never interpreted.
+object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB).
+Order: the signature is checked before the body is parsed, so unauthenticated
+input is never interpreted.
 
 A store outage — the journal, or the database holding the channel
 configuration, cannot be reached — is the JSON 503 ``store_unavailable`` with
@@ -156,7 +157,8 @@ def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> Htt
     raw = request.body
     header = request.headers.get(whatsapp.SIGNATURE_HEADER)
     signed_by = {
-        c.phone_number_id for c in channels
+        c.phone_number_id
+        for c in channels
         if c.is_set("app_secret") and whatsapp.verify_signature(raw, header, c.secret("app_secret") or "")
     }
     if not signed_by:
@@ -201,9 +203,7 @@ def telegram_webhook(request: HttpRequest, tenant: str, name: str) -> HttpRespon
     return response
 
 
-def _telegram(
-    request: HttpRequest, tenant: str, name: str, channels: list[Channel]
-) -> HttpResponse:
+def _telegram(request: HttpRequest, tenant: str, name: str, channels: list[Channel]) -> HttpResponse:
     """Answer a Telegram webhook request against ``channels``; journal only what is answered 200."""
     channel = next((c for c in channels if c.name == name), None)
     if channel is None:

@@ -162,8 +162,11 @@ def _message(
     elif raw_type in MEDIA_TYPES and _str(content.get("id")):
         caption = _str(content.get("caption"))
         media = Media(
-            id=str(content["id"]), mime_type=_str(content.get("mime_type")), caption=caption,
-            filename=_str(content.get("filename")), sha256=_str(content.get("sha256")),
+            id=str(content["id"]),
+            mime_type=_str(content.get("mime_type")),
+            caption=caption,
+            filename=_str(content.get("filename")),
+            sha256=_str(content.get("sha256")),
         )
         fields = {"type": raw_type, "text": caption, "media": media}
     elif raw_type == "interactive":
@@ -171,7 +174,9 @@ def _message(
         reply = _dict(content.get(kind))
         if kind in ("button_reply", "list_reply") and _str(reply.get("id")):
             button = Button(
-                id=str(reply["id"]), title=_str(reply.get("title")), kind=kind,
+                id=str(reply["id"]),
+                title=_str(reply.get("title")),
+                kind=kind,
                 description=_str(reply.get("description")),
             )
             fields = {"type": "button", "text": button.title, "button": button}
@@ -184,8 +189,10 @@ def _message(
         fields = {"type": "reaction", "reaction": reaction}
     elif raw_type == "location" and _is_number(content.get("latitude")) and _is_number(content.get("longitude")):
         location = Location(
-            latitude=float(content["latitude"]), longitude=float(content["longitude"]),
-            name=_str(content.get("name")), address=_str(content.get("address")),
+            latitude=float(content["latitude"]),
+            longitude=float(content["longitude"]),
+            name=_str(content.get("name")),
+            address=_str(content.get("address")),
         )
         fields = {"type": "location", "text": location.name, "location": location}
     elif raw_type == "contacts":

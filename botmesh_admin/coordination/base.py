@@ -78,9 +78,7 @@ def validate_key(key: object, field_name: str = "key") -> str:
 def validate_name(name: object, field_name: str = "name") -> str:
     """Return a leadership ``name`` (``scheduler``, ``provider:<id>``) if well-formed, else raise."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise ValidationError(
-            field_name, "must be 1-128 characters of A-Z, a-z, 0-9, '_', '.', ':', '@' or '-'"
-        )
+        raise ValidationError(field_name, "must be 1-128 characters of A-Z, a-z, 0-9, '_', '.', ':', '@' or '-'")
     return name
 
 
@@ -121,9 +119,14 @@ class CoordinationEvent:
     def as_dict(self) -> dict[str, Any]:
         """Return the event as plain JSON."""
         return {
-            "kind": self.kind, "name": self.name, "replica_id": self.replica_id,
-            "incarnation": self.incarnation, "fence": self.fence, "at_ms": self.at_ms,
-            "previous": self.previous, "detail": self.detail,
+            "kind": self.kind,
+            "name": self.name,
+            "replica_id": self.replica_id,
+            "incarnation": self.incarnation,
+            "fence": self.fence,
+            "at_ms": self.at_ms,
+            "previous": self.previous,
+            "detail": self.detail,
         }
 
 

@@ -184,9 +184,7 @@ class LeaderScheduler(Scheduler):
             log.info("scheduler: leading with fence %s", lease.fence)
         self._was_leader = True
         try:
-            services.scheduler_tick(
-                specs=self._declared(), lease=lease, send=self._send, at_ms=services.now_ms()
-            )
+            services.scheduler_tick(specs=self._declared(), lease=lease, send=self._send, at_ms=services.now_ms())
         except (LeaseLost, StaleFence) as exc:
             log.warning("scheduler: leadership lost during a tick: %s", exc.code)
             return TICK_S

@@ -12,8 +12,10 @@ from .registry import register_job
 
 KV_SWEEP = register_job(
     JobSpec(
-        "kv.sweep", "coordination.kv_sweep",
+        "kv.sweep",
+        "coordination.kv_sweep",
         JobSettings(Schedule.interval(300), catch_up="latest", catch_up_window_s=3600),
-        lease_s=120, description="Reclaim expired Kv entries (TTL) in batches.",
+        lease_s=120,
+        description="Reclaim expired Kv entries (TTL) in batches.",
     )
 )

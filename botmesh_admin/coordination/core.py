@@ -140,8 +140,14 @@ class Lease:
     """A held turn (``kind="turn"``) or leadership (``kind="lead"``); see ``base.LeaseHandle``."""
 
     def __init__(
-        self, coordinator: Coordinator, kind: str, key: str, ticket: str, fence: int,
-        previous_holder: str | None, deadline: float,
+        self,
+        coordinator: Coordinator,
+        kind: str,
+        key: str,
+        ticket: str,
+        fence: int,
+        previous_holder: str | None,
+        deadline: float,
     ) -> None:
         self._coordinator = coordinator
         self.kind = kind
@@ -192,7 +198,11 @@ class Coordinator:
     """One replica's coordinator over a ``Backend`` (see ``base.Coordinator`` for the contract)."""
 
     def __init__(
-        self, backend: Backend, *, replica_id: str | None = None, lease_ms: int = 15000,
+        self,
+        backend: Backend,
+        *,
+        replica_id: str | None = None,
+        lease_ms: int = 15000,
         role: str = "web",
     ) -> None:
         self._backend = backend
@@ -213,9 +223,7 @@ class Coordinator:
         self._wake = threading.Event()
         self._closed = False
         self._beat()
-        self._thread = threading.Thread(
-            target=self._run, name=f"coordinator-{self.replica_id}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"coordinator-{self.replica_id}", daemon=True)
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -384,12 +392,24 @@ class Coordinator:
         return released
 
     def _emit(
-        self, kind: str, name: str, fence: int | None, *, previous: str | None = None,
-        detail: str = "", publish: bool = False,
+        self,
+        kind: str,
+        name: str,
+        fence: int | None,
+        *,
+        previous: str | None = None,
+        detail: str = "",
+        publish: bool = False,
     ) -> None:
         event = CoordinationEvent(
-            kind=kind, name=name, replica_id=self.replica_id, incarnation=self.incarnation,
-            fence=fence, at_ms=wall_ms(), previous=previous, detail=detail,
+            kind=kind,
+            name=name,
+            replica_id=self.replica_id,
+            incarnation=self.incarnation,
+            fence=fence,
+            at_ms=wall_ms(),
+            previous=previous,
+            detail=detail,
         )
         log.info("coordination %s %s fence=%s replica=%s", kind, name, fence, self.owner)
         if publish or kind == "leader":
@@ -426,9 +446,14 @@ class Coordinator:
 
     def _beat(self) -> None:
         info = {
-            "replica_id": self.replica_id, "incarnation": self.incarnation, "role": self.role,
-            "host": self.host, "pid": os.getpid(), "started_ms": self._started_ms,
-            "turns": self.held_turns(), "leads": self.leading(),
+            "replica_id": self.replica_id,
+            "incarnation": self.incarnation,
+            "role": self.role,
+            "host": self.host,
+            "pid": os.getpid(),
+            "started_ms": self._started_ms,
+            "turns": self.held_turns(),
+            "leads": self.leading(),
         }
         try:
             self._backend.heartbeat(self.owner, info)
@@ -448,9 +473,7 @@ class Coordinator:
         if live:
             sent = time.monotonic()
             try:
-                results = self._backend.renew(
-                    [(lease.kind, lease.key, lease.ticket) for lease in live], self.lease_ms
-                )
+                results = self._backend.renew([(lease.kind, lease.key, lease.ticket) for lease in live], self.lease_ms)
             except Exception:  # noqa: BLE001 (the deadline decides; retried next tick)
                 log.warning("coordinator %s: renewal failed", self.owner)
                 results = None

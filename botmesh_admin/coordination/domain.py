@@ -110,8 +110,11 @@ class Schedule:
     def _matches(self, moment: datetime) -> bool:
         minute, hour, dom, month, dow = self._sets
         return (
-            moment.month in month and moment.day in dom and (moment.weekday() + 1) % 7 in dow
-            and moment.hour in hour and moment.minute in minute
+            moment.month in month
+            and moment.day in dom
+            and (moment.weekday() + 1) % 7 in dow
+            and moment.hour in hour
+            and moment.minute in minute
         )
 
     def _next_cron(self, after_ms: int) -> int | None:
@@ -175,17 +178,23 @@ class JobSettings:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "schedule": self.schedule.as_dict(), "enabled": self.enabled, "catch_up": self.catch_up,
-            "catch_up_window_s": self.catch_up_window_s, "resume_after_ms": self.resume_after_ms,
+            "schedule": self.schedule.as_dict(),
+            "enabled": self.enabled,
+            "catch_up": self.catch_up,
+            "catch_up_window_s": self.catch_up_window_s,
+            "resume_after_ms": self.resume_after_ms,
             "updated_by": self.updated_by,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSettings:
         return cls(
-            schedule=Schedule.from_dict(data["schedule"]), enabled=data["enabled"],
-            catch_up=data["catch_up"], catch_up_window_s=data["catch_up_window_s"],
-            resume_after_ms=data.get("resume_after_ms", 0), updated_by=data.get("updated_by", "?"),
+            schedule=Schedule.from_dict(data["schedule"]),
+            enabled=data["enabled"],
+            catch_up=data["catch_up"],
+            catch_up_window_s=data["catch_up_window_s"],
+            resume_after_ms=data.get("resume_after_ms", 0),
+            updated_by=data.get("updated_by", "?"),
         )
 
 

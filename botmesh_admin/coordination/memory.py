@@ -255,9 +255,7 @@ class MemoryCoordinationHub:
                 holder = state.live_holder(now) if kind == "l" else None
                 if holder is not None:
                     replica_id, _, incarnation = holder.owner.partition("/")
-                    leaders.append(
-                        LeaderStatus(name, replica_id, incarnation, holder.fence, int(holder.expires - now))
-                    )
+                    leaders.append(LeaderStatus(name, replica_id, incarnation, holder.fence, int(holder.expires - now)))
             events = [e for e in self._events if e.kind in ("lease-lost", "handover")][::-1]
         replicas.sort(key=lambda r: (r.role, r.replica_id))
         leaders.sort(key=lambda leader: leader.name)
@@ -269,9 +267,13 @@ class MemoryCoordinationHub:
 
 def _replica_status(info: dict[str, Any], age_ms: int) -> ReplicaStatus:
     return ReplicaStatus(
-        replica_id=str(info.get("replica_id", "?")), incarnation=str(info.get("incarnation", "?")),
-        role=str(info.get("role", "?")), host=str(info.get("host", "?")),
-        pid=int(info.get("pid", 0)), age_ms=age_ms, turns=int(info.get("turns", 0)),
+        replica_id=str(info.get("replica_id", "?")),
+        incarnation=str(info.get("incarnation", "?")),
+        role=str(info.get("role", "?")),
+        host=str(info.get("host", "?")),
+        pid=int(info.get("pid", 0)),
+        age_ms=age_ms,
+        turns=int(info.get("turns", 0)),
         leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
     )
 
@@ -280,7 +282,11 @@ class MemoryCoordinator(Coordinator):
     """A coordinator over a ``MemoryCoordinationHub`` shared by the replicas of one process."""
 
     def __init__(
-        self, hub: MemoryCoordinationHub, replica_id: str | None = None, *, lease_ms: int = 15000,
+        self,
+        hub: MemoryCoordinationHub,
+        replica_id: str | None = None,
+        *,
+        lease_ms: int = 15000,
         role: str = "web",
     ) -> None:
         self.hub = hub

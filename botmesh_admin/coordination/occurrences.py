@@ -318,7 +318,7 @@ def superseded_get_many(kv: DurableKv, occurrences: Sequence[str]) -> dict[str, 
     found: dict[str, tuple[SupersededRun, ...]] = {}
     ids = list(dict.fromkeys(occurrences))
     for start in range(0, len(ids), 1000):
-        chunk = ids[start:start + 1000]
+        chunk = ids[start : start + 1000]
         entries: list[Entry | None] = kv.get_many(table, [RUN_LOG_PREFIX + o for o in chunk])
         for occurrence, entry in zip(chunk, entries, strict=True):
             if entry is not None and entry.value.get("superseded"):

@@ -85,7 +85,9 @@ return 0
 # node) the script takes the fence itself. Reply {0, ticket} queued, {1, ticket, fence,
 # previous owner or ''} granted, {2, ticket, last fence} fence too low, {3, ticket}
 # grantable: fetch a fence, {4, ticket} grantable but the counter needs its ceiling raised.
-TURN_ACQUIRE_LUA = _NOW + """
+TURN_ACQUIRE_LUA = (
+    _NOW
+    + """
 local owner, ticket, lease, fence, idle = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local h = redis.call('HMGET', KEYS[3], 'ticket', 'exp')
 local holder = h[1]
@@ -156,9 +158,12 @@ redis.call('PEXPIRE', KEYS[3], idle)
 redis.call('PEXPIRE', KEYS[4], idle)
 return {1, ticket, fence, prev or ''}
 """
+)
 
 # KEYS q d h; ARGV ticket, wake key prefix, lease_ms. Wakes the head ticket.
-TURN_RELEASE_LUA = _NOW + """
+TURN_RELEASE_LUA = (
+    _NOW
+    + """
 local h = redis.call('HMGET', KEYS[3], 'ticket', 'exp')
 if h[1] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[3])
@@ -171,9 +176,12 @@ end
 if tonumber(h[2]) <= now then return 0 end
 return 1
 """
+)
 
 # KEYS q d h; ARGV ticket, wake key prefix, lease_ms.
-TURN_WITHDRAW_LUA = _NOW + """
+TURN_WITHDRAW_LUA = (
+    _NOW
+    + """
 local was_head = redis.call('ZRANGE', KEYS[1], 0, 0)[1] == ARGV[1]
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -188,19 +196,25 @@ if was_head and exp <= now then
 end
 return 1
 """
+)
 
 # KEYS h; ARGV ticket, lease_ms, idle_ms.
-RENEW_LUA = _NOW + """
+RENEW_LUA = (
+    _NOW
+    + """
 local h = redis.call('HMGET', KEYS[1], 'ticket', 'exp')
 if h[1] ~= ARGV[1] or tonumber(h[2]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'exp', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
+)
 
 # KEYS h m; ARGV owner, ticket, lease_ms, fence ('' = not fetched), idle_ms.
 # Reply {0, holder owner, holder fence} held, {1, fence, previous or ''}, {2, last}, {3}.
-LEAD_ACQUIRE_LUA = _NOW + """
+LEAD_ACQUIRE_LUA = (
+    _NOW
+    + """
 local h = redis.call('HMGET', KEYS[1], 'ticket', 'exp', 'owner', 'fence')
 if h[1] and tonumber(h[2]) > now and h[3] ~= ARGV[1] then return {0, h[3], h[4]} end
 if ARGV[4] == '' then return {3} end
@@ -214,6 +228,7 @@ redis.call('HSET', KEYS[2], 'fence', ARGV[4], 'owner', ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, ARGV[4], prev or ''}
 """
+)
 
 # KEYS h; ARGV ticket (compare-and-delete).
 HOLDER_RELEASE_LUA = """
@@ -241,14 +256,19 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 """
 
 # KEYS replicas beats; ARGV owner, info JSON.
-HEARTBEAT_LUA = _NOW + """
+HEARTBEAT_LUA = (
+    _NOW
+    + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 return now
 """
+)
 
 # KEYS replicas beats; ARGV live_ms, forget_ms. Reply {now, owner, age, info, ...}.
-REPLICAS_LUA = _NOW + """
+REPLICAS_LUA = (
+    _NOW
+    + """
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
 for _, owner in ipairs(gone) do
   redis.call('ZREM', KEYS[2], owner)
@@ -266,12 +286,16 @@ for i = 1, #live, 2 do
 end
 return out
 """
+)
 
-LEADER_LUA = _NOW + """
+LEADER_LUA = (
+    _NOW
+    + """
 local h = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'exp')
 if not h[1] or tonumber(h[3]) <= now then return false end
 return {h[1], h[2], tonumber(h[3]) - now}
 """
+)
 
 
 def _parse_cluster_url(url: str) -> dict[str, Any]:
@@ -324,8 +348,13 @@ class RedisBackend:
     """The Redis side of ``RedisCoordinator`` (see the module docstring for the keys)."""
 
     def __init__(
-        self, url: str, prefix: str, *, fence_kv: DurableKv | None = None,
-        socket_timeout_s: float = 10.0, fence_block: int = FENCE_BLOCK,
+        self,
+        url: str,
+        prefix: str,
+        *,
+        fence_kv: DurableKv | None = None,
+        socket_timeout_s: float = 10.0,
+        fence_block: int = FENCE_BLOCK,
     ) -> None:
         import redis
         import redis.cluster
@@ -343,7 +372,9 @@ class RedisBackend:
                 parsed = _parse_cluster_url(url)
                 self.client: Any = redis.cluster.RedisCluster(
                     startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in parsed["nodes"]],
-                    username=parsed["username"], password=parsed["password"], **options,
+                    username=parsed["username"],
+                    password=parsed["password"],
+                    **options,
                 )
             elif url.lower().startswith(("redis://", "rediss://", "unix://")):
                 self.client = redis.Redis.from_url(url, **options)
@@ -550,9 +581,13 @@ class RedisBackend:
             info = json.loads(reply[i + 2])
             replicas.append(
                 ReplicaStatus(
-                    replica_id=str(info.get("replica_id")), incarnation=str(info.get("incarnation")),
-                    role=str(info.get("role")), host=str(info.get("host")), pid=int(info.get("pid", 0)),
-                    age_ms=int(reply[i + 1]), turns=int(info.get("turns", 0)),
+                    replica_id=str(info.get("replica_id")),
+                    incarnation=str(info.get("incarnation")),
+                    role=str(info.get("role")),
+                    host=str(info.get("host")),
+                    pid=int(info.get("pid", 0)),
+                    age_ms=int(reply[i + 1]),
+                    turns=int(info.get("turns", 0)),
                     leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
                 )
             )
@@ -589,8 +624,14 @@ class RedisCoordinator(Coordinator):
     """
 
     def __init__(
-        self, url: str, prefix: str, lease_ms: int = 15000, replica_id: str | None = None, *,
-        role: str = "web", fence_kv: DurableKv | None = None,
+        self,
+        url: str,
+        prefix: str,
+        lease_ms: int = 15000,
+        replica_id: str | None = None,
+        *,
+        role: str = "web",
+        fence_kv: DurableKv | None = None,
     ) -> None:
         socket_timeout_s = max(2.0, lease_ms / 1000 + 2)
         self.backend = RedisBackend(url, prefix, fence_kv=fence_kv, socket_timeout_s=socket_timeout_s)

@@ -43,9 +43,17 @@ def unregister_job(job_id: str) -> None:
 
 
 def scheduled_job(
-    job_id: str, *, every_s: int | None = None, crontab: str | None = None, enabled: bool = True,
-    catch_up: str = "latest", catch_up_window_s: int = 3600, durable: bool = True,
-    pass_occurrence: bool = False, lease_s: int = 60, kwargs: dict[str, Any] | None = None,
+    job_id: str,
+    *,
+    every_s: int | None = None,
+    crontab: str | None = None,
+    enabled: bool = True,
+    catch_up: str = "latest",
+    catch_up_window_s: int = 3600,
+    durable: bool = True,
+    pass_occurrence: bool = False,
+    lease_s: int = 60,
+    kwargs: dict[str, Any] | None = None,
     description: str = "",
 ) -> Callable[[Any], Any]:
     """Decorate a Celery task (applied after ``@shared_task``) to run it on a schedule."""
@@ -54,8 +62,16 @@ def scheduled_job(
 
     def decorator(task: Any) -> Any:
         register_job(
-            JobSpec(job_id, task.name, defaults, kwargs=dict(kwargs or {}), durable=durable,
-                    pass_occurrence=pass_occurrence, lease_s=lease_s, description=description)
+            JobSpec(
+                job_id,
+                task.name,
+                defaults,
+                kwargs=dict(kwargs or {}),
+                durable=durable,
+                pass_occurrence=pass_occurrence,
+                lease_s=lease_s,
+                description=description,
+            )
         )
         return task
 
@@ -77,15 +93,22 @@ def _from_beat_entry(name: str, entry: dict[str, Any]) -> JobSpec | None:
         elif isinstance(raw, timedelta):
             sched = Schedule.interval(max(1, round(raw.total_seconds())))
         elif isinstance(raw, crontab):
-            sched = Schedule.cron(" ".join(str(getattr(raw, f"_orig_{f}")) for f in (
-                "minute", "hour", "day_of_month", "month_of_year", "day_of_week")))
+            sched = Schedule.cron(
+                " ".join(
+                    str(getattr(raw, f"_orig_{f}"))
+                    for f in ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+                )
+            )
         elif isinstance(raw, schedule):
             sched = Schedule.interval(max(1, round(raw.run_every.total_seconds())))
         else:
             return None
         return JobSpec(
-            _sanitise(name), entry["task"], JobSettings(sched, catch_up="skip"),
-            kwargs=dict(entry.get("kwargs") or {}), durable=False,
+            _sanitise(name),
+            entry["task"],
+            JobSettings(sched, catch_up="skip"),
+            kwargs=dict(entry.get("kwargs") or {}),
+            durable=False,
             description=f"Celery beat entry {name!r}",
         )
     except (ValueError, TypeError, KeyError):

@@ -47,9 +47,16 @@ def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
         age = max(0, now - int(info["at_ms"]))
         key = (info["replica_id"], info["incarnation"])
         if age <= PRESENCE_TTL_MS and key not in replicas:
-            replicas[key] = ReplicaStatus(info["replica_id"], info["incarnation"], str(info["role"]),
-                                          str(info["host"]), int(info["pid"]), age, int(info["turns"]),
-                                          dict(info["leads"]))
+            replicas[key] = ReplicaStatus(
+                info["replica_id"],
+                info["incarnation"],
+                str(info["role"]),
+                str(info["host"]),
+                int(info["pid"]),
+                age,
+                int(info["turns"]),
+                dict(info["leads"]),
+            )
     leaders = list(snapshot.leaders)
     leader_entry = kv.get(table, "leader/scheduler")
     if leader_entry is not None and now - int(leader_entry.value["at_ms"]) <= FILE_LEADER_LIVE_MS:
@@ -60,9 +67,16 @@ def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
         key = (info["replica_id"], info["incarnation"])
         beat = replicas.get(key)
         if beat is None:
-            replicas[key] = ReplicaStatus(info["replica_id"], info["incarnation"], "beat", str(info.get("host", "?")),
-                                          int(info.get("pid", 0)), max(0, now - int(info["at_ms"])), 0,
-                                          {"scheduler": fence})
+            replicas[key] = ReplicaStatus(
+                info["replica_id"],
+                info["incarnation"],
+                "beat",
+                str(info.get("host", "?")),
+                int(info.get("pid", 0)),
+                max(0, now - int(info["at_ms"])),
+                0,
+                {"scheduler": fence},
+            )
         else:
             replicas[key] = replace(beat, leads={**beat.leads, "scheduler": fence})
     return replace(snapshot, replicas=list(replicas.values()), leaders=sorted(leaders, key=lambda x: x.name))
@@ -121,9 +135,15 @@ def occurrence_list(
             if job_id is not None and record.payload.get("job") != job_id:
                 continue
             rows.append(
-                OccurrenceRow(record.idempotency_key, record.id, record.payload.get("job", "?"),
-                              int(record.payload.get("scheduled_ms", 0)), record.state, record.attempts,
-                              record.last_error)
+                OccurrenceRow(
+                    record.idempotency_key,
+                    record.id,
+                    record.payload.get("job", "?"),
+                    int(record.payload.get("scheduled_ms", 0)),
+                    record.state,
+                    record.attempts,
+                    record.last_error,
+                )
             )
         if len(page) < 200 or len(rows) >= limit:
             break
@@ -150,8 +170,12 @@ def _next_ms(job: Job, state: JobState | None, at_ms: int) -> int | None:
 
 
 def job_list(
-    *, specs: list[JobSpec] | None = None, store: JobStore | None = None, journal: Any = None,
-    at_ms: int | None = None, last: int = 3,
+    *,
+    specs: list[JobSpec] | None = None,
+    store: JobStore | None = None,
+    journal: Any = None,
+    at_ms: int | None = None,
+    last: int = 3,
 ) -> list[JobRow]:
     """Return every declared job with its settings, next occurrence and ``last`` recent occurrences."""
     from .registry import declared_jobs

@@ -66,9 +66,18 @@ def effective_job(spec: JobSpec, store: JobStore) -> Job:
 
 
 def job_update(
-    job_id: str, *, every_s: int | None = None, crontab: str | None = None, enabled: bool,
-    catch_up: str, catch_up_window_s: int, expected_version: int, actor: str,
-    specs: Iterable[JobSpec] | None = None, store: JobStore | None = None, at_ms: int | None = None,
+    job_id: str,
+    *,
+    every_s: int | None = None,
+    crontab: str | None = None,
+    enabled: bool,
+    catch_up: str,
+    catch_up_window_s: int,
+    expected_version: int,
+    actor: str,
+    specs: Iterable[JobSpec] | None = None,
+    store: JobStore | None = None,
+    at_ms: int | None = None,
 ) -> Job:
     """Save an operator's settings of ``job_id``: exactly one of ``every_s`` / ``crontab``.
 
@@ -85,12 +94,15 @@ def job_update(
     if catch_up not in CATCH_UP_POLICIES:
         raise ValidationError("catch_up", f"must be one of {', '.join(CATCH_UP_POLICIES)}")
     settings = JobSettings(
-        schedule, enabled=enabled, catch_up=catch_up, catch_up_window_s=catch_up_window_s,
-        resume_after_ms=now_ms() if at_ms is None else at_ms, updated_by=actor,
+        schedule,
+        enabled=enabled,
+        catch_up=catch_up,
+        catch_up_window_s=catch_up_window_s,
+        resume_after_ms=now_ms() if at_ms is None else at_ms,
+        updated_by=actor,
     )
     version = store.settings_put(job_id, settings, expected_version=expected_version)
-    log.info("job %s updated by %s: %s, enabled=%s, catch-up %s", job_id, actor,
-             schedule.describe(), enabled, catch_up)
+    log.info("job %s updated by %s: %s, enabled=%s, catch-up %s", job_id, actor, schedule.describe(), enabled, catch_up)
     return Job(spec, settings, version)
 
 
@@ -115,8 +127,13 @@ class Emitted:
 
 
 def scheduler_tick(
-    *, specs: Iterable[JobSpec], lease: LeaseHandle, send: Send, at_ms: int,
-    store: JobStore | None = None, journal: Any = None,
+    *,
+    specs: Iterable[JobSpec],
+    lease: LeaseHandle,
+    send: Send,
+    at_ms: int,
+    store: JobStore | None = None,
+    journal: Any = None,
 ) -> list[Emitted]:
     """Emit every occurrence due at ``at_ms`` as the scheduler leader holding ``lease``.
 
@@ -145,10 +162,17 @@ def scheduler_tick(
             if spec.durable:
                 journal.append(
                     Envelope(
-                        type=OCCURRENCE_TYPE, tenant=SYSTEM_TENANT, channel=jobs_channel(spec),
+                        type=OCCURRENCE_TYPE,
+                        tenant=SYSTEM_TENANT,
+                        channel=jobs_channel(spec),
                         idempotency_key=occurrence_id(spec.id, scheduled),
-                        payload={"job": spec.id, "task": spec.task, "scheduled_ms": scheduled,
-                                 "kwargs": spec.kwargs, "pass_occurrence": spec.pass_occurrence},
+                        payload={
+                            "job": spec.id,
+                            "task": spec.task,
+                            "scheduled_ms": scheduled,
+                            "kwargs": spec.kwargs,
+                            "pass_occurrence": spec.pass_occurrence,
+                        },
                     )
                 )
                 run_channels.add(jobs_channel(spec))
@@ -253,7 +277,7 @@ def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[st
     if not channel.startswith(JOBS_CHANNEL_PREFIX) or not channel.endswith("s"):
         raise ValidationError("channel", "not a jobs channel")
     try:
-        lease_s = int(channel[len(JOBS_CHANNEL_PREFIX):-1])
+        lease_s = int(channel[len(JOBS_CHANNEL_PREFIX) : -1])
     except ValueError:
         raise ValidationError("channel", "not a jobs channel") from None
     journal = journal or default_journal()
@@ -286,9 +310,16 @@ def presence_publish(coordinator: Any, *, store_kv: Any = None) -> None:
 
     kv = store_kv or default_kv()
     table = system_table(kv)
-    value = {"replica_id": coordinator.replica_id, "incarnation": coordinator.incarnation,
-             "role": coordinator.role, "host": coordinator.host, "pid": os.getpid(), "at_ms": now_ms(),
-             "turns": coordinator.held_turns(), "leads": coordinator.leading()}
+    value = {
+        "replica_id": coordinator.replica_id,
+        "incarnation": coordinator.incarnation,
+        "role": coordinator.role,
+        "host": coordinator.host,
+        "pid": os.getpid(),
+        "at_ms": now_ms(),
+        "turns": coordinator.held_turns(),
+        "leads": coordinator.leading(),
+    }
     kv.commit(table, [Put(f"presence/{coordinator.owner}", value, ttl_ms=PRESENCE_TTL_MS)])
 
 
@@ -314,6 +345,12 @@ def scheduler_leader_publish(replica_id: str, incarnation: str, fence: int, *, s
 
     kv = store_kv or default_kv()
     table = system_table(kv)
-    value = {"replica_id": replica_id, "incarnation": incarnation, "fence": fence, "at_ms": now_ms(),
-             "host": socket.gethostname(), "pid": os.getpid()}
+    value = {
+        "replica_id": replica_id,
+        "incarnation": incarnation,
+        "fence": fence,
+        "at_ms": now_ms(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
     kv.commit(table, [Put("leader/scheduler", value, ttl_ms=60_000)])

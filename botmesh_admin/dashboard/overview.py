@@ -30,8 +30,13 @@ def _inbox(tenant: str, p: Principal) -> Card:
     agent = p.actor.split(":", 1)[1]
     unread = selectors.unread_total(tenant, agent=agent)  # both are O(1) count reads
     waiting = selectors.conversation_count(tenant, agent=agent, view="unassigned", status="open")
-    return Card("Inbox", str(unread), f"unread for you · {waiting} open and unassigned", "inbox:list",
-                "warn" if waiting else "ok")
+    return Card(
+        "Inbox",
+        str(unread),
+        f"unread for you · {waiting} open and unassigned",
+        "inbox:list",
+        "warn" if waiting else "ok",
+    )
 
 
 def _contacts(tenant: str, p: Principal) -> Card:
@@ -48,8 +53,13 @@ def _campaigns(tenant: str, p: Principal) -> Card:
     page = selectors.campaign_list(tenant, limit=200)
     running = sum(1 for c in page.items if c.state == "running")
     scheduled = sum(1 for c in page.items if c.state == "scheduled")
-    return Card("Campaigns", str(running), f"running · {scheduled} scheduled · {len(page.items)} in all",
-                "campaigns:list", "ok" if running else "")
+    return Card(
+        "Campaigns",
+        str(running),
+        f"running · {scheduled} scheduled · {len(page.items)} in all",
+        "campaigns:list",
+        "ok" if running else "",
+    )
 
 
 def _plugins(tenant: str, p: Principal) -> Card:
@@ -64,8 +74,9 @@ def _deployments(tenant: str, p: Principal) -> Card:
 
     count = selectors.deployment_active_count(tenant)
     live = [f"{a.bot} {a.version}" for a in selectors.deployment_active_list(tenant, limit=200)]
-    return Card("Deployments", str(count), ", ".join(live) or "nothing live", "deployments:bots",
-                "ok" if live else "warn")
+    return Card(
+        "Deployments", str(count), ", ".join(live) or "nothing live", "deployments:bots", "ok" if live else "warn"
+    )
 
 
 def _journal(tenant: str, p: Principal) -> Card:
@@ -74,8 +85,13 @@ def _journal(tenant: str, p: Principal) -> Card:
     summary = event_summary(tenant)
     dead = summary.by_state.get("dead", 0)
     pending = summary.by_state.get("pending", 0) + summary.by_state.get("leased", 0)
-    return Card("Journal", str(dead), f"dead letters · {pending} waiting · {summary.total} events", "events:list",
-                "bad" if dead else "ok")
+    return Card(
+        "Journal",
+        str(dead),
+        f"dead letters · {pending} waiting · {summary.total} events",
+        "events:list",
+        "bad" if dead else "ok",
+    )
 
 
 CARDS: list[tuple[str, Callable[[str, Principal], Card]]] = [

@@ -36,7 +36,9 @@ def _relative(ms: int | None, now: int) -> str:
         return ""
     delta = (ms - now) / 1000
     amount = abs(delta)
-    text = f"{amount:.0f} s" if amount < 120 else f"{amount / 60:.0f} min" if amount < 7200 else f"{amount / 3600:.0f} h"
+    text = (
+        f"{amount:.0f} s" if amount < 120 else f"{amount / 60:.0f} min" if amount < 7200 else f"{amount / 3600:.0f} h"
+    )
     return f"in {text}" if delta >= 0 else f"{text} ago"
 
 
@@ -56,8 +58,12 @@ def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
         snapshot, problem = None, exc.message
     redis_url, prefix, lease_ms = coordination_settings()
     context: dict[str, Any] = {
-        "tenant": tenant, "snapshot": snapshot, "problem": problem, "poll_s": REPLICAS_POLL_S,
-        "backend": "Redis" if redis_url else "in-process hub (embedded default)", "prefix": prefix,
+        "tenant": tenant,
+        "snapshot": snapshot,
+        "problem": problem,
+        "poll_s": REPLICAS_POLL_S,
+        "backend": "Redis" if redis_url else "in-process hub (embedded default)",
+        "prefix": prefix,
         "lease_ms": lease_ms,
         "replicas": [
             {"r": r, "age_s": f"{r.age_ms / 1000:.1f}", "age_class": _age_class(r.age_ms, lease_ms)}
@@ -84,7 +90,8 @@ class JobForm(forms.Form):
 def _occurrence(o: selectors.OccurrenceRow) -> dict[str, Any]:
     """An occurrence as the jobs page shows it, with the runs that lost it (superseded)."""
     return {
-        "o": o, "at": _when(o.scheduled_ms),
+        "o": o,
+        "at": _when(o.scheduled_ms),
         "superseded": [{"run": run, "at": _when(run.at_ms)} for run in o.superseded],
     }
 
@@ -93,10 +100,15 @@ def _job_context(tenant: str, errors: dict[str, str] | None = None) -> dict[str,
     now = services.now_ms()
     rows = selectors.job_list(at_ms=now)
     return {
-        "tenant": tenant, "poll_s": JOBS_POLL_S, "errors": errors or {}, "policies": CATCH_UP_POLICIES,
+        "tenant": tenant,
+        "poll_s": JOBS_POLL_S,
+        "errors": errors or {},
+        "policies": CATCH_UP_POLICIES,
         "rows": [
             {
-                "row": row, "next": _when(row.next_ms), "next_rel": _relative(row.next_ms, now),
+                "row": row,
+                "next": _when(row.next_ms),
+                "next_rel": _relative(row.next_ms, now),
                 "last": [_occurrence(o) for o in row.last],
             }
             for row in rows
@@ -127,8 +139,10 @@ def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
             job_id,
             every_s=data["every_s"] if data["kind"] == "interval" else None,
             crontab=data["crontab"] if data["kind"] == "crontab" else None,
-            enabled=data["enabled"], catch_up=data["catch_up"],
-            catch_up_window_s=data["catch_up_window_s"], expected_version=data["version"],
+            enabled=data["enabled"],
+            catch_up=data["catch_up"],
+            catch_up_window_s=data["catch_up_window_s"],
+            expected_version=data["version"],
             actor=page_principal(request).actor,
         )
     except ValidationError as exc:

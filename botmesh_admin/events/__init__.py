@@ -28,9 +28,7 @@ from .runtime import default_journal, use_journal
 SCHEMES = ("memory", "file", "sqlite", "postgresql", "postgres", "redis", "rediss")
 
 
-def connect_journal(
-    url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None
-) -> EventJournal:
+def connect_journal(url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None) -> EventJournal:
     """Return an EventJournal for ``url``; raise ``ValidationError`` (field ``url``) for an unknown scheme.
 
     ``policy`` sets retries and dead-lettering; ``clock`` (epoch ms) stamps

@@ -78,9 +78,7 @@ def event_get(request: HttpRequest, tenant: str, event_id: str) -> EventOut:
     return _out(selectors.event_get(tenant, event_id=event_id))
 
 
-@router.post(
-    "events/{event_id}/replay", response={200: EventOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-)
+@router.post("events/{event_id}/replay", response={200: EventOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut})
 @requires("admin")
 def event_replay(request: HttpRequest, tenant: str, event_id: str) -> EventOut:
     """Put a dead or done event back to pending (admins only); 409 if it is pending or leased."""

@@ -359,9 +359,7 @@ def validate_envelope(envelope: object, now: int) -> EventRecord:
     if not isinstance(e.idempotency_key, str):
         raise BadType("envelope.idempotency_key", "must be a string")
     if not 0 < len(e.idempotency_key) <= MAX_IDEMPOTENCY_KEY or not e.idempotency_key.isprintable():
-        raise ValidationError(
-            "envelope.idempotency_key", f"must be 1..{MAX_IDEMPOTENCY_KEY} printable characters"
-        )
+        raise ValidationError("envelope.idempotency_key", f"must be 1..{MAX_IDEMPOTENCY_KEY} printable characters")
     if not isinstance(e.payload, dict):
         raise BadType("envelope.payload", "must be a JSON object (dict)")
     try:
@@ -432,9 +430,7 @@ def clip_error(error: object) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
-def validate_list_args(
-    tenant: object, state: object, channel: object, limit: object, after: object
-) -> None:
+def validate_list_args(tenant: object, state: object, channel: object, limit: object, after: object) -> None:
     """Check the filters of ``list``."""
     if tenant is not None:
         validate_id(tenant, "tenant")

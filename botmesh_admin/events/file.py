@@ -34,9 +34,7 @@ class FileEventJournal(MemoryEventJournal):
     disk, so it never runs ahead of what is durable).
     """
 
-    def __init__(
-        self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None
-    ) -> None:
+    def __init__(self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None) -> None:
         super().__init__(url, policy=policy, clock=clock)
         self.path = path_from_url(url)
         self._tmp = self.path.with_name(f".{self.path.name}.tmp")

@@ -106,9 +106,7 @@ class MemoryEventJournal:
                 ready = [
                     r
                     for r in self._records.values()
-                    if r.channel == channel
-                    and r.state in ("pending", "leased")
-                    and r.available_at <= now
+                    if r.channel == channel and r.state in ("pending", "leased") and r.available_at <= now
                 ]
                 if not ready:
                     return None
@@ -163,9 +161,7 @@ class MemoryEventJournal:
         with self._writing():
             record = self._leased(event_id, now, fencing_token, live=True)
             if record.attempts >= self.policy.max_attempts:
-                after = dataclasses.replace(
-                    record, state="dead", leased_until=None, available_at=now, last_error=error
-                )
+                after = dataclasses.replace(record, state="dead", leased_until=None, available_at=now, last_error=error)
             else:
                 after = dataclasses.replace(
                     record,
@@ -259,9 +255,7 @@ class MemoryEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(
-        self, *, after: str | None = None, limit: int = 1000
-    ) -> builtins.list[EventRecord]:
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         with self._lock:
@@ -283,9 +277,7 @@ class MemoryEventJournal:
             for record in records:
                 owner = by_key.get((record.tenant, record.idempotency_key))
                 if owner is not None and owner != record.id:
-                    raise Conflict(
-                        f"event {record.id!r}: idempotency key already used by event {owner!r}"
-                    )
+                    raise Conflict(f"event {record.id!r}: idempotency key already used by event {owner!r}")
                 old = self._records.get(record.id)
                 if old is not None:
                     by_key.pop((old.tenant, old.idempotency_key), None)
@@ -328,4 +320,3 @@ class MemoryEventJournal:
     def close(self) -> None:
         """Forget nothing (memory), but refuse later calls."""
         self._closed = True
-

@@ -99,7 +99,9 @@ local function forget(r, id, h)
 end
 """
 
-APPEND_LUA = _COMMON + """
+APPEND_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, id, type, channel, tenant, payload, idempotency_key, created_at, now
 local id, ch, t, key, now = ARGV[2], ARGV[4], ARGV[5], ARGV[7], ARGV[9]
 local existing = redis.call('HGET', P .. ':k:' .. t, key)
@@ -117,8 +119,11 @@ redis.call('ZADD', P .. ':ic:' .. t .. ':' .. ch, 0, id)
 move(r, id, nil, 'pending')
 return {1, id}
 """
+)
 
-CLAIM_LUA = _COMMON + """
+CLAIM_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, channel, now, until, max_attempts, lease error text
 local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 while true do
@@ -144,9 +149,12 @@ while true do
   end
 end
 """
+)
 
 # Shared head of ack / fail / release: find the record and check the token.
-_SETTLE_HEAD = _COMMON + """
+_SETTLE_HEAD = (
+    _COMMON
+    + """
 -- ARGV: P, id, now, token, live ('1': the lease must not have expired at now), ...
 local id, now, token = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local r = P .. ':r:' .. id
@@ -157,16 +165,22 @@ if ARGV[5] == '1' and tonumber(h[3]) <= now then return {2} end
 local q = P .. ':q:' .. h[5]
 local attempts = tonumber(h[4])
 """
+)
 
-ACK_LUA = _SETTLE_HEAD + """
+ACK_LUA = (
+    _SETTLE_HEAD
+    + """
 redis.call('HSET', r, 'state', 'done', 'available_at', now)
 redis.call('HDEL', r, 'leased_until')
 redis.call('ZREM', q, id)
 move(r, id, 'leased', 'done')
 return {3, redis.call('HGETALL', r)}
 """
+)
 
-FAIL_LUA = _SETTLE_HEAD + """
+FAIL_LUA = (
+    _SETTLE_HEAD
+    + """
 -- ARGV[6..10]: max_attempts, cap ms, base ms, jitter factor, error
 redis.call('HDEL', r, 'leased_until')
 redis.call('HSET', r, 'last_error', ARGV[10])
@@ -184,23 +198,32 @@ else
 end
 return {3, redis.call('HGETALL', r)}
 """
+)
 
-EXTEND_LUA = _SETTLE_HEAD + """
+EXTEND_LUA = (
+    _SETTLE_HEAD
+    + """
 -- ARGV[6]: the new leased_until (ms)
 redis.call('HSET', r, 'leased_until', ARGV[6], 'available_at', ARGV[6])
 redis.call('ZADD', q, tonumber(ARGV[6]), id)
 return {3, redis.call('HGETALL', r)}
 """
+)
 
-RELEASE_LUA = _SETTLE_HEAD + """
+RELEASE_LUA = (
+    _SETTLE_HEAD
+    + """
 redis.call('HSET', r, 'state', 'pending', 'attempts', math.max(attempts - 1, 0), 'available_at', now)
 redis.call('HDEL', r, 'leased_until')
 redis.call('ZADD', q, now, id)
 move(r, id, 'leased', 'pending')
 return {3, redis.call('HGETALL', r)}
 """
+)
 
-REPLAY_LUA = _COMMON + """
+REPLAY_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, id, now
 local id, now = ARGV[2], ARGV[3]
 local r = P .. ':r:' .. id
@@ -214,8 +237,11 @@ redis.call('ZADD', P .. ':q:' .. h[2], now, id)
 move(r, id, h[1], 'pending')
 return {3, redis.call('HGETALL', r)}
 """
+)
 
-IMPORT_LUA = _COMMON + """
+IMPORT_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, then 14 per record: id, type, channel, tenant, payload, idempotency_key, created_at,
 -- state, attempts, available_at, leased_until ('' none), fencing_token, last_error, has_error.
 -- Checks every idempotency key first: {-1, id, owner} and nothing written, else {1, n}.
@@ -249,6 +275,7 @@ for i = 0, n - 1 do
 end
 return {1, n, fence}
 """
+)
 
 FENCE_LUA = """
 -- KEYS[1] the fencing counter. ARGV[1]: raise it to at least this value. Reply: the counter.
@@ -258,7 +285,9 @@ if want > f then redis.call('SET', KEYS[1], ARGV[1]); return want end
 return f
 """
 
-PRUNE_LUA = _COMMON + """
+PRUNE_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, before, limit. Reply: {records deleted, done-index members visited}.
 local before = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', P .. ':d', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -275,8 +304,11 @@ for _, id in ipairs(ids) do
 end
 return {n, #ids}
 """
+)
 
-ERASE_LUA = _COMMON + """
+ERASE_LUA = (
+    _COMMON
+    + """
 -- ARGV: P, tenant, limit. Forgets up to limit records of the tenant (any state); once none is
 -- left, drops its counts and idempotency hash too. Reply: records deleted.
 local t = ARGV[2]
@@ -291,6 +323,7 @@ if #ids < tonumber(ARGV[3]) then
 end
 return #ids
 """
+)
 
 BUILD_LUA = """
 -- ARGV: P, batch. Adds the next batch of records (by id, after the cursor P:ic:at) to their
@@ -354,9 +387,7 @@ def _record(flat: Any) -> EventRecord:
 class RedisEventJournal:
     """EventJournal on a standalone Redis; ``?namespace=x`` keeps tests apart on one server."""
 
-    def __init__(
-        self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None
-    ) -> None:
+    def __init__(self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None) -> None:
         import redis
 
         self.url = url
@@ -372,7 +403,8 @@ class RedisEventJournal:
             for name, lua in (
                 ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
-                ("prune", PRUNE_LUA), ("erase", ERASE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA), ("fresh", FRESH_LUA),
+                ("prune", PRUNE_LUA), ("erase", ERASE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA),
+                ("fresh", FRESH_LUA),
             )
         }  # fmt: skip
         self.ping()
@@ -426,9 +458,7 @@ class RedisEventJournal:
         )  # fmt: skip
         return _record(flat) if flat else None
 
-    def _settle(
-        self, name: str, event_id: str, now: int, fencing_token: int, live: bool, *extra: Any
-    ) -> EventRecord:
+    def _settle(self, name: str, event_id: str, now: int, fencing_token: int, live: bool, *extra: Any) -> EventRecord:
         validate_event_id(event_id)
         validate_time(now, "now")
         validate_token(fencing_token)
@@ -536,9 +566,7 @@ class RedisEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(
-        self, *, after: str | None = None, limit: int = 1000
-    ) -> builtins.list[EventRecord]:
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         lower = f"({after}" if after else "-"
@@ -571,8 +599,7 @@ class RedisEventJournal:
             reply = self._run("import", *args)
             if reply[0] == -1:
                 raise Conflict(
-                    f"event {reply[1].decode()!r}: idempotency key already used by event"
-                    f" {reply[2].decode()!r}"
+                    f"event {reply[1].decode()!r}: idempotency key already used by event {reply[2].decode()!r}"
                 )
         with self._errors():
             fence_key = f"{self.prefix}:fence"

@@ -227,9 +227,7 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
     else:
         sql["ready"] = ready
         sql["bump"] = f"UPDATE {t}_fence SET value = value + 1 WHERE one = 1 RETURNING value"
-        sql["claim"] = (
-            f"UPDATE {t} AS e SET {claim_set.format(token=':token')} WHERE e.id = :id RETURNING {COLS}"
-        )
+        sql["claim"] = f"UPDATE {t} AS e SET {claim_set.format(token=':token')} WHERE e.id = :id RETURNING {COLS}"
         sql["replay"] = (
             f"UPDATE {t} SET state = 'pending', attempts = 0, leased_until = NULL,"
             " available_at = :now, fencing_token = :token"
@@ -254,15 +252,13 @@ def _counted(t: str, change: str, *, result: str = COLS, rows: str = "one", firs
     """
     if rows == "one":
         deltas = ", ".join(
-            f"(state IS NOT DISTINCT FROM '{s}')::int - (old_state IS NOT DISTINCT FROM '{s}')::int"
-            for s in STATES
+            f"(state IS NOT DISTINCT FROM '{s}')::int - (old_state IS NOT DISTINCT FROM '{s}')::int" for s in STATES
         )
         source = f"SELECT tenant, channel, :slot::int, {deltas} FROM u"
         source += " WHERE old_state IS DISTINCT FROM state"
     else:
         deltas = ", ".join(
-            f"count(*) FILTER (WHERE state = '{s}') - count(*) FILTER (WHERE old_state = '{s}')"
-            for s in STATES
+            f"count(*) FILTER (WHERE state = '{s}') - count(*) FILTER (WHERE old_state = '{s}')" for s in STATES
         )
         source = f"SELECT tenant, channel, :slot::int, {deltas} FROM u"
         source += " WHERE old_state IS DISTINCT FROM state GROUP BY tenant, channel"
@@ -295,8 +291,7 @@ def _ddl(t: str, pg: bool) -> list[str]:
             fencing_token {big} NOT NULL,
             last_error {text},
             UNIQUE (tenant, idempotency_key))""",
-        f"CREATE INDEX IF NOT EXISTS {t}_ready ON {t} (channel, available_at, id)"
-        " WHERE state IN ('pending', 'leased')",
+        f"CREATE INDEX IF NOT EXISTS {t}_ready ON {t} (channel, available_at, id) WHERE state IN ('pending', 'leased')",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_state ON {t} (tenant, state, id)",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_id ON {t} (tenant, id)",
         f"CREATE INDEX IF NOT EXISTS {t}_tenant_channel ON {t} (tenant, channel, id)",
@@ -313,8 +308,7 @@ def _ddl(t: str, pg: bool) -> list[str]:
         ddl.insert(0, f"CREATE SEQUENCE IF NOT EXISTS {t}_fence")
     else:
         ddl += [
-            f"CREATE TABLE IF NOT EXISTS {t}_fence (one INTEGER PRIMARY KEY CHECK (one = 1),"
-            " value INTEGER NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {t}_fence (one INTEGER PRIMARY KEY CHECK (one = 1), value INTEGER NOT NULL)",
             f"INSERT OR IGNORE INTO {t}_fence (one, value) VALUES (1, 0)",
             *_sqlite_count_triggers(t),
         ]
@@ -447,9 +441,7 @@ class _Sqlite:
         self._conns: ThreadConnections[Any] = ThreadConnections(self._connect, lambda c: c.close())
 
     def _connect(self) -> Any:
-        conn = self._sqlite3.connect(
-            self._path, timeout=30, isolation_level=None, check_same_thread=False
-        )
+        conn = self._sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         if not self._schema_ready:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -509,9 +501,7 @@ class SqlEventJournal:
     ``namespace`` and ``StoreUnavailable`` when the database cannot be reached.
     """
 
-    def __init__(
-        self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None
-    ) -> None:
+    def __init__(self, url: str, *, policy: RetryPolicy | None = None, clock: Clock | None = None) -> None:
         self.url = url
         self.policy = policy or RetryPolicy()
         self.clock: Clock = clock or now_ms
@@ -587,9 +577,7 @@ class SqlEventJournal:
             rows = conn.execute(self._sql["claim"], {**params, "id": row[0], "token": token})
             return _record(rows.fetchone())
 
-    def _settle(
-        self, name: str, event_id: str, now: int, fencing_token: int, **params: Any
-    ) -> EventRecord:
+    def _settle(self, name: str, event_id: str, now: int, fencing_token: int, **params: Any) -> EventRecord:
         validate_event_id(event_id)
         validate_time(now, "now")
         validate_token(fencing_token)
@@ -629,9 +617,7 @@ class SqlEventJournal:
         validate_event_id(event_id)
         params = {"id": event_id, "now": self.clock()}
         record = (
-            self._one("replay", **params)
-            if isinstance(self._db, _Postgres)
-            else self._replay_sqlite(self._db, params)
+            self._one("replay", **params) if isinstance(self._db, _Postgres) else self._replay_sqlite(self._db, params)
         )
         if record is not None:
             return record
@@ -691,9 +677,7 @@ class SqlEventJournal:
 
     # -- optional capabilities: export/import (backups), prune (retention) -------------
 
-    def export_records(
-        self, *, after: str | None = None, limit: int = 1000
-    ) -> builtins.list[EventRecord]:
+    def export_records(self, *, after: str | None = None, limit: int = 1000) -> builtins.list[EventRecord]:
         """Return up to ``limit`` records of every tenant, ascending by id, ids above ``after``."""
         validate_export_args(after, limit)
         rows = self._db.run(self._sql["export"], {"after": after or "", "limit": limit})
@@ -752,9 +736,7 @@ class SqlEventJournal:
         """Upsert ``rows`` and move the counters from the replaced records' groups to theirs."""
         t = self.table
         by_id = {row["id"]: row for row in rows}  # a repeated id: the last one stays
-        cursor.execute(
-            f"SELECT tenant, state, channel FROM {t} WHERE id = ANY(%s) FOR UPDATE", (list(by_id),)
-        )
+        cursor.execute(f"SELECT tenant, state, channel FROM {t} WHERE id = ANY(%s) FOR UPDATE", (list(by_id),))
         moved: dict[tuple[str, str], list[int]] = {}
         for tenant, state, channel in cursor.fetchall():
             moved.setdefault((tenant, channel), [0] * len(STATES))[STATES.index(state)] -= 1

@@ -59,9 +59,7 @@ def _context(tenant: str, filters: dict[str, str]) -> dict[str, Any]:
         raise ValidationError("state", f"must be one of {', '.join(STATES)}")
     channel_filter = filters.get("channel")
     channel = "" if channel_filter == "default" else channel_filter
-    items, nxt = selectors.event_list(
-        tenant, state=state, channel=channel, limit=PAGE_SIZE, after=filters.get("after")
-    )
+    items, nxt = selectors.event_list(tenant, state=state, channel=channel, limit=PAGE_SIZE, after=filters.get("after"))
     dead, _ = selectors.event_list(tenant, state="dead", limit=DLQ_SIZE)
     summary = selectors.event_summary(tenant)
     channels = sorted({c or "default" for c in CHANNELS} | set(summary.by_channel))
@@ -96,9 +94,7 @@ def event_detail(request: HttpRequest, tenant: str, event_id: str) -> HttpRespon
     """One event: envelope, delivery state, payload and last error."""
     record = selectors.event_get(tenant, event_id=event_id)
     payload = json.dumps(record.payload, indent=2, ensure_ascii=False, sort_keys=True)
-    return render(
-        request, "events/detail.html", {"tenant": tenant, "event": _row(record), "payload": payload}
-    )
+    return render(request, "events/detail.html", {"tenant": tenant, "event": _row(record), "payload": payload})
 
 
 @require_POST

@@ -168,7 +168,9 @@ class EventWorker:
         raise unavailable from failure
 
     def _settle(self, record: EventRecord, action: str, outcome: str | None, failure: Exception | None = None) -> str:
-        """``ack`` / ``fail`` / ``release`` the claim on ``record``; return ``outcome`` (``stale`` if the lease was lost).
+        """``ack`` / ``fail`` / ``release`` the claim on ``record``; return ``outcome``.
+
+        The outcome is ``stale`` if the lease was lost.
 
         When the journal cannot be reached, the settlement is kept and made
         first thing once it is back (so an outage costs a retry, not a whole

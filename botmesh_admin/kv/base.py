@@ -144,9 +144,7 @@ class DurableKv(Protocol):
         """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired."""
         ...
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries whose key starts with ``prefix``.
 
         Entries are in ascending byte order of the key; ``after`` is exclusive

@@ -180,9 +180,7 @@ class FileKv(MemoryKv):
         self._check_open()
         return super().get_many(table, keys)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries by ascending key (see the contract)."""
         self._check_open()
         return super().scan(table, prefix, after, limit)

@@ -341,9 +341,7 @@ class IndexNotBuilt(StoreUnavailable):
     code = "index_not_built"
 
     def __init__(self, table: str, index: str) -> None:
-        super().__init__(
-            f"index {index!r} of {table!r} is not built yet; run `manage.py botmesh_reindex`"
-        )
+        super().__init__(f"index {index!r} of {table!r} is not built yet; run `manage.py botmesh_reindex`")
         self.table = table
         self.index = index
 
@@ -516,9 +514,7 @@ class IndexedTable:
 
     # writes
 
-    def commit(
-        self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]
-    ) -> list[Entry | None]:
+    def commit(self, table: str, ops: Sequence[Op], changes: Sequence[RecordChange]) -> list[Entry | None]:
         """Commit ``ops`` with the index upkeep of ``changes``; return the results of ``ops``.
 
         ``ops`` are the store's own operations (the records themselves and
@@ -555,13 +551,10 @@ class IndexedTable:
                 # epoch: cache them with the epoch's new version.
                 tail = results[len(safe_ops) + len(index_ops) :]
                 written = {
-                    op.key: r
-                    for op, r in zip(extra, tail, strict=True)
-                    if isinstance(op, Put | Add) and r is not None
+                    op.key: r for op, r in zip(extra, tail, strict=True) if isinstance(op, Put | Add) and r is not None
                 }
                 built = {
-                    n: written[state_key(n)].version if state_key(n) in written else states[n].version
-                    for n in verified
+                    n: written[state_key(n)].version if state_key(n) in written else states[n].version for n in verified
                 }
                 bumped = written.get(EPOCH_KEY)
                 if bumped is not None and all(v is not None for v in built.values()):
@@ -724,10 +717,7 @@ class IndexedTable:
         """Return every counter of ``index`` under the leading ``values`` (a small group family)."""
         self._require(table, index)
         prefix = f"{INDEX_ROOT}{index}/" + encode(values)
-        return {
-            e.key[len(prefix) :]: int(e.value)
-            for e in self.kv.scan(table, prefix=prefix, limit=limit)
-        }
+        return {e.key[len(prefix) :]: int(e.value) for e in self.kv.scan(table, prefix=prefix, limit=limit)}
 
     def fetch(self, table: str, entries: Sequence[Entry]) -> list[Entry | None]:
         """Return the records the index ``entries`` point at (one ``get_many``)."""
@@ -791,9 +781,7 @@ class IndexedTable:
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
             if not rows:
                 try:  # the guard too: a record created after this scan was counted by nobody
-                    self.kv.commit(
-                        table, [*guard, Put(skey, {"state": BUILT}, entry.version), _bump_epoch()]
-                    )
+                    self.kv.commit(table, [*guard, Put(skey, {"state": BUILT}, entry.version), _bump_epoch()])
                 except ConflictError:
                     continue
                 return done
@@ -1011,9 +999,7 @@ def declare(
     ``verify`` / ``repair`` / ``derive`` check, rebuild and build derived data (see
     ``IndexedCollection``).
     """
-    collection_spec = IndexedCollection(
-        package, collection, tuple(records), instances, verify, repair, derive
-    )
+    collection_spec = IndexedCollection(package, collection, tuple(records), instances, verify, repair, derive)
     IndexedTable(cast(DurableKv, _NullKv()), collection_spec.records)  # refuses repeated names now
     _declared[(package, collection)] = collection_spec
     return collection_spec

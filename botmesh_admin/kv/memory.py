@@ -55,9 +55,7 @@ class MemoryKv:
             now = self._clock()
             return [self._live(table, key, now) for key in keys]
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries by ascending key (see the contract)."""
         validate_scan(table, prefix, after, limit)
         with self._lock:
@@ -92,9 +90,7 @@ class MemoryKv:
                     stored = None if current is None else ("null" if current.value is None else current.value)
                     sums[i] = added(stored, op.delta, f"ops[{i}]")
                 elif not expectation_holds(current, op.expect):
-                    raise ConflictError(
-                        table, op.key, op.expect, current.version if current else None
-                    )
+                    raise ConflictError(table, op.key, op.expect, current.version if current else None)
             rows = self._tables.setdefault(table, {})
             keys = self._keys.setdefault(table, [])
             results: list[Entry | None] = []

@@ -385,14 +385,10 @@ class RedisKv:
         for key, i in zip(unique, range(0, len(flat), 3), strict=True):
             value, version, expires_at = flat[i : i + 3]
             if version:
-                found[key] = Entry(
-                    key, load_value(value), int(version), int(expires_at) if expires_at else None
-                )
+                found[key] = Entry(key, load_value(value), int(version), int(expires_at) if expires_at else None)
         return [found.get(key) for key in keys]
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
         validate_scan(table, prefix, after, limit)
         start, inclusive = scan_start(prefix, after)
@@ -451,19 +447,11 @@ class RedisKv:
         for i, op in enumerate(ops):
             version, expires_at, value = reply[1 + 3 * i : 4 + 3 * i]
             if isinstance(op, Put):
-                results.append(
-                    Entry(op.key, op.value, version, None if expires_at < 0 else expires_at)
-                )
+                results.append(Entry(op.key, op.value, version, None if expires_at < 0 else expires_at))
             elif isinstance(op, Add):
-                results.append(
-                    Entry(op.key, int(value), version, None if expires_at < 0 else expires_at)
-                )
+                results.append(Entry(op.key, int(value), version, None if expires_at < 0 else expires_at))
             elif isinstance(op, Check) and version > 0:
-                results.append(
-                    Entry(
-                        op.key, load_value(value), version, None if expires_at < 0 else expires_at
-                    )
-                )
+                results.append(Entry(op.key, load_value(value), version, None if expires_at < 0 else expires_at))
             else:
                 results.append(None)
         return results
@@ -528,9 +516,7 @@ class RedisKv:
     def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
         """Store ``entries`` as given (restore), a chunk per script call; return how many were live."""
         now = now_ms()
-        live = [
-            e for e in validate_import(table, entries) if e.expires_at is None or e.expires_at > now
-        ]
+        live = [e for e in validate_import(table, entries) if e.expires_at is None or e.expires_at > now]
         index, expiry, entry_prefix = table_keys(table)
         with self._errors():
             if any(e.expires_at is not None for e in live):

@@ -334,8 +334,7 @@ _PG_GET = (
     f" AND (expires_at IS NULL OR expires_at > {_PG_NOW})"
 )
 _PG_GET_MANY = (
-    "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = %s"
-    f" AND key = ANY(%b::text[]) AND {_PG_LIVE}"
+    f"SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = %s AND key = ANY(%b::text[]) AND {_PG_LIVE}"
 )
 # A materialised CTE: a LIMIT subquery inside the DELETE could be re-scanned per
 # row and pick further victims each time, deleting more than ``limit`` rows.
@@ -393,9 +392,7 @@ def _import_rows(table: str, entries: Sequence[Entry]) -> list[tuple[Any, ...]]:
     ]
 
 
-_PG_SCAN = {
-    (inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)
-}
+_PG_SCAN = {(inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)}
 
 
 class _Postgres:
@@ -454,9 +451,7 @@ class _Postgres:
             found = {k: Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()}
         return [found.get(key) for key in keys]
 
-    def scan(
-        self, table: str, start: str, inclusive: bool, end: str | None, limit: int
-    ) -> list[Entry]:
+    def scan(self, table: str, start: str, inclusive: bool, end: str | None, limit: int) -> list[Entry]:
         params: tuple[Any, ...] = (table, start, end, limit) if end else (table, start, limit)
         with self._errors():
             rows = self._conns.get().execute(_PG_SCAN[inclusive, end is not None], params)
@@ -511,9 +506,7 @@ class _Postgres:
             deltas.append(op.delta if isinstance(op, Add) else None)
             kinds.append(_kind(op))
         with self._errors():
-            cursor = self._conns.get().execute(
-                _PG_COMMIT, (table, kinds, keys, values, expects, ttls, deltas)
-            )
+            cursor = self._conns.get().execute(_PG_COMMIT, (table, kinds, keys, values, expects, ttls, deltas))
             rows = cursor.fetchall()
         position, failure, version, _, stored = rows[0]
         if failure == "conflict":
@@ -580,9 +573,7 @@ _SQLITE_DDL = (
         ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
     """,
 )
-_SQLITE_SCAN = {
-    (inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)
-}
+_SQLITE_SCAN = {(inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)}
 _SQLITE_GET_MANY = (
     "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = ?"
     " AND key IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
@@ -600,9 +591,7 @@ def sqlite_path_from_url(url: str) -> str:
     parts = urlsplit(url)
     path = unquote(parts.path)[1:]
     if parts.netloc or not path or path == ":memory:":
-        raise ValidationError(
-            "url", f"use sqlite:///relative.db or sqlite:////absolute/path.db, not {url!r}"
-        )
+        raise ValidationError("url", f"use sqlite:///relative.db or sqlite:////absolute/path.db, not {url!r}")
     return path
 
 
@@ -615,18 +604,14 @@ class _Sqlite:
         self._sqlite3 = sqlite3
         self._path = sqlite_path_from_url(url)
         self._schema_ready = False
-        self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(
-            self._connect, lambda conn: conn.close()
-        )
+        self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(self._connect, lambda conn: conn.close())
         with self._errors():
             self._conns.get()
 
     def _connect(self) -> Any:
         # check_same_thread=False only so a finalizer may close it from another
         # thread; ThreadConnections never shares a connection between threads.
-        conn = self._sqlite3.connect(
-            self._path, timeout=30, isolation_level=None, check_same_thread=False
-        )
+        conn = self._sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA synchronous=FULL")
         if not self._schema_ready:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -663,9 +648,7 @@ class _Sqlite:
         found = {k: Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows}
         return [found.get(key) for key in keys]
 
-    def scan(
-        self, table: str, start: str, inclusive: bool, end: str | None, limit: int
-    ) -> list[Entry]:
+    def scan(self, table: str, start: str, inclusive: bool, end: str | None, limit: int) -> list[Entry]:
         now = now_ms()
         params = (table, start, end, now, limit) if end else (table, start, now, limit)
         with self._errors():
@@ -716,19 +699,15 @@ class _Sqlite:
                     expires_at = None if op.ttl_ms is None else now + op.ttl_ms
                     entry = Entry(op.key, op.value, version, expires_at)
                 conn.execute(
-                    "UPDATE botmesh_kv SET value = ?, version = ?, expires_at = ?"
-                    " WHERE tbl = ? AND key = ?"
+                    "UPDATE botmesh_kv SET value = ?, version = ?, expires_at = ? WHERE tbl = ? AND key = ?"
                     if present
-                    else "INSERT INTO botmesh_kv (value, version, expires_at, tbl, key)"
-                    " VALUES (?, ?, ?, ?, ?)",
+                    else "INSERT INTO botmesh_kv (value, version, expires_at, tbl, key) VALUES (?, ?, ?, ?, ?)",
                     (dump_value(entry.value), entry.version, entry.expires_at, table, op.key),
                 )
                 results.append(entry)
             elif isinstance(op, Delete):
                 if present:
-                    conn.execute(
-                        "DELETE FROM botmesh_kv WHERE tbl = ? AND key = ?", (table, op.key)
-                    )
+                    conn.execute("DELETE FROM botmesh_kv WHERE tbl = ? AND key = ?", (table, op.key))
                 results.append(None)
             else:
                 results.append(live)
@@ -802,9 +781,7 @@ class SqlKv:
         validate_key(key)
         return self._db.get(table, key)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
         validate_scan(table, prefix, after, limit)
         start, inclusive = scan_start(prefix, after)

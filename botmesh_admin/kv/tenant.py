@@ -58,9 +58,7 @@ def validate_id(value: object, field: str) -> str:
     if not isinstance(value, str):
         raise BadType(field, f"must be a string, not {type(value).__name__}")
     if not ID_RE.fullmatch(value):
-        raise ValidationError(
-            field, "must be 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit"
-        )
+        raise ValidationError(field, "must be 1-63 characters of a-z, 0-9, '_' or '-', starting with a letter or digit")
     return value
 
 
@@ -73,8 +71,8 @@ def validate_tenant_id(value: object, field: str = "tenant") -> str:
     validate_id(value, field)
     if value in RESERVED_TENANT_IDS:
         raise ValidationError(
-            field, f"{value!r} is reserved for the kernel's own tables "
-            f"(reserved: {', '.join(sorted(RESERVED_TENANT_IDS))})",
+            field,
+            f"{value!r} is reserved for the kernel's own tables (reserved: {', '.join(sorted(RESERVED_TENANT_IDS))})",
         )
     return str(value)
 
@@ -88,13 +86,13 @@ class TenantKv:
 
     def table(self, tenant: str, collection: str) -> str:
         """Return the table name of ``collection`` for ``tenant`` (both ids validated, reserved ids refused)."""
-        return (
-            f"{self.package}/{validate_tenant_id(tenant, 'tenant')}/{validate_id(collection, 'collection')}"
-        )
+        return f"{self.package}/{validate_tenant_id(tenant, 'tenant')}/{validate_id(collection, 'collection')}"
 
     def kernel_table(self, namespace: str, collection: str) -> str:
         """Return ``"<package>/~<namespace>/<collection>"``: a kernel table no tenant id can name."""
-        return f"{self.package}/{KERNEL_MARK}{validate_id(namespace, 'namespace')}/{validate_id(collection, 'collection')}"
+        return (
+            f"{self.package}/{KERNEL_MARK}{validate_id(namespace, 'namespace')}/{validate_id(collection, 'collection')}"
+        )
 
     def reserved_table(self, namespace: str, collection: str) -> str:
         """Return ``"<package>/<namespace>/<collection>"`` for a kernel table of an earlier version.

@@ -43,9 +43,7 @@ def _bad_name_chars(forbid: str) -> re.Pattern[str]:
     One search instead of a Python loop over the characters: every Kv operation
     checks its table and keys, and the loop was a good part of a commit's cost.
     """
-    return re.compile(
-        "[\x00-\x1f\x7f-\x9f\ud800-\udfff" + "".join(re.escape(c) for c in forbid) + "]"
-    )
+    return re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff" + "".join(re.escape(c) for c in forbid) + "]")
 
 
 def _check_name(kind: str, name: object, *, forbid: str = "") -> str:
@@ -226,9 +224,7 @@ def validate_commit(table: object, ops: Sequence[Op]) -> None:
                 if isinstance(op.ttl_ms, bool) or not isinstance(op.ttl_ms, int):
                     raise BadType(f"{where}.ttl_ms", "must be an integer number of milliseconds")
                 if not 0 < op.ttl_ms <= MAX_TTL_MS:
-                    raise ValidationError(
-                        f"{where}.ttl_ms", f"must be between 1 and {MAX_TTL_MS} milliseconds"
-                    )
+                    raise ValidationError(f"{where}.ttl_ms", f"must be between 1 and {MAX_TTL_MS} milliseconds")
 
 
 def validate_delta(delta: object, field: str) -> int:

@@ -96,8 +96,12 @@ class TraceFilter(CursorParams):
 
 def _sample_out(sample: BotSample) -> BotSampleOut:
     return BotSampleOut(
-        bot=sample.bot, replica=sample.replica, received_at=iso_ms(sample.received_at_ms),
-        received_at_ms=sample.received_at_ms, seq=sample.seq, snapshot=sample.snapshot,
+        bot=sample.bot,
+        replica=sample.replica,
+        received_at=iso_ms(sample.received_at_ms),
+        received_at_ms=sample.received_at_ms,
+        seq=sample.seq,
+        snapshot=sample.snapshot,
     )
 
 

@@ -31,23 +31,75 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Link, Status, StatusCode
 
-ID_NAMES = frozenset({
-    "chat_id", "chatid", "sender_id", "senderid", "phone", "phone_number", "phonenumber", "wa_id", "waid",
-    "msisdn", "recipient", "recipient_id", "recipientid", "from", "to", "user_id", "userid", "chat", "sender",
-    "address", "contact_address", "email", "destination",
-})
-CONTENT_NAMES = frozenset({
-    "text", "body", "caption", "note", "notes", "message", "content", "payload", "title", "reply",
-    "message_text", "messagetext", "description", "comment", "query", "exception.message",
-    "exception.stacktrace", "url.query", "http.request.body", "http.response.body",
-})
+ID_NAMES = frozenset(
+    {
+        "chat_id",
+        "chatid",
+        "sender_id",
+        "senderid",
+        "phone",
+        "phone_number",
+        "phonenumber",
+        "wa_id",
+        "waid",
+        "msisdn",
+        "recipient",
+        "recipient_id",
+        "recipientid",
+        "from",
+        "to",
+        "user_id",
+        "userid",
+        "chat",
+        "sender",
+        "address",
+        "contact_address",
+        "email",
+        "destination",
+    }
+)
+CONTENT_NAMES = frozenset(
+    {
+        "text",
+        "body",
+        "caption",
+        "note",
+        "notes",
+        "message",
+        "content",
+        "payload",
+        "title",
+        "reply",
+        "message_text",
+        "messagetext",
+        "description",
+        "comment",
+        "query",
+        "exception.message",
+        "exception.stacktrace",
+        "url.query",
+        "http.request.body",
+        "http.response.body",
+    }
+)
 # Who sent a request (OpenTelemetry HTTP semantic conventions, old and new names): personal data
 # that must not be readable in a trace, though the same client must still be recognisable.
-CLIENT_NAMES = frozenset({
-    "http.client_ip", "client.address", "net.peer.ip", "net.peer.name", "net.sock.peer.addr",
-    "network.peer.address", "http.user_agent", "user_agent.original", "http.request.header.user_agent",
-    "http.request.header.x_forwarded_for", "http.request.header.x_real_ip", "http.request.header.forwarded",
-})
+CLIENT_NAMES = frozenset(
+    {
+        "http.client_ip",
+        "client.address",
+        "net.peer.ip",
+        "net.peer.name",
+        "net.sock.peer.addr",
+        "network.peer.address",
+        "http.user_agent",
+        "user_agent.original",
+        "http.request.header.user_agent",
+        "http.request.header.x_forwarded_for",
+        "http.request.header.x_real_ip",
+        "http.request.header.forwarded",
+    }
+)
 URL_NAMES = frozenset({"http.url", "http.target", "url.full", "url.path", "http.route", "url.original"})
 MAX_STRING = 256
 DIGITS_RE = re.compile(r"(?<![\w.])\+?\d{7,15}(?![\w.])")

@@ -32,8 +32,11 @@ from .guard import hash_id
 ID_FIELDS = ("chat_id", "sender_id", "phone")
 MASK = "***"
 
-_SECRET_NAME_RE = re.compile(r"(pass(word|wd)?|secret|token|api[_-]?key|authorization|credential|private[_-]?key|"
-                             r"signature|cookie|session[_-]?id|hash[_-]?key|access[_-]?key)", re.I)
+_SECRET_NAME_RE = re.compile(
+    r"(pass(word|wd)?|secret|token|api[_-]?key|authorization|credential|private[_-]?key|"
+    r"signature|cookie|session[_-]?id|hash[_-]?key|access[_-]?key)",
+    re.I,
+)
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), MASK),
     (re.compile(r"\bbm_[0-9a-f]{6,}_[A-Za-z0-9\-]+"), "bm_" + MASK),
@@ -43,8 +46,13 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bEAA[A-Za-z0-9]{20,}"), MASK),
     (re.compile(r"\bsha256=[0-9a-f]{64}\b"), "sha256=" + MASK),
     (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), r"\1" + MASK + "@"),
-    (re.compile(r"(?i)\b([\w-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|authorization)[\w-]*)"
-                r"([\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}]+)"), r"\1\2" + MASK),
+    (
+        re.compile(
+            r"(?i)\b([\w-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|authorization)[\w-]*)"
+            r"([\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}]+)"
+        ),
+        r"\1\2" + MASK,
+    ),
 ]
 
 

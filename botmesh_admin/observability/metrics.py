@@ -107,7 +107,7 @@ def _validate(name: object) -> tuple[str, str | None]:
         return group, event or None
     if name.startswith("flows."):
         group, _, event = name.rpartition(".")
-        flow = group[len("flows."):]
+        flow = group[len("flows.") :]
         if event in _FLOW_EVENTS and flow and len(flow) <= 100 and flow.isprintable():
             return group, event
     raise ValidationError("metric", f"unknown counter {name!r}")
@@ -171,9 +171,10 @@ def snapshot_of(counters: dict[str, int], *, started_at_ms: int, uptime_ms: int)
         started_at_ms=started_at_ms,
         uptime_ms=uptime_ms,
         conversations=_outcome_counts(counters, "conversations"),
-        flows=tuple((f[len("flows."):], _outcome_counts(counters, f)) for f in flows),
+        flows=tuple((f[len("flows.") :], _outcome_counts(counters, f)) for f in flows),
         messages=MessageCounts(
-            in_=counters.get("messages.in", 0), out=counters.get("messages.out", 0),
+            in_=counters.get("messages.in", 0),
+            out=counters.get("messages.out", 0),
             out_failed=counters.get("messages.out_failed", 0),
         ),
         dropped=DroppedCounts(**{k: counters.get(f"dropped.{k}", 0) for k in ("duplicate", "blocked", "handoff")}),

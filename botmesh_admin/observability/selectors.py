@@ -48,9 +48,7 @@ def bot_metrics_all_latest(*, now_ms: int, live_ms: int) -> list[tuple[str, BotS
 
     out: list[tuple[str, BotSample]] = []
     for tenant in tenant_ids():
-        out.extend(
-            (tenant, s) for s in stores.bot_metrics_store().latest(tenant) if s.last_push_ms > now_ms - live_ms
-        )
+        out.extend((tenant, s) for s in stores.bot_metrics_store().latest(tenant) if s.last_push_ms > now_ms - live_ms)
     return out
 
 
@@ -100,8 +98,12 @@ def bot_metrics_series(tenant: str, *, bot: str, since_ms: int | None = None) ->
 
 
 def trace_list(
-    tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
-    limit: int = 50, after: str | None = None,
+    tenant: str | None,
+    *,
+    kind: str | None = None,
+    conversation: str | None = None,
+    limit: int = 50,
+    after: str | None = None,
 ) -> tuple[list[TraceSummary], str | None]:
     """Return the newest traces of ``tenant`` (``None``: traces of no tenant) and the next cursor."""
     if tenant is not None:

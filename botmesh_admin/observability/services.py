@@ -36,7 +36,12 @@ def bot_metrics_push(
         raise ValidationError("at", "must be epoch milliseconds within the last 24 hours")
     parsed = snapshot_from_json(snapshot, "snapshot", now_ms=at)
     return stores.bot_metrics_store().push(
-        tenant, bot=bot, replica=replica, snapshot=parsed.to_json(), received_at_ms=at, pushed_at_ms=now,
+        tenant,
+        bot=bot,
+        replica=replica,
+        snapshot=parsed.to_json(),
+        received_at_ms=at,
+        pushed_at_ms=now,
         limits=push_limits(),
     )
 

@@ -231,8 +231,9 @@ def on_task_start(**_: Any) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def on_worker_shutting_down(sig: str | None = None, how: str | None = None, exitcode: int | None = None,
-                            **_: Any) -> None:
+def on_worker_shutting_down(
+    sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any
+) -> None:
     """Celery ``worker_shutting_down``: mark the worker and its pool children stopping; force the exit if the
     warm shutdown outlasts the drain timeout (exit status 1 when that cut sends off)."""
     _mark_stopping()
@@ -246,11 +247,18 @@ def on_worker_shutting_down(sig: str | None = None, how: str | None = None, exit
         _kill_pool_children()
         _flush_all()
         if cut:
-            log.error("forced exit %.0f s after shutdown began: %d send(s) cut off in flight (their slots end "
-                      "in_doubt, never resent automatically); unacked tasks are redelivered", limit, cut)
+            log.error(
+                "forced exit %.0f s after shutdown began: %d send(s) cut off in flight (their slots end "
+                "in_doubt, never resent automatically); unacked tasks are redelivered",
+                limit,
+                cut,
+            )
         else:
-            log.warning("worker still running %.0f s after shutdown began; exiting (no send in flight; unacked "
-                        "tasks are redelivered)", limit)
+            log.warning(
+                "worker still running %.0f s after shutdown began; exiting (no send in flight; unacked "
+                "tasks are redelivered)",
+                limit,
+            )
         os._exit(1 if cut else (exitcode or 0))
 
     threading.Thread(target=watchdog, name="botmesh-worker-drain", daemon=True).start()

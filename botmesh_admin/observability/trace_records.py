@@ -22,8 +22,9 @@ MESSAGE_PREFIXES = ("message.", "inbox.")
 INDEX_BASE = 10**13  # epoch ms stays below this until the year 2286
 
 
-def merge_trace(record: dict[str, Any] | None, trace_id: str, tenant: str | None,
-                spans: list[dict[str, Any]], now_ms: int) -> dict[str, Any]:
+def merge_trace(
+    record: dict[str, Any] | None, trace_id: str, tenant: str | None, spans: list[dict[str, Any]], now_ms: int
+) -> dict[str, Any]:
     """Return ``record`` with ``spans`` merged in (same span id: the newer copy wins), at most ``MAX_SPANS``."""
     if record is None:
         record = {"trace_id": trace_id, "tenant": tenant, "first_seen_ms": now_ms, "spans": [], "dropped_spans": 0}
@@ -66,8 +67,13 @@ def summarize(record: dict[str, Any]) -> TraceSummary:
     start = min((s["start_ms"] for s in spans), default=float(record["first_seen_ms"]))
     end = max((s["start_ms"] + s["duration_ms"] for s in spans), default=start)
     conversation = next(
-        (str(s["attributes"]["botmesh.conversation_id"]) for s in spans
-         if "botmesh.conversation_id" in s.get("attributes", {})), None)
+        (
+            str(s["attributes"]["botmesh.conversation_id"])
+            for s in spans
+            if "botmesh.conversation_id" in s.get("attributes", {})
+        ),
+        None,
+    )
     return TraceSummary(
         trace_id=record["trace_id"],
         name=root["name"] if root else "(incomplete)",
@@ -83,9 +89,14 @@ def summarize(record: dict[str, Any]) -> TraceSummary:
 def summary_json(summary: TraceSummary) -> dict[str, Any]:
     """Return ``summary`` as a JSON object (the value of an index entry)."""
     return {
-        "trace_id": summary.trace_id, "name": summary.name, "kind": summary.kind,
-        "start_ms": summary.start_ms, "duration_ms": summary.duration_ms,
-        "span_count": summary.span_count, "status": summary.status, "conversation": summary.conversation,
+        "trace_id": summary.trace_id,
+        "name": summary.name,
+        "kind": summary.kind,
+        "start_ms": summary.start_ms,
+        "duration_ms": summary.duration_ms,
+        "span_count": summary.span_count,
+        "status": summary.status,
+        "conversation": summary.conversation,
     }
 
 

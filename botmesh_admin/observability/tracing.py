@@ -59,9 +59,7 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "botmesh_admin"
 # Webhooks open their own server span (``server_span``): the generic Django
 # instrumentation cost a third of a webhook's CPU, on the busiest path there is.
-EXCLUDED_URLS = (
-    "//[^/]+/(healthz|readyz|metrics)$,//[^/]+/static/,//[^/]+/favicon.ico$,//[^/]+/webhooks/"
-)
+EXCLUDED_URLS = "//[^/]+/(healthz|readyz|metrics)$,//[^/]+/static/,//[^/]+/favicon.ico$,//[^/]+/webhooks/"
 _propagator = TraceContextTextMapPropagator()
 # A proxy until ``setup()`` installs the provider, then that provider's tracer:
 # ``trace.get_tracer`` on every span cost a fifth of the span.
@@ -80,8 +78,12 @@ def _namespaced(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def span(
-    name: str, /, *, parent: Mapping[str, str] | None = None,
-    span_kind: trace.SpanKind = trace.SpanKind.INTERNAL, **attributes: Any,
+    name: str,
+    /,
+    *,
+    parent: Mapping[str, str] | None = None,
+    span_kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    **attributes: Any,
 ) -> Iterator[trace.Span]:
     """Run the block inside a new span ``name``; ``parent`` is a carrier from ``inject_context()``.
 
@@ -96,8 +98,12 @@ def span(
         attributes["tenant"] = tenant
     context = extract_context(parent) if parent else None
     with _tracer.start_as_current_span(
-        name, context=context, kind=span_kind, attributes=guard_attributes(_namespaced(attributes)),
-        record_exception=False, set_status_on_exception=False,
+        name,
+        context=context,
+        kind=span_kind,
+        attributes=guard_attributes(_namespaced(attributes)),
+        record_exception=False,
+        set_status_on_exception=False,
     ) as current:
         token = _tenant.set(tenant) if tenant else None
         try:
@@ -161,10 +167,14 @@ def untraced() -> Iterator[None]:
     drain queued from a timer): as a root it would file a trace of its own each
     time. Instrumentations that propagate context pass "not sampled" on.
     """
-    parent = trace.NonRecordingSpan(trace.SpanContext(
-        trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
-        is_remote=False, trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
-    ))
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=random.getrandbits(128) or 1,
+            span_id=random.getrandbits(64) or 1,
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+        )
+    )
     token = otel_context.attach(trace.set_span_in_context(parent))
     try:
         yield
@@ -209,8 +219,11 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
         "status_message": span.status.description or None,
         "attributes": {k: _json(v) for k, v in list((span.attributes or {}).items())[:40]},
         "events": [
-            {"name": e.name, "offset_ms": round((e.timestamp - start) / 1e6, 3),
-             "attributes": {k: _json(v) for k, v in (e.attributes or {}).items()}}
+            {
+                "name": e.name,
+                "offset_ms": round((e.timestamp - start) / 1e6, 3),
+                "attributes": {k: _json(v) for k, v in (e.attributes or {}).items()},
+            }
             for e in list(span.events)[:16]
         ],
         "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
@@ -235,9 +248,15 @@ class KvTraceProcessor(SpanProcessor):
     wait in memory; beyond that new spans are dropped (and counted).
     """
 
-    def __init__(self, record: Callable[[str | None, list[dict[str, Any]]], None] | None = None, *,
-                 hold_s: float = 10.0, interval_s: float = 0.5, max_pending: int = 2000,
-                 max_spans: int = 256) -> None:
+    def __init__(
+        self,
+        record: Callable[[str | None, list[dict[str, Any]]], None] | None = None,
+        *,
+        hold_s: float = 10.0,
+        interval_s: float = 0.5,
+        max_pending: int = 2000,
+        max_spans: int = 256,
+    ) -> None:
         self._record = record
         self.hold_s = hold_s
         self.interval_s = interval_s
@@ -310,7 +329,8 @@ class KvTraceProcessor(SpanProcessor):
             now = time.monotonic()
             with self._lock:
                 ready = [
-                    (tid, seg) for tid, seg in self._pending.items()
+                    (tid, seg)
+                    for tid, seg in self._pending.items()
                     if force or seg["done"] or now - seg["since"] > self.hold_s
                 ]
                 for tid, _ in ready:

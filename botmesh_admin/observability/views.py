@@ -70,10 +70,19 @@ def metrics_page(request: HttpRequest, tenant: str) -> HttpResponse:
         if bot not in bots:
             return render_error(request, ValidationError("bot", f"no live replica of bot {bot!r}"))
         series = selectors.bot_metrics_series(tenant, bot=bot, since_ms=now_ms() - WINDOWS[window])
-    return render(request, "observability/metrics.html", {
-        "tenant": tenant, "bots": bots, "bot": bot, "window": window, "windows": list(WINDOWS),
-        "replicas": [s for s in latest if s.bot == bot], "series": series,
-    })
+    return render(
+        request,
+        "observability/metrics.html",
+        {
+            "tenant": tenant,
+            "bots": bots,
+            "bot": bot,
+            "window": window,
+            "windows": list(WINDOWS),
+            "replicas": [s for s in latest if s.bot == bot],
+            "series": series,
+        },
+    )
 
 
 def _trace_tenant(request: HttpRequest, tenant: str) -> str | None:
@@ -99,14 +108,23 @@ def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
     after = request.GET.get("after") or None
     try:
         items, next_cursor = selectors.trace_list(
-            owner, kind=kind, conversation=conversation,
-            limit=PAGE_SIZE, after=after,
+            owner,
+            kind=kind,
+            conversation=conversation,
+            limit=PAGE_SIZE,
+            after=after,
         )
     except DomainError as exc:
         return render_error(request, exc)
     context = {
-        "tenant": tenant, "items": items, "next": next_cursor, "kind": kind or "", "kinds": selectors.TRACE_KINDS,
-        "conversation": conversation or "", "scope": scope, "can_system": request.user.is_superuser,
+        "tenant": tenant,
+        "items": items,
+        "next": next_cursor,
+        "kind": kind or "",
+        "kinds": selectors.TRACE_KINDS,
+        "conversation": conversation or "",
+        "scope": scope,
+        "can_system": request.user.is_superuser,
     }
     template = "observability/_trace_list.html" if request.headers.get("HX-Request") else "observability/traces.html"
     return render(request, template, context)
@@ -123,12 +141,25 @@ def trace_page(request: HttpRequest, tenant: str, trace_id: str) -> HttpResponse
     rows = []
     for depth, span in trace["tree"]:
         offset = span["start_ms"] - summary.start_ms
-        rows.append({
-            "depth": depth, "indent": depth * 16, "span": span, "offset_ms": round(offset, 3),
-            "left": round(100 * offset / total, 2),
-            "width": max(0.5, round(100 * span["duration_ms"] / total, 2)),
-            "attributes": sorted(span["attributes"].items()),
-        })
-    return render(request, "observability/trace.html", {
-        "tenant": tenant, "trace": trace, "summary": summary, "rows": rows, "scope": scope,
-    })
+        rows.append(
+            {
+                "depth": depth,
+                "indent": depth * 16,
+                "span": span,
+                "offset_ms": round(offset, 3),
+                "left": round(100 * offset / total, 2),
+                "width": max(0.5, round(100 * span["duration_ms"] / total, 2)),
+                "attributes": sorted(span["attributes"].items()),
+            }
+        )
+    return render(
+        request,
+        "observability/trace.html",
+        {
+            "tenant": tenant,
+            "trace": trace,
+            "summary": summary,
+            "rows": rows,
+            "scope": scope,
+        },
+    )

@@ -40,7 +40,17 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
 
 
 NAV_ORDER = {
-    "Overview": 0, "Inbox": 1, "Contacts": 2, "Segments": 3, "Campaigns": 4, "Plugins": 5,
-    "Deployments": 6, "Journal": 7, "Replicas": 8, "Jobs": 9, "Metrics": 10, "Traces": 11,
+    "Overview": 0,
+    "Inbox": 1,
+    "Contacts": 2,
+    "Segments": 3,
+    "Campaigns": 4,
+    "Plugins": 5,
+    "Deployments": 6,
+    "Journal": 7,
+    "Replicas": 8,
+    "Jobs": 9,
+    "Metrics": 10,
+    "Traces": 11,
     "Settings": 20,
 }

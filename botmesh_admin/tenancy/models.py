@@ -44,9 +44,7 @@ class Membership(models.Model):
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(
-        max_length=16, choices=[(r, r.title()) for r in HUMAN_ROLES], default=Role.AGENT
-    )
+    role = models.CharField(max_length=16, choices=[(r, r.title()) for r in HUMAN_ROLES], default=Role.AGENT)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]

@@ -72,6 +72,4 @@ def list_query_checked() -> Iterator[None]:
     try:
         yield
     except ValidationError as exc:
-        raise BadRequest(
-            f"{exc.message} (remove it from the address to see the whole list)", field=exc.field
-        ) from None
+        raise BadRequest(f"{exc.message} (remove it from the address to see the whole list)", field=exc.field) from None

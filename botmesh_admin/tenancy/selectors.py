@@ -76,9 +76,7 @@ def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> P
     membership = Membership.objects.filter(user=user, tenant_id=tenant).first()
     if membership is None:
         raise NotFound(f"tenant {tenant!r} not found")
-    return Principal(
-        tenant=tenant, role=membership.role, actor=f"user:{user.get_username()}", user_id=user.pk
-    )
+    return Principal(tenant=tenant, role=membership.role, actor=f"user:{user.get_username()}", user_id=user.pk)
 
 
 def principal_for_token(plaintext: str, tenant: str) -> Principal | None:

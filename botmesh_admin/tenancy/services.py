@@ -42,9 +42,7 @@ def membership_set(tenant: str, *, username: str, role: str) -> Membership:
         raise NotFound(f"user {username!r} not found")
     if not Tenant.objects.filter(id=tenant).exists():
         raise NotFound(f"tenant {tenant!r} not found")
-    membership, _ = Membership.objects.update_or_create(
-        user=user, tenant_id=tenant, defaults={"role": role}
-    )
+    membership, _ = Membership.objects.update_or_create(user=user, tenant_id=tenant, defaults={"role": role})
     return membership
 
 
@@ -61,7 +59,11 @@ def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str
     plaintext = f"bm_{prefix}_{secrets.token_urlsafe(32).replace('_', 'x')}"
     with transaction.atomic():
         token = ApiToken.objects.create(
-            tenant_id=tenant, name=name, prefix=prefix, digest=token_digest(plaintext), role=role,
+            tenant_id=tenant,
+            name=name,
+            prefix=prefix,
+            digest=token_digest(plaintext),
+            role=role,
             created_by=created_by,
         )
     return token, plaintext
@@ -139,8 +141,10 @@ def tenant_erase(tenant: str, *, progress: Callable[[str], None] | None = None) 
         removed["api tokens"] = ApiToken.objects.filter(tenant_id=tenant).delete()[0]
         removed["memberships"] = Membership.objects.filter(tenant_id=tenant).delete()[0]
     channel_config_forget(tenant)  # the webhooks' cached configuration (this process; others expire theirs)
-    say(f"{removed['channels']} channels, {removed['api tokens']} API tokens, "
-        f"{removed['memberships']} memberships removed")
+    say(
+        f"{removed['channels']} channels, {removed['api tokens']} API tokens, "
+        f"{removed['memberships']} memberships removed"
+    )
 
     journal = default_journal()
     if not isinstance(journal, TenantErasure):

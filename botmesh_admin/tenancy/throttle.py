@@ -45,8 +45,6 @@ def login_failed(username: str) -> int:
     return settings.BOTMESH_LOGIN_MAX_FAILURES
 
 
-
-
 def login_succeeded(username: str) -> None:
     """Forget the failures of ``username``."""
     default_kv().commit(TABLE, [Delete(_key(username))])

@@ -29,8 +29,6 @@ def default_stores() -> tuple[CampaignStore, SlotStore]:
     return _default.get()
 
 
-def use_stores(
-    campaigns: CampaignStore, slots: SlotStore
-) -> AbstractContextManager[tuple[CampaignStore, SlotStore]]:
+def use_stores(campaigns: CampaignStore, slots: SlotStore) -> AbstractContextManager[tuple[CampaignStore, SlotStore]]:
     """Make these stores the default for the duration of the block (tests)."""
     return _default.use((campaigns, slots))

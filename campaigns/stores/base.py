@@ -49,13 +49,17 @@ def check_scan_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_SCAN:
         raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
+
 Change = Callable[[Delivery], Delivery | None]
 
 
 def slot_matches(d: Delivery, *, state: str | None, reason: str | None, contact_id: str | None) -> bool:
     """Return True if ``d`` matches every filter given (``None``: any)."""
-    return ((state is None or d.state == state) and (reason is None or d.reason == reason)
-            and (contact_id is None or d.contact_id == contact_id))
+    return (
+        (state is None or d.state == state)
+        and (reason is None or d.reason == reason)
+        and (contact_id is None or d.contact_id == contact_id)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +96,17 @@ class CampaignStore(Protocol):
         ...
 
     def campaign_scan(
-        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
     ) -> list[Campaign]:
-        """Return up to ``limit`` (1..5000) campaigns ordered by id, after the id ``after``; only ``state``'s if given."""
+        """Return up to ``limit`` (1..5000) campaigns ordered by id, after the id ``after``.
+
+        Only campaigns in ``state`` if it is given.
+        """
         ...
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
@@ -146,8 +158,15 @@ class SlotStore(Protocol):
         ...
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
-        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
+        self,
+        tenant: str,
+        campaign_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
+        reason: str | None = None,
+        contact_id: str | None = None,
     ) -> list[Delivery]:
         """Return up to ``limit`` (1..5000) slots ordered by recipient, after the recipient ``after``.
 
@@ -161,8 +180,15 @@ class SlotStore(Protocol):
         ...
 
     def slots_reserve(
-        self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
-        now_ms: int, sending: bool = False,
+        self,
+        tenant: str,
+        campaign_id: str,
+        candidates: Sequence[Delivery | str],
+        *,
+        token: str,
+        ttl_ms: int,
+        now_ms: int,
+        sending: bool = False,
     ) -> list[Delivery]:
         """Reserve every available candidate for ``ttl_ms`` under ``token``; return the reserved slots.
 
@@ -186,7 +212,12 @@ class SlotStore(Protocol):
         ...
 
     def slots_mark_failed(
-        self, tenant: str, campaign_id: str, failed: Sequence[tuple[Delivery, Failure]], *, max_attempts: int,
+        self,
+        tenant: str,
+        campaign_id: str,
+        failed: Sequence[tuple[Delivery, Failure]],
+        *,
+        max_attempts: int,
         now_ms: int,
     ) -> list[Delivery]:
         """Record refusals; release retryable ones (due after the delay) until ``max_attempts``."""
@@ -199,7 +230,12 @@ class SlotStore(Protocol):
         ...
 
     def slots_mark_in_doubt(
-        self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery, str]], *, now_ms: int,
+        self,
+        tenant: str,
+        campaign_id: str,
+        items: Sequence[tuple[Delivery, str]],
+        *,
+        now_ms: int,
         expired_only: bool = False,
     ) -> list[Delivery]:
         """Mark ``sending`` slots in doubt with a reason: the holder's own, or (``expired_only``) any expired one."""
@@ -242,8 +278,15 @@ class SlotRules:
         raise NotImplementedError
 
     def slots_reserve(
-        self, tenant: str, campaign_id: str, candidates: Sequence[Delivery | str], *, token: str, ttl_ms: int,
-        now_ms: int, sending: bool = False,
+        self,
+        tenant: str,
+        campaign_id: str,
+        candidates: Sequence[Delivery | str],
+        *,
+        token: str,
+        ttl_ms: int,
+        now_ms: int,
+        sending: bool = False,
     ) -> list[Delivery]:
         change = partial(domain.reserve, token=token, ttl_ms=ttl_ms, now=now_ms, sending=sending)
         return self._apply(tenant, campaign_id, [(c, change) for c in candidates])
@@ -251,50 +294,95 @@ class SlotRules:
     def slots_mark_sending(
         self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, ttl_ms: int, now_ms: int
     ) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.mark_sending, token=d.token or "", ttl_ms=ttl_ms, now=now_ms)) for d in held
-        ])
+        return self._apply(
+            tenant,
+            campaign_id,
+            [(d, partial(domain.mark_sending, token=d.token or "", ttl_ms=ttl_ms, now=now_ms)) for d in held],
+        )
 
     def slots_mark_sent(
         self, tenant: str, campaign_id: str, sent: Sequence[tuple[Delivery, str, str | None]], *, now_ms: int
     ) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.mark_sent, token=d.token or "", provider_message_id=pid, provider_recipient=rcpt,
-                        now=now_ms))
-            for d, pid, rcpt in sent
-        ])
+        return self._apply(
+            tenant,
+            campaign_id,
+            [
+                (
+                    d,
+                    partial(
+                        domain.mark_sent,
+                        token=d.token or "",
+                        provider_message_id=pid,
+                        provider_recipient=rcpt,
+                        now=now_ms,
+                    ),
+                )
+                for d, pid, rcpt in sent
+            ],
+        )
 
     def slots_mark_failed(
-        self, tenant: str, campaign_id: str, failed: Sequence[tuple[Delivery, Failure]], *, max_attempts: int,
+        self,
+        tenant: str,
+        campaign_id: str,
+        failed: Sequence[tuple[Delivery, Failure]],
+        *,
+        max_attempts: int,
         now_ms: int,
     ) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.mark_failed, token=d.token or "", failure=failure, max_attempts=max_attempts,
-                        now=now_ms))
-            for d, failure in failed
-        ])
+        return self._apply(
+            tenant,
+            campaign_id,
+            [
+                (
+                    d,
+                    partial(
+                        domain.mark_failed, token=d.token or "", failure=failure, max_attempts=max_attempts, now=now_ms
+                    ),
+                )
+                for d, failure in failed
+            ],
+        )
 
     def slots_mark_dropped(
         self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, now_ms: int
     ) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.mark_dropped, token=d.token or "", reason=reason, now=now_ms)) for d, reason in dropped
-        ])
+        return self._apply(
+            tenant,
+            campaign_id,
+            [
+                (d, partial(domain.mark_dropped, token=d.token or "", reason=reason, now=now_ms))
+                for d, reason in dropped
+            ],
+        )
 
     def slots_mark_in_doubt(
-        self, tenant: str, campaign_id: str, items: Sequence[tuple[Delivery, str]], *, now_ms: int,
+        self,
+        tenant: str,
+        campaign_id: str,
+        items: Sequence[tuple[Delivery, str]],
+        *,
+        now_ms: int,
         expired_only: bool = False,
     ) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.mark_in_doubt, reason=reason, now=now_ms,
-                        token=None if expired_only else d.token or ""))
-            for d, reason in items
-        ])
+        return self._apply(
+            tenant,
+            campaign_id,
+            [
+                (
+                    d,
+                    partial(
+                        domain.mark_in_doubt, reason=reason, now=now_ms, token=None if expired_only else d.token or ""
+                    ),
+                )
+                for d, reason in items
+            ],
+        )
 
     def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:
-        return self._apply(tenant, campaign_id, [
-            (d, partial(domain.release, token=d.token or "", now=now_ms)) for d in held
-        ])
+        return self._apply(
+            tenant, campaign_id, [(d, partial(domain.release, token=d.token or "", now=now_ms)) for d in held]
+        )
 
     def slots_cancel(self, tenant: str, campaign_id: str, *, now_ms: int) -> int:
         cancelled = 0
@@ -302,12 +390,13 @@ class SlotRules:
             after = None
             while True:
                 page = self.slot_scan(  # type: ignore[attr-defined]
-                    tenant, campaign_id, after=after, limit=1000, state=state)
+                    tenant, campaign_id, after=after, limit=1000, state=state
+                )
                 todo = [d for d in page if domain.cancel(d, now=now_ms) is not None]
                 if todo:
-                    cancelled += len(self._apply(
-                        tenant, campaign_id, [(d, partial(domain.cancel, now=now_ms)) for d in todo]
-                    ))
+                    cancelled += len(
+                        self._apply(tenant, campaign_id, [(d, partial(domain.cancel, now=now_ms)) for d in todo])
+                    )
                 if len(page) < 1000:
                     break
                 after = page[-1].recipient

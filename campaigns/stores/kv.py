@@ -155,8 +155,11 @@ class KvCampaignStore:
     def campaign_insert(self, tenant: str, campaign: Campaign) -> Campaign:
         value = campaign_to_json(campaign)
         try:
-            (entry,) = self.layout.commit(self._campaigns(tenant), [Put(campaign.id, value, expect=ABSENT)],
-                                          [RecordChange(CAMPAIGN, campaign.id, None, value)])
+            (entry,) = self.layout.commit(
+                self._campaigns(tenant),
+                [Put(campaign.id, value, expect=ABSENT)],
+                [RecordChange(CAMPAIGN, campaign.id, None, value)],
+            )
         except ConflictError as exc:
             raise Conflict(f"campaign {campaign.id} exists", current_version=exc.current_version) from None
         assert entry is not None
@@ -168,15 +171,20 @@ class KvCampaignStore:
         if entry is None:
             raise NotFound("campaign not found")
         if entry.version != expected_version:
-            raise Conflict(f"campaign changed: expected version {expected_version}, found {entry.version}",
-                           current_version=entry.version)
+            raise Conflict(
+                f"campaign changed: expected version {expected_version}, found {entry.version}",
+                current_version=entry.version,
+            )
         return entry.value
 
     def campaign_replace(self, tenant: str, campaign: Campaign, *, expected_version: int) -> Campaign:
         old, value = self._current(tenant, campaign.id, expected_version), campaign_to_json(campaign)
         try:
-            (entry,) = self.layout.commit(self._campaigns(tenant), [Put(campaign.id, value, expect=expected_version)],
-                                          [RecordChange(CAMPAIGN, campaign.id, old, value)])
+            (entry,) = self.layout.commit(
+                self._campaigns(tenant),
+                [Put(campaign.id, value, expect=expected_version)],
+                [RecordChange(CAMPAIGN, campaign.id, old, value)],
+            )
         except ConflictError as exc:
             raise _stale(exc, expected_version) from None
         assert entry is not None
@@ -185,13 +193,21 @@ class KvCampaignStore:
     def campaign_delete(self, tenant: str, campaign_id: str, *, expected_version: int) -> None:
         old = self._current(tenant, campaign_id, expected_version)
         try:
-            self.layout.commit(self._campaigns(tenant), [Delete(campaign_id, expect=expected_version)],
-                               [RecordChange(CAMPAIGN, campaign_id, old, None)])
+            self.layout.commit(
+                self._campaigns(tenant),
+                [Delete(campaign_id, expect=expected_version)],
+                [RecordChange(CAMPAIGN, campaign_id, old, None)],
+            )
         except ConflictError as exc:
             raise _stale(exc, expected_version) from None
 
     def campaign_scan(
-        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
     ) -> list[Campaign]:
         check_scan_limit(limit)
         table = self._campaigns(tenant)
@@ -203,8 +219,11 @@ class KvCampaignStore:
         while len(out) < limit:
             want = min(MAX_GET_MANY, limit - len(out))
             found = self.layout.scan(table, "campaign_state", [state], after=cursor, limit=want)
-            out += [campaign_from_json(e.value, e.version) for e in self.layout.fetch(table, found)
-                    if e is not None and e.value["state"] == state]
+            out += [
+                campaign_from_json(e.value, e.version)
+                for e in self.layout.fetch(table, found)
+                if e is not None and e.value["state"] == state
+            ]
             if len(found) < want:
                 break
             cursor = found[-1].key
@@ -234,7 +253,9 @@ class KvCampaignStore:
                 try:
                     self.kv.commit(legacy, [Delete(e.key, expect=e.version)])
                 except ConflictError:
-                    pass  # rewritten by an older process meanwhile: the next pass deletes it (the tick re-reads the campaign)
+                    # Rewritten by an older process meanwhile: the next pass deletes it
+                    # (the tick re-reads the campaign).
+                    pass
         return moved
 
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
@@ -277,8 +298,7 @@ class KvCampaignStore:
             start = max(float(now_ms), booked, float(not_before_ms or 0))
             value = {"next_ms": start + count * interval_ms}
             try:
-                self.kv.commit(table, [Put(key, value, expect=entry.version if entry else ABSENT,
-                                           ttl_ms=3_600_000)])
+                self.kv.commit(table, [Put(key, value, expect=entry.version if entry else ABSENT, ttl_ms=3_600_000)])
                 return int(start)
             except ConflictError:
                 continue
@@ -305,7 +325,7 @@ class KvSlotStore(SlotRules):
         table = self._table(tenant, campaign_id)
         added = 0
         for start in range(0, len(deliveries), COMMIT_BATCH):
-            pending = {d.recipient: delivery_to_json(d) for d in deliveries[start:start + COMMIT_BATCH]}
+            pending = {d.recipient: delivery_to_json(d) for d in deliveries[start : start + COMMIT_BATCH]}
             while pending:
                 ops: list[Op] = [Put(SLOT + r, value, expect=ABSENT) for r, value in pending.items()]
                 changes = [RecordChange(DELIVERY, SLOT + r, None, value) for r, value in pending.items()]
@@ -321,7 +341,7 @@ class KvSlotStore(SlotRules):
         table = self._table(tenant, campaign_id)
         out: list[bool] = []
         for start in range(0, len(claims), CLAIM_BATCH):
-            out += self._claim_batch(table, claims[start:start + CLAIM_BATCH])
+            out += self._claim_batch(table, claims[start : start + CLAIM_BATCH])
         return out
 
     def _claim_batch(self, table: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
@@ -331,7 +351,7 @@ class KvSlotStore(SlotRules):
             ops: list[Op] = []
             changes: list[RecordChange] = []
             granted: list[bool] = []
-            for (key, d), plan, slot in zip(claims, found[:len(claims)], found[len(claims):], strict=True):
+            for (key, d), plan, slot in zip(claims, found[: len(claims)], found[len(claims) :], strict=True):
                 if key not in owners and SLOT + d.recipient not in owners:
                     if plan is not None:
                         owners[key] = str(plan.value["contact"])
@@ -341,8 +361,10 @@ class KvSlotStore(SlotRules):
                     else:
                         owners[key] = owners[SLOT + d.recipient] = d.contact_id
                         value = delivery_to_json(d)
-                        ops += [Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
-                                Put(SLOT + d.recipient, value, expect=ABSENT)]
+                        ops += [
+                            Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
+                            Put(SLOT + d.recipient, value, expect=ABSENT),
+                        ]
                         changes.append(RecordChange(DELIVERY, SLOT + d.recipient, None, value))
                 granted.append(owners.get(key, owners.get(SLOT + d.recipient)) == d.contact_id)
             if not ops:
@@ -359,14 +381,20 @@ class KvSlotStore(SlotRules):
         return delivery_from_json(entry.value, entry.version) if entry else None
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
-        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
+        self,
+        tenant: str,
+        campaign_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
+        reason: str | None = None,
+        contact_id: str | None = None,
     ) -> list[Delivery]:
         check_scan_limit(limit)
         table = self._table(tenant, campaign_id)
         if state is None and reason is None and contact_id is None:
-            entries = self.kv.scan(table, prefix=SLOT, after=SLOT + after if after is not None else None,
-                                   limit=limit)
+            entries = self.kv.scan(table, prefix=SLOT, after=SLOT + after if after is not None else None, limit=limit)
             return [delivery_from_json(e.value, e.version) for e in entries]
         index, values = _filter_index(state, reason, contact_id)
         # An entry's key is x/<index>/<encoded values><primary key>: the cursor recipient's entry.
@@ -407,12 +435,16 @@ class KvSlotStore(SlotRules):
             work.append((self.slot_get(tenant, campaign_id, slot) if isinstance(slot, str) else slot, change))
         results: dict[str, Delivery] = {}
         for start in range(0, len(work), COMMIT_BATCH):
-            self._apply_batch(tenant, campaign_id, table, work[start:start + COMMIT_BATCH], results)
+            self._apply_batch(tenant, campaign_id, table, work[start : start + COMMIT_BATCH], results)
         order = [(s if isinstance(s, str) else s.recipient) for s, _ in items]
         return [results[r] for r in order if r in results]
 
     def _apply_batch(
-        self, tenant: str, campaign_id: str, table: str, work: list[tuple[Delivery | None, Change]],
+        self,
+        tenant: str,
+        campaign_id: str,
+        table: str,
+        work: list[tuple[Delivery | None, Change]],
         results: dict[str, Delivery],
     ) -> None:
         current = {d.recipient: (d, change) for d, change in work if d is not None}
@@ -460,8 +492,10 @@ class KvSlotStore(SlotRules):
         if entry is not None and entry.value["owner"] != owner and entry.value["until"] > now_ms:
             return False
         try:
-            self.kv.commit(table, [Put(LEASE, {"owner": owner, "until": now_ms + ttl_ms},
-                                       expect=entry.version if entry else ABSENT)])
+            self.kv.commit(
+                table,
+                [Put(LEASE, {"owner": owner, "until": now_ms + ttl_ms}, expect=entry.version if entry else ABSENT)],
+            )
         except ConflictError:
             return False
         return True

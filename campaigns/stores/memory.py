@@ -28,7 +28,9 @@ class MemoryCampaignStore:
     def campaign_insert(self, tenant: str, campaign: Campaign) -> Campaign:
         with self._lock:
             if (tenant, campaign.id) in self._campaigns:
-                raise Conflict(f"campaign {campaign.id} exists", current_version=self._campaigns[(tenant, campaign.id)].version)
+                raise Conflict(
+                    f"campaign {campaign.id} exists", current_version=self._campaigns[(tenant, campaign.id)].version
+                )
             stored = replace(campaign, version=1)
             self._campaigns[(tenant, campaign.id)] = stored
             return stored
@@ -57,7 +59,12 @@ class MemoryCampaignStore:
             del self._campaigns[(tenant, campaign_id)]
 
     def campaign_scan(
-        self, tenant: str, *, after: str | None = None, limit: int = 100, state: str | None = None,
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
     ) -> list[Campaign]:
         check_scan_limit(limit)
         with self._lock:
@@ -129,8 +136,15 @@ class MemorySlotStore(SlotRules):
             return self._slots.get((tenant, campaign_id), {}).get(recipient)
 
     def slot_scan(
-        self, tenant: str, campaign_id: str, *, after: str | None = None, limit: int = 100,
-        state: str | None = None, reason: str | None = None, contact_id: str | None = None,
+        self,
+        tenant: str,
+        campaign_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        state: str | None = None,
+        reason: str | None = None,
+        contact_id: str | None = None,
     ) -> list[Delivery]:
         check_scan_limit(limit)
         with self._lock:

@@ -121,9 +121,7 @@ class ContactStore(Protocol):
         """Return how many contacts each term lists (``ALL``: every contact); O(1) per term."""
         ...
 
-    def contact_term_scan(
-        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
-    ) -> list[str]:
+    def contact_term_scan(self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000) -> list[str]:
         """Return up to ``limit`` (1..5000) ids of contacts listed under ``term``, by id, after ``after``.
 
         O(limit) entries read; ``ALL`` is not a list (use ``contact_scan``).
@@ -201,9 +199,7 @@ class ContactStore(Protocol):
         """Return the ids of the segments whose membership is not built yet (``"sweep"``: a clean-up is due)."""
         ...
 
-    def membership_build(
-        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
-    ) -> int:
+    def membership_build(self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None) -> int:
         """Bring every contact's membership up to the definitions (online, resumable); return contacts read."""
         ...
 
@@ -229,7 +225,10 @@ class ContactStore(Protocol):
         ...
 
     def membership_check(self, tenant: str) -> dict[str, int]:
-        """Compare each contact's stored membership with the built definitions: ``{"contacts", "wrong"}`` (full scan)."""
+        """Compare each contact's stored membership with the built definitions (a full scan).
+
+        Return ``{"contacts", "wrong"}``.
+        """
         ...
 
     # import jobs ------------------------------------------------------------

@@ -137,9 +137,7 @@ CONTACT = RecordType(
     ),
     reuses_keys=False,
 )
-IMPORT_JOB = RecordType(
-    "import_job", "j/", (ValueIndex("job_newest", keys=_newest_first),), reuses_keys=False
-)
+IMPORT_JOB = RecordType("import_job", "j/", (ValueIndex("job_newest", keys=_newest_first),), reuses_keys=False)
 
 
 def _membership_keys(data: Mapping[str, Any]) -> list[tuple[str, ...]]:
@@ -177,8 +175,12 @@ def _derive_membership(kv: DurableKv, tenant: str) -> int:
 
 
 CONTACTS = declare(
-    "crm", "contacts", [CONTACT, MEMBERSHIP],
-    verify=_verify_membership, repair=_repair_membership, derive=_derive_membership,
+    "crm",
+    "contacts",
+    [CONTACT, MEMBERSHIP],
+    verify=_verify_membership,
+    repair=_repair_membership,
+    derive=_derive_membership,
 )
 IMPORTS = declare("crm", "imports", [IMPORT_JOB])
 
@@ -216,7 +218,9 @@ class _Defs:
 
     def membership(self, data: Mapping[str, Any]) -> list[list[str]]:
         """Return the ``k`` list of the contact JSON ``data`` under these definitions (sorted)."""
-        return sorted([sid, key, *group] for sid, key, rules in self.segments for group in membership_groups(rules, data))
+        return sorted(
+            [sid, key, *group] for sid, key, rules in self.segments for group in membership_groups(rules, data)
+        )
 
 
 class _DefsCache:
@@ -441,18 +445,14 @@ class KvContactStore:
 
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
         check_scan_limit(limit)
-        entries = self.kv.scan(
-            self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
         return [contact_from_json(e.value, e.version) for e in entries]
 
     def contact_scan_matching(
         self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
     ) -> tuple[list[Contact], str | None]:
         check_scan_limit(limit)
-        entries = self.kv.scan(
-            self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
         # Test the rules on the stored JSON: only members are decoded into Contacts.
         matches = [contact_from_json(e.value, e.version) for e in entries if rules_match_json(rules, e.value)]
         return matches, entries[-1].key[2:] if len(entries) == limit else None
@@ -477,9 +477,7 @@ class KvContactStore:
             out += self.contacts.count(table, "term_n", terms[start : start + MAX_GET_MANY])
         return out
 
-    def contact_term_scan(
-        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
-    ) -> list[str]:
+    def contact_term_scan(self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000) -> list[str]:
         check_scan_limit(limit)
         cursor = f"{TERM_BASE}{encode(term)}c/{after}" if after is not None else None
         entries = self.contacts.scan(self._contacts(tenant), "by_term", term, after=cursor, limit=limit)
@@ -614,9 +612,7 @@ class KvContactStore:
         pending = [sid for sid, sid_key, _ in _Defs.of(defs_entry).segments if state["built"].get(sid) != sid_key]
         return pending + (["sweep"] if state["sweep"] else [])
 
-    def membership_build(
-        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
-    ) -> int:
+    def membership_build(self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None) -> int:
         """Bring every contact's membership up to the definitions; return how many contacts were read.
 
         Online and resumable: each batch commits the changed ``m/`` records
@@ -768,9 +764,7 @@ class KvContactStore:
 
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
         check_scan_limit(limit)
-        entries = self.kv.scan(
-            self._imports(tenant), prefix="j/", after=f"j/{after}" if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._imports(tenant), prefix="j/", after=f"j/{after}" if after else None, limit=limit)
         return [import_job_from_json(e.value, e.version) for e in entries]
 
     def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:

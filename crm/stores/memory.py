@@ -53,9 +53,7 @@ def _page(items: dict[str, Any], after: str | None, limit: int) -> list[Any]:
 
 
 def _copy(contact: Contact, version: int) -> Contact:
-    return replace(
-        contact, version=version, attributes=dict(contact.attributes), consent=dict(contact.consent)
-    )
+    return replace(contact, version=version, attributes=dict(contact.attributes), consent=dict(contact.consent))
 
 
 class MemoryContactStore:
@@ -167,12 +165,9 @@ class MemoryContactStore:
         with self._lock:
             t = self._t(tenant)
             listed = self._terms(t)
-            return [len(t.contacts) if term == ALL else sum(term in ts for ts in listed.values())
-                    for term in terms]
+            return [len(t.contacts) if term == ALL else sum(term in ts for ts in listed.values()) for term in terms]
 
-    def contact_term_scan(
-        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
-    ) -> list[str]:
+    def contact_term_scan(self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000) -> list[str]:
         check_scan_limit(limit)
         with self._lock:
             listed = self._terms(self._t(tenant))
@@ -253,9 +248,7 @@ class MemoryContactStore:
     def membership_pending(self, tenant: str) -> list[str]:
         return []
 
-    def membership_build(
-        self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None
-    ) -> int:
+    def membership_build(self, tenant: str, *, batch: int = 500, progress: Callable[[int], None] | None = None) -> int:
         return 0
 
     def _groups(self, tenant: str, segment: Segment) -> dict[str, list[Group]]:
@@ -276,7 +269,9 @@ class MemoryContactStore:
         self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
     ) -> list[str] | None:
         check_scan_limit(limit)
-        ids = sorted(i for i, gs in self._groups(tenant, segment).items() if group in gs and (after is None or i > after))
+        ids = sorted(
+            i for i, gs in self._groups(tenant, segment).items() if group in gs and (after is None or i > after)
+        )
         return ids[:limit]
 
     def membership_check(self, tenant: str) -> dict[str, int]:

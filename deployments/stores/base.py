@@ -108,9 +108,7 @@ class DeploymentStore(Protocol):
         """
         ...
 
-    def list_active(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> list[ActivePointer]:
+    def list_active(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[ActivePointer]:
         """Return up to ``limit`` active pointers of ``tenant`` by bot id, bots ``> after``.
 
         Only bots with a live deployment are listed (a read of one page).
@@ -125,9 +123,7 @@ class DeploymentStore(Protocol):
         """Return up to ``limit`` bot ids of ``tenant`` that have published, ascending, ``> after``."""
         ...
 
-    def audit_list(
-        self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-    ) -> list[AuditEvent]:
+    def audit_list(self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> list[AuditEvent]:
         """Return up to ``limit`` audit events of ``bot``, newest first, with ids ``> after``."""
         ...
 

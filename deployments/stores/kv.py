@@ -72,9 +72,7 @@ class KvDeploymentStore:
         try:
             return self.layout.commit(self._table(tenant), ops, changes)
         except ConflictError as exc:
-            raise Conflict(
-                f"{what} changed concurrently", current_version=exc.current_version
-            ) from None
+            raise Conflict(f"{what} changed concurrently", current_version=exc.current_version) from None
 
     def publish(self, tenant: str, version: BotVersion, *, audit: AuditFor) -> BotVersion:
         """Assign the next seq and store the version, its index entry and audit (see the contract)."""
@@ -90,9 +88,7 @@ class KvDeploymentStore:
                     {"next_seq": seq + 1},
                     expect=counter.version if counter else ABSENT,
                 ),
-                Put(
-                    index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT
-                ),
+                Put(index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT),
                 Put(version_key(bot, seq), stored.as_record(), expect=ABSENT),
                 *_audit_ops(audit(stored)),
             ]
@@ -128,9 +124,7 @@ class KvDeploymentStore:
     ) -> list[BotVersion]:
         """Return retained versions by descending seq."""
         after = version_key(bot, after_seq) if after_seq is not None else None
-        entries = self.kv.scan(
-            self._table(tenant), prefix=f"version/{bot}/", after=after, limit=limit
-        )
+        entries = self.kv.scan(self._table(tenant), prefix=f"version/{bot}/", after=after, limit=limit)
         return [BotVersion.from_record(e.value, e.version) for e in entries]
 
     def update_version(
@@ -180,9 +174,7 @@ class KvDeploymentStore:
         assert entry is not None
         return ActivePointer.from_record(pointer.as_record(), entry.version)
 
-    def list_active(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> list[ActivePointer]:
+    def list_active(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[ActivePointer]:
         """Return active pointers by bot id (one scan of ``active/``)."""
         entries = self.kv.scan(
             self._table(tenant),
@@ -206,9 +198,7 @@ class KvDeploymentStore:
         audit: Sequence[AuditEvent] = (),
     ) -> None:
         """Delete ``victims`` and tombstone their index entries in one batch."""
-        ops: list[Op] = [
-            Check(f"active/{bot}", expect=ABSENT if active_revision is None else active_revision)
-        ]
+        ops: list[Op] = [Check(f"active/{bot}", expect=ABSENT if active_revision is None else active_revision)]
         for v in victims:
             ops.append(Delete(version_key(bot, v.seq), expect=v.revision))
             ops.append(
@@ -222,19 +212,13 @@ class KvDeploymentStore:
 
     def list_bots(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[str]:
         """Return bot ids that have published."""
-        entries = self.kv.scan(
-            self._table(tenant), prefix="bot/", after=f"bot/{after}" if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._table(tenant), prefix="bot/", after=f"bot/{after}" if after else None, limit=limit)
         return [e.key.removeprefix("bot/") for e in entries]
 
-    def audit_list(
-        self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-    ) -> list[AuditEvent]:
+    def audit_list(self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> list[AuditEvent]:
         """Return the bot's audit events newest first."""
         prefix = f"audit/{bot}/"
-        entries = self.kv.scan(
-            self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit)
         return [AuditEvent.from_record(e.value) for e in entries]
 
     def drop_tenant(self, tenant: str) -> None:

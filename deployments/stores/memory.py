@@ -48,9 +48,7 @@ class MemoryDeploymentStore:
         with self._lock:
             b = self._bot(tenant, version.bot)
             if version.version in b.index:
-                raise Conflict(
-                    f"version {version.version!r} of {version.bot!r} is already published"
-                )
+                raise Conflict(f"version {version.version!r} of {version.bot!r} is already published")
             seq = b.next_seq
             stored = replace(version, seq=seq, revision=1)
             b.next_seq += 1
@@ -80,9 +78,7 @@ class MemoryDeploymentStore:
             b = self._peek(tenant, bot)
             if b is None:
                 return []
-            seqs = sorted(
-                (s for s in b.versions if after_seq is None or s < after_seq), reverse=True
-            )
+            seqs = sorted((s for s in b.versions if after_seq is None or s < after_seq), reverse=True)
             return [b.versions[s] for s in seqs[:limit]]
 
     def update_version(
@@ -172,16 +168,12 @@ class MemoryDeploymentStore:
                 b.index[v.version] = IndexEntry(seq=v.seq, digest=v.digest, pruned=True)
             self._add_audit(b, audit)
 
-    def list_active(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> list[ActivePointer]:
+    def list_active(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[ActivePointer]:
         """Return the active pointers by bot id after ``after``."""
         with self._lock:
             bots = self._tenants.get(tenant, {})
             live = sorted(
-                (n, b.active)
-                for n, b in bots.items()
-                if b.active is not None and (after is None or n > after)
+                (n, b.active) for n, b in bots.items() if b.active is not None and (after is None or n > after)
             )
             return [pointer for _, pointer in live[:limit]]
 
@@ -194,14 +186,10 @@ class MemoryDeploymentStore:
         """Return bot ids that have published."""
         with self._lock:
             bots = self._tenants.get(tenant, {})
-            names = sorted(
-                n for n, b in bots.items() if b.next_seq > 1 and (after is None or n > after)
-            )
+            names = sorted(n for n, b in bots.items() if b.next_seq > 1 and (after is None or n > after))
             return names[:limit]
 
-    def audit_list(
-        self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None
-    ) -> list[AuditEvent]:
+    def audit_list(self, tenant: str, bot: str, *, limit: int = 50, after: str | None = None) -> list[AuditEvent]:
         """Return the bot's audit events newest first."""
         with self._lock:
             b = self._peek(tenant, bot)

@@ -23,9 +23,7 @@ class PluginStore(Protocol):
         """Return the installation of ``plugin_id`` in ``tenant`` with its revision, or ``None``."""
         ...
 
-    def list(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[Installation]:
+    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return up to ``limit`` installations of ``tenant`` ordered by plugin id, ids ``> after``."""
         ...
 
@@ -53,9 +51,7 @@ class PluginStore(Protocol):
         """
         ...
 
-    def delete(
-        self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
-    ) -> None:
+    def delete(self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()) -> None:
         """Delete the installation if its revision is ``expect_revision``, and store ``audit``.
 
         Raise ``Conflict`` if the revision differs or the plugin is not installed.

@@ -47,9 +47,7 @@ class KvPluginStore:
         entry = self.kv.get(self._table(tenant), f"plugin/{plugin_id}")
         return Installation.from_record(entry.value, entry.version) if entry else None
 
-    def list(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[Installation]:
+    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
         entries = self.kv.scan(
             self._table(tenant),
@@ -81,9 +79,7 @@ class KvPluginStore:
         try:
             return self.layout.commit(self._table(tenant), ops, [change])
         except ConflictError as exc:
-            raise Conflict(
-                f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version
-            ) from None
+            raise Conflict(f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version) from None
 
     def save(
         self,
@@ -104,9 +100,7 @@ class KvPluginStore:
         assert entry is not None  # a Put returns the written entry
         return installation.evolve(revision=entry.version)
 
-    def delete(
-        self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
-    ) -> None:
+    def delete(self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()) -> None:
         """Delete the record if its revision matches, storing ``audit`` in the same batch."""
         ops: builtins.list[Op] = [
             Delete(f"plugin/{plugin_id}", expect=expect_revision),
@@ -124,9 +118,7 @@ class KvPluginStore:
     ) -> builtins.list[AuditEvent]:
         """Return audit events newest first."""
         prefix = "audit/" if plugin_id is None else f"plugin-audit/{plugin_id}/"
-        entries = self.kv.scan(
-            self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit
-        )
+        entries = self.kv.scan(self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit)
         return [AuditEvent.from_record(e.value) for e in entries]
 
     def drop_tenant(self, tenant: str) -> None:

@@ -35,9 +35,7 @@ class MemoryPluginStore:
             found = self._tenant(tenant).plugins.get(plugin_id)
         return Installation.from_record(found[0], found[1]) if found else None
 
-    def list(
-        self, tenant: str, *, limit: int = 50, after: str | None = None
-    ) -> builtins.list[Installation]:
+    def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
         with self._lock:
             plugins = self._tenant(tenant).plugins
@@ -83,9 +81,7 @@ class MemoryPluginStore:
             self._append_audit(t, audit)
         return installation.evolve(revision=revision)
 
-    def delete(
-        self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()
-    ) -> None:
+    def delete(self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()) -> None:
         """Delete the record if its revision matches; append ``audit``."""
         with self._lock:
             t = self._tenant(tenant)

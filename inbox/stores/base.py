@@ -118,8 +118,16 @@ class InboxStore(Protocol):
         ...
 
     def conversation_page(
-        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
+        self,
+        tenant: str,
+        *,
+        view: str = "all",
+        agent: str | None = None,
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         """Return up to ``limit`` conversations, newest ``last_activity_ms`` first, and the cursor.
 
@@ -183,9 +191,7 @@ class InboxStore(Protocol):
         """Store a new note; raise ``Conflict`` if its id exists, ``NotFound`` if its conversation does not."""
         ...
 
-    def note_page(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
-    ) -> list[Note]:
+    def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
         """Return up to ``limit`` notes of a conversation in id order, ids after ``after``."""
         ...
 

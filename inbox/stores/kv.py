@@ -169,7 +169,14 @@ def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 
 
 INDEXED = (
-    "id", "assignee", "status", "channel", "channel_name", "last_activity_ms", "inbound_count", "snoozed_until_ms",
+    "id",
+    "assignee",
+    "status",
+    "channel",
+    "channel_name",
+    "last_activity_ms",
+    "inbound_count",
+    "snoozed_until_ms",
 )
 """The conversation fields its indexes read (``_indexed`` gives the indexes only these)."""
 
@@ -211,17 +218,21 @@ CONVERSATION = RecordType(
         ValueIndex("conv_list", keys=_list_keys, payload=_position),
         ValueIndex("conv_channel", keys=_channel_keys, payload=_position),
         ValueIndex(
-            "conv_snoozed", ("snoozed_until_ms",),
+            "conv_snoozed",
+            ("snoozed_until_ms",),
             where=lambda r: r.get("status") == "pending" and r.get("snoozed_until_ms") is not None,
         ),
         CountIndex(
             "conv_count",
             keys=lambda r: [
-                ("*", r.get("status")), ("a", r.get("assignee"), r.get("status")), ("c", r.get("channel")),
+                ("*", r.get("status")),
+                ("a", r.get("assignee"), r.get("status")),
+                ("c", r.get("channel")),
             ],
         ),
         CountIndex(
-            "conv_inbound", keys=lambda r: [("*",), ("a", r.get("assignee"))],
+            "conv_inbound",
+            keys=lambda r: [("*",), ("a", r.get("assignee"))],
             amount=lambda r: int(r.get("inbound_count") or 0),
         ),
     ),
@@ -233,8 +244,10 @@ MARKER = RecordType(
     "r/",
     (
         CountIndex(
-            "marker_seen", keys=lambda r: [("*", r.get("agent")), ("a", r.get("agent"), r.get("assignee"))],
-            where=_counted_marker, amount=lambda r: int(r["seen_inbound"]),
+            "marker_seen",
+            keys=lambda r: [("*", r.get("agent")), ("a", r.get("agent"), r.get("assignee"))],
+            where=_counted_marker,
+            amount=lambda r: int(r["seen_inbound"]),
         ),
         ValueIndex("marker_legacy", (), where=_legacy_marker),
     ),
@@ -316,8 +329,16 @@ class KvInboxStore:
         return sorted(str(decode(group)[0]) for group, n in counts.items() if n > 0)
 
     def conversation_page(
-        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
+        self,
+        tenant: str,
+        *,
+        view: str = "all",
+        agent: str | None = None,
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         table = self._table(tenant)
@@ -341,15 +362,11 @@ class KvInboxStore:
                 table, index, values, after=prefix + position if position else None, limit=limit + 1
             )
             # Every prefix orders its entries by the same suffix: (-activity, record key).
-            merged += [(e.key[len(prefix):], e) for e in page]
+            merged += [(e.key[len(prefix) :], e) for e in page]
         merged.sort(key=lambda item: item[0])
         more = len(merged) > limit
         entries = [e for _, e in merged[:limit]]
-        items = [
-            Conversation.from_json(e.value, e.version)
-            for e in self.layout.fetch(table, entries)
-            if e is not None
-        ]
+        items = [Conversation.from_json(e.value, e.version) for e in self.layout.fetch(table, entries) if e is not None]
         if not more or not entries:
             return items, None
         last = entries[-1].value
@@ -426,9 +443,7 @@ class KvInboxStore:
             return _indexed_of(previous)  # all the indexes read of the stored value (see _indexed)
         old = self.kv.get(table, key)
         if old is None or old.version != conversation.revision:
-            raise Conflict(
-                "conversation changed concurrently", current_version=None if old is None else old.version
-            )
+            raise Conflict("conversation changed concurrently", current_version=None if old is None else old.version)
         value: Mapping[str, Any] = old.value
         return value
 
@@ -486,9 +501,7 @@ class KvInboxStore:
         new_conversation = None
         if conversation is not None and conversation_key is not None:
             new_conversation = replace(conversation, revision=versions[conversation_key])
-        messages = tuple(
-            replace(m, revision=versions[f"m/{m.conversation_id}/{m.sort_key}"]) for m in change.messages
-        )
+        messages = tuple(replace(m, revision=versions[f"m/{m.conversation_id}/{m.sort_key}"]) for m in change.messages)
         return Change(new_conversation, messages, change.removed, change.aliases)
 
     def _marker_changes(
@@ -583,9 +596,7 @@ class KvInboxStore:
         self._guarded(self._table(tenant), note.conversation_id, [Put(key, note.to_json(), ABSENT)])
         return note
 
-    def note_page(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
-    ) -> list[Note]:
+    def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
         _check_limit(limit)
         prefix = f"n/{conversation_id}/"
         entries = self.kv.scan(
@@ -604,8 +615,7 @@ class KvInboxStore:
             return []
         entries = self.kv.get_many(self._table(tenant), [f"r/{cid}/{agent}" for cid in conversation_ids])
         return [
-            None if e is None or e.value.get("erased") else ReadMarker.from_json(e.value, e.version)
-            for e in entries
+            None if e is None or e.value.get("erased") else ReadMarker.from_json(e.value, e.version) for e in entries
         ]
 
     def _seen_at(self, table: str, conversation: Conversation, current: Mapping[str, Any] | None, key: str) -> int:
@@ -627,7 +637,7 @@ class KvInboxStore:
         later = 0
         while True:
             page = self.kv.scan(table, prefix=prefix, after=before_after, limit=MESSAGE_BATCH)
-            within = [e for e in page if e.key[len(prefix):] <= key]
+            within = [e for e in page if e.key[len(prefix) :] <= key]
             seen += sum(1 for e in within if e.value.get("direction") == "in")
             if len(within) < len(page) or len(page) < MESSAGE_BATCH:
                 return seen

@@ -75,16 +75,29 @@ class MemoryInboxStore:
             return legacy
 
     def conversation_page(
-        self, tenant: str, *, view: str = "all", agent: str | None = None, status: str | None = None,
-        channel: str | None = None, after: str | None = None, limit: int = 50, channel_name: str | None = None,
+        self,
+        tenant: str,
+        *,
+        view: str = "all",
+        agent: str | None = None,
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        channel_name: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         with self._lock:
             t = self._tenants[tenant]
             ordered = sorted(
-                (c for c in t.conversations.values()
-                 if _in_view(c, view, agent) and status in (None, c.status) and channel in (None, c.channel)
-                 and channel_name in (None, c.channel_name)),
+                (
+                    c
+                    for c in t.conversations.values()
+                    if _in_view(c, view, agent)
+                    and status in (None, c.status)
+                    and channel in (None, c.channel)
+                    and channel_name in (None, c.channel_name)
+                ),
                 key=_order,
             )
             if after is not None:
@@ -130,7 +143,8 @@ class MemoryInboxStore:
         _check_limit(limit)
         with self._lock:
             due = [
-                c for c in self._tenants[tenant].conversations.values()
+                c
+                for c in self._tenants[tenant].conversations.values()
                 if c.status == "pending" and c.snoozed_until_ms is not None and c.snoozed_until_ms <= now_ms
             ]
         return sorted(due, key=lambda c: (c.snoozed_until_ms or 0, chat_hash(c.chat_key)))[:limit]
@@ -231,9 +245,7 @@ class MemoryInboxStore:
             t.notes[note.conversation_id][note.id] = note
             return note
 
-    def note_page(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
-    ) -> list[Note]:
+    def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
         _check_limit(limit)
         with self._lock:
             notes = self._tenants[tenant].notes.get(conversation_id, {})
@@ -310,7 +322,9 @@ class MemoryInboxStore:
         with self._lock:
             current = self._settings.get(tenant)
             if (current.revision if current else 0) != settings.revision:
-                raise Conflict("inbox settings changed concurrently", current_version=current.revision if current else 0)
+                raise Conflict(
+                    "inbox settings changed concurrently", current_version=current.revision if current else 0
+                )
             stored = replace(settings, revision=settings.revision + 1)
             self._settings[tenant] = stored
             return stored

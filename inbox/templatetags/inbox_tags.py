@@ -11,7 +11,10 @@ register = template.Library()
 
 TICKS = {"sent": "✓", "delivered": "✓✓", "read": "✓✓", "failed": "!"}
 REPLY_LABELS = {
-    "queued": "queued", "sending": "sending…", "accepted": "sent", "failed": "not delivered",
+    "queued": "queued",
+    "sending": "sending…",
+    "accepted": "sent",
+    "failed": "not delivered",
     "not_confirmed": "not confirmed",
 }
 

@@ -184,8 +184,13 @@ def dump() -> None:
         records += plain(page)
         after = page[-1].id
     doc = {
-        "django": {"tenants": rows(Tenant), "memberships": rows(Membership), "tokens": rows(ApiToken),
-                   "users": rows(get_user_model()), "channels": rows(ChannelConfig)},  # fmt: skip
+        "django": {
+            "tenants": rows(Tenant),
+            "memberships": rows(Membership),
+            "tokens": rows(ApiToken),
+            "users": rows(get_user_model()),
+            "channels": rows(ChannelConfig),
+        },  # fmt: skip
         "kv": tables,
         "journal": records,
         "fencing_counter": journal.fencing_counter(),

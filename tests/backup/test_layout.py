@@ -63,8 +63,11 @@ def test_the_postgresql_password_never_reaches_a_command_line() -> None:
 
 
 def test_restore_refuses_a_different_layout_naming_the_variable() -> None:
-    backup = {"database": {"format": "sqlite", "file": "database.sqlite3"},
-              "kv": {"format": "sqlite", "file": "kv.sqlite3"}, "journal": {"format": "jsonl", "file": "j"}}  # fmt: skip
+    backup = {
+        "database": {"format": "sqlite", "file": "database.sqlite3"},
+        "kv": {"format": "sqlite", "file": "kv.sqlite3"},
+        "journal": {"format": "jsonl", "file": "j"},
+    }
     here_stores = {"database": sqlite("database", "/x/db"), "kv": _url_store("kv", "redis://r/0"),
                    "journal": _url_store("journal", PG)}  # fmt: skip
     with pytest.raises(BackupError, match=r"keeps the kv as an SQLite file, this installation as a logical "

@@ -122,7 +122,9 @@ def test_file_backends_round_trip(tmp_path: Path) -> None:
 
     def files(name: str) -> Installation:
         d = tmp_path / name
-        return Installation(d, {"BOTMESH_KV_URL": f"file://{d}/kv.json", "BOTMESH_JOURNAL_URL": f"file://{d}/journal.json"})
+        return Installation(
+            d, {"BOTMESH_KV_URL": f"file://{d}/kv.json", "BOTMESH_JOURNAL_URL": f"file://{d}/journal.json"}
+        )
 
     source, target = files("source"), files("target")
     src, dst, writer = run_round_trip(source, target, tmp_path / "backup")

@@ -75,7 +75,9 @@ def fake_backup(directory: Path, schema: dict[str, str], version: int = FORMAT_V
 
 @pytest.mark.django_db
 def test_a_backup_from_a_newer_schema_is_refused_naming_the_app_and_migration(tmp_path: Path) -> None:
-    backup = fake_backup(tmp_path / "b", {"tenancy": "0099_from_the_future", "auth": "0012_alter_user_first_name_max_length"})
+    backup = fake_backup(
+        tmp_path / "b", {"tenancy": "0099_from_the_future", "auth": "0012_alter_user_first_name_max_length"}
+    )
     with pytest.raises(CommandError) as refused:
         call_command("restore", str(backup))
     message = str(refused.value)

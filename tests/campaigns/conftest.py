@@ -62,16 +62,29 @@ def fake():
         yield server
 
 
-def make_contacts(tenant: str, n: int, *, channel: str = "whatsapp", consent: str = "granted",
-                  tags: tuple[str, ...] = ("promo",), start: int = 0) -> list:
+def make_contacts(
+    tenant: str,
+    n: int,
+    *,
+    channel: str = "whatsapp",
+    consent: str = "granted",
+    tags: tuple[str, ...] = ("promo",),
+    start: int = 0,
+) -> list:
     """Create ``n`` contacts with one identity on ``channel`` and that consent; return them."""
     from crm.services import contact_create
 
     out = []
     for i in range(start, start + n):
         address = f"+5730{i:08d}" if channel == "whatsapp" else str(700_000_000 + i)
-        out.append(contact_create(
-            tenant, identities=[{"channel": channel, "address": address}], name=f"Cliente {i}", tags=tags,
-            consent={channel: consent} if consent else None, source="test",
-        ))
+        out.append(
+            contact_create(
+                tenant,
+                identities=[{"channel": channel, "address": address}],
+                name=f"Cliente {i}",
+                tags=tags,
+                consent={channel: consent} if consent else None,
+                source="test",
+            )
+        )
     return out

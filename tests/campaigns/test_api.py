@@ -57,8 +57,14 @@ def _api(tenant: str, role: str) -> Api:
 def tenant(db, world: str, fake) -> str:
     """A tenant with a WhatsApp channel pointed at the fake provider, 6 opted-in contacts and a segment."""
     tenancy.tenant_create(world, name="Tienda", default_region="CO")
-    channels.channel_config_set(world, kind="whatsapp", name="wa-main", phone_number_id="106540352242922",
-                                access_token="EAAG-test-token", api_base_url=fake.base_url)
+    channels.channel_config_set(
+        world,
+        kind="whatsapp",
+        name="wa-main",
+        phone_number_id="106540352242922",
+        access_token="EAAG-test-token",
+        api_base_url=fake.base_url,
+    )
     make_contacts(world, 6)
     make_contacts(world, 2, consent="denied", start=20)
     return world
@@ -79,8 +85,14 @@ def _segment(tenant: str) -> str:
 
 
 def _create(admin: Api, segment_id: str, **kw) -> dict:
-    body = {"name": "Noviembre", "segment_id": segment_id, "channel": "whatsapp", "channel_name": "wa-main",
-            "message": {"template": "promo_nov", "language": "es", "parameters": ["{name}"]}, **kw}
+    body = {
+        "name": "Noviembre",
+        "segment_id": segment_id,
+        "channel": "whatsapp",
+        "channel_name": "wa-main",
+        "message": {"template": "promo_nov", "language": "es", "parameters": ["{name}"]},
+        **kw,
+    }
     r = admin.post("campaigns", body)
     assert r.status_code == 201, r.content
     return r.json()
@@ -108,7 +120,8 @@ def test_create_preview_start_and_read_the_outcomes(admin: Api, tenant: str, fak
 
     failed = admin.get(f"campaigns/{created['id']}/deliveries", state="failed").json()
     assert [(d["recipient"], d["error_code"], d["retryable"]) for d in failed["items"]] == [
-        ("+573000000002", 131047, False)]
+        ("+573000000002", 131047, False)
+    ]
     page1 = admin.get(f"campaigns/{created['id']}/deliveries", limit=4).json()
     page2 = admin.get(f"campaigns/{created['id']}/deliveries", limit=4, after=page1["next"]).json()
     assert len(page1["items"]) == 4 and len(page2["items"]) == 2 and page2["next"] is None
@@ -133,8 +146,14 @@ def test_bad_input_is_422_naming_the_field(admin: Api, tenant: str) -> None:
         ({"channel": "telegram", "channel_name": None, "message": {"template": "x"}}, "campaign.message.template"),
     ]
     for change, field in cases:
-        body = {"name": "x", "segment_id": segment_id, "channel": "whatsapp", "channel_name": "wa-main",
-                "message": {"template": "promo_nov"}, **change}
+        body = {
+            "name": "x",
+            "segment_id": segment_id,
+            "channel": "whatsapp",
+            "channel_name": "wa-main",
+            "message": {"template": "promo_nov"},
+            **change,
+        }
         r = admin.post("campaigns", body)
         assert (r.status_code, r.json()["field"]) == (422, field), (change, r.content)
     assert admin.get("campaigns").json()["items"] == [], "nothing was written"

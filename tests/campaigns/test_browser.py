@@ -19,8 +19,14 @@ from .conftest import make_contacts
 def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screenshot_dir) -> None:
     tenant = world
     tenancy.tenant_create(tenant, name="Tienda Demo", default_region="CO")
-    channels.channel_config_set(tenant, kind="whatsapp", name="wa-main", phone_number_id="106540352242922",
-                                access_token="EAAG-test-token", api_base_url=fake.base_url)
+    channels.channel_config_set(
+        tenant,
+        kind="whatsapp",
+        name="wa-main",
+        phone_number_id="106540352242922",
+        access_token="EAAG-test-token",
+        api_base_url=fake.base_url,
+    )
     make_contacts(tenant, 12)
     make_contacts(tenant, 2, consent="denied", start=40)
     make_contacts(tenant, 1, tags=("otro",), start=50)
@@ -64,12 +70,10 @@ def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screens
         assert page.get_by_test_id("resend").count() == 1
         assert fake.count() == 12 and all(fake.count(f"+5730{i:08d}") == 1 for i in range(12))
         page.select_option("select[name=state]", "failed")
-        page.wait_for_function(
-            "document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 1")
+        page.wait_for_function("document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 1")
         assert "131047" in page.get_by_test_id("deliveries").inner_text()
         page.select_option("select[name=state]", "")
-        page.wait_for_function(
-            "document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 12")
+        page.wait_for_function("document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 12")
         page.screenshot(path=str(screenshot_dir / "campaign.png"), full_page=True)
     finally:
         celery_app.conf.task_always_eager = previous
@@ -78,7 +82,8 @@ def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screens
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_send_with_offers_only_the_chosen_kinds_channels_and_the_preview_names_who_has_no_chat_there(
-        world, page, screenshot_dir) -> None:
+    world, page, screenshot_dir
+) -> None:
     """A new user's report: after choosing Telegram, "Send with" still offered the WhatsApp numbers, and the
     preview promised 3 recipients to a bot only one of them had written to."""
     from inbox.services import message_project
@@ -87,12 +92,25 @@ def test_send_with_offers_only_the_chosen_kinds_channels_and_the_preview_names_w
     tenancy.tenant_create(tenant, name="Tienda Demo", default_region="CO")
     for name in ("main", "ventas"):
         channels.channel_config_set(tenant, kind="whatsapp", name=name, phone_number_id=f"10654035224{len(name)}")
-    channels.channel_config_set(tenant, kind="telegram", name="bot", bot_token="600000000:AAF-fixture-bot-token-shop-xyz")
+    channels.channel_config_set(
+        tenant, kind="telegram", name="bot", bot_token="600000000:AAF-fixture-bot-token-shop-xyz"
+    )
     make_contacts(tenant, 3, channel="telegram")
     crm.segment_create(tenant, name="Clientes promo", rules={"tags_all": ["promo"]})
-    message_project(tenant, {"id": "m1", "channel": "telegram", "chatId": "telegram:700000001", "senderId": "700000001",
-                             "direction": "in", "type": "text", "body": "hola", "timestamp": 1764489700000,
-                             "channelName": "bot"})  # Cliente 1 wrote to the bot; Cliente 0 and 2 did not
+    message_project(
+        tenant,
+        {
+            "id": "m1",
+            "channel": "telegram",
+            "chatId": "telegram:700000001",
+            "senderId": "700000001",
+            "direction": "in",
+            "type": "text",
+            "body": "hola",
+            "timestamp": 1764489700000,
+            "channelName": "bot",
+        },
+    )  # Cliente 1 wrote to the bot; Cliente 0 and 2 did not
     get_user_model().objects.create_user("marta", password="marta-password-1")
     tenancy.membership_set(tenant, username="marta", role="admin")
     login(page, "marta", "marta-password-1")
@@ -100,7 +118,8 @@ def test_send_with_offers_only_the_chosen_kinds_channels_and_the_preview_names_w
 
     def offered() -> list[str]:
         return page.eval_on_selector_all(
-            "select[name=channel_name] option", "os => os.filter(o => !o.hidden && !o.disabled).map(o => o.value)")
+            "select[name=channel_name] option", "os => os.filter(o => !o.hidden && !o.disabled).map(o => o.value)"
+        )
 
     assert page.input_value("select[name=channel]") == "whatsapp"
     assert offered() == ["", "main", "ventas"]

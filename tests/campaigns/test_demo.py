@@ -22,8 +22,9 @@ class Ctx:
         self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     def request(self, method, path, body=None, headers=None, tenant=None):
-        response = self.client.generic(method, path, json.dumps(body) if body is not None else "",
-                                       content_type="application/json")
+        response = self.client.generic(
+            method, path, json.dumps(body) if body is not None else "", content_type="application/json"
+        )
         return response.status_code, response.json() if response.content else None
 
 

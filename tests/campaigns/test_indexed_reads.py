@@ -89,14 +89,17 @@ def assert_indexes_agree(store: SlotStore, tenant: str, campaign_id: str = CID) 
         assert every_slot(store, tenant, campaign_id, state=state) == [d for d in slots if d.state == state]
         for reason in reasons:
             assert every_slot(store, tenant, campaign_id, state=state, reason=reason) == [
-                d for d in slots if d.state == state and d.reason == reason]
+                d for d in slots if d.state == state and d.reason == reason
+            ]
     for reason in reasons:
         assert every_slot(store, tenant, campaign_id, reason=reason) == [d for d in slots if d.reason == reason]
     for d in slots[:3]:
         assert every_slot(store, tenant, campaign_id, contact_id=d.contact_id) == [
-            s for s in slots if s.contact_id == d.contact_id]
+            s for s in slots if s.contact_id == d.contact_id
+        ]
         assert every_slot(store, tenant, campaign_id, contact_id=d.contact_id, state=d.state) == [
-            s for s in slots if s.contact_id == d.contact_id and s.state == d.state]
+            s for s in slots if s.contact_id == d.contact_id and s.state == d.state
+        ]
     if isinstance(store, KvSlotStore):
         table = store._table(tenant, campaign_id)
         for index in DELIVERY.indexes:
@@ -106,8 +109,20 @@ def assert_indexes_agree(store: SlotStore, tenant: str, campaign_id: str = CID) 
 class History:
     """Random slot histories: plans (and re-runs), sends, answers, failures, releases, cancels, resends, time."""
 
-    OPS = ("plan", "reserve", "send", "sent", "failed", "dropped", "doubt", "expired", "release", "cancel",
-           "resend", "tick")
+    OPS = (
+        "plan",
+        "reserve",
+        "send",
+        "sent",
+        "failed",
+        "dropped",
+        "doubt",
+        "expired",
+        "release",
+        "cancel",
+        "resend",
+        "tick",
+    )
     WEIGHTS = (3, 6, 4, 4, 4, 3, 2, 2, 2, 1, 2, 3)  # a cancel ends most of a history: now and then only
 
     def __init__(self, store: SlotStore, tenant: str) -> None:
@@ -121,23 +136,27 @@ class History:
             claims = [(key_of(r), slot(r, other=rng.random() < 0.25)) for r in picks]
             store.slots_claim(tenant, CID, claims)
         elif op == "reserve":
-            store.slots_reserve(tenant, CID, [d.recipient for d in some], token=new_token(), ttl_ms=TTL,
-                                now_ms=now, sending=rng.random() < 0.5)
+            store.slots_reserve(
+                tenant,
+                CID,
+                [d.recipient for d in some],
+                token=new_token(),
+                ttl_ms=TTL,
+                now_ms=now,
+                sending=rng.random() < 0.5,
+            )
         elif op == "send":
             store.slots_mark_sending(tenant, CID, some, ttl_ms=TTL, now_ms=now)
         elif op == "sent":
-            store.slots_mark_sent(tenant, CID, [(d, f"wamid.{rng.randrange(10**6)}", None) for d in some],
-                                  now_ms=now)
+            store.slots_mark_sent(tenant, CID, [(d, f"wamid.{rng.randrange(10**6)}", None) for d in some], now_ms=now)
         elif op == "failed":
-            store.slots_mark_failed(tenant, CID, [(d, rng.choice(FAILURES)) for d in some], max_attempts=3,
-                                    now_ms=now)
+            store.slots_mark_failed(tenant, CID, [(d, rng.choice(FAILURES)) for d in some], max_attempts=3, now_ms=now)
         elif op == "dropped":
             store.slots_mark_dropped(tenant, CID, [(d, rng.choice(REASONS)) for d in some], now_ms=now)
         elif op == "doubt":
             store.slots_mark_in_doubt(tenant, CID, [(d, "no_answer") for d in some], now_ms=now)
         elif op == "expired":
-            store.slots_mark_in_doubt(tenant, CID, [(d, "sender_lost") for d in some], now_ms=now,
-                                      expired_only=True)
+            store.slots_mark_in_doubt(tenant, CID, [(d, "sender_lost") for d in some], now_ms=now, expired_only=True)
         elif op == "release":
             store.slots_release(tenant, CID, some, now_ms=now)
         elif op == "cancel":
@@ -150,9 +169,17 @@ class History:
             self.now += rng.choice((1, 2000, TTL))
 
     # The states an op acts on (it is given other slots now and then too: the rules must leave those alone).
-    TARGETS = {"reserve": ("pending", "reserved"), "send": ("reserved",), "sent": ("sending", "in_doubt"),
-               "failed": ("sending", "in_doubt"), "dropped": ("reserved",), "doubt": ("sending",),
-               "expired": ("sending",), "release": ("reserved", "sending"), "resend": ("in_doubt",)}
+    TARGETS = {
+        "reserve": ("pending", "reserved"),
+        "send": ("reserved",),
+        "sent": ("sending", "in_doubt"),
+        "failed": ("sending", "in_doubt"),
+        "dropped": ("reserved",),
+        "doubt": ("sending",),
+        "expired": ("sending",),
+        "release": ("reserved", "sending"),
+        "resend": ("in_doubt",),
+    }
 
     def _some(self, op: str, rng: random.Random) -> list[Delivery]:
         slots = every_slot(self.store, self.tenant)
@@ -161,8 +188,10 @@ class History:
         return rng.sample(slots, min(len(slots), rng.randint(1, 6)))
 
 
-def test_random_histories_keep_counters_and_filters_equal_to_the_records(slot_store: SlotStore, tenant_id: str,
-                                                                        ) -> None:
+def test_random_histories_keep_counters_and_filters_equal_to_the_records(
+    slot_store: SlotStore,
+    tenant_id: str,
+) -> None:
     """Over every store and backend: after random sends, failures, releases and re-runs, nothing drifts."""
     history = History(slot_store, tenant_id)
     rng = random.Random(16)
@@ -196,23 +225,28 @@ TestSlotIndexMachine = SlotIndexMachine.TestCase
 TestSlotIndexMachine.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
 
 
-def test_a_claimed_key_belongs_to_its_first_contact_and_a_rerun_finds_its_own(slot_store: SlotStore,
-                                                                             tenant_id: str) -> None:
+def test_a_claimed_key_belongs_to_its_first_contact_and_a_rerun_finds_its_own(
+    slot_store: SlotStore, tenant_id: str
+) -> None:
     """The plan's dedupe lives in the store: a second contact is a duplicate, the same contact again is not."""
     a, b = RECIPIENTS[:2]
-    assert slot_store.slots_claim(tenant_id, CID, [(key_of(a), slot(a)), (key_of(a), slot(a, other=True)),
-                                                  (key_of(b), slot(b))]) == [True, False, True]
+    assert slot_store.slots_claim(
+        tenant_id, CID, [(key_of(a), slot(a)), (key_of(a), slot(a, other=True)), (key_of(b), slot(b))]
+    ) == [True, False, True]
     (held,) = slot_store.slots_reserve(tenant_id, CID, [a], token=new_token(), ttl_ms=TTL, now_ms=T0)
     # The plan runs again (a crash before the plan was recorded): same answers, and the slot is left as it is.
-    assert slot_store.slots_claim(tenant_id, CID, [(key_of(a), slot(a)), (key_of(a), slot(a, other=True)),
-                                                  (key_of(b), slot(b))]) == [True, False, True]
+    assert slot_store.slots_claim(
+        tenant_id, CID, [(key_of(a), slot(a)), (key_of(a), slot(a, other=True)), (key_of(b), slot(b))]
+    ) == [True, False, True]
     assert slot_store.slot_get(tenant_id, CID, a).token == held.token
     assert [d.recipient for d in every_slot(slot_store, tenant_id)] == [a, b]
     # A slot added without a claim (an older plan) gives the key to its contact.
     c = RECIPIENTS[2]
     assert slot_store.slots_add(tenant_id, CID, [slot(c)]) == 1
     assert slot_store.slots_claim(tenant_id, CID, [(key_of(c), slot(c, other=True)), (key_of(c), slot(c))]) == [
-        False, True]
+        False,
+        True,
+    ]
     assert_indexes_agree(slot_store, tenant_id)
 
 
@@ -243,9 +277,16 @@ class CountingKv:
 
 
 def _campaign(store: KvCampaignStore, tenant: str) -> str:
-    c = Campaign(id=f"cmp_{random.getrandbits(88):022x}", name="Big", segment_id="s_" + "1" * 22,
-                 channel="whatsapp", message=Message(template="promo"), state="running", created_at=T0,
-                 updated_at=T0)
+    c = Campaign(
+        id=f"cmp_{random.getrandbits(88):022x}",
+        name="Big",
+        segment_id="s_" + "1" * 22,
+        channel="whatsapp",
+        message=Message(template="promo"),
+        state="running",
+        created_at=T0,
+        updated_at=T0,
+    )
     return store.campaign_insert(tenant, c).id
 
 
@@ -258,8 +299,9 @@ def _fill(slots: KvSlotStore, tenant: str, campaign_id: str, n: int) -> None:
     slots.slots_mark_failed(tenant, campaign_id, [(d, FAILURES[0]) for d in held[:5]], max_attempts=3, now_ms=T0)
     slots.slots_mark_in_doubt(tenant, campaign_id, [(d, "no_answer") for d in held[8:]], now_ms=T0)
     slots.slots_release(tenant, campaign_id, held[5:8], now_ms=T0)
-    again = slots.slots_reserve(tenant, campaign_id, [d.recipient for d in held[5:8]], token=new_token(),
-                                ttl_ms=TTL, now_ms=T0)
+    again = slots.slots_reserve(
+        tenant, campaign_id, [d.recipient for d in held[5:8]], token=new_token(), ttl_ms=TTL, now_ms=T0
+    )
     slots.slots_mark_dropped(tenant, campaign_id, [(d, "opted_out") for d in again], now_ms=T0)
 
 
@@ -277,8 +319,12 @@ def test_progress_and_filtered_pages_cost_the_same_at_300_and_3000_deliveries(te
                 ("progress", lambda cid=campaign_id: selectors.campaign_progress(tenant_id, cid)),
                 ("failed", lambda cid=campaign_id: selectors.delivery_list(tenant_id, cid, state="failed", limit=2)),
                 ("reason", lambda cid=campaign_id: selectors.delivery_list(tenant_id, cid, reason="opted_out")),
-                ("both", lambda cid=campaign_id: selectors.delivery_list(tenant_id, cid, state="in_doubt",
-                                                                         reason="no_answer")),
+                (
+                    "both",
+                    lambda cid=campaign_id: selectors.delivery_list(
+                        tenant_id, cid, state="in_doubt", reason="no_answer"
+                    ),
+                ),
             ]:
                 read()  # index states are cached after the first read
                 kv.entries = 0
@@ -299,8 +345,12 @@ def test_progress_and_filtered_pages_cost_the_same_at_300_and_3000_deliveries(te
 def test_a_filter_longer_than_any_reason_finds_nothing(world: str) -> None:
     campaigns = MemoryCampaignStore()
     with use_stores(campaigns, MemorySlotStore()):
-        c = campaigns.campaign_insert(world, Campaign(id=CID, name="x", segment_id="s_" + "1" * 22,
-                                                      channel="whatsapp", message=Message(template="promo")))
+        c = campaigns.campaign_insert(
+            world,
+            Campaign(
+                id=CID, name="x", segment_id="s_" + "1" * 22, channel="whatsapp", message=Message(template="promo")
+            ),
+        )
         assert selectors.delivery_list(world, c.id, reason="x" * 5000) == selectors.DeliveryPage([], None)
 
 
@@ -327,8 +377,9 @@ class Synthetic:
         for i in range(self.n):
             number = i - 1 if i % 10 == 9 else i
             address = f"+5730{number:08d}" if i % 10 != 9 else f"5730{number:08d}"  # written another way
-            yield Contact(id=f"c_{i:022x}", identities=(Identity("whatsapp", address),), consent=self.granted,
-                          name=f"Cliente {i}")
+            yield Contact(
+                id=f"c_{i:022x}", identities=(Identity("whatsapp", address),), consent=self.granted, name=f"Cliente {i}"
+            )
 
     def get(self, contact_id: str) -> Contact | None:
         return None
@@ -338,8 +389,7 @@ def _peak_planning(n: int) -> tuple[int, Any]:
     tracemalloc.start()
     try:
         with SeenKeys(spill=2000) as seen:
-            plan = Planner("t-memory", Synthetic(n)).plan(rules=SegmentRules(), channel="whatsapp", claims=seen,
-                                                          keep=0)
+            plan = Planner("t-memory", Synthetic(n)).plan(rules=SegmentRules(), channel="whatsapp", claims=seen, keep=0)
         return tracemalloc.get_traced_memory()[1], plan
     finally:
         tracemalloc.stop()
@@ -381,11 +431,16 @@ def test_a_plan_interrupted_midway_and_run_again_gives_each_recipient_one_slot(k
 
     make_contacts(tenant, 9)
 
-    crm.contact_create(tenant, identities=[{"channel": "whatsapp", "address": "+573100000000"}], tags=["promo"],
-                       consent={"whatsapp": "denied"})
+    crm.contact_create(
+        tenant,
+        identities=[{"channel": "whatsapp", "address": "+573100000000"}],
+        tags=["promo"],
+        consent={"whatsapp": "denied"},
+    )
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
-    campaign = services.campaign_create(tenant, name="Crash", segment_id=segment.id, channel="whatsapp",
-                                        message={"template": "promo"})
+    campaign = services.campaign_create(
+        tenant, name="Crash", segment_id=segment.id, channel="whatsapp", message={"template": "promo"}
+    )
     monkeypatch.setattr(planner_module, "BATCH", 4)
 
     class Crashing(services.SlotClaims):
@@ -406,8 +461,7 @@ def test_a_plan_interrupted_midway_and_run_again_gives_each_recipient_one_slot(k
     clean = Planner(tenant).plan(rules=rules, channel="whatsapp")
     assert rerun.counts == clean.counts
     assert (clean.counts.recipients, clean.counts.dropped) == (9, {"opted_out": 1})
-    assert sorted(d.recipient for d in every_slot(slots, tenant, campaign.id)) == [
-        f"+5730{i:08d}" for i in range(9)]
+    assert sorted(d.recipient for d in every_slot(slots, tenant, campaign.id)) == [f"+5730{i:08d}" for i in range(9)]
     assert_indexes_agree(slots, tenant, campaign.id)
 
 
@@ -452,16 +506,22 @@ def test_a_run_on_the_kv_stores_shows_exact_progress_and_filters(kv_world, fake)
     fake.script("+573000000002", "rate_limited", times=1)
     fake.script("+573000000003", "drop")
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
-    campaign = services.campaign_create(tenant, name="Kv", segment_id=segment.id, channel="whatsapp",
-                                        message={"template": "promo_nov", "language": "es"})
+    campaign = services.campaign_create(
+        tenant,
+        name="Kv",
+        segment_id=segment.id,
+        channel="whatsapp",
+        message={"template": "promo_nov", "language": "es"},
+    )
     services.campaign_start(tenant, campaign.id)
 
     def handoff(recipient, message):
         return "handoff" if recipient.address.endswith("11") else None
 
     clock = Clock()
-    done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake), (handoff,)), options=FAST,
-                                 clock=clock, sleep=clock.sleep)
+    done = services.campaign_run(
+        tenant, campaign.id, bot=CampaignBot(whatsapp(fake), (handoff,)), options=FAST, clock=clock, sleep=clock.sleep
+    )
     assert done.state == "completed" and done.plan.recipients == 12
     counts = selectors.campaign_progress(tenant, campaign.id).counts
     assert counts.states == {"accepted": 9, "dropped": 1, "failed": 1, "in_doubt": 1}
@@ -471,7 +531,8 @@ def test_a_run_on_the_kv_stores_shows_exact_progress_and_filters(kv_world, fake)
     rest = selectors.delivery_list(tenant, campaign.id, state="accepted", limit=5, after=page.next)
     assert len(rest.items) == 4 and rest.next is None
     assert [d.recipient for d in selectors.delivery_list(tenant, campaign.id, reason="handoff").items] == [
-        "+573000000011"]
+        "+573000000011"
+    ]
     assert_indexes_agree(slots, tenant, campaign.id)
     assert set(DELIVERY_STATES) >= set(counts.states)
 
@@ -499,15 +560,31 @@ def test_a_campaign_planned_before_the_indexes_is_built_by_botmesh_reindex(tenan
     table = slots._table(tenant_id, campaign_id)
     for n, r in enumerate(RECIPIENTS[:12]):  # as the store wrote them before this change
         state = {0: "accepted", 1: "failed"}.get(n % 4, "pending")
-        kv.commit(table, [Put(f"d/{r}", delivery_to_json(Delivery(
-            r, contact_of(r), f"whatsapp:{key_of(r)}", state=state, reason="code:131047" if state == "failed" else None,
-        )))])
+        kv.commit(
+            table,
+            [
+                Put(
+                    f"d/{r}",
+                    delivery_to_json(
+                        Delivery(
+                            r,
+                            contact_of(r),
+                            f"whatsapp:{key_of(r)}",
+                            state=state,
+                            reason="code:131047" if state == "failed" else None,
+                        )
+                    ),
+                )
+            ],
+        )
     with use_stores(campaigns, slots):
         with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
             selectors.campaign_progress(tenant_id, campaign_id)
         out = io.StringIO()
         call_command("botmesh_reindex", "--tenant", tenant_id, stdout=out)
-        assert f"{tenant_id} campaigns/d-{campaign_id} delivery_count_state: 12 records indexed, built" in out.getvalue()
+        assert (
+            f"{tenant_id} campaigns/d-{campaign_id} delivery_count_state: 12 records indexed, built" in out.getvalue()
+        )
         counts = selectors.campaign_progress(tenant_id, campaign_id).counts
         assert counts.states == {"accepted": 3, "failed": 3, "pending": 6}
         assert counts.reasons == {"failed:code:131047": 3}
@@ -526,9 +603,18 @@ def test_campaigns_listed_by_state_page_through_the_index(campaign_store, tenant
 
     made = []
     for n in range(9):
-        c = campaign_store.campaign_insert(tenant_id, Campaign(
-            id=f"cmp_{n:022x}", name=f"c{n}", segment_id="s_" + "1" * 22, channel="whatsapp",
-            message=Message(template="promo"), created_at=T0, updated_at=T0))
+        c = campaign_store.campaign_insert(
+            tenant_id,
+            Campaign(
+                id=f"cmp_{n:022x}",
+                name=f"c{n}",
+                segment_id="s_" + "1" * 22,
+                channel="whatsapp",
+                message=Message(template="promo"),
+                created_at=T0,
+                updated_at=T0,
+            ),
+        )
         made.append(c)
     for c in made[::2]:
         campaign_store.campaign_replace(tenant_id, replace(c, state="running"), expected_version=c.version)
@@ -551,4 +637,5 @@ def test_campaigns_listed_by_state_page_through_the_index(campaign_store, tenant
         page = selectors.campaign_list(tenant_id, state="running", limit=3)
         assert [c.id for c in page.items] == [made[n].id for n in (0, 2, 6)] and page.next == made[6].id
         assert [c.id for c in selectors.campaign_list(tenant_id, state="running", after=page.next).items] == [
-            made[8].id]
+            made[8].id
+        ]

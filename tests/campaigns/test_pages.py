@@ -27,8 +27,14 @@ def _member(tenant: str, username: str, role: str) -> Client:
 @pytest.fixture
 def tenant(db, world: str, fake) -> str:
     tenancy.tenant_create(world, name="Tienda", default_region="CO")
-    channels.channel_config_set(world, kind="whatsapp", name="wa-main", phone_number_id="106540352242922",
-                                access_token="EAAG-test-token", api_base_url=fake.base_url)
+    channels.channel_config_set(
+        world,
+        kind="whatsapp",
+        name="wa-main",
+        phone_number_id="106540352242922",
+        access_token="EAAG-test-token",
+        api_base_url=fake.base_url,
+    )
     make_contacts(world, 4)
     make_contacts(world, 1, consent="denied", start=9)
     crm.segment_create(world, name="Promo", rules={"tags_all": ["promo"]})
@@ -45,9 +51,19 @@ def admin(tenant: str) -> Client:
 
 def _form(tenant: str, **kw) -> dict:
     segment = crm_selectors.segment_list(tenant)[0]
-    return {"name": "Noviembre", "segment_id": segment.id, "channel": "whatsapp", "channel_name": "wa-main",
-            "template": "promo_nov", "language": "es", "parameters": "{name}\n20%", "text": "", "rate_per_s": "",
-            "action": "save", **kw}
+    return {
+        "name": "Noviembre",
+        "segment_id": segment.id,
+        "channel": "whatsapp",
+        "channel_name": "wa-main",
+        "template": "promo_nov",
+        "language": "es",
+        "parameters": "{name}\n20%",
+        "text": "",
+        "rate_per_s": "",
+        "action": "save",
+        **kw,
+    }
 
 
 def test_the_editor_previews_drop_counts_then_saves_a_draft(admin: Client, tenant: str) -> None:
@@ -84,8 +100,9 @@ def test_start_shows_progress_counts_and_the_deliveries_table(admin: Client, ten
     assert text.count('data-testid="resend"') == 1
     progress = admin.get(f"/t/{tenant}/campaigns/{campaign.id}/?part=progress", HTTP_HX_REQUEST="true").content
     assert b'data-testid="count-accepted"' in progress and b"hx-trigger" not in progress, "no polling once done"
-    failed = admin.get(f"/t/{tenant}/campaigns/{campaign.id}/deliveries", {"state": "failed"},
-                       HTTP_HX_REQUEST="true").content.decode()
+    failed = admin.get(
+        f"/t/{tenant}/campaigns/{campaign.id}/deliveries", {"state": "failed"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
     assert "+573000000001" in failed and "131047" in failed and "+573000000000" not in failed
 
     resent = admin.post(f"/t/{tenant}/campaigns/{campaign.id}/resend", {"recipient": "+573000000002"})

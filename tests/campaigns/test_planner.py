@@ -16,8 +16,12 @@ def test_plan_counts_every_reason_before_anything_is_sent(world: str) -> None:
     denied = make_contacts(tenant, 1, consent="denied", start=10)
     unknown = make_contacts(tenant, 1, consent="", start=11)
     other_segment = make_contacts(tenant, 2, tags=("vip",), start=20)
-    email_only = crm.contact_create(tenant, identities=[{"channel": "email", "address": "ana@example.com"}],
-                                    tags=["promo"], consent={"whatsapp": "granted"})
+    email_only = crm.contact_create(
+        tenant,
+        identities=[{"channel": "email", "address": "ana@example.com"}],
+        tags=["promo"],
+        consent={"whatsapp": "granted"},
+    )
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
 
     plan = selectors.campaign_plan(tenant, segment_id=segment.id, channel="whatsapp")
@@ -37,8 +41,9 @@ def test_a_contact_listed_twice_and_two_contacts_sharing_an_identity_are_one_rec
     ana, luis = make_contacts(tenant, 2)
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
 
-    plan = selectors.campaign_plan(tenant, segment_id=segment.id, channel="whatsapp",
-                                   contact_ids=[ana.id, luis.id, ana.id, "c_" + "0" * 22])
+    plan = selectors.campaign_plan(
+        tenant, segment_id=segment.id, channel="whatsapp", contact_ids=[ana.id, luis.id, ana.id, "c_" + "0" * 22]
+    )
     assert [r.contact_id for r in plan.recipients] == [ana.id, luis.id]
     assert plan.counts.dropped == {"contact_not_found": 1, "duplicate": 1}
 
@@ -79,7 +84,9 @@ def test_telegram_plans_by_user_id(world: str) -> None:
     segment = crm.segment_create(tenant, name="All", rules={})
     plan = selectors.campaign_plan(tenant, segment_id=segment.id, channel="telegram")
     assert [(r.contact_id, r.address, r.chat_key) for r in plan.recipients] == [
-        (users[0].id, "700000000", "telegram:700000000"), (users[1].id, "700000001", "telegram:700000001")]
+        (users[0].id, "700000000", "telegram:700000000"),
+        (users[1].id, "700000001", "telegram:700000001"),
+    ]
     assert plan.counts.dropped == {"no_identity": 1}
 
 

@@ -51,10 +51,18 @@ def shared(tmp_path_factory):
     ids = []
     for i, address in enumerate(ADDRESSES):
         ids.append(new_id("c"))
-        store.contact_insert(tenant, Contact(
-            id=ids[-1], identities=(Identity("whatsapp", address),), name=f"Cliente {i}", tags=("promo",),
-            consent={"whatsapp": Consent("whatsapp", "granted", 1, "test")}, created_at=1, updated_at=1,
-        ))
+        store.contact_insert(
+            tenant,
+            Contact(
+                id=ids[-1],
+                identities=(Identity("whatsapp", address),),
+                name=f"Cliente {i}",
+                tags=("promo",),
+                consent={"whatsapp": Consent("whatsapp", "granted", 1, "test")},
+                created_at=1,
+                updated_at=1,
+            ),
+        )
     with use_kv(kv):
         segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
     yield url, kv, tenant, segment.id, ids
@@ -68,20 +76,41 @@ def campaign(shared, request, db):
     url, kv, tenant, segment_id, ids = shared
     n = getattr(request, "param", None)
     with use_kv(kv):
-        c = services.campaign_create(tenant, name=unique_id("run"), segment_id=segment_id, channel="whatsapp",
-                                     message={"template": "promo_nov", "language": "es"},
-                                     contact_ids=ids[:n] if n else None)
+        c = services.campaign_create(
+            tenant,
+            name=unique_id("run"),
+            segment_id=segment_id,
+            channel="whatsapp",
+            message={"template": "promo_nov", "language": "es"},
+            contact_ids=ids[:n] if n else None,
+        )
         services.campaign_start(tenant, c.id)
         yield url, tenant, c.id
 
 
 def spawn(url: str, tenant: str, campaign_id: str, base_url: str, **kw) -> subprocess.Popen[str]:
     """Start a worker process; it loads Django and waits for ``go(proc)`` before it sends."""
-    args = {"kv_url": url, "tenant": tenant, "campaign_id": campaign_id, "base_url": base_url,
-            "ttl_ms": 1500, "lease_ms": 1500, "batch": 25, "concurrency": 8, "wait_go": True, **kw}
+    args = {
+        "kv_url": url,
+        "tenant": tenant,
+        "campaign_id": campaign_id,
+        "base_url": base_url,
+        "ttl_ms": 1500,
+        "lease_ms": 1500,
+        "batch": 25,
+        "concurrency": 8,
+        "wait_go": True,
+        **kw,
+    }
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "BOTMESH_KV_URL": url}
-    return subprocess.Popen([sys.executable, "-m", "tests.campaigns.worker", json.dumps(args)], cwd=ROOT, env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.campaigns.worker", json.dumps(args)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def go(*procs: subprocess.Popen[str]) -> None:
@@ -100,7 +129,6 @@ def finish(proc: subprocess.Popen[str], timeout_s: float = 45) -> str:
     proc.wait(timeout=timeout_s)
     assert proc.returncode == 0, out
     return out.strip().splitlines()[-1]
-
 
 
 def outcomes(tenant: str, campaign_id: str) -> dict:
@@ -162,7 +190,11 @@ def test_sigkill_mid_broadcast_then_a_new_worker_sends_nobody_twice_and_skips_no
     first = spawn(url, tenant, campaign_id, fake.base_url)
     second = spawn(url, tenant, campaign_id, fake.base_url)
     go(first)
-    wait_until(lambda: all(fake.count(ADDRESSES[i]) for i in range(200, 208)), "the hanging batch to reach the provider", interval_s=0.01)
+    wait_until(
+        lambda: all(fake.count(ADDRESSES[i]) for i in range(200, 208)),
+        "the hanging batch to reach the provider",
+        interval_s=0.01,
+    )
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     seen_before = {a for a in ADDRESSES if fake.count(a)}

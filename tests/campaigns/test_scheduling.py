@@ -16,8 +16,9 @@ from .conftest import make_contacts
 def _started(tenant: str, **kw):
     make_contacts(tenant, 2)
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
-    c = services.campaign_create(tenant, name="x", segment_id=segment.id, channel="whatsapp",
-                                 message={"template": "promo_nov"})
+    c = services.campaign_create(
+        tenant, name="x", segment_id=segment.id, channel="whatsapp", message={"template": "promo_nov"}
+    )
     return services.campaign_start(tenant, c.id, **kw)
 
 
@@ -33,8 +34,9 @@ def test_a_due_campaign_starts_once_however_often_the_tick_runs(world: str) -> N
     dispatched: list[tuple[str, str]] = []
     assert services.campaigns_tick(at_ms=at - 1, dispatch=lambda t, c: dispatched.append((t, c)))["started"] == 0
     # Two beats and a redelivered occurrence at the same moment: the campaign starts once.
-    started = [services.campaigns_tick(at_ms=at, dispatch=lambda t, c: dispatched.append((t, c)))["started"]
-               for _ in range(3)]
+    started = [
+        services.campaigns_tick(at_ms=at, dispatch=lambda t, c: dispatched.append((t, c)))["started"] for _ in range(3)
+    ]
     assert started == [1, 0, 0]
     assert dispatched[0] == (world, campaign.id)
     assert selectors.campaign_get(world, campaign.id).state == "running"

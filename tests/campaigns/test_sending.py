@@ -43,10 +43,14 @@ def telegram(fake) -> TelegramProvider:
 
 def start(tenant: str, channel: str = "whatsapp", **kw):
     segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
-    message = {"template": "promo_nov", "language": "es", "parameters": ["{name}"]} if channel == "whatsapp" \
+    message = (
+        {"template": "promo_nov", "language": "es", "parameters": ["{name}"]}
+        if channel == "whatsapp"
         else {"text": "Hola {name}, 20% hoy"}
-    campaign = services.campaign_create(tenant, name="Noviembre", segment_id=segment.id, channel=channel,
-                                        message=message, **kw)
+    )
+    campaign = services.campaign_create(
+        tenant, name="Noviembre", segment_id=segment.id, channel=channel, message=message, **kw
+    )
     return services.campaign_start(tenant, campaign.id)
 
 
@@ -80,8 +84,15 @@ def test_each_delivery_is_recorded_with_its_real_outcome(world: str, fake) -> No
         return "handoff" if recipient.address == addr[7] else None
 
     clock = Clock()
-    done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake), (handoff_hook,)),
-                                 planner=planner, options=FAST, clock=clock, sleep=clock.sleep)
+    done = services.campaign_run(
+        tenant,
+        campaign.id,
+        bot=CampaignBot(whatsapp(fake), (handoff_hook,)),
+        planner=planner,
+        options=FAST,
+        clock=clock,
+        sleep=clock.sleep,
+    )
 
     assert done.state == "completed"
     assert done.plan.recipients == 7 and done.plan.dropped == {"opted_out": 1}
@@ -93,7 +104,11 @@ def test_each_delivery_is_recorded_with_its_real_outcome(world: str, fake) -> No
     # Sent to "+573000000000"; the provider answers with its canonical wa_id, still matched by destination chat.
     assert accepted.provider_recipient == "573000000000" != accepted.recipient
     assert (got[addr[1]].state, got[addr[1]].error_code, got[addr[1]].retryable, got[addr[1]].reason) == (
-        "failed", 131047, False, "code:131047")
+        "failed",
+        131047,
+        False,
+        "code:131047",
+    )
     assert (got[addr[2]].state, got[addr[2]].attempts, got[addr[2]].sends) == ("accepted", 2, 1)
     assert (got[addr[3]].state, got[addr[3]].reason) == ("in_doubt", "no_answer")
     assert (got[addr[6]].state, got[addr[6]].reason) == ("dropped", "opted_out")
@@ -104,8 +119,12 @@ def test_each_delivery_is_recorded_with_its_real_outcome(world: str, fake) -> No
     assert body["template"]["components"][0]["parameters"] == [{"type": "text", "text": "Cliente 0"}]
     progress = selectors.campaign_progress(tenant, campaign.id)
     assert progress.counts.states == {"accepted": 3, "dropped": 2, "failed": 1, "in_doubt": 1}
-    assert progress.counts.reasons == {"dropped:handoff": 1, "dropped:opted_out": 1, "failed:code:131047": 1,
-                                       "in_doubt:no_answer": 1}
+    assert progress.counts.reasons == {
+        "dropped:handoff": 1,
+        "dropped:opted_out": 1,
+        "failed:code:131047": 1,
+        "in_doubt:no_answer": 1,
+    }
     assert progress.counts.percent == 100
 
     # Running it again sends nothing more.
@@ -131,13 +150,15 @@ def test_if_the_broadcast_raises_every_reserved_slot_is_released(world: str, fak
     services._materialize(tenant, campaign, Planner(tenant))
     campaign = selectors.campaign_get(tenant, campaign.id)
     with pytest.raises(BroadcastFailed):
-        send_campaign(CampaignBot(Exploding()), Planner(tenant), tenant=tenant, campaign=campaign, slots=slots,
-                      options=FAST)
+        send_campaign(
+            CampaignBot(Exploding()), Planner(tenant), tenant=tenant, campaign=campaign, slots=slots, options=FAST
+        )
     after = slots.slot_scan(tenant, campaign.id)
     assert [(d.state, d.token, d.attempts) for d in after] == [("pending", None, 0)] * 5
 
-    report = send_campaign(CampaignBot(whatsapp(fake)), Planner(tenant), tenant=tenant, campaign=campaign,
-                           slots=slots, options=FAST)
+    report = send_campaign(
+        CampaignBot(whatsapp(fake)), Planner(tenant), tenant=tenant, campaign=campaign, slots=slots, options=FAST
+    )
     assert (report.accepted, report.finished) == (5, True)
 
 
@@ -153,8 +174,9 @@ def test_a_broadcast_that_keeps_raising_fails_the_campaign_and_resume_sends_the_
             raise OSError("provider SDK crashed")
 
     clock = Clock()
-    failed = services.campaign_run(tenant, campaign.id, bot=CampaignBot(Down()), options=FAST, clock=clock,
-                                   sleep=clock.sleep)
+    failed = services.campaign_run(
+        tenant, campaign.id, bot=CampaignBot(Down()), options=FAST, clock=clock, sleep=clock.sleep
+    )
     assert failed.state == "failed" and "broadcast raised OSError" in failed.error
     services.campaign_resume(tenant, campaign.id)
     done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake)), options=FAST)
@@ -202,8 +224,9 @@ def test_pause_stops_after_the_batch_and_resume_sends_no_duplicate(world: str, f
             services.campaign_pause(tenant, campaign.id)
         return None
 
-    paused = services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake), (pause_after_first_batch,)),
-                                   options=FAST)
+    paused = services.campaign_run(
+        tenant, campaign.id, bot=CampaignBot(whatsapp(fake), (pause_after_first_batch,)), options=FAST
+    )
     assert paused.state == "paused" and fake.count() == 10
     assert services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake)), options=FAST).state == "paused"
     assert fake.count() == 10, "a paused campaign sends nothing"
@@ -242,8 +265,9 @@ def test_the_throttle_spaces_batches_by_the_channel_rate(world: str, fake) -> No
     assert (options.rate_per_s, options.batch_size) == (4.0, 4)
     clock = Clock()
     t0 = clock.now
-    done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake)), options=options, clock=clock,
-                                 sleep=clock.sleep)
+    done = services.campaign_run(
+        tenant, campaign.id, bot=CampaignBot(whatsapp(fake)), options=options, clock=clock, sleep=clock.sleep
+    )
     assert done.state == "completed" and fake.count() == 12
     assert clock.now - t0 >= 2000, "12 messages at 4/s: the third batch starts 2 s after the first"
 
@@ -274,4 +298,5 @@ def test_results_are_matched_by_destination_chat_not_by_order_or_canonical_id(wo
     # Each accepted delivery holds the wamid the provider gave for *its* request (the fake numbers them).
     wamid_of = {r.body["to"]: f"wamid.FAKE{n:026X}" for n, r in enumerate(fake.requests, start=1)}
     assert {r: d.provider_message_id for r, d in got.items() if d.state == "accepted"} == {
-        r: wamid_of[r] for r in got if r != "+573000000004"}
+        r: wamid_of[r] for r in got if r != "+573000000004"
+    }

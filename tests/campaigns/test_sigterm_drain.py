@@ -114,7 +114,8 @@ def run_campaign(producer: Celery, tmp_path: Path, tenant: str, campaign_id: str
 
 
 def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_next_worker_sends_the_rest(
-    tmp_path: Path, db: None,
+    tmp_path: Path,
+    db: None,
 ) -> None:
     began = time.monotonic()
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)

@@ -53,7 +53,10 @@ def test_a_planned_slot_is_pending_and_adding_it_again_keeps_it(slot_store: Slot
     assert slot_store.slots_add(tenant_id, CID, [slot("+573001112233"), slot("+573001112235")]) == 1
     assert slot_store.slot_get(tenant_id, CID, "+573001112233").state == "reserved", "a re-plan never resets a slot"
     assert [d.recipient for d in slot_store.slot_scan(tenant_id, CID)] == [
-        "+573001112233", "+573001112234", "+573001112235"]
+        "+573001112233",
+        "+573001112234",
+        "+573001112235",
+    ]
     assert held.token and held.lease_until == T0 + TTL
 
 
@@ -80,7 +83,12 @@ def test_mark_sent_records_the_provider_id_and_counts_one_send(slot_store: SlotS
     assert sending.state == "sending"
     (sent,) = slot_store.slots_mark_sent(tenant_id, CID, [(sending, "wamid.A", "573001112233")], now_ms=T0 + 2)
     assert (sent.state, sent.provider_message_id, sent.provider_recipient, sent.sends, sent.attempts) == (
-        "accepted", "wamid.A", "573001112233", 1, 1)
+        "accepted",
+        "wamid.A",
+        "573001112233",
+        1,
+        1,
+    )
     assert slot_store.slots_mark_sent(tenant_id, CID, [(sending, "wamid.B", None)], now_ms=T0 + 3) == []
     assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == [], "a sent slot is never taken again"
     got = slot_store.slot_get(tenant_id, CID, "+573001112233")
@@ -92,10 +100,15 @@ def test_a_sending_slot_is_never_taken_again_and_becomes_in_doubt(slot_store: Sl
     (held,) = take(slot_store, tenant_id, "+573001112233")
     (sending,) = slot_store.slots_mark_sending(tenant_id, CID, [held], ttl_ms=TTL, now_ms=T0)
     assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == []
-    assert slot_store.slots_mark_in_doubt(
-        tenant_id, CID, [(sending, "sender_lost")], now_ms=T0 + TTL - 1, expired_only=True) == [], "still live"
+    assert (
+        slot_store.slots_mark_in_doubt(
+            tenant_id, CID, [(sending, "sender_lost")], now_ms=T0 + TTL - 1, expired_only=True
+        )
+        == []
+    ), "still live"
     (doubt,) = slot_store.slots_mark_in_doubt(
-        tenant_id, CID, [(sending, "sender_lost")], now_ms=T0 + TTL, expired_only=True)
+        tenant_id, CID, [(sending, "sender_lost")], now_ms=T0 + TTL, expired_only=True
+    )
     assert (doubt.state, doubt.reason) == ("in_doubt", "sender_lost")
     assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == []
     # The sender's answer arrives late after all: the truth wins.
@@ -106,8 +119,9 @@ def test_a_sending_slot_is_never_taken_again_and_becomes_in_doubt(slot_store: Sl
 def test_reserve_for_sending_takes_the_slot_straight_into_sending(slot_store: SlotStore, tenant_id: str) -> None:
     planned(slot_store, tenant_id, "+573001112233", "+573001112234")
     (held,) = take(slot_store, tenant_id, "+573001112234")
-    got = slot_store.slots_reserve(tenant_id, CID, ["+573001112233", "+573001112234"], token=new_token(),
-                                   ttl_ms=TTL, now_ms=T0, sending=True)
+    got = slot_store.slots_reserve(
+        tenant_id, CID, ["+573001112233", "+573001112234"], token=new_token(), ttl_ms=TTL, now_ms=T0, sending=True
+    )
     assert [(d.recipient, d.state, d.lease_until) for d in got] == [("+573001112233", "sending", T0 + TTL)]
     assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == [], "never taken again"
 
@@ -120,7 +134,11 @@ def test_a_retryable_failure_releases_the_slot_until_max_attempts(slot_store: Sl
         (sending,) = slot_store.slots_mark_sending(tenant_id, CID, [held], ttl_ms=TTL, now_ms=now)
         (released,) = slot_store.slots_mark_failed(tenant_id, CID, [(sending, RATE)], max_attempts=3, now_ms=now)
         assert (released.state, released.attempts, released.error_code, released.reason) == (
-            "pending", attempt, 130429, "retrying")
+            "pending",
+            attempt,
+            130429,
+            "retrying",
+        )
         assert released.not_before == now + 2000
         assert take(slot_store, tenant_id, "+573001112233", now=now + 1999) == [], "not before the delay"
         now += 2000
@@ -136,7 +154,11 @@ def test_a_permanent_failure_is_final_with_its_code(slot_store: SlotStore, tenan
     (sending,) = slot_store.slots_mark_sending(tenant_id, CID, [held], ttl_ms=TTL, now_ms=T0)
     (failed,) = slot_store.slots_mark_failed(tenant_id, CID, [(sending, WINDOW)], max_attempts=3, now_ms=T0)
     assert (failed.state, failed.error_code, failed.retryable, failed.reason) == (
-        "failed", 131047, False, "code:131047")
+        "failed",
+        131047,
+        False,
+        "code:131047",
+    )
     assert take(slot_store, tenant_id, "+573001112233", now=T0 + 10 * TTL) == []
 
 
@@ -188,8 +210,10 @@ def test_another_tenant_and_campaign_see_nothing(slot_store: SlotStore, tenant_i
     planned(slot_store, tenant_id, "+573001112233")
     assert slot_store.slot_get(tenant_id + "-b", CID, "+573001112233") is None
     assert slot_store.slot_scan(tenant_id, "cmp_00000000000000000000bb") == []
-    assert slot_store.slots_reserve(tenant_id + "-b", CID, ["+573001112233"], token=new_token(), ttl_ms=TTL,
-                                    now_ms=T0) == []
+    assert (
+        slot_store.slots_reserve(tenant_id + "-b", CID, ["+573001112233"], token=new_token(), ttl_ms=TTL, now_ms=T0)
+        == []
+    )
 
 
 def test_scan_pages_in_recipient_order(slot_store: SlotStore, tenant_id: str) -> None:
@@ -213,8 +237,9 @@ def test_concurrent_senders_reserve_each_slot_once(slot_store: SlotStore, tenant
         token = new_token()
         barrier.wait(timeout=10)
         for start in range(0, 60, 15):
-            got = slot_store.slots_reserve(tenant_id, CID, recipients[start:start + 15], token=token, ttl_ms=TTL,
-                                           now_ms=T0)
+            got = slot_store.slots_reserve(
+                tenant_id, CID, recipients[start : start + 15], token=token, ttl_ms=TTL, now_ms=T0
+            )
             won[token] = won.get(token, []) + [d.recipient for d in got]
 
     threads = [threading.Thread(target=sender) for _ in range(4)]
@@ -252,8 +277,13 @@ def test_drop_all_deletes_the_campaigns_slots(slot_store: SlotStore, tenant_id: 
 
 def _campaign(**kw) -> Campaign:
     return Campaign(
-        id=new_campaign_id(), name=kw.pop("name", "Black Friday"), segment_id="s_0000000000000000000001",
-        channel="whatsapp", message=Message(template="promo", parameters=("{name}",)), created_at=T0, updated_at=T0,
+        id=new_campaign_id(),
+        name=kw.pop("name", "Black Friday"),
+        segment_id="s_0000000000000000000001",
+        channel="whatsapp",
+        message=Message(template="promo", parameters=("{name}",)),
+        created_at=T0,
+        updated_at=T0,
         **kw,
     )
 
@@ -296,7 +326,8 @@ def test_throttle_books_consecutive_windows(campaign_store: CampaignStore, tenan
     assert campaign_store.throttle_take(tenant_id, "whatsapp", count=10, interval_ms=100, now_ms=T0) == T0
     assert campaign_store.throttle_take(tenant_id, "whatsapp", count=5, interval_ms=100, now_ms=T0 + 10) == T0 + 1000
     assert campaign_store.throttle_take(tenant_id, "telegram", count=1, interval_ms=100, now_ms=T0) == T0
-    pushed = campaign_store.throttle_take(tenant_id, "whatsapp", count=0, interval_ms=100, now_ms=T0,
-                                          not_before_ms=T0 + 9000)
+    pushed = campaign_store.throttle_take(
+        tenant_id, "whatsapp", count=0, interval_ms=100, now_ms=T0, not_before_ms=T0 + 9000
+    )
     assert pushed == T0 + 9000
     assert campaign_store.throttle_take(tenant_id, "whatsapp", count=1, interval_ms=100, now_ms=T0) == T0 + 9000

@@ -33,11 +33,13 @@ def main(args: dict) -> None:
     tenant, campaign_id = args["tenant"], args["campaign_id"]
     crm_selectors._regions[tenant] = ("CO", float("inf"))
     if args.get("channel", "whatsapp") == "whatsapp":
-        provider = WhatsAppProvider(args["base_url"], "106540352242922", "test-token", timeout_s=5,
-                                    max_workers=args.get("concurrency", 8))
+        provider = WhatsAppProvider(
+            args["base_url"], "106540352242922", "test-token", timeout_s=5, max_workers=args.get("concurrency", 8)
+        )
     else:
-        provider = TelegramProvider(args["base_url"], "123456:" + "A" * 30, timeout_s=5,
-                                    max_workers=args.get("concurrency", 8))
+        provider = TelegramProvider(
+            args["base_url"], "123456:" + "A" * 30, timeout_s=5, max_workers=args.get("concurrency", 8)
+        )
     options = SendOptions(batch_size=args.get("batch", 25), ttl_ms=args["ttl_ms"], rate_per_s=args.get("rate"))
     print("STARTED", os.getpid(), flush=True)
     if args.get("wait_go"):
@@ -45,8 +47,9 @@ def main(args: dict) -> None:
     deadline = time.monotonic() + args.get("max_s", 60)
     with override_settings(BOTMESH_CAMPAIGN_LEASE_MS=args["lease_ms"]):
         while True:
-            campaign = services.campaign_run(tenant, campaign_id, bot=CampaignBot(provider), options=options,
-                                             use_lease=args.get("use_lease", True))
+            campaign = services.campaign_run(
+                tenant, campaign_id, bot=CampaignBot(provider), options=options, use_lease=args.get("use_lease", True)
+            )
             if campaign.state != "running" or time.monotonic() > deadline:
                 break
             time.sleep(0.1)  # another runner holds the lease: try again once it may have expired

@@ -53,12 +53,21 @@ def configured(db) -> Configured:
     app_secret = load_json("whatsapp", "raw", "signatures.json")["app_secret"]
     telegram_secret = load_json("telegram", "meta.json")["secret_token"]
     services.channel_config_set(
-        "tienda", kind="whatsapp", name="main", phone_number_id=WA_PHONE_NUMBER_ID,
-        display_phone_number="+1 555 078 3881", app_secret=app_secret, verify_token=WA_VERIFY_TOKEN,
+        "tienda",
+        kind="whatsapp",
+        name="main",
+        phone_number_id=WA_PHONE_NUMBER_ID,
+        display_phone_number="+1 555 078 3881",
+        app_secret=app_secret,
+        verify_token=WA_VERIFY_TOKEN,
         access_token=WA_ACCESS_TOKEN,
     )
     services.channel_config_set(
-        "tienda", kind="telegram", name="bot", bot_username="tienda_bot", bot_token=TG_BOT_TOKEN,
+        "tienda",
+        kind="telegram",
+        name="bot",
+        bot_username="tienda_bot",
+        bot_token=TG_BOT_TOKEN,
         webhook_secret=telegram_secret,
     )
     return Configured("tienda", app_secret, telegram_secret)

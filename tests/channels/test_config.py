@@ -67,7 +67,9 @@ def test_values_written_before_any_key_was_configured_stay_readable(configured, 
 
 
 def test_update_keeps_secrets_left_empty_and_clears_named_ones(configured) -> None:
-    channel = services.channel_config_set("tienda", kind="whatsapp", name="main", display_phone_number="", access_token="")
+    channel = services.channel_config_set(
+        "tienda", kind="whatsapp", name="main", display_phone_number="", access_token=""
+    )
     assert channel.display_phone_number is None and channel.secret("access_token") == WA_ACCESS_TOKEN
     channel = services.channel_config_set("tienda", kind="whatsapp", name="main", clear=("access_token",))
     assert channel.secrets_set == {"app_secret": True, "verify_token": True, "access_token": False}
@@ -122,7 +124,9 @@ def test_provider_for_resolves_credentials_and_base_urls(configured, settings) -
     assert isinstance(provider, WhatsAppProvider) and provider.url == "http://127.0.0.1:9/wa/106540352242922/messages"
     assert WA_ACCESS_TOKEN not in repr(provider)
     bot = services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url="http://127.0.0.1:9/tg/")
-    assert isinstance(provider_for("tienda", bot), TelegramProvider) and "127.0.0.1:9/tg" in repr(provider_for("tienda", bot))
+    assert isinstance(provider_for("tienda", bot), TelegramProvider) and "127.0.0.1:9/tg" in repr(
+        provider_for("tienda", bot)
+    )
     bare = services.channel_config_set("tienda", kind="telegram", name="bare")
     assert isinstance(provider_for("tienda", bare), ConsoleProvider)
     assert isinstance(provider_for("tienda", None), ConsoleProvider)
@@ -150,18 +154,30 @@ def test_rotate_command_and_unreadable_credential_in_a_webhook(configured, setti
     assert "re-encrypted 3 channel secrets" in out.getvalue()
     settings.SECRET_KEY = "another-secret-key-and-no-credentials-keys-0123456789"  # the key is lost
     with use_journal(connect_journal("memory://")) as journal:
-        resp = client.post("/webhooks/whatsapp/tienda", b"{}", content_type="application/json",
-                           HTTP_X_HUB_SIGNATURE_256="sha256=00")
+        resp = client.post(
+            "/webhooks/whatsapp/tienda", b"{}", content_type="application/json", HTTP_X_HUB_SIGNATURE_256="sha256=00"
+        )
         assert (resp.status_code, resp.json()["error"]) == (503, "credential_unreadable")
         assert journal.list(tenant="tienda") == []
 
 
-@pytest.mark.parametrize("url", [
-    "http://169.254.169.254", "https://169.254.169.254/latest/meta-data", "https://localhost:8731",
-    "https://127.0.0.1/", "https://2130706433/", "https://[::1]/", "https://[::ffff:127.0.0.1]/",
-    "https://10.0.0.5/", "https://192.168.1.1/", "https://100.64.0.1/", "https://0.0.0.0/",
-    "http://graph.facebook.com/v21.0",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254",
+        "https://169.254.169.254/latest/meta-data",
+        "https://localhost:8731",
+        "https://127.0.0.1/",
+        "https://2130706433/",
+        "https://[::1]/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://10.0.0.5/",
+        "https://192.168.1.1/",
+        "https://100.64.0.1/",
+        "https://0.0.0.0/",
+        "http://graph.facebook.com/v21.0",
+    ],
+)
 def test_api_base_url_to_the_servers_own_network_is_refused_in_production(configured, settings, url) -> None:
     """Found by exploratory testing: a channel could send its credentials to 169.254.169.254 or localhost (SSRF)."""
     settings.CONFIG = dataclasses.replace(settings.CONFIG, profile="production", debug=False)
@@ -184,8 +200,15 @@ def test_dev_profile_allows_http_only_to_this_machine(configured) -> None:
     and no private or link-local address even over https."""
     for url in ("http://127.0.0.1:8731/fake", "http://localhost:8731", "http://[::1]:8731"):
         assert services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url).api_base_url == url
-    for url in ("http://169.254.169.254", "http://10.0.0.5", "http://api.telegram.org",
-                "https://169.254.169.254/latest", "https://10.0.0.5/x", "https://[fe80::1]/x", "https://192.168.0.10/"):
+    for url in (
+        "http://169.254.169.254",
+        "http://10.0.0.5",
+        "http://api.telegram.org",
+        "https://169.254.169.254/latest",
+        "https://10.0.0.5/x",
+        "https://[fe80::1]/x",
+        "https://192.168.0.10/",
+    ):
         with pytest.raises(ValidationError) as info:
             services.channel_config_set("tienda", kind="telegram", name="bot", api_base_url=url)
         assert info.value.field == "channel.api_base_url"
@@ -199,6 +222,9 @@ def test_api_answers_422_naming_api_base_url_for_a_metadata_address(configured, 
 
     settings.CONFIG = dataclasses.replace(settings.CONFIG, profile="production", debug=False)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create('tienda', name='ci')[1]}")
-    response = client.put("/api/v1/tenants/tienda/channels/bot", {"kind": "telegram", "api_base_url": "http://169.254.169.254"},
-                          content_type="application/json")
+    response = client.put(
+        "/api/v1/tenants/tienda/channels/bot",
+        {"kind": "telegram", "api_base_url": "http://169.254.169.254"},
+        content_type="application/json",
+    )
     assert response.status_code == 422 and response.json()["field"] == "channel.api_base_url"

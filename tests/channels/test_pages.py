@@ -31,7 +31,10 @@ def test_list_shows_set_marks_and_webhook_urls_but_no_secret(admin_client: Clien
     html = admin_client.get("/t/tienda/channels/").content.decode()
     assert 'href="/t/tienda/channels/"' in html  # nav link
     assert "App secret: set ✓" in html and "Bot token: set ✓" in html
-    assert "http://testserver/webhooks/whatsapp/tienda" in html and "http://testserver/webhooks/telegram/tienda/bot" in html
+    assert (
+        "http://testserver/webhooks/whatsapp/tienda" in html
+        and "http://testserver/webhooks/telegram/tienda/bot" in html
+    )
     for secret in (configured.app_secret, configured.telegram_secret, WA_ACCESS_TOKEN, TG_BOT_TOKEN):
         assert secret not in html
     edit = admin_client.get("/t/tienda/channels/?edit=main").content.decode()
@@ -39,15 +42,25 @@ def test_list_shows_set_marks_and_webhook_urls_but_no_secret(admin_client: Clien
 
 
 def test_admin_adds_updates_and_deletes_a_channel(admin_client: Client) -> None:
-    resp = admin_client.post("/t/tienda/channels/", {
-        "kind": "telegram", "name": "soporte", "bot_username": "@soporte_bot", "bot_token": TG_BOT_TOKEN,
-        "webhook_secret": "s3cret-token", "api_base_url": "",
-    })
+    resp = admin_client.post(
+        "/t/tienda/channels/",
+        {
+            "kind": "telegram",
+            "name": "soporte",
+            "bot_username": "@soporte_bot",
+            "bot_token": TG_BOT_TOKEN,
+            "webhook_secret": "s3cret-token",
+            "api_base_url": "",
+        },
+    )
     assert resp.status_code == 302
     channel = selectors.channel_config_get("tienda", name="soporte")
     assert channel.bot_username == "soporte_bot" and channel.check("webhook_secret", "s3cret-token")
     # an update with empty secret fields keeps them
-    admin_client.post("/t/tienda/channels/?edit=soporte", {"kind": "telegram", "name": "soporte", "bot_username": "soporte2_bot", "bot_token": "", "webhook_secret": ""})
+    admin_client.post(
+        "/t/tienda/channels/?edit=soporte",
+        {"kind": "telegram", "name": "soporte", "bot_username": "soporte2_bot", "bot_token": "", "webhook_secret": ""},
+    )
     channel = selectors.channel_config_get("tienda", name="soporte")
     assert channel.bot_username == "soporte2_bot" and channel.secret("bot_token") == TG_BOT_TOKEN
     assert admin_client.post("/t/tienda/channels/soporte/delete").status_code == 302
@@ -55,7 +68,10 @@ def test_admin_adds_updates_and_deletes_a_channel(admin_client: Client) -> None:
 
 
 def test_invalid_form_shows_the_field_and_keeps_no_secret(admin_client: Client) -> None:
-    resp = admin_client.post("/t/tienda/channels/", {"kind": "whatsapp", "name": "w2", "phone_number_id": "abc", "app_secret": "top-secret-value"})
+    resp = admin_client.post(
+        "/t/tienda/channels/",
+        {"kind": "whatsapp", "name": "w2", "phone_number_id": "abc", "app_secret": "top-secret-value"},
+    )
     html = resp.content.decode()
     assert resp.status_code == 422 and "channel.phone_number_id" in html and "top-secret-value" not in html
 
@@ -71,12 +87,17 @@ def test_api_put_get_list_delete(configured) -> None:
     _, token = tenancy.token_create("tienda", name="ci")
     _, other = tenancy.token_create("otra", name="ci")
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    resp = api.put("/api/v1/tenants/tienda/channels/wa2", {
-        "kind": "whatsapp", "phone_number_id": "333", "app_secret": "s3", "access_token": "tok"}, content_type="application/json")
+    resp = api.put(
+        "/api/v1/tenants/tienda/channels/wa2",
+        {"kind": "whatsapp", "phone_number_id": "333", "app_secret": "s3", "access_token": "tok"},
+        content_type="application/json",
+    )
     assert resp.status_code == 200, resp.content
     body = resp.json()
     assert body["secrets"] == {"app_secret": True, "verify_token": False, "access_token": True}
-    assert body["webhook_path"] == "/webhooks/whatsapp/tienda" and "s3" not in resp.content.decode().replace("secrets", "")
+    assert body["webhook_path"] == "/webhooks/whatsapp/tienda" and "s3" not in resp.content.decode().replace(
+        "secrets", ""
+    )
     assert [c["name"] for c in api.get("/api/v1/tenants/tienda/channels").json()] == ["bot", "main", "wa2"]
     bad = api.put("/api/v1/tenants/tienda/channels/wa3", {"kind": "whatsapp"}, content_type="application/json")
     assert (bad.status_code, bad.json()["field"]) == (422, "channel.phone_number_id")

@@ -16,14 +16,51 @@ from botmesh_admin.errors import ValidationError
 
 from .conftest import telegram_updates, whatsapp_bodies
 
-KEYS = st.sampled_from([
-    "entry", "changes", "value", "messages", "statuses", "contacts", "metadata", "from", "id", "type", "text",
-    "body", "image", "interactive", "button_reply", "reaction", "location", "latitude", "longitude", "errors",
-    "code", "timestamp", "message", "edited_message", "callback_query", "my_chat_member", "chat", "photo",
-    "file_id", "data", "new_chat_member", "status", "date", "message_id", "update_id", "caption", "context",
-])
-SCALARS = st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=8)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=5), max_leaves=12)
+KEYS = st.sampled_from(
+    [
+        "entry",
+        "changes",
+        "value",
+        "messages",
+        "statuses",
+        "contacts",
+        "metadata",
+        "from",
+        "id",
+        "type",
+        "text",
+        "body",
+        "image",
+        "interactive",
+        "button_reply",
+        "reaction",
+        "location",
+        "latitude",
+        "longitude",
+        "errors",
+        "code",
+        "timestamp",
+        "message",
+        "edited_message",
+        "callback_query",
+        "my_chat_member",
+        "chat",
+        "photo",
+        "file_id",
+        "data",
+        "new_chat_member",
+        "status",
+        "date",
+        "message_id",
+        "update_id",
+        "caption",
+        "context",
+    ]
+)
+SCALARS = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=8)
+JSON = st.recursive(
+    SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=5), max_leaves=12
+)
 
 
 WHATSAPP = sorted(whatsapp_bodies().items())
@@ -35,7 +72,9 @@ def mutate(base: dict, data) -> dict:
     doc = json.loads(json.dumps(base))
     node = doc
     for _ in range(data.draw(st.integers(0, 6))):
-        children = list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        children = (
+            list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        )
         containers = [(k, v) for k, v in children if isinstance(v, dict | list)]
         if not containers:
             break

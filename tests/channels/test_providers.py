@@ -48,8 +48,13 @@ def test_whatsapp_accepted_answers_with_the_canonical_wa_id(fake) -> None:
     assert result.provider_message_id.startswith("wamid.")
     [req] = fake.requests
     assert req.path == f"/{PHONE_ID}/messages"
-    assert req.body == {"messaging_product": "whatsapp", "recipient_type": "individual", "to": "+57 300 111 2233",
-                        "type": "text", "text": {"body": "Hola", "preview_url": False}}
+    assert req.body == {
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": "+57 300 111 2233",
+        "type": "text",
+        "text": {"body": "Hola", "preview_url": False},
+    }
     assert req.headers["authorization"] == "Bearer EAAG-token" and req.headers["idempotency-key"] == "reply-1"
 
 
@@ -58,8 +63,13 @@ def test_whatsapp_chat_key_is_stripped_and_template_has_parameters(fake) -> None
     assert wa(fake).send(message).recipient == "573001112233"
     body = fake.requests[0].body
     assert body["to"] == "573001112233" and body["type"] == "template"
-    assert body["template"] == {"name": "pedido_listo", "language": {"code": "es"}, "components": [
-        {"type": "body", "parameters": [{"type": "text", "text": "Ana"}, {"type": "text", "text": "8812"}]}]}
+    assert body["template"] == {
+        "name": "pedido_listo",
+        "language": {"code": "es"},
+        "components": [
+            {"type": "body", "parameters": [{"type": "text", "text": "Ana"}, {"type": "text", "text": "8812"}]}
+        ],
+    }
 
 
 @pytest.mark.parametrize(
@@ -70,8 +80,12 @@ def test_whatsapp_errors(fake, answer, code, retryable, retry_after_ms) -> None:
     fake.script("573001112233", answer)
     result = wa(fake).send(OutboundMessage("whatsapp:573001112233", text="hola"))
     assert result == SendResult(
-        status="failed", chat_key="whatsapp:573001112233", error_code=code, error_title=result.error_title,
-        retryable=retryable, retry_after_ms=retry_after_ms,
+        status="failed",
+        chat_key="whatsapp:573001112233",
+        error_code=code,
+        error_title=result.error_title,
+        retryable=retryable,
+        retry_after_ms=retry_after_ms,
     )
     assert result.error_title
 
@@ -82,8 +96,11 @@ def test_telegram_accepted(fake) -> None:
     assert result.provider_message_id.startswith("700000001:")
     [req] = fake.requests
     assert req.path == f"/bot{TOKEN}/sendMessage"
-    assert req.body == {"chat_id": 700000001, "text": "Claro, te ayudo.",
-                        "reply_parameters": {"message_id": 3, "allow_sending_without_reply": True}}
+    assert req.body == {
+        "chat_id": 700000001,
+        "text": "Claro, te ayudo.",
+        "reply_parameters": {"message_id": 3, "allow_sending_without_reply": True},
+    }
 
 
 def test_telegram_group_participant_is_answered_in_the_group(fake) -> None:
@@ -99,7 +116,11 @@ def test_telegram_errors(fake, answer, code, retryable, retry_after_ms) -> None:
     fake.script("700000001", answer)
     result = tg(fake).send(OutboundMessage("telegram:700000001", text="hola"))
     assert (result.status, result.error_code, result.retryable, result.retry_after_ms) == (
-        "failed", code, retryable, retry_after_ms)
+        "failed",
+        code,
+        retryable,
+        retry_after_ms,
+    )
     assert result.error_title
 
 
@@ -111,12 +132,17 @@ def test_telegram_refuses_templates_without_a_request(fake) -> None:
 def test_broadcast_returns_one_result_per_message_in_order(fake) -> None:
     fake.script("+52 1 55 1234 5678", "window_closed")
     fake.script("573009998877", "rate_limited", times=1)
-    messages = [OutboundMessage(f"whatsapp:{n}", text="promo") for n in
-                ("573001112233", "5215512345678", "573009998877", "573009998877")]
+    messages = [
+        OutboundMessage(f"whatsapp:{n}", text="promo")
+        for n in ("573001112233", "5215512345678", "573009998877", "573009998877")
+    ]
     results = wa(fake, max_workers=3).broadcast(messages)
     assert [(r.chat_key, r.status) for r in results] == [
-        ("whatsapp:573001112233", "accepted"), ("whatsapp:5215512345678", "failed"),
-        (results[2].chat_key, results[2].status), (results[3].chat_key, results[3].status)]
+        ("whatsapp:573001112233", "accepted"),
+        ("whatsapp:5215512345678", "failed"),
+        (results[2].chat_key, results[2].status),
+        (results[3].chat_key, results[3].status),
+    ]
     # the rate limit answered exactly one of the two sends to 573009998877, the other was accepted
     assert sorted(r.status for r in results[2:]) == ["accepted", "failed"]
     assert fake.count("573009998877") == 2 and fake.count() == 4
@@ -127,7 +153,8 @@ def test_network_error_is_a_retryable_failure() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = WhatsAppProvider(f"http://127.0.0.1:{port}", PHONE_ID, "t", timeout_s=2).send(
-        OutboundMessage("whatsapp:1", text="x"))
+        OutboundMessage("whatsapp:1", text="x")
+    )
     assert (result.status, result.retryable, result.error_code) == ("failed", True, None)
 
 
@@ -271,8 +298,9 @@ def test_development_allows_a_loopback_fake_but_no_other_private_address(fake) -
     server = ThreadingHTTPServer(("0.0.0.0", 0), Accept)  # noqa: S104 - reached through the private address
     Thread(target=server.serve_forever, daemon=True).start()
     try:
-        inside = WhatsAppProvider(f"http://{private}:{server.server_port}", PHONE_ID, "EAAG-token",
-                                  public_only=True, allow_loopback=True)
+        inside = WhatsAppProvider(
+            f"http://{private}:{server.server_port}", PHONE_ID, "EAAG-token", public_only=True, allow_loopback=True
+        )
         result = inside.send(OutboundMessage("whatsapp:573001112233", text="hola"))
     finally:
         server.shutdown()

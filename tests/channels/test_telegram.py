@@ -39,7 +39,12 @@ def test_start_is_a_text_command() -> None:
 def test_photo_takes_the_largest_size_and_caption() -> None:
     [msg] = parse("03_photo.json")
     assert (msg.type, msg.text) == ("image", "la factura")
-    assert (msg.media.id, msg.media.width, msg.media.height, msg.media.size_bytes) == ("AgACAgEAAxkBAAIBZ3", 800, 600, 52000)
+    assert (msg.media.id, msg.media.width, msg.media.height, msg.media.size_bytes) == (
+        "AgACAgEAAxkBAAIBZ3",
+        800,
+        600,
+        52000,
+    )
 
 
 def test_edit_names_the_edited_message() -> None:
@@ -60,16 +65,26 @@ def test_supergroup_gives_one_conversation_per_participant() -> None:
 
 def test_callback_query_keeps_data_and_message() -> None:
     [msg] = parse("07_callback.json")
-    assert (msg.type, msg.raw_type, msg.button.id, msg.button.kind) == ("button", "callback_query", "confirm:order:8812", "callback")
+    assert (msg.type, msg.raw_type, msg.button.id, msg.button.kind) == (
+        "button",
+        "callback_query",
+        "confirm:order:8812",
+        "callback",
+    )
     assert (msg.reply_to, msg.chat_key, msg.timestamp_ms) == ("700000001:4", "telegram:700000001", 1764489700000)
     assert msg.provider_message_id == "callback:4382bfdwdsb323b2d9"
 
 
 def test_callback_title_comes_from_the_inline_keyboard() -> None:
     update = telegram_updates()["07_callback.json"]
-    update["callback_query"]["message"]["reply_markup"] = {"inline_keyboard": [[
-        {"text": "Sí, confirmar", "callback_data": "confirm:order:8812"}, {"text": "No", "callback_data": "cancel"},
-    ]]}
+    update["callback_query"]["message"]["reply_markup"] = {
+        "inline_keyboard": [
+            [
+                {"text": "Sí, confirmar", "callback_data": "confirm:order:8812"},
+                {"text": "No", "callback_data": "cancel"},
+            ]
+        ]
+    }
     [msg] = telegram.parse_update(update, now_ms=1)
     assert (msg.button.title, msg.text) == ("Sí, confirmar", "Sí, confirmar")
 
@@ -77,8 +92,12 @@ def test_callback_title_comes_from_the_inline_keyboard() -> None:
 def test_kicked_means_the_user_blocked_the_bot() -> None:
     [event] = parse("08_blocked.json")
     assert event == MemberUpdate(
-        channel="telegram", chat_key="telegram:700000001", status="kicked", timestamp_ms=1764489690000,
-        sender_id="telegram:700000001", previous_status="member",
+        channel="telegram",
+        chat_key="telegram:700000001",
+        status="kicked",
+        timestamp_ms=1764489690000,
+        sender_id="telegram:700000001",
+        previous_status="member",
     )
     assert event.blocked
 
@@ -99,11 +118,14 @@ def test_every_event_round_trips_through_json(name: str) -> None:
     assert isinstance(events[0], InboundMessage | MemberUpdate)
 
 
-@pytest.mark.parametrize(("name", "path"), [
-    ("02_text.json", ("message", "date")),
-    ("04_edited.json", ("edited_message", "edit_date")),
-    ("08_blocked.json", ("my_chat_member", "date")),
-])
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("02_text.json", ("message", "date")),
+        ("04_edited.json", ("edited_message", "edit_date")),
+        ("08_blocked.json", ("my_chat_member", "date")),
+    ],
+)
 @pytest.mark.parametrize("date", ["abc", None, 0, -5, 1.5])
 def test_a_date_that_is_not_unix_seconds_is_refused_naming_it(name, path, date) -> None:  # type: ignore[no-untyped-def]
     """Found by exploratory testing: an unreadable date was stored as 0 (1970) instead of being refused."""

@@ -27,11 +27,14 @@ def records(journal, tenant: str = "tienda") -> list:
     return journal.list(tenant=tenant, limit=200)
 
 
-def post_wa(client: Client, name: str, *, raw: bytes | None = None, signature: str | None = None, tenant: str = "tienda"):
+def post_wa(
+    client: Client, name: str, *, raw: bytes | None = None, signature: str | None = None, tenant: str = "tienda"
+):
     raw = fixture_path("whatsapp", "raw", name).read_bytes() if raw is None else raw
     header = SIGNATURES["signatures"][name] if signature is None else signature
-    return client.post(f"/webhooks/whatsapp/{tenant}", raw, content_type="application/json",
-                       HTTP_X_HUB_SIGNATURE_256=header)
+    return client.post(
+        f"/webhooks/whatsapp/{tenant}", raw, content_type="application/json", HTTP_X_HUB_SIGNATURE_256=header
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES["signatures"]))
@@ -39,7 +42,12 @@ def test_signed_fixture_is_journaled_before_200(configured, journal, client: Cli
     resp = post_wa(client, name)
     assert resp.status_code == 200
     [record] = records(journal)
-    assert (record.type, record.channel, record.tenant, record.state) == ("whatsapp.webhook", "inbound", "tienda", "pending")
+    assert (record.type, record.channel, record.tenant, record.state) == (
+        "whatsapp.webhook",
+        "inbound",
+        "tienda",
+        "pending",
+    )
     assert record.payload["config"] == "main"
     assert resp.json() == {"received": len(record.payload["events"]), "event_id": record.id}
 
@@ -99,7 +107,9 @@ def test_body_signed_with_another_numbers_secret_is_401(configured, journal, cli
     from botmesh_admin.channels import services
     from botmesh_admin.channels.whatsapp import signature
 
-    services.channel_config_set("tienda", kind="whatsapp", name="second", phone_number_id="222", app_secret="second-secret")
+    services.channel_config_set(
+        "tienda", kind="whatsapp", name="second", phone_number_id="222", app_secret="second-secret"
+    )
     raw = fixture_path("whatsapp", "raw", "01_text.json").read_bytes()  # for number 106540352242922
     assert post_wa(client, "x", raw=raw, signature=signature(raw, "second-secret")).status_code == 401
     other = raw.replace(b"106540352242922", b"222")
@@ -118,8 +128,9 @@ def test_handshake(configured, client: Client) -> None:
 @pytest.mark.parametrize("name", sorted(telegram_updates()))
 def test_telegram_update_with_secret_is_journaled(configured, journal, client: Client, name: str) -> None:
     raw = fixture_path("telegram", name).read_bytes()
-    resp = client.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json",
-                       **{TG_HEADER: configured.telegram_secret})
+    resp = client.post(
+        "/webhooks/telegram/tienda/bot", raw, content_type="application/json", **{TG_HEADER: configured.telegram_secret}
+    )
     assert resp.status_code == 200
     [record] = records(journal)
     assert (record.type, record.channel, record.payload["config"]) == ("telegram.update", "inbound", "bot")
@@ -129,7 +140,9 @@ def test_telegram_update_with_secret_is_journaled(configured, journal, client: C
 
 def test_telegram_kicked_event_survives_the_journal(configured, journal, client: Client) -> None:
     raw = fixture_path("telegram", "08_blocked.json").read_bytes()
-    client.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json", **{TG_HEADER: configured.telegram_secret})
+    client.post(
+        "/webhooks/telegram/tienda/bot", raw, content_type="application/json", **{TG_HEADER: configured.telegram_secret}
+    )
     [event] = [event_from_dict(e) for e in records(journal)[0].payload["events"]]
     assert event.blocked and event.chat_key == "telegram:700000001"
 
@@ -141,12 +154,30 @@ def test_telegram_bad_secret_unknown_channel_and_bad_body(configured, journal, c
     assert wrong.status_code == 401 and wrong.json()["message"].endswith("does not match")
     missing = client.post(url, raw, content_type="application/json")
     assert missing.status_code == 401 and missing.json()["message"] == "X-Telegram-Bot-Api-Secret-Token is missing"
-    assert client.post("/webhooks/telegram/tienda/main", raw, content_type="application/json",
-                       **{TG_HEADER: configured.telegram_secret}).status_code == 404  # main is WhatsApp
-    assert client.post("/webhooks/telegram/otra/bot", raw, content_type="application/json",
-                       **{TG_HEADER: configured.telegram_secret}).status_code == 404
-    assert client.post(url, b'{"no_update_id": 1}', content_type="application/json",
-                       **{TG_HEADER: configured.telegram_secret}).status_code == 400
+    assert (
+        client.post(
+            "/webhooks/telegram/tienda/main",
+            raw,
+            content_type="application/json",
+            **{TG_HEADER: configured.telegram_secret},
+        ).status_code
+        == 404
+    )  # main is WhatsApp
+    assert (
+        client.post(
+            "/webhooks/telegram/otra/bot",
+            raw,
+            content_type="application/json",
+            **{TG_HEADER: configured.telegram_secret},
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            url, b'{"no_update_id": 1}', content_type="application/json", **{TG_HEADER: configured.telegram_secret}
+        ).status_code
+        == 400
+    )
     assert client.get(url).status_code == 405
     assert records(journal) == []
 
@@ -176,8 +207,12 @@ def test_webhooks_read_the_configuration_once_per_ttl(configured, journal, clien
     again = channel_queries(
         client,
         lambda c: post_wa(c, "02_image_caption.json"),
-        lambda c: c.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json",
-                         **{TG_HEADER: configured.telegram_secret}),
+        lambda c: c.post(
+            "/webhooks/telegram/tienda/bot",
+            raw,
+            content_type="application/json",
+            **{TG_HEADER: configured.telegram_secret},
+        ),
     )
     assert (first, again) == (1, 0)
     assert len(records(journal)) == 3
@@ -206,7 +241,10 @@ def test_number_added_by_another_process_is_found_at_once(configured, journal, c
 
     assert post_wa(client, "01_text.json").status_code == 200
     ChannelConfig.objects.create(
-        tenant_id="tienda", kind="whatsapp", name="second", phone_number_id="222",
+        tenant_id="tienda",
+        kind="whatsapp",
+        name="second",
+        phone_number_id="222",
         app_secret_encrypted=credentials.encrypt("second-secret"),
     )
     raw = fixture_path("whatsapp", "raw", "01_text.json").read_bytes().replace(b"106540352242922", b"222")
@@ -242,8 +280,12 @@ def test_signed_deeply_nested_json_is_400_not_500(configured, journal, client: C
 def test_telegram_deeply_nested_json_with_secret_is_400_not_500(configured, journal, client: Client) -> None:
     """Found by exploratory testing: an update nested 3000 levels deep answered 500 with a traceback."""
     for raw in (DEEP, b'{"update_id": 1, "message": ' + DEEP + b"}"):
-        resp = client.post("/webhooks/telegram/tienda/bot", raw, content_type="application/json",
-                           **{TG_HEADER: configured.telegram_secret})
+        resp = client.post(
+            "/webhooks/telegram/tienda/bot",
+            raw,
+            content_type="application/json",
+            **{TG_HEADER: configured.telegram_secret},
+        )
         assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
     assert records(journal) == []
 
@@ -266,7 +308,11 @@ def test_telegram_message_with_unreadable_date_is_400_and_not_journaled(configur
     """Found by exploratory testing: a Telegram date "abc" was journaled and shown as 1 Jan 1970."""
     update = telegram_updates()["02_text.json"]
     update["message"]["date"] = "abc"
-    resp = client.post("/webhooks/telegram/tienda/bot", json.dumps(update), content_type="application/json",
-                       **{TG_HEADER: configured.telegram_secret})
+    resp = client.post(
+        "/webhooks/telegram/tienda/bot",
+        json.dumps(update),
+        content_type="application/json",
+        **{TG_HEADER: configured.telegram_secret},
+    )
     assert resp.status_code == 400 and "message.date" in resp.json()["message"]
     assert records(journal) == []

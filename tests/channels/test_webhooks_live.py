@@ -15,7 +15,9 @@ SIGNATURES = load_json("whatsapp", "raw", "signatures.json")
 
 
 def post(url: str, raw: bytes, headers: dict[str, str]) -> int:
-    request = urllib.request.Request(url, data=raw, method="POST", headers={"Content-Type": "application/json", **headers})
+    request = urllib.request.Request(
+        url, data=raw, method="POST", headers={"Content-Type": "application/json", **headers}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.status
 
@@ -27,8 +29,10 @@ def test_parallel_redeliveries_are_journaled_once(configured, live_server) -> No
     wa_headers = {"X-Hub-Signature-256": SIGNATURES["signatures"]["08_batch.json"]}
     tg_headers = {"X-Telegram-Bot-Api-Secret-Token": configured.telegram_secret}
     jobs = [(f"{live_server.url}/webhooks/whatsapp/tienda", raw, wa_headers)] * 8
-    jobs += [(f"{live_server.url}/webhooks/telegram/tienda/bot", fixture_path("telegram", name).read_bytes(), tg_headers)
-             for name in sorted(telegram_updates())] * 2
+    jobs += [
+        (f"{live_server.url}/webhooks/telegram/tienda/bot", fixture_path("telegram", name).read_bytes(), tg_headers)
+        for name in sorted(telegram_updates())
+    ] * 2
     with use_journal(journal), ThreadPoolExecutor(max_workers=8) as pool:
         statuses = list(pool.map(lambda job: post(*job), jobs))
     assert statuses == [200] * len(jobs)

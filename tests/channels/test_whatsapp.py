@@ -52,9 +52,14 @@ def test_handshake_echoes_challenge_only_for_the_right_token() -> None:
 def test_text_message_with_profile_name() -> None:
     [msg] = parse("01_text.json")
     assert msg == InboundMessage(
-        channel="whatsapp", chat_key="whatsapp:573001112233", sender_id="whatsapp:573001112233",
-        provider_message_id="wamid.HBgMAE23B94CCAF714337E4CE5BA", type="text",
-        text="Hola, ¿tienen envíos a Medellín? 🚚", timestamp_ms=1764489600000, sender_name="Ana García",
+        channel="whatsapp",
+        chat_key="whatsapp:573001112233",
+        sender_id="whatsapp:573001112233",
+        provider_message_id="wamid.HBgMAE23B94CCAF714337E4CE5BA",
+        type="text",
+        text="Hola, ¿tienen envíos a Medellín? 🚚",
+        timestamp_ms=1764489600000,
+        sender_name="Ana García",
         raw_type="text",
     )
 
@@ -62,25 +67,41 @@ def test_text_message_with_profile_name() -> None:
 def test_image_keeps_media_id_mime_and_caption() -> None:
     [msg] = parse("02_image_caption.json")
     assert msg.type == "image" and msg.text == "Este es el modelo"
-    assert (msg.media.id, msg.media.mime_type, msg.media.caption) == ("1037543291543636", "image/jpeg", "Este es el modelo")
+    assert (msg.media.id, msg.media.mime_type, msg.media.caption) == (
+        "1037543291543636",
+        "image/jpeg",
+        "Este es el modelo",
+    )
 
 
 def test_button_reply_keeps_id_title_and_context() -> None:
     [msg] = parse("03_button_reply.json")
     assert msg.type == "button" and msg.raw_type == "interactive"
-    assert (msg.button.id, msg.button.title, msg.button.kind) == ("talk_to_human", "Hablar con un asesor", "button_reply")
+    assert (msg.button.id, msg.button.title, msg.button.kind) == (
+        "talk_to_human",
+        "Hablar con un asesor",
+        "button_reply",
+    )
     assert msg.reply_to == "wamid.HBgM9C4C9375A2A8FD488DD06113"
 
 
 def test_list_reply_and_template_quick_reply() -> None:
     body = whatsapp_bodies()["03_button_reply.json"]
     message = body["entry"][0]["changes"][0]["value"]["messages"][0]
-    message["interactive"] = {"type": "list_reply", "list_reply": {"id": "plan_a", "title": "Plan A", "description": "12 meses"}}
+    message["interactive"] = {
+        "type": "list_reply",
+        "list_reply": {"id": "plan_a", "title": "Plan A", "description": "12 meses"},
+    }
     [msg] = whatsapp.parse_webhook(body)
     assert (msg.button.id, msg.button.kind, msg.button.description) == ("plan_a", "list_reply", "12 meses")
     message.update(type="button", button={"payload": "STOP", "text": "Dejar de recibir"})
     [msg] = whatsapp.parse_webhook(body)
-    assert (msg.type, msg.button.id, msg.button.title, msg.button.kind) == ("button", "STOP", "Dejar de recibir", "quick_reply")
+    assert (msg.type, msg.button.id, msg.button.title, msg.button.kind) == (
+        "button",
+        "STOP",
+        "Dejar de recibir",
+        "quick_reply",
+    )
 
 
 def test_reaction_names_its_target() -> None:
@@ -92,15 +113,24 @@ def test_reaction_names_its_target() -> None:
 def test_location() -> None:
     [msg] = parse("05_location.json")
     assert msg.type == "location" and msg.sender_name == "Luis Pérez"
-    assert (msg.location.latitude, msg.location.longitude, msg.location.name, msg.location.address) == (19.4326, -99.1332, "Zócalo", "Centro, CDMX")
+    assert (msg.location.latitude, msg.location.longitude, msg.location.name, msg.location.address) == (
+        19.4326,
+        -99.1332,
+        "Zócalo",
+        "Centro, CDMX",
+    )
 
 
 def test_statuses_in_order() -> None:
     events = parse("06_statuses.json")
     assert [(e.status, e.timestamp_ms) for e in events] == [
-        ("sent", 1764489601000), ("delivered", 1764489602000), ("read", 1764489630000),
+        ("sent", 1764489601000),
+        ("delivered", 1764489602000),
+        ("read", 1764489630000),
     ]
-    assert all(isinstance(e, StatusUpdate) and e.provider_message_id == "wamid.HBgM9C4C9375A2A8FD488DD06113" for e in events)
+    assert all(
+        isinstance(e, StatusUpdate) and e.provider_message_id == "wamid.HBgM9C4C9375A2A8FD488DD06113" for e in events
+    )
     assert events[0].recipient == "573001112233" and events[0].chat_key == "whatsapp:573001112233"
 
 
@@ -140,7 +170,15 @@ def test_every_event_round_trips_through_json(name: str) -> None:
 def test_not_an_object_is_a_validation_error_and_odd_shapes_yield_nothing() -> None:
     with pytest.raises(ValidationError):
         whatsapp.parse_webhook([1, 2])
-    assert whatsapp.parse_webhook({"object": "whatsapp_business_account", "entry": [{"changes": [{"value": {"messages": [{"type": "text"}]}}]}]}) == []
+    assert (
+        whatsapp.parse_webhook(
+            {
+                "object": "whatsapp_business_account",
+                "entry": [{"changes": [{"value": {"messages": [{"type": "text"}]}}]}],
+            }
+        )
+        == []
+    )
     assert whatsapp.parse_webhook({"entry": "nope"}) == []
 
 

@@ -28,8 +28,10 @@ app.conf.beat_schedule = {}
 
 register_job(
     JobSpec(
-        "proof", "tests.coordination.record_run",
+        "proof",
+        "tests.coordination.record_run",
         JobSettings(Schedule.interval(int(os.environ["PROOF_EVERY_S"])), catch_up="all"),
-        pass_occurrence=True, lease_s=int(os.environ["PROOF_RUN_LEASE_S"]),
+        pass_occurrence=True,
+        lease_s=int(os.environ["PROOF_RUN_LEASE_S"]),
     )
 )

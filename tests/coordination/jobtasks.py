@@ -37,9 +37,7 @@ def record_run(occurrence: dict[str, Any], duration_s: float = 0.4) -> None:
     kv.commit(PROOF_TABLE, [Put(f"start/{occ}/{token}", {"pid": os.getpid(), "at": time.time()})])
     time.sleep(duration_s)
     try:
-        kv.commit(
-            PROOF_TABLE, [Put(f"done/{occ}", {"pid": os.getpid(), "token": token}, expect=ABSENT)]
-        )
+        kv.commit(PROOF_TABLE, [Put(f"done/{occ}", {"pid": os.getpid(), "token": token}, expect=ABSENT)])
     except ConflictError:
         pass
 
@@ -76,8 +74,10 @@ def fenced_effect(hold_s: float = 45.0) -> None:
     occurrence = current_occurrence()
     assert occurrence is not None, "run outside the occurrence runner"
     token = occurrence.fencing_token
-    kv.commit(EFFECT_TABLE, [Put(f"start/{token}", {"pid": os.getpid(), "attempt": occurrence.attempt,
-                                                      "worker": occurrence.worker})])
+    kv.commit(
+        EFFECT_TABLE,
+        [Put(f"start/{token}", {"pid": os.getpid(), "attempt": occurrence.attempt, "worker": occurrence.worker})],
+    )
     deadline = time.monotonic() + hold_s
     while kv.get(EFFECT_TABLE, f"go/{token}") is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -92,5 +92,10 @@ def fenced_job(lease_s: int = 2) -> Any:
     """The job of the frozen-holder proof: ``fenced_effect`` every minute, a lease of ``lease_s``."""
     from botmesh_admin.coordination.domain import JobSettings, JobSpec, Schedule
 
-    return JobSpec("fenced-proof", "tests.coordination.fenced_effect", JobSettings(Schedule.interval(60)),
-                   lease_s=lease_s, description="issue 17, item 2: a fenced effect under a frozen holder")
+    return JobSpec(
+        "fenced-proof",
+        "tests.coordination.fenced_effect",
+        JobSettings(Schedule.interval(60)),
+        lease_s=lease_s,
+        description="issue 17, item 2: a fenced effect under a frozen holder",
+    )

@@ -89,7 +89,11 @@ def _spawn(command: str, args: dict) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.coordination.workers", command, json.dumps(args)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
     )
 
 
@@ -113,14 +117,14 @@ def shared_kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.mark.services
-def test_a_lock_holder_paused_past_its_ttl_cannot_write_after_a_takeover(
-    redis_url: str, shared_kv_url: str
-) -> None:
+def test_a_lock_holder_paused_past_its_ttl_cannot_write_after_a_takeover(redis_url: str, shared_kv_url: str) -> None:
     """SIGSTOP the holder past its TTL; another takes the lock and writes; the holder's write is refused."""
     prefix, table = unique_id("c"), f"coordination/{unique_id()}/data"
     kv = connect(shared_kv_url)
-    child = _spawn("lock_writer", {"redis_url": redis_url, "prefix": prefix, "kv_url": shared_kv_url,
-                                   "table": table, "ttl_ms": 400})
+    child = _spawn(
+        "lock_writer",
+        {"redis_url": redis_url, "prefix": prefix, "kv_url": shared_kv_url, "table": table, "ttl_ms": 400},
+    )
     try:
         word, fence = _line(child)
         assert word == "ACQUIRED"
@@ -152,8 +156,10 @@ def test_a_frozen_leader_stops_writing_when_it_wakes_up(redis_url: str, tmp_path
     prefix, table = unique_id("c"), f"coordination/{unique_id()}/data"
     kv_url = f"sqlite:///{tmp_path}/kv.sqlite3"
     kv = connect(kv_url)
-    child = _spawn("leader_writer", {"redis_url": redis_url, "prefix": prefix, "kv_url": kv_url,
-                                     "table": table, "lease_ms": 600, "run_s": 20})
+    child = _spawn(
+        "leader_writer",
+        {"redis_url": redis_url, "prefix": prefix, "kv_url": kv_url, "table": table, "lease_ms": 600, "run_s": 20},
+    )
     try:
         word, fence = _line(child)
         assert word == "LEADING"
@@ -186,14 +192,21 @@ def test_a_frozen_leader_stops_writing_when_it_wakes_up(redis_url: str, tmp_path
 
 
 @pytest.mark.services
-def test_a_killed_replica_restarted_with_the_same_id_waits_for_its_old_turn(
-    redis_url: str, tmp_path: Path
-) -> None:
+def test_a_killed_replica_restarted_with_the_same_id_waits_for_its_old_turn(redis_url: str, tmp_path: Path) -> None:
     """SIGKILL a holder; a new process with the same replica_id gets the turn only after lease_ms."""
     prefix = unique_id("c")
     kv_url = f"sqlite:///{tmp_path}/kv.sqlite3"
-    child = _spawn("turn_holder", {"redis_url": redis_url, "prefix": prefix, "kv_url": kv_url,
-                                   "lease_ms": 800, "replica_id": "replica-7", "key": "chat:k"})
+    child = _spawn(
+        "turn_holder",
+        {
+            "redis_url": redis_url,
+            "prefix": prefix,
+            "kv_url": kv_url,
+            "lease_ms": 800,
+            "replica_id": "replica-7",
+            "key": "chat:k",
+        },
+    )
     try:
         word, fence, old_owner = _line(child)
         assert word == "HOLDING"

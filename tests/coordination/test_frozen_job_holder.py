@@ -212,4 +212,3 @@ def test_a_frozen_holder_resumed_after_a_takeover_has_its_effect_refused_and_sho
     assert 'data-testid="superseded-run"' in line and f"fencing token {first}" in line and run_1["worker"] in line
     kv.close()
     journal.close()
-

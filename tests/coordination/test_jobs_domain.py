@@ -44,12 +44,8 @@ def test_crontab_follows_celery_semantics_in_utc() -> None:
         ms("2025-01-06T09:45:00"),
         ms("2025-01-06T10:00:00"),
     ]
-    assert Schedule.cron("0 0 29 2 *").next_after(ms("2025-03-01T00:00:00")) == ms(
-        "2028-02-29T00:00:00"
-    )
-    assert Schedule.cron("0 3 * * 0").next_after(ms("2025-01-01T00:00:00")) == ms(
-        "2025-01-05T03:00:00"
-    )  # Sunday
+    assert Schedule.cron("0 0 29 2 *").next_after(ms("2025-03-01T00:00:00")) == ms("2028-02-29T00:00:00")
+    assert Schedule.cron("0 3 * * 0").next_after(ms("2025-01-01T00:00:00")) == ms("2025-01-05T03:00:00")  # Sunday
 
 
 @pytest.mark.parametrize(

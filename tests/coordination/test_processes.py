@@ -36,8 +36,15 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 def _celery(kind: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "celery", "-A", "tests.coordination.jobs_app", kind, "-l", "INFO"]
     if kind == "worker":
-        args += ["-P", "solo", "--without-mingle", "--without-gossip", "--without-heartbeat",
-                 "-n", f"proof-{unique_id()}@%h"]
+        args += [
+            "-P",
+            "solo",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+            "-n",
+            f"proof-{unique_id()}@%h",
+        ]
     else:
         args += ["-S", "botmesh_admin.coordination.beat:LeaderScheduler", "--max-interval", "1"]
     return subprocess.Popen(args, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
@@ -53,7 +60,6 @@ def _entries(kv, prefix: str) -> list:  # type: ignore[no-untyped-def]
         after = page[-1].key
 
 
-
 def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
     redis_url: str, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -62,11 +68,19 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
     kv_url = f"sqlite:///{tmp_path}/kv.sqlite3"
     journal_url = f"{postgres_url}?namespace={namespace}"
     env = {
-        **os.environ, "PYTHONPATH": str(ROOT), "BOTMESH_DATA_DIR": str(tmp_path / "data"),
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "BOTMESH_DATA_DIR": str(tmp_path / "data"),
         "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
-        "BOTMESH_KV_URL": kv_url, "BOTMESH_JOURNAL_URL": journal_url, "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": redis_url, "PROOF_PREFIX": prefix, "PROOF_QUEUE": f"{prefix}-q",
-        "PROOF_LEASE_MS": str(LEASE_MS), "PROOF_EVERY_S": str(EVERY_S), "PROOF_RUN_LEASE_S": str(RUN_LEASE_S),
+        "BOTMESH_KV_URL": kv_url,
+        "BOTMESH_JOURNAL_URL": journal_url,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "PROOF_PREFIX": prefix,
+        "PROOF_QUEUE": f"{prefix}-q",
+        "PROOF_LEASE_MS": str(LEASE_MS),
+        "PROOF_EVERY_S": str(EVERY_S),
+        "PROOF_RUN_LEASE_S": str(RUN_LEASE_S),
     }
     kv = connect(kv_url)
     procs = {

@@ -66,17 +66,13 @@ def test_two_racing_leaders_record_each_occurrence_once(hub, journal) -> None:  
     )
     store, sent_a, sent_b = MemoryJobStore(), Sent(), Sent()
     lead_a = a.try_lead("scheduler")
-    services.scheduler_tick(
-        specs=[spec()], lease=lead_a, send=sent_a, at_ms=T0, store=store, journal=journal
-    )
+    services.scheduler_tick(specs=[spec()], lease=lead_a, send=sent_a, at_ms=T0, store=store, journal=journal)
     a._stop.set()  # beat-a freezes: no renewals; beat-b takes over after the lease
     lead_b = None
     while lead_b is None:
         time.sleep(0.2)
         lead_b = b.try_lead("scheduler")
-    services.scheduler_tick(
-        specs=[spec()], lease=lead_b, send=sent_b, at_ms=T0 + 10_000, store=store, journal=journal
-    )
+    services.scheduler_tick(specs=[spec()], lease=lead_b, send=sent_b, at_ms=T0 + 10_000, store=store, journal=journal)
     # beat-a wakes up believing it still leads, with its old view of the state (none).
     still_valid = type("Paused", (), {"fence": lead_a.fence, "valid": lambda self: True})()
     with pytest.raises(StaleFence):
@@ -113,17 +109,13 @@ def test_catch_up_policies_after_downtime(hub, journal) -> None:  # type: ignore
     ]
     store.state_put({s.id: JobState(T0 - 60_000) for s in specs}, fence=0)
     lease = coordinator.try_lead("scheduler")
-    emitted = services.scheduler_tick(
-        specs=specs, lease=lease, send=Sent(), at_ms=T0, store=store, journal=journal
-    )
+    emitted = services.scheduler_tick(specs=specs, lease=lease, send=Sent(), at_ms=T0, store=store, journal=journal)
     counts = {s.id: sum(1 for e in emitted if e.job_id == s.id) for s in specs}
     assert counts == {"all": 6, "latest": 2, "skip": 1}
     assert store.state_get("skip") == JobState(T0, T0)
     # the next tick within the same second emits nothing more
     assert (
-        services.scheduler_tick(
-            specs=specs, lease=lease, send=Sent(), at_ms=T0 + 500, store=store, journal=journal
-        )
+        services.scheduler_tick(specs=specs, lease=lease, send=Sent(), at_ms=T0 + 500, store=store, journal=journal)
         == []
     )
     coordinator.close()
@@ -133,9 +125,7 @@ def test_an_occurrence_runs_once_even_when_the_message_is_redelivered(hub, journ
     """Two jobs.run messages for one occurrence: the task runs once, the ledger says done."""
     coordinator = MemoryCoordinator(hub, "beat", lease_ms=5000)
     lease = coordinator.try_lead("scheduler")
-    services.scheduler_tick(
-        specs=[spec()], lease=lease, send=Sent(), at_ms=T0, store=MemoryJobStore(), journal=journal
-    )
+    services.scheduler_tick(specs=[spec()], lease=lease, send=Sent(), at_ms=T0, store=MemoryJobStore(), journal=journal)
     assert services.jobs_drain("jobs-5s", journal=journal)["processed"] == 1
     assert services.jobs_drain("jobs-5s", journal=journal)["processed"] == 0
     assert [r["id"] for r in jobtasks.RUNS] == [f"count@{T0}"]

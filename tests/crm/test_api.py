@@ -56,17 +56,26 @@ def api(db, tenant_id: str, eager_celery: None) -> Api:
     return _tenant(tenant_id)
 
 
-ANA = {"name": "Ana", "identities": [{"channel": "whatsapp", "address": "57 300 111 2233"},
-                                     {"channel": "email", "address": "Ana@Example.com"}],
-       "tags": ["VIP"], "attributes": {"plan": "pro", "score": 3}, "consent": {"whatsapp": {"status": "granted"}}}
+ANA = {
+    "name": "Ana",
+    "identities": [
+        {"channel": "whatsapp", "address": "57 300 111 2233"},
+        {"channel": "email", "address": "Ana@Example.com"},
+    ],
+    "tags": ["VIP"],
+    "attributes": {"plan": "pro", "score": 3},
+    "consent": {"whatsapp": {"status": "granted"}},
+}
 
 
 def test_create_get_and_find_a_contact_by_identity(api: Api) -> None:
     r = api.post("contacts", ANA)
     assert r.status_code == 201, r.content
     body = r.json()
-    assert body["identities"] == [{"channel": "whatsapp", "address": "+573001112233"},
-                                  {"channel": "email", "address": "ana@example.com"}]
+    assert body["identities"] == [
+        {"channel": "whatsapp", "address": "+573001112233"},
+        {"channel": "email", "address": "ana@example.com"},
+    ]
     assert body["tags"] == ["vip"] and body["version"] == 1
     assert body["consent"]["whatsapp"]["status"] == "granted"
     assert body["conversations_url"] == f"/t/{api.tenant}/inbox/?contact={body['id']}"
@@ -87,16 +96,29 @@ def test_update_with_stale_version_is_409_with_current_version(api: Api) -> None
     assert api.get(f"contacts/{cid}").json()["name"] == "Ana"
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"identities": [{"channel": "email", "address": "ok@x.co"}, {"channel": "whatsapp", "address": "nope"}]},
-     "contact.identities[1].address"),
-    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"Plan": 1}}, "contact.attributes.Plan"),
-    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"p": [1]}}, "contact.attributes.p"),
-    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "tags": ["ok", ""]}, "contact.tags[1]"),
-    ({"identities": [{"channel": "email", "address": "ok@x.co"}], "consent": {"email": {"status": "maybe"}}},
-     "contact.consent.email.status"),
-    ({"name": "no identities"}, "identities"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        (
+            {"identities": [{"channel": "email", "address": "ok@x.co"}, {"channel": "whatsapp", "address": "nope"}]},
+            "contact.identities[1].address",
+        ),
+        (
+            {"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"Plan": 1}},
+            "contact.attributes.Plan",
+        ),
+        (
+            {"identities": [{"channel": "email", "address": "ok@x.co"}], "attributes": {"p": [1]}},
+            "contact.attributes.p",
+        ),
+        ({"identities": [{"channel": "email", "address": "ok@x.co"}], "tags": ["ok", ""]}, "contact.tags[1]"),
+        (
+            {"identities": [{"channel": "email", "address": "ok@x.co"}], "consent": {"email": {"status": "maybe"}}},
+            "contact.consent.email.status",
+        ),
+        ({"name": "no identities"}, "identities"),
+    ],
+)
 def test_bad_contact_is_422_with_the_field_path_and_writes_nothing(api: Api, body: dict, field: str) -> None:
     r = api.post("contacts", body)
     assert r.status_code == 422, r.content
@@ -115,8 +137,14 @@ def test_bad_update_is_422_and_writes_nothing(api: Api) -> None:
 
 def test_list_pages_with_cursor_and_filters(api: Api) -> None:
     for i in range(5):
-        api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(100 + i)}],
-                              "tags": ["even"] if i % 2 == 0 else []})
+        api.post(
+            "contacts",
+            {
+                "name": f"P{i}",
+                "identities": [{"channel": "telegram", "address": str(100 + i)}],
+                "tags": ["even"] if i % 2 == 0 else [],
+            },
+        )
     first = api.get("contacts", limit=2).json()
     second = api.get("contacts", limit=2, after=first["next"]).json()
     third = api.get("contacts", limit=2, after=second["next"]).json()
@@ -140,13 +168,23 @@ def test_list_filters_by_consent_and_searches_by_phone_digits(api: Api) -> None:
 
 def test_consent_endpoint_and_erasure_report(api: Api) -> None:
     cid = api.post("contacts", ANA).json()["id"]
-    r = api.post(f"contacts/{cid}/consent", {"channel": "whatsapp", "status": "denied",
-                                             "evidence": "telegram: user blocked the bot"})
+    r = api.post(
+        f"contacts/{cid}/consent",
+        {"channel": "whatsapp", "status": "denied", "evidence": "telegram: user blocked the bot"},
+    )
     assert r.status_code == 200 and r.json()["consent"]["whatsapp"]["source"] == "token:admin-token"
     erased = api.delete(f"contacts/{cid}")
     assert erased.status_code == 200
-    assert erased.json() == {"contact_id": cid, "erased": True, "identities": 2, "channels": ["whatsapp", "email"],
-                             "tags": 1, "attributes": 2, "consent_records": 2, "suppressed_channels": ["whatsapp"]}
+    assert erased.json() == {
+        "contact_id": cid,
+        "erased": True,
+        "identities": 2,
+        "channels": ["whatsapp", "email"],
+        "tags": 1,
+        "attributes": 2,
+        "consent_records": 2,
+        "suppressed_channels": ["whatsapp"],
+    }
     assert api.get(f"contacts/{cid}").status_code == 404
     assert api.delete(f"contacts/{cid}").status_code == 404
 
@@ -155,8 +193,18 @@ def test_import_upload_reports_rows_and_export_round_trips(api: Api, db, tenant_
     r = api.post("contacts/imports", FIXTURE.read_bytes(), content_type="text/csv", HTTP_X_FILENAME="contacts.csv")
     assert r.status_code == 202, r.content
     job = api.get(f"contacts/imports/{r.json()['id']}").json()
-    assert (job["status"], job["created"], job["merged"], job["failed_rows"], job["percent"]) == ("done", 201, 1, 1, 100)
-    assert [(e["row"], e["field"]) for e in job["errors"]] == [(204, "phone"), (204, "email"), (204, "marketing_consent")]
+    assert (job["status"], job["created"], job["merged"], job["failed_rows"], job["percent"]) == (
+        "done",
+        201,
+        1,
+        1,
+        100,
+    )
+    assert [(e["row"], e["field"]) for e in job["errors"]] == [
+        (204, "phone"),
+        (204, "email"),
+        (204, "marketing_consent"),
+    ]
     assert api.get("contacts/imports").json()[0]["id"] == job["id"]
     export = api.get("contacts/export")
     assert export["Content-Type"].startswith("text/csv")
@@ -170,10 +218,17 @@ def test_import_upload_reports_rows_and_export_round_trips(api: Api, db, tenant_
     assert (job2["created"], job2["failed_rows"]) == (201, 0)
     key = lambda c: sorted((i["channel"], i["address"]) for i in c["identities"])  # noqa: E731
     strip = lambda c: (key(c), c["name"], c["tags"], c["attributes"], {k: v["status"] for k, v in c["consent"].items()})  # noqa: E731
+
     def everything(a: Api) -> list:
-        return sorted((strip(c) for c in a.get("contacts", limit=200).json()["items"] +
-                       a.get("contacts", limit=200, after=a.get("contacts", limit=200).json()["next"]).json()["items"]),
-                      key=repr)
+        return sorted(
+            (
+                strip(c)
+                for c in a.get("contacts", limit=200).json()["items"]
+                + a.get("contacts", limit=200, after=a.get("contacts", limit=200).json()["next"]).json()["items"]
+            ),
+            key=repr,
+        )
+
     assert everything(copy) == everything(api)
 
 
@@ -185,10 +240,16 @@ def test_empty_upload_is_422(api: Api) -> None:
 def _multipart(parts: list[tuple[str, str, bytes]], boundary: str | None = "XyZ") -> tuple[bytes, str]:
     """Return a multipart/form-data body of (field, filename, data) parts and its Content-Type."""
     b = boundary or "XyZ"
-    body = b"".join(
-        f'--{b}\r\nContent-Disposition: form-data; name="{field}"; filename="{name}"\r\n'
-        f"Content-Type: text/csv\r\n\r\n".encode() + data + b"\r\n" for field, name, data in parts
-    ) + f"--{b}--\r\n".encode()
+    body = (
+        b"".join(
+            f'--{b}\r\nContent-Disposition: form-data; name="{field}"; filename="{name}"\r\n'
+            f"Content-Type: text/csv\r\n\r\n".encode()
+            + data
+            + b"\r\n"
+            for field, name, data in parts
+        )
+        + f"--{b}--\r\n".encode()
+    )
     return body, "multipart/form-data" + (f"; boundary={boundary}" if boundary else "")
 
 
@@ -196,14 +257,20 @@ def _multipart(parts: list[tuple[str, str, bytes]], boundary: str | None = "XyZ"
 def test_malformed_uploads_are_a_json_4xx_naming_the_problem(api: Api, case: str) -> None:
     """Issue 18, item 1: each of these answered 500 (the handler read ``request.body`` after the parser)."""
     csv = b"name,phone\nAna,+573001112233\n"
-    parts = {"field_not_named_file": [("upload", "a.csv", csv)], "no_boundary": [("file", "a.csv", csv)],
-             "101_files": [("file", f"{i}.csv", csv) for i in range(101)],
-             "two_files": [("file", "a.csv", csv), ("file", "b.csv", csv)]}[case]
+    parts = {
+        "field_not_named_file": [("upload", "a.csv", csv)],
+        "no_boundary": [("file", "a.csv", csv)],
+        "101_files": [("file", f"{i}.csv", csv) for i in range(101)],
+        "two_files": [("file", "a.csv", csv), ("file", "b.csv", csv)],
+    }[case]
     body, content_type = _multipart(parts, boundary=None if case == "no_boundary" else "XyZ")
     r = api.post("contacts/imports", body, content_type=content_type)
-    expected = {"field_not_named_file": (422, "file", "multipart field 'file' (got 'upload')"),
-                "no_boundary": (400, "body", "boundary"), "101_files": (400, None, "files"),
-                "two_files": (422, "file", "one CSV per import (2 files")}[case]
+    expected = {
+        "field_not_named_file": (422, "file", "multipart field 'file' (got 'upload')"),
+        "no_boundary": (400, "body", "boundary"),
+        "101_files": (400, None, "files"),
+        "two_files": (422, "file", "one CSV per import (2 files"),
+    }[case]
     assert r["Content-Type"].startswith("application/json"), r.content
     assert (r.status_code, r.json()["field"]) == expected[:2], r.json()
     assert expected[2] in r.json()["message"]
@@ -227,8 +294,7 @@ def test_import_with_another_content_type_is_415_naming_the_accepted_bodies(api:
 NAMES_CSV = "name,email,city\r\nJosé Ñandú,jose@example.com,São Paulo\r\nZoë 李,zoe@example.com,Kraków\r\n"
 
 
-@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le+bom", "utf-16-be+bom",
-                                      "cp1252"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le+bom", "utf-16-be+bom", "cp1252"])
 def test_import_decodes_utf8_utf16_with_bom_and_windows_1252(api: Api, encoding: str) -> None:
     """Issue 24, item 2: a UTF-16 file (Excel's "Unicode Text") ended "done" with 0 rows and a garbled header."""
     text = NAMES_CSV if encoding != "cp1252" else NAMES_CSV.replace("李", "Li")
@@ -242,7 +308,9 @@ def test_import_decodes_utf8_utf16_with_bom_and_windows_1252(api: Api, encoding:
     assert (job["status"], job["created"], job["failed_rows"], job["errors"]) == ("done", 2, 0, [])
     contacts = sorted(api.get("contacts").json()["items"], key=lambda c: c["name"])
     assert [(c["name"], c["attributes"]) for c in contacts] == [
-        ("José Ñandú", {"city": "São Paulo"}), (text.split("\r\n")[2].split(",")[0], {"city": "Kraków"})]
+        ("José Ñandú", {"city": "São Paulo"}),
+        (text.split("\r\n")[2].split(",")[0], {"city": "Kraków"}),
+    ]
 
 
 UNDECODABLE = [
@@ -267,23 +335,39 @@ def test_import_refuses_an_undecodable_file_with_422_naming_the_encoding(
 
 def test_import_reports_a_row_with_more_columns_than_the_header(api: Api) -> None:
     """Issue 24, item 3: "Too Many,...,extra,extra" was imported and its extra values silently dropped."""
-    csv = ("name,email,city\n"
-           "Ana,ana@example.com,Bogotá\n"
-           "Too Many,too@example.com,Lima,extra,extra\n"
-           "Bo,bo@example.com,Quito,,\n").encode()
+    csv = (
+        "name,email,city\n"
+        "Ana,ana@example.com,Bogotá\n"
+        "Too Many,too@example.com,Lima,extra,extra\n"
+        "Bo,bo@example.com,Quito,,\n"
+    ).encode()
     r = api.post("contacts/imports", csv, content_type="text/csv")
     assert r.status_code == 202, r.content
     job = api.get(f"contacts/imports/{r.json()['id']}").json()
     assert (job["status"], job["created"], job["failed_rows"]) == ("done", 2, 1)
-    assert job["errors"] == [{"row": 3, "field": None, "message": "the row has 5 columns but the header has 3; "
-                              "the values after column 3 have no column name"}]
-    assert sorted(c["name"] for c in api.get("contacts").json()["items"]) == ["Ana", "Bo"], "the bad row is not imported"
+    assert job["errors"] == [
+        {
+            "row": 3,
+            "field": None,
+            "message": "the row has 5 columns but the header has 3; the values after column 3 have no column name",
+        }
+    ]
+    assert sorted(c["name"] for c in api.get("contacts").json()["items"]) == ["Ana", "Bo"], (
+        "the bad row is not imported"
+    )
 
 
 def test_segments_crud_count_and_preview(api: Api) -> None:
     for i, plan in enumerate(["1", 1, True, "pro"]):
-        api.post("contacts", {"name": f"P{i}", "identities": [{"channel": "telegram", "address": str(10 + i)}],
-                              "attributes": {"plan": plan}, "tags": ["vip"]})
+        api.post(
+            "contacts",
+            {
+                "name": f"P{i}",
+                "identities": [{"channel": "telegram", "address": str(10 + i)}],
+                "attributes": {"plan": plan},
+                "tags": ["vip"],
+            },
+        )
     r = api.post("segments", {"name": "Plan one", "rules": {"attributes": {"plan": 1}, "tags_all": ["vip"]}})
     assert r.status_code == 201, r.content
     sid = r.json()["id"]

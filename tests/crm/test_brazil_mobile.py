@@ -27,8 +27,13 @@ def test_brazilian_mobile_with_or_without_the_ninth_digit_is_one_number(address:
     assert normalize_identity("whatsapp", address) == "+5511981234567"
 
 
-@pytest.mark.parametrize(("address", "e164"), [("551131234567", "+551131234567"),  # a landline keeps 8 digits
-                                               ("+52 1 55 1234 5678", "+525512345678")])
+@pytest.mark.parametrize(
+    ("address", "e164"),
+    [
+        ("551131234567", "+551131234567"),  # a landline keeps 8 digits
+        ("+52 1 55 1234 5678", "+525512345678"),
+    ],
+)
 def test_landlines_and_other_countries_are_left_alone(address: str, e164: str) -> None:
     assert normalize_identity("whatsapp", address) == e164
 
@@ -42,8 +47,12 @@ def _signed_message_from(shop, wa_id: str) -> int:  # type: ignore[no-untyped-de
     raw = json.dumps(body).encode()
     secret = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())["app_secret"]
     signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-    return shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
-                            HTTP_X_HUB_SIGNATURE_256=signature).status_code
+    return shop.client.post(
+        f"/webhooks/whatsapp/{shop.tenant}",
+        data=raw,
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=signature,
+    ).status_code
 
 
 def test_webhook_sender_without_the_nine_and_csv_row_with_it_are_one_contact(shop, eager_celery) -> None:  # noqa: F811
@@ -52,8 +61,13 @@ def test_webhook_sender_without_the_nine_and_csv_row_with_it_are_one_contact(sho
     conv = conversation(shop, f"whatsapp:{WA_ID}")
     assert conv.contact_id is not None
     csv = "name,phone,tags\nJoão Silva,+55 11 98123-4567,vip\n".encode()
-    response = shop.client.post(f"/api/v1/tenants/{shop.tenant}/contacts/imports", csv, content_type="text/csv",
-                                HTTP_AUTHORIZATION=f"Bearer {shop.token}", HTTP_X_FILENAME="br.csv")
+    response = shop.client.post(
+        f"/api/v1/tenants/{shop.tenant}/contacts/imports",
+        csv,
+        content_type="text/csv",
+        HTTP_AUTHORIZATION=f"Bearer {shop.token}",
+        HTTP_X_FILENAME="br.csv",
+    )
     assert response.status_code == 202, response.content
     _, job = shop.api("get", f"contacts/imports/{response.json()['id']}")
     assert (job["status"], job["created"], job["merged"]) == ("done", 0, 1)

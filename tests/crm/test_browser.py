@@ -34,7 +34,9 @@ def test_marketer_imports_searches_and_builds_a_segment(page, tenant_id: str, sc
     job_id = page.url.rstrip("/").rsplit("/", 1)[1]
     services.contact_import_run(tenant_id, job_id)
     page.wait_for_selector("[data-testid=import-progress][data-status=done]", timeout=10000)
-    assert "201 created · 1 merged into existing contacts · 1 bad row" in page.inner_text("[data-testid=import-summary]")
+    assert "201 created · 1 merged into existing contacts · 1 bad row" in page.inner_text(
+        "[data-testid=import-summary]"
+    )
     assert page.locator("[data-testid=import-errors] tbody tr").count() == 3
     page.screenshot(path=str(screenshot_dir / "crm-import-report.png"), full_page=True)
 
@@ -43,7 +45,9 @@ def test_marketer_imports_searches_and_builds_a_segment(page, tenant_id: str, sc
     page.wait_for_function("document.querySelectorAll('[data-testid=contact-table] tbody tr').length === 1")
     page.click("[data-testid=contact-table] >> text=Ana García")
     assert page.locator("[data-testid=consent-whatsapp]").inner_text() == "granted"
-    assert page.get_attribute("[data-testid=conversations-link]", "href").endswith("/inbox/?contact=" + page.url.rstrip("/").rsplit("/", 1)[1])
+    assert page.get_attribute("[data-testid=conversations-link]", "href").endswith(
+        "/inbox/?contact=" + page.url.rstrip("/").rsplit("/", 1)[1]
+    )
     page.select_option("select[name=channel]", "whatsapp")
     page.select_option("select[name=status]", "denied")
     page.fill("input[name=evidence]", "asked by phone to stop")

@@ -46,23 +46,30 @@ def _run_together(work: Callable[[int], object], n: int = THREADS) -> list[objec
 def test_concurrent_upserts_of_one_new_phone_leave_one_contact(crm: str, contact_store: ContactStore) -> None:
     writes = ["+573001112233", "57 300 111 2233", "573001112233", "300 111 2233"] * 2
     results = _run_together(
-        lambda i: services.contact_upsert_identity(crm, channel="whatsapp", address=writes[i], source="inbox"))
+        lambda i: services.contact_upsert_identity(crm, channel="whatsapp", address=writes[i], source="inbox")
+    )
     assert len({c.id for c in results}) == 1
     assert len(contact_store.contact_scan(crm, limit=100)) == 1
 
 
 def test_concurrent_consent_and_tag_writes_are_all_kept(crm: str) -> None:
-    contact = services.contact_create(crm, identities=[
-        {"channel": "whatsapp", "address": "+573001112233"}, {"channel": "telegram", "address": "700001004"},
-        {"channel": "email", "address": "ana@example.com"}])
+    contact = services.contact_create(
+        crm,
+        identities=[
+            {"channel": "whatsapp", "address": "+573001112233"},
+            {"channel": "telegram", "address": "700001004"},
+            {"channel": "email", "address": "ana@example.com"},
+        ],
+    )
     final = {"whatsapp": "granted", "telegram": "denied", "email": "granted"}
 
     def work(i: int) -> None:
         if i < len(CHANNELS):
             channel = CHANNELS[i]
             for status in ("denied", "granted", final[channel]):
-                services.consent_set(crm, contact.id, channel=channel, status=status, source=f"writer-{i}",
-                                     evidence=f"thread {i}")
+                services.consent_set(
+                    crm, contact.id, channel=channel, status=status, source=f"writer-{i}", evidence=f"thread {i}"
+                )
         else:
             for k in range(3):
                 services.contact_tags_add(crm, contact.id, tags=[f"t{i}-{k}"])
@@ -73,20 +80,35 @@ def test_concurrent_consent_and_tag_writes_are_all_kept(crm: str) -> None:
     assert set(after.tags) == {f"t{i}-{k}" for i in range(len(CHANNELS), THREADS) for k in range(3)}
     # every change is in the history; re-setting the current status is a no-op
     assert sorted((c.channel, c.status) for c in after.consent_history) == sorted(
-        [("whatsapp", "denied"), ("whatsapp", "granted"), ("telegram", "denied"), ("telegram", "granted"),
-         ("telegram", "denied"), ("email", "denied"), ("email", "granted")])
+        [
+            ("whatsapp", "denied"),
+            ("whatsapp", "granted"),
+            ("telegram", "denied"),
+            ("telegram", "granted"),
+            ("telegram", "denied"),
+            ("email", "denied"),
+            ("email", "granted"),
+        ]
+    )
 
 
 def test_concurrent_identity_claims_by_different_contacts_give_one_owner(crm: str) -> None:
-    contacts = [services.contact_create(crm, identities=[{"channel": "telegram", "address": str(500 + i)}])
-                for i in range(4)]
+    contacts = [
+        services.contact_create(crm, identities=[{"channel": "telegram", "address": str(500 + i)}]) for i in range(4)
+    ]
 
     def work(i: int) -> str:
         c = contacts[i % 4]
         try:
-            services.contact_update(crm, c.id, expected_version=1, identities=[
-                *({"channel": x.channel, "address": x.address} for x in c.identities),
-                {"channel": "email", "address": "shared@example.com"}])
+            services.contact_update(
+                crm,
+                c.id,
+                expected_version=1,
+                identities=[
+                    *({"channel": x.channel, "address": x.address} for x in c.identities),
+                    {"channel": "email", "address": "shared@example.com"},
+                ],
+            )
             return "won"
         except services.Conflict:
             return "lost"

@@ -9,12 +9,15 @@ from crm import csvio
 from crm.domain import Consent, Contact, Identity, new_id
 
 names = st.one_of(
-    st.none(), st.sampled_from(["=1+2", "'=x", "'quoted", "+57", "-5", "@sum", "a;b", 'say "hi"', "Ana García"]),
-    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=30).map(str.strip).filter(bool))
-attr_names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(
-    lambda n: n not in csvio.RESERVED)
+    st.none(),
+    st.sampled_from(["=1+2", "'=x", "'quoted", "+57", "-5", "@sum", "a;b", 'say "hi"', "Ana García"]),
+    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=30).map(str.strip).filter(bool),
+)
+attr_names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(lambda n: n not in csvio.RESERVED)
 attr_values = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**53) + 1, 2**53 - 1),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53) + 1, 2**53 - 1),
     st.floats(allow_nan=False, allow_infinity=False, width=64),
     st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20),
 )
@@ -25,7 +28,9 @@ tags = st.lists(st.from_regex(r"[a-z0-9][a-z0-9 _-]{0,8}[a-z0-9]", fullmatch=Tru
 def contacts(draw) -> Contact:
     n = draw(st.integers(1, 10**9))
     c = Contact(
-        id=new_id("c"), name=draw(names), identities=(Identity("telegram", str(n)),),
+        id=new_id("c"),
+        name=draw(names),
+        identities=(Identity("telegram", str(n)),),
         tags=tuple(sorted(set(" ".join(t.split()) for t in draw(tags)))),
         attributes=draw(st.dictionaries(attr_names, attr_values, max_size=4)),
     )

@@ -24,8 +24,7 @@ def test_demo_loader_imports_the_fixture_over_http(live_server, tenant_id: str, 
     _, token = tenancy.token_create(tenant_id, name="demo", role="admin")
     ctx = DemoContext(base_url=live_server.url, tokens={tenant_id: token}, fixtures=fixtures_dir())
     summary = demo.load(ctx, tenant=tenant_id)
-    assert summary == ("crm: imported contacts.csv: 201 contacts created, 1 merged, 1 bad row(s) reported; "
-                       "3 segments")
+    assert summary == ("crm: imported contacts.csv: 201 contacts created, 1 merged, 1 bad row(s) reported; 3 segments")
     assert len(selectors.segment_list(tenant_id)) == 3
     again = demo.load(ctx, tenant=tenant_id)
     assert again.startswith("crm: imported contacts.csv: 0 contacts created, 202 merged")

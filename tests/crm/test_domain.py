@@ -21,8 +21,15 @@ from crm.domain import (
 
 @pytest.mark.parametrize(
     "address",
-    ["+573001112233", "57 300 111 2233", "573001112233", "300 111 2233", "(300) 111-2233",
-     "+57 300-111-2233", " +57 (300) 111 2233 "],
+    [
+        "+573001112233",
+        "57 300 111 2233",
+        "573001112233",
+        "300 111 2233",
+        "(300) 111-2233",
+        "+57 300-111-2233",
+        " +57 (300) 111 2233 ",
+    ],
 )
 def test_one_colombian_phone_written_many_ways_is_one_e164(address: str) -> None:
     assert normalize_identity("whatsapp", address) == "+573001112233"
@@ -33,7 +40,9 @@ def test_digits_only_wa_id_is_read_as_international_even_in_another_region() -> 
     assert normalize_identity("whatsapp", "573001112233", "US") == "+573001112233"
 
 
-@pytest.mark.parametrize("address", ["5215512345678", "+5215512345678", "+52 1 55 1234 5678", "+525512345678", "525512345678"])
+@pytest.mark.parametrize(
+    "address", ["5215512345678", "+5215512345678", "+52 1 55 1234 5678", "+525512345678", "525512345678"]
+)
 def test_mexican_mobile_wa_id_with_the_legacy_1_is_the_current_e164(address: str) -> None:
     """Found by exploratory testing: WhatsApp's wa_id 5215512345678 was refused (Mexico dropped the 1 in 2019)."""
     assert normalize_identity("whatsapp", address) == "+525512345678"
@@ -71,17 +80,31 @@ def test_unknown_channel_names_the_channel_field() -> None:
 
 def test_identities_are_deduplicated_after_normalisation() -> None:
     out = normalize_identities(
-        [{"channel": "whatsapp", "address": "+573001112233"}, {"channel": "whatsapp", "address": "57 300 111 2233"},
-         {"channel": "email", "address": "A@x.co"}], "CO")
+        [
+            {"channel": "whatsapp", "address": "+573001112233"},
+            {"channel": "whatsapp", "address": "57 300 111 2233"},
+            {"channel": "email", "address": "A@x.co"},
+        ],
+        "CO",
+    )
     assert out == (Identity("whatsapp", "+573001112233"), Identity("email", "a@x.co"))
 
 
 def test_attribute_names_and_values() -> None:
     assert validate_attributes({"plan": "pro", "age": 31, "ratio": 0.5, "vip": True, "note": None}) == {
-        "age": 31, "note": None, "plan": "pro", "ratio": 0.5, "vip": True}
-    for bad, field in (({"Plan": 1}, "contact.attributes.Plan"), ({"1x": 1}, "contact.attributes.1x"),
-                       ({"a": [1]}, "contact.attributes.a"), ({"a": float("nan")}, "contact.attributes.a"),
-                       ({"a" * 65: 1}, f"contact.attributes.{'a' * 65}")):
+        "age": 31,
+        "note": None,
+        "plan": "pro",
+        "ratio": 0.5,
+        "vip": True,
+    }
+    for bad, field in (
+        ({"Plan": 1}, "contact.attributes.Plan"),
+        ({"1x": 1}, "contact.attributes.1x"),
+        ({"a": [1]}, "contact.attributes.a"),
+        ({"a": float("nan")}, "contact.attributes.a"),
+        ({"a" * 65: 1}, f"contact.attributes.{'a' * 65}"),
+    ):
         with pytest.raises(ValidationError) as info:
             validate_attributes(bad)
         assert info.value.field == field
@@ -108,8 +131,11 @@ def _contact(**kw) -> Contact:
 
 
 def test_segment_rules_match_tags_attributes_and_consent() -> None:
-    c = _contact(identities=(Identity("whatsapp", "+573001112233"),), tags=("vip", "nuevo"),
-                 attributes={"score": 1, "active": True, "plan": "1"})
+    c = _contact(
+        identities=(Identity("whatsapp", "+573001112233"),),
+        tags=("vip", "nuevo"),
+        attributes={"score": 1, "active": True, "plan": "1"},
+    )
     c = c.with_consent(Consent("whatsapp", "granted", 1, "test"))
     rules = segment_rules_from_input
     assert rules_match(rules({"tags_all": ["vip", "nuevo"]}), c)
@@ -131,10 +157,12 @@ def test_consent_required_needs_an_identity_on_that_channel() -> None:
 
 
 def test_bad_rules_name_the_rule() -> None:
-    for data, field in (({"tag_all": ["x"]}, "segment.rules.tag_all"),
-                        ({"consent_required": "sms"}, "segment.rules.consent_required"),
-                        ({"tags_any": ["ok", ""]}, "segment.rules.tags_any[1]"),
-                        ({"attributes": {"Bad": 1}}, "segment.rules.attributes.Bad")):
+    for data, field in (
+        ({"tag_all": ["x"]}, "segment.rules.tag_all"),
+        ({"consent_required": "sms"}, "segment.rules.consent_required"),
+        ({"tags_any": ["ok", ""]}, "segment.rules.tags_any[1]"),
+        ({"attributes": {"Bad": 1}}, "segment.rules.attributes.Bad"),
+    ):
         with pytest.raises(ValidationError) as info:
             segment_rules_from_input(data)
         assert info.value.field == field

@@ -53,13 +53,28 @@ from tests.backends import unique_id
 TAGS = ["vip", "lead", "es", "b2b x"]
 NAMES = ["Ana García", "José Núñez", "ana maría", "Luis", None, "Zoë O'Neil", "Ánа-Lu 24"]
 ATTR_VALUES: list[Any] = [1, 1.0, "1", True, False, None, 1.5, "pro", "x" * 200, "a\tb", 2**53 - 1]
-QUERIES = ["ana", "garc", "GARCÍA", "300111", "+57 300", "ana@", "example", "o'neil", "zoe", "nunez",
-           "jo nu", "24", "7000", "lu", "-", "e"]
+QUERIES = [
+    "ana",
+    "garc",
+    "GARCÍA",
+    "300111",
+    "+57 300",
+    "ana@",
+    "example",
+    "o'neil",
+    "zoe",
+    "nunez",
+    "jo nu",
+    "24",
+    "7000",
+    "lu",
+    "-",
+    "e",
+]
 
 
 def _contact(*identities: Identity, **kw: Any) -> Contact:
-    return Contact(id=new_id("c"), identities=identities, name=kw.pop("name", "Ana"), created_at=1,
-                   updated_at=1, **kw)
+    return Contact(id=new_id("c"), identities=identities, name=kw.pop("name", "Ana"), created_at=1, updated_at=1, **kw)
 
 
 @contextmanager
@@ -91,8 +106,14 @@ def all_pages(tenant: str, limit: int, **filters: Any) -> list[Contact]:
 # -- definitions by a full scan -----------------------------------------------------------
 
 
-def keeps(c: Contact, *, tag: str | None = None, consent: str | None = None,
-          attributes: dict[str, Any] | None = None, q: str | None = None) -> bool:
+def keeps(
+    c: Contact,
+    *,
+    tag: str | None = None,
+    consent: str | None = None,
+    attributes: dict[str, Any] | None = None,
+    q: str | None = None,
+) -> bool:
     """The definition of ``contact_list``'s filters, on one contact."""
     if tag is not None and tag not in c.tags:
         return False
@@ -143,10 +164,22 @@ def test_terms_list_and_count_contacts_by_id(contact_store: ContactStore, tenant
     vip = [c.id for c in made if "vip" in c.tags]
     assert contact_store.contact_term_scan(tenant_id, tag_term("vip")) == vip
     assert contact_store.contact_term_scan(tenant_id, tag_term("vip"), after=vip[0], limit=1) == vip[1:2]
-    counts = contact_store.contact_count(tenant_id, [
-        ALL, tag_term("vip"), tag_term("lead"), attribute_term("plan", 1), attribute_term("plan", 1.0),
-        attribute_term("plan", "1"), attribute_term("plan", True), consent_term("whatsapp", "granted"),
-        consent_term("whatsapp", "denied"), reachable_term("whatsapp"), reachable_term("email")])
+    counts = contact_store.contact_count(
+        tenant_id,
+        [
+            ALL,
+            tag_term("vip"),
+            tag_term("lead"),
+            attribute_term("plan", 1),
+            attribute_term("plan", 1.0),
+            attribute_term("plan", "1"),
+            attribute_term("plan", True),
+            consent_term("whatsapp", "granted"),
+            consent_term("whatsapp", "denied"),
+            reachable_term("whatsapp"),
+            reachable_term("email"),
+        ],
+    )
     assert counts == [6, 3, 0, 2, 2, 2, 2, 2, 0, 2, 0]
     assert contact_store.contact_count(tenant_id + "-b", [ALL, tag_term("vip")]) == [0, 0]
     got = contact_store.contact_get_many(tenant_id, [made[1].id, "c_" + "0" * 22, made[0].id])
@@ -160,14 +193,20 @@ def test_terms_list_and_count_contacts_by_id(contact_store: ContactStore, tenant
 def test_terms_follow_replace_and_delete(contact_store: ContactStore, tenant_id: str) -> None:
     c = contact_store.contact_insert(tenant_id, _contact(Identity("email", "ana@example.com"), tags=("vip",)))
     c2 = contact_store.contact_replace(
-        tenant_id, replace(c, tags=("lead",), attributes={"n": 1.5}).with_consent(
-            Consent("email", "granted", 1, "t")), expected_version=1)
+        tenant_id,
+        replace(c, tags=("lead",), attributes={"n": 1.5}).with_consent(Consent("email", "granted", 1, "t")),
+        expected_version=1,
+    )
     assert contact_store.contact_term_scan(tenant_id, tag_term("vip")) == []
     assert contact_store.contact_term_scan(tenant_id, tag_term("lead")) == [c.id]
     assert contact_store.contact_term_scan(tenant_id, attribute_term("n", 1.5)) == [c.id]
     assert contact_store.contact_count(tenant_id, [reachable_term("email"), consent_term("email", "granted")]) == [1, 1]
     contact_store.contact_delete(tenant_id, c.id, expected_version=c2.version)
-    assert contact_store.contact_count(tenant_id, [ALL, tag_term("lead"), consent_term("email", "granted")]) == [0, 0, 0]
+    assert contact_store.contact_count(tenant_id, [ALL, tag_term("lead"), consent_term("email", "granted")]) == [
+        0,
+        0,
+        0,
+    ]
     assert contact_store.contact_search_scan(tenant_id, "ana") == []
 
 
@@ -185,9 +224,10 @@ def test_search_scan_lists_keys_by_prefix(contact_store: ContactStore, tenant_id
 
 
 def test_match_tests_rules_on_the_given_contacts(contact_store: ContactStore, tenant_id: str) -> None:
-    made = [contact_store.contact_insert(tenant_id, _contact(Identity("telegram", str(100 + i)),
-                                                            attributes={"n": i % 2}))
-            for i in range(4)]
+    made = [
+        contact_store.contact_insert(tenant_id, _contact(Identity("telegram", str(100 + i)), attributes={"n": i % 2}))
+        for i in range(4)
+    ]
     ids = [c.id for c in made] + ["c_" + "f" * 22]
     rules = SegmentRules(attributes={"n": 0})
     assert contact_store.contact_match(tenant_id, ids, rules) == [made[0], made[2]]
@@ -196,8 +236,10 @@ def test_match_tests_rules_on_the_given_contacts(contact_store: ContactStore, te
 
 
 def test_import_jobs_newest_first(contact_store: ContactStore, tenant_id: str) -> None:
-    jobs = [contact_store.import_job_insert(tenant_id, ImportJob(new_id("imp"), "queued", f"{i}.csv"), "a,b\n")
-            for i in range(5)]
+    jobs = [
+        contact_store.import_job_insert(tenant_id, ImportJob(new_id("imp"), "queued", f"{i}.csv"), "a,b\n")
+        for i in range(5)
+    ]
     contact_store.import_job_replace(tenant_id, replace(jobs[2], status="done"), expected_version=1)
     newest = contact_store.import_job_newest(tenant_id, limit=3)
     assert [j.id for j in newest] == [j.id for j in reversed(jobs)][:3]
@@ -209,16 +251,23 @@ def test_import_jobs_newest_first(contact_store: ContactStore, tenant_id: str) -
 
 def _seed(tenant: str) -> list[Contact]:
     rows = [
-        ("Ana García", [{"channel": "whatsapp", "address": "3001112233"}, {"channel": "email", "address": "ana@example.com"}],
-         ["vip"], {"plan": "pro"}, {"whatsapp": "granted"}),
+        (
+            "Ana García",
+            [{"channel": "whatsapp", "address": "3001112233"}, {"channel": "email", "address": "ana@example.com"}],
+            ["vip"],
+            {"plan": "pro"},
+            {"whatsapp": "granted"},
+        ),
         ("José Núñez", [{"channel": "whatsapp", "address": "3001114455"}], ["vip", "lead"], {"plan": 1}, {}),
         ("Luis", [{"channel": "email", "address": "luis@tienda.co"}], [], {"plan": "1"}, {"email": "granted"}),
-        (None, [{"channel": "telegram", "address": "700001004"}], ["lead"], {"plan": True},
-         {"whatsapp": "granted"}),
+        (None, [{"channel": "telegram", "address": "700001004"}], ["lead"], {"plan": True}, {"whatsapp": "granted"}),
     ]
-    return [services.contact_create(tenant, name=n, identities=i, tags=t, attributes=a,
-                                    consent={ch: {"status": s} for ch, s in c.items()})
-            for n, i, t, a, c in rows]
+    return [
+        services.contact_create(
+            tenant, name=n, identities=i, tags=t, attributes=a, consent={ch: {"status": s} for ch, s in c.items()}
+        )
+        for n, i, t, a, c in rows
+    ]
 
 
 def test_contact_list_filters_by_consent_attribute_and_text(crm: str) -> None:
@@ -238,8 +287,12 @@ def test_contact_list_filters_by_consent_attribute_and_text(crm: str) -> None:
     assert [c.id for c in all_pages(crm, 1, q="jose 300")] == [jose.id]
     assert all_pages(crm, 1, q="ana", tag="lead") == []
     assert all_pages(crm, 5, q="--") == []
-    for bad, field in [({"consent": "sms:granted"}, "consent"), ({"consent": "whatsapp"}, "consent"),
-                       ({"attributes": {"Plan": 1}}, "attributes.Plan"), ({"after": "qxx!"}, "after")]:
+    for bad, field in [
+        ({"consent": "sms:granted"}, "consent"),
+        ({"consent": "whatsapp"}, "consent"),
+        ({"attributes": {"Plan": 1}}, "attributes.Plan"),
+        ({"after": "qxx!"}, "after"),
+    ]:
         with pytest.raises(ValidationError) as info:
             selectors.contact_list(crm, **bad)
         assert info.value.field == field
@@ -253,10 +306,16 @@ def test_contact_list_filters_by_consent_attribute_and_text(crm: str) -> None:
 def test_segment_counts_and_preview_follow_the_rules(crm: str) -> None:
     ana, jose, luis, anon = _seed(crm)
     cases = [
-        ({}, 4), ({"tags_all": ["vip"]}, 2), ({"tags_none": ["vip"]}, 2), ({"tags_none": ["vip", "lead"]}, 1),
-        ({"tags_any": ["vip", "lead"]}, 3), ({"consent_required": "whatsapp"}, 1),
-        ({"attributes": {"plan": 1}}, 1), ({"tags_all": ["vip"], "consent_required": "whatsapp"}, 1),
-        ({"tags_any": ["lead"], "tags_none": ["vip"]}, 1), ({"tags_all": ["vip", "lead"]}, 1),
+        ({}, 4),
+        ({"tags_all": ["vip"]}, 2),
+        ({"tags_none": ["vip"]}, 2),
+        ({"tags_none": ["vip", "lead"]}, 1),
+        ({"tags_any": ["vip", "lead"]}, 3),
+        ({"consent_required": "whatsapp"}, 1),
+        ({"attributes": {"plan": 1}}, 1),
+        ({"tags_all": ["vip"], "consent_required": "whatsapp"}, 1),
+        ({"tags_any": ["lead"], "tags_none": ["vip"]}, 1),
+        ({"tags_all": ["vip", "lead"]}, 1),
     ]
     for rules, want in cases:
         assert selectors.segment_count(crm, rules) == want, rules
@@ -269,8 +328,9 @@ def test_segment_counts_and_preview_follow_the_rules(crm: str) -> None:
 
 
 def test_import_list_is_newest_first(crm: str) -> None:
-    jobs = [services.contact_import_start(crm, filename=f"{i}.csv", data="name,phone\nA,3001112233\n")
-            for i in range(4)]
+    jobs = [
+        services.contact_import_start(crm, filename=f"{i}.csv", data="name,phone\nA,3001112233\n") for i in range(4)
+    ]
     assert [j.id for j in selectors.import_job_list(crm, limit=3)] == [j.id for j in reversed(jobs)][:3]
 
 
@@ -309,12 +369,12 @@ def test_reads_touch_a_page_not_the_tenant() -> None:
     rng = random.Random(5)
     for i in range(600):
         tags = ("rare",) if i % 100 == 7 else ("common",)
-        c = _contact(Identity("telegram", str(1000 + i)), name=f"Name{i} Surname", tags=tags,
-                     attributes={"n": i % 3})
+        c = _contact(Identity("telegram", str(1000 + i)), name=f"Name{i} Surname", tags=tags, attributes={"n": i % 3})
         if rng.random() < 0.5:
             c = c.with_consent(Consent("telegram", "granted", 1, "t"))
         store.contact_insert(tenant, c)
     with use_store(store):
+
         def cost(read: Any) -> int:
             kv.read = 0
             read()
@@ -337,9 +397,15 @@ def test_a_page_with_sparse_matches_stops_at_its_budget(memory_crm: str, monkeyp
     """A filter that few contacts of the walked list pass returns short pages with ``next``; all are found."""
     monkeypatch.setattr(selectors, "PAGE_BUDGET_MIN", 5)
     monkeypatch.setattr(selectors, "PAGE_BUDGET_PER_ITEM", 1)
-    made = [services.contact_create(memory_crm, identities=[{"channel": "telegram", "address": str(10 + i)}],
-                                    tags=["common"], attributes={"n": int(i % 7 == 0)})
-            for i in range(40)]
+    made = [
+        services.contact_create(
+            memory_crm,
+            identities=[{"channel": "telegram", "address": str(10 + i)}],
+            tags=["common"],
+            attributes={"n": int(i % 7 == 0)},
+        )
+        for i in range(40)
+    ]
     first = selectors.contact_list(memory_crm, limit=2, tag="common", attributes={"n": 1})
     assert len(first.items) <= 2 and first.next is not None
     found = all_pages(memory_crm, 2, tag="common", attributes={"n": 1})
@@ -350,8 +416,10 @@ def test_concurrent_writers_leave_counts_and_lists_exact(crm: str, contact_store
     """4 threads add/remove tags and set consent on the same contacts: counters and lists match a scan."""
     import threading
 
-    made = [services.contact_create(crm, identities=[{"channel": "whatsapp", "address": f"+57300111{i:04d}"}])
-            for i in range(6)]
+    made = [
+        services.contact_create(crm, identities=[{"channel": "whatsapp", "address": f"+57300111{i:04d}"}])
+        for i in range(6)
+    ]
     errors: list[BaseException] = []
 
     def work(seed: int) -> None:
@@ -365,8 +433,9 @@ def test_concurrent_writers_leave_counts_and_lists_exact(crm: str, contact_store
                 elif roll < 0.7:
                     services.contact_tags_remove(crm, c.id, tags=[rng.choice(TAGS)])
                 else:
-                    services.consent_set(crm, c.id, channel="whatsapp", status=rng.choice(CONSENT_STATUSES),
-                                         source="test")
+                    services.consent_set(
+                        crm, c.id, channel="whatsapp", status=rng.choice(CONSENT_STATUSES), source="test"
+                    )
         except BaseException as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
 
@@ -387,7 +456,8 @@ def test_concurrent_writers_leave_counts_and_lists_exact(crm: str, contact_store
         table = TenantKv(contact_store.kv, "crm").table(crm, "contacts")
         layout = CONTACTS.layout(contact_store.kv)
         assert {n: layout.check(table, n) for n in layout.index_names()} == {
-            n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()}
+            n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()
+        }
 
 
 # -- upgrade: a table written before the indexes ------------------------------------------------
@@ -399,8 +469,13 @@ def test_contacts_written_before_the_indexes_are_indexed_by_the_online_build() -
     table = TenantKv(kv, "crm").table(tenant, "contacts")
     made = [_contact(Identity("telegram", str(500 + i)), tags=("vip",) if i % 2 else ()) for i in range(30)]
     for c in made:  # the layout of an installation from before the indexes
-        kv.commit(table, [Put(f"c/{c.id}", contact_to_json(c), ABSENT), Put(f"i/telegram:{c.identities[0].address}",
-                                                                              {"contact": c.id}, ABSENT)])
+        kv.commit(
+            table,
+            [
+                Put(f"c/{c.id}", contact_to_json(c), ABSENT),
+                Put(f"i/telegram:{c.identities[0].address}", {"contact": c.id}, ABSENT),
+            ],
+        )
     store = KvContactStore(kv)
     with use_store(store), pytest.raises(IndexNotBuilt) as info:
         selectors.segment_count(tenant, {"tags_all": ["vip"]})
@@ -412,7 +487,8 @@ def test_contacts_written_before_the_indexes_are_indexed_by_the_online_build() -
         assert selectors.segment_count(tenant, {"tags_all": ["vip"]}) == 15
         assert selectors.contact_count(tenant) == 30
     assert {name: sum(layout.check(table, name).values()) for name in layout.index_names()} == {
-        name: 0 for name in layout.index_names()}
+        name: 0 for name in layout.index_names()
+    }
 
 
 # -- the property: indexed reads equal their definition after random histories ------------------
@@ -420,23 +496,31 @@ def test_contacts_written_before_the_indexes_are_indexed_by_the_online_build() -
 
 channels_st = st.sampled_from(CHANNELS)
 op_st = st.one_of(
-    st.tuples(st.just("create"), st.sampled_from(NAMES), st.lists(st.sampled_from(TAGS), max_size=3),
-              st.dictionaries(st.sampled_from(["plan", "n"]), st.sampled_from(ATTR_VALUES), max_size=2),
-              st.integers(0, 40), st.booleans()),
+    st.tuples(
+        st.just("create"),
+        st.sampled_from(NAMES),
+        st.lists(st.sampled_from(TAGS), max_size=3),
+        st.dictionaries(st.sampled_from(["plan", "n"]), st.sampled_from(ATTR_VALUES), max_size=2),
+        st.integers(0, 40),
+        st.booleans(),
+    ),
     st.tuples(st.just("tag"), st.integers(0, 30), st.sampled_from(TAGS), st.booleans()),
-    st.tuples(st.just("attr"), st.integers(0, 30), st.sampled_from(["plan", "n"]),
-              st.sampled_from([*ATTR_VALUES, "remove"])),
+    st.tuples(
+        st.just("attr"), st.integers(0, 30), st.sampled_from(["plan", "n"]), st.sampled_from([*ATTR_VALUES, "remove"])
+    ),
     st.tuples(st.just("consent"), st.integers(0, 30), channels_st, st.sampled_from(CONSENT_STATUSES)),
     st.tuples(st.just("rename"), st.integers(0, 30), st.sampled_from(NAMES)),
     st.tuples(st.just("erase"), st.integers(0, 30)),
 )
-rules_st = st.fixed_dictionaries({
-    "tags_all": st.lists(st.sampled_from(TAGS), max_size=2),
-    "tags_any": st.lists(st.sampled_from(TAGS), max_size=2),
-    "tags_none": st.lists(st.sampled_from(TAGS), max_size=2),
-    "attributes": st.dictionaries(st.sampled_from(["plan", "n"]), st.sampled_from(ATTR_VALUES), max_size=1),
-    "consent_required": st.one_of(st.none(), channels_st),
-})
+rules_st = st.fixed_dictionaries(
+    {
+        "tags_all": st.lists(st.sampled_from(TAGS), max_size=2),
+        "tags_any": st.lists(st.sampled_from(TAGS), max_size=2),
+        "tags_none": st.lists(st.sampled_from(TAGS), max_size=2),
+        "attributes": st.dictionaries(st.sampled_from(["plan", "n"]), st.sampled_from(ATTR_VALUES), max_size=1),
+        "consent_required": st.one_of(st.none(), channels_st),
+    }
+)
 
 
 def _ascii_word(name: str | None) -> str:
@@ -451,8 +535,9 @@ def _apply(tenant: str, op: tuple[Any, ...], ids: list[str]) -> None:
         if with_email:
             identities.append({"channel": "email", "address": f"{_ascii_word(name)}{n}@example.com"})
         try:
-            ids.append(services.contact_create(tenant, name=name, identities=identities, tags=tags,
-                                               attributes=attrs).id)
+            ids.append(
+                services.contact_create(tenant, name=name, identities=identities, tags=tags, attributes=attrs).id
+            )
         except (ValidationError, services.IdentityTaken):
             pass
         return
@@ -466,11 +551,9 @@ def _apply(tenant: str, op: tuple[Any, ...], ids: list[str]) -> None:
         elif kind == "attr":
             current = selectors.contact_get(tenant, contact_id)
             if op[3] == "remove":
-                services.contact_update(tenant, contact_id, expected_version=current.version,
-                                        remove_attributes=[op[2]])
+                services.contact_update(tenant, contact_id, expected_version=current.version, remove_attributes=[op[2]])
             else:
-                services.contact_update(tenant, contact_id, expected_version=current.version,
-                                        attributes={op[2]: op[3]})
+                services.contact_update(tenant, contact_id, expected_version=current.version, attributes={op[2]: op[3]})
         elif kind == "consent":
             services.consent_set(tenant, contact_id, channel=op[2], status=op[3], source="test")
         elif kind == "rename":
@@ -489,9 +572,14 @@ def _check_reads(tenant: str, rules_list: list[dict[str, Any]]) -> None:
     filters += [{"consent": f"{ch}:{s}"} for ch in CHANNELS for s in CONSENT_STATUSES]
     filters += [{"attributes": {"plan": v}} for v in ATTR_VALUES]
     filters += [{"q": q} for q in QUERIES]
-    filters += [{"tag": "vip", "q": "ana"}, {"tag": "lead", "consent": "whatsapp:granted", "attributes": {"n": 1}},
-                {"q": "ana", "attributes": {"plan": "pro"}}, {"consent": "email:unknown", "q": "300"},
-                {"tag": "vip", "consent": "whatsapp:unknown"}, {"consent": "telegram:unknown", "attributes": {"n": 1}}]
+    filters += [
+        {"tag": "vip", "q": "ana"},
+        {"tag": "lead", "consent": "whatsapp:granted", "attributes": {"n": 1}},
+        {"q": "ana", "attributes": {"plan": "pro"}},
+        {"consent": "email:unknown", "q": "300"},
+        {"tag": "vip", "consent": "whatsapp:unknown"},
+        {"consent": "telegram:unknown", "attributes": {"n": 1}},
+    ]
     for f in filters:
         want = [c for c in everyone if keeps(c, **f)]
         for limit in (1, 3):
@@ -522,8 +610,11 @@ def _check_reads(tenant: str, rules_list: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("store_name", ["kv-memory", "memory-store"])
-@given(ops=st.lists(op_st, min_size=1, max_size=40), rules_list=st.lists(rules_st, min_size=1, max_size=4),
-       small_budget=st.booleans())
+@given(
+    ops=st.lists(op_st, min_size=1, max_size=40),
+    rules_list=st.lists(rules_st, min_size=1, max_size=4),
+    small_budget=st.booleans(),
+)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_indexed_reads_equal_a_full_scan_after_random_histories(
     store_name: str, ops: list[tuple[Any, ...]], rules_list: list[dict[str, Any]], small_budget: bool

@@ -57,13 +57,14 @@ def _check_segments(kv: MemoryKv, store: KvContactStore, tenant: str) -> None:
         assert (preview.count, [c.id for c in preview.sample]) == (len(members), members[:3])
         for channel in CAMPAIGN_CHANNELS:
             quick = campaign_selectors.campaign_plan(tenant, segment_id=segment.id, channel=channel)
-            full = Planner(tenant).plan(rules=segment.rules, channel=channel,
-                                        keep=campaign_selectors.CONVERSATION_CHECK_PAGE)
+            full = Planner(tenant).plan(
+                rules=segment.rules, channel=channel, keep=campaign_selectors.CONVERSATION_CHECK_PAGE
+            )
             assert quick.counts == full.counts, (segment.rules, channel)
             assert quick.examples == full.examples, (segment.rules, channel)
             # The quick plan holds the recipients among the first members (a page): the walk's first ones.
             held = [r.contact_id for r in quick.recipients]
-            assert held == [r.contact_id for r in full.recipients][:len(held)]
+            assert held == [r.contact_id for r in full.recipients][: len(held)]
             assert len(held) >= min(10, full.counts.recipients)
     expected = {s.id: sum(rules_match(s.rules, c) for c in everyone) for s in segments}
     assert selectors.segment_counts(tenant, segments) == expected
@@ -90,8 +91,9 @@ def _apply_segment_op(store: KvContactStore, tenant: str, op: tuple[Any, ...]) -
     elif op[0] == "build":
         try:
             # A batch of 2 contacts; a killed build continues from its cursor on the next one.
-            services.default_store().membership_build(tenant, batch=2, progress=_kill_after_first_batch
-                                                      if op[1] else None)
+            services.default_store().membership_build(
+                tenant, batch=2, progress=_kill_after_first_batch if op[1] else None
+            )
         except Killed:
             pass
     elif segments:
@@ -128,8 +130,10 @@ def test_segment_reads_equal_a_full_scan_after_random_histories(ops: list[tuple[
 def _seed(tenant: str, n: int) -> None:
     for i in range(n):
         services.contact_create(
-            tenant, identities=[{"channel": "whatsapp", "address": f"+57300222{i:04d}"}],
-            tags=["vip", "pro"] if i % 3 == 0 else ["vip"], attributes={"n": i % 4},
+            tenant,
+            identities=[{"channel": "whatsapp", "address": f"+57300222{i:04d}"}],
+            tags=["vip", "pro"] if i % 3 == 0 else ["vip"],
+            attributes={"n": i % 4},
             consent={"whatsapp": "granted" if i % 2 == 0 else "denied"},
         )
 
@@ -158,8 +162,7 @@ def test_a_built_segment_counts_in_one_counter_and_previews_one_page() -> None:
         assert preview.count == want and len(preview.sample) == 5 and read < 30
         counts, read = cost(lambda: selectors.segment_counts(tenant, selectors.segment_list(tenant)))
         assert counts == {segment.id: want} and read < 12
-        plan, read = cost(lambda: campaign_selectors.campaign_plan(tenant, segment_id=segment.id,
-                                                                    channel="whatsapp"))
+        plan, read = cost(lambda: campaign_selectors.campaign_plan(tenant, segment_id=segment.id, channel="whatsapp"))
         assert plan.counts.recipients == want and read < 120  # counters, ≤ 50 members and ≤ 50 contacts
 
 
@@ -190,8 +193,7 @@ def test_membership_stays_exact_while_writers_run_during_the_build() -> None:
                     if n % 2:
                         services.contact_tags_add(tenant, contact_id, tags=["pro"])
                     else:
-                        services.consent_set(tenant, contact_id, channel="whatsapp", status="granted",
-                                             source="test")
+                        services.consent_set(tenant, contact_id, channel="whatsapp", status="granted", source="test")
             except BaseException as exc:  # reported below
                 errors.append(exc)
 

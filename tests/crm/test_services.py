@@ -26,7 +26,11 @@ def _snapshot(tenant: str) -> dict[tuple[str, ...], tuple]:
     """Every contact keyed by its identities, with what an export must keep."""
     return {
         tuple(sorted(i.key for i in c.identities)): (
-            c.name, c.tags, dict(c.attributes), {ch: c.consent_status(ch) for ch in ("whatsapp", "telegram", "email")})
+            c.name,
+            c.tags,
+            dict(c.attributes),
+            {ch: c.consent_status(ch) for ch in ("whatsapp", "telegram", "email")},
+        )
         for c in selectors.contact_iter(tenant)
     }
 
@@ -35,8 +39,7 @@ def test_importing_the_fixture_reports_bad_rows_and_merges_ana(crm: str, contact
     job = _import(crm, FIXTURE.read_bytes())
     assert (job.status, job.total_rows, job.processed) == ("done", 203, 203)
     assert (job.created, job.merged, job.failed_rows) == (201, 1, 1)
-    assert [(e["row"], e["field"]) for e in job.errors] == [
-        (204, "phone"), (204, "email"), (204, "marketing_consent")]
+    assert [(e["row"], e["field"]) for e in job.errors] == [(204, "phone"), (204, "email"), (204, "marketing_consent")]
     assert len(list(selectors.contact_iter(crm))) == 201
     ana = selectors.contact_find_by_identity(crm, channel="whatsapp", address="57 300 111 2233")
     assert ana is not None and ana.name == "Ana García"
@@ -48,8 +51,9 @@ def test_importing_the_fixture_reports_bad_rows_and_merges_ana(crm: str, contact
 
 
 def test_import_merges_into_a_contact_the_inbox_created(memory_crm: str) -> None:
-    ana = services.contact_upsert_identity(memory_crm, channel="whatsapp", address="573001112233",
-                                           name="Ana (WhatsApp)", source="inbox")
+    ana = services.contact_upsert_identity(
+        memory_crm, channel="whatsapp", address="573001112233", name="Ana (WhatsApp)", source="inbox"
+    )
     job = _import(memory_crm, FIXTURE.read_bytes())
     assert (job.created, job.merged) == (200, 2)
     merged = selectors.contact_get(memory_crm, ana.id)
@@ -60,7 +64,9 @@ def test_import_merges_into_a_contact_the_inbox_created(memory_crm: str) -> None
 def test_upsert_fills_a_missing_name_but_never_overwrites_one(memory_crm: str) -> None:
     c = services.contact_upsert_identity(memory_crm, channel="telegram", address="700001004", source="inbox")
     assert c.name is None
-    c = services.contact_upsert_identity(memory_crm, channel="telegram", address="700001004", name="Ana", source="inbox")
+    c = services.contact_upsert_identity(
+        memory_crm, channel="telegram", address="700001004", name="Ana", source="inbox"
+    )
     assert c.name == "Ana"
     c = services.contact_upsert_identity(memory_crm, channel="telegram", address="700001004", name="X", source="inbox")
     assert c.name == "Ana" and c.version == 2
@@ -93,8 +99,20 @@ def test_import_reports_a_deeply_nested_json_cell_instead_of_failing(memory_crm:
 def test_export_imports_back_to_the_same_contacts(memory_crm: str, tenant_id: str) -> None:
     _import(memory_crm, FIXTURE.read_bytes())
     c = selectors.contact_find_by_identity(memory_crm, channel="email", address="cliente1@example.com")
-    services.contact_update(memory_crm, c.id, expected_version=c.version, attributes={
-        "score": 3, "ratio": 0.25, "active": False, "note": None, "code": "1", "formula": "=1+2", "pad": " x"})
+    services.contact_update(
+        memory_crm,
+        c.id,
+        expected_version=c.version,
+        attributes={
+            "score": 3,
+            "ratio": 0.25,
+            "active": False,
+            "note": None,
+            "code": "1",
+            "formula": "=1+2",
+            "pad": " x",
+        },
+    )
     services.consent_set(memory_crm, c.id, channel="telegram", status="granted", source="test")
     exported = "".join(selectors.contact_export_csv(memory_crm))
     before = _snapshot(memory_crm)
@@ -109,8 +127,14 @@ def test_export_imports_back_to_the_same_contacts(memory_crm: str, tenant_id: st
 def test_erasure_keeps_only_a_hashed_suppression_and_blocks_consent_revival(memory_crm: str) -> None:
     _import(memory_crm, FIXTURE.read_bytes())
     ana = selectors.contact_find_by_identity(memory_crm, channel="whatsapp", address="+573001112233")
-    services.consent_set(memory_crm, ana.id, channel="whatsapp", status="denied", source="telegram",
-                         evidence="telegram: user blocked the bot")
+    services.consent_set(
+        memory_crm,
+        ana.id,
+        channel="whatsapp",
+        status="denied",
+        source="telegram",
+        evidence="telegram: user blocked the bot",
+    )
     report = services.contact_erase(memory_crm, ana.id)
     assert (report.identities, report.channels, report.suppressed_channels) == (2, ("whatsapp", "email"), ("whatsapp",))
     assert report.tags == 2 and report.attributes == 2
@@ -127,18 +151,21 @@ def test_erasure_keeps_only_a_hashed_suppression_and_blocks_consent_revival(memo
     assert revived.consent_status("whatsapp") == "denied"
     assert revived.name == "Ana" and revived.addresses("email") == []
     # the inbox re-creating her does not revive it either; an explicit opt-in does, and lifts the entry
-    fresh = services.consent_set(memory_crm, revived.id, channel="whatsapp", status="granted", source="bot",
-                                 evidence="user sent START")
+    fresh = services.consent_set(
+        memory_crm, revived.id, channel="whatsapp", status="granted", source="bot", evidence="user sent START"
+    )
     assert fresh.consent_status("whatsapp") == "granted"
     assert default_store().suppression_get(memory_crm, services.identity_hash(ana.identities[0])) is None
 
 
 def test_api_create_cannot_grant_consent_on_a_suppressed_identity(memory_crm: str) -> None:
-    c = services.contact_create(memory_crm, identities=[{"channel": "telegram", "address": "42"}],
-                                consent={"telegram": {"status": "denied"}})
+    c = services.contact_create(
+        memory_crm, identities=[{"channel": "telegram", "address": "42"}], consent={"telegram": {"status": "denied"}}
+    )
     services.contact_erase(memory_crm, c.id)
-    again = services.contact_create(memory_crm, identities=[{"channel": "telegram", "address": "42"}],
-                                    consent={"telegram": {"status": "granted"}})
+    again = services.contact_create(
+        memory_crm, identities=[{"channel": "telegram", "address": "42"}], consent={"telegram": {"status": "granted"}}
+    )
     assert again.consent_status("telegram") == "denied"
     again = services.contact_upsert_identity(memory_crm, channel="telegram", address="42", source="inbox")
     assert again.consent_status("telegram") == "denied"
@@ -156,16 +183,26 @@ def test_update_with_a_stale_version_conflicts_and_writes_nothing(memory_crm: st
 def test_bad_input_names_the_field_and_writes_nothing(memory_crm: str) -> None:
     c = services.contact_create(memory_crm, identities=[{"channel": "email", "address": "a@x.co"}])
     cases = [
-        (lambda: services.contact_create(memory_crm, identities=[
-            {"channel": "email", "address": "b@x.co"}, {"channel": "whatsapp", "address": "nope"}]),
-         "contact.identities[1].address"),
+        (
+            lambda: services.contact_create(
+                memory_crm,
+                identities=[{"channel": "email", "address": "b@x.co"}, {"channel": "whatsapp", "address": "nope"}],
+            ),
+            "contact.identities[1].address",
+        ),
         (lambda: services.contact_create(memory_crm, identities=[]), "contact.identities"),
-        (lambda: services.contact_update(memory_crm, c.id, expected_version=1, attributes={"Bad": 1}),
-         "contact.attributes.Bad"),
-        (lambda: services.contact_update(memory_crm, c.id, expected_version=1, attributes={"ok": {"x": 1}}),
-         "contact.attributes.ok"),
-        (lambda: services.consent_set(memory_crm, c.id, channel="whatsapp", status="maybe", source="x"),
-         "consent.status"),
+        (
+            lambda: services.contact_update(memory_crm, c.id, expected_version=1, attributes={"Bad": 1}),
+            "contact.attributes.Bad",
+        ),
+        (
+            lambda: services.contact_update(memory_crm, c.id, expected_version=1, attributes={"ok": {"x": 1}}),
+            "contact.attributes.ok",
+        ),
+        (
+            lambda: services.consent_set(memory_crm, c.id, channel="whatsapp", status="maybe", source="x"),
+            "consent.status",
+        ),
         (lambda: services.segment_create(memory_crm, name="x", rules={"tags_all": "vip"}), "segment.rules.tags_all"),
     ]
     for call, field in cases:
@@ -187,12 +224,12 @@ def test_identity_taken_names_the_owner(memory_crm: str) -> None:
 def test_segments_count_strictly_and_preview(memory_crm: str) -> None:
     _import(memory_crm, FIXTURE.read_bytes() + b"Numeric,+57 300 000 0001,,,vip,,,granted\n")
     with_numeric = selectors.contact_find_by_identity(memory_crm, channel="whatsapp", address="+573000000001")
-    services.contact_update(memory_crm, with_numeric.id, expected_version=with_numeric.version,
-                            attributes={"plan": 1})
+    services.contact_update(memory_crm, with_numeric.id, expected_version=with_numeric.version, attributes={"plan": 1})
     rows = list(csv.DictReader(io.StringIO(FIXTURE.read_text(encoding="utf-8"))))[:-1]
     vip_granted = {r["phone"] for r in rows if "vip" in r["tags"].split(";") and r["marketing_consent"] == "granted"}
-    seg = services.segment_create(memory_crm, name="VIP with WhatsApp consent",
-                                  rules={"tags_all": ["vip"], "consent_required": "whatsapp"})
+    seg = services.segment_create(
+        memory_crm, name="VIP with WhatsApp consent", rules={"tags_all": ["vip"], "consent_required": "whatsapp"}
+    )
     assert selectors.segment_count(memory_crm, seg.id) == len(vip_granted) + 1
     pro = sum(1 for r in rows if r["plan"] == "pro")
     assert selectors.segment_count(memory_crm, {"attributes": {"plan": "pro"}}) == pro
@@ -239,9 +276,11 @@ def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str)
     assert first_50.created == 50
     job = services.contact_import_start(memory_crm, filename="contacts.csv", data=text)
     store = default_store()
-    store.import_job_replace(memory_crm, replace(job, status="running", processed=50, created=50,
-                                                 updated_at=job.updated_at - services.STALE_RUN_MS - 1),
-                             expected_version=job.version)
+    store.import_job_replace(
+        memory_crm,
+        replace(job, status="running", processed=50, created=50, updated_at=job.updated_at - services.STALE_RUN_MS - 1),
+        expected_version=job.version,
+    )
     busy = store.import_job_get(memory_crm, job.id)
     assert services.contact_import_run(memory_crm, job.id).status == "done"
     done = selectors.import_job_get(memory_crm, job.id)

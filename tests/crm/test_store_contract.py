@@ -81,8 +81,9 @@ def test_delete_releases_identities_and_writes_suppressions(contact_store: Conta
     with pytest.raises(Conflict) as info:
         contact_store.contact_delete(tenant_id, c.id, expected_version=7)
     assert info.value.current_version == 1
-    contact_store.contact_delete(tenant_id, c.id, expected_version=1,
-                                 suppressions={"ab" * 32: {"channel": "whatsapp", "status": "denied"}})
+    contact_store.contact_delete(
+        tenant_id, c.id, expected_version=1, suppressions={"ab" * 32: {"channel": "whatsapp", "status": "denied"}}
+    )
     assert contact_store.contact_get(tenant_id, c.id) is None
     assert contact_store.contact_find(tenant_id, WA) is None
     assert contact_store.suppression_get(tenant_id, "ab" * 32) == {"channel": "whatsapp", "status": "denied"}
@@ -130,8 +131,10 @@ def test_import_jobs_keep_their_file_until_released(contact_store: ContactStore,
     job = contact_store.import_job_insert(tenant_id, ImportJob(new_id("imp"), "queued", "a.csv", total_rows=3), data)
     assert job.version == 1 and contact_store.import_data_get(tenant_id, job.id) == data
     done = contact_store.import_job_replace(
-        tenant_id, replace(job, status="done", errors=({"row": 4, "field": "phone", "message": "bad"},)),
-        expected_version=1)
+        tenant_id,
+        replace(job, status="done", errors=({"row": 4, "field": "phone", "message": "bad"},)),
+        expected_version=1,
+    )
     assert contact_store.import_job_get(tenant_id, job.id) == done
     with pytest.raises(Conflict):
         contact_store.import_job_replace(tenant_id, job, expected_version=1)
@@ -141,10 +144,13 @@ def test_import_jobs_keep_their_file_until_released(contact_store: ContactStore,
 
 
 def test_scan_matching_returns_members_and_a_cursor(contact_store: ContactStore, tenant_id: str) -> None:
-    made = [contact_store.contact_insert(tenant_id, _contact(Identity("telegram", str(100 + i)),
-                                                            tags=("vip",) if i % 3 == 0 else (),
-                                                            attributes={"n": i % 2}))
-            for i in range(10)]
+    made = [
+        contact_store.contact_insert(
+            tenant_id,
+            _contact(Identity("telegram", str(100 + i)), tags=("vip",) if i % 3 == 0 else (), attributes={"n": i % 2}),
+        )
+        for i in range(10)
+    ]
     rules = SegmentRules(tags_all=("vip",), attributes={"n": 0})
     found, cursor = [], None
     while True:

@@ -48,7 +48,9 @@ def eager_celery():
 
 
 def test_import_page_runs_the_import_and_shows_the_report(admin: Client, tenant: str, eager_celery) -> None:
-    r = admin.post(f"/t/{tenant}/crm/contacts/import/", {"file": SimpleUploadedFile("contacts.csv", FIXTURE.read_bytes())})
+    r = admin.post(
+        f"/t/{tenant}/crm/contacts/import/", {"file": SimpleUploadedFile("contacts.csv", FIXTURE.read_bytes())}
+    )
     assert r.status_code == 302
     page = admin.get(r["Location"])
     html = page.content.decode()
@@ -57,7 +59,7 @@ def test_import_page_runs_the_import_and_shows_the_report(admin: Client, tenant:
     assert "<td>204</td><td><code>phone</code></td>" in html
     assert "<td>204</td><td><code>marketing_consent</code></td>" in html
     fragment = admin.get(r["Location"], HTTP_HX_REQUEST="true").content.decode()
-    assert fragment.lstrip().startswith("<div id=\"import-progress\"")
+    assert fragment.lstrip().startswith('<div id="import-progress"')
 
 
 def test_running_import_polls_for_progress(admin: Client, tenant: str) -> None:
@@ -67,8 +69,9 @@ def test_running_import_polls_for_progress(admin: Client, tenant: str) -> None:
 
 
 def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
-    services.contact_create(tenant, name="Ana García", tags=["vip"],
-                            identities=[{"channel": "whatsapp", "address": "3001112233"}])
+    services.contact_create(
+        tenant, name="Ana García", tags=["vip"], identities=[{"channel": "whatsapp", "address": "3001112233"}]
+    )
     services.contact_create(tenant, name="Luis", identities=[{"channel": "email", "address": "l@x.co"}])
     html = agent.get(f"/t/{tenant}/crm/contacts/").content.decode()
     assert "Ana García" in html and "Luis" in html and "+573001112233" in html
@@ -81,16 +84,23 @@ def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
 
 
 def test_contact_detail_shows_consent_history_and_conversations_link(agent: Client, tenant: str) -> None:
-    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001004"}],
-                                attributes={"score": 1, "code": "1"})
-    services.consent_set(tenant, c.id, channel="telegram", status="denied", source="telegram",
-                         evidence="telegram: user blocked the bot")
+    c = services.contact_create(
+        tenant,
+        name="Ana",
+        identities=[{"channel": "telegram", "address": "700001004"}],
+        attributes={"score": 1, "code": "1"},
+    )
+    services.consent_set(
+        tenant, c.id, channel="telegram", status="denied", source="telegram", evidence="telegram: user blocked the bot"
+    )
     html = agent.get(f"/t/{tenant}/crm/contacts/{c.id}/").content.decode()
     assert f'href="/t/{tenant}/inbox/?contact={c.id}"' in html
     assert "telegram: user blocked the bot" in html
     assert "<code>1</code>" in html and "<code>&quot;1&quot;</code>" in html, "number and text look different"
-    r = agent.post(f"/t/{tenant}/crm/contacts/{c.id}/consent", {"channel": "telegram", "status": "granted",
-                                                               "evidence": "user sent /start"})
+    r = agent.post(
+        f"/t/{tenant}/crm/contacts/{c.id}/consent",
+        {"channel": "telegram", "status": "granted", "evidence": "user sent /start"},
+    )
     assert r.status_code == 302
     assert selectors.contact_get(tenant, c.id).consent["telegram"].source == f"user:agent-{tenant}"
     agent.post(f"/t/{tenant}/crm/contacts/{c.id}/tags", {"tag": "Nuevo"})
@@ -108,8 +118,13 @@ def test_admin_erases_from_the_detail_page(admin: Client, tenant: str) -> None:
 
 def test_segments_page_saves_rules_and_shows_live_counts(admin: Client, tenant: str) -> None:
     for i, plan in enumerate([1, "1", True]):
-        services.contact_create(tenant, name=f"P{i}", tags=["vip"], attributes={"plan": plan},
-                                identities=[{"channel": "telegram", "address": str(10 + i)}])
+        services.contact_create(
+            tenant,
+            name=f"P{i}",
+            tags=["vip"],
+            attributes={"plan": plan},
+            identities=[{"channel": "telegram", "address": str(10 + i)}],
+        )
     r = admin.post(f"/t/{tenant}/crm/segments/", {"name": "Plan one", "tags_all": "vip", "attributes": "plan = 1"})
     assert r.status_code == 302
     html = admin.get(f"/t/{tenant}/crm/segments/").content.decode()

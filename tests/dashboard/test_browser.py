@@ -7,8 +7,11 @@ import pytest
 from botmesh_admin.coordination.memory import MemoryCoordinator
 from tests.conftest import login
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
-              pytest.mark.usefixtures("members", "isolated")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("members", "isolated"),
+]
 
 
 def test_replicas_page_refreshes_itself(page, hub, web, screenshot_dir) -> None:  # type: ignore[no-untyped-def]

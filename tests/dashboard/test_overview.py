@@ -26,8 +26,13 @@ def _cards(client: Client) -> dict[str, str]:
     html = client.get("/t/acme/").content.decode()
     import re
 
-    return dict(re.findall(r'data-testid="card-([a-z]+)">\s*<span class="overview-title">[^<]*</span>\s*'
-                           r'<span class="overview-value[^"]*">([^<]*)</span>', html))
+    return dict(
+        re.findall(
+            r'data-testid="card-([a-z]+)">\s*<span class="overview-title">[^<]*</span>\s*'
+            r'<span class="overview-value[^"]*">([^<]*)</span>',
+            html,
+        )
+    )
 
 
 def test_admin_sees_counts_of_every_package(acme) -> None:

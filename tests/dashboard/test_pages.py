@@ -132,8 +132,15 @@ def test_jobs_page_shows_a_superseded_run_beside_the_outcome(hub, web) -> None: 
 
 def test_admin_edits_a_job(web) -> None:  # type: ignore[no-untyped-def]
     alice = client_for("alice")
-    form = {"kind": "interval", "every_s": "120", "crontab": "", "enabled": "on", "catch_up": "all",
-            "catch_up_window_s": "600", "version": "0"}
+    form = {
+        "kind": "interval",
+        "every_s": "120",
+        "crontab": "",
+        "enabled": "on",
+        "catch_up": "all",
+        "catch_up_window_s": "600",
+        "version": "0",
+    }
     response = alice.post("/t/tienda/jobs/kv.sweep/", form)
     assert response.status_code == 302
     row = selectors.job_get("kv.sweep")
@@ -150,8 +157,15 @@ def test_admin_edits_a_job(web) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_a_bad_schedule_is_shown_with_its_field(web) -> None:  # type: ignore[no-untyped-def]
-    form = {"kind": "crontab", "every_s": "", "crontab": "99 * * * *", "enabled": "on", "catch_up": "skip",
-            "catch_up_window_s": "0", "version": "0"}
+    form = {
+        "kind": "crontab",
+        "every_s": "",
+        "crontab": "99 * * * *",
+        "enabled": "on",
+        "catch_up": "skip",
+        "catch_up_window_s": "0",
+        "version": "0",
+    }
     response = client_for("alice").post("/t/tienda/jobs/kv.sweep/", form)
     html = response.content.decode()
     assert response.status_code == 422 and "schedule.crontab: not a valid crontab" in html
@@ -159,8 +173,14 @@ def test_a_bad_schedule_is_shown_with_its_field(web) -> None:  # type: ignore[no
 
 
 def test_unknown_job_and_agents_cannot_edit(web) -> None:  # type: ignore[no-untyped-def]
-    form = {"kind": "interval", "every_s": "60", "enabled": "on", "catch_up": "skip", "catch_up_window_s": "0",
-            "version": "0"}
+    form = {
+        "kind": "interval",
+        "every_s": "60",
+        "enabled": "on",
+        "catch_up": "skip",
+        "catch_up_window_s": "0",
+        "version": "0",
+    }
     assert client_for("alice").post("/t/tienda/jobs/nope/", form).status_code == 404
     assert client_for("bob").post("/t/tienda/jobs/kv.sweep/", form).status_code == 403
     assert selectors.job_get("kv.sweep").job.version == 0

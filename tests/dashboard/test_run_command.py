@@ -23,10 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_missing_demo_fixtures_stop_the_start_with_one_line_naming_the_fix(tmp_path: Path) -> None:
-    env = {**os.environ, "BOTMESH_FIXTURES": str(tmp_path / "nowhere"), "BOTMESH_DATA_DIR": str(tmp_path),
-           "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3"}
-    done = subprocess.run([sys.executable, "manage.py", "botmesh_run", "--port", "0"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "BOTMESH_FIXTURES": str(tmp_path / "nowhere"),
+        "BOTMESH_DATA_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "botmesh_run", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert f"demo fixtures not found in {tmp_path / 'nowhere'}" in done.stderr
     assert "BOTMESH_FIXTURES" in done.stderr and "--no-demo" in done.stderr
@@ -98,8 +109,11 @@ def test_no_demo_prints_only_what_exists_and_a_web_whose_port_got_taken_stops_th
             raise
         log = procs.log("run")
     assert run.returncode != 0, log
-    assert re.search(rf"web cannot start: port {port} of 127.0.0.1 is already in use .*--port {port + 1} "
-                     rf"or BOTMESH_PORT={port + 1} \(3 starts in a row failed; stopping everything\)", log), log
+    assert re.search(
+        rf"web cannot start: port {port} of 127.0.0.1 is already in use .*--port {port + 1} "
+        rf"or BOTMESH_PORT={port + 1} \(3 starts in a row failed; stopping everything\)",
+        log,
+    ), log
     assert log.count("web restarted") == 0
     for name, pid in pids.items():
         wait_until(lambda pid=pid: not _alive(pid), f"{name} to stop", timeout_s=10)
@@ -138,8 +152,10 @@ def test_a_child_that_keeps_exiting_before_it_serves_stops_with_its_logs_last_li
             if news:
                 lines.append(news)
             time.sleep(0.05)
-    assert str(failed.value) == (f"web exited with status 3 before it served; last line of {tmp_path / 'web.log'}: "
-                                 "Error: cannot open the thing (3 starts in a row failed; stopping everything)")
+    assert str(failed.value) == (
+        f"web exited with status 3 before it served; last line of {tmp_path / 'web.log'}: "
+        "Error: cannot open the thing (3 starts in a row failed; stopping everything)"
+    )
     assert [re.sub(r"pid \d+", "pid N", line) for line in lines if "restarted" in line] == [
         f"web restarted (pid N, restart {n})" for n in (1, 2, 3)
     ]  # then the third start in a row that never served stopped it

@@ -67,8 +67,12 @@ def test_systemd_verify_catches_a_broken_unit(tmp_path: Path) -> None:
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze not installed")
     (tmp_path / "bad.service").write_text("[Service]\nExecStart=/nonexistent/bin/x\nFooBar=1\n")
-    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "bad.service")],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / "bad.service")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode != 0 and "Unknown key 'FooBar'" in proc.stderr
 
 
@@ -86,6 +90,10 @@ def test_backup_timer_verifies(tmp_path: Path) -> None:
     for unit in ("botmesh-backup.service", "botmesh-backup.timer"):
         text = (DEPLOY / "systemd" / unit).read_text().replace("/opt/botmesh/.venv", str(ROOT / ".venv"))
         (tmp_path / unit).write_text(text)
-    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "botmesh-backup.timer")],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / "botmesh-backup.timer")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -44,9 +44,16 @@ def test_a_taken_port_setting_stops_at_once_naming_it() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k != "BOTMESH_PROD_DATABASE_URL"}
-        proc = subprocess.run([sys.executable, str(SCRIPT)], env={**env, "BOTMESH_SMOKE_PORT": str(port)},
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT)],
+            env={**env, "BOTMESH_SMOKE_PORT": str(port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        f"smoke test: port {port} (BOTMESH_SMOKE_PORT) is taken by another process"
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"smoke test: port {port} (BOTMESH_SMOKE_PORT) is taken by another process")
     )

@@ -60,15 +60,11 @@ def versions() -> list[dict[str, Any]]:
     return [json.loads((folder / f"version_{i}.json").read_text()) for i in range(1, 6)]
 
 
-def pass_gates(
-    registry: DeploymentRegistry, tenant: str, version: str, result: str = "succeeded"
-) -> None:
+def pass_gates(registry: DeploymentRegistry, tenant: str, version: str, result: str = "succeeded") -> None:
     """Run every gate of ``version`` to ``result``."""
     for gate in GATES:
         run = registry.start_gate_run(tenant, "tienda-bot", version, gate, actor="ci")
-        registry.finish_gate_run(
-            tenant, "tienda-bot", version, gate, run_id=run.run_id, result=result, actor="ci"
-        )
+        registry.finish_gate_run(tenant, "tienda-bot", version, gate, run_id=run.run_id, result=result, actor="ci")
 
 
 @dataclass

@@ -44,42 +44,23 @@ def test_ci_publishes_runs_gates_and_activates(client: Client, world: World, ver
         resp = _post(client, _bot(world, "/versions"), v, world.admin)
         assert resp.status_code == 201, resp.content
     assert _post(client, _bot(world, "/versions"), versions[0], world.admin).status_code == 200
-    conflict = _post(
-        client, _bot(world, "/versions"), {**versions[0], "notes": "changed"}, world.admin
-    )
+    conflict = _post(client, _bot(world, "/versions"), {**versions[0], "notes": "changed"}, world.admin)
     assert conflict.status_code == 409 and conflict.json()["error"] == "version_exists"
 
     listing = client.get(_bot(world, "/versions?limit=2"), **world.agent).json()
-    assert [v["version"] for v in listing["items"]] == ["2.0.0-rc.1", "1.2.0"] and listing[
-        "next"
-    ] == "4"
-    rest = client.get(
-        _bot(world, f"/versions?limit=10&after={listing['next']}"), **world.agent
-    ).json()
-    assert [v["version"] for v in rest["items"]] == ["1.1.1", "1.1.0", "1.0.0"] and rest[
-        "next"
-    ] is None
+    assert [v["version"] for v in listing["items"]] == ["2.0.0-rc.1", "1.2.0"] and listing["next"] == "4"
+    rest = client.get(_bot(world, f"/versions?limit=10&after={listing['next']}"), **world.agent).json()
+    assert [v["version"] for v in rest["items"]] == ["1.1.1", "1.1.0", "1.0.0"] and rest["next"] is None
 
     blocked = _post(client, _bot(world, "/versions/1.2.0/activate"), None, world.admin)
     assert blocked.status_code == 409 and blocked.json()["error"] == "gates_not_passed"
     _pass_gates(client, world, "1.2.0")
     version = client.get(_bot(world, "/versions/1.2.0"), **world.agent).json()
-    assert (
-        version["gate_status"] == "passed"
-        and [g["status"] for g in version["gates"]] == ["succeeded"] * 3
-    )
+    assert version["gate_status"] == "passed" and [g["status"] for g in version["gates"]] == ["succeeded"] * 3
 
-    active = _post(
-        client, _bot(world, "/versions/1.2.0/activate"), {"expected_revision": 0}, world.admin
-    )
-    assert (
-        active.status_code == 200
-        and active.json()["version"] == "1.2.0"
-        and active.json()["revision"] == 1
-    )
-    stale = _post(
-        client, _bot(world, "/versions/1.2.0/activate"), {"expected_revision": 0}, world.admin
-    )
+    active = _post(client, _bot(world, "/versions/1.2.0/activate"), {"expected_revision": 0}, world.admin)
+    assert active.status_code == 200 and active.json()["version"] == "1.2.0" and active.json()["revision"] == 1
+    stale = _post(client, _bot(world, "/versions/1.2.0/activate"), {"expected_revision": 0}, world.admin)
     assert stale.status_code == 409 and stale.json()["current_version"] == 1
     assert client.get(_bot(world, "/active"), **world.agent).json()["version"] == "1.2.0"
     assert client.get(_bot(world, "/versions/1.2.0"), **world.agent).json()["active"] is True
@@ -135,9 +116,7 @@ def test_bad_input_is_422_with_the_field_path(client: Client, world: World, vers
     assert resp.status_code == 422 and resp.json()["field"] == "version.artifact.digest"
     resp = _post(client, _bot(world, "/versions"), {**versions[0], "bot": "other-bot"}, world.admin)
     assert resp.status_code == 422 and resp.json()["field"] == "version.bot"
-    resp = client.post(
-        _bot(world, "/versions"), b"{not json", content_type="application/json", **world.admin
-    )
+    resp = client.post(_bot(world, "/versions"), b"{not json", content_type="application/json", **world.admin)
     assert resp.status_code == 422 and resp.json()["field"] == "version"
     resp = _post(client, _bot(world, "/prune"), {"keep": 0}, world.admin)
     assert resp.status_code == 422 and resp.json()["field"] == "keep"

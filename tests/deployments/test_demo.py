@@ -14,17 +14,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_demo_publishes_gates_and_activates_and_is_rerunnable(live_server) -> None:
     with use_kv(MemoryKv()):
-        ctx = DemoContext(
-            base_url=live_server.url, tokens=ensure_accounts(), fixtures=fixtures_dir()
-        )
-        assert (
-            demo.load(ctx)
-            == "deployments: 5 versions of tienda-bot (5 new), gates run, 1.2.0 active"
-        )
-        assert (
-            demo.load(ctx)
-            == "deployments: 5 versions of tienda-bot (0 new), gates run, 1.2.0 active"
-        )
+        ctx = DemoContext(base_url=live_server.url, tokens=ensure_accounts(), fixtures=fixtures_dir())
+        assert demo.load(ctx) == "deployments: 5 versions of tienda-bot (5 new), gates run, 1.2.0 active"
+        assert demo.load(ctx) == "deployments: 5 versions of tienda-bot (0 new), gates run, 1.2.0 active"
         versions = {v.version: v for v in selectors.version_list("tienda", "tienda-bot")}
         assert [v.seq for v in versions.values()] == [5, 4, 3, 2, 1]
         assert all(versions[v].gates_passed for v in ("1.0.0", "1.1.0", "1.1.1", "1.2.0"))

@@ -62,9 +62,7 @@ def listed(registry: DeploymentRegistry, tenant: str, limit: int) -> list[tuple[
     return out
 
 
-def test_live_deployments_are_counted_and_listed_by_bot(
-    registry: DeploymentRegistry, tenant_id: str
-) -> None:
+def test_live_deployments_are_counted_and_listed_by_bot(registry: DeploymentRegistry, tenant_id: str) -> None:
     assert registry.active_count(tenant_id) == 0 and registry.active_list(tenant_id) == []
     for n in (4, 1, 3, 0, 2):
         registry.publish(tenant_id, spec(f"bot-{n}", "1.0.0"), actor="token:ci")
@@ -83,9 +81,7 @@ def test_live_deployments_are_counted_and_listed_by_bot(
     assert registry.active_count(tenant_id + "x") == 0
 
 
-def test_a_refused_activation_changes_no_count(
-    registry: DeploymentRegistry, tenant_id: str
-) -> None:
+def test_a_refused_activation_changes_no_count(registry: DeploymentRegistry, tenant_id: str) -> None:
     publish_and_activate(registry, tenant_id, "bot-1", "1.0.0")
     registry.publish(tenant_id, spec("bot-1", "1.1.0"), actor="token:ci")
     with pytest.raises(Conflict):
@@ -93,9 +89,7 @@ def test_a_refused_activation_changes_no_count(
     assert registry.active_count(tenant_id) == 1
 
 
-@pytest.mark.parametrize(
-    "backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)]
-)
+@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def test_concurrent_activations_leave_the_count_index_exact(
     backend: str, request: pytest.FixtureRequest, tenant_id: str
 ) -> None:
@@ -111,9 +105,7 @@ def test_concurrent_activations_leave_the_count_index_exact(
             for r in range(6):
                 for bot in (f"bot-{n}", f"bot-{(n + 1) % 4}"):  # two threads per bot
                     try:
-                        registry.activate(
-                            tenant_id, bot, ("1.0.0", "1.1.0")[r % 2], actor="user:ana"
-                        )
+                        registry.activate(tenant_id, bot, ("1.0.0", "1.1.0")[r % 2], actor="user:ana")
                     except Conflict:
                         pass  # lost a race: the other activation stands
         except BaseException as exc:  # pragma: no cover - reported below
@@ -161,9 +153,7 @@ class CountingKv(MemoryKv):
         self.touched += len(keys)
         return super().get_many(table, keys)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         page = super().scan(table, prefix, after, limit)
         self.touched += max(1, len(page))
         return page

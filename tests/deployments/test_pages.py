@@ -27,14 +27,8 @@ def _seed(world: World, versions) -> None:
 
 
 def test_nav_links_deployments_for_admins_only(client: Client, world: World) -> None:
-    assert (
-        f'href="/t/{world.a}/deployments/"'
-        in _login(client, "ana").get(f"/t/{world.a}/").content.decode()
-    )
-    assert (
-        f'href="/t/{world.a}/deployments/"'
-        not in _login(Client(), "bo").get(f"/t/{world.a}/").content.decode()
-    )
+    assert f'href="/t/{world.a}/deployments/"' in _login(client, "ana").get(f"/t/{world.a}/").content.decode()
+    assert f'href="/t/{world.a}/deployments/"' not in _login(Client(), "bo").get(f"/t/{world.a}/").content.decode()
 
 
 def test_timeline_shows_gate_status_and_actions(client: Client, world: World, versions) -> None:
@@ -43,15 +37,11 @@ def test_timeline_shows_gate_status_and_actions(client: Client, world: World, ve
     bots = client.get(f"/t/{world.a}/deployments/").content.decode()
     assert BOT in bots and "1.2.0" in bots
     html = client.get(f"/t/{world.a}/deployments/{BOT}/").content.decode()
-    assert html.index('data-version="2.0.0-rc.1"') < html.index('data-version="1.0.0"'), (
-        "newest first"
-    )
+    assert html.index('data-version="2.0.0-rc.1"') < html.index('data-version="1.0.0"'), "newest first"
     assert html.count('data-testid="gate-status">passed<') == 2
     assert html.count('data-testid="gate-status">pending<') == 3
     assert f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0" in html
-    assert "confirm/activate/1.0.0" not in html, (
-        "no button for a version whose gates have not passed"
-    )
+    assert "confirm/activate/1.0.0" not in html, "no button for a version whose gates have not passed"
     assert "gate_run_finished" in html and "activated" in html, "recent audit is shown"
 
 
@@ -60,13 +50,8 @@ def test_rollback_needs_a_confirmation_step(client: Client, world: World, versio
     _login(client, "ana")
     url = f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0"
     page = client.get(url).content.decode()
-    assert (
-        "Roll back tienda-bot to 1.1.0?" in page
-        and "Currently active: <strong>1.2.0</strong>" in page
-    )
-    assert services.default_registry().active(world.a, BOT).version == "1.2.0", (
-        "GET changes nothing"
-    )
+    assert "Roll back tienda-bot to 1.1.0?" in page and "Currently active: <strong>1.2.0</strong>" in page
+    assert services.default_registry().active(world.a, BOT).version == "1.2.0", "GET changes nothing"
     resp = client.post(url, {"expected_revision": 1}, follow=True)
     assert "Rolled tienda-bot back to 1.1.0." in resp.content.decode()
     active = services.default_registry().active(world.a, BOT)
@@ -94,9 +79,7 @@ def test_agents_see_but_cannot_switch(client: Client, world: World, versions) ->
     _login(client, "bo")
     html = client.get(f"/t/{world.a}/deployments/{BOT}/").content.decode()
     assert "confirm/rollback" not in html
-    resp = client.post(
-        f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0", {"expected_revision": 1}
-    )
+    resp = client.post(f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0", {"expected_revision": 1})
     assert resp.status_code == 403
 
 

@@ -21,9 +21,7 @@ def _publish_all(registry: DeploymentRegistry, tenant: str, versions) -> None:
         registry.publish(tenant, v, actor="token:ci")
 
 
-def test_publish_is_immutable_and_sequenced(
-    registry: DeploymentRegistry, tenant_id: str, versions
-) -> None:
+def test_publish_is_immutable_and_sequenced(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
     published = [registry.publish(tenant_id, v, actor="token:ci") for v in versions]
     assert [(v.version, v.seq, created) for v, created in published] == [
         ("1.0.0", 1, True),
@@ -49,9 +47,7 @@ def test_publish_with_a_bot_other_than_the_urls_is_refused(
     assert info.value.field == "version.bot"
 
 
-def test_activation_requires_every_gate_succeeded(
-    registry: DeploymentRegistry, tenant_id: str, versions
-) -> None:
+def test_activation_requires_every_gate_succeeded(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
     _publish_all(registry, tenant_id, versions[:2])
     with pytest.raises(GatesNotPassed):
         registry.activate(tenant_id, BOT, "1.0.0", actor="user:ana")
@@ -88,25 +84,19 @@ def test_activation_requires_every_gate_succeeded(
         None,
         1,
     )
-    assert registry.activate(tenant_id, BOT, "1.0.0", actor="user:ana") == pointer, (
-        "activating again is a no-op"
-    )
+    assert registry.activate(tenant_id, BOT, "1.0.0", actor="user:ana") == pointer, "activating again is a no-op"
 
 
 def test_one_gate_run_at_a_time_and_expired_reservations_are_taken_over(
     registry: DeploymentRegistry, clock: Clock, tenant_id: str, versions
 ) -> None:
     _publish_all(registry, tenant_id, versions[:1])
-    first = registry.start_gate_run(
-        tenant_id, BOT, "1.0.0", "unit-tests", actor="runner-1", lease_ms=60_000
-    )
+    first = registry.start_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", actor="runner-1", lease_ms=60_000)
     assert first.expires_at == clock.now + 60_000
     with pytest.raises(GateBusy) as info:
         registry.start_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", actor="runner-2")
     assert info.value.details["run_id"] == first.run_id
-    other_gate = registry.start_gate_run(
-        tenant_id, BOT, "1.0.0", "conversation-replay", actor="runner-2"
-    )
+    other_gate = registry.start_gate_run(tenant_id, BOT, "1.0.0", "conversation-replay", actor="runner-2")
     assert other_gate.run_id != first.run_id, "another gate of the same version may run"
     clock.now += 60_001
     second = registry.start_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", actor="runner-2")
@@ -146,10 +136,7 @@ def test_one_gate_run_at_a_time_and_expired_reservations_are_taken_over(
     actions = [e.action for e in registry.audit(tenant_id, BOT)]
     assert actions[:3] == ["gate_run_finished", "gate_run_started", "gate_run_taken_over"]
     taken = next(e for e in registry.audit(tenant_id, BOT) if e.action == "gate_run_taken_over")
-    assert (
-        taken.detail["expired_run_id"] == first.run_id
-        and taken.detail["expired_runner"] == "runner-1"
-    )
+    assert taken.detail["expired_run_id"] == first.run_id and taken.detail["expired_runner"] == "runner-1"
 
 
 def test_gate_inputs_are_validated(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
@@ -160,9 +147,7 @@ def test_gate_inputs_are_validated(registry: DeploymentRegistry, tenant_id: str,
         registry.start_gate_run(tenant_id, BOT, "9.9.9", "unit-tests", actor="ci")
     run = registry.start_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", actor="ci")
     with pytest.raises(ValidationError) as info:
-        registry.finish_gate_run(
-            tenant_id, BOT, "1.0.0", "unit-tests", run_id=run.run_id, result="passed", actor="ci"
-        )
+        registry.finish_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", run_id=run.run_id, result="passed", actor="ci")
     assert info.value.field == "result"
     with pytest.raises(ValidationError) as info:
         registry.start_gate_run(tenant_id, BOT, "1.0.0", "manual-approval", actor="ci", lease_ms=10)
@@ -212,9 +197,7 @@ def test_prune_never_deletes_the_active_version_or_a_running_gate(
         registry.prune(tenant_id, BOT, keep=0, actor="user:ana")
 
 
-def test_retain_versions_prunes_after_each_publish(
-    deployment_store, clock: Clock, tenant_id: str, versions
-) -> None:
+def test_retain_versions_prunes_after_each_publish(deployment_store, clock: Clock, tenant_id: str, versions) -> None:
     registry = DeploymentRegistry(deployment_store, retain_versions=2, clock=clock)
     registry.publish(tenant_id, versions[0], actor="token:ci")
     pass_gates(registry, tenant_id, "1.0.0")
@@ -225,9 +208,7 @@ def test_retain_versions_prunes_after_each_publish(
     assert pruners == {"system:retention"}
 
 
-def test_list_paginates_newest_first(
-    registry: DeploymentRegistry, tenant_id: str, versions
-) -> None:
+def test_list_paginates_newest_first(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
     _publish_all(registry, tenant_id, versions)
     page1 = registry.list(tenant_id, BOT, 2)
     page2 = registry.list(tenant_id, BOT, 2, str(page1[-1].seq))
@@ -245,9 +226,7 @@ def test_list_paginates_newest_first(
         registry.list(tenant_id, BOT, 201)
 
 
-def test_another_tenant_sees_nothing(
-    registry: DeploymentRegistry, tenant_id: str, versions
-) -> None:
+def test_another_tenant_sees_nothing(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
     _publish_all(registry, tenant_id, versions[:1])
     other = tenant_id + "-b"
     with pytest.raises(NotFound):
@@ -295,12 +274,8 @@ def test_two_concurrent_activations_leave_one_winner_and_one_conflict(
         current = registry.active(tenant_id, BOT)
         seen = current.revision if current else 0
         results = _together(
-            lambda a=a, seen=seen: registry.activate(
-                tenant_id, BOT, a, actor="user:ana", expected_revision=seen
-            ),
-            lambda b=b, seen=seen: registry.activate(
-                tenant_id, BOT, b, actor="user:bo", expected_revision=seen
-            ),
+            lambda a=a, seen=seen: registry.activate(tenant_id, BOT, a, actor="user:ana", expected_revision=seen),
+            lambda b=b, seen=seen: registry.activate(tenant_id, BOT, b, actor="user:bo", expected_revision=seen),
         )
         winners = [r for r in results if not isinstance(r, Exception)]
         losers = [r for r in results if isinstance(r, Exception)]
@@ -310,18 +285,12 @@ def test_two_concurrent_activations_leave_one_winner_and_one_conflict(
         assert final == winners[0] and final.revision == seen + 1
 
 
-def test_concurrent_gate_starts_reserve_once(
-    registry: DeploymentRegistry, tenant_id: str, versions
-) -> None:
+def test_concurrent_gate_starts_reserve_once(registry: DeploymentRegistry, tenant_id: str, versions) -> None:
     _publish_all(registry, tenant_id, versions[:1])
     for _ in range(ROUNDS):
         results = _together(
             *[
-                (
-                    lambda i=i: registry.start_gate_run(
-                        tenant_id, BOT, "1.0.0", "unit-tests", actor=f"runner-{i}"
-                    )
-                )
+                (lambda i=i: registry.start_gate_run(tenant_id, BOT, "1.0.0", "unit-tests", actor=f"runner-{i}"))
                 for i in range(3)
             ]
         )
@@ -338,18 +307,11 @@ def test_concurrent_publishes_get_distinct_sequence_numbers(
     registry: DeploymentRegistry, tenant_id: str, versions
 ) -> None:
     specs = [{**versions[0], "version": f"3.0.{i}"} for i in range(6)]
-    results = _together(
-        *[(lambda s=s: registry.publish(tenant_id, s, actor="token:ci")) for s in specs]
-    )
+    results = _together(*[(lambda s=s: registry.publish(tenant_id, s, actor="token:ci")) for s in specs])
     assert not [r for r in results if isinstance(r, Exception)], results
     assert sorted(v.seq for v, _ in results) == list(range(1, 7))
-    same = _together(
-        *[(lambda: registry.publish(tenant_id, {**versions[0], "version": "4.0.0"}, actor="ci"))]
-        * 3
-    )
-    assert sum(1 for _, created in same if created) == 1, (
-        "one publish creates, the others are no-ops"
-    )
+    same = _together(*[(lambda: registry.publish(tenant_id, {**versions[0], "version": "4.0.0"}, actor="ci"))] * 3)
+    assert sum(1 for _, created in same if created) == 1, "one publish creates, the others are no-ops"
 
 
 def test_prune_racing_activation_never_deletes_the_active_version(

@@ -26,9 +26,7 @@ def _version(version: str, bot: str = "tienda-bot") -> BotVersion:
         gates=("unit-tests",),
         notes="n",
         created_by="ci@example.com",
-        artifact=Artifact(
-            digest="sha256:" + "0" * 64, url=f"oci://registry.example.com/{bot}:{version}"
-        ),
+        artifact=Artifact(digest="sha256:" + "0" * 64, url=f"oci://registry.example.com/{bot}:{version}"),
     )
     return BotVersion(
         spec=spec,
@@ -55,24 +53,18 @@ def _audit(action: str, bot: str = "tienda-bot", at: int = 1):
 
 
 def _event(action: str, at: int, bot: str = "tienda-bot") -> AuditEvent:
-    return AuditEvent(
-        id=new_audit_id(at), at=at, actor="user:ana", action=action, bot=bot, version=None
-    )
+    return AuditEvent(id=new_audit_id(at), at=at, actor="user:ana", action=action, bot=bot, version=None)
 
 
 def _pointer(v: BotVersion) -> ActivePointer:
-    return ActivePointer(
-        bot=v.bot, version=v.version, seq=v.seq, activated_at=5, activated_by="user:ana"
-    )
+    return ActivePointer(bot=v.bot, version=v.version, seq=v.seq, activated_at=5, activated_by="user:ana")
 
 
 def test_store_implements_the_protocol(deployment_store: DeploymentStore) -> None:
     assert isinstance(deployment_store, DeploymentStore)
 
 
-def test_publish_assigns_per_bot_sequence(
-    deployment_store: DeploymentStore, tenant_id: str
-) -> None:
+def test_publish_assigns_per_bot_sequence(deployment_store: DeploymentStore, tenant_id: str) -> None:
     a = deployment_store.publish(tenant_id, _version("1.0.0"), audit=_audit("published"))
     b = deployment_store.publish(tenant_id, _version("1.1.0"), audit=_audit("published"))
     other = deployment_store.publish(
@@ -81,9 +73,7 @@ def test_publish_assigns_per_bot_sequence(
     assert (a.seq, b.seq, other.seq) == (1, 2, 1)
     assert a.revision == 1
     assert deployment_store.get_version(tenant_id, "tienda-bot", "1.0.0") == a
-    assert deployment_store.index_get(tenant_id, "tienda-bot", "1.1.0") == IndexEntry(
-        seq=2, digest=b.digest
-    )
+    assert deployment_store.index_get(tenant_id, "tienda-bot", "1.1.0") == IndexEntry(seq=2, digest=b.digest)
     assert deployment_store.list_bots(tenant_id) == ["soporte-bot", "tienda-bot"]
     assert [e.detail for e in deployment_store.audit_list(tenant_id, "tienda-bot")] == [
         {"seq": 2},
@@ -91,9 +81,7 @@ def test_publish_assigns_per_bot_sequence(
     ]
 
 
-def test_publishing_a_published_version_string_conflicts(
-    deployment_store: DeploymentStore, tenant_id: str
-) -> None:
+def test_publishing_a_published_version_string_conflicts(deployment_store: DeploymentStore, tenant_id: str) -> None:
     deployment_store.publish(tenant_id, _version("1.0.0"), audit=_audit("published"))
     with pytest.raises(Conflict):
         deployment_store.publish(tenant_id, _version("1.0.0"), audit=_audit("published"))
@@ -102,9 +90,7 @@ def test_publishing_a_published_version_string_conflicts(
     assert len(deployment_store.audit_list(tenant_id, "tienda-bot")) == 2
 
 
-def test_list_is_newest_first_with_a_seq_cursor(
-    deployment_store: DeploymentStore, tenant_id: str
-) -> None:
+def test_list_is_newest_first_with_a_seq_cursor(deployment_store: DeploymentStore, tenant_id: str) -> None:
     for v in ("1.0.0", "1.1.0", "1.2.0", "2.0.0"):
         deployment_store.publish(tenant_id, _version(v), audit=_audit("published"))
     page = deployment_store.list_versions(tenant_id, "tienda-bot", limit=3)
@@ -114,26 +100,18 @@ def test_list_is_newest_first_with_a_seq_cursor(
     assert deployment_store.list_versions(tenant_id, "no-bot") == []
 
 
-def test_update_version_is_compare_and_set(
-    deployment_store: DeploymentStore, tenant_id: str
-) -> None:
+def test_update_version_is_compare_and_set(deployment_store: DeploymentStore, tenant_id: str) -> None:
     v = deployment_store.publish(tenant_id, _version("1.0.0"), audit=_audit("published"))
-    running = v.with_gate(
-        GateState(name="unit-tests", status="running", run_id="run_1", expires_at=99)
-    )
+    running = v.with_gate(GateState(name="unit-tests", status="running", run_id="run_1", expires_at=99))
     updated = deployment_store.update_version(
         tenant_id, running, expect_revision=1, audit=[_event("gate_run_started", 2)]
     )
     assert updated.revision == 2 and updated.gate("unit-tests").run_id == "run_1"
     with pytest.raises(Conflict) as info:
-        deployment_store.update_version(
-            tenant_id, running, expect_revision=1, audit=[_event("x", 3)]
-        )
+        deployment_store.update_version(tenant_id, running, expect_revision=1, audit=[_event("x", 3)])
     assert info.value.current_version == 2
     assert deployment_store.get_version(tenant_id, "tienda-bot", "1.0.0") == updated
-    assert [e.action for e in deployment_store.audit_list(tenant_id, "tienda-bot")][
-        0
-    ] == "gate_run_started"
+    assert [e.action for e in deployment_store.audit_list(tenant_id, "tienda-bot")][0] == "gate_run_started"
 
 
 def test_set_active_is_compare_and_set_guarded_by_the_version(
@@ -158,12 +136,9 @@ def test_set_active_is_compare_and_set_guarded_by_the_version(
     assert (p2.version, p2.revision) == ("1.1.0", 2)
 
 
-def test_delete_versions_tombstones_and_checks_the_pointer(
-    deployment_store: DeploymentStore, tenant_id: str
-) -> None:
+def test_delete_versions_tombstones_and_checks_the_pointer(deployment_store: DeploymentStore, tenant_id: str) -> None:
     vs = [
-        deployment_store.publish(tenant_id, _version(v), audit=_audit("published"))
-        for v in ("1.0.0", "1.1.0", "1.2.0")
+        deployment_store.publish(tenant_id, _version(v), audit=_audit("published")) for v in ("1.0.0", "1.1.0", "1.2.0")
     ]
     deployment_store.set_active(tenant_id, _pointer(vs[2]), expect_revision=None, version=vs[2])
     with pytest.raises(Conflict):
@@ -173,9 +148,7 @@ def test_delete_versions_tombstones_and_checks_the_pointer(
             tenant_id, "tienda-bot", [vs[0], replace(vs[1], revision=9)], active_revision=1
         )
     assert len(deployment_store.list_versions(tenant_id, "tienda-bot")) == 3, "all or nothing"
-    deployment_store.delete_versions(
-        tenant_id, "tienda-bot", vs[:2], active_revision=1, audit=[_event("pruned", 7)]
-    )
+    deployment_store.delete_versions(tenant_id, "tienda-bot", vs[:2], active_revision=1, audit=[_event("pruned", 7)])
     assert [v.version for v in deployment_store.list_versions(tenant_id, "tienda-bot")] == ["1.2.0"]
     assert deployment_store.get_version(tenant_id, "tienda-bot", "1.0.0") is None
     assert deployment_store.index_get(tenant_id, "tienda-bot", "1.0.0") == IndexEntry(
@@ -193,10 +166,7 @@ def test_another_tenant_sees_nothing(deployment_store: DeploymentStore, tenant_i
     assert deployment_store.index_get(other, "tienda-bot", "1.0.0") is None
     assert deployment_store.get_active(other, "tienda-bot") is None
     assert deployment_store.list_versions(other, "tienda-bot") == []
-    assert (
-        deployment_store.list_bots(other) == []
-        and deployment_store.audit_list(other, "tienda-bot") == []
-    )
+    assert deployment_store.list_bots(other) == [] and deployment_store.audit_list(other, "tienda-bot") == []
     assert deployment_store.publish(other, _version("1.0.0"), audit=_audit("published")).seq == 1
 
 

@@ -27,9 +27,7 @@ class FakeClock:
 
 
 def backend_params(names: tuple[str, ...]) -> list[object]:
-    return [
-        pytest.param(n, marks=pytest.mark.services) if n in journals.SERVERS else n for n in names
-    ]
+    return [pytest.param(n, marks=pytest.mark.services) if n in journals.SERVERS else n for n in names]
 
 
 def url_for(backend: str, request: pytest.FixtureRequest, directory: Path) -> str:
@@ -73,9 +71,7 @@ def journal_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) ->
 
 
 @pytest.fixture
-def open_journal(
-    journal_url: str, clock: FakeClock, policy: RetryPolicy
-) -> Iterator[Callable[..., EventJournal]]:
+def open_journal(journal_url: str, clock: FakeClock, policy: RetryPolicy) -> Iterator[Callable[..., EventJournal]]:
     """Open (or reopen, as after a restart) the test's journal; all are closed at the end."""
     opened: list[EventJournal] = []
 

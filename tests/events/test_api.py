@@ -242,7 +242,7 @@ def test_event_detail_shows_payload_and_last_error(world: World, client: Client)
     client.login(username="ada", password="ada-password-1")
     html = client.get(f"/t/acme/journal/{record.id}/").content.decode()
     assert "ValueError: bad &lt;b&gt;html&lt;/b&gt;" in html  # escaped
-    assert '&quot;n&quot;: 0' in html or '"n": 0' in html
+    assert "&quot;n&quot;: 0" in html or '"n": 0' in html
     resp = client.post(f"/t/acme/journal/{record.id}/replay", {"from": "detail"})
     assert resp["Location"] == f"/t/acme/journal/{record.id}/"
     assert client.get("/t/acme/journal/ev_nope/").status_code == 404

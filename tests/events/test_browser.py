@@ -35,9 +35,7 @@ def test_dead_letter_is_replayed_from_the_journal_page(page, journal, screenshot
             )
         )
     leased = journal.claim(journal.clock(), 60_000, "outbox")
-    journal.fail(
-        leased.id, journal.clock(), leased.fencing_token, "131047: re-engagement window closed"
-    )
+    journal.fail(leased.id, journal.clock(), leased.fencing_token, "131047: re-engagement window closed")
     login(page, "dana", "dana-password-1")
     page.goto("/t/acme/journal/")
     assert page.locator("nav.sidenav a", has_text="Journal").count() == 1

@@ -31,9 +31,7 @@ def env(key: str = "k1", tenant: str = "acme", channel: str | None = None, **kw:
 # -- append ------------------------------------------------------------------------------
 
 
-def test_append_returns_a_pending_record_stamped_by_the_journal_clock(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_append_returns_a_pending_record_stamped_by_the_journal_clock(journal: EventJournal, clock: FakeClock) -> None:
     record = journal.append(env(payload={"text": "¿hola?", "nested": [1, {"a": None}]}))
     assert record.id.startswith("ev_")
     assert (record.state, record.attempts, record.fencing_token) == ("pending", 0, 0)
@@ -43,9 +41,7 @@ def test_append_returns_a_pending_record_stamped_by_the_journal_clock(
     assert record.payload == {"text": "¿hola?", "nested": [1, {"a": None}]}
 
 
-def test_append_is_idempotent_by_key_and_returns_the_first_record(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_append_is_idempotent_by_key_and_returns_the_first_record(journal: EventJournal, clock: FakeClock) -> None:
     first = journal.append(env("dup", payload={"v": 1}))
     clock.advance(5)
     second = journal.append(env("dup", payload={"v": 2}))
@@ -122,9 +118,7 @@ def test_claim_returns_none_when_nothing_is_ready(journal: EventJournal, clock: 
     assert journal.claim(clock.now, LEASE) is None  # leased, lease not expired
 
 
-def test_claim_without_channel_takes_only_records_without_channel(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_claim_without_channel_takes_only_records_without_channel(journal: EventJournal, clock: FakeClock) -> None:
     inbound = journal.append(env("in", channel="inbound"))
     outbox = journal.append(env("out", channel="outbox"))
     default = journal.append(env("def"))
@@ -166,9 +160,7 @@ def test_fencing_token_grows_on_every_claim_of_an_event(journal: EventJournal, c
     assert later.attempts == 2
 
 
-def test_a_superseded_token_is_refused_and_changes_nothing(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_a_superseded_token_is_refused_and_changes_nothing(journal: EventJournal, clock: FakeClock) -> None:
     journal.append(env())
     old = journal.claim(clock.now, LEASE)
     new = journal.claim(clock.advance(LEASE + 1), LEASE)
@@ -269,9 +261,7 @@ def test_fail_retries_with_exponential_backoff(journal: EventJournal, clock: Fak
     assert failed.available_at == clock.now + 2000
 
 
-def test_fail_after_max_attempts_moves_the_record_to_the_dlq(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_fail_after_max_attempts_moves_the_record_to_the_dlq(journal: EventJournal, clock: FakeClock) -> None:
     record = journal.append(env())
     for attempt in range(1, 4):
         leased = journal.claim(clock.advance(60_000), LEASE)
@@ -283,9 +273,7 @@ def test_fail_after_max_attempts_moves_the_record_to_the_dlq(
     assert journal.list(state="dead")[0].last_error == "boom 3"
 
 
-def test_fail_backoff_has_jitter_within_bounds(
-    open_journal: Callable[..., EventJournal], clock: FakeClock
-) -> None:
+def test_fail_backoff_has_jitter_within_bounds(open_journal: Callable[..., EventJournal], clock: FakeClock) -> None:
     journal = open_journal(policy=RetryPolicy(max_attempts=9, base_delay_ms=1000, jitter=0.5))
     delays = set()
     for i in range(12):
@@ -297,9 +285,7 @@ def test_fail_backoff_has_jitter_within_bounds(
     assert len(delays) > 1
 
 
-def test_release_gives_the_record_back_without_spending_an_attempt(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_release_gives_the_record_back_without_spending_an_attempt(journal: EventJournal, clock: FakeClock) -> None:
     journal.append(env())
     leased = journal.claim(clock.now, LEASE)
     released = journal.release(leased.id, clock.advance(3), leased.fencing_token)
@@ -308,18 +294,14 @@ def test_release_gives_the_record_back_without_spending_an_attempt(
     assert again.attempts == 1 and again.fencing_token > leased.fencing_token
 
 
-def test_release_works_on_an_expired_lease_nobody_reclaimed(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_release_works_on_an_expired_lease_nobody_reclaimed(journal: EventJournal, clock: FakeClock) -> None:
     journal.append(env())
     leased = journal.claim(clock.now, LEASE)
     released = journal.release(leased.id, clock.advance(LEASE * 2), leased.fencing_token)
     assert (released.state, released.attempts) == ("pending", 0)
 
 
-def test_an_expired_last_attempt_dead_letters_on_the_next_claim(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_an_expired_last_attempt_dead_letters_on_the_next_claim(journal: EventJournal, clock: FakeClock) -> None:
     poison = journal.append(env("poison"))
     for _ in range(3):  # a worker claims it and dies, three times
         assert journal.claim(clock.advance(LEASE), LEASE).id == poison.id
@@ -333,9 +315,7 @@ def test_an_expired_last_attempt_dead_letters_on_the_next_claim(
 # -- replay --------------------------------------------------------------------------------
 
 
-def test_replay_puts_a_dead_record_back_with_a_fresh_token(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_replay_puts_a_dead_record_back_with_a_fresh_token(journal: EventJournal, clock: FakeClock) -> None:
     journal.append(env())
     tokens = []
     for _ in range(3):

@@ -58,9 +58,7 @@ def copy_all(source: EventJournal, target: EventJournal, page: int = 2) -> int:
 
 
 @pytest.fixture
-def other_journal(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, policy: RetryPolicy
-):
+def other_journal(backend: str, request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, policy: RetryPolicy):
     """A second, empty journal of the same backend (the restore target)."""
     (tmp_path / "other").mkdir()
     j = connect_journal(url_for(backend, request, tmp_path / "other"), clock=clock, policy=policy)
@@ -164,9 +162,7 @@ def test_import_validates_every_record_naming_the_field(journal: EventJournal) -
     assert journal.export_records() == []
 
 
-def test_prune_deletes_only_done_records_older_than_the_cutoff(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_prune_deletes_only_done_records_older_than_the_cutoff(journal: EventJournal, clock: FakeClock) -> None:
     """Pending, leased and dead records stay, whatever their age; so do recent done ones."""
     states = every_state(journal, clock)
     clock.advance(8 * DAY_MS)

@@ -36,9 +36,7 @@ def everything(journal: EventJournal) -> list[EventRecord]:
     return journal.export_records(limit=10_000)  # type: ignore[attr-defined, no-any-return]
 
 
-def expected_ids(
-    records: list[EventRecord], tenant: str, state: str | None, channel: str | None
-) -> list[str]:
+def expected_ids(records: list[EventRecord], tenant: str, state: str | None, channel: str | None) -> list[str]:
     """Return the ids ``list`` must give for these filters, newest first (``channel=""``: none)."""
     return sorted(
         (
@@ -93,9 +91,7 @@ def fill(journal: EventJournal, clock: FakeClock) -> None:
         clock.advance(1)
 
 
-def test_every_filter_pages_newest_first_and_its_cursor_continues(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_every_filter_pages_newest_first_and_its_cursor_continues(journal: EventJournal, clock: FakeClock) -> None:
     fill(journal, clock)
     records = everything(journal)
     assert {r.state for r in records} == set(STATES)
@@ -128,14 +124,11 @@ def test_counts_follow_every_change(journal: EventJournal, clock: FakeClock) -> 
     assert ("done", None) not in journal.counts("acme")
 
 
-def test_an_import_moves_the_counts_of_the_records_it_replaces(
-    journal: EventJournal, clock: FakeClock
-) -> None:
+def test_an_import_moves_the_counts_of_the_records_it_replaces(journal: EventJournal, clock: FakeClock) -> None:
     fill(journal, clock)
     records = everything(journal)
     replaced = [
-        EventRecord(**{**r.__dict__, "state": "dead", "leased_until": None, "channel": "outbox"})
-        for r in records[:5]
+        EventRecord(**{**r.__dict__, "state": "dead", "leased_until": None, "channel": "outbox"}) for r in records[:5]
     ]
     journal.import_records(replaced)  # type: ignore[attr-defined]
     for tenant in ("acme", "beta"):
@@ -192,9 +185,7 @@ def test_counts_made_for_another_incarnation_of_the_table_are_rebuilt(
 
 
 @SQL_ONLY
-def test_the_counts_read_touches_counter_rows_not_records(
-    sql_journal: SqlEventJournal, clock: FakeClock
-) -> None:
+def test_the_counts_read_touches_counter_rows_not_records(sql_journal: SqlEventJournal, clock: FakeClock) -> None:
     fill(sql_journal, clock)
     t = sql_journal.table
     rows = run_sql(sql_journal, f"SELECT count(*) FROM {t}_counts WHERE tenant = 'acme'")[0][0]
@@ -226,12 +217,7 @@ def test_each_list_filter_has_an_index_that_reads_the_page_in_id_order(
     fill(sql_journal, clock)
     t = sql_journal.table
     if sql_journal._db.pg:
-        defs = [
-            r[0]
-            for r in run_sql(
-                sql_journal, f"SELECT indexdef FROM pg_indexes WHERE tablename = '{t}'"
-            )
-        ]
+        defs = [r[0] for r in run_sql(sql_journal, f"SELECT indexdef FROM pg_indexes WHERE tablename = '{t}'")]
         assert any(d.endswith(f"({columns})") for d in defs), defs
         return
     query = f"SELECT id FROM {t} WHERE {where} AND id < 'ev_~' ORDER BY id DESC LIMIT 51"
@@ -265,9 +251,7 @@ def test_redis_channel_sets_of_an_older_journal_are_built_by_prune(
     for state in (None, *STATES):
         for channel in FILTER_CHANNELS[1:]:
             got = pages(older, 3, tenant="acme", state=state, channel=channel)
-            assert [i for page in got for i in page] == expected_ids(
-                records, "acme", state, channel
-            )
+            assert [i for page in got for i in page] == expected_ids(records, "acme", state, channel)
 
 
 @pytest.mark.parametrize("backend", backend_params(("redis",)))

@@ -59,7 +59,6 @@ def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:
     for proc in procs:
         if proc.poll() is None and proc.stdout is not None:

@@ -36,9 +36,7 @@ def outcome(call):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("backend", backend_params(("file", "sqlite", "postgresql", "redis")))
-def test_backend_matches_the_memory_reference(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
+def test_backend_matches_the_memory_reference(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     servers = {"postgresql": "postgres_url", "redis": "redis_url"}
     server = request.getfixturevalue(servers[backend]) if backend in servers else None
     counter = iter(range(10**6))
@@ -127,9 +125,7 @@ def test_backend_matches_the_memory_reference(
             channel=st.sampled_from((None, "", "inbound")),
             limit=st.sampled_from((1, 3, 200)),
         )
-        def list_filtered(
-            self, tenant: str, state: str | None, channel: str | None, limit: int
-        ) -> None:
+        def list_filtered(self, tenant: str, state: str | None, channel: str | None, limit: int) -> None:
             """Every filter of the journal page, followed page by page (issue 16, item 5)."""
             filters = {"tenant": tenant, "state": state, "channel": channel, "limit": limit}
             after = None

@@ -37,8 +37,11 @@ def wakeups() -> tuple[DrainWakeups, list[tuple[float, str | None, str]], FakeTi
     sent: list[tuple[float, str | None, str]] = []
     timers = FakeTimers(clock)
     w = DrainWakeups(
-        lambda ch: sent.append((clock[0], ch, "now")), send_later=lambda ch: sent.append((clock[0], ch, "later")),
-        interval_s=0.05, clock=lambda: clock[0], timer=timers,
+        lambda ch: sent.append((clock[0], ch, "now")),
+        send_later=lambda ch: sent.append((clock[0], ch, "later")),
+        interval_s=0.05,
+        clock=lambda: clock[0],
+        timer=timers,
     )
     return w, sent, timers
 

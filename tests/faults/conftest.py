@@ -32,6 +32,8 @@ SECONDS = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slots = [i for i, item in enumerate(items) if item.nodeid.startswith("tests/faults/")]
-    ordered = sorted((items[i] for i in slots), key=lambda item: -SECONDS.get(getattr(item, "originalname", item.name), 10))
+    ordered = sorted(
+        (items[i] for i in slots), key=lambda item: -SECONDS.get(getattr(item, "originalname", item.name), 10)
+    )
     for slot, item in zip(slots, ordered, strict=True):
         items[slot] = item

@@ -280,8 +280,11 @@ def project_env(directory: Path) -> dict[str, str]:
     The data dir and an SQLite database go under ``directory``; a test adds
     the URLs of its own servers.
     """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("BOTMESH_", "CELERY_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("BOTMESH_", "CELERY_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")
+    }
     env.update({
         "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "BOTMESH_DATA_DIR": str(directory / "data"),
         "DATABASE_URL": f"sqlite:///{directory}/data/db.sqlite3", "OTEL_SDK_DISABLED": "true",

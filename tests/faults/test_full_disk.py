@@ -189,11 +189,17 @@ def test_readyz_says_disk_full_and_webhooks_answer_503_until_space_is_freed(
                        app_secret="disk-secret")  # fmt: skip
 
     def webhook(n: int) -> tuple[int, str | None]:
-        raw = (b'{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages",'
-               b'"value":{"metadata":{"phone_number_id":"106540352242922"},"messages":[{"from":"573001112233",'
-               b'"id":"wamid.disk%d","timestamp":"1764489600","type":"text","text":{"body":"hola"}}]}}]}]}' % n)
-        response = client.post(f"/webhooks/whatsapp/{tenant_id}", raw, content_type="application/json",
-                               headers={whatsapp.SIGNATURE_HEADER: whatsapp.signature(raw, "disk-secret")})
+        raw = (
+            b'{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages",'
+            b'"value":{"metadata":{"phone_number_id":"106540352242922"},"messages":[{"from":"573001112233",'
+            b'"id":"wamid.disk%d","timestamp":"1764489600","type":"text","text":{"body":"hola"}}]}}]}]}' % n
+        )
+        response = client.post(
+            f"/webhooks/whatsapp/{tenant_id}",
+            raw,
+            content_type="application/json",
+            headers={whatsapp.SIGNATURE_HEADER: whatsapp.signature(raw, "disk-secret")},
+        )
         return response.status_code, response.json().get("error")
 
     with tiny_filesystem(size_mb=20) as disk:
@@ -212,8 +218,10 @@ def test_readyz_says_disk_full_and_webhooks_answer_503_until_space_is_freed(
             probes_left = list(disk.glob(".readyz-*"))
         finally:
             journal.close()
-    fault_report(f"FAULT full-disk: readyz full {full.status_code} {full.json()['reason']!r}, webhook full "
-          f"{full_webhook}, after freeing readyz {again.status_code} webhook {again_webhook}, stored {stored}")
+    fault_report(
+        f"FAULT full-disk: readyz full {full.status_code} {full.json()['reason']!r}, webhook full "
+        f"{full_webhook}, after freeing readyz {again.status_code} webhook {again_webhook}, stored {stored}"
+    )
     assert full.status_code == 503
     assert full.json()["reason"] == f"disk full: no space left to write in {disk}"
     assert full.json()["checks"]["database"] == "ok"  # reads still work: only a write shows it
@@ -283,5 +291,7 @@ def test_botmesh_run_restarts_a_killed_child_and_ctrl_c_still_stops_all(tmp_path
     for name, pid in {**pids, "worker": new_pid}.items():
         wait_until(lambda pid=pid: not _alive(pid), f"{name} to stop on Ctrl-C", timeout_s=10)
     assert re.search(r"worker exited with status -9; restarting it in 1 s \(see .*worker\.log\)", log), log
-    fault_report(f"FAULT botmesh-run-child-killed: killed 1, restarted 1, web answered 200, stopped all on Ctrl-C, "
-          f"{time.monotonic() - started:.1f} s ({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})")
+    fault_report(
+        f"FAULT botmesh-run-child-killed: killed 1, restarted 1, web answered 200, stopped all on Ctrl-C, "
+        f"{time.monotonic() - started:.1f} s ({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})"
+    )

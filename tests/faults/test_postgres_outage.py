@@ -168,11 +168,13 @@ def test_a_postgresql_outage_mid_ingest_answers_json_503_and_loses_nothing(tmp_p
             raise
         worker_log = procs.log("worker")
 
-    fault_report(f"FAULT postgres-outage: sent {answers['sent']}, answered 200 {answers['200']}, "
-          f"503 {answers['503']}, other {answers['sent'] - answers['200'] - answers['503']}, "
-          f"acknowledged {len(acked)}, stored {figures['stored']}, processed {figures['done']}, "
-          f"duplicates {figures['duplicates']}, lost {figures['lost']}, {time.monotonic() - started:.1f} s "
-          f"({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})")
+    fault_report(
+        f"FAULT postgres-outage: sent {answers['sent']}, answered 200 {answers['200']}, "
+        f"503 {answers['503']}, other {answers['sent'] - answers['200'] - answers['503']}, "
+        f"acknowledged {len(acked)}, stored {figures['stored']}, processed {figures['done']}, "
+        f"duplicates {figures['duplicates']}, lost {figures['lost']}, {time.monotonic() - started:.1f} s "
+        f"({', '.join(f'{k} at {v:.1f} s' for k, v in phases.items())})"
+    )
     assert outage_answers and all(a.is_store_unavailable() for a in outage_answers), outage_answers
     assert ready.status == 503 and "database unreachable" in str(ready.json.get("reason")), ready.json
     assert answers["sent"] == answers["200"] + answers["503"], answers  # never an HTML 500
@@ -194,6 +196,7 @@ def _wait_stored(url: str, acked: dict[str, str], timeout_s: float, *, kv_url: s
     kv = connect(kv_url or url)
     store = KvInboxStore(kv)
     try:
+
         def records() -> list:
             return [r for t in TENANTS for r in journal.list(tenant=t, limit=200)]
 

@@ -125,4 +125,3 @@ def _unacked(port: int) -> int:
         return int(client.hlen("unacked"))
     finally:
         client.close()
-

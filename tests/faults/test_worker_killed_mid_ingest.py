@@ -109,4 +109,9 @@ def test_the_events_worker_sigkilled_twice_mid_ingest_stores_every_acknowledged_
                  f"{figures['lost']}, {time.monotonic() - started:.1f} s")  # fmt: skip
     assert answers["sent"] == answers["200"] == 3 * PER_ROUND * len(TENANTS), answers
     assert len(kills) == 2
-    assert (figures["stored"], figures["done"], figures["duplicates"], figures["lost"]) == (len(acked), len(acked), 0, 0)
+    assert (figures["stored"], figures["done"], figures["duplicates"], figures["lost"]) == (
+        len(acked),
+        len(acked),
+        0,
+        0,
+    )

@@ -17,14 +17,10 @@ def _url(world: World, tail: str = "", tenant: str | None = None) -> str:
 
 
 def _install(client: Client, world: World, body: bytes, headers: dict | None = None):
-    return client.post(
-        _url(world), data=body, content_type="application/json", **(headers or world.admin)
-    )
+    return client.post(_url(world), data=body, content_type="application/json", **(headers or world.admin))
 
 
-def test_install_grant_enable_over_the_api(
-    client: Client, world: World, order_status: bytes
-) -> None:
+def test_install_grant_enable_over_the_api(client: Client, world: World, order_status: bytes) -> None:
     resp = _install(client, world, order_status)
     assert resp.status_code == 201, resp.content
     body = resp.json()
@@ -32,9 +28,7 @@ def test_install_grant_enable_over_the_api(
     assert body["digest"].startswith("sha256:") and body["installed_by"] == "token:ci"
     assert _install(client, world, order_status).status_code == 200, "same manifest again: no-op"
 
-    resp = client.post(
-        _url(world, "/acme.order-status/enable"), content_type="application/json", **world.admin
-    )
+    resp = client.post(_url(world, "/acme.order-status/enable"), content_type="application/json", **world.admin)
     assert resp.status_code == 409 and resp.json()["error"] == "permissions_pending"
     assert resp.json()["pending"] == FOUR
 
@@ -55,9 +49,7 @@ def test_install_grant_enable_over_the_api(
     assert resp.status_code == 200 and resp.json()["status"] == "enabled"
 
     listing = client.get(_url(world), **world.agent).json()
-    assert [(p["plugin_id"], p["status"]) for p in listing["items"]] == [
-        ("acme.order-status", "enabled")
-    ]
+    assert [(p["plugin_id"], p["status"]) for p in listing["items"]] == [("acme.order-status", "enabled")]
     audit = client.get(_url(world, "/acme.order-status/audit"), **world.agent).json()["items"]
     assert [e["action"] for e in audit] == ["enabled", "granted", "installed"]
     assert audit[0]["actor"] == "token:ci" and audit[0]["at"] > 0
@@ -73,36 +65,26 @@ def test_upgrade_shows_the_permission_diff(
         content_type="application/json",
         **world.admin,
     )
-    client.post(
-        _url(world, "/acme.order-status/enable"), content_type="application/json", **world.admin
-    )
+    client.post(_url(world, "/acme.order-status/enable"), content_type="application/json", **world.admin)
     resp = _install(client, world, order_status_more)
     assert resp.status_code == 200
     body = resp.json()
     assert body["status"] == "pending-approval" and not body["enabled"]
     assert body["previous_version"] == "1.4.0" and body["version"] == "1.5.0"
-    assert body["added_permissions"] == ["contacts:write"] and body["pending_permissions"] == [
-        "contacts:write"
-    ]
+    assert body["added_permissions"] == ["contacts:write"] and body["pending_permissions"] == ["contacts:write"]
 
 
-def test_every_invalid_fixture_is_422_with_the_field(
-    client: Client, world: World, hub_fixtures: Path
-) -> None:
+def test_every_invalid_fixture_is_422_with_the_field(client: Client, world: World, hub_fixtures: Path) -> None:
     for path in sorted((hub_fixtures / "invalid").iterdir()):
         resp = _install(client, world, path.read_bytes())
         assert resp.status_code == 422, path.name
         body = resp.json()
-        assert body["error"] == "validation_error" and body["field"].startswith("manifest"), (
-            path.name
-        )
+        assert body["error"] == "validation_error" and body["field"].startswith("manifest"), path.name
         assert body["message"].startswith(body["field"] + ": "), path.name
     assert client.get(_url(world), **world.admin).json()["items"] == [], "nothing was installed"
 
 
-def test_grant_of_unknown_permission_is_422_with_the_index(
-    client: Client, world: World, order_status: bytes
-) -> None:
+def test_grant_of_unknown_permission_is_422_with_the_index(client: Client, world: World, order_status: bytes) -> None:
     _install(client, world, order_status)
     resp = client.post(
         _url(world, "/acme.order-status/grants"),
@@ -125,27 +107,18 @@ def test_uninstall_then_404(client: Client, world: World, hub_fixtures: Path) ->
     assert client.delete(_url(world, "/x.y"), **world.admin).status_code == 204
     assert client.get(_url(world, "/x.y"), **world.admin).status_code == 404
     actions = [
-        e["action"]
-        for e in client.get(f"/api/v1/tenants/{world.a}/plugin-audit", **world.admin).json()[
-            "items"
-        ]
+        e["action"] for e in client.get(f"/api/v1/tenants/{world.a}/plugin-audit", **world.admin).json()["items"]
     ]
     assert actions == ["uninstalled", "installed"]
 
 
 def test_runtime_endpoint_and_pagination(client: Client, world: World, order_status: bytes) -> None:
     runtime = client.get(f"/api/v1/tenants/{world.a}/plugin-runtime", **world.agent).json()
-    assert (
-        runtime["runtime_version"] == "1.6.2" and "contacts:write" in runtime["known_permissions"]
-    )
+    assert runtime["runtime_version"] == "1.6.2" and "contacts:write" in runtime["known_permissions"]
     for i in range(3):
-        _install(
-            client, world, json.dumps({**json.loads(order_status), "id": f"acme.p{i}"}).encode()
-        )
+        _install(client, world, json.dumps({**json.loads(order_status), "id": f"acme.p{i}"}).encode())
     first = client.get(_url(world) + "?limit=2", **world.agent).json()
-    assert [p["plugin_id"] for p in first["items"]] == ["acme.p0", "acme.p1"] and first[
-        "next"
-    ] == "acme.p1"
+    assert [p["plugin_id"] for p in first["items"]] == ["acme.p0", "acme.p1"] and first["next"] == "acme.p1"
     rest = client.get(_url(world) + f"?limit=2&after={first['next']}", **world.agent).json()
     assert [p["plugin_id"] for p in rest["items"]] == ["acme.p2"] and rest["next"] is None
 

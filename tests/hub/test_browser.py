@@ -42,7 +42,4 @@ def test_admin_installs_grants_and_enables_a_plugin(
     page.click("[data-testid=enable]")
     page.wait_for_selector("text=acme.order-status enabled.")
     page.click("text=← Plugins")
-    assert (
-        page.locator("tr[data-plugin='acme.order-status'] [data-testid=status]").inner_text()
-        == "enabled"
-    )
+    assert page.locator("tr[data-plugin='acme.order-status'] [data-testid=status]").inner_text() == "enabled"

@@ -67,9 +67,7 @@ def test_counts_follow_every_write(hub: PluginHub, tenant_id: str, order_status:
     assert hub.counts(tenant_id + "x") == PluginCounts(installed=0, enabled=0)
 
 
-def test_a_refused_write_changes_no_count(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_a_refused_write_changes_no_count(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     install_enabled(hub, tenant_id, order_status, 1)
     stale = hub.get(tenant_id, "acme.p1").revision - 1
     with pytest.raises(Conflict):
@@ -77,9 +75,7 @@ def test_a_refused_write_changes_no_count(
     assert hub.counts(tenant_id) == PluginCounts(installed=1, enabled=1)
 
 
-@pytest.mark.parametrize(
-    "backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)]
-)
+@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def test_concurrent_writers_leave_the_count_index_exact(
     backend: str, request: pytest.FixtureRequest, tenant_id: str, order_status: bytes
 ) -> None:
@@ -120,15 +116,11 @@ def test_concurrent_writers_leave_the_count_index_exact(
     assert hub.counts(tenant_id) == walk(hub, tenant_id)
 
 
-def test_a_table_from_before_the_count_index_needs_the_reindex(
-    tenant_id: str, order_status: bytes
-) -> None:
+def test_a_table_from_before_the_count_index_needs_the_reindex(tenant_id: str, order_status: bytes) -> None:
     """Installations written before the index: the count names ``botmesh_reindex`` until it ran."""
     then = MemoryKv()
     install_enabled(PluginHub(KvPluginStore(then), runtime=RUNTIME), tenant_id, order_status, 1)
-    PluginHub(KvPluginStore(then), runtime=RUNTIME).install(
-        tenant_id, manifest(order_status, 2), actor=ADMIN
-    )
+    PluginHub(KvPluginStore(then), runtime=RUNTIME).install(tenant_id, manifest(order_status, 2), actor=ADMIN)
     kv = MemoryKv()
     table = KvPluginStore(kv).tables.table(tenant_id, "plugins")
     old = [e for e in then.scan(table, limit=1000) if not e.key.startswith("x/")]
@@ -154,9 +146,7 @@ class CountingKv(MemoryKv):
         self.touched += len(keys)
         return super().get_many(table, keys)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         page = super().scan(table, prefix, after, limit)
         self.touched += max(1, len(page))
         return page

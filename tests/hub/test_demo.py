@@ -14,9 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_demo_installs_the_fixture_plugins_and_is_rerunnable(live_server) -> None:
     with use_kv(MemoryKv()):
-        ctx = DemoContext(
-            base_url=live_server.url, tokens=ensure_accounts(), fixtures=fixtures_dir()
-        )
+        ctx = DemoContext(base_url=live_server.url, tokens=ensure_accounts(), fixtures=fixtures_dir())
         summary = demo.load(ctx)
         assert summary.startswith("hub: 2 plugins") and "contacts:write" in summary
         assert demo.load(ctx) == summary

@@ -39,9 +39,7 @@ def _refusal(body: object) -> ValidationError:
 
 def test_every_invalid_fixture_is_refused_naming_the_field(hub_fixtures: Path) -> None:
     files = sorted((hub_fixtures / "invalid").iterdir())
-    assert {f.name for f in files} == set(EXPECTED_FIELD), (
-        "a new invalid fixture needs an expectation"
-    )
+    assert {f.name for f in files} == set(EXPECTED_FIELD), "a new invalid fixture needs an expectation"
     for path in files:
         error = _refusal(path.read_bytes())
         assert error.field == EXPECTED_FIELD[path.name], path.name
@@ -110,9 +108,7 @@ def test_body_size_is_bounded_before_parsing() -> None:
     assert error.field == "manifest" and "larger than" in error.problem
 
 
-@pytest.mark.parametrize(
-    "raw", [b"null", b"42", b'"text"', b"\xff\xfe{}", b"[" * 100000 + b"]" * 100000]
-)
+@pytest.mark.parametrize("raw", [b"null", b"42", b'"text"', b"\xff\xfe{}", b"[" * 100000 + b"]" * 100000])
 def test_non_objects_say_so(raw: bytes) -> None:
     error = _refusal(raw)
     assert error.field == "manifest"

@@ -36,9 +36,7 @@ def test_install_grant_enable_through_the_pages(
     assert "pending-approval" in html and "not granted" in html
     plugin = services.default_hub().get(world.a, "acme.order-status")
 
-    resp = client.post(
-        base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True
-    )
+    resp = client.post(base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True)
     assert "asks for permissions not granted" in resp.content.decode()
 
     resp = client.post(
@@ -48,9 +46,7 @@ def test_install_grant_enable_through_the_pages(
     )
     assert "Permissions granted." in resp.content.decode()
     plugin = services.default_hub().get(world.a, "acme.order-status")
-    resp = client.post(
-        base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True
-    )
+    resp = client.post(base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True)
     html = resp.content.decode()
     assert "acme.order-status enabled." in html and 'data-testid="status">enabled<' in html
 
@@ -82,29 +78,20 @@ def test_bad_manifest_shows_the_field(client: Client, world: World) -> None:
     _login(client, "ana")
     resp = client.post(
         f"/t/{world.a}/plugins/install",
-        {
-            "manifest": '{"id": 1, "name": "Y", "version": "0.1.0", "runtime": "^1.0.0", "permissions": []}'
-        },
+        {"manifest": '{"id": 1, "name": "Y", "version": "0.1.0", "runtime": "^1.0.0", "permissions": []}'},
         follow=True,
     )
     assert "manifest.id: must be a string" in resp.content.decode()
 
 
-def test_agents_read_pages_but_cannot_write(
-    client: Client, world: World, order_status: bytes
-) -> None:
+def test_agents_read_pages_but_cannot_write(client: Client, world: World, order_status: bytes) -> None:
     services.plugin_install(world.a, manifest=order_status, actor="user:ana")
     _login(client, "bo")
     assert client.get(f"/t/{world.a}/plugins/").status_code == 200
     page = client.get(f"/t/{world.a}/plugins/acme.order-status/")
     assert page.status_code == 200 and 'data-testid="enable"' not in page.content.decode()
     assert client.post(f"/t/{world.a}/plugins/acme.order-status/enable").status_code == 403
-    assert (
-        client.post(
-            f"/t/{world.a}/plugins/install", {"manifest": order_status.decode()}
-        ).status_code
-        == 403
-    )
+    assert client.post(f"/t/{world.a}/plugins/install", {"manifest": order_status.decode()}).status_code == 403
 
 
 def test_foreign_tenant_pages_are_404(client: Client, world: World, order_status: bytes) -> None:

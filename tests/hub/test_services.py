@@ -16,9 +16,7 @@ ADMIN = "user:ana"
 FOUR = ["messages:read", "messages:send", "contacts:read", "http:fetch"]
 
 
-def test_install_records_digest_and_starts_disabled(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_install_records_digest_and_starts_disabled(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     inst, created = hub.install(tenant_id, order_status, actor=ADMIN)
     assert created and not inst.enabled and inst.granted == ()
     assert inst.digest.startswith("sha256:") and inst.manifest.version == "1.4.0"
@@ -28,9 +26,7 @@ def test_install_records_digest_and_starts_disabled(
     assert not created and again == inst, "the same manifest again is a no-op"
 
 
-def test_enable_needs_every_permission_granted(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_enable_needs_every_permission_granted(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     hub.install(tenant_id, order_status, actor=ADMIN)
     hub.grant(tenant_id, "acme.order-status", permissions=FOUR[:3], actor=ADMIN)
     with pytest.raises(PermissionsPending) as info:
@@ -88,17 +84,13 @@ def test_upgrade_with_more_permissions_is_disabled_pending_approval(
     ]
 
 
-def test_upgrade_without_new_permissions_stays_enabled(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_upgrade_without_new_permissions_stays_enabled(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     hub.install(tenant_id, order_status, actor=ADMIN)
     hub.grant(tenant_id, "acme.order-status", permissions=FOUR, actor=ADMIN)
     hub.enable(tenant_id, "acme.order-status", actor=ADMIN)
     patch = {**json.loads(order_status), "version": "1.4.1", "permissions": FOUR[:2]}
     upgraded, _ = hub.install(tenant_id, json.dumps(patch), actor=ADMIN)
-    assert upgraded.enabled and upgraded.granted == tuple(FOUR[:2]), (
-        "grants no longer asked for are dropped"
-    )
+    assert upgraded.enabled and upgraded.granted == tuple(FOUR[:2]), "grants no longer asked for are dropped"
     assert upgraded.removed_permissions == tuple(FOUR[2:])
 
 
@@ -120,9 +112,7 @@ def test_incompatible_plugin_installs_but_cannot_be_enabled(hub: PluginHub, tena
     assert newer.enable(tenant_id, "acme.future", actor=ADMIN).enabled
 
 
-def test_revoke_disables_an_enabled_plugin_that_needs_it(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_revoke_disables_an_enabled_plugin_that_needs_it(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     hub.install(tenant_id, order_status, actor=ADMIN)
     hub.grant(tenant_id, "acme.order-status", permissions=FOUR, actor=ADMIN)
     hub.enable(tenant_id, "acme.order-status", actor=ADMIN)
@@ -166,9 +156,7 @@ def test_disable_and_uninstall_are_audited(hub: PluginHub, tenant_id: str, hub_f
     assert all(e.at > 0 for e in events)
 
 
-def test_another_tenants_plugin_is_not_found(
-    hub: PluginHub, tenant_id: str, order_status: bytes
-) -> None:
+def test_another_tenants_plugin_is_not_found(hub: PluginHub, tenant_id: str, order_status: bytes) -> None:
     hub.install(tenant_id, order_status, actor=ADMIN)
     other = tenant_id + "-b"
     with pytest.raises(NotFound):
@@ -221,12 +209,8 @@ def test_reinstall_with_more_permissions_racing_enable_never_enables_without_gra
         assert final.manifest.version == "1.5.0"
         assert not final.enabled, "enabled without contacts:write granted"
         assert final.pending_permissions == ("contacts:write",)
-        if not isinstance(
-            result, PermissionsPending
-        ):  # enable won: it enabled the fully granted 1.4.0
+        if not isinstance(result, PermissionsPending):  # enable won: it enabled the fully granted 1.4.0
             assert result.manifest.version == "1.4.0" and not result.pending_permissions
         for event in hub.audit(tenant_id, plugin_id=plugin):
             if event.action == "enabled":
-                assert event.detail["version"] == "1.4.0", (
-                    "an enable is only ever of a fully granted manifest"
-                )
+                assert event.detail["version"] == "1.4.0", "an enable is only ever of a fully granted manifest"

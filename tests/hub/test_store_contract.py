@@ -10,9 +10,7 @@ from hub.stores.base import PluginStore
 
 
 def _installation(plugin_id: str = "acme.a", **kw) -> Installation:
-    manifest = Manifest(
-        id=plugin_id, name="A", version="1.0.0", runtime="^1.0.0", permissions=("messages:read",)
-    )
+    manifest = Manifest(id=plugin_id, name="A", version="1.0.0", runtime="^1.0.0", permissions=("messages:read",))
     base = dict(
         plugin_id=plugin_id,
         manifest=manifest,
@@ -67,22 +65,14 @@ def test_save_is_compare_and_set(plugin_store: PluginStore, tenant_id: str) -> N
     assert plugin_store.get(tenant_id, "acme.a") == second, "a refused write changes nothing"
 
 
-def test_audit_commits_with_the_write_or_not_at_all(
-    plugin_store: PluginStore, tenant_id: str
-) -> None:
-    plugin_store.save(
-        tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)]
-    )
+def test_audit_commits_with_the_write_or_not_at_all(plugin_store: PluginStore, tenant_id: str) -> None:
+    plugin_store.save(tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)])
     with pytest.raises(Conflict):
-        plugin_store.save(
-            tenant_id, _installation(), expect_revision=5, audit=[_event("acme.a", "enabled", 2)]
-        )
+        plugin_store.save(tenant_id, _installation(), expect_revision=5, audit=[_event("acme.a", "enabled", 2)])
     assert [e.action for e in plugin_store.audit_list(tenant_id)] == ["installed"]
 
 
-def test_audit_is_newest_first_paginated_and_filterable(
-    plugin_store: PluginStore, tenant_id: str
-) -> None:
+def test_audit_is_newest_first_paginated_and_filterable(plugin_store: PluginStore, tenant_id: str) -> None:
     inst = plugin_store.save(
         tenant_id,
         _installation("acme.a"),
@@ -116,9 +106,7 @@ def test_audit_is_newest_first_paginated_and_filterable(
     assert [e.action for e in mine] == ["enabled", "granted", "installed"]
 
 
-def test_list_is_ordered_by_plugin_id_with_a_cursor(
-    plugin_store: PluginStore, tenant_id: str
-) -> None:
+def test_list_is_ordered_by_plugin_id_with_a_cursor(plugin_store: PluginStore, tenant_id: str) -> None:
     for pid in ("zz.last", "acme.b", "acme.a", "acme.a-b"):
         plugin_store.save(tenant_id, _installation(pid), expect_revision=None)
     ids = [i.plugin_id for i in plugin_store.list(tenant_id)]
@@ -128,15 +116,11 @@ def test_list_is_ordered_by_plugin_id_with_a_cursor(
     assert [i.plugin_id for i in page + rest] == ids
 
 
-def test_delete_is_compare_and_set_and_keeps_the_audit(
-    plugin_store: PluginStore, tenant_id: str
-) -> None:
+def test_delete_is_compare_and_set_and_keeps_the_audit(plugin_store: PluginStore, tenant_id: str) -> None:
     plugin_store.save(tenant_id, _installation(), expect_revision=None)
     with pytest.raises(Conflict):
         plugin_store.delete(tenant_id, "acme.a", expect_revision=7)
-    plugin_store.delete(
-        tenant_id, "acme.a", expect_revision=1, audit=[_event("acme.a", "uninstalled", 5)]
-    )
+    plugin_store.delete(tenant_id, "acme.a", expect_revision=1, audit=[_event("acme.a", "uninstalled", 5)])
     assert plugin_store.get(tenant_id, "acme.a") is None
     assert [e.action for e in plugin_store.audit_list(tenant_id)] == ["uninstalled"]
     with pytest.raises(Conflict):
@@ -146,9 +130,7 @@ def test_delete_is_compare_and_set_and_keeps_the_audit(
 
 
 def test_another_tenant_sees_nothing(plugin_store: PluginStore, tenant_id: str) -> None:
-    plugin_store.save(
-        tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)]
-    )
+    plugin_store.save(tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)])
     other = tenant_id + "-b"
     assert plugin_store.get(other, "acme.a") is None
     assert plugin_store.list(other) == []
@@ -157,9 +139,7 @@ def test_another_tenant_sees_nothing(plugin_store: PluginStore, tenant_id: str) 
 
 
 def test_drop_tenant_erases_everything(plugin_store: PluginStore, tenant_id: str) -> None:
-    plugin_store.save(
-        tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)]
-    )
+    plugin_store.save(tenant_id, _installation(), expect_revision=None, audit=[_event("acme.a", "installed", 1)])
     plugin_store.drop_tenant(tenant_id)
     assert plugin_store.get(tenant_id, "acme.a") is None
     assert plugin_store.audit_list(tenant_id) == []

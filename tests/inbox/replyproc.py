@@ -37,15 +37,24 @@ def setup(args: dict) -> dict:
     tenancy.membership_set(tenant, username="ana", role="agent")
     raw_dir = fixtures_dir() / "whatsapp" / "raw"
     signatures = json.loads((raw_dir / "signatures.json").read_text())
-    channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
-                       app_secret=signatures["app_secret"], access_token="EAAG-test", api_base_url=args["base_url"])
-    response = Client().post(f"/webhooks/whatsapp/{tenant}", data=(raw_dir / "01_text.json").read_bytes(),
-                             content_type="application/json",
-                             HTTP_X_HUB_SIGNATURE_256=signatures["signatures"]["01_text.json"])
+    channel_config_set(
+        tenant,
+        kind="whatsapp",
+        name="main",
+        phone_number_id="106540352242922",
+        app_secret=signatures["app_secret"],
+        access_token="EAAG-test",
+        api_base_url=args["base_url"],
+    )
+    response = Client().post(
+        f"/webhooks/whatsapp/{tenant}",
+        data=(raw_dir / "01_text.json").read_bytes(),
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=signatures["signatures"]["01_text.json"],
+    )
     assert response.status_code == 200, response.content
     assert journal_drain(channel="inbound")["processed"] == 1
-    conversation = default_inbox().store.conversation_by_chat(
-        tenant, "whatsapp:573001112233", channel_name="main")
+    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
     assert conversation is not None
     reply = replies.reply_create(tenant, conversation.id, author="ana", text="¿Le llegó el pedido?")
     return {"conversation_id": conversation.id, "message_id": reply.id}
@@ -55,8 +64,9 @@ def resend(args: dict) -> dict:
     from botmesh_admin.events.services import journal_drain
     from inbox import replies
 
-    queued = replies.reply_resend(args["tenant"], args["message_id"], conversation_id=args["conversation_id"],
-                                  actor="ana")
+    queued = replies.reply_resend(
+        args["tenant"], args["message_id"], conversation_id=args["conversation_id"], actor="ana"
+    )
     return {"queued": queued.reply.state, "drained": journal_drain(channel="outbox")}
 
 

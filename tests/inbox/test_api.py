@@ -25,12 +25,22 @@ class Api:
     other_tenant: str
     other_token: str
 
-    def call(self, method: str, path: str, body=None, *, token: str | None = None, tenant: str | None = None,
-             raw: bytes | None = None):
+    def call(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        *,
+        token: str | None = None,
+        tenant: str | None = None,
+        raw: bytes | None = None,
+    ):
         url = f"/api/v1/tenants/{tenant or self.tenant}/{path}"
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         response = getattr(self.client, method)(
-            url, data=data, content_type="application/json",
+            url,
+            data=data,
+            content_type="application/json",
             HTTP_AUTHORIZATION=f"Bearer {token or self.token}",
         )
         return response.status_code, response.json() if response.content else None
@@ -46,9 +56,12 @@ def api(db) -> Api:
     tenancy.tenant_create(other, name="Other")
     tenancy.membership_set(tenant, username="ana", role="agent")
     return Api(
-        tenant=tenant, client=Client(), token=tenancy.token_create(tenant, name="ci")[1],
+        tenant=tenant,
+        client=Client(),
+        token=tenancy.token_create(tenant, name="ci")[1],
         agent_token=tenancy.token_create(tenant, name="bot", role="agent")[1],
-        other_tenant=other, other_token=tenancy.token_create(other, name="ci")[1],
+        other_tenant=other,
+        other_token=tenancy.token_create(other, name="ci")[1],
     )
 
 
@@ -96,18 +109,21 @@ def test_bad_record_is_422_naming_it_and_nothing_is_written(api):
     assert api.call("get", "conversations")[1]["items"] == []
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"channel": "pigeon"}, "channel"),
-    ({"channel": "whatsapp", "chatId": "telegram:700000101"}, "chatId"),
-    ({"channel": "whatsapp", "chatId": "whatsapp:notaphone"}, "chatId"),
-    ({"channel": "whatsapp", "chatId": "whatsapp:123"}, "chatId"),
-    ({"channel": "telegram", "chatId": "telegram:abc"}, "chatId"),
-    ({"timestamp": "abc"}, "timestamp"),
-    ({"timestamp": 0}, "timestamp"),
-    ({"timestamp": 1764489609.5}, "timestamp"),
-    ({"timestamp": 1764489609}, "timestamp"),  # seconds, not milliseconds
-    ({"timestamp": 9_999_999_999_999}, "timestamp"),  # the year 2286
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"channel": "pigeon"}, "channel"),
+        ({"channel": "whatsapp", "chatId": "telegram:700000101"}, "chatId"),
+        ({"channel": "whatsapp", "chatId": "whatsapp:notaphone"}, "chatId"),
+        ({"channel": "whatsapp", "chatId": "whatsapp:123"}, "chatId"),
+        ({"channel": "telegram", "chatId": "telegram:abc"}, "chatId"),
+        ({"timestamp": "abc"}, "timestamp"),
+        ({"timestamp": 0}, "timestamp"),
+        ({"timestamp": 1764489609.5}, "timestamp"),
+        ({"timestamp": 1764489609}, "timestamp"),  # seconds, not milliseconds
+        ({"timestamp": 9_999_999_999_999}, "timestamp"),  # the year 2286
+    ],
+)
 def test_record_the_inbox_cannot_place_is_422_naming_its_field_and_nothing_is_written(api, change, field):
     """Found by exploratory testing: such records were accepted (202) and made odd conversations."""
     records = records_of("soporte")[:6]
@@ -118,11 +134,14 @@ def test_record_the_inbox_cannot_place_is_422_naming_its_field_and_nothing_is_wr
     assert api.call("get", "conversations")[1]["items"] == []
 
 
-@pytest.mark.parametrize("body", [
-    b"[" * 3000 + b"]" * 3000,
-    b'{"id": "m1", "body": ' + b"[" * 3000 + b"]" * 3000 + b"}",
-    b"[" + b"[" * 100 + b"]" * 100 + b"]",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 3000 + b"]" * 3000,
+        b'{"id": "m1", "body": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+        b"[" + b"[" * 100 + b"]" * 100 + b"]",
+    ],
+)
 def test_deeply_nested_ledger_body_is_422_not_500(api, body):
     """Found by exploratory testing: a body nested 3000 levels deep answered 500 with a traceback."""
     status, answer = api.call("post", "ledger", raw=body)
@@ -190,7 +209,8 @@ def test_notes_and_read_markers(api, conversation):
     assert status == 200 and read["unread"] == 0
     assert api.call("get", f"conversations/{cid}")[1]["unread"] == 0
     assert api.call("get", "conversations?unread=true")[1]["items"] == [
-        c for c in api.call("get", "conversations?unread=true")[1]["items"] if c["id"] != cid]
+        c for c in api.call("get", "conversations?unread=true")[1]["items"] if c["id"] != cid
+    ]
 
 
 def test_messages_paginate_in_order(api, conversation):
@@ -229,8 +249,16 @@ def test_erase_needs_admin_and_removes_the_conversation(api, conversation):
 def test_openapi_documents_the_inbox_schemas(api):
     schema = api.client.get("/api/v1/openapi.json").json()
     names = set(schema["components"]["schemas"])
-    assert {"ConversationOut", "MessageOut", "NoteOut", "AssignIn", "LedgerOut", "HandoffStateOut",
-            "ReplyIn", "ConversationPage"} <= names
+    assert {
+        "ConversationOut",
+        "MessageOut",
+        "NoteOut",
+        "AssignIn",
+        "LedgerOut",
+        "HandoffStateOut",
+        "ReplyIn",
+        "ConversationPage",
+    } <= names
     ledger = schema["paths"]["/api/v1/tenants/{tenant}/ledger"]["post"]
     assert "application/x-ndjson" in ledger["requestBody"]["content"]
 

@@ -41,19 +41,40 @@ def shop():
     signatures = json.loads((raw / "signatures.json").read_text())
     meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
     with FakeProviderServer() as fake:
-        channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
-                           display_phone_number="+1 555 078 3881", app_secret=signatures["app_secret"],
-                           access_token="EAAG-browser-test", api_base_url=fake.base_url)
-        channel_config_set(tenant, kind="telegram", name="bot", webhook_secret=meta["secret_token"],
-                           bot_token="600000000:AAF-fixture-bot-token-not-real-xyz", api_base_url=fake.base_url)
+        channel_config_set(
+            tenant,
+            kind="whatsapp",
+            name="main",
+            phone_number_id="106540352242922",
+            display_phone_number="+1 555 078 3881",
+            app_secret=signatures["app_secret"],
+            access_token="EAAG-browser-test",
+            api_base_url=fake.base_url,
+        )
+        channel_config_set(
+            tenant,
+            kind="telegram",
+            name="bot",
+            webhook_secret=meta["secret_token"],
+            bot_token="600000000:AAF-fixture-bot-token-not-real-xyz",
+            api_base_url=fake.base_url,
+        )
         client = Client()
         services.ledger_push(tenant, [dict(r, tenantId=None) for r in ledger_records() if r["tenantId"] == "tienda"])
         for name, signature in sorted(signatures["signatures"].items()):
-            client.post(f"/webhooks/whatsapp/{tenant}", data=(raw / name).read_bytes(),
-                        content_type="application/json", HTTP_X_HUB_SIGNATURE_256=signature)
+            client.post(
+                f"/webhooks/whatsapp/{tenant}",
+                data=(raw / name).read_bytes(),
+                content_type="application/json",
+                HTTP_X_HUB_SIGNATURE_256=signature,
+            )
         for path in sorted((fixtures_dir() / "telegram").glob("0*.json")):
-            client.post(f"/webhooks/telegram/{tenant}/bot", data=path.read_bytes(), content_type="application/json",
-                        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"])
+            client.post(
+                f"/webhooks/telegram/{tenant}/bot",
+                data=path.read_bytes(),
+                content_type="application/json",
+                HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
+            )
         drain("inbound")
         drain("ledger")
         yield tenant, fake

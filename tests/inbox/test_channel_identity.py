@@ -46,8 +46,10 @@ class Tenant:
 
     def api(self, method: str, path: str, body=None):
         response = getattr(self.client, method)(
-            f"/api/v1/tenants/{self.id}/{path}", data=json.dumps(body) if body is not None else None,
-            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {self.token}",
+            f"/api/v1/tenants/{self.id}/{path}",
+            data=json.dumps(body) if body is not None else None,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {self.token}",
         )
         return response.status_code, response.json()
 
@@ -70,12 +72,31 @@ def two_of_each(db):
     shop_secret = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())["secret_token"]
     with FakeProviderServer() as fake:
         for name, number, token in (("main", MAIN, "EAAG-main-token"), ("sales", SALES, "EAAG-sales-token")):
-            channel_config_set(tenant, kind="whatsapp", name=name, phone_number_id=number, app_secret=app_secret,
-                               access_token=token, api_base_url=fake.base_url)
-        channel_config_set(tenant, kind="telegram", name="help", bot_token=HELP_TOKEN, webhook_secret=HELP_SECRET,
-                           api_base_url=fake.base_url)
-        channel_config_set(tenant, kind="telegram", name="shop", bot_token=SHOP_TOKEN, webhook_secret=shop_secret,
-                           api_base_url=fake.base_url)
+            channel_config_set(
+                tenant,
+                kind="whatsapp",
+                name=name,
+                phone_number_id=number,
+                app_secret=app_secret,
+                access_token=token,
+                api_base_url=fake.base_url,
+            )
+        channel_config_set(
+            tenant,
+            kind="telegram",
+            name="help",
+            bot_token=HELP_TOKEN,
+            webhook_secret=HELP_SECRET,
+            api_base_url=fake.base_url,
+        )
+        channel_config_set(
+            tenant,
+            kind="telegram",
+            name="shop",
+            bot_token=SHOP_TOKEN,
+            webhook_secret=shop_secret,
+            api_base_url=fake.base_url,
+        )
         yield Tenant(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake, app_secret, shop_secret)
 
 
@@ -86,14 +107,22 @@ def drain(channel: str = "inbound") -> None:
 
 def post_whatsapp(t: Tenant, body: dict) -> int:
     raw = compact_json(body)
-    return t.client.post(f"/webhooks/whatsapp/{t.id}", data=raw, content_type="application/json",
-                         HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, t.app_secret)).status_code
+    return t.client.post(
+        f"/webhooks/whatsapp/{t.id}",
+        data=raw,
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, t.app_secret),
+    ).status_code
 
 
 def post_telegram(t: Tenant, bot: str, name: str) -> int:
     secret = t.shop_secret if bot == "shop" else HELP_SECRET
-    return t.client.post(f"/webhooks/telegram/{t.id}/{bot}", data=(fixtures_dir() / "telegram" / name).read_bytes(),
-                         content_type="application/json", HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=secret).status_code
+    return t.client.post(
+        f"/webhooks/telegram/{t.id}/{bot}",
+        data=(fixtures_dir() / "telegram" / name).read_bytes(),
+        content_type="application/json",
+        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=secret,
+    ).status_code
 
 
 def two_number_body() -> dict:
@@ -160,7 +189,8 @@ def test_two_telegram_bots_same_message_id_are_two_messages_in_two_conversations
         conversation = conversations[(bot, SOFIA)]
         status, messages = t.api("get", f"conversations/{conversation['id']}/messages")
         assert [(m["id"], m["text"]) for m in messages["items"]] == [
-            (f"{bot}:700000001:2", "Quiero cambiar mi dirección de entrega")]
+            (f"{bot}:700000001:2", "Quiero cambiar mi dirección de entrega")
+        ]
     # an answer to help's chat comes from the help bot (the shop bot cannot even reach her there)
     t.api("post", f"conversations/{conversations[('help', SOFIA)]['id']}/reply", {"text": "Soy el bot de ayuda"})
     drain("outbox")
@@ -176,14 +206,30 @@ def test_a_ledger_record_joins_the_conversation_of_the_channel_it_names(two_of_e
     t = two_of_each
     assert post_whatsapp(t, two_number_body()) == 200
     drain()
-    record = {"id": "bot-out-1", "channel": "whatsapp", "chatId": ANA, "senderId": "bot", "direction": "out",
-              "type": "text", "body": "Respuesta del bot de ventas", "timestamp": 1764489700000,
-              "channelName": "sales"}
-    response = t.client.post(f"/api/v1/tenants/{t.id}/ledger", data=json.dumps([record]),
-                             content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {t.token}")
+    record = {
+        "id": "bot-out-1",
+        "channel": "whatsapp",
+        "chatId": ANA,
+        "senderId": "bot",
+        "direction": "out",
+        "type": "text",
+        "body": "Respuesta del bot de ventas",
+        "timestamp": 1764489700000,
+        "channelName": "sales",
+    }
+    response = t.client.post(
+        f"/api/v1/tenants/{t.id}/ledger",
+        data=json.dumps([record]),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {t.token}",
+    )
     assert response.status_code == 202, response.content
-    bad = t.client.post(f"/api/v1/tenants/{t.id}/ledger", data=json.dumps([dict(record, id="x", channelName="shop")]),
-                        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {t.token}")
+    bad = t.client.post(
+        f"/api/v1/tenants/{t.id}/ledger",
+        data=json.dumps([dict(record, id="x", channelName="shop")]),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {t.token}",
+    )
     assert (bad.status_code, bad.json()["field"]) == (422, "records[0].channelName")
     drain("ledger")
     conversations = t.conversations()
@@ -207,22 +253,36 @@ def test_a_campaign_sends_through_its_named_bot_and_reports_who_has_no_conversat
 
     t = two_of_each
     for user in ("700000001", "700000002"):
-        crm.contact_create(t.id, identities=[{"channel": "telegram", "address": user}], tags=("promo",),
-                           consent={"telegram": "granted"}, source="test")
+        crm.contact_create(
+            t.id,
+            identities=[{"channel": "telegram", "address": user}],
+            tags=("promo",),
+            consent={"telegram": "granted"},
+            source="test",
+        )
     segment = crm.segment_create(t.id, name="Promo", rules={"tags_all": ["promo"]})
     assert post_telegram(t, "help", "02_text.json") == 200  # Sofía (700000001) wrote to the help bot
     update = json.loads((fixtures_dir() / "telegram" / "02_text.json").read_bytes())
     update["update_id"] += 1
     update["message"]["from"]["id"] = update["message"]["chat"]["id"] = 700000002
-    other = t.client.post(f"/webhooks/telegram/{t.id}/shop", data=json.dumps(update), content_type="application/json",
-                          HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=t.shop_secret)
+    other = t.client.post(
+        f"/webhooks/telegram/{t.id}/shop",
+        data=json.dumps(update),
+        content_type="application/json",
+        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=t.shop_secret,
+    )
     assert other.status_code == 200  # 700000002 wrote to the shop bot only
     drain()
-    wait_until(lambda: {("help", SOFIA), ("shop", "telegram:700000002")} <= set(t.conversations()),
-               "both chats projected", timeout_s=10)
+    wait_until(
+        lambda: {("help", SOFIA), ("shop", "telegram:700000002")} <= set(t.conversations()),
+        "both chats projected",
+        timeout_s=10,
+    )
     body = {"name": "Aviso", "segment_id": segment.id, "channel": "telegram", "message": {"text": "Hola {name}"}}
-    for channel_name, message in ((None, "name the telegram channel that sends: one of help, shop"),
-                                  ("main", "'main' is a whatsapp channel, not telegram")):
+    for channel_name, message in (
+        (None, "name the telegram channel that sends: one of help, shop"),
+        ("main", "'main' is a whatsapp channel, not telegram"),
+    ):
         status, refused = t.api("post", "campaigns", dict(body, channel_name=channel_name))
         assert (status, refused["field"]) == (422, "campaign.channel_name") and message in refused["message"]
     status, campaign = t.api("post", "campaigns", dict(body, channel_name="help"))
@@ -233,8 +293,11 @@ def test_a_campaign_sends_through_its_named_bot_and_reports_who_has_no_conversat
     def deliveries() -> list[dict]:
         return t.api("get", f"campaigns/{campaign['id']}/deliveries")[1]["items"]
 
-    wait_until(lambda: len(deliveries()) == 2 and all(d["state"] in ("accepted", "dropped") for d in deliveries()),
-               "the campaign's outcomes", timeout_s=10)
+    wait_until(
+        lambda: len(deliveries()) == 2 and all(d["state"] in ("accepted", "dropped") for d in deliveries()),
+        "the campaign's outcomes",
+        timeout_s=10,
+    )
     outcome = {d["recipient"]: (d["state"], d["reason"]) for d in deliveries()}
     assert outcome == {"700000001": ("accepted", None), "700000002": ("dropped", "no_conversation_on_channel")}
     [send] = [r for r in t.fake.requests if r.provider == "telegram"]
@@ -260,14 +323,27 @@ def test_conversations_of_an_earlier_version_get_their_channel_from_the_command(
         *whatsapp.parse_webhook(json.loads((fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_bytes())),
         *telegram.parse_update(json.loads((fixtures_dir() / "telegram" / "02_text.json").read_bytes())),
     ]
-    event_publish(t.id, type="whatsapp.webhook", channel="inbound", idempotency_key="old-body",
-                  payload={"config": "main,shop", "events": [e.to_dict() for e in old_events]})
+    event_publish(
+        t.id,
+        type="whatsapp.webhook",
+        channel="inbound",
+        idempotency_key="old-body",
+        payload={"config": "main,shop", "events": [e.to_dict() for e in old_events]},
+    )
     drain()
     store = KvInboxStore(default_kv())
     table = store._table(t.id)
     for e in store.kv.scan(table, prefix="k/", limit=100):  # the stored form of an earlier version
-        store.kv.commit(table, [Put(e.key, {k: v for k, v in e.value.items()
-                                            if k not in ("channel_name", "keyed_by_chat_only")}, e.version)])
+        store.kv.commit(
+            table,
+            [
+                Put(
+                    e.key,
+                    {k: v for k, v in e.value.items() if k not in ("channel_name", "keyed_by_chat_only")},
+                    e.version,
+                )
+            ],
+        )
     assert {k for k in t.conversations()} == {(None, ANA), (None, SOFIA)}
 
     out, err = io.StringIO(), io.StringIO()

@@ -39,10 +39,15 @@ def test_demo_loads_through_webhooks_and_ledger(live_server):
         status, soporte = ctx.request("GET", "/api/v1/tenants/soporte/conversations?limit=200", tenant="soporte")
     assert "soporte: 38 conversations, 121 messages" in summary
     webhook_chats = {
-        ("main", "whatsapp:573001112233"), ("main", "whatsapp:5215512345678"), ("bot", "telegram:700000001"),
-        ("bot", "telegram:-1001234567890:700000001"), ("bot", "telegram:-1001234567890:700000002"),
+        ("main", "whatsapp:573001112233"),
+        ("main", "whatsapp:5215512345678"),
+        ("bot", "telegram:700000001"),
+        ("bot", "telegram:-1001234567890:700000001"),
+        ("bot", "telegram:-1001234567890:700000002"),
         # the second number and the second bot (issue 15, item 1): the same customers, other conversations
-        ("ventas", "whatsapp:573001112233"), ("ventas", "whatsapp:5215512345678"), ("ayuda", "telegram:700000001"),
+        ("ventas", "whatsapp:573001112233"),
+        ("ventas", "whatsapp:5215512345678"),
+        ("ayuda", "telegram:700000001"),
     }
     assert webhook_chats <= set(chats)
     assert len(chats) == 40 + len(webhook_chats)  # 40 ledger chats (on the bot's own channels) + the webhooks'

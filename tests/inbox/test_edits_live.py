@@ -43,16 +43,25 @@ def _journal_url(name: str, request: pytest.FixtureRequest) -> str:
 
 
 def _update(update_id: int, chat: int, message_id: int, text: str, *, edited: bool) -> bytes:
-    message = {"message_id": message_id, "from": {"id": chat, "first_name": "Ana"},
-               "chat": {"id": chat, "type": "private"}, "date": DATE + message_id, "text": text}
+    message = {
+        "message_id": message_id,
+        "from": {"id": chat, "first_name": "Ana"},
+        "chat": {"id": chat, "type": "private"},
+        "date": DATE + message_id,
+        "text": text,
+    }
     if edited:
         message["edit_date"] = DATE + message_id + 30
     return json.dumps({"update_id": update_id, "edited_message" if edited else "message": message}).encode()
 
 
 def _post(url: str, body: bytes, secret: str) -> int:
-    request = urllib.request.Request(url, data=body, method="POST", headers={
-        "Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": secret})
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": secret},
+    )
     with urllib.request.urlopen(request, timeout=20) as response:
         return response.status
 
@@ -154,14 +163,23 @@ def test_no_edit_is_lost_whatever_the_order_and_timing(backend, request, live_se
         assert len(conversations) == CHATS
         shown: list[dict] = []
         for conv in conversations:
-            page = _get(f"{live_server.url}/api/v1/tenants/{tenant}/conversations/{conv['id']}/messages?limit=200",
-                        token)
+            page = _get(
+                f"{live_server.url}/api/v1/tenants/{tenant}/conversations/{conv['id']}/messages?limit=200", token
+            )
             shown += page["items"]
         # Found by what the agent reads (message ids belong to the channel code): "edited i", once.
         by_pair = {int(m["text"].split()[-1]): m for m in shown}
-        lost = [i for i in range(PAIRS) if (m := by_pair.get(i)) is None or m["text"] != f"edited {i}"
-                or [e["text"] for e in m["edits"]] != [f"original {i}"]]
-        print(f"EDITS {backend}: {PAIRS} pairs, {len(lost)} lost, posted in {posted:.1f} s, all projected in {elapsed:.1f} s")
+        lost = [
+            i
+            for i in range(PAIRS)
+            if (m := by_pair.get(i)) is None
+            or m["text"] != f"edited {i}"
+            or [e["text"] for e in m["edits"]] != [f"original {i}"]
+        ]
+        print(
+            f"EDITS {backend}: {PAIRS} pairs, {len(lost)} lost, posted in {posted:.1f} s, "
+            f"all projected in {elapsed:.1f} s"
+        )
         assert lost == [], f"{len(lost)} of {PAIRS} edits lost, e.g. {[by_pair.get(i) for i in lost[:2]]}"
         assert len(shown) == PAIRS  # one message per pair: the edit never made a second one
         assert all(m["timestamp_ms"] == (DATE + pairs[i][1]) * 1000 for i, m in by_pair.items())

@@ -91,8 +91,15 @@ def listed(
     rows, after = [], None
     for _ in range(100):
         page, after = selectors.conversation_list(
-            TENANT, agent=agent, view=view, status=status, channel=channel, unread_only=unread_only,
-            limit=2, after=after, store=store,
+            TENANT,
+            agent=agent,
+            view=view,
+            status=status,
+            channel=channel,
+            unread_only=unread_only,
+            limit=2,
+            after=after,
+            store=store,
         )
         rows += [(r.conversation.id, r.status, r.unread) for r in page]
         if after is None:
@@ -142,10 +149,15 @@ read = st.tuples(st.just("read"), chat_i, st.sampled_from(AGENTS), st.integers(-
 # Messages and reads dominate, as in a real inbox (``one_of`` picks its branches evenly).
 mixed = st.lists(
     st.one_of(
-        message, message, message, read, read,
+        message,
+        message,
+        message,
+        read,
+        read,
         st.tuples(st.just("assign"), chat_i, st.sampled_from((*AGENTS, None))),
-        st.tuples(st.just("status"), chat_i, st.sampled_from(["open", "resolved", "pending", "snooze-due",
-                                                               "snooze-later"])),
+        st.tuples(
+            st.just("status"), chat_i, st.sampled_from(["open", "resolved", "pending", "snooze-due", "snooze-later"])
+        ),
         st.tuples(st.just("wake")),
         st.tuples(st.just("erase"), chat_i),
     ),
@@ -162,11 +174,19 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
         _, chat, direction, ts, n = step
         channel = CHATS[chat].split(":")[0]
         # A small id space: the same id again is a redelivery (ignored, whatever its timestamp).
-        inbox.project_message({
-            "id": f"m{chat}-{n}", "tenantId": TENANT, "channel": channel, "chatId": CHATS[chat],
-            "senderId": "user:1" if direction == "in" else "bot", "direction": direction, "type": "text",
-            "body": "hola", "timestamp": world.clock[0] + ts * 1000,
-        })
+        inbox.project_message(
+            {
+                "id": f"m{chat}-{n}",
+                "tenantId": TENANT,
+                "channel": channel,
+                "chatId": CHATS[chat],
+                "senderId": "user:1" if direction == "in" else "bot",
+                "direction": direction,
+                "type": "text",
+                "body": "hola",
+                "timestamp": world.clock[0] + ts * 1000,
+            }
+        )
         return
     if kind == "wake":
         inbox.wake_snoozed(TENANT, at_ms=now_ms())
@@ -223,9 +243,15 @@ T0 = 1_764_489_600_000  # 2025-11-30
 
 def ledger(mid: str, ts: int, direction: str = "in", chat: str = CHATS[0]) -> dict[str, Any]:
     return {
-        "id": mid, "tenantId": TENANT, "channel": chat.split(":")[0], "chatId": chat,
-        "senderId": "user:1" if direction == "in" else "bot", "direction": direction, "type": "text",
-        "body": "hola", "timestamp": T0 + ts,
+        "id": mid,
+        "tenantId": TENANT,
+        "channel": chat.split(":")[0],
+        "chatId": chat,
+        "senderId": "user:1" if direction == "in" else "bot",
+        "direction": direction,
+        "type": "text",
+        "body": "hola",
+        "timestamp": T0 + ts,
     }
 
 
@@ -402,9 +428,7 @@ def test_page_and_count_reads_do_not_grow_with_the_tenant() -> None:
 # -- concurrent writers ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)]
-)
+@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
@@ -417,8 +441,10 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
     store = KvInboxStore(backends.open_kv(backend, request))
     tenant = backends.unique_id()
     inbox = Inbox(store)
-    cids = [inbox.project_message(dict(ledger(f"seed{i}", 1000, chat=chat), tenantId=tenant)).conversation_id
-            for i, chat in enumerate(CHATS[:2])]
+    cids = [
+        inbox.project_message(dict(ledger(f"seed{i}", 1000, chat=chat), tenantId=tenant)).conversation_id
+        for i, chat in enumerate(CHATS[:2])
+    ]
     errors: list[BaseException] = []
 
     def run(work: Any, seed: int) -> None:
@@ -447,11 +473,11 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
         except Conflict:
             pass  # the version moved between the read and the assign: that is the compare-and-set
 
-    workers = [
-        threading.Thread(target=run, args=(lambda r, n, w=w: messages(r, n, w), w)) for w in range(2)
-    ] + [threading.Thread(target=run, args=(reads, 10 + w)) for w in range(2)] + [
-        threading.Thread(target=run, args=(assigns, 20))
-    ]
+    workers = (
+        [threading.Thread(target=run, args=(lambda r, n, w=w: messages(r, n, w), w)) for w in range(2)]
+        + [threading.Thread(target=run, args=(reads, 10 + w)) for w in range(2)]
+        + [threading.Thread(target=run, args=(assigns, 20))]
+    )
     for t in workers:
         t.start()
     for t in workers:
@@ -467,8 +493,11 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
                     continue
                 marker = store.marker_get(tenant, c.id, agent)
                 after = "" if marker is None else marker.message_sort_key
-                want += sum(1 for m in store.message_page(tenant, c.id, limit=5000)
-                            if m.direction == "in" and m.sort_key > after)
+                want += sum(
+                    1
+                    for m in store.message_page(tenant, c.id, limit=5000)
+                    if m.direction == "in" and m.sort_key > after
+                )
             assert selectors.unread_total(tenant, agent=agent, view=view, store=store) == want, (agent, view)
     layout = CONVERSATIONS.layout(store.kv)
     assert {n: d for n in layout.index_names() if any((d := layout.check(table, n)).values())} == {}

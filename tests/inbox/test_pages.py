@@ -112,9 +112,7 @@ def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
     conv = first_conversation(tenant)
     base = f"/t/{tenant}/inbox/{conv.id}"
     assert client.post(f"{base}/assign", {"agent": username, "expected_version": conv.version}).status_code == 302
-    response = client.post(
-        f"{base}/assign", {"agent": "", "expected_version": conv.version}, HTTP_HX_REQUEST="true"
-    )
+    response = client.post(f"{base}/assign", {"agent": "", "expected_version": conv.version}, HTTP_HX_REQUEST="true")
     assert response.status_code == 409
     html = response.content.decode()
     assert 'class="error-box"' in html and "Someone changed this conversation meanwhile." in html
@@ -132,13 +130,22 @@ def test_list_says_who_wrote_the_newest_outbound_message(agent):
     """Found by exploratory testing: every outbound preview said "You:", even the bot's messages."""
     tenant, username, client = agent
     conv = first_conversation(tenant)
-    services.message_project(tenant, {
-        "id": "bot-last", "channel": conv.channel, "chatId": conv.chat_key, "senderId": "bot", "direction": "out",
-        "type": "text", "body": "respuesta del bot", "timestamp": conv.last_activity_ms + 1000,
-    })
+    services.message_project(
+        tenant,
+        {
+            "id": "bot-last",
+            "channel": conv.channel,
+            "chatId": conv.chat_key,
+            "senderId": "bot",
+            "direction": "out",
+            "type": "text",
+            "body": "respuesta del bot",
+            "timestamp": conv.last_activity_ms + 1000,
+        },
+    )
 
     def preview_of(html: str) -> str:
-        row = html.split(f'/inbox/{conv.id}/')[1].split("</li>")[0]
+        row = html.split(f"/inbox/{conv.id}/")[1].split("</li>")[0]
         return re.sub(r"<[^>]+>", "", row.split('class="inbox-preview">')[1].split("</span>\n")[0])
 
     assert preview_of(client.get(f"/t/{tenant}/inbox/").content.decode()).startswith("Bot: respuesta del bot")

@@ -62,8 +62,10 @@ def test_ledger_fixture_gives_the_documented_conversations_and_messages(full_inb
     for tenant in ("tienda", "soporte"):
         mine = [dict(r, tenantId=None) for r in records if r["tenantId"] == tenant]
         project_ledger(inbox, f"{tenant_id}-{tenant}", mine)
-    rows = {t: selectors.conversation_list(f"{tenant_id}-{t}", agent="ana", limit=200, store=inbox.store)[0]
-            for t in ("tienda", "soporte")}
+    rows = {
+        t: selectors.conversation_list(f"{tenant_id}-{t}", agent="ana", limit=200, store=inbox.store)[0]
+        for t in ("tienda", "soporte")
+    }
     assert len(rows["tienda"]) == 40 and len(rows["soporte"]) == 38
     tienda = [r.conversation for r in rows["tienda"]]
     assert sum(c.message_count for c in tienda) == 480
@@ -106,8 +108,13 @@ def test_record_tenant_must_match(inbox, tenant_id):
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"timestamp": "soon"}, "record.timestamp"), ({"direction": "sideways"}, "record.direction"),
-     ({"chatId": ""}, "record.chatId"), ({"id": None}, "record.id"), ({"tenantId": "Bad Tenant"}, "record.tenantId")],
+    [
+        ({"timestamp": "soon"}, "record.timestamp"),
+        ({"direction": "sideways"}, "record.direction"),
+        ({"chatId": ""}, "record.chatId"),
+        ({"id": None}, "record.id"),
+        ({"tenantId": "Bad Tenant"}, "record.tenantId"),
+    ],
 )
 def test_bad_record_names_the_field(change, field):
     with pytest.raises(ValidationError) as err:
@@ -137,8 +144,16 @@ def test_whatsapp_fixtures_project_with_their_details(inbox, tenant_id):
     assert luis["wamid.HBgMA2583CF386EF113D138BC18E"].type == "unsupported"
     assert luis["wamid.HBgMEC4C91AFBF23E886603DAADF"].location["name"] == "Zócalo"
     # the batch: one entry, two changes, three messages
-    batch = [m for m in [*ana, *luis.values()] if m.id in {
-        "wamid.HBgMF5E6C84556D2C0BED9A257E3", "wamid.HBgM60018F2177591071FCC9A67E", "wamid.HBgM86EF3E57FC04E813CD6C34B5"}]
+    batch = [
+        m
+        for m in [*ana, *luis.values()]
+        if m.id
+        in {
+            "wamid.HBgMF5E6C84556D2C0BED9A257E3",
+            "wamid.HBgM60018F2177591071FCC9A67E",
+            "wamid.HBgM86EF3E57FC04E813CD6C34B5",
+        }
+    ]
     assert len(batch) == 3
     conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
     assert conv.contact_id and conv.display_name == "Ana García"
@@ -162,13 +177,22 @@ def test_statuses_only_move_forward_and_failed_is_final(inbox, tenant_id):
 def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_id):
     status = whatsapp_events("06_statuses.json")[2]  # read
     inbox.project_event(tenant_id, status)
-    record = {"id": "msg_bot_1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
-              "direction": "out", "type": "text", "body": "¿Te ayudo con algo más?",
-              "timestamp": 1764489600500, "providerMessageId": status.provider_message_id}
+    record = {
+        "id": "msg_bot_1",
+        "channel": "whatsapp",
+        "chatId": "whatsapp:573001112233",
+        "senderId": "bot",
+        "direction": "out",
+        "type": "text",
+        "body": "¿Te ayudo con algo más?",
+        "timestamp": 1764489600500,
+        "providerMessageId": status.provider_message_id,
+    }
     inbox.project_message(record, tenant=tenant_id)
     messages = thread(inbox, tenant_id, "whatsapp:573001112233")
     assert [(m.id, m.text, m.status, m.placeholder) for m in messages] == [
-        ("msg_bot_1", "¿Te ayudo con algo más?", "read", False)]
+        ("msg_bot_1", "¿Te ayudo con algo más?", "read", False)
+    ]
     conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
     assert conv.message_count == 1
 
@@ -176,17 +200,33 @@ def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_i
 def test_same_message_from_webhook_and_ledger_is_one_message(inbox, tenant_id):
     event = whatsapp_events("01_text.json")[0]
     inbox.project_event(tenant_id, event)
-    record = {"id": "msg_in_1", "channel": "whatsapp", "chatId": event.chat_key, "senderId": event.sender_id,
-              "direction": "in", "type": "text", "body": event.text, "timestamp": event.timestamp_ms,
-              "providerMessageId": event.provider_message_id}
+    record = {
+        "id": "msg_in_1",
+        "channel": "whatsapp",
+        "chatId": event.chat_key,
+        "senderId": event.sender_id,
+        "direction": "in",
+        "type": "text",
+        "body": event.text,
+        "timestamp": event.timestamp_ms,
+        "providerMessageId": event.provider_message_id,
+    }
     assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
     assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
     assert len(thread(inbox, tenant_id, event.chat_key)) == 1
 
 
 def test_telegram_fixtures(inbox, tenant_id):
-    for name in ("01_start.json", "02_text.json", "03_photo.json", "04_edited.json", "05_group_a.json",
-                 "06_group_b.json", "07_callback.json", "04_edited.json"):
+    for name in (
+        "01_start.json",
+        "02_text.json",
+        "03_photo.json",
+        "04_edited.json",
+        "05_group_a.json",
+        "06_group_b.json",
+        "07_callback.json",
+        "04_edited.json",
+    ):
         for event in telegram_events(name):
             inbox.project_event(tenant_id, event)
     sofia = {m.id: m for m in thread(inbox, tenant_id, "telegram:700000001")}
@@ -205,9 +245,15 @@ def test_telegram_fixtures(inbox, tenant_id):
 
 def test_edits_in_any_order_show_the_last_and_keep_every_previous_text(inbox, tenant_id):
     """Issue 15, item 2: an edit projected before its original kept no previous text (``edits[0].text`` None)."""
+
     def update(update_id: int, text: str, edit_s: int | None) -> list:
-        message = {"message_id": 9, "from": {"id": 700000009, "first_name": "Eva"},
-                   "chat": {"id": 700000009, "type": "private"}, "date": 1764489600, "text": text}
+        message = {
+            "message_id": 9,
+            "from": {"id": 700000009, "first_name": "Eva"},
+            "chat": {"id": 700000009, "type": "private"},
+            "date": 1764489600,
+            "text": text,
+        }
         key = "message" if edit_s is None else "edited_message"
         if edit_s is not None:
             message["edit_date"] = 1764489600 + edit_s
@@ -243,9 +289,18 @@ def test_handoff_dropped_bot_message_is_projected_and_counted(inbox, tenant_id):
     from botmesh_admin.observability.metrics import snapshot
 
     before = snapshot()["dropped"]["handoff"]
-    record = {"id": "msg_d1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
-              "direction": "out", "type": "text", "body": "Hola", "timestamp": 1764489600000,
-              "providerMessageId": None, "dropped": "handoff"}
+    record = {
+        "id": "msg_d1",
+        "channel": "whatsapp",
+        "chatId": "whatsapp:573001112233",
+        "senderId": "bot",
+        "direction": "out",
+        "type": "text",
+        "body": "Hola",
+        "timestamp": 1764489600000,
+        "providerMessageId": None,
+        "dropped": "handoff",
+    }
     inbox.project_message(record, tenant=tenant_id)
     inbox.project_message(record, tenant=tenant_id)
     assert thread(inbox, tenant_id, "whatsapp:573001112233")[0].dropped == "handoff"

@@ -74,9 +74,11 @@ def test_openapi_declares_the_channel_filter_enum(client):
     document = client.get("/api/v1/openapi.json").json()
     params = document["paths"]["/api/v1/tenants/{tenant}/conversations"]["get"]["parameters"]
     channel = next(p for p in params if p["name"] == "channel")
-    assert channel["schema"].get("enum") == ["whatsapp", "telegram"] or any(
-        s.get("enum") == ["whatsapp", "telegram"] for s in channel["schema"].get("anyOf", [])
-    ) or channel.get("enum") == ["whatsapp", "telegram"], channel
+    assert (
+        channel["schema"].get("enum") == ["whatsapp", "telegram"]
+        or any(s.get("enum") == ["whatsapp", "telegram"] for s in channel["schema"].get("anyOf", []))
+        or channel.get("enum") == ["whatsapp", "telegram"]
+    ), channel
 
 
 def test_settings_patch_with_an_unknown_field_is_422_naming_it_and_changes_nothing(api):  # noqa: F811
@@ -86,14 +88,17 @@ def test_settings_patch_with_an_unknown_field_is_422_naming_it_and_changes_nothi
     assert api.call("get", "inbox/settings")[1] == before
 
 
-@pytest.mark.parametrize(("path", "payload", "field"), [
-    ("assign", {"agent": "ana", "expected_version": 0, "agnet": "bob"}, "agnet"),
-    ("handoff", {"active": True, "force": True}, "force"),
-    ("status", {"status": "open", "snooze_until_ms": 1}, "snooze_until_ms"),
-    ("notes", {"text": "hi", "private": True}, "private"),
-    ("read", {"message": "m1"}, "message"),
-    ("reply", {"text": "hi", "idempotencyKey": "k1"}, "idempotencyKey"),
-])
+@pytest.mark.parametrize(
+    ("path", "payload", "field"),
+    [
+        ("assign", {"agent": "ana", "expected_version": 0, "agnet": "bob"}, "agnet"),
+        ("handoff", {"active": True, "force": True}, "force"),
+        ("status", {"status": "open", "snooze_until_ms": 1}, "snooze_until_ms"),
+        ("notes", {"text": "hi", "private": True}, "private"),
+        ("read", {"message": "m1"}, "message"),
+        ("reply", {"text": "hi", "idempotencyKey": "k1"}, "idempotencyKey"),
+    ],
+)
 def test_conversation_bodies_refuse_unknown_fields(api, conversation, path, payload, field):  # noqa: F811
     status, body = api.call("post", f"conversations/{conversation['id']}/{path}", payload)
     assert (status, body["field"]) == (422, field)

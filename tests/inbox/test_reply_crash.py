@@ -37,11 +37,16 @@ def installation(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BOTMESH_", "OTEL_", "CELERY_"))}
     if "BOTMESH_FIXTURES" in os.environ:  # where the shared fixtures are, for a clone outside the workspace
         env["BOTMESH_FIXTURES"] = os.environ["BOTMESH_FIXTURES"]
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "BOTMESH_DATA_DIR": str(tmp_path),
-        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3", "BOTMESH_KV_URL": f"sqlite:///{tmp_path}/kv.sqlite3",
-        "BOTMESH_JOURNAL_URL": f"sqlite:///{tmp_path}/journal.sqlite3", "CELERY_BROKER_URL": "memory://",
-    })
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
+            "BOTMESH_DATA_DIR": str(tmp_path),
+            "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+            "BOTMESH_KV_URL": f"sqlite:///{tmp_path}/kv.sqlite3",
+            "BOTMESH_JOURNAL_URL": f"sqlite:///{tmp_path}/journal.sqlite3",
+            "CELERY_BROKER_URL": "memory://",
+        }
+    )
     env.pop("REDIS_URL", None)
     kv = connect(env["BOTMESH_KV_URL"])
     yield env, KvInboxStore(kv)
@@ -49,19 +54,38 @@ def installation(tmp_path):
 
 
 def step(env: dict[str, str], name: str, **args) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tests.inbox.replyproc", name, json.dumps(args)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.inbox.replyproc", name, json.dumps(args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def worker(env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "outbox", "--lease-ms", str(LEASE_MS),
-         "--idle-ms", "50", *extra],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "manage.py",
+            "botmesh_events_worker",
+            "--channel",
+            "outbox",
+            "--lease-ms",
+            str(LEASE_MS),
+            "--idle-ms",
+            "50",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-
 
 
 def test_worker_killed_mid_request_never_sends_twice_and_the_agent_can_resend(installation):
@@ -92,8 +116,9 @@ def test_worker_killed_mid_request_never_sends_twice_and_the_agent_can_resend(in
 
         # Only the agent's explicit resend sends again, under a new idempotency key.
         fake.set_delay(0.0, RECIPIENT)
-        resent = step(env, "resend", tenant=tenant, message_id=ids["message_id"],
-                      conversation_id=ids["conversation_id"])
+        resent = step(
+            env, "resend", tenant=tenant, message_id=ids["message_id"], conversation_id=ids["conversation_id"]
+        )
         assert resent == {"queued": "queued", "drained": {"processed": 1, "failed": 0, "stale": 0}}
         message = store.message_get(tenant, ids["message_id"])
         assert message.reply.state == "accepted" and message.provider_message_id.startswith("wamid.")

@@ -33,9 +33,7 @@ def seeded(inbox: Inbox, tenant: str, n_in: int = 3, n_out: int = 2, chat: str =
     """Project ``n_in`` inbound then ``n_out`` outbound messages (no CRM: unknown channel prefix)."""
     result = None
     for i in range(n_in):
-        result = inbox.project_message(
-            record(f"{chat}-i{i}".replace(":", "_"), 1000 + i, chat=chat), tenant=tenant
-        )
+        result = inbox.project_message(record(f"{chat}-i{i}".replace(":", "_"), 1000 + i, chat=chat), tenant=tenant)
     for i in range(n_out):
         result = inbox.project_message(
             record(f"{chat}-o{i}".replace(":", "_"), 2000 + i, "out", chat=chat), tenant=tenant
@@ -91,9 +89,7 @@ def test_handoff_is_stored_with_who_and_when_and_given_back(inbox, tenant_id):
     state = selectors.handoff_get(tenant_id, CHAT, store=inbox.store)
     assert state.handed_off and state.taken_by == "ana"
     back = inbox.handoff(tenant_id, cid, active=False, actor="bob")
-    assert (
-        not back.handed_off and back.handoff.released_by == "bob" and back.handoff.taken_by == "ana"
-    )
+    assert not back.handed_off and back.handoff.released_by == "bob" and back.handoff.taken_by == "ana"
     assert not selectors.handoff_get(tenant_id, CHAT, store=inbox.store).handed_off
     assert not selectors.handoff_get(tenant_id, "telegram:1", store=inbox.store).handed_off
 
@@ -149,9 +145,7 @@ def test_unread_is_exact_per_agent_and_only_moves_forward(inbox, tenant_id):
     assert inbox.unread(tenant_id, cid, "ana") == 1
     other = seeded(inbox, tenant_id, n_in=2, n_out=0, chat="whatsapp:573009998877")
     assert selectors.unread_total(tenant_id, agent="ana", store=inbox.store) == 3
-    rows, _ = selectors.conversation_list(
-        tenant_id, agent="ana", unread_only=True, store=inbox.store
-    )
+    rows, _ = selectors.conversation_list(tenant_id, agent="ana", unread_only=True, store=inbox.store)
     assert {r.conversation.id: r.unread for r in rows} == {cid: 1, other: 2}
     with pytest.raises(NotFound):
         inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573009998877-i0")
@@ -167,8 +161,7 @@ def test_list_filters(inbox, tenant_id):
 
     def ids(**kw):
         return {
-            r.conversation.id
-            for r in selectors.conversation_list(tenant_id, agent="ana", store=inbox.store, **kw)[0]
+            r.conversation.id for r in selectors.conversation_list(tenant_id, agent="ana", store=inbox.store, **kw)[0]
         }
 
     assert ids(view="mine") == {a}
@@ -177,9 +170,7 @@ def test_list_filters(inbox, tenant_id):
     assert ids(channel="telegram") == {b}
     assert ids() == {a, b, c}
     first, cursor = selectors.conversation_list(tenant_id, agent="ana", limit=2, store=inbox.store)
-    rest, end = selectors.conversation_list(
-        tenant_id, agent="ana", limit=2, after=cursor, store=inbox.store
-    )
+    rest, end = selectors.conversation_list(tenant_id, agent="ana", limit=2, after=cursor, store=inbox.store)
     assert len(first) == 2 and len(rest) == 1 and end is None
     assert {r.conversation.id for r in first + rest} == {a, b, c}
 
@@ -247,9 +238,7 @@ def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(
     conv = inbox.store.conversation_by_chat(tenant_id, CHAT)
     messages = selectors.message_latest(tenant_id, conv.id, limit=100, store=inbox.store)
     assert [m.id for m in messages] == [r["id"] for r in records]
-    assert conv.message_count == 24 and conv.inbound_count == sum(
-        r["direction"] == "in" for r in records
-    )
+    assert conv.message_count == 24 and conv.inbound_count == sum(r["direction"] == "in" for r in records)
 
 
 def test_thread_view_reads_the_newest_messages_without_reading_a_long_conversation_whole(inbox, tenant_id):

@@ -11,14 +11,19 @@ from inbox.stores.base import Change, InboxStore
 
 def conversation(chat_key: str = "whatsapp:573001112233", at: int = 1000, **kw) -> Conversation:
     return Conversation(
-        id=new_conversation_id(), chat_key=chat_key, channel="whatsapp", created_at_ms=at,
-        last_activity_ms=at, **kw,
+        id=new_conversation_id(),
+        chat_key=chat_key,
+        channel="whatsapp",
+        created_at_ms=at,
+        last_activity_ms=at,
+        **kw,
     )
 
 
 def message(conv: Conversation, mid: str, ts: int, direction: str = "in", **kw) -> Message:
-    return Message(id=mid, conversation_id=conv.id, direction=direction, type="text", timestamp_ms=ts,
-                   text=f"text {mid}", **kw)
+    return Message(
+        id=mid, conversation_id=conv.id, direction=direction, type="text", timestamp_ms=ts, text=f"text {mid}", **kw
+    )
 
 
 def test_store_is_an_inbox_store(inbox_store):
@@ -45,9 +50,9 @@ def test_stale_revision_conflicts_and_writes_nothing(inbox_store, tenant_id):
     conv = inbox_store.write(tenant_id, Change(conversation=conversation())).conversation
     inbox_store.write(tenant_id, Change(conversation=replace(conv, status="pending")))
     with pytest.raises(Conflict):
-        inbox_store.write(tenant_id, Change(
-            conversation=replace(conv, status="resolved"), messages=(message(conv, "m1", 5),)
-        ))
+        inbox_store.write(
+            tenant_id, Change(conversation=replace(conv, status="resolved"), messages=(message(conv, "m1", 5),))
+        )
     assert inbox_store.conversation_get(tenant_id, conv.id).status == "pending"
     assert inbox_store.message_get(tenant_id, "m1") is None
 
@@ -94,8 +99,9 @@ def test_provider_id_and_aliases_find_the_message(inbox_store, tenant_id):
 
 def test_removing_a_placeholder_and_putting_its_successor_is_one_write(inbox_store, tenant_id):
     conv = inbox_store.write(tenant_id, Change(conversation=conversation())).conversation
-    ph = message(conv, "wamid.X", 50, direction="out", provider_message_id="wamid.X", placeholder=True,
-                 aliases=("wamid.R",))
+    ph = message(
+        conv, "wamid.X", 50, direction="out", provider_message_id="wamid.X", placeholder=True, aliases=("wamid.R",)
+    )
     done = inbox_store.write(tenant_id, Change(conversation=conv, messages=(ph,)))
     conv, ph = done.conversation, done.messages[0]
     real = message(conv, "msg_9", 40, direction="out", provider_message_id="wamid.X", aliases=("wamid.R",))

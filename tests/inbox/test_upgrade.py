@@ -29,9 +29,15 @@ CHATS = ("whatsapp:573001112233", "whatsapp:573001112244", "telegram:700000001")
 
 def ledger(tenant: str, mid: str, ts: int, chat: str, direction: str = "in") -> dict:
     return {
-        "id": mid, "tenantId": tenant, "channel": chat.split(":")[0], "chatId": chat,
-        "senderId": "user:1" if direction == "in" else "bot", "direction": direction, "type": "text",
-        "body": "hola", "timestamp": T0 + ts,
+        "id": mid,
+        "tenantId": tenant,
+        "channel": chat.split(":")[0],
+        "chatId": chat,
+        "senderId": "user:1" if direction == "in" else "bot",
+        "direction": direction,
+        "type": "text",
+        "body": "hola",
+        "timestamp": T0 + ts,
     }
 
 

@@ -32,8 +32,10 @@ class Shop:
 
     def api(self, method: str, path: str, body=None):
         response = getattr(self.client, method)(
-            f"/api/v1/tenants/{self.tenant}/{path}", data=json.dumps(body) if body is not None else None,
-            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {self.token}",
+            f"/api/v1/tenants/{self.tenant}/{path}",
+            data=json.dumps(body) if body is not None else None,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {self.token}",
         )
         return response.status_code, response.json()
 
@@ -49,10 +51,23 @@ def shop(db):
     signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
     meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
     with FakeProviderServer() as fake:
-        channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id=PHONE_NUMBER_ID,
-                           app_secret=signatures["app_secret"], access_token="EAAG-test", api_base_url=fake.base_url)
-        channel_config_set(tenant, kind="telegram", name="bot", bot_token=BOT_TOKEN,
-                           webhook_secret=meta["secret_token"], api_base_url=fake.base_url)
+        channel_config_set(
+            tenant,
+            kind="whatsapp",
+            name="main",
+            phone_number_id=PHONE_NUMBER_ID,
+            app_secret=signatures["app_secret"],
+            access_token="EAAG-test",
+            api_base_url=fake.base_url,
+        )
+        channel_config_set(
+            tenant,
+            kind="telegram",
+            name="bot",
+            bot_token=BOT_TOKEN,
+            webhook_secret=meta["secret_token"],
+            api_base_url=fake.base_url,
+        )
         yield Shop(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake)
 
 
@@ -65,7 +80,9 @@ def post_whatsapp(shop: Shop, name: str, signature: str | None = None) -> int:
     raw = (fixtures_dir() / "whatsapp" / "raw" / name).read_bytes()
     signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
     response = shop.client.post(
-        f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+        f"/webhooks/whatsapp/{shop.tenant}",
+        data=raw,
+        content_type="application/json",
         HTTP_X_HUB_SIGNATURE_256=signature or signatures["signatures"][name],
     )
     return response.status_code
@@ -74,8 +91,10 @@ def post_whatsapp(shop: Shop, name: str, signature: str | None = None) -> int:
 def post_telegram(shop: Shop, name: str) -> int:
     meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
     response = shop.client.post(
-        f"/webhooks/telegram/{shop.tenant}/bot", data=(fixtures_dir() / "telegram" / name).read_bytes(),
-        content_type="application/json", HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
+        f"/webhooks/telegram/{shop.tenant}/bot",
+        data=(fixtures_dir() / "telegram" / name).read_bytes(),
+        content_type="application/json",
+        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
     )
     return response.status_code
 
@@ -98,8 +117,11 @@ def test_signed_webhooks_are_projected_by_the_worker(shop):
     status, page = shop.api("get", "conversations?limit=200")
     chats = {c["chat_key"]: c for c in page["items"]}
     assert set(chats) == {
-        "whatsapp:573001112233", "whatsapp:5215512345678", "telegram:700000001",
-        "telegram:-1001234567890:700000001", "telegram:-1001234567890:700000002",
+        "whatsapp:573001112233",
+        "whatsapp:5215512345678",
+        "telegram:700000001",
+        "telegram:-1001234567890:700000001",
+        "telegram:-1001234567890:700000002",
     }
     assert chats["telegram:700000001"]["blocked"]
     ana = chats["whatsapp:573001112233"]
@@ -242,8 +264,12 @@ def test_a_message_too_long_or_with_nul_is_kept_not_dead_lettered(shop):
         message.update(id=wamid, text={"body": text})
         raw = json.dumps(body).encode()
         signature = whatsapp.signature(raw, secret)
-        response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
-                                    HTTP_X_HUB_SIGNATURE_256=signature)
+        response = shop.client.post(
+            f"/webhooks/whatsapp/{shop.tenant}",
+            data=raw,
+            content_type="application/json",
+            HTTP_X_HUB_SIGNATURE_256=signature,
+        )
         assert response.status_code == 200
     drain()
     assert default_journal().counts(shop.tenant).get(("dead", "inbound"), 0) == 0
@@ -258,12 +284,26 @@ def test_bodies_over_the_size_limit_get_a_json_413_and_nothing_is_journaled(shop
 
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
     raw = json.dumps({"object": "whatsapp_business_account", "pad": "x" * 5000}).encode()
-    response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
-                                HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64)
+    response = shop.client.post(
+        f"/webhooks/whatsapp/{shop.tenant}",
+        data=raw,
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64,
+    )
     assert (response.status_code, response.json()["error"]) == (413, "too_large")
-    records = [{"id": f"m{i}", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "bot",
-                "direction": "out", "type": "text", "body": "x" * 100, "timestamp": 1764489600000 + i}
-               for i in range(60)]
+    records = [
+        {
+            "id": f"m{i}",
+            "channel": "whatsapp",
+            "chatId": "whatsapp:573001112233",
+            "senderId": "bot",
+            "direction": "out",
+            "type": "text",
+            "body": "x" * 100,
+            "timestamp": 1764489600000 + i,
+        }
+        for i in range(60)
+    ]
     status, body = shop.api("post", "ledger", records)
     assert status == 413 and body["field"] == "body" and "4096 bytes" in body["message"]
     assert default_journal().counts(shop.tenant) == {}
@@ -297,11 +337,17 @@ def post_statuses(shop: Shop, wamid: str, *statuses: str) -> int:
     body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "06_statuses.json").read_text())
     value = body["entry"][0]["changes"][0]["value"]
     ts = int(time.time())
-    value["statuses"] = [{"id": wamid, "status": s, "timestamp": str(ts + i), "recipient_id": "573001112233"}
-                         for i, s in enumerate(statuses)]
+    value["statuses"] = [
+        {"id": wamid, "status": s, "timestamp": str(ts + i), "recipient_id": "573001112233"}
+        for i, s in enumerate(statuses)
+    ]
     raw = json.dumps(body).encode()
-    return shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
-                            HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, secret)).status_code
+    return shop.client.post(
+        f"/webhooks/whatsapp/{shop.tenant}",
+        data=raw,
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, secret),
+    ).status_code
 
 
 INTERLEAVINGS = {
@@ -368,8 +414,11 @@ def agent_client(shop: Shop, username: str) -> Client:
 
 
 def as_client(client: Client, shop: Shop, method: str, path: str, body=None):
-    response = getattr(client, method)(f"/api/v1/tenants/{shop.tenant}/{path}", content_type="application/json",
-                                       data=json.dumps(body) if body is not None else None)
+    response = getattr(client, method)(
+        f"/api/v1/tenants/{shop.tenant}/{path}",
+        content_type="application/json",
+        data=json.dumps(body) if body is not None else None,
+    )
     return response.status_code, response.json()
 
 
@@ -385,8 +434,9 @@ def test_an_agents_reply_takes_the_chat_from_the_bot_and_the_bot_sees_who_and_wh
     _, conv = shop.api("get", f"conversations/{cid}")
     assert conv["handoff"]["active"] and conv["handoff"]["taken_by"] == "ana" and conv["assignee"] == "ana"
     bot_token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
-    response = shop.client.get(f"/api/v1/tenants/{shop.tenant}/handoff/whatsapp:573001112233",
-                               HTTP_AUTHORIZATION=f"Bearer {bot_token}")
+    response = shop.client.get(
+        f"/api/v1/tenants/{shop.tenant}/handoff/whatsapp:573001112233", HTTP_AUTHORIZATION=f"Bearer {bot_token}"
+    )
     seen = response.json()
     assert response.status_code == 200 and seen["handed_off"] and seen["taken_by"] == "ana"
     assert before <= seen["taken_at_ms"] <= int(time.time() * 1000)
@@ -401,7 +451,9 @@ def test_a_reply_does_not_take_over_when_the_tenant_setting_says_so(shop):
     status, body = shop.api("patch", "inbox/settings", {"reply_takes_over": "no"})
     assert (status, body["field"]) == (422, "reply_takes_over")
     assert shop.api("patch", "inbox/settings", {"reply_takes_over": False}) == (
-        200, {"reply_takes_over": False, "reply_to_others": False})
+        200,
+        {"reply_takes_over": False, "reply_to_others": False},
+    )
     assert as_client(ana, shop, "get", "inbox/settings")[1]["reply_takes_over"] is False
     assert as_client(ana, shop, "post", f"conversations/{cid}/reply", {"text": "Hola"})[0] == 202
     _, conv = shop.api("get", f"conversations/{cid}")

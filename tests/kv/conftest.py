@@ -22,10 +22,7 @@ SHARED_BACKENDS = ("sqlite", "postgresql", "redis", "redis-cluster")
 
 def backend_params(names: list[str] | tuple[str, ...]) -> list[object]:
     """Return pytest params for ``names``, marking those that need a server."""
-    return [
-        pytest.param(name, marks=pytest.mark.services) if name in SERVICE_BACKENDS else name
-        for name in names
-    ]
+    return [pytest.param(name, marks=pytest.mark.services) if name in SERVICE_BACKENDS else name for name in names]
 
 
 @pytest.fixture(params=backend_params(backends.KV_BACKENDS))

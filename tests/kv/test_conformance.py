@@ -87,9 +87,7 @@ def test_versions_grow_by_one_per_write(kv: DurableKv, table: str) -> None:
     assert kv.get(table, "k") == Entry("k", 5, 5, None)
 
 
-def test_cas_with_stale_version_conflicts_and_names_key_and_current_version(
-    kv: DurableKv, table: str
-) -> None:
+def test_cas_with_stale_version_conflicts_and_names_key_and_current_version(kv: DurableKv, table: str) -> None:
     """A compare-and-set with an old version raises ConflictError and writes nothing."""
     kv.commit(table, [Put("k", "one")])
     kv.commit(table, [Put("k", "two", expect=1)])
@@ -128,9 +126,7 @@ def test_batch_is_all_or_nothing(kv: DurableKv, table: str) -> None:
 def test_batch_applies_every_op_and_returns_one_result_per_op(kv: DurableKv, table: str) -> None:
     """A successful batch returns the entry after each op (None for Delete)."""
     kv.commit(table, [Put("a", "x"), Put("b", "y")])
-    results = kv.commit(
-        table, [Put("a", "x2", expect=1), Delete("b", expect=1), Check("d", ABSENT), Put("c", [])]
-    )
+    results = kv.commit(table, [Put("a", "x2", expect=1), Delete("b", expect=1), Check("d", ABSENT), Put("c", [])])
     assert results == [Entry("a", "x2", 2, None), None, None, Entry("c", [], 1, None)]
     assert kv.scan(table) == [Entry("a", "x2", 2, None), Entry("c", [], 1, None)]
 
@@ -230,9 +226,7 @@ def test_add_to_an_absent_key_creates_the_counter_at_version_1(kv: DurableKv, ta
     assert kv.commit(table, [Add("negative", -3)]) == [Entry("negative", -3, 1, None)]
 
 
-def test_add_sums_into_an_existing_integer_and_grows_the_version_by_one(
-    kv: DurableKv, table: str
-) -> None:
+def test_add_sums_into_an_existing_integer_and_grows_the_version_by_one(kv: DurableKv, table: str) -> None:
     """Every Add writes value + delta at version + 1, whoever wrote the integer before."""
     kv.commit(table, [Put("c", 10)])
     assert kv.commit(table, [Add("c", 5)]) == [Entry("c", 15, 2, None)]
@@ -243,9 +237,7 @@ def test_add_sums_into_an_existing_integer_and_grows_the_version_by_one(
     assert entry.version == 5
 
 
-def test_add_with_negative_deltas_goes_below_zero_and_a_counter_at_zero_stays(
-    kv: DurableKv, table: str
-) -> None:
+def test_add_with_negative_deltas_goes_below_zero_and_a_counter_at_zero_stays(kv: DurableKv, table: str) -> None:
     """A negative delta subtracts; a counter back at 0 is still an entry (not deleted)."""
     kv.commit(table, [Add("c", 2)])
     assert kv.commit(table, [Add("c", -2)]) == [Entry("c", 0, 2, None)]
@@ -256,9 +248,7 @@ def test_add_with_negative_deltas_goes_below_zero_and_a_counter_at_zero_stays(
         kv.commit(table, [Check("c", ABSENT)])
 
 
-def test_add_keeps_an_existing_expiry_and_a_counter_it_creates_has_none(
-    kv: DurableKv, table: str
-) -> None:
+def test_add_keeps_an_existing_expiry_and_a_counter_it_creates_has_none(kv: DurableKv, table: str) -> None:
     """Add leaves a live entry's expires_at as it was; after expiry it starts a new counter."""
     put, put_short = kv.commit(table, [Put("ttl", 1, ttl_ms=60_000), Put("short", 1, ttl_ms=300)])
     assert put is not None and put_short is not None
@@ -279,9 +269,7 @@ def test_add_next_to_a_failing_expectation_applies_nothing(kv: DurableKv, table:
         kv.commit(table, [Add("c", 1), Add("new", 1), Check("guard", 7)])
     assert (info.value.key, info.value.current_version) == ("guard", 1)
     with pytest.raises(ConflictError) as info:
-        kv.commit(
-            table, [Put("other", 1, expect=ABSENT), Put("guard", "h", expect=ABSENT), Add("c", 1)]
-        )
+        kv.commit(table, [Put("other", 1, expect=ABSENT), Put("guard", "h", expect=ABSENT), Add("c", 1)])
     assert info.value.key == "guard"
     assert kv.scan(table) == [Entry("c", 1, 1, None), Entry("guard", "g", 1, None)]
 
@@ -421,9 +409,7 @@ def test_add_continues_an_imported_counter(kv: DurableKv, table: str) -> None:
 # -- get_many -----------------------------------------------------------------------------
 
 
-def test_get_many_returns_each_live_entry_or_none_in_the_order_asked(
-    kv: DurableKv, table: str
-) -> None:
+def test_get_many_returns_each_live_entry_or_none_in_the_order_asked(kv: DurableKv, table: str) -> None:
     """Keys come back in the caller's order; missing keys are None; a key may repeat."""
     kv.commit(table, [Put("a", 1), Put("b", {"x": [2]}), Add("c", 3)])
     kv.commit(table, [Put("a", "again", expect=1), Delete("b")])
@@ -449,9 +435,7 @@ def test_get_many_takes_up_to_max_get_many_keys(kv: DurableKv, table: str) -> No
     kv.commit(table, [Put(f"k{i:04d}", i) for i in range(0, MAX_GET_MANY, 7)])
     keys = [f"k{i:04d}" for i in reversed(range(MAX_GET_MANY))]
     got = kv.get_many(table, keys)
-    assert [e and e.value for e in got] == [
-        i if i % 7 == 0 else None for i in reversed(range(MAX_GET_MANY))
-    ]
+    assert [e and e.value for e in got] == [i if i % 7 == 0 else None for i in reversed(range(MAX_GET_MANY))]
     with pytest.raises(ValidationError) as info:
         kv.get_many(table, [*keys, "one-more"])
     assert info.value.field == "keys"
@@ -575,9 +559,7 @@ def test_scan_skips_expired_entries_and_still_fills_the_limit(kv: DurableKv, tab
 
 def test_sweep_reclaims_expired_entries(kv: DurableKv, table: str) -> None:
     """sweep removes expired entries (others' too, on shared servers) and keeps live ones."""
-    *_, last, _ = kv.commit(
-        table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)]
-    )
+    *_, last, _ = kv.commit(table, [Put(f"x{i}", i, ttl_ms=100) for i in range(5)] + [Put("live", 1)])
     kv.commit(table, [Put("long", 1, ttl_ms=600_000)])
     sleep_past(last.expires_at)
     assert kv.sweep(limit=2) <= 2
@@ -593,9 +575,7 @@ def test_sweep_counts_exactly_on_a_private_store(tmp_path: Path) -> None:
     for url in ("memory://", f"file://{tmp_path}/kv.json", f"sqlite:///{tmp_path}/kv.db"):
         kv = connect(url)
         table = new_table()
-        *_, last, _ = kv.commit(
-            table, [Put(f"x{i}", i, ttl_ms=50) for i in range(4)] + [Put("live", 0)]
-        )
+        *_, last, _ = kv.commit(table, [Put(f"x{i}", i, ttl_ms=50) for i in range(4)] + [Put("live", 0)])
         sleep_past(last.expires_at)
         assert kv.sweep(limit=3) == 3, url
         assert kv.sweep() == 1, url
@@ -621,9 +601,7 @@ def stored_keys(kv: Any, table: str) -> list[str]:
 @pytest.mark.parametrize("backend", backend_params(SERVICE_BACKENDS))
 def test_sweep_physically_removes_expired_entries(kv: DurableKv, table: str) -> None:
     """On the shared servers, expired rows / hashes and index members are really gone."""
-    *_, last, _ = kv.commit(
-        table, [Put(f"x{i}", i, ttl_ms=300) for i in range(5)] + [Put("live", 1)]
-    )
+    *_, last, _ = kv.commit(table, [Put(f"x{i}", i, ttl_ms=300) for i in range(5)] + [Put("live", 1)])
     assert stored_keys(kv, table) == ["live", "x0", "x1", "x2", "x3", "x4"]
     sleep_past(last.expires_at)
     for _ in range(100):  # other workers may be adding expiring entries meanwhile
@@ -779,9 +757,7 @@ def test_concurrent_cas_increments_from_8_threads_are_exact(kv: DurableKv, table
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_params(SHARED_BACKENDS))
-def test_concurrent_cas_increments_from_4_processes_are_exact(
-    kv: DurableKv, kv_url: str, table: str
-) -> None:
+def test_concurrent_cas_increments_from_4_processes_are_exact(kv: DurableKv, kv_url: str, table: str) -> None:
     """4 processes, each connected by URL, x 25 CAS increments end at exactly 100."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
@@ -810,9 +786,7 @@ def test_concurrent_adds_from_8_threads_never_conflict(kv: DurableKv, table: str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_params(SHARED_BACKENDS))
-def test_concurrent_adds_from_4_processes_never_conflict(
-    kv: DurableKv, kv_url: str, table: str
-) -> None:
+def test_concurrent_adds_from_4_processes_never_conflict(kv: DurableKv, kv_url: str, table: str) -> None:
     """4 processes, each connected by URL, x 200 Adds of +1 end at exactly 800."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
@@ -905,9 +879,7 @@ JSON = st.recursive(
     | st.integers(-(2**64), 2**64)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=6),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
-    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
     max_leaves=6,
 )
 # Mostly small deltas (counters that meet each other), sometimes one that nears a bound.
@@ -986,16 +958,12 @@ class KvAgainstModel(RuleBasedStateMachine):
 
     @rule(key=KEYS)
     def get(self, key: str) -> None:
-        assert comparable(self.store.get(self.table, key)) == comparable(
-            self.model.get(self.table, key)
-        )
+        assert comparable(self.store.get(self.table, key)) == comparable(self.model.get(self.table, key))
 
     @rule(keys=st.lists(KEYS, max_size=6))
     def get_many(self, keys: list[str]) -> None:
         got = self.store.get_many(self.table, keys)
-        assert [comparable(e) for e in got] == [
-            comparable(e) for e in self.model.get_many(self.table, keys)
-        ]
+        assert [comparable(e) for e in got] == [comparable(e) for e in self.model.get_many(self.table, keys)]
 
     @rule(
         prefix=st.sampled_from(["", "", "a", "中", "z", "x"]),
@@ -1015,9 +983,7 @@ class KvAgainstModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         got = self.store.scan(self.table, limit=100)
-        assert [comparable(e) for e in got] == [
-            comparable(e) for e in self.model.scan(self.table, limit=100)
-        ]
+        assert [comparable(e) for e in got] == [comparable(e) for e in self.model.scan(self.table, limit=100)]
         self.store.drop(self.table)
 
 
@@ -1090,9 +1056,7 @@ def test_file_kv_rejects_a_corrupt_snapshot(tmp_path: Path) -> None:
         FileKv("file://relative/kv.json")
 
 
-def test_file_kv_failed_write_keeps_nothing_of_the_batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_file_kv_failed_write_keeps_nothing_of_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If the snapshot cannot be written, commit raises StoreUnavailable and memory rolls back."""
     kv = FileKv(f"file://{tmp_path}/kv.json")
     kv.commit("t", [Put("k", 1)])

@@ -33,8 +33,12 @@ class TenantClient:
 
     def push(self, bot: str, body: dict, **extra: object):  # type: ignore[no-untyped-def]
         # A client percent-escapes the bot id (any text: "/", newlines, any script).
-        return self.bot.post(f"/api/v1/tenants/{self.tenant}/bots/{quote(bot, safe='')}/metrics", body,
-                             content_type="application/json", **extra)
+        return self.bot.post(
+            f"/api/v1/tenants/{self.tenant}/bots/{quote(bot, safe='')}/metrics",
+            body,
+            content_type="application/json",
+            **extra,
+        )
 
 
 def make_tenant(role: str = "agent") -> TenantClient:
@@ -46,8 +50,13 @@ def make_tenant(role: str = "agent") -> TenantClient:
     tenancy.membership_set(tenant, username=user.username, role=role)
     page = Client()
     page.force_login(user)
-    return TenantClient(tenant=tenant, api=Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"), page=page,
-                        token=plaintext, bot=Client(HTTP_AUTHORIZATION=f"Bearer {bot_token}"))
+    return TenantClient(
+        tenant=tenant,
+        api=Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"),
+        page=page,
+        token=plaintext,
+        bot=Client(HTTP_AUTHORIZATION=f"Bearer {bot_token}"),
+    )
 
 
 @pytest.fixture

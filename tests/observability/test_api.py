@@ -33,7 +33,8 @@ def test_latest_and_history_read_back(tenant_client: TenantClient) -> None:
     latest = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()
     assert [(s["replica"], s["snapshot"]["messages"]["in"]) for s in latest] == [("pod-a", 2), ("pod-b", 5)]
     history = tenant_client.api.get(
-        f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "pod-a"}).json()
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "pod-a"}
+    ).json()
     assert [s["snapshot"]["messages"]["in"] for s in history] == [1, 2]
 
 
@@ -49,7 +50,8 @@ def test_a_bad_snapshot_is_422_naming_the_field(tenant_client: TenantClient) -> 
 
 def test_history_of_an_unknown_replica_is_404(tenant_client: TenantClient) -> None:
     response = tenant_client.api.get(
-        f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "ghost"})
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "ghost"}
+    )
     assert response.status_code == 404
 
 
@@ -62,16 +64,23 @@ def test_another_tenants_token_gets_404_and_sees_nothing(tenant_client: TenantCl
     assert response.status_code == 201
     empty = other.push("tienda-bot", {"replica": "x", "mesages": {"in": 1}})  # a typo: nothing known in it
     assert (empty.status_code, empty.json()["field"]) == (422, "snapshot")
-    assert other.api.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "x"},
-                          content_type="application/json").status_code == 404
+    assert (
+        other.api.post(
+            f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics",
+            {"replica": "x"},
+            content_type="application/json",
+        ).status_code
+        == 404
+    )
     assert len(tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()) == 1
 
 
 def test_push_without_a_token_is_401(tenant_client: TenantClient) -> None:
     from django.test import Client
 
-    response = Client().post(f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", {"replica": "x"},
-                             content_type="application/json")
+    response = Client().post(
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", {"replica": "x"}, content_type="application/json"
+    )
     assert response.status_code == 401
 
 
@@ -86,7 +95,8 @@ def test_metrics_endpoint_serves_process_and_pushed_series(tenant_client: Tenant
     text = response.content.decode()
     values = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text) for s in fam.samples
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
     }
     assert values[("botmesh_admin_messages_in_total", (("service", "botmesh-admin"),))] == 4
     key = (("bot", "tienda-bot"), ("replica", "pod-b"), ("tenant", tenant_client.tenant))
@@ -126,7 +136,8 @@ def scrape(client: object) -> tuple[str, dict]:
     text = response.content.decode()
     values = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text) for s in fam.samples
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
     }
     return text, values
 
@@ -175,21 +186,29 @@ def test_the_longest_ids_in_any_script_round_trip(tenant_client: TenantClient) -
     assert tenant_client.push(bot, {"replica": replica + "1", "messages": {"in": 5}}).json()["seq"] == 2
     latest = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()
     assert [(s["bot"], s["replica"], s["snapshot"]["messages"]["in"]) for s in latest] == [
-        (bot, replica + "1", 5), (bot, replica + "2", 2)]
+        (bot, replica + "1", 5),
+        (bot, replica + "2", 2),
+    ]
     _, values = scrape(tenant_client.api)
-    assert values[("botmesh_messages_in_total",
-                   (("bot", bot), ("replica", replica + "2"), ("tenant", tenant_client.tenant)))] == 2
+    assert (
+        values[
+            ("botmesh_messages_in_total", (("bot", bot), ("replica", replica + "2"), ("tenant", tenant_client.tenant)))
+        ]
+        == 2
+    )
 
 
 def test_a_lone_surrogate_is_422_naming_the_field(tenant_client: TenantClient) -> None:
     raw = '{"replica": "pod-a", "flows": {"ok\\ud800": {"started": 1}}}'
-    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw,
-                                      content_type="application/json")
+    response = tenant_client.bot.post(
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw, content_type="application/json"
+    )
     assert response.status_code == 422, response.content
     assert response.json()["field"].startswith("snapshot.flows.")
     raw = '{"replica": "pod-\\udc00", "messages": {"in": 1}}'
-    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw,
-                                      content_type="application/json")
+    response = tenant_client.bot.post(
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/b/metrics", raw, content_type="application/json"
+    )
     assert (response.status_code, response.json()["field"]) == (422, "replica")
     assert tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json() == []
 

@@ -30,17 +30,24 @@ def test_metrics_page_draws_one_line_per_replica(page, member: str, screenshot_d
     now = now_ms()
     for index, replica in enumerate(REPLICAS):
         for step in range(8):
-            services.bot_metrics_push(member, bot="tienda-bot", replica=replica, snapshot=snapshot(step, index),
-                                      received_at_ms=now - (7 - step) * 60_000)
+            services.bot_metrics_push(
+                member,
+                bot="tienda-bot",
+                replica=replica,
+                snapshot=snapshot(step, index),
+                received_at_ms=now - (7 - step) * 60_000,
+            )
     login(page, "sre", "sre-password-1")
     page.goto(f"/t/{member}/metrics/")
     assert page.locator("nav.sidenav a", has_text="Metrics").count() == 1
     page.wait_for_function("window.observabilityChartsReady === true")
     lines = page.evaluate(
-        "Array.from(document.querySelectorAll('canvas[data-series]')).map(c => c.chart.data.datasets.length)")
+        "Array.from(document.querySelectorAll('canvas[data-series]')).map(c => c.chart.data.datasets.length)"
+    )
     assert lines == [2] * 6
     points = page.evaluate(
-        "document.querySelector('canvas[data-series=messages_in]').chart.data.datasets[0].data.length")
+        "document.querySelector('canvas[data-series=messages_in]').chart.data.datasets[0].data.length"
+    )
     assert points == 8
     assert page.locator("[data-testid=replica-table] tr[data-replica]").count() == 2
     page.screenshot(path=str(screenshot_dir / "observability-metrics.png"), full_page=True)
@@ -48,13 +55,17 @@ def test_metrics_page_draws_one_line_per_replica(page, member: str, screenshot_d
 
 def test_traces_filter_by_kind_with_htmx_and_open_the_span_tree(page, member: str, screenshot_dir) -> None:
     t = now_ms() - 1000.0
-    services.trace_record(member, [
-        span_dict(tid(1), "a" * 16, None, "POST webhooks/whatsapp", t, 40.0),
-        span_dict(tid(1), "b" * 16, "a" * 16, "message.receive", t + 5, 5.0, **{"botmesh.conversation_id": "c-1"}),
-        span_dict(tid(1), "c" * 16, "b" * 16, "message.send", t + 12, 25.0),
-    ])
-    services.trace_record(member, [span_dict(tid(2), "a" * 16, None, "GET api/whoami", t + 100, 2.0,
-                                             **{"botmesh.kind": "http"})])
+    services.trace_record(
+        member,
+        [
+            span_dict(tid(1), "a" * 16, None, "POST webhooks/whatsapp", t, 40.0),
+            span_dict(tid(1), "b" * 16, "a" * 16, "message.receive", t + 5, 5.0, **{"botmesh.conversation_id": "c-1"}),
+            span_dict(tid(1), "c" * 16, "b" * 16, "message.send", t + 12, 25.0),
+        ],
+    )
+    services.trace_record(
+        member, [span_dict(tid(2), "a" * 16, None, "GET api/whoami", t + 100, 2.0, **{"botmesh.kind": "http"})]
+    )
     login(page, "sre", "sre-password-1")
     page.goto(f"/t/{member}/traces/")
     assert page.locator(f"tr[data-trace='{tid(1)}']").count() == 1  # (the login's own page views are

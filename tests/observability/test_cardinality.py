@@ -38,8 +38,13 @@ def scrape(client) -> tuple[str, list]:  # type: ignore[no-untyped-def]
 
 def replicas_on_metrics(client, tenant: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     _, samples = scrape(client)
-    return sorted({(s.labels["bot"], s.labels["replica"]) for s in samples
-                   if s.name == "botmesh_messages_in_total" and s.labels.get("tenant") == tenant})
+    return sorted(
+        {
+            (s.labels["bot"], s.labels["replica"])
+            for s in samples
+            if s.name == "botmesh_messages_in_total" and s.labels.get("tenant") == tenant
+        }
+    )
 
 
 def test_a_replica_beyond_the_cap_is_422_naming_the_limit_and_nothing_is_written(
@@ -53,16 +58,26 @@ def test_a_replica_beyond_the_cap_is_422_naming_the_limit_and_nothing_is_written
     assert refused.status_code == 422
     body = refused.json()
     assert (body["error"], body["field"], body["limit"], body["max"]) == (
-        "limit_exceeded", "replica", "BOTMESH_METRICS_MAX_REPLICAS", 2)
+        "limit_exceeded",
+        "replica",
+        "BOTMESH_METRICS_MAX_REPLICAS",
+        2,
+    )
     assert "BOTMESH_METRICS_MAX_REPLICAS=2" in body["message"] and "300 s" in body["message"]
     # a live replica keeps pushing, a second bot has room, a third has not
     assert tenant_client.push("tienda-bot", {"replica": "pod-a", "messages": {"in": 2}}).status_code == 201
     assert tenant_client.push("help-bot", {"replica": "pod-a", "messages": {"in": 1}}).status_code == 201
     refused = tenant_client.push("third-bot", {"replica": "pod-a", "messages": {"in": 1}})
     assert (refused.status_code, refused.json()["field"], refused.json()["limit"]) == (
-        422, "bot", "BOTMESH_METRICS_MAX_BOTS")
+        422,
+        "bot",
+        "BOTMESH_METRICS_MAX_BOTS",
+    )
     assert replicas_on_metrics(tenant_client.api, tenant_client.tenant) == [
-        ("help-bot", "pod-a"), ("tienda-bot", "pod-a"), ("tienda-bot", "pod-b")]
+        ("help-bot", "pod-a"),
+        ("tienda-bot", "pod-a"),
+        ("tienda-bot", "pod-b"),
+    ]
     latest = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/metrics").json()
     assert len(latest) == 3
 
@@ -75,15 +90,18 @@ def test_a_replica_that_stopped_pushing_leaves_metrics_and_frees_its_place(
     for replica in ("pod-a", "pod-b"):
         assert tenant_client.push("tienda-bot", {"replica": replica, "messages": {"in": 1}}).status_code == 201
     assert replicas_on_metrics(tenant_client.api, tenant_client.tenant) == [
-        ("tienda-bot", "pod-a"), ("tienda-bot", "pod-b")]
+        ("tienda-bot", "pod-a"),
+        ("tienda-bot", "pod-b"),
+    ]
     time.sleep(1.1)
     assert tenant_client.push("tienda-bot", {"replica": "pod-a", "messages": {"in": 2}}).status_code == 201
     assert replicas_on_metrics(tenant_client.api, tenant_client.tenant) == [("tienda-bot", "pod-a")]
     # pod-b expired, so a new replica (a rolling deploy's new pod) takes its place
     assert tenant_client.push("tienda-bot", {"replica": "pod-c", "messages": {"in": 1}}).status_code == 201
     # its history is still there for the metrics page (24 h)
-    history = tenant_client.api.get(f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics",
-                                    {"replica": "pod-b"})
+    history = tenant_client.api.get(
+        f"/api/v1/tenants/{tenant_client.tenant}/bots/tienda-bot/metrics", {"replica": "pod-b"}
+    )
     assert history.status_code == 200 and len(history.json()) == 1
 
 
@@ -127,11 +145,16 @@ def test_concurrent_new_replicas_never_overrun_the_cap(bot_store: BotMetricsStor
     assert len(bot_store.latest(tenant_id, bot="b")) == 4
 
 
-@pytest.mark.parametrize(("variable", "value"), [
-    ("BOTMESH_METRICS_MAX_BOTS", "many"), ("BOTMESH_METRICS_MAX_BOTS", "0"),
-    ("BOTMESH_METRICS_MAX_REPLICAS", "-1"), ("BOTMESH_METRICS_REPLICA_TTL_S", "5m"),
-    ("BOTMESH_METRICS_REPLICA_TTL_S", "86401"),
-])
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BOTMESH_METRICS_MAX_BOTS", "many"),
+        ("BOTMESH_METRICS_MAX_BOTS", "0"),
+        ("BOTMESH_METRICS_MAX_REPLICAS", "-1"),
+        ("BOTMESH_METRICS_REPLICA_TTL_S", "5m"),
+        ("BOTMESH_METRICS_REPLICA_TTL_S", "86401"),
+    ],
+)
 def test_a_bad_limit_stops_the_start_with_one_line_naming_it(variable: str, value: str) -> None:
     with pytest.raises(config.ConfigError) as info:
         config.load({variable: value})
@@ -207,4 +230,3 @@ def _answers(port: int) -> bool:
         return True
     except (OSError, AssertionError):
         return False
-

@@ -10,8 +10,18 @@ from botmesh_admin.observability.domain import format_uptime, snapshot_from_json
 BOTMESH_JSON = {
     "startedAt": "2025-05-01T12:00:00.000Z",
     "uptimeMs": 273_600_000,
-    "conversations": {"started": 10, "completed": 5, "ended": 1, "guarded": 1, "cancelled": 0, "timedOut": 1,
-                      "retriesExceeded": 0, "errored": 1, "avgDurationMs": 5400.5, "active": 1},
+    "conversations": {
+        "started": 10,
+        "completed": 5,
+        "ended": 1,
+        "guarded": 1,
+        "cancelled": 0,
+        "timedOut": 1,
+        "retriesExceeded": 0,
+        "errored": 1,
+        "avgDurationMs": 5400.5,
+        "active": 1,
+    },
     "flows": {"checkout": {"started": 4, "completed": 3, "avgDurationMs": 1200}},
     "messages": {"in": 120, "out": 100, "outFailed": 2},
     "dropped": {"duplicate": 3, "blocked": 1, "handoff": 4},
@@ -22,9 +32,16 @@ BOTMESH_JSON = {
 }
 
 
-@pytest.mark.parametrize(("ms", "text"), [
-    (0, "0s"), (9_999, "9s"), (312_000, "5m 12s"), (7_500_000, "2h 5m"), (273_600_000, "3d 4h"),
-])
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "0s"),
+        (9_999, "9s"),
+        (312_000, "5m 12s"),
+        (7_500_000, "2h 5m"),
+        (273_600_000, "3d 4h"),
+    ],
+)
 def test_uptime_shows_the_two_largest_units(ms: int, text: str) -> None:
     assert format_uptime(ms) == text
 
@@ -52,17 +69,20 @@ def test_missing_counters_are_zero_and_uptime_follows_started_at() -> None:
     assert snap.messages.in_ == 0 and snap.flows == ()
 
 
-@pytest.mark.parametrize(("patch", "field"), [
-    ({"messages": {"in": -1}}, "snapshot.messages.in"),
-    ({"messages": {"in": "12"}}, "snapshot.messages.in"),
-    ({"conversations": {"timedOut": 1.5}}, "snapshot.conversations.timed_out"),
-    ({"conversations": {"avgDurationMs": float("nan")}}, "snapshot.conversations.avg_duration_ms"),
-    ({"errors": True}, "snapshot.errors"),
-    ({"flows": []}, "snapshot.flows"),
-    ({"flows": {"pay": {"started": -2}}}, "snapshot.flows.pay.started"),
-    ({"startedAt": "yesterday"}, "snapshot.started_at"),
-    ({"dropped": "none"}, "snapshot.dropped"),
-])
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"messages": {"in": -1}}, "snapshot.messages.in"),
+        ({"messages": {"in": "12"}}, "snapshot.messages.in"),
+        ({"conversations": {"timedOut": 1.5}}, "snapshot.conversations.timed_out"),
+        ({"conversations": {"avgDurationMs": float("nan")}}, "snapshot.conversations.avg_duration_ms"),
+        ({"errors": True}, "snapshot.errors"),
+        ({"flows": []}, "snapshot.flows"),
+        ({"flows": {"pay": {"started": -2}}}, "snapshot.flows.pay.started"),
+        ({"startedAt": "yesterday"}, "snapshot.started_at"),
+        ({"dropped": "none"}, "snapshot.dropped"),
+    ],
+)
 def test_a_bad_field_is_refused_with_its_path(patch: dict, field: str) -> None:
     with pytest.raises(ValidationError) as err:
         snapshot_from_json({**BOTMESH_JSON, **patch})

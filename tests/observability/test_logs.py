@@ -51,13 +51,16 @@ def test_omit_mode_drops_ids() -> None:
     assert "chat_id" not in line and "sender_id" not in line
 
 
-@pytest.mark.parametrize("secret", [
-    "bm_0a1b2c3d4e5f_Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo",
-    "Bearer abcdefghijklmnop123456",
-    "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0",
-    "EAAGm0PX4ZCpsBAKZAxyzABCDEFGHIJKLMNOP",
-    "sha256=" + "a" * 64,
-])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "bm_0a1b2c3d4e5f_Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo",
+        "Bearer abcdefghijklmnop123456",
+        "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0",
+        "EAAGm0PX4ZCpsBAKZAxyzABCDEFGHIJKLMNOP",
+        "sha256=" + "a" * 64,
+    ],
+)
 def test_secrets_in_messages_are_masked(secret: str) -> None:
     logger, stream = capture()
     logger.info("calling with %s now", secret, extra={"chat_id": None})
@@ -67,8 +70,10 @@ def test_secrets_in_messages_are_masked(secret: str) -> None:
 
 def test_secret_pairs_urls_and_extras_are_masked() -> None:
     logger, stream = capture(json_lines=True)
-    logger.info("config password=hunter2 url=redis://user:s3cr3t@redis:6379/0 app_secret: 'abc123'",
-                extra={"access_token": "tok-123", "api_key": "k-9"})
+    logger.info(
+        "config password=hunter2 url=redis://user:s3cr3t@redis:6379/0 app_secret: 'abc123'",
+        extra={"access_token": "tok-123", "api_key": "k-9"},
+    )
     out = stream.getvalue()
     for secret in ("hunter2", "s3cr3t", "abc123", "tok-123", "k-9"):
         assert secret not in out

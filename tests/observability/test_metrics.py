@@ -55,10 +55,7 @@ def test_snapshot_has_the_botmesh_shape(counters: MemoryCounterStore) -> None:
     conv = snap["conversations"]
     assert (conv["started"], conv["completed"], conv["timed_out"], conv["active"]) == (3, 1, 1, 1)
     assert conv["avg_duration_ms"] == 2000
-    assert (
-        snap["flows"]["checkout"]["started"] == 2
-        and snap["flows"]["checkout"]["avg_duration_ms"] == 500
-    )
+    assert snap["flows"]["checkout"]["started"] == 2 and snap["flows"]["checkout"]["avg_duration_ms"] == 500
     assert snap["flows"]["checkout"]["active"] == 1
     assert (snap["triggered"], snap["errors"]) == (1, 1)
     assert snap["started_at"].endswith("Z") and snap["uptime_ms"] >= 0
@@ -77,9 +74,7 @@ def test_reset_zeroes_counters_and_starts_their_uptime_again(counters: MemoryCou
     assert after["started_at"] > before["started_at"] and after["uptime_ms"] < again["uptime_ms"]
 
 
-@pytest.mark.parametrize(
-    "name", ["messages.inbound", "flows..started", "flows.x.finished", "conversations", ""]
-)
+@pytest.mark.parametrize("name", ["messages.inbound", "flows..started", "flows.x.finished", "conversations", ""])
 def test_an_unknown_counter_is_a_validation_error(counters: MemoryCounterStore, name: str) -> None:
     with pytest.raises(ValidationError):
         metrics.count(name)
@@ -142,9 +137,7 @@ def test_counters_are_summed_over_worker_processes(tmp_path: Path) -> None:
         "OTEL_SDK_DISABLED": "true",
     }
     env.pop("REDIS_URL", None)
-    procs = [
-        subprocess.Popen([sys.executable, "-c", CHILD, "40"], cwd=ROOT, env=env) for _ in range(2)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, "40"], cwd=ROOT, env=env) for _ in range(2)]
     for p in procs:
         assert p.wait(timeout=90) == 0
     kv = connect(url)
@@ -154,6 +147,4 @@ def test_counters_are_summed_over_worker_processes(tmp_path: Path) -> None:
     finally:
         kv.close()
     assert snap["messages"]["in"] == 80
-    assert (
-        snap["conversations"]["completed"] == 80 and snap["conversations"]["avg_duration_ms"] == 100
-    )
+    assert snap["conversations"]["completed"] == 80 and snap["conversations"]["avg_duration_ms"] == 100

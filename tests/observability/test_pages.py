@@ -47,10 +47,7 @@ def test_metrics_page_shows_latest_per_replica_and_chart_data(tenant_client: Ten
 
 def test_metrics_page_without_pushes_explains_how_to_push(tenant_client: TenantClient) -> None:
     html = tenant_client.page.get(f"/t/{tenant_client.tenant}/metrics/").content.decode()
-    assert (
-        "No bot has pushed metrics" in html
-        and f"/api/v1/tenants/{tenant_client.tenant}/bots/" in html
-    )
+    assert "No bot has pushed metrics" in html and f"/api/v1/tenants/{tenant_client.tenant}/bots/" in html
 
 
 def test_rates_restart_from_zero_when_a_replica_restarts(tenant_client: TenantClient) -> None:
@@ -77,10 +74,7 @@ def test_pages_of_another_tenant_are_404(tenant_client: TenantClient) -> None:
 
 def test_nav_links_to_metrics_and_traces(tenant_client: TenantClient) -> None:
     html = tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/").content.decode()
-    assert (
-        f'href="/t/{tenant_client.tenant}/metrics/"' in html
-        and f'href="/t/{tenant_client.tenant}/traces/"' in html
-    )
+    assert f'href="/t/{tenant_client.tenant}/metrics/"' in html and f'href="/t/{tenant_client.tenant}/traces/"' in html
 
 
 def test_traces_page_lists_filters_and_links_to_the_span_tree(tenant_client: TenantClient) -> None:
@@ -101,14 +95,10 @@ def test_traces_page_lists_filters_and_links_to_the_span_tree(tenant_client: Ten
             span_dict(tid(7), "c" * 16, "b" * 16, "message.send", now_ms() - 30.0, 20.0),
         ],
     )
-    services.trace_record(
-        tenant, [span_dict(tid(8), "a" * 16, None, "GET api/whoami", now_ms() - 10.0, 3.0)]
-    )
+    services.trace_record(tenant, [span_dict(tid(8), "a" * 16, None, "GET api/whoami", now_ms() - 10.0, 3.0)])
     html = tenant_client.page.get(f"/t/{tenant}/traces/").content.decode()
     assert f'data-trace="{tid(7)}"' in html and f'data-trace="{tid(8)}"' in html
-    only_conv = tenant_client.page.get(
-        f"/t/{tenant}/traces/", {"conversation": "conv-42"}
-    ).content.decode()
+    only_conv = tenant_client.page.get(f"/t/{tenant}/traces/", {"conversation": "conv-42"}).content.decode()
     assert f'data-trace="{tid(7)}"' in only_conv and f'data-trace="{tid(8)}"' not in only_conv
     only_http = tenant_client.page.get(
         f"/t/{tenant}/traces/", {"kind": "http"}, HTTP_HX_REQUEST="true"
@@ -124,15 +114,10 @@ def test_traces_page_lists_filters_and_links_to_the_span_tree(tenant_client: Ten
 def test_unknown_trace_is_404_and_a_bad_kind_is_422(tenant_client: TenantClient) -> None:
     assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/{tid(99)}/").status_code == 404
     assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/not-hex/").status_code == 404
-    assert (
-        tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "bogus"}).status_code
-        == 422
-    )
+    assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "bogus"}).status_code == 422
 
 
-def test_system_traces_are_for_superusers_only(
-    tenant_client: TenantClient, admin_client: TenantClient
-) -> None:
+def test_system_traces_are_for_superusers_only(tenant_client: TenantClient, admin_client: TenantClient) -> None:
     """Traces of no tenant hold other tenants' failed requests: a tenant's admin must not see them.
 
     Regression: found by exploratory testing (any tenant admin could list and open them).
@@ -146,7 +131,9 @@ def test_system_traces_are_for_superusers_only(
         assert (listed.status_code, opened.status_code) == (404, 404)
         assert tid(5) not in listed.content.decode() + opened.content.decode()
         assert "no tenant (system)" not in member.page.get(f"/t/{member.tenant}/traces/").content.decode()
-    superuser = get_user_model().objects.create_superuser(username=f"root-{admin_client.tenant}", password="pw-12345678")
+    superuser = get_user_model().objects.create_superuser(
+        username=f"root-{admin_client.tenant}", password="pw-12345678"
+    )
     page = Client()
     page.force_login(superuser)
     html = page.get(f"/t/{admin_client.tenant}/traces/", {"scope": "system"}).content.decode()
@@ -157,7 +144,5 @@ def test_system_traces_are_for_superusers_only(
 def test_a_page_view_is_itself_traced_for_the_tenant(tenant_client: TenantClient) -> None:
     tenant_client.page.get(f"/t/{tenant_client.tenant}/metrics/")
     tracing.force_flush()
-    items = tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "http"}).context[
-        "items"
-    ]
+    items = tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "http"}).context["items"]
     assert "GET /t/{tenant}/metrics/" in [i.name for i in items]

@@ -14,17 +14,28 @@ from botmesh_admin.observability.prometheus import to_prometheus, to_prometheus_
 from .test_domain import BOTMESH_JSON
 
 FAMILIES = [
-    "uptime_seconds", "conversations_active", "conversations_started_total", "conversations_ended_total",
-    "conversation_duration_avg_seconds", "flow_started_total", "flow_ended_total", "flow_duration_avg_seconds",
-    "messages_in_total", "messages_out_total", "inbound_dropped_total", "presence_skipped_total",
-    "triggers_total", "errors_total",
+    "uptime_seconds",
+    "conversations_active",
+    "conversations_started_total",
+    "conversations_ended_total",
+    "conversation_duration_avg_seconds",
+    "flow_started_total",
+    "flow_ended_total",
+    "flow_duration_avg_seconds",
+    "messages_in_total",
+    "messages_out_total",
+    "inbound_dropped_total",
+    "presence_skipped_total",
+    "triggers_total",
+    "errors_total",
 ]
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
     }
 
 
@@ -81,11 +92,13 @@ def test_flow_names_are_label_values_and_escaped() -> None:
 
 
 def test_families_stay_contiguous_across_series_sets() -> None:
-    text = to_prometheus_many([
-        (BOTMESH_JSON, None),
-        (BOTMESH_JSON, {"tenant": "a", "bot": "b", "replica": "r1"}),
-        (BOTMESH_JSON, {"tenant": "a", "bot": "b", "replica": "r2"}),
-    ])
+    text = to_prometheus_many(
+        [
+            (BOTMESH_JSON, None),
+            (BOTMESH_JSON, {"tenant": "a", "bot": "b", "replica": "r1"}),
+            (BOTMESH_JSON, {"tenant": "a", "bot": "b", "replica": "r2"}),
+        ]
+    )
     seen: list[str] = []
     for line in text.splitlines():
         if line.startswith("# TYPE"):

@@ -50,9 +50,7 @@ while True:                        # the main thread polls, like a server loop (
 """
 
 
-def run_server(
-    tmp_path: Path, send_s: float, timeout_s: float
-) -> tuple[subprocess.Popen[str], str]:
+def run_server(tmp_path: Path, send_s: float, timeout_s: float) -> tuple[subprocess.Popen[str], str]:
     url = f"sqlite:///{tmp_path}/kv.sqlite3"
     env = {
         **os.environ,
@@ -164,16 +162,44 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
 
     queue, prefix = f"obs-{uuid.uuid4().hex[:8]}", f"obs-{uuid.uuid4().hex[:8]}"
     url = f"sqlite:///{tmp_path}/kv.sqlite3"
-    env = {**os.environ, "BOTMESH_KV_URL": url, "BOTMESH_DATA_DIR": str(tmp_path), "CELERY_BROKER_URL": redis_url,
-           "OBS_QUEUE": queue, "OBS_PREFIX": prefix, "BOTMESH_DRAIN_TIMEOUT": "30",
-           "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings"}
+    env = {
+        **os.environ,
+        "BOTMESH_KV_URL": url,
+        "BOTMESH_DATA_DIR": str(tmp_path),
+        "CELERY_BROKER_URL": redis_url,
+        "OBS_QUEUE": queue,
+        "OBS_PREFIX": prefix,
+        "BOTMESH_DRAIN_TIMEOUT": "30",
+        "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings",
+    }
     env.pop("REDIS_URL", None)
     env.pop("OTEL_SDK_DISABLED", None)
     log = tmp_path / "worker.log"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.observability.worker_app", "worker", "-P", "prefork",
-         "-c", "1", "-Q", queue, "-l", "INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.observability.worker_app",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "1",
+            "-Q",
+            queue,
+            "-l",
+            "INFO",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     producer = Celery()
     # An explicit connection: the CELERY_BROKER_URL (memory://) of the test process wins over any conf.
     broker = Connection(redis_url, transport_options={"global_keyprefix": prefix + ":"})

@@ -77,7 +77,10 @@ def test_concurrent_increments_are_never_lost(counter_store: CounterStore) -> No
         w.start()
     for w in workers:
         w.join(timeout=60)
-    assert counter_store.read() == {"messages.out": threads * each, "conversations.duration_ms_sum": 10 * threads * each}
+    assert counter_store.read() == {
+        "messages.out": threads * each,
+        "conversations.duration_ms_sum": 10 * threads * each,
+    }
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -111,7 +114,8 @@ def test_ids_of_any_text_are_kept_apart_and_read_back(bot_store: BotMetricsStore
         bot_store.push(tenant_id, bot=bot, replica=replica, snapshot=snap(n), received_at_ms=1000)
     latest = bot_store.latest(tenant_id)
     assert [(s.bot, s.replica, s.snapshot["messages"]["in"]) for s in latest] == sorted(
-        (bot, replica, n) for n, (bot, replica) in enumerate(ids, start=1))
+        (bot, replica, n) for n, (bot, replica) in enumerate(ids, start=1)
+    )
     assert [s.replica for s in bot_store.latest(tenant_id, bot="a")] == ["b/c", "~" + "0" * 32]
     for n, (bot, replica) in enumerate(ids, start=1):
         assert [s.snapshot["messages"]["in"] for s in bot_store.history(tenant_id, bot=bot, replica=replica)] == [n]
@@ -134,8 +138,9 @@ def test_bot_metrics_of_another_tenant_are_invisible(bot_store: BotMetricsStore,
     assert bot_store.history(other, bot="b", replica="r1") == []
 
 
-def test_concurrent_pushes_of_one_replica_get_distinct_sequence_numbers(bot_store: BotMetricsStore,
-                                                                         tenant_id: str) -> None:
+def test_concurrent_pushes_of_one_replica_get_distinct_sequence_numbers(
+    bot_store: BotMetricsStore, tenant_id: str
+) -> None:
     seqs: list[int] = []
     lock = threading.Lock()
 
@@ -181,15 +186,33 @@ def trace_store(request: pytest.FixtureRequest) -> TraceStore:
 
     if request.param == "memory":
         return MemoryTraceStore(max_traces=4, clock=tick)
-    return KvTraceStore(kv_of(request.param, request), max_traces=4, prune_every=1, clock=tick,
-                        system_table=f"observability/~test-{uuid.uuid4().hex[:10]}/traces")
+    return KvTraceStore(
+        kv_of(request.param, request),
+        max_traces=4,
+        prune_every=1,
+        clock=tick,
+        system_table=f"observability/~test-{uuid.uuid4().hex[:10]}/traces",
+    )
 
 
-def span(trace: str, span_id: str, parent: str | None, name: str, start: float, ms: float,
-         **attributes: Any) -> dict[str, Any]:
-    return {"trace_id": trace, "span_id": span_id, "parent_id": parent, "name": name, "kind": "internal",
-            "start_ms": start, "duration_ms": ms, "status": "ok", "status_message": None,
-            "attributes": attributes, "events": [], "scope": "botmesh_admin", "service": "test"}
+def span(
+    trace: str, span_id: str, parent: str | None, name: str, start: float, ms: float, **attributes: Any
+) -> dict[str, Any]:
+    return {
+        "trace_id": trace,
+        "span_id": span_id,
+        "parent_id": parent,
+        "name": name,
+        "kind": "internal",
+        "start_ms": start,
+        "duration_ms": ms,
+        "status": "ok",
+        "status_message": None,
+        "attributes": attributes,
+        "events": [],
+        "scope": "botmesh_admin",
+        "service": "test",
+    }
 
 
 def tid(n: int) -> str:
@@ -199,14 +222,22 @@ def tid(n: int) -> str:
 def test_spans_of_one_trace_merge_across_batches(trace_store: TraceStore, tenant_id: str) -> None:
     assert isinstance(trace_store, TraceStore)
     trace_store.record(tenant_id, [span(tid(1), "b" * 16, "a" * 16, "message.project", 1010.0, 5.0)])
-    trace_store.record(tenant_id, [span(tid(1), "a" * 16, None, "POST webhooks/whatsapp", 1000.0, 20.0),
-                                   span(tid(1), "c" * 16, "b" * 16, "message.send", 1012.0, 30.0,
-                                        **{"botmesh.conversation_id": "conv-1"})])
+    trace_store.record(
+        tenant_id,
+        [
+            span(tid(1), "a" * 16, None, "POST webhooks/whatsapp", 1000.0, 20.0),
+            span(tid(1), "c" * 16, "b" * 16, "message.send", 1012.0, 30.0, **{"botmesh.conversation_id": "conv-1"}),
+        ],
+    )
     trace = trace_store.get(tenant_id, tid(1))
     assert trace is not None
     summary = trace["summary"]
     assert (summary.name, summary.kind, summary.span_count, summary.duration_ms) == (
-        "POST webhooks/whatsapp", "message", 3, 42.0)
+        "POST webhooks/whatsapp",
+        "message",
+        3,
+        42.0,
+    )
     assert summary.conversation == "conv-1"
     assert [s["name"] for s in trace["spans"]] == ["POST webhooks/whatsapp", "message.project", "message.send"]
 
@@ -214,8 +245,9 @@ def test_spans_of_one_trace_merge_across_batches(trace_store: TraceStore, tenant
 def test_trace_list_is_newest_first_filtered_and_paginated(trace_store: TraceStore, tenant_id: str) -> None:
     for n in range(1, 4):
         trace_store.record(tenant_id, [span(tid(n), "a" * 16, None, f"GET page{n}", 1000.0 * n, 1.0)])
-    trace_store.record(tenant_id, [span(tid(4), "a" * 16, None, "message.receive", 5000.0, 1.0,
-                                        **{"botmesh.conversation_id": "c9"})])
+    trace_store.record(
+        tenant_id, [span(tid(4), "a" * 16, None, "message.receive", 5000.0, 1.0, **{"botmesh.conversation_id": "c9"})]
+    )
     items, cursor = trace_store.list(tenant_id, limit=2)
     assert [i.name for i in items] == ["message.receive", "GET page3"]
     more, end = trace_store.list(tenant_id, limit=2, after=cursor)
@@ -244,12 +276,15 @@ def test_traces_of_another_tenant_or_of_no_tenant_are_separate(trace_store: Trac
 
 def test_record_many_merges_like_record_one_by_one(trace_store: TraceStore, tenant_id: str) -> None:
     trace_store.record(tenant_id, [span(tid(1), "b" * 16, "a" * 16, "message.project", 1010.0, 5.0)])
-    trace_store.record_many(tenant_id, [
-        [span(tid(1), "a" * 16, None, "POST webhooks/whatsapp", 1000.0, 20.0)],
-        [span(tid(2), "a" * 16, None, "GET page2", 2000.0, 1.0)],
-        [span(tid(1), "c" * 16, "b" * 16, "message.send", 1012.0, 30.0)],
-        [],
-    ])
+    trace_store.record_many(
+        tenant_id,
+        [
+            [span(tid(1), "a" * 16, None, "POST webhooks/whatsapp", 1000.0, 20.0)],
+            [span(tid(2), "a" * 16, None, "GET page2", 2000.0, 1.0)],
+            [span(tid(1), "c" * 16, "b" * 16, "message.send", 1012.0, 30.0)],
+            [],
+        ],
+    )
     one = trace_store.get(tenant_id, tid(1))
     assert one is not None
     assert [s["name"] for s in one["spans"]] == ["POST webhooks/whatsapp", "message.project", "message.send"]
@@ -262,10 +297,13 @@ def test_two_writers_merging_the_same_traces_lose_no_span(trace_store: TraceStor
 
     def writer(side: str) -> None:
         for r in range(rounds):
-            trace_store.record_many(tenant_id, [
-                [span(t, f"{side}{r:015x}", None if side == "a" else f"a{r:015x}", f"{side}.{r}", 1000.0 + r, 1.0)]
-                for t in traces
-            ])
+            trace_store.record_many(
+                tenant_id,
+                [
+                    [span(t, f"{side}{r:015x}", None if side == "a" else f"a{r:015x}", f"{side}.{r}", 1000.0 + r, 1.0)]
+                    for t in traces
+                ],
+            )
 
     threads = [threading.Thread(target=writer, args=(side,)) for side in "ab"]
     for t in threads:

@@ -41,16 +41,12 @@ def ticking() -> Any:
 def make_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> TraceStore:
     if kind == "memory":
         return MemoryTraceStore(clock=ticking(), **options)
-    return KvTraceStore(
-        kv_of(kind, request), clock=ticking(), system_table=system_table(), **options
-    )
+    return KvTraceStore(kv_of(kind, request), clock=ticking(), system_table=system_table(), **options)
 
 
 def root(n: int, kind: str, conversation: str | None) -> dict[str, Any]:
     """The first span of trace ``n``: its root, of ``kind`` (``message`` by its name)."""
-    name = {"http": "GET /inbox", "task": "celery.run", "message": "message.receive"}.get(
-        kind, "job"
-    )
+    name = {"http": "GET /inbox", "task": "celery.run", "message": "message.receive"}.get(kind, "job")
     attrs = {"botmesh.conversation_id": conversation} if conversation else {}
     if kind in ("task", "internal"):
         attrs["botmesh.kind"] = kind
@@ -102,8 +98,7 @@ def test_each_filter_pages_newest_first_and_its_cursor_continues(
         expected = [
             t
             for t in newest_first
-            if want[t][0] == f.get("kind", want[t][0])
-            and want[t][1] == f.get("conversation", want[t][1])
+            if want[t][0] == f.get("kind", want[t][0]) and want[t][1] == f.get("conversation", want[t][1])
         ]
         got = pages(store, tenant_id, 4, **f)
         assert [t for page in got for t in page] == expected, f
@@ -168,9 +163,7 @@ def test_a_trace_table_from_before_the_indexes_lists_right_at_once(
     store = KvTraceStore(kv, clock=ticking())
     table = store.tables.table(tenant_id, "traces")
     for n in range(1, 8):
-        record = trace_records.merge_trace(
-            None, tid(n), tenant_id, [root(n, KINDS[n % 4], "c1")], 5000 + n
-        )
+        record = trace_records.merge_trace(None, tid(n), tenant_id, [root(n, KINDS[n % 4], "c1")], 5000 + n)
         legacy_write(kv, table, record)
     store.record(tenant_id, [root(9, "message", "c9")])  # a write before the first read
     assert [s.trace_id for s in store.list(tenant_id, limit=3)[0]] == [tid(9), tid(7), tid(6)]
@@ -197,18 +190,14 @@ class CountingKv(MemoryKv):
         self.touched += len(keys)
         return super().get_many(table, keys)
 
-    def scan(
-        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[Entry]:
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         page = super().scan(table, prefix, after, limit)
         self.touched += max(1, len(page))
         return page
 
 
 @pytest.mark.parametrize("size", [300, 1200])
-def test_a_trace_page_touches_one_page_of_entries_whatever_the_table_holds(
-    size: int, tenant_id: str
-) -> None:
+def test_a_trace_page_touches_one_page_of_entries_whatever_the_table_holds(size: int, tenant_id: str) -> None:
     kv = CountingKv()
     store = KvTraceStore(kv, max_traces=size, prune_every=size, clock=ticking())
     store.record_many(tenant_id, [

@@ -46,8 +46,15 @@ def test_hash_id_is_keyed_stable_and_short(settings) -> None:  # type: ignore[no
 
 
 def test_span_hashes_ids_and_drops_content(exported: InMemorySpanExporter) -> None:
-    with span("message.receive", tenant="tienda", chat_id=PHONE, sender_id="u-42", text=MARKER,
-              caption=MARKER, channel="whatsapp"):
+    with span(
+        "message.receive",
+        tenant="tienda",
+        chat_id=PHONE,
+        sender_id="u-42",
+        text=MARKER,
+        caption=MARKER,
+        channel="whatsapp",
+    ):
         pass
     (finished,) = exported.get_finished_spans()
     attrs = dict(finished.attributes or {})
@@ -176,7 +183,9 @@ def test_marker_text_appears_nowhere_on_the_message_path(
     tenant = tenant_client.tenant
     response = tenant_client.bot.post(
         f"/api/v1/tenants/{tenant}/bots/tienda-bot/metrics?text={MARKER}&phone={PHONE}",
-        {"replica": "pod-a", "note": MARKER, "messages": {"in": 1}}, content_type="application/json")
+        {"replica": "pod-a", "note": MARKER, "messages": {"in": 1}},
+        content_type="application/json",
+    )
     assert response.status_code == 201
     with span("message.receive", tenant=tenant, chat_id=PHONE, sender_id=PHONE, text=MARKER, channel="whatsapp"):
         carrier = inject_context()
@@ -231,8 +240,16 @@ def test_client_attributes_of_any_convention_version_become_hashes() -> None:
     """Found by exploratory testing: old and new OpenTelemetry names of the caller are all hashed."""
     from botmesh_admin.observability.guard import guard_attributes
 
-    names = ("http.client_ip", "client.address", "net.peer.ip", "net.sock.peer.addr", "network.peer.address",
-             "net.peer.name", "http.user_agent", "user_agent.original")
+    names = (
+        "http.client_ip",
+        "client.address",
+        "net.peer.ip",
+        "net.sock.peer.addr",
+        "network.peer.address",
+        "net.peer.name",
+        "http.user_agent",
+        "user_agent.original",
+    )
     guarded = guard_attributes({name: "198.51.100.9" for name in names} | {"http.method": "GET"})
     assert guarded == {f"{name}_hash": hash_id("198.51.100.9") for name in names} | {"http.method": "GET"}
 
@@ -278,16 +295,30 @@ def test_marker_text_of_a_real_webhook_and_reply_appears_in_no_span(
             pass
 
     with FakeProviderServer() as fake:
-        channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
-                           app_secret=secret, access_token="EAAG-test", api_base_url=fake.base_url)
-        response = tenant_client.api.post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
-                                          HTTP_X_HUB_SIGNATURE_256=signature)
+        channel_config_set(
+            tenant,
+            kind="whatsapp",
+            name="main",
+            phone_number_id="106540352242922",
+            app_secret=secret,
+            access_token="EAAG-test",
+            api_base_url=fake.base_url,
+        )
+        response = tenant_client.api.post(
+            f"/webhooks/whatsapp/{tenant}",
+            data=raw,
+            content_type="application/json",
+            HTTP_X_HUB_SIGNATURE_256=signature,
+        )
         assert response.status_code == 200, response.content
         drain("inbound")
         conversations = tenant_client.api.get(f"/api/v1/tenants/{tenant}/conversations").json()["items"]
         assert len(conversations) == 1
-        reply = tenant_client.api.post(f"/api/v1/tenants/{tenant}/conversations/{conversations[0]['id']}/reply",
-                                       {"text": f"Respuesta {MARKER}"}, content_type="application/json")
+        reply = tenant_client.api.post(
+            f"/api/v1/tenants/{tenant}/conversations/{conversations[0]['id']}/reply",
+            {"text": f"Respuesta {MARKER}"},
+            content_type="application/json",
+        )
         assert reply.status_code == 202, reply.content
         drain("outbox")
         assert any(MARKER in json.dumps(r.body) for r in fake.requests), "the text did reach the provider"
@@ -323,13 +354,28 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     tenant = tenant_client.tenant
     signed = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
     raw = (fixtures_dir() / "whatsapp" / "raw" / "01_text.json").read_bytes()
-    channel_config_set(tenant, kind="whatsapp", name="main", phone_number_id="106540352242922",
-                       app_secret=signed["app_secret"])
+    channel_config_set(
+        tenant, kind="whatsapp", name="main", phone_number_id="106540352242922", app_secret=signed["app_secret"]
+    )
     post = tenant_client.api.post
-    assert post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
-                HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64).status_code == 401
-    assert post(f"/webhooks/whatsapp/{tenant}", data=raw, content_type="application/json",
-                HTTP_X_HUB_SIGNATURE_256=signed["signatures"]["01_text.json"]).status_code == 200
+    assert (
+        post(
+            f"/webhooks/whatsapp/{tenant}",
+            data=raw,
+            content_type="application/json",
+            HTTP_X_HUB_SIGNATURE_256="sha256=" + "0" * 64,
+        ).status_code
+        == 401
+    )
+    assert (
+        post(
+            f"/webhooks/whatsapp/{tenant}",
+            data=raw,
+            content_type="application/json",
+            HTTP_X_HUB_SIGNATURE_256=signed["signatures"]["01_text.json"],
+        ).status_code
+        == 200
+    )
     assert journal_drain(channel="inbound")["processed"] == 1
 
     spans = exported.get_finished_spans()
@@ -346,8 +392,7 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     # the trace is found from its conversation (the traces page's conversation filter)
     from inbox.services import default_inbox
 
-    conversation = default_inbox().store.conversation_by_chat(
-        tenant, "whatsapp:573001112233", channel_name="main")
+    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
     assert projection.attributes["botmesh.conversation_id"] == conversation.id
     flush_to_kv()
     found = selectors.trace_list(tenant, conversation=conversation.id)[0]
@@ -385,8 +430,9 @@ def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
 
     line = (fixtures_dir() / "ledger" / "messages.jsonl").read_text().splitlines()[0]
     record = dict(json.loads(line), tenantId=None)
-    response = tenant_client.bot.post(f"/api/v1/tenants/{tenant_client.tenant}/ledger", [record],
-                                      content_type="application/json")
+    response = tenant_client.bot.post(
+        f"/api/v1/tenants/{tenant_client.tenant}/ledger", [record], content_type="application/json"
+    )
     assert response.status_code == 202, response.content
     assert journal_drain(channel="ledger")["processed"] == 1
     spans = exported.get_finished_spans()

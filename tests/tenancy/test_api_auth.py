@@ -23,7 +23,9 @@ def test_missing_or_unknown_token_is_401(world, client: Client) -> None:
     resp = client.get("/api/v1/tenants/acme/whoami", **bearer("bm_nope_nope"))
     assert resp.status_code == 401
     assert resp.json() == {
-        "error": "unauthenticated", "message": "a valid API token or session is required", "field": None
+        "error": "unauthenticated",
+        "message": "a valid API token or session is required",
+        "field": None,
     }
 
 
@@ -55,7 +57,9 @@ def test_revoking_a_foreign_token_is_404(world, client: Client) -> None:
 
 def test_bad_input_is_422_naming_the_field(world, client: Client) -> None:
     resp = client.post(
-        "/api/v1/tenants/acme/tokens", {"name": "", "role": "admin"}, content_type="application/json",
+        "/api/v1/tenants/acme/tokens",
+        {"name": "", "role": "admin"},
+        content_type="application/json",
         **bearer(world.acme_token),
     )
     assert resp.status_code == 422
@@ -94,10 +98,19 @@ def test_openapi_documents_the_routes(world, client: Client) -> None:
 
 def test_agent_token_cannot_push_a_ledger(world, client: Client) -> None:
     """Found by exploratory testing: an agent token forged an inbound customer message."""
-    record = {"id": "m1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "573001112233",
-              "direction": "in", "type": "text", "body": "refund me", "timestamp": 1764500000000}
-    resp = client.post("/api/v1/tenants/acme/ledger", [record], content_type="application/json",
-                       **bearer(world.acme_agent_token))
+    record = {
+        "id": "m1",
+        "channel": "whatsapp",
+        "chatId": "whatsapp:573001112233",
+        "senderId": "573001112233",
+        "direction": "in",
+        "type": "text",
+        "body": "refund me",
+        "timestamp": 1764500000000,
+    }
+    resp = client.post(
+        "/api/v1/tenants/acme/ledger", [record], content_type="application/json", **bearer(world.acme_agent_token)
+    )
     assert resp.status_code == 403
     assert client.get("/api/v1/tenants/acme/events", **bearer(world.acme_agent_token)).status_code == 403
 
@@ -111,8 +124,16 @@ def test_bot_token_may_push_but_not_read_conversations(world, client: Client) ->
     resp = client.get("/api/v1/tenants/acme/conversations", **bearer(bot))
     assert resp.status_code == 403 and resp.json()["error"] == "permission_denied"
     assert client.get("/api/v1/tenants/acme/contacts", **bearer(bot)).status_code == 403
-    record = {"id": "m1", "channel": "whatsapp", "chatId": "whatsapp:573001112233", "senderId": "573001112233",
-              "direction": "in", "type": "text", "body": "hola", "timestamp": 1764500000000}
+    record = {
+        "id": "m1",
+        "channel": "whatsapp",
+        "chatId": "whatsapp:573001112233",
+        "senderId": "573001112233",
+        "direction": "in",
+        "type": "text",
+        "body": "hola",
+        "timestamp": 1764500000000,
+    }
     resp = client.post("/api/v1/tenants/acme/ledger", [record], content_type="application/json", **bearer(bot))
     assert resp.status_code == 202
 

@@ -37,9 +37,17 @@ from tests.backends import unique_id
 from tests.events import journals
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-TABLES = [("inbox", "conversations"), ("inbox", "messages"), ("crm", "contacts"), ("crm", "imports"),
-          ("campaigns", "campaigns"), ("campaigns", "d-cmp_1"), ("campaigns", "throttle"), ("hub", "installs"),
-          ("deployments", "versions")]
+TABLES = [
+    ("inbox", "conversations"),
+    ("inbox", "messages"),
+    ("crm", "contacts"),
+    ("crm", "imports"),
+    ("campaigns", "campaigns"),
+    ("campaigns", "d-cmp_1"),
+    ("campaigns", "throttle"),
+    ("hub", "installs"),
+    ("deployments", "versions"),
+]
 
 
 def seed_kv(kv: DurableKv, tenant: str, *, campaign_tables: int = 0) -> list[str]:
@@ -53,10 +61,24 @@ def seed_kv(kv: DurableKv, tenant: str, *, campaign_tables: int = 0) -> list[str
         table = TenantKv(kv, "campaigns").table(tenant, f"d-cmp_{n:04d}")
         kv.commit(table, [Put("d/r1", {"state": "sent"})])
         written.append(table)
-    KvBotMetricsStore(kv).push(tenant, bot="shop", replica="r1", snapshot={"errors": 0}, received_at_ms=int(time.time() * 1000))
-    span = {"trace_id": "ab" * 16, "span_id": "cd" * 8, "parent_id": None, "name": "POST webhooks/telegram",
-            "kind": "server", "start_ms": time.time() * 1000, "duration_ms": 3.0, "status": "ok",
-            "status_message": None, "attributes": {}, "events": [], "scope": "botmesh_admin", "service": "test"}
+    KvBotMetricsStore(kv).push(
+        tenant, bot="shop", replica="r1", snapshot={"errors": 0}, received_at_ms=int(time.time() * 1000)
+    )
+    span = {
+        "trace_id": "ab" * 16,
+        "span_id": "cd" * 8,
+        "parent_id": None,
+        "name": "POST webhooks/telegram",
+        "kind": "server",
+        "start_ms": time.time() * 1000,
+        "duration_ms": 3.0,
+        "status": "ok",
+        "status_message": None,
+        "attributes": {},
+        "events": [],
+        "scope": "botmesh_admin",
+        "service": "test",
+    }
     KvTraceStore(kv).record(tenant, [span])
     written += [TenantKv(kv, "observability").table(tenant, c) for c in ("bot_metrics", "traces")]
     KvCampaignStore(kv).index_put(tenant, "cmp_1", state="scheduled", at=1)
@@ -76,20 +98,33 @@ def seed_journal(journal: EventJournal, tenant: str, records: int = 5) -> None:
         journal.append(Envelope(type="inbox.message", tenant=tenant, payload={"n": n}, idempotency_key=f"k{n}"))
 
 
-def snapshot(kv: DurableKv, journal: EventJournal, tenant: str, tables: list[str], *, listed: bool = False
-             ) -> dict[str, Any]:
+def snapshot(
+    kv: DurableKv, journal: EventJournal, tenant: str, tables: list[str], *, listed: bool = False
+) -> dict[str, Any]:
     """What a user could still find of ``tenant``: rows, records, entries, index entries (and tables listed)."""
     index = [e.key for e in kv.scan("campaigns/~system/index", prefix=f"{tenant}!", limit=100)]
     return {
-        "rows": [Tenant.objects.filter(id=tenant).count(), ApiToken.objects.filter(tenant_id=tenant).count(),
-                 Membership.objects.filter(tenant_id=tenant).count(),
-                 ChannelConfig.objects.filter(tenant_id=tenant).count()],
+        "rows": [
+            Tenant.objects.filter(id=tenant).count(),
+            ApiToken.objects.filter(tenant_id=tenant).count(),
+            Membership.objects.filter(tenant_id=tenant).count(),
+            ChannelConfig.objects.filter(tenant_id=tenant).count(),
+        ],
         "journal": sorted(r.idempotency_key for r in journal.list(tenant=tenant, limit=200)),
         "counts": journal.counts(tenant),
         "entries": {t: [(e.key, e.value) for e in kv.scan(t, limit=100)] for t in tables},
         "due-index": index,
-        **({"listed": [t for package in ("inbox", "crm", "campaigns", "hub", "deployments", "observability")
-                       for t in kv.tables(f"{package}/{tenant}/")]} if listed else {}),  # type: ignore[attr-defined]
+        **(
+            {
+                "listed": [
+                    t
+                    for package in ("inbox", "crm", "campaigns", "hub", "deployments", "observability")
+                    for t in kv.tables(f"{package}/{tenant}/")
+                ]
+            }
+            if listed
+            else {}
+        ),  # type: ignore[attr-defined]
     }
 
 
@@ -161,21 +196,35 @@ def test_admin_api_erases_with_a_typed_confirmation() -> None:
 
 
 def _manage(env: dict[str, str], *args: str, **kw: Any) -> Any:
-    return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kw,
+    )
 
 
 def test_erase_killed_midway_finishes_when_run_again(tmp_path: Path, postgres_url: str) -> None:
     """SIGKILL in the middle of the Kv tables (PostgreSQL Kv and journal), then a rerun: nothing left."""
     gone, kept = unique_id("gone"), unique_id("kept")
     journal_url = journals.with_namespace(postgres_url)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("BOTMESH_", "DATABASE_URL"))},
-           "BOTMESH_DATA_DIR": str(tmp_path), "BOTMESH_KV_URL": postgres_url, "BOTMESH_JOURNAL_URL": journal_url,
-           "BOTMESH_FIXTURES": os.environ.get("BOTMESH_FIXTURES", ""), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("BOTMESH_", "DATABASE_URL"))},
+        "BOTMESH_DATA_DIR": str(tmp_path),
+        "BOTMESH_KV_URL": postgres_url,
+        "BOTMESH_JOURNAL_URL": journal_url,
+        "BOTMESH_FIXTURES": os.environ.get("BOTMESH_FIXTURES", ""),
+        "PYTHONUNBUFFERED": "1",
+    }
     kv, journal = connect(postgres_url), connect_journal(journal_url)
     try:
-        setup = ("from django.core.management import call_command as run; run('migrate', verbosity=0);"
-                 f"run('botmesh_tenant', 'create', '{gone}'); run('botmesh_tenant', 'create', '{kept}')")
+        setup = (
+            "from django.core.management import call_command as run; run('migrate', verbosity=0);"
+            f"run('botmesh_tenant', 'create', '{gone}'); run('botmesh_tenant', 'create', '{kept}')"
+        )
         proc = _manage(env, "shell", "-c", setup)  # one start-up: each costs seconds on a busy machine
         assert proc.wait(timeout=180) == 0, proc.stdout.read() if proc.stdout else ""
         tables = {t: seed_kv(kv, t, campaign_tables=400 if t == gone else 1) for t in (gone, kept)}
@@ -206,8 +255,11 @@ def test_erase_killed_midway_finishes_when_run_again(tmp_path: Path, postgres_ur
         assert snapshot_raw(kv, journal, kept, tables[kept]) == before
     finally:
         KvCampaignStore(kv).index_erase(kept)
-        for table in [t for package in ("campaigns", "crm", "inbox", "hub", "deployments", "observability")
-                      for t in kv.tables(f"{package}/{kept}/")]:  # type: ignore[attr-defined]
+        for table in [
+            t
+            for package in ("campaigns", "crm", "inbox", "hub", "deployments", "observability")
+            for t in kv.tables(f"{package}/{kept}/")
+        ]:  # type: ignore[attr-defined]
             kv.drop(table)
         kv.close()
         journal.close()

@@ -26,16 +26,19 @@ def member(db) -> tuple[str, Client]:
     return tenant, client
 
 
-@pytest.mark.parametrize(("path", "field"), [
-    ("inbox/?status=bogus", "status"),
-    ("inbox/?channel=fax", "channel"),
-    ("inbox/?view=everything", "view"),
-    ("inbox/?after=garbage", "after"),
-    ("inbox/_list?status=bogus", "status"),
-    ("campaigns/?state=bogus", "state"),
-    ("campaigns/?after=not%20an%20id", "after"),
-    ("crm/contacts/?after=garbage", "after"),
-])
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("inbox/?status=bogus", "status"),
+        ("inbox/?channel=fax", "channel"),
+        ("inbox/?view=everything", "view"),
+        ("inbox/?after=garbage", "after"),
+        ("inbox/_list?status=bogus", "status"),
+        ("campaigns/?state=bogus", "state"),
+        ("campaigns/?after=not%20an%20id", "after"),
+        ("crm/contacts/?after=garbage", "after"),
+    ],
+)
 def test_a_bad_filter_or_cursor_is_a_400_page_naming_it(member, path, field):
     tenant, client = member
     response = client.get(f"/t/{tenant}/{path}")
@@ -45,10 +48,15 @@ def test_a_bad_filter_or_cursor_is_a_400_page_naming_it(member, path, field):
     assert f"{field}:" in html or f"{field} " in html, html[-2000:]
 
 
-@pytest.mark.parametrize("path", [
-    "inbox/?status=open&channel=whatsapp&view=mine", "inbox/?channel=telegram/help", "campaigns/?state=running",
-    "crm/contacts/",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "inbox/?status=open&channel=whatsapp&view=mine",
+        "inbox/?channel=telegram/help",
+        "campaigns/?state=running",
+        "crm/contacts/",
+    ],
+)
 def test_valid_filters_still_list(member, path):
     tenant, client = member
     assert client.get(f"/t/{tenant}/{path}").status_code == 200, path

@@ -5,36 +5,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenancy', '0001_initial'),
+        ("tenancy", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ChannelConfig',
+            name="ChannelConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('whatsapp', 'WhatsApp'), ('telegram', 'Telegram')], max_length=16)),
-                ('name', models.CharField(max_length=63)),
-                ('phone_number_id', models.CharField(blank=True, default='', max_length=32)),
-                ('display_phone_number', models.CharField(blank=True, default='', max_length=32)),
-                ('bot_username', models.CharField(blank=True, default='', max_length=64)),
-                ('api_base_url', models.CharField(blank=True, default='', max_length=200)),
-                ('app_secret_encrypted', models.TextField(blank=True, default='')),
-                ('access_token_encrypted', models.TextField(blank=True, default='')),
-                ('bot_token_encrypted', models.TextField(blank=True, default='')),
-                ('verify_token_hash', models.CharField(blank=True, default='', max_length=128)),
-                ('webhook_secret_hash', models.CharField(blank=True, default='', max_length=128)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='channel_configs', to='tenancy.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(choices=[("whatsapp", "WhatsApp"), ("telegram", "Telegram")], max_length=16)),
+                ("name", models.CharField(max_length=63)),
+                ("phone_number_id", models.CharField(blank=True, default="", max_length=32)),
+                ("display_phone_number", models.CharField(blank=True, default="", max_length=32)),
+                ("bot_username", models.CharField(blank=True, default="", max_length=64)),
+                ("api_base_url", models.CharField(blank=True, default="", max_length=200)),
+                ("app_secret_encrypted", models.TextField(blank=True, default="")),
+                ("access_token_encrypted", models.TextField(blank=True, default="")),
+                ("bot_token_encrypted", models.TextField(blank=True, default="")),
+                ("verify_token_hash", models.CharField(blank=True, default="", max_length=128)),
+                ("webhook_secret_hash", models.CharField(blank=True, default="", max_length=128)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="channel_configs", to="tenancy.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['tenant_id', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'name'), name='channel_name_unique_per_tenant'), models.UniqueConstraint(condition=models.Q(('kind', 'whatsapp'), models.Q(('phone_number_id', ''), _negated=True)), fields=('tenant', 'phone_number_id'), name='whatsapp_number_unique_per_tenant')],
+                "ordering": ["tenant_id", "name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "name"), name="channel_name_unique_per_tenant"),
+                    models.UniqueConstraint(
+                        condition=models.Q(("kind", "whatsapp"), models.Q(("phone_number_id", ""), _negated=True)),
+                        fields=("tenant", "phone_number_id"),
+                        name="whatsapp_number_unique_per_tenant",
+                    ),
+                ],
             },
         ),
     ]

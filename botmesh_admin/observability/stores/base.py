@@ -82,7 +82,8 @@ class PushLimits:
                 "replica",
                 f"bot {bot!r} already has {replicas} live replicas, the limit ({self.names[1]}={self.max_replicas});"
                 f" a replica stops counting {seconds} s after its last push",
-                limit=self.names[1], maximum=self.max_replicas,
+                limit=self.names[1],
+                maximum=self.max_replicas,
             )
         bots = {b for b, _ in live}
         if bot not in bots and len(bots) >= self.max_bots:
@@ -90,7 +91,8 @@ class PushLimits:
                 "bot",
                 f"the tenant already has {len(bots)} live bots, the limit ({self.names[0]}={self.max_bots});"
                 f" a bot stops counting {seconds} s after its replicas' last push",
-                limit=self.names[0], maximum=self.max_bots,
+                limit=self.names[0],
+                maximum=self.max_bots,
             )
 
 
@@ -103,8 +105,15 @@ class BotMetricsStore(Protocol):
     """
 
     def push(
-        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
-        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+        self,
+        tenant: str,
+        *,
+        bot: str,
+        replica: str,
+        snapshot: dict[str, Any],
+        received_at_ms: int,
+        pushed_at_ms: int | None = None,
+        limits: PushLimits | None = None,
     ) -> BotSample:
         """Store ``snapshot`` as the replica's latest sample and append it to its history.
 
@@ -157,8 +166,13 @@ class TraceStore(Protocol):
         ...
 
     def list(
-        self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
-        limit: int = 50, after: str | None = None,
+        self,
+        tenant: str | None,
+        *,
+        kind: str | None = None,
+        conversation: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
     ) -> tuple[list[TraceSummary], str | None]:
         """Return the newest traces first, filtered, and the cursor of the next page (or ``None``)."""
         ...

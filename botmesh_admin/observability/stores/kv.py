@@ -215,16 +215,24 @@ def key_segment(name: str, max_bytes: int) -> str:
 class KvBotMetricsStore:
     """Latest sample and a ring buffer of ``history`` samples per replica, written in one batch."""
 
-    def __init__(self, kv: DurableKv, *, history: int = DEFAULT_HISTORY,
-                 retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+    def __init__(
+        self, kv: DurableKv, *, history: int = DEFAULT_HISTORY, retention_ms: int = DEFAULT_RETENTION_MS
+    ) -> None:
         self.kv = kv
         self.tables = TenantKv(kv, PACKAGE)
         self.history_size = history
         self.retention_ms = retention_ms
 
     def push(
-        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
-        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+        self,
+        tenant: str,
+        *,
+        bot: str,
+        replica: str,
+        snapshot: dict[str, Any],
+        received_at_ms: int,
+        pushed_at_ms: int | None = None,
+        limits: PushLimits | None = None,
     ) -> BotSample:
         from botmesh_admin.kv.validation import now_ms
 
@@ -238,15 +246,25 @@ class KvBotMetricsStore:
             if limits is not None and (entry is None or self._last_push(entry.value) <= pushed - limits.live_ms):
                 ops.append(self._admission(table, bot, replica, pushed, limits))
             seq = entry.value["seq"] + 1 if entry else 1
-            value = {"seq": seq, "at": received_at_ms, "pushed_at": pushed, "bot": bot, "replica": replica,
-                     "snapshot": snapshot}
-            self.kv.commit(table, [
-                *ops,
-                Put(f"l/{pair}", value, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
-                Put(f"h/{pair}/{seq % self.history_size:06d}", value, ttl_ms=self.retention_ms),
-            ])
-            return BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot,
-                             pushed_at_ms=pushed)
+            value = {
+                "seq": seq,
+                "at": received_at_ms,
+                "pushed_at": pushed,
+                "bot": bot,
+                "replica": replica,
+                "snapshot": snapshot,
+            }
+            self.kv.commit(
+                table,
+                [
+                    *ops,
+                    Put(f"l/{pair}", value, expect=entry.version if entry else ABSENT, ttl_ms=self.retention_ms),
+                    Put(f"h/{pair}/{seq % self.history_size:06d}", value, ttl_ms=self.retention_ms),
+                ],
+            )
+            return BotSample(
+                bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot, pushed_at_ms=pushed
+            )
 
         return retry_cas(attempt)
 
@@ -259,12 +277,12 @@ class KvBotMetricsStore:
         """
         marker = self.kv.get(table, ADMISSION_KEY)
         live = [
-            (sample.bot, sample.replica) for sample in self._scan_latest(table, "l/")
+            (sample.bot, sample.replica)
+            for sample in self._scan_latest(table, "l/")
             if sample.last_push_ms > pushed - limits.live_ms
         ]
         limits.check(live, bot=bot, replica=replica)
-        return Put(ADMISSION_KEY, {"at": pushed}, expect=marker.version if marker else ABSENT,
-                   ttl_ms=self.retention_ms)
+        return Put(ADMISSION_KEY, {"at": pushed}, expect=marker.version if marker else ABSENT, ttl_ms=self.retention_ms)
 
     def _scan_latest(self, table: str, prefix: str) -> list[BotSample]:
         out = []
@@ -294,7 +312,8 @@ class KvBotMetricsStore:
         newest = latest.value["seq"]
         entries = _scan_all(self.kv, table, f"h/{pair}/", limit=self.history_size)
         samples = [
-            self._sample(bot, replica, e.value) for e in entries
+            self._sample(bot, replica, e.value)
+            for e in entries
             # a slot left from before a restart of the sequence is not part of this history
             if newest - self.history_size < e.value["seq"] <= newest
         ]
@@ -308,9 +327,14 @@ class KvBotMetricsStore:
     @staticmethod
     def _sample(bot: str, replica: str, value: dict[str, Any]) -> BotSample:
         # Samples written before ids were any text hold no ids: their keys are the ids.
-        return BotSample(bot=value.get("bot", bot), replica=value.get("replica", replica),
-                         received_at_ms=value["at"], seq=value["seq"], snapshot=value["snapshot"],
-                         pushed_at_ms=value.get("pushed_at"))
+        return BotSample(
+            bot=value.get("bot", bot),
+            replica=value.get("replica", replica),
+            received_at_ms=value["at"],
+            seq=value["seq"],
+            snapshot=value["snapshot"],
+            pushed_at_ms=value.get("pushed_at"),
+        )
 
 
 class KvTraceStore:
@@ -324,9 +348,16 @@ class KvTraceStore:
     (``retention_ms``) bounds it too.
     """
 
-    def __init__(self, kv: DurableKv, *, max_traces: int = DEFAULT_MAX_TRACES,
-                 retention_ms: int = DEFAULT_RETENTION_MS, prune_every: int | None = None,
-                 clock: Callable[[], int] | None = None, system_table: str = SYSTEM_TRACES) -> None:
+    def __init__(
+        self,
+        kv: DurableKv,
+        *,
+        max_traces: int = DEFAULT_MAX_TRACES,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        prune_every: int | None = None,
+        clock: Callable[[], int] | None = None,
+        system_table: str = SYSTEM_TRACES,
+    ) -> None:
         from botmesh_admin.kv.validation import now_ms
 
         self.kv = kv
@@ -343,15 +374,18 @@ class KvTraceStore:
     def _table(self, tenant: str | None) -> str:
         return self.system_table if tenant is None else self.tables.table(tenant, "traces")
 
-    def _put(self, tenant: str | None, trace_id: str, spans: list[dict[str, Any]],
-             entry: Entry | None) -> tuple[Op, RecordChange]:
+    def _put(
+        self, tenant: str | None, trace_id: str, spans: list[dict[str, Any]], entry: Entry | None
+    ) -> tuple[Op, RecordChange]:
         """Return the write of ``spans`` merged into the trace read as ``entry``, and its change."""
         previous = entry.value if entry else None
         merged = trace_records.merge_trace(previous, trace_id, tenant, spans, self._clock())
         expect = entry.version if entry else ABSENT
         key = f"t/{trace_id}"
-        return (Put(key, merged, expect=expect, ttl_ms=self.retention_ms),
-                RecordChange(TRACE, key, previous, merged, ttl_ms=self.retention_ms))
+        return (
+            Put(key, merged, expect=expect, ttl_ms=self.retention_ms),
+            RecordChange(TRACE, key, previous, merged, ttl_ms=self.retention_ms),
+        )
 
     def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
         if not spans:
@@ -385,7 +419,7 @@ class KvTraceStore:
         items = list(by_trace.items())
         table = self._table(tenant)
         for start in range(0, len(items), RECORD_BATCH):
-            batch = dict(items[start:start + RECORD_BATCH])
+            batch = dict(items[start : start + RECORD_BATCH])
             for _ in range(MAX_ATTEMPTS):
                 if not batch:
                     break
@@ -443,7 +477,7 @@ class KvTraceStore:
         doomed = list(dict.fromkeys(doomed))[: 4 * self.prune_every]
         # A few commits of many deletes: one commit per trace cost as much as writing it.
         for start in range(0, len(doomed), PRUNE_BATCH):
-            keys = doomed[start:start + PRUNE_BATCH]
+            keys = doomed[start : start + PRUNE_BATCH]
             retry_cas(partial(self._delete, table, keys))
         return len(doomed)
 
@@ -464,8 +498,15 @@ class KvTraceStore:
             if self.layout.state(table, name) != "built":
                 self.layout.build(table, name)
 
-    def list(self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
-             limit: int = 50, after: str | None = None) -> tuple[list[TraceSummary], str | None]:
+    def list(
+        self,
+        tenant: str | None,
+        *,
+        kind: str | None = None,
+        conversation: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> tuple[list[TraceSummary], str | None]:
         """Return a page of one index: by conversation, by kind, or all, newest first.
 
         ``after`` is the ``r/<inverted ms>/<trace id>`` of the previous page's
@@ -496,7 +537,8 @@ class KvTraceStore:
                 rows = [e.value for e in self.kv.get_many(table, keys) if e is not None]
             for row in rows:
                 summary = trace_records.summary_from_json(
-                    {k: v for k, v in row.items() if k not in ("pk", "first_seen_ms")})
+                    {k: v for k, v in row.items() if k not in ("pk", "first_seen_ms")}
+                )
                 if trace_records.matches(summary, kind, conversation):
                     if len(out) == limit:
                         return out, last_key

@@ -54,8 +54,13 @@ class MemoryCounterStore:
 class MemoryBotMetricsStore:
     """Per (tenant, bot, replica): a deque of the last ``history`` samples."""
 
-    def __init__(self, *, history: int = DEFAULT_HISTORY, retention_ms: int = DEFAULT_RETENTION_MS,
-                 clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        *,
+        history: int = DEFAULT_HISTORY,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self.history_size = history
         self.retention_ms = retention_ms
         self._clock = clock
@@ -63,23 +68,33 @@ class MemoryBotMetricsStore:
         self._samples: dict[tuple[str, str, str], deque[tuple[int, BotSample]]] = {}
 
     def push(
-        self, tenant: str, *, bot: str, replica: str, snapshot: dict[str, Any], received_at_ms: int,
-        pushed_at_ms: int | None = None, limits: PushLimits | None = None,
+        self,
+        tenant: str,
+        *,
+        bot: str,
+        replica: str,
+        snapshot: dict[str, Any],
+        received_at_ms: int,
+        pushed_at_ms: int | None = None,
+        limits: PushLimits | None = None,
     ) -> BotSample:
         key = (validate_id(tenant, "tenant"), bot, replica)
         pushed = self._clock() if pushed_at_ms is None else pushed_at_ms
         with self._lock:
             if limits is not None:
                 live = [
-                    (b, r) for (t, b, r) in list(self._samples)
-                    if t == key[0] and (ring := self._live((t, b, r)))
+                    (b, r)
+                    for (t, b, r) in list(self._samples)
+                    if t == key[0]
+                    and (ring := self._live((t, b, r)))
                     and ring[-1][1].last_push_ms > pushed - limits.live_ms
                 ]
                 limits.check(live, bot=bot, replica=replica)
             ring = self._live(key)
             seq = ring[-1][1].seq + 1 if ring else 1
-            sample = BotSample(bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot,
-                               pushed_at_ms=pushed)
+            sample = BotSample(
+                bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot, pushed_at_ms=pushed
+            )
             ring.append((self._clock() + self.retention_ms, sample))
             return sample
 
@@ -114,8 +129,13 @@ class MemoryBotMetricsStore:
 class MemoryTraceStore:
     """Per tenant: trace records by id, pruned to the newest ``max_traces``."""
 
-    def __init__(self, *, max_traces: int = DEFAULT_MAX_TRACES, retention_ms: int = DEFAULT_RETENTION_MS,
-                 clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        *,
+        max_traces: int = DEFAULT_MAX_TRACES,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self.max_traces = max_traces
         self.retention_ms = retention_ms
         self._clock = clock
@@ -135,7 +155,7 @@ class MemoryTraceStore:
             table[trace_id] = (now + self.retention_ms, merged)
             if len(table) > self.max_traces:
                 ordered = sorted(table.values(), key=lambda e: trace_records.index_key(e[1]))
-                for _, old in ordered[self.max_traces:]:
+                for _, old in ordered[self.max_traces :]:
                     del table[old["trace_id"]]
 
     def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
@@ -149,8 +169,15 @@ class MemoryTraceStore:
             del table[trace_id]
         return table
 
-    def list(self, tenant: str | None, *, kind: str | None = None, conversation: str | None = None,
-             limit: int = 50, after: str | None = None) -> tuple[list[TraceSummary], str | None]:
+    def list(
+        self,
+        tenant: str | None,
+        *,
+        kind: str | None = None,
+        conversation: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> tuple[list[TraceSummary], str | None]:
         tenant = _tenant(tenant)
         with self._lock:
             records = sorted((r for _, r in self._live(tenant).values()), key=trace_records.index_key)

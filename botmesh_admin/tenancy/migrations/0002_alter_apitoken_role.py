@@ -4,15 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenancy', '0001_initial'),
+        ("tenancy", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='apitoken',
-            name='role',
-            field=models.CharField(choices=[('agent', 'Agent'), ('admin', 'Admin'), ('bot', 'Bot (API token only: ledger and metrics push, handoff reads)')], default='admin', max_length=16),
+            model_name="apitoken",
+            name="role",
+            field=models.CharField(
+                choices=[
+                    ("agent", "Agent"),
+                    ("admin", "Admin"),
+                    ("bot", "Bot (API token only: ledger and metrics push, handoff reads)"),
+                ],
+                default="admin",
+                max_length=16,
+            ),
         ),
     ]

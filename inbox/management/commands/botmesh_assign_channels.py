@@ -45,8 +45,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", help="only this tenant")
-        parser.add_argument("--channel", action="append", default=[], metavar="KIND=NAME",
-                            help="assign this kind's conversations to the channel NAME (when a tenant has several)")
+        parser.add_argument(
+            "--channel",
+            action="append",
+            default=[],
+            metavar="KIND=NAME",
+            help="assign this kind's conversations to the channel NAME (when a tenant has several)",
+        )
         parser.add_argument("--batch", type=int, default=200, help="conversations per page (1-5000)")
 
     def handle(self, *args: Any, **options: Any) -> int | None:
@@ -72,19 +77,28 @@ class Command(BaseCommand):
                 for key, value in counts.items():
                     totals[key] += value
                 if verbose and (totals["assigned"] or after is not None):
-                    self.stdout.write(f"botmesh_assign_channels: {tenant}: {totals['checked']} conversations checked, "
-                                      f"{totals['assigned']} assigned, {totals['left']} left")
+                    self.stdout.write(
+                        f"botmesh_assign_channels: {tenant}: {totals['checked']} conversations checked, "
+                        f"{totals['assigned']} assigned, {totals['left']} left"
+                    )
                 if after is None:
                     break
             total_left += totals["left"]
             if totals["assigned"] or verbose:
-                self.stdout.write(f"botmesh_assign_channels: {tenant}: done: {totals['assigned']} assigned, "
-                                  f"{totals['left']} left without a channel")
+                self.stdout.write(
+                    f"botmesh_assign_channels: {tenant}: done: {totals['assigned']} assigned, "
+                    f"{totals['left']} left without a channel"
+                )
             if totals["left"]:
                 several = {k: v for k, v in of_kind.items() if k not in names and len(v) > 1}
-                hint = "; ".join(f"{k} has {', '.join(v)}" for k, v in sorted(several.items())) or "no channel of their kind"
-                self.stderr.write(f"botmesh_assign_channels: {tenant}: {totals['left']} conversation(s) could not be "
-                                  f"assigned ({hint}): run with --tenant {tenant} --channel KIND=NAME")
+                hint = (
+                    "; ".join(f"{k} has {', '.join(v)}" for k, v in sorted(several.items()))
+                    or "no channel of their kind"
+                )
+                self.stderr.write(
+                    f"botmesh_assign_channels: {tenant}: {totals['left']} conversation(s) could not be "
+                    f"assigned ({hint}): run with --tenant {tenant} --channel KIND=NAME"
+                )
         if verbose or total_left:
             self.stdout.write(f"botmesh_assign_channels: {total_left} conversation(s) left without a channel")
         self.left = total_left

@@ -100,9 +100,7 @@ class Command(BaseCommand):
                 sys.stdout.write(f"\r  {label}: {done} records")
                 sys.stdout.flush()
 
-            done = t.layout.build(
-                t.table, t.index, batch=options["batch"], rebuild=options["rebuild"], progress=show
-            )
+            done = t.layout.build(t.table, t.index, batch=options["batch"], rebuild=options["rebuild"], progress=show)
             self.stdout.write(f"\r  {t.label}: {done} records indexed, built")
             built += 1
         if options["index"] is None:

@@ -67,8 +67,11 @@ def port_refusal(host: str, port: int) -> str | None:
             sock.bind(address)
     except OSError as exc:
         in_use = exc.errno == errno.EADDRINUSE
-        reason = "is already in use (another program listens on it)" if in_use else \
-            f"cannot be listened on ({exc.strerror or exc})"
+        reason = (
+            "is already in use (another program listens on it)"
+            if in_use
+            else f"cannot be listened on ({exc.strerror or exc})"
+        )
         return (f"port {port} of {host} {reason}: start on another with --port {port + 1} "
                 f"or BOTMESH_PORT={port + 1}")  # fmt: skip
     return None
@@ -178,11 +181,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=settings.CONFIG.port,
-                            help="port of the web server (default: BOTMESH_PORT, else 8000)")
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=settings.CONFIG.port,
+            help="port of the web server (default: BOTMESH_PORT, else 8000)",
+        )
         parser.add_argument("--no-demo", action="store_true", help="do not load the demo tenant")
         parser.add_argument(
-            "--reload-demo", action="store_true",
+            "--reload-demo",
+            action="store_true",
             help="load the demo data again even if an earlier start loaded it (overwrites your edits)",
         )
         parser.add_argument("--exit-after-load", action="store_true", help="stop once the demo is loaded (smoke test)")
@@ -204,8 +212,20 @@ class Command(BaseCommand):
         log_dir.mkdir(parents=True, exist_ok=True)
         commands = {
             "web": [py, "manage.py", "runserver", f"{opts['host']}:{opts['port']}", "--noreload"],
-            "worker": [py, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "INFO",
-                       "--concurrency", "2", "-n", "worker@%h"],
+            "worker": [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "botmesh_admin",
+                "worker",
+                "-l",
+                "INFO",
+                "--concurrency",
+                "2",
+                "-n",
+                "worker@%h",
+            ],
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files
@@ -235,7 +255,9 @@ class Command(BaseCommand):
                 tokens = demo.ensure_accounts()
                 earlier = demo.demo_loaded()
                 if earlier and not opts["reload_demo"]:
-                    summaries = ["already loaded by an earlier start; your edits are kept (--reload-demo loads it again)"]
+                    summaries = [
+                        "already loaded by an earlier start; your edits are kept (--reload-demo loads it again)"
+                    ]
                 else:
                     summaries = demo.load_over_http(base_url, tokens)
                     demo.mark_demo_loaded(summaries)
@@ -262,7 +284,9 @@ class Command(BaseCommand):
         """Build the Kv indexes an installation from an earlier version lacks (with progress)."""
         from .botmesh_reindex import tenant_ids, unbuilt
 
-        call_command("botmesh_upgrade", stdout=self.stdout, verbosity=0)  # kernel tables of earlier versions (idempotent)
+        call_command(
+            "botmesh_upgrade", stdout=self.stdout, verbosity=0
+        )  # kernel tables of earlier versions (idempotent)
         missing = unbuilt(tenant_ids(None))
         if missing:
             self.stdout.write(f"building {len(missing)} Kv index(es) over existing data first ...")
@@ -283,7 +307,10 @@ class Command(BaseCommand):
             marker.write_text("botmesh_assign_channels: every conversation has its channel\n")
 
     def _what_exists(self, base_url: str, *, demo_loaded: bool) -> list[str]:
-        """The login and links to print: the demo's where they exist (``--no-demo`` loads none), else how to add them."""
+        """The login and links to print: the demo's where they exist, else how to add them.
+
+        ``--no-demo`` loads no demo, so then only the how.
+        """
         from django.contrib.auth import get_user_model
 
         from botmesh_admin.tenancy.models import Tenant

@@ -22,16 +22,12 @@ class Command(BaseCommand):
             "--force", action="store_true",
             help="replace the data of a non-empty installation (database and Kv replaced, journal merged)",
         )  # fmt: skip
-        parser.add_argument(
-            "--no-migrate", action="store_true", help="do not run migrate after the restore"
-        )
+        parser.add_argument("--no-migrate", action="store_true", help="do not run migrate after the restore")
 
     def handle(self, *args: Any, **options: Any) -> None:
         say = self.stdout.write if options["verbosity"] >= 1 else (lambda _: None)
         try:
-            doc = backup_restore(
-                options["path"], force=options["force"], migrate=not options["no_migrate"], say=say
-            )
+            doc = backup_restore(options["path"], force=options["force"], migrate=not options["no_migrate"], say=say)
         except BackupError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(

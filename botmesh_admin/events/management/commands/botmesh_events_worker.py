@@ -77,9 +77,13 @@ class Command(BaseCommand):
             if not done.wait(limit):
                 from botmesh_admin.observability import shutdown
 
-                log.error("events worker: forced exit %.0f s after the stop signal: 1 record in hand cut off "
-                          "(redelivered after its lease), %d send(s) cut off in flight (a reply cut off is "
-                          "then not confirmed, never resent automatically)", limit, shutdown.inflight_count())
+                log.error(
+                    "events worker: forced exit %.0f s after the stop signal: 1 record in hand cut off "
+                    "(redelivered after its lease), %d send(s) cut off in flight (a reply cut off is "
+                    "then not confirmed, never resent automatically)",
+                    limit,
+                    shutdown.inflight_count(),
+                )
                 os._exit(1)
 
         def stop(signum: int, frame: object) -> None:
