@@ -20,6 +20,7 @@ from .base import (
     LeaseLost,
     ReplicaStatus,
     StaleFence,
+    bot_prefix,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RedisCoordinator",
     "ReplicaStatus",
     "StaleFence",
+    "bot_prefix",
 ]
 
 

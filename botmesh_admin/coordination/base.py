@@ -30,6 +30,7 @@ Every implementation passes ``tests/coordination/test_conformance.py``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,24 @@ def validate_lease_ms(lease_ms: object, field_name: str = "lease_ms") -> int:
     if lease_ms < MIN_LEASE_MS:
         raise ValidationError(field_name, f"must be at least {MIN_LEASE_MS} ms")
     return lease_ms
+
+
+def bot_prefix(tenant: str, bot: str) -> str:
+    """Return the coordination prefix of one bot's replicas: ``bot-`` and 20 hex digits.
+
+    Every replica of bot ``bot`` in tenant ``tenant`` coordinates under this
+    prefix (its turns, ``provider:<id>`` and ``scheduler`` leaderships, heartbeats
+    and events), and the Replicas page reads the same keys. The digest is the
+    first 20 hex digits of SHA-256 over ``"<tenant>/<bot>"`` (UTF-8): a tenant id
+    and a bot id together can exceed the 63 characters a prefix may have
+    (``PREFIX_RE``), and bot ids may hold characters a prefix may not. Raise
+    ``ValidationError`` naming ``tenant`` or ``bot`` when one is empty.
+    """
+    for field_name, value in (("tenant", tenant), ("bot", bot)):
+        if not isinstance(value, str) or not value:
+            raise ValidationError(field_name, "must be a non-empty string")
+    digest = hashlib.sha256(f"{tenant}/{bot}".encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"bot-{digest}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,3 +48,22 @@ def test_busy_keys_are_never_evicted() -> None:
 def test_max_idle_keys_must_be_positive() -> None:
     with pytest.raises(ValidationError):
         MemoryCoordinationHub(max_idle_keys=0)
+
+
+def test_a_bots_prefix_is_stable_valid_and_its_own() -> None:
+    import hashlib
+
+    import pytest
+
+    from botmesh_admin.coordination import bot_prefix
+    from botmesh_admin.coordination.base import PREFIX_RE
+    from botmesh_admin.errors import ValidationError
+
+    long_tenant, bot = "t" * 63, "tienda-bot/🤖 v2"
+    prefix = bot_prefix(long_tenant, bot)
+    assert prefix == "bot-" + hashlib.sha256(f"{long_tenant}/{bot}".encode()).hexdigest()[:20]
+    assert PREFIX_RE.fullmatch(prefix) and prefix == bot_prefix(long_tenant, bot)
+    assert bot_prefix("tienda", "tienda-bot") != bot_prefix("soporte", "tienda-bot")
+    with pytest.raises(ValidationError) as err:
+        bot_prefix("tienda", "")
+    assert err.value.field == "bot"
