@@ -8,6 +8,8 @@ from typing import Any
 
 from django import template
 
+from campaigns.domain import OUTCOMES, DeliveryCounts
+
 register = template.Library()
 
 
@@ -42,3 +44,11 @@ def human(name: str) -> str:
 def minus(value: int, other: int) -> int:
     """``value - other`` (counts: recipients less those the run will drop)."""
     return int(value) - int(other)
+
+
+@register.filter
+def outcome_counts(counts: DeliveryCounts | None) -> list[tuple[str, int]]:
+    """Return ``[(outcome, n), …]`` of the outcomes with deliveries, in ``OUTCOMES`` order (a final result)."""
+    if counts is None:
+        return []
+    return [(outcome, counts.get(outcome)) for outcome in OUTCOMES if counts.get(outcome)]

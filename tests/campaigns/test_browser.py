@@ -140,3 +140,70 @@ def test_send_with_offers_only_the_chosen_kinds_channels_and_the_preview_names_w
     page.screenshot(path=str(screenshot_dir / "campaign_send_with.png"), full_page=True)
     page.select_option("select[name=channel]", "whatsapp")
     assert offered() == ["", "main", "ventas"] and page.input_value("select[name=channel_name]") == ""
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_a_running_campaigns_page_follows_it_to_the_end_then_stops_polling(world, fake, page, screenshot_dir) -> None:
+    """Issue 20 item 3: the page showed "running" with no progress section until reloaded, and the list's
+    progress column went blank once the campaign completed."""
+    import threading
+
+    from campaigns import services as campaigns
+
+    tenant = world
+    tenancy.tenant_create(tenant, name="Tienda Demo", default_region="CO")
+    channels.channel_config_set(
+        tenant,
+        kind="whatsapp",
+        name="wa-main",
+        phone_number_id="106540352242922",
+        access_token="EAAG-test-token",
+        api_base_url=fake.base_url,
+    )
+    make_contacts(tenant, 12)
+    segment = crm.segment_create(tenant, name="Clientes promo", rules={"tags_all": ["promo"]})
+    get_user_model().objects.create_user("marta", password="marta-password-1")
+    tenancy.membership_set(tenant, username="marta", role="admin")
+    campaign = campaigns.campaign_create(
+        tenant,
+        name="Noviembre 20%",
+        segment_id=segment.id,
+        channel="whatsapp",
+        channel_name="wa-main",
+        message={"template": "promo_noviembre", "language": "es", "parameters": ["{name}"]},
+        rate_per_s=3,  # 12 recipients in about 4 s: the page polls (every 2 s) while it runs
+    )
+    campaigns.campaign_start(tenant, campaign.id)  # queued for a worker: none runs here until the thread below
+
+    login(page, "marta", "marta-password-1")
+    page.goto(f"/t/{tenant}/campaigns/{campaign.id}/")
+    assert page.get_by_test_id("progress-planning").is_visible()  # running, recipients not fixed yet
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "part=progress" in r.url else None)
+    runner = threading.Thread(target=campaigns.campaign_run, args=(tenant, campaign.id), daemon=True)
+    runner.start()
+    try:
+        # Mid-run, without a reload: some recipients have an outcome, not all.
+        page.wait_for_function(
+            "(() => { const p = document.querySelector('[data-testid=progress-percent]');"
+            " return p && +p.textContent > 0 && +p.textContent < 100; })()",
+            timeout=20000,
+        )
+        page.screenshot(path=str(screenshot_dir / "campaign_running.png"), full_page=True)
+        page.wait_for_selector("#campaign-progress[data-state=completed]", timeout=30000)
+    finally:
+        runner.join(30)
+    assert page.get_by_test_id("campaign-outcome").inner_text().startswith("Completed: 12 accepted.")
+    assert page.get_by_test_id("progress-percent").inner_text() == "100"
+    assert page.get_by_test_id("campaign-state").first.inner_text() == "completed"  # the header too
+    assert page.get_by_test_id("pause").count() == 0  # the actions follow the state
+    assert page.locator("[data-testid=deliveries] tr[data-state=accepted]").count() == 12
+    seen = len(polls)
+    page.wait_for_timeout(4500)  # two polling periods
+    assert len(polls) == seen, "a completed campaign's page stops polling"
+    page.screenshot(path=str(screenshot_dir / "campaign_completed.png"), full_page=True)
+
+    page.goto(f"/t/{tenant}/campaigns/")
+    assert page.get_by_test_id("final-counts").inner_text() == "12 accepted"
+    page.screenshot(path=str(screenshot_dir / "campaign_list_final.png"), full_page=True)
