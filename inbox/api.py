@@ -534,3 +534,90 @@ def ledger_push(request: HttpRequest, tenant: str) -> Status:
     """
     records = services.ledger_parse(request.body)
     return Status(202, services.ledger_push(principal(request).tenant, records))
+
+
+# -- bot replicas: the inbound feed and fenced replies ----------------------------------------
+
+
+class BotInboundOut(Schema):
+    """An inbound message for a bot. ``chat_id`` is the ledger's ``chatId``; ``handed_off``: a human holds
+    the chat (do not answer); ``answered``: this bot's reply to it exists."""
+
+    id: str
+    conversation_id: str
+    chat_id: str
+    channel: str
+    channel_name: str | None
+    sender_id: str | None
+    sender_name: str | None
+    type: str
+    text: str | None
+    timestamp_ms: int
+    handed_off: bool
+    answered: bool
+
+
+class BotInboundPage(Schema):
+    """One page of the feed; pass ``next`` as ``after`` (with the same ``since_ms``) for the following one."""
+
+    items: list[BotInboundOut]
+    next: str | None = None
+
+
+class BotInboundParams(CursorParams):
+    since_ms: int = Field(..., ge=0, description="only messages (and conversations active) at or after this epoch ms")
+
+
+class BotReplyIn(BodyIn):
+    """A bot replica's answer to one inbound message, fenced by its turn on the chat."""
+
+    conversation_id: str
+    in_reply_to: str = Field(..., description="the inbound message's id: one answer per message (idempotency key)")
+    text: str
+    fence: int = Field(..., description="the fence of the replica's turn on the chat (Coordinator.acquire_turn)")
+
+
+class BotReplyOut(Schema):
+    """The queued reply (``created`` false: another replica answered first; this is that answer)."""
+
+    created: bool
+    message: MessageOut
+
+
+@router.get("bots/{anytext:bot}/inbound", response={200: BotInboundPage, **ERRORS})
+@requires("bot")
+def bot_inbound(request: HttpRequest, tenant: str, bot: str, params: Query[BotInboundParams]) -> dict[str, Any]:
+    """For bot replicas: inbound messages at or after ``since_ms``, conversations newest activity first.
+
+    O(page): one page of the inbox list, stopping at the first conversation older
+    than ``since_ms``; each conversation gives at most 20 of its messages.
+    """
+    from botmesh_admin.observability.domain import validate_bot_id
+
+    items, cursor = selectors.bot_inbound_page(
+        tenant, bot=validate_bot_id(bot), since_ms=params.since_ms, after=params.after, limit=params.limit
+    )
+    return {"items": [item.to_json() for item in items], "next": cursor}
+
+
+@router.post("bots/{anytext:bot}/replies", response={202: BotReplyOut, **WRITE_ERRORS})
+@requires("bot")
+def bot_reply(request: HttpRequest, tenant: str, bot: str, body: BotReplyIn) -> Status:
+    """Queue a bot's answer through the outbox (as an agent's reply, without the handoff).
+
+    One answer per inbound message (``in_reply_to``): a second replica gets the
+    first answer back (``created`` false). 409 ``stale_fence`` when ``fence`` is
+    older than a fence that already replied in this chat (a replica whose turn was
+    taken over), 409 ``handed_off`` while a human holds the chat.
+    """
+    from botmesh_admin.observability.domain import validate_bot_id
+
+    message, created = replies.bot_reply_create(
+        tenant,
+        body.conversation_id,
+        bot=validate_bot_id(bot),
+        in_reply_to=body.in_reply_to,
+        text=body.text,
+        fence=body.fence,
+    )
+    return Status(202, {"created": created, "message": message_out(message)})

@@ -44,7 +44,7 @@ CONVERSATION_STATUSES = ("open", "pending", "resolved")
 # WhatsApp delivery statuses only move forward; ``failed`` is final (Cloud API, "Status messages").
 DELIVERY_RANK = {"sent": 1, "delivered": 2, "read": 3, "failed": 4}
 REPLY_STATES = ("queued", "sending", "accepted", "failed", "not_confirmed")
-SOURCES = ("ledger", "webhook", "agent")
+SOURCES = ("ledger", "webhook", "agent", "bot")  # bot: a reply a bot sent through the admin
 MAX_ID = 200
 MAX_TEXT = 65536
 MAX_REPLY = 4096

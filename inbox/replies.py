@@ -42,6 +42,7 @@ from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
 from . import selectors
 from .domain import (
+    AGENT_RE,
     Conversation,
     Handoff,
     Message,
@@ -458,3 +459,113 @@ def reply_resend(
     _enqueue(tenant, message_id, f"reply:{message_id}:resend{attempt}")
     log.info("inbox reply %s resent by agent", message_id)
     return queued
+
+
+# -- bots' replies ----------------------------------------------------------------------
+
+BOT_FENCES = "bot_fences"
+"""The tenant's Kv collection of the highest turn fence that replied in each chat, per bot."""
+
+
+def bot_reply_id(tenant: str, conversation_id: str, *, bot: str, in_reply_to: str) -> str:
+    """Return the message id of ``bot``'s reply to the inbound message ``in_reply_to`` (one reply per message)."""
+    return _reply_id(tenant, conversation_id, f"bot:{bot}:{in_reply_to}")
+
+
+def bot_reply_create(
+    tenant: str,
+    conversation_id: str,
+    *,
+    bot: str,
+    in_reply_to: str,
+    text: str,
+    fence: int,
+    inbox: Inbox | None = None,
+) -> tuple[Message, bool]:
+    """Queue ``bot``'s answer to the inbound message ``in_reply_to``; return ``(message, created)``.
+
+    The reply goes through the outbox as an agent's does (the same worker, the
+    channel's provider — the console provider in the embedded default) but as
+    the bot: no handoff, no assignee. Its idempotency key is
+    ``bot:<bot>:<in_reply_to>``, so a message is answered once however many
+    replicas try: the second gets the first reply back (``created`` False).
+
+    ``fence`` is the fence of the bot replica's turn on the chat
+    (``Coordinator.acquire_turn``). It must not be older than a fence that already
+    replied in this chat for this bot (``fencing.FenceGuard`` over the tenant's
+    ``bot_fences`` collection): a replica frozen past its turn's lease, whose
+    turn another replica took, gets ``StaleFence`` (409 ``stale_fence``, the
+    highest fence as ``current_version``) and nothing is queued.
+
+    Raise ``NotFound`` for an unknown conversation or ``in_reply_to`` (or one of
+    another conversation), ``ValidationError`` naming ``in_reply_to`` for an
+    outbound message, ``fence`` for a fence below 1 and ``text`` for bad text,
+    and ``Conflict`` (409 ``handed_off``) while a human holds the chat.
+    """
+    from botmesh_admin.coordination.base import StaleFence
+    from botmesh_admin.coordination.fencing import FenceGuard
+    from botmesh_admin.kv import TenantKv
+    from botmesh_admin.kv.runtime import default_kv
+
+    inbox = inbox or default_inbox()
+    if isinstance(fence, bool) or not isinstance(fence, int) or fence < 1:
+        raise ValidationError("fence", "must be a positive integer (the fence of the replica's turn)")
+    text = check_typed_text(unify_line_breaks(text), "text", MAX_REPLY, required=True) or ""
+    conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
+    inbound = inbox.store.message_get(tenant, in_reply_to)
+    if inbound is None or inbound.conversation_id != conv.id:
+        raise NotFound(f"message {in_reply_to!r} of this conversation not found")
+    if inbound.direction != "in":
+        raise ValidationError("in_reply_to", "must be an inbound message")
+    key = f"bot:{bot}:{in_reply_to}"
+    message_id = _reply_id(tenant, conversation_id, key)
+    kv = default_kv()
+    guard = FenceGuard(kv, TenantKv(kv, "inbox").table(tenant, BOT_FENCES))
+    resource = f"{hashlib.sha256(bot.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}/{conv.id}"
+    for _ in range(RETRIES):
+        existing = inbox.store.message_get(tenant, message_id)
+        if existing is not None:
+            if guard.highest(resource) > fence:  # the late replica is told, even if the answer went out
+                raise StaleFence(
+                    f"fence {fence} is older than the fence that replied in this chat",
+                    current_version=guard.highest(resource),
+                )
+            return existing, False
+        conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
+        if conv.handed_off:
+            raise HandedOff(f"a human ({conv.handoff.taken_by if conv.handoff else '?'}) holds this chat")
+        # Raises StaleFence before anything is written; a later fence that replies meanwhile makes
+        # this one stale for every later reply too (the fence entry only grows).
+        guard.commit(resource, fence)
+        at = inbox.clock()
+        author = bot if AGENT_RE.fullmatch(bot) else "bot"
+        message = validate_message(
+            Message(
+                id=message_id,
+                conversation_id=conv.id,
+                direction="out",
+                type="text",
+                timestamp_ms=at,
+                text=text,
+                sender_id=f"bot:{bot}"[:200],
+                sender_name=bot[:200],
+                source="bot",
+                reply_to=in_reply_to,
+                reply=Reply(author=author, state="queued", idempotency_key=key[:200], updated_at_ms=at),
+            )
+        )
+        new_conv = validate_conversation(_after_message(conv, message, at))
+        try:
+            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
+        except Conflict:
+            continue
+        _enqueue(tenant, message_id, f"reply:{message_id}")
+        log.info("inbox bot reply %s queued conversation=%s fence=%s", message_id, conv.id, fence)
+        return inbox.store.message_get(tenant, message_id) or message, True
+    raise Conflict("conversation is too busy; try again")
+
+
+class HandedOff(Conflict):
+    """A human holds the chat: the bot must not answer it. HTTP 409."""
+
+    code = "handed_off"

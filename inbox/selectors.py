@@ -450,3 +450,85 @@ def member_usernames(tenant: str) -> list[str]:
 def inbox_settings_get(tenant: str, *, store: InboxStore | None = None) -> InboxSettings:
     """Return what replying means in ``tenant`` (``InboxSettings``; the defaults if never set)."""
     return (store or default_store()).settings_get(tenant)
+
+
+# -- the bot-facing inbound feed ----------------------------------------------------------
+
+BOT_FEED_PER_CONVERSATION = 20
+"""Inbound messages one conversation contributes to a page of ``bot_inbound_page`` at most."""
+
+
+@dataclass(frozen=True)
+class BotInbound:
+    """An inbound message as a bot reads it: where it belongs, what it says, whether it needs an answer.
+
+    ``chat_id`` is the ledger's ``chatId`` (``whatsapp:<wa_id>``, ``telegram:<chat>``),
+    ``channel_name`` the tenant's channel (number or bot) that received it;
+    ``handed_off`` True while a human holds the conversation; ``answered`` True once
+    this bot's reply to it (``replies.bot_reply_create``) exists.
+    """
+
+    message: Message
+    conversation: Conversation
+    answered: bool
+
+    def to_json(self) -> dict[str, object]:
+        """Return the API form."""
+        m, c = self.message, self.conversation
+        return {
+            "id": m.id,
+            "conversation_id": c.id,
+            "chat_id": c.chat_key,
+            "channel": c.channel,
+            "channel_name": c.channel_name,
+            "sender_id": m.sender_id,
+            "sender_name": m.sender_name,
+            "type": m.type,
+            "text": m.text,
+            "timestamp_ms": m.timestamp_ms,
+            "handed_off": c.handed_off,
+            "answered": self.answered,
+        }
+
+
+def bot_inbound_page(
+    tenant: str,
+    *,
+    bot: str,
+    since_ms: int,
+    after: str | None = None,
+    limit: int = 50,
+    store: InboxStore | None = None,
+) -> tuple[list[BotInbound], str | None]:
+    """Return the inbound messages of ``tenant`` at or after ``since_ms`` (epoch ms) and the next cursor.
+
+    Conversations come newest activity first, one page of ``limit`` (1..200) from
+    the inbox list's index, so a page costs the page: the sweep stops at the first
+    conversation whose last activity is older than ``since_ms`` (``next`` is then
+    ``None``). Each contributes its inbound messages (not placeholders, not
+    dropped) at or after ``since_ms``, oldest first, at most
+    ``BOT_FEED_PER_CONVERSATION``; ``answered`` reads whether ``bot`` replied to
+    each. A conversation that changes during a sweep moves to the top, which a
+    later sweep reads. Raise ``ValidationError`` naming ``since_ms``, ``limit``
+    or ``after``.
+    """
+    from .replies import bot_reply_id
+
+    store = store or default_store()
+    if isinstance(since_ms, bool) or not isinstance(since_ms, int) or since_ms < 0:
+        raise ValidationError("since_ms", "must be a non-negative integer (epoch ms)")
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, CONVERSATION_CURSOR)
+    conversations, cursor = store.conversation_page(tenant, view="all", after=after, limit=limit)
+    items: list[BotInbound] = []
+    for conversation in conversations:
+        if conversation.last_activity_ms < since_ms:
+            return items, None  # newest first: every later conversation is older still
+        since_key = f"{min(since_ms, 10**13 - 1):013d}"  # sorts before every sort_key at or after since_ms
+        page = store.message_page(tenant, conversation.id, after=since_key, limit=200)
+        inbound = [m for m in page if m.direction == "in" and not m.placeholder and not m.dropped]
+        for m in inbound[:BOT_FEED_PER_CONVERSATION]:
+            answered = store.message_get(tenant, bot_reply_id(tenant, conversation.id, bot=bot, in_reply_to=m.id))
+            items.append(BotInbound(m, conversation, answered is not None))
+    return items, cursor
