@@ -81,6 +81,25 @@ def _url(name: str, raw: str | None, schemes: tuple[str, ...]) -> str | None:
     return raw
 
 
+def _coordination_url(name: str, raw: str | None, redis_url: str | None) -> str:
+    """Check a coordination URL (``coordination.runtime``): Redis, ``kv:[<kv url>]`` or ``memory:``.
+
+    Unset: ``redis_url`` when Redis is configured, else ``kv:`` (the Kv of ``BOTMESH_KV_URL``).
+    """
+    if raw is None:
+        return redis_url or "kv:"
+    if raw == "memory:" or raw == "kv:":
+        return raw
+    if raw.startswith("kv:"):
+        _url(name, raw[len("kv:") :], KV_SCHEMES)
+        return raw
+    if urlsplit(raw).scheme.lower() in ("redis", "rediss", "redis+cluster") and "://" in raw:
+        return raw
+    raise ConfigError(
+        name, f"expected redis://…, rediss://…, kv:, kv:<a BOTMESH_KV_URL-style URL> or memory:, got {_redact(raw)!r}"
+    )
+
+
 def _redact(url: str) -> str:
     parts = urlsplit(url)
     if parts.password:
@@ -101,6 +120,7 @@ class Config:
     database_url: str
     redis_url: str | None
     kv_url: str
+    coordination_url: str
     journal_url: str
     broker_url: str
     hash_key: str
@@ -171,6 +191,7 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
     )
     redis_url = _url("REDIS_URL", get("REDIS_URL"), ("redis", "rediss"))
     kv_url = _url("BOTMESH_KV_URL", get("BOTMESH_KV_URL"), KV_SCHEMES) or f"sqlite:///{data_dir / 'kv.sqlite3'}"
+    coordination_url = _coordination_url("BOTMESH_COORDINATION_URL", get("BOTMESH_COORDINATION_URL"), redis_url)
     journal_url = _url("BOTMESH_JOURNAL_URL", get("BOTMESH_JOURNAL_URL"), JOURNAL_SCHEMES) or (
         f"sqlite:///{data_dir / 'journal.sqlite3'}"
     )
@@ -193,6 +214,7 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
         database_url=database_url,
         redis_url=redis_url,
         kv_url=kv_url,
+        coordination_url=coordination_url,
         journal_url=journal_url,
         broker_url=broker_url,
         hash_key=get("BOTMESH_HASH_KEY") or secret_key,

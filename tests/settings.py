@@ -23,3 +23,9 @@ from botmesh_admin.settings import *  # noqa: E402,F403
 
 # Fast password hashing: the tests log in a lot; production keeps Django's default.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The suite's own coordinator (default_coordinator) is the in-process hub: no test process shares
+# it with another, and a Kv coordinator would write every renewal into the test's Kv. Tests that
+# coordinate processes build their coordinators by URL (tests/coordination); processes the tests
+# start get the project's default from their own environment.
+BOTMESH_COORDINATION_URL = "memory:"

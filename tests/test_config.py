@@ -27,6 +27,15 @@ def test_redis_url_becomes_the_broker() -> None:
     assert cfg.broker_url == "redis://127.0.0.1:6379/0"
 
 
+def test_coordination_is_redis_when_configured_else_the_kv() -> None:
+    """BOTMESH_COORDINATION_URL defaults to REDIS_URL, else kv: (the Kv of BOTMESH_KV_URL); any is accepted."""
+    assert config.load({}).coordination_url == "kv:"
+    assert config.load({"REDIS_URL": "redis://127.0.0.1:6379/0"}).coordination_url == "redis://127.0.0.1:6379/0"
+    for url in ("kv:", "kv:sqlite:///tmp/c.sqlite3", "kv:postgresql://u@h/db", "memory:", "rediss://h:6380/0"):
+        cfg = config.load({"BOTMESH_COORDINATION_URL": url, "REDIS_URL": "redis://127.0.0.1:6379/0"})
+        assert cfg.coordination_url == url
+
+
 @pytest.mark.parametrize(
     ("environ", "variable"),
     [
@@ -39,6 +48,9 @@ def test_redis_url_becomes_the_broker() -> None:
         ({"BOTMESH_LOG_IDS": "loud"}, "BOTMESH_LOG_IDS"),
         ({"BOTMESH_PROFILE": "staging"}, "BOTMESH_PROFILE"),
         ({"CSRF_TRUSTED_ORIGINS": "example.com"}, "CSRF_TRUSTED_ORIGINS"),
+        ({"BOTMESH_COORDINATION_URL": "http://x"}, "BOTMESH_COORDINATION_URL"),
+        ({"BOTMESH_COORDINATION_URL": "kv:ftp://x"}, "BOTMESH_COORDINATION_URL"),
+        ({"BOTMESH_COORDINATION_URL": "memory"}, "BOTMESH_COORDINATION_URL"),
     ],
 )
 def test_malformed_value_names_the_variable(environ: dict[str, str], variable: str) -> None:

@@ -1,6 +1,16 @@
-"""The process-wide coordinator: Redis when ``REDIS_URL`` is set, else an in-process hub.
+"""The process-wide coordinator, chosen by ``BOTMESH_COORDINATION_URL``; coordinators by URL.
 
-Settings (read when first needed, never at import): ``BOTMESH_REDIS_URL``,
+Coordination URLs (``coordinator_from_url``, ``backend_from_url``):
+
+=========================  ===================================================================
+``redis://…``, ``rediss://…``, ``redis+cluster://…``   ``RedisCoordinator``
+``kv:``                    ``KvCoordinator`` over this process's Kv (``BOTMESH_KV_URL``, ``default_kv()``)
+``kv:<kv url>``            ``KvCoordinator`` over that Kv (``kv:sqlite:///path``, ``kv:postgresql://…``)
+``memory:``                ``MemoryCoordinator`` over this process's hub (one process only)
+=========================  ===================================================================
+
+Settings (read when first needed, never at import): ``BOTMESH_COORDINATION_URL``
+(default: ``REDIS_URL`` when set, else ``kv:``; ``config.py`` validates it),
 ``BOTMESH_COORDINATION_PREFIX`` (default ``botmesh``) and
 ``BOTMESH_COORDINATION_LEASE_MS`` (default 15000). Re-created after a ``fork``
 (Celery prefork children must not share the parent's sockets or threads). Tests
@@ -16,7 +26,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .core import Coordinator
+from botmesh_admin.errors import ValidationError
+
+from .core import Backend, Coordinator
 from .memory import MemoryCoordinationHub, MemoryCoordinator
 
 log = logging.getLogger("botmesh.coordination")
@@ -31,6 +43,9 @@ _override: Coordinator | None = None
 _hub: MemoryCoordinationHub | None = None
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "redis+cluster://")
+
+
 def coordination_settings() -> tuple[str | None, str, int]:
     """Return ``(redis_url, prefix, lease_ms)`` from the Django settings."""
     from django.conf import settings
@@ -40,6 +55,94 @@ def coordination_settings() -> tuple[str | None, str, int]:
         getattr(settings, "BOTMESH_COORDINATION_PREFIX", DEFAULT_PREFIX),
         int(getattr(settings, "BOTMESH_COORDINATION_LEASE_MS", DEFAULT_LEASE_MS)),
     )
+
+
+def coordination_url() -> str:
+    """Return ``settings.BOTMESH_COORDINATION_URL``, defaulting to the Redis URL if set, else ``kv:``."""
+    from django.conf import settings
+
+    url = getattr(settings, "BOTMESH_COORDINATION_URL", None)
+    if url:
+        return str(url)
+    return getattr(settings, "BOTMESH_REDIS_URL", None) or "kv:"
+
+
+def _kv_of(url: str) -> tuple[object, bool]:
+    """Return ``(kv, owned)`` for a ``kv:`` URL: the process's Kv (not owned) or a new connection."""
+    from botmesh_admin.kv import connect
+    from botmesh_admin.kv.runtime import default_kv
+
+    inner = url[len("kv:") :]
+    if not inner:
+        return default_kv(), False
+    try:
+        return connect(inner), True
+    except ValidationError as exc:
+        raise ValidationError("url", f"kv:<kv url>: {exc.problem}") from None
+
+
+def coordinator_from_url(
+    url: str, *, prefix: str, lease_ms: int = DEFAULT_LEASE_MS, role: str = "web", replica_id: str | None = None
+) -> Coordinator:
+    """Return a new coordinator for ``url`` (see the module docstring) as ``replica_id`` in ``role``.
+
+    The caller owns it: ``close()`` releases its leases (and the Kv connection a
+    ``kv:<kv url>`` opened). Raise ``ValidationError`` naming ``url``, ``prefix``,
+    ``lease_ms`` or ``replica_id``; ``StoreUnavailable`` when the service is down.
+    """
+    scheme = _scheme(url)
+    if scheme == "redis":
+        from .redis import RedisCoordinator
+
+        return RedisCoordinator(url, prefix, lease_ms, replica_id, role=role)
+    if scheme == "kv":
+        from .kv import KvCoordinator
+
+        kv, owned = _kv_of(url)
+        try:
+            return KvCoordinator(kv, prefix, lease_ms, replica_id, role=role, owns_kv=owned)  # type: ignore[arg-type]
+        except BaseException:
+            if owned:
+                kv.close()  # type: ignore[attr-defined]
+            raise
+    from .kv import coordination_table
+
+    coordination_table(prefix)  # the same prefix rule on every backend
+    # The hub has no prefix: one namespace per process (tests, a single-process run).
+    return MemoryCoordinator(process_hub(), replica_id, lease_ms=lease_ms, role=role)
+
+
+def backend_from_url(url: str, prefix: str) -> Backend:
+    """Return the shared state behind ``url`` for ``prefix``, to read (``snapshot(live_ms)``) without registering.
+
+    The Replicas page reads a bot's replicas with
+    ``backend_from_url(url, bot_prefix(tenant, bot)).snapshot(live_ms)``; call
+    ``close()`` when done. Raise ``ValidationError`` naming ``url`` or ``prefix``.
+    """
+    scheme = _scheme(url)
+    if scheme == "redis":
+        from .redis import RedisBackend
+
+        return RedisBackend(url, prefix)
+    from .kv import KvBackend, coordination_table
+
+    if scheme == "kv":
+        kv, owned = _kv_of(url)
+        return KvBackend(kv, prefix, owns_kv=owned)  # type: ignore[arg-type]
+    coordination_table(prefix)
+    return process_hub()
+
+
+def _scheme(url: object) -> str:
+    if not isinstance(url, str):
+        raise ValidationError("url", "must be a string")
+    if url.lower().startswith(REDIS_SCHEMES):
+        return "redis"
+    if url.startswith("kv:"):
+        return "kv"
+    if url == "memory:":
+        return "memory"
+    raise ValidationError("url", "expected redis://…, rediss://…, kv:, kv:<kv url> or memory:")
 
 
 def process_hub() -> MemoryCoordinationHub:
@@ -57,13 +160,10 @@ def default_coordinator(role: str = "web") -> Coordinator:
         return _override
     with _lock:
         if _coordinator is None or _pid != os.getpid():
-            redis_url, prefix, lease_ms = coordination_settings()
-            if redis_url:
-                from .redis import RedisCoordinator
-
-                _coordinator = RedisCoordinator(redis_url, prefix, lease_ms, role=role)
-            else:
-                _coordinator = MemoryCoordinator(process_hub(), lease_ms=lease_ms, role=role)
+            _, prefix, lease_ms = coordination_settings()
+            url = coordination_url()
+            _coordinator = coordinator_from_url(url, prefix=prefix, lease_ms=lease_ms, role=role)
+            if url == "memory:":
                 _start_presence(_coordinator)
             _pid = os.getpid()
         return _coordinator

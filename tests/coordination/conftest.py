@@ -1,4 +1,10 @@
-"""Fixtures for the coordination tests: coordinators of every backend, sharing one namespace."""
+"""Fixtures for the coordination tests: coordinators of every backend, sharing one namespace.
+
+``kv-*`` are ``KvCoordinator`` over a DurableKv: in-process (``memory://``) and
+the two that coordinate processes (an SQLite file, PostgreSQL). Each
+coordinator of a Kv deployment opens its own connection, as separate
+processes would.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,9 @@ from botmesh_admin.coordination.core import Coordinator
 from botmesh_admin.coordination.memory import MemoryCoordinationHub, MemoryCoordinator
 from botmesh_admin.kv import DurableKv
 from botmesh_admin.kv.memory import MemoryKv
-from tests.backends import unique_id
+from tests.backends import kv_url, unique_id
 
-COORDINATION_BACKENDS = ["memory", "redis", "redis-cluster"]
+COORDINATION_BACKENDS = ["memory", "redis", "redis-cluster", "kv-memory", "kv-sqlite", "kv-postgresql"]
 LEASE_MS = 1500
 
 MakeCoordinator = Callable[..., Coordinator]
@@ -31,11 +37,22 @@ class Deployment:
             self.url = request.getfixturevalue("redis_url")
         elif name == "redis-cluster":
             self.url = request.getfixturevalue("redis_cluster_url")
+        elif name.startswith("kv-"):
+            self.url = kv_url(name[3:], request)
+        self.shared_kv: DurableKv | None = self.fence_kv if name == "kv-memory" else None
         self.made: list[Coordinator] = []
 
     def make(self, replica_id: str | None = None, lease_ms: int = LEASE_MS, role: str = "web") -> Coordinator:
         if self.name == "memory":
             coordinator: Coordinator = MemoryCoordinator(self.hub, replica_id, lease_ms=lease_ms, role=role)
+        elif self.name.startswith("kv-"):
+            from botmesh_admin.coordination.kv import KvCoordinator
+            from botmesh_admin.kv import connect
+
+            # memory:// is one Kv per connection: its coordinators share one; the others connect each.
+            owned = self.shared_kv is None
+            kv = connect(self.url) if owned else self.shared_kv
+            coordinator = KvCoordinator(kv, self.prefix, lease_ms, replica_id, role=role, owns_kv=owned)
         else:
             from botmesh_admin.coordination.redis import RedisCoordinator
 
