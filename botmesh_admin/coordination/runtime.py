@@ -67,14 +67,35 @@ def coordination_url() -> str:
     return getattr(settings, "BOTMESH_REDIS_URL", None) or "kv:"
 
 
-def _kv_of(url: str) -> tuple[object, bool]:
-    """Return ``(kv, owned)`` for a ``kv:`` URL: the process's Kv (not owned) or a new connection."""
+def _django_ready() -> bool:
+    from django.conf import settings
+
+    return bool(settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+
+def _process_kv() -> tuple[object, bool]:
+    """Return ``(kv, owned)``: ``default_kv()`` in a Django process, else a connection to ``BOTMESH_KV_URL``.
+
+    A bot process need not load the admin's Django settings; it reads the same
+    variable (``config.load``, so a bad value fails with the one-line error).
+    """
     from botmesh_admin.kv import connect
     from botmesh_admin.kv.runtime import default_kv
 
+    if _django_ready():
+        return default_kv(), False
+    from botmesh_admin import config
+
+    return connect(config.load().kv_url), True
+
+
+def _kv_of(url: str) -> tuple[object, bool]:
+    """Return ``(kv, owned)`` for a ``kv:`` URL: the process's Kv (not owned) or a new connection."""
+    from botmesh_admin.kv import connect
+
     inner = url[len("kv:") :]
     if not inner:
-        return default_kv(), False
+        return _process_kv()
     try:
         return connect(inner), True
     except ValidationError as exc:
@@ -94,7 +115,9 @@ def coordinator_from_url(
     if scheme == "redis":
         from .redis import RedisCoordinator
 
-        return RedisCoordinator(url, prefix, lease_ms, replica_id, role=role)
+        # The fence high-water mark lives in the process's Kv (read lazily in a Django process).
+        fence_kv = None if _django_ready() else _process_kv()[0]
+        return RedisCoordinator(url, prefix, lease_ms, replica_id, role=role, fence_kv=fence_kv)  # type: ignore[arg-type]
     if scheme == "kv":
         from .kv import KvCoordinator
 
