@@ -27,7 +27,7 @@ from botmesh_admin.errors import NotFound
 from botmesh_admin.jsonbody import json_load_object
 
 from . import selectors, services
-from .domain import RESULTS, ActivePointer, BotVersion, GateRun
+from .domain import DECISIONS, MAX_REASON, RESULTS, ActivePointer, BotVersion, GateRun
 from .services import DEFAULT_LEASE_MS, MAX_LEASE_MS
 
 router = Router(tags=["deployments"])
@@ -96,6 +96,11 @@ class GateRunOut(Schema):
 class GateResultIn(Schema):
     result: str = one_of(RESULTS, description="succeeded, failed, inconclusive or error")
     details: str = ""
+
+
+class GateDecisionIn(Schema):
+    decision: str = one_of(DECISIONS, description="approve (the gate succeeds) or reject (it fails)")
+    reason: str = Field(..., description=f"why, for the audit log (1-{MAX_REASON} characters)")
 
 
 class ActiveRevisionIn(Schema):
@@ -266,6 +271,18 @@ def gate_run_finish(
         details=body.details,
         actor=p.actor,
     )
+    return version_out(v, selectors.deployment_active(tenant, bot), _now())
+
+
+@router.post("bots/{bot}/versions/{version}/gates/{gate}/decision", response={200: VersionOut, **ERRORS})
+@requires("admin")
+def gate_decide(
+    request: HttpRequest, tenant: str, bot: str, version: str, gate: str, body: GateDecisionIn
+) -> dict[str, Any]:
+    """Approve or reject a gate that waits for a person (a pending ``manual…`` gate, or an inconclusive run),
+    with the reason; 409 ``gate_not_decidable`` for any other gate. The admin page's buttons call the same."""
+    p = principal(request)
+    v = services.gate_decide(tenant, bot, version, gate, decision=body.decision, reason=body.reason, actor=p.actor)
     return version_out(v, selectors.deployment_active(tenant, bot), _now())
 
 

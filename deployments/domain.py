@@ -29,6 +29,9 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ARTIFACT_URL_RE = re.compile(r"^(oci|https)://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^\s<>\"'\\]{1,400}$")
 """Control characters refused in text fields (tab and newline are allowed)."""
 MAX_GATES = 20
+MANUAL_PREFIX = "manual"  # a gate named manual… (``manual-approval``) is decided by a person, never by a runner
+DECISIONS = ("approve", "reject")
+MAX_REASON = 500
 MAX_NOTES = 2000
 MAX_CREATED_BY = 200
 MAX_DETAILS = 4000
@@ -60,6 +63,12 @@ class StaleGateRun(Conflict):
     """The run is not (or no longer) the current run of the gate. HTTP 409."""
 
     code = "stale_gate_run"
+
+
+class GateNotDecidable(Conflict):
+    """A person may decide only a gate that waits for one (``GateState.awaits_decision``). HTTP 409."""
+
+    code = "gate_not_decidable"
 
 
 class VersionExists(Conflict):
@@ -221,6 +230,16 @@ class GateState:
     finished_at: int | None = None
     details: str = ""
     runs: int = 0
+
+    @property
+    def awaits_decision(self) -> bool:
+        """True if a person decides this gate: a pending ``manual…`` gate, or one whose run was inconclusive.
+
+        A ``manual-approval`` gate has no runner; an ``inconclusive`` result
+        (the conversation replay could not tell) never promotes by itself
+        (``BotVersion.gates_passed``), so an admin approves or rejects it.
+        """
+        return (self.status == PENDING and self.name.startswith(MANUAL_PREFIX)) or self.status == INCONCLUSIVE
 
     def running_at(self, now: int) -> bool:
         """Return True if a run holds an unexpired reservation at ``now``."""

@@ -17,13 +17,18 @@ from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.kv.validation import now_ms
 
 from .domain import (
+    DECISIONS,
+    FAILED,
     MAX_DETAILS,
+    MAX_REASON,
     RESULTS,
     RUNNING,
+    SUCCEEDED,
     ActivePointer,
     AuditEvent,
     BotVersion,
     GateBusy,
+    GateNotDecidable,
     GateRun,
     GatesNotPassed,
     GateState,
@@ -582,6 +587,58 @@ def gate_run_finish(
     )
 
 
+DECISION_LEASE_MS = 60_000  # the run a decision records lasts one request; a crash mid-way frees it after this
+
+
+def gate_decide(
+    tenant: str, bot: str, version: str, gate: str, *, decision: str, reason: str, actor: str
+) -> BotVersion:
+    """Approve or reject a gate that waits for a person (``GateState.awaits_decision``); return the version.
+
+    The decision is a gate run of its own, recorded by ``gate_run_start`` and
+    ``gate_run_finish`` (the API's runs: the same audit events, ``actor`` the
+    admin, ``details`` "approved by <actor>: <reason>"), so the audit log and
+    activation's check read it like any runner's result: approve → succeeded,
+    reject → failed. Raise ``ValidationError`` naming ``decision`` or ``reason``
+    (required, at most ``MAX_REASON`` characters), ``NotFound`` for an unknown
+    version or gate, ``GateNotDecidable`` (409) for a gate a runner decides or
+    one decided already, ``GateBusy`` while a run holds it.
+    """
+    if decision not in DECISIONS:
+        raise ValidationError("decision", f"must be one of {', '.join(DECISIONS)}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError("reason", "say why: the reason goes into the audit log")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON:
+        raise ValidationError("reason", f"longer than {MAX_REASON} characters")
+    validate_gate(gate)
+    registry = default_registry()
+    current = registry.get(tenant, bot, version)
+    state = current.gate(gate)
+    if state is None:
+        raise NotFound(f"version {version!r} of {bot!r} has no gate {gate!r}")
+    if not state.awaits_decision:
+        raise GateNotDecidable(
+            f"gate {gate!r} of {version!r} is {state.status}: a person decides only a manual gate"
+            " or one whose run was inconclusive",
+            current_version=current.revision,
+        )
+    run = registry.start_gate_run(tenant, bot, version, gate, actor=actor, lease_ms=DECISION_LEASE_MS)
+    verb = "approved" if decision == "approve" else "rejected"
+    decided = registry.finish_gate_run(
+        tenant,
+        bot,
+        version,
+        gate,
+        run_id=run.run_id,
+        result=SUCCEEDED if decision == "approve" else FAILED,
+        details=f"{verb} by {actor}: {reason}",
+        actor=actor,
+    )
+    log.info("gate %s tenant=%s bot=%s version=%s gate=%s by=%s", verb, tenant, bot, version, gate, actor)
+    return decided
+
+
 def deployment_activate(
     tenant: str, bot: str, version: str, *, actor: str, expected_revision: int | None = None
 ) -> ActivePointer:
@@ -606,6 +663,7 @@ __all__ = [
     "default_registry",
     "deployment_activate",
     "deployment_rollback",
+    "gate_decide",
     "gate_run_finish",
     "gate_run_start",
     "version_prune",

@@ -12,12 +12,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import selectors, services
-from .domain import validate_bot
+from .domain import MAX_REASON, validate_bot
 
 PAGE = 50
 ACTIONS = ("activate", "rollback")
@@ -62,8 +63,37 @@ def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
             "next": str(versions[-1].seq) if len(versions) == PAGE else None,
             "audit": selectors.deployment_audit_list(tenant, bot, limit=10),
             "can_write": page_principal(request).can("admin"),
+            "max_reason": MAX_REASON,
         },
     )
+
+
+@require_POST
+@tenant_page("admin")
+def gate_decide(request: HttpRequest, tenant: str, bot: str, version: str, gate: str) -> HttpResponse:
+    """Approve or reject a gate that waits for a person, with the reason (``services.gate_decide``, as the API).
+
+    Admins only: an agent sees no buttons and its POST is refused (403 page).
+    """
+    decision = request.POST.get("decision", "")
+    try:
+        services.gate_decide(
+            tenant,
+            bot,
+            version,
+            gate,
+            decision=decision,
+            reason=request.POST.get("reason", ""),
+            actor=page_principal(request).actor,
+        )
+    except DomainError as exc:
+        if exc.status == 404:
+            raise
+        messages.error(request, exc.message)
+    else:
+        verb = "approved" if decision == "approve" else "rejected"
+        messages.success(request, f"Gate {gate} of {version} {verb}.")
+    return redirect("deployments:bot", tenant=tenant, bot=bot)
 
 
 def _revision(request: HttpRequest) -> int | None:

@@ -124,3 +124,29 @@ def test_bad_input_is_422_with_the_field_path(client: Client, world: World, vers
     assert resp.status_code == 422 and resp.json()["field"] == "after"
     resp = client.get(f"/api/v1/tenants/{world.a}/bots/Bad%20Bot/versions", **world.admin)
     assert resp.status_code == 422 and resp.json()["field"] == "bot"
+
+
+def test_an_admin_decides_a_manual_gate_with_a_reason_and_only_such_a_gate(
+    client: Client, world: World, versions
+) -> None:
+    """Issue 20 item 4: a person approves or rejects a gate that waits for one (manual…, or an inconclusive run)."""
+    rc = versions[-1]
+    assert _post(client, _bot(world, "/versions"), rc, world.admin).status_code == 201
+    url = _bot(world, f"/versions/{rc['version']}/gates/manual-approval/decision")
+    assert _post(client, url, {"decision": "approve", "reason": "ok"}, world.agent).status_code == 403
+    empty = _post(client, url, {"decision": "approve", "reason": "  "}, world.admin)
+    assert empty.status_code == 422 and empty.json()["field"] == "reason"
+    bad = _post(client, url, {"decision": "maybe", "reason": "x"}, world.admin)
+    assert bad.status_code == 422 and bad.json()["field"] == "decision"
+    runner_gate = _bot(world, f"/versions/{rc['version']}/gates/unit-tests/decision")
+    refused = _post(client, runner_gate, {"decision": "approve", "reason": "trust me"}, world.admin)
+    assert refused.status_code == 409 and refused.json()["error"] == "gate_not_decidable"
+
+    done = _post(client, url, {"decision": "approve", "reason": "QA signed off"}, world.admin)
+    assert done.status_code == 200, done.content
+    gate = next(g for g in done.json()["gates"] if g["name"] == "manual-approval")
+    assert gate["status"] == "succeeded" and gate["details"] == "approved by token:ci: QA signed off"
+    again = _post(client, url, {"decision": "reject", "reason": "changed my mind"}, world.admin)
+    assert again.status_code == 409 and again.json()["error"] == "gate_not_decidable"
+    audit = client.get(_bot(world, "/audit"), **world.agent).json()["items"]
+    assert audit[0]["action"] == "gate_run_finished" and audit[0]["actor"] == "token:ci"

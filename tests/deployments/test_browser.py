@@ -38,3 +38,54 @@ def test_admin_rolls_back_after_confirming(page, tenant_id: str, versions, scree
     page.wait_for_selector("text=Rolled tienda-bot back to 1.1.0.")
     assert "rolled back from 1.2.0" in page.locator("[data-testid=active]").inner_text()
     assert registry.active(tenant_id, "tienda-bot").version == "1.1.0"
+
+
+def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
+    page, tenant_id: str, versions, screenshot_dir
+) -> None:
+    """Issue 20 item 4: only the API could decide a manual-approval gate; the page had no way to."""
+    from django.test import Client
+
+    users = get_user_model()
+    users.objects.create_user("ops-admin", password="ops-password-1")
+    users.objects.create_user("ops-agent", password="ops-password-2")
+    tenancy.tenant_create(tenant_id, name="Ops Shop")
+    tenancy.membership_set(tenant_id, username="ops-admin", role="admin")
+    tenancy.membership_set(tenant_id, username="ops-agent", role="agent")
+    registry = services.default_registry()
+    rc = versions[-1]["version"]
+    registry.publish(tenant_id, versions[-1], actor="token:ci")
+    for gate, result in (("unit-tests", "succeeded"), ("conversation-replay", "inconclusive")):
+        run = registry.start_gate_run(tenant_id, "tienda-bot", rc, gate, actor="token:ci")
+        registry.finish_gate_run(tenant_id, "tienda-bot", rc, gate, run_id=run.run_id, result=result, actor="ci")
+
+    agent = Client()
+    agent.force_login(users.objects.get(username="ops-agent"))
+    url = f"/t/{tenant_id}/deployments/tienda-bot/"
+    assert 'data-testid="approve"' not in agent.get(url).content.decode()
+    refused = agent.post(f"{url}versions/{rc}/gates/manual-approval/decision", {"decision": "approve", "reason": "x"})
+    assert refused.status_code == 403
+    assert registry.get(tenant_id, "tienda-bot", rc).gate("manual-approval").status == "pending"
+
+    login(page, "ops-admin", "ops-password-1")
+    page.goto(url)
+    assert page.get_by_test_id("activate").count() == 0  # not every gate has passed
+    replay = page.get_by_test_id("decision-conversation-replay")
+    assert "was inconclusive" in replay.inner_text()
+    page.screenshot(path=str(screenshot_dir / "deployments-gate-decision.png"), full_page=True)
+    replay.get_by_test_id("approve").click()  # no reason: the browser asks for one, nothing is sent
+    assert registry.get(tenant_id, "tienda-bot", rc).gate("conversation-replay").status == "inconclusive"
+    replay.get_by_test_id("reason").fill("replay flaked on a timeout; checked by hand")
+    replay.get_by_test_id("approve").click()
+    page.wait_for_selector(f"text=Gate conversation-replay of {rc} approved.")
+    manual = page.get_by_test_id("decision-manual-approval")
+    manual.get_by_test_id("reason").fill("QA signed off")
+    manual.get_by_test_id("approve").click()
+    page.wait_for_selector(f"text=Gate manual-approval of {rc} approved.")
+    assert page.locator(f"tr[data-version='{rc}'] [data-testid=gate-status]").inner_text() == "passed"
+    assert "approved by user:ops-admin: QA signed off" in page.locator("table.deployments-audit").inner_text()
+    page.click("[data-testid=activate]")
+    page.click("[data-testid=confirm]")
+    page.wait_for_selector(f"text=tienda-bot {rc} is now active.")
+    assert registry.active(tenant_id, "tienda-bot").version == rc
+    page.screenshot(path=str(screenshot_dir / "deployments-gate-approved.png"), full_page=True)
