@@ -66,6 +66,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "botmesh_admin.tenancy.context.navigation",
             ],
+            # ``{{ value|when }}`` (one time format, the tenant's zone) and the refused-form tags of every page.
+            "builtins": ["botmesh_admin.timefmt", "botmesh_admin.formerrors"],
         },
     },
 ]

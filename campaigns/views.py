@@ -7,12 +7,13 @@ Views call services and selectors only.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
@@ -254,9 +255,9 @@ def delivery_table(request: HttpRequest, tenant: str, campaign_id: str) -> HttpR
 
 
 def _scheduled_at(value: str) -> int:
-    """Return epoch ms of a ``datetime-local`` value read as UTC."""
+    """Return epoch ms of a ``datetime-local`` value read in the tenant's zone (the page's active zone)."""
     try:
-        when = datetime.fromisoformat(value).replace(tzinfo=UTC)
+        when = timezone.make_aware(datetime.fromisoformat(value))
     except ValueError:
         raise ValidationError("scheduled_at", "pick a date and time") from None
     return int(when.timestamp() * 1000)

@@ -16,6 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.formerrors import form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
@@ -28,9 +29,9 @@ def _is_htmx(request: HttpRequest) -> bool:
     return bool(request.headers.get("HX-Request"))
 
 
-def _render(request: HttpRequest, page: str, fragment: str, context: dict[str, Any]) -> HttpResponse:
+def _render(request: HttpRequest, page: str, fragment: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     """Render the full page, or only the fragment for htmx; caches keep the two apart."""
-    response = render(request, fragment if _is_htmx(request) else page, context)
+    response = render(request, fragment if _is_htmx(request) else page, context, status=status)
     patch_vary_headers(response, ("HX-Request",))
     return response
 
@@ -209,10 +210,30 @@ def rules_from_form(data: Any) -> dict[str, Any]:
     }
 
 
+SEGMENT_FIELDS = {
+    "segment.name": "name",
+    "segment.rules.tags_all": "tags_all",
+    "segment.rules.tags_any": "tags_any",
+    "segment.rules.tags_none": "tags_none",
+    "segment.rules.attributes": "attributes",
+    "segment.rules.consent_required": "consent_required",
+}
+"""The segment form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
+SEGMENT_LABELS = {
+    "name": "Name",
+    "tags_all": "Has all tags",
+    "tags_any": "Has any tag",
+    "tags_none": "Has none of the tags",
+    "attributes": "Attributes",
+    "consent_required": "Marketing consent",
+}
+
+
 @tenant_page("agent")
 def segments(request: HttpRequest, tenant: str) -> HttpResponse:
     """Saved segments with live counts; admins create new ones here."""
     form = request.POST if request.method == "POST" else {}
+    refused = None
     if request.method == "POST":
         try:
             page_principal(request).require("admin")
@@ -223,7 +244,7 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
             messages.success(request, f"Segment {segment.name!r} saved.")
             return redirect("crm:segments", tenant=tenant)
         except DomainError as exc:
-            messages.error(request, exc.message)
+            refused = form_error(exc, form="segment", fields=SEGMENT_FIELDS, typed=request.POST)
     items = selectors.segment_list(tenant)
     counts = selectors.segment_counts(tenant, items)
     return _render(
@@ -235,8 +256,10 @@ def segments(request: HttpRequest, tenant: str) -> HttpResponse:
             "segments": [(s, counts[s.id]) for s in items],
             "channels": CHANNELS,
             "form": form,
+            "form_error": refused,
             "is_admin": page_principal(request).can("admin"),
         },
+        refused.status if refused else 200,
     )
 
 
@@ -246,7 +269,14 @@ def segment_preview(request: HttpRequest, tenant: str) -> HttpResponse:
     try:
         preview = selectors.segment_preview(tenant, rules_from_form(request.POST or request.GET), limit=10)
     except DomainError as exc:
-        return render(request, "crm/_segment_preview.html", {"tenant": tenant, "error": exc.message})
+        refused = form_error(exc, form="segment", fields=SEGMENT_FIELDS)
+        # The preview names the input too: it is shown below the form, not next to the field.
+        label = SEGMENT_LABELS.get(refused.field or "", "")
+        return render(
+            request,
+            "crm/_segment_preview.html",
+            {"tenant": tenant, "error": f"{label}: {refused.message}" if label else refused.message},
+        )
     return render(request, "crm/_segment_preview.html", {"tenant": tenant, "preview": preview})
 
 

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import BadRequest, Conflict, DomainError, ValidationError
+from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.pages import list_query_checked, page_principal, tenant_page
 
 from . import replies, selectors, services
@@ -222,22 +223,42 @@ def _as_shown(exc: DomainError, tenant: str, conversation_id: str) -> DomainErro
     )
 
 
+def _action_refused(request: HttpRequest, tenant: str, conversation_id: str, exc: DomainError) -> HttpResponse:
+    if request.headers.get("HX-Request"):
+        # Re-render the thread with the error on top: the agent sees why
+        # (e.g. 409, someone else assigned it) and the current state.
+        shown = _as_shown(exc, tenant, conversation_id)
+        context = {**_thread_context(request, tenant, conversation_id), "error": shown}
+        return render(request, "inbox/_thread.html", context, status=exc.status)
+    shown = _as_shown(exc, tenant, conversation_id)
+    flash.error(request, f"{shown.title} {shown.message}" if isinstance(shown, _Shown) else exc.message)
+    return _after_action(request, tenant, conversation_id, None)
+
+
+TYPED_FORMS = {"reply": {"reply.text": "text"}, "note": {"note.text": "text"}}
+"""The thread's forms that keep what the agent typed when refused: form → {domain field path: input name}."""
+
+
 def _action(view: Any) -> Any:
     """Run a POST action; a domain error becomes a message (or an htmx error fragment)."""
+
+    form = view.__name__
 
     def wrapper(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
         try:
             done = view(request, tenant, conversation_id)
         except DomainError as exc:
+            if not (isinstance(exc, ValidationError) and form in TYPED_FORMS):
+                return _action_refused(request, tenant, conversation_id, exc)
+            # A refused reply or note: the thread again (the whole page without htmx), the text the
+            # agent typed still in its box and the problem under it (``botmesh_admin.formerrors``).
+            refused = form_error(exc, form=form, fields=TYPED_FORMS[form], typed=request.POST)
             if request.headers.get("HX-Request"):
-                # Re-render the thread with the error on top: the agent sees why
-                # (e.g. 409, someone else assigned it) and the current state.
-                shown = _as_shown(exc, tenant, conversation_id)
-                context = {**_thread_context(request, tenant, conversation_id), "error": shown}
+                context = {**_thread_context(request, tenant, conversation_id), "form_error": refused}
                 return render(request, "inbox/_thread.html", context, status=exc.status)
-            shown = _as_shown(exc, tenant, conversation_id)
-            flash.error(request, f"{shown.title} {shown.message}" if isinstance(shown, _Shown) else exc.message)
-            done = None
+            context = _list_context(request, tenant, conversation_id)
+            context.update(_thread_context(request, tenant, conversation_id), form_error=refused)
+            return render(request, "inbox/inbox.html", context, status=exc.status)
         return _after_action(request, tenant, conversation_id, done)
 
     wrapper.__name__ = view.__name__

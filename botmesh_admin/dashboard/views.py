@@ -7,7 +7,6 @@ tenant data): any member may see the replicas; the jobs page is for admins.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -19,16 +18,17 @@ from django.views.decorators.http import require_POST
 from botmesh_admin.coordination import selectors, services
 from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.timefmt import format_instant
 
 REPLICAS_POLL_S = 2
 JOBS_POLL_S = 5
 
 
 def _when(ms: int | None) -> str:
-    if ms is None:
-        return "—"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """The pages' one time format, in the tenant's zone (``timefmt.format_instant``); ``—`` for none."""
+    return format_instant(ms) or "—"
 
 
 def _relative(ms: int | None, now: int) -> str:
@@ -96,13 +96,24 @@ def _occurrence(o: selectors.OccurrenceRow) -> dict[str, Any]:
     }
 
 
-def _job_context(tenant: str, errors: dict[str, str] | None = None) -> dict[str, Any]:
+JOB_FIELDS = {
+    "schedule.crontab": "crontab",
+    "schedule.every_s": "every_s",
+    "schedule": "kind",
+    "catch_up": "catch_up",
+    "job.catch_up": "catch_up",
+    "catch_up_window_s": "catch_up_window_s",
+}
+"""The job form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
+
+
+def _job_context(tenant: str, refused: FormError | None = None) -> dict[str, Any]:
     now = services.now_ms()
     rows = selectors.job_list(at_ms=now)
     return {
         "tenant": tenant,
         "poll_s": JOBS_POLL_S,
-        "errors": errors or {},
+        "form_error": refused,
         "policies": CATCH_UP_POLICIES,
         "rows": [
             {
@@ -131,8 +142,8 @@ def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
     form = JobForm(request.POST)
     if not form.is_valid():
         field, problems = next(iter(form.errors.items()))
-        errors = {job_id: f"{field}: {problems[0]}"}
-        return render(request, "dashboard/jobs.html", _job_context(tenant, errors), status=422)
+        refused = form_error(ValidationError(field, problems[0]), form=job_id, fields=JOB_FIELDS, typed=request.POST)
+        return render(request, "dashboard/jobs.html", _job_context(tenant, refused), status=422)
     data = form.cleaned_data
     try:
         services.job_update(
@@ -146,7 +157,8 @@ def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
             actor=page_principal(request).actor,
         )
     except ValidationError as exc:
-        return render(request, "dashboard/jobs.html", _job_context(tenant, {job_id: exc.message}), status=422)
+        refused = form_error(exc, form=job_id, fields=JOB_FIELDS, typed=request.POST)
+        return render(request, "dashboard/jobs.html", _job_context(tenant, refused), status=422)
     except DomainError as exc:
         return render_error(request, exc)
     messages.success(request, f"Job {job_id} saved.")

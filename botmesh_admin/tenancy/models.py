@@ -30,6 +30,12 @@ class Tenant(models.Model):
     default_region = models.CharField(
         max_length=2, default="CO", help_text="ISO 3166 region for phone numbers written without +"
     )
+    time_zone = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="IANA zone the pages show times in (America/Bogota); empty until chosen: UTC",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

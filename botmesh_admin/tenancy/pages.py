@@ -2,7 +2,8 @@
 
 Every tenant page is ``/t/<tenant>/…`` and is wrapped in ``@tenant_page(role)``:
 the user must be logged in and a member of the tenant (else 404, never 403 for a
-foreign tenant); ``request.principal`` is then set. A ``DomainError`` raised by a
+foreign tenant); ``request.principal`` is then set, and the tenant's time
+zone is active while the view runs (``botmesh_admin.timefmt``). A ``DomainError`` raised by a
 service renders as an error page (or an htmx fragment) with its status.
 """
 
@@ -16,11 +17,13 @@ from typing import Any
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError
+from botmesh_admin.timefmt import zone_or_none
 
 from .principal import Principal
-from .selectors import principal_for_user
+from .selectors import principal_for_user, tenant_time_zone
 
 View = Callable[..., HttpResponse]
 
@@ -37,7 +40,11 @@ def tenant_page(role: str = "agent") -> Callable[[View], View]:
                 principal = principal_for_user(request.user, tenant)
                 request.principal = principal  # type: ignore[attr-defined]
                 principal.require(role)
-                return view(request, tenant, *args, **kwargs)
+                # Every time the page shows is in the tenant's zone (UTC until one is chosen).
+                zone_name = tenant_time_zone(tenant)
+                request.tenant_time_zone = zone_name  # type: ignore[attr-defined]  # "": not chosen yet
+                with timezone.override(zone_or_none(zone_name)):
+                    return view(request, tenant, *args, **kwargs)
             except DomainError as exc:
                 return render_error(request, exc)
 

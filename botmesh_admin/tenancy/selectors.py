@@ -59,6 +59,11 @@ def first_joined_tenant(user: AbstractBaseUser | AnonymousUser) -> str | None:
     return first
 
 
+def tenant_time_zone(tenant: str) -> str:
+    """Return the IANA zone name the tenant's pages show times in, or ``""`` while none is chosen (UTC)."""
+    return Tenant.objects.filter(id=tenant).values_list("time_zone", flat=True).first() or ""
+
+
 def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:
     """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant).
 

@@ -33,6 +33,26 @@ def tenant_create(tenant: str, *, name: str, default_region: str = "CO") -> Tena
     return obj
 
 
+def tenant_time_zone_set(tenant: str, *, time_zone: str, only_if_unset: bool = False) -> bool:
+    """Set the IANA zone (``America/Bogota``) the tenant's pages show times in; return whether it changed.
+
+    ``only_if_unset``: set it only while the tenant has none yet (the browser's
+    zone on first use must not overwrite an admin's choice). Raises
+    ``ValidationError`` on ``time_zone`` for a name the zone database does not
+    know, ``NotFound`` for an unknown tenant.
+    """
+    from botmesh_admin.timefmt import zone_or_none
+
+    if zone_or_none(time_zone) is None:
+        raise ValidationError("time_zone", "is not a time zone name like America/Bogota or UTC")
+    rows = Tenant.objects.filter(id=tenant)
+    if not rows.exists():
+        raise NotFound(f"tenant {tenant!r} not found")
+    if only_if_unset:
+        rows = rows.filter(time_zone="")
+    return rows.exclude(time_zone=time_zone).update(time_zone=time_zone) > 0
+
+
 def membership_set(tenant: str, *, username: str, role: str) -> Membership:
     """Give ``username`` the ``role`` (agent or admin) in ``tenant``."""
     if role not in HUMAN_ROLES:

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError
+from botmesh_admin.formerrors import form_error
 from botmesh_admin.kv.tenant import ID_RE
 
 from . import selectors, services, throttle
@@ -107,11 +108,45 @@ def tokens(request: HttpRequest, tenant: str) -> HttpResponse:
             messages.error(request, exc.message)
         return redirect("tenancy:tokens", tenant=tenant)
     created = request.session.pop(NEW_TOKEN, None)
-    return render(
-        request,
-        "tenancy/tokens.html",
-        {"tenant": tenant, "tokens": selectors.token_list(tenant), "created": created},
-    )
+    return render(request, "tenancy/tokens.html", _settings_context(request, tenant, created=created))
+
+
+def _settings_context(request: HttpRequest, tenant: str, **extra: object) -> dict[str, object]:
+    from botmesh_admin.timefmt import zone_names
+
+    return {
+        "tenant": tenant,
+        "tokens": selectors.token_list(tenant),
+        "zones": zone_names(),
+        "time_zone": getattr(request, "tenant_time_zone", ""),
+        **extra,
+    }
+
+
+@require_POST
+@tenant_page("admin")
+def time_zone(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Set the zone the tenant's pages show times in (Settings form, or the browser's zone on first use).
+
+    ``initial=1`` (sent by the page's script with the browser's zone) sets it only
+    while none is chosen and answers 204 — no page to show. A refused name
+    re-renders Settings (422) with the error next to the field.
+    """
+    name = request.POST.get("time_zone", "")
+    initial = request.POST.get("initial") == "1"
+    try:
+        changed = services.tenant_time_zone_set(tenant, time_zone=name, only_if_unset=initial)
+    except DomainError as exc:
+        if initial:
+            return HttpResponse(status=exc.status)
+        refused = form_error(exc, form="time-zone", fields=["time_zone"], typed=request.POST)
+        return render(
+            request, "tenancy/tokens.html", _settings_context(request, tenant, form_error=refused), status=exc.status
+        )
+    if initial:
+        return HttpResponse(status=204 if not changed else 205)
+    messages.success(request, f"Times are now shown in {name}.")
+    return redirect("tenancy:tokens", tenant=tenant)
 
 
 @require_POST

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 
+from botmesh_admin.timefmt import when
 from campaigns.domain import OUTCOMES, DeliveryCounts
 
 register = template.Library()
@@ -21,10 +21,8 @@ def get_item(mapping: Mapping[str, Any] | None, key: str) -> Any:
 
 @register.filter
 def ms_utc(value: int | None) -> str:
-    """Format epoch milliseconds as ``2026-11-30 14:05 UTC``."""
-    if value is None or value == "":
-        return ""
-    return datetime.fromtimestamp(int(value) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """Alias of the builtin ``when`` (``botmesh_admin.timefmt``), the one time format of the pages."""
+    return when(value)
 
 
 @register.filter

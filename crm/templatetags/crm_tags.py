@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 from django import template
+
+from botmesh_admin.timefmt import when
 
 register = template.Library()
 
 
 @register.filter
 def ms_datetime(value: int | None) -> str:
-    """Format epoch milliseconds as ``YYYY-MM-DD HH:MM`` UTC."""
-    if not value:
-        return ""
-    return datetime.fromtimestamp(value / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    """Alias of the builtin ``when`` (``botmesh_admin.timefmt``), the one time format of the pages."""
+    return when(value)
 
 
 @register.filter

@@ -1,11 +1,10 @@
-"""Template filters of the inbox pages: times in ms, delivery ticks, names."""
+"""Template filters of the inbox pages: delivery ticks, names (times: the builtin ``when``)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django import template
-from django.utils import timezone
+
+from botmesh_admin.timefmt import when
 
 register = template.Library()
 
@@ -21,22 +20,20 @@ REPLY_LABELS = {
 
 @register.filter
 def ms_time(value: int | None) -> str:
-    """Render epoch ms as ``14:05`` today, ``30 Nov 14:05`` this year, else ``30 Nov 2025 14:05``."""
-    if not value:
-        return ""
-    at = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone(timezone.get_current_timezone())
-    now = timezone.localtime()
-    if at.date() == now.date():
-        return at.strftime("%H:%M")
-    return at.strftime("%d %b %H:%M") if at.year == now.year else at.strftime("%d %b %Y %H:%M")
+    """Alias of the builtin ``when`` (``botmesh_admin.timefmt``), the one time format of the pages."""
+    return when(value)
 
 
 @register.filter
 def ms_iso(value: int | None) -> str:
-    """Render epoch ms as an ISO 8601 timestamp (for ``<time datetime>``)."""
-    if not value:
-        return ""
-    return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).isoformat(timespec="seconds")
+    """Render epoch ms as an ISO 8601 UTC timestamp (``2026-12-01T14:55:59Z``).
+
+    ``when`` already writes the ``<time datetime>``; this is for other attributes.
+    """
+    from botmesh_admin.timefmt import instant
+
+    at = instant(value)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else ""
 
 
 @register.filter

@@ -68,3 +68,25 @@ def test_marketer_imports_searches_and_builds_a_segment(page, tenant_id: str, sc
     row = page.locator("[data-testid=segment-table] tr", has_text="VIP pro")
     assert row.locator("[data-testid=segment-count]").inner_text() == str(expected)
     page.screenshot(path=str(screenshot_dir / "crm-segments.png"), full_page=True)
+
+
+def test_a_refused_segment_rule_keeps_the_form_with_the_error_next_to_the_rule(page, tenant_id: str) -> None:
+    """Issue 20 item 6: the marketer's rules are still there; the error is under the attributes box."""
+    get_user_model().objects.create_user("seg-admin", password="seg-password-1")
+    tenancy.tenant_create(tenant_id, name="CRM Shop")
+    tenancy.membership_set(tenant_id, username="seg-admin", role="admin")
+    login(page, "seg-admin", "seg-password-1")
+    page.goto(f"/t/{tenant_id}/crm/segments/")
+    page.fill("input[name=name]", "VIP pro")
+    page.fill("input[name=tags_all]", "vip, gold")
+    page.fill("textarea[name=attributes]", "plan = pro\ncity Bogotá")
+    page.click("button:has-text('Save segment')")
+    page.wait_for_selector("textarea[name=attributes][aria-invalid=true]")
+    assert page.input_value("input[name=name]") == "VIP pro"
+    assert page.input_value("input[name=tags_all]") == "vip, gold"
+    assert page.input_value("textarea[name=attributes]") == "plan = pro\ncity Bogotá"
+    error = page.locator("#segment-attributes-error")
+    assert error.inner_text() == "Line 2: write name = value."
+    assert page.locator(".field-error").count() == 1
+    assert "segment.rules" not in page.inner_text("main") and "validation_error" not in page.inner_text("main")
+    assert selectors.segment_list(tenant_id) == []

@@ -42,3 +42,23 @@ def test_admin_changes_a_schedule_in_the_form(page, web, screenshot_dir) -> None
     row = page.locator('tr[data-job="kv.sweep"]')
     assert "every 2 min" in row.inner_text() and "skip" in row.inner_text()
     page.screenshot(path=str(screenshot_dir / "dashboard-jobs.png"), full_page=True)
+
+
+def test_a_refused_crontab_keeps_what_was_typed_next_to_its_field(page, web) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 6: the schedule typed is still in the form, the error under the crontab input."""
+    login(page, "alice", "alice-password-1")
+    page.goto("/t/tienda/jobs/")
+    page.locator("#edit-kv\\.sweep summary").click()
+    form = page.locator("#edit-kv\\.sweep form")
+    form.locator('select[name="kind"]').select_option("crontab")
+    form.locator('input[name="crontab"]').fill("0 25 * * *")
+    form.locator('select[name="catch_up"]').select_option("skip")
+    form.locator("button[type=submit]").click()
+    page.wait_for_selector('#edit-kv\\.sweep input[name="crontab"][aria-invalid=true]')
+    form = page.locator("#edit-kv\\.sweep form")  # the page again, the form open
+    assert form.locator('input[name="crontab"]').input_value() == "0 25 * * *"
+    assert form.locator('select[name="kind"]').input_value() == "crontab"
+    assert form.locator('select[name="catch_up"]').input_value() == "skip"
+    error = page.locator("#kv\\.sweep-crontab-error")
+    assert error.inner_text().startswith("Not a valid crontab")
+    assert "schedule.crontab" not in page.inner_text("main") and "422" not in page.inner_text("main")

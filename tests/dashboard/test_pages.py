@@ -168,7 +168,14 @@ def test_a_bad_schedule_is_shown_with_its_field(web) -> None:  # type: ignore[no
     }
     response = client_for("alice").post("/t/tienda/jobs/kv.sweep/", form)
     html = response.content.decode()
-    assert response.status_code == 422 and "schedule.crontab: not a valid crontab" in html
+    assert response.status_code == 422 and "schedule.crontab" not in html  # plain words, not the domain path
+    form_html = html[html.index('id="edit-kv.sweep"') :]
+    # what was typed is still in the form, and the error sits under the crontab input
+    assert 'name="crontab" placeholder="m h dom mon dow" value="99 * * * *" aria-invalid="true"' in form_html
+    assert (
+        '<p class="field-error" id="kv.sweep-crontab-error" role="alert" data-testid="field-error">Not a valid crontab'
+        in form_html
+    )
     assert selectors.job_get("kv.sweep").job.version == 0
 
 

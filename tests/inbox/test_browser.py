@@ -137,3 +137,60 @@ def test_reply_in_another_agents_chat_offers_assign_to_me_and_takes_it_from_the_
     assert (state.assignee, state.handoff.taken_by) == ("sofia", "sofia")
     drain("outbox")
     assert fake.count("573001112233") == 1
+
+
+TYPED_REPLY = "Hola Ana, el envío \u202esale mañana"  # U+202E: refused (it disguises the text)
+
+
+def _refused_as_the_agent_reads_it(page, box: str, form: str, typed: str) -> None:
+    """The box still holds what was typed; the plain error is right under it; no code, status or field path."""
+    page.wait_for_selector(f"{box}[aria-invalid=true]")
+    assert page.input_value(box) == typed
+    error = page.locator(f"{form} .field-error")
+    assert error.inner_text() == "Contains U+202E, a control or bidi override character."
+    assert page.get_attribute(box, "aria-describedby") == error.get_attribute("id")
+    text = page.inner_text("main")
+    for raw in ("validation_error", "422", "reply.text", "note.text"):
+        assert raw not in text
+
+
+def test_a_refused_reply_or_note_keeps_the_text_with_the_error_next_to_it(page, shop, screenshot_dir) -> None:
+    """Issue 20 item 6: the agent's text is still there, the error is next to the box in plain words."""
+    from inbox.selectors import conversations_of_chat
+
+    tenant, fake = shop
+    (conv,) = conversations_of_chat(tenant, "whatsapp:573001112233")
+    login(page, "sofia", "sofia-password-1")
+    page.goto(f"/t/{tenant}/inbox/{conv.id}/")
+    page.fill("#reply-text", TYPED_REPLY)
+    page.get_by_role("button", name="Send").click()
+    _refused_as_the_agent_reads_it(page, "#reply-text", "form.inbox-reply", TYPED_REPLY)
+    page.screenshot(path=str(screenshot_dir / "inbox-refused-reply.png"))
+    page.fill("#reply-text", "Hola Ana, el envío sale mañana")  # fixed: it goes
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector(".inbox-agent:has-text('el envío sale mañana')")
+    assert page.locator(".field-error").count() == 0 and page.input_value("#reply-text") == ""
+
+    typed_note = "Llamar \u202emañana"
+    page.fill("#note-text", typed_note)
+    page.get_by_role("button", name="Add note").click()
+    _refused_as_the_agent_reads_it(page, "#note-text", "form.inbox-noteform", typed_note)
+    assert page.input_value("#reply-text") == ""  # the other form is not touched
+
+
+def test_without_javascript_a_refused_reply_keeps_the_text_too(chromium, live_server, shop) -> None:
+    tenant, fake = shop
+    from inbox.selectors import conversations_of_chat
+
+    (conv,) = conversations_of_chat(tenant, "whatsapp:573001112233")
+    context = chromium.new_context(java_script_enabled=False, base_url=live_server.url)
+    try:
+        page = context.new_page()
+        login(page, "sofia", "sofia-password-1")
+        page.goto(f"/t/{tenant}/inbox/{conv.id}/")
+        page.fill("#reply-text", TYPED_REPLY)
+        page.get_by_role("button", name="Send").click()
+        _refused_as_the_agent_reads_it(page, "#reply-text", "form.inbox-reply", TYPED_REPLY)
+        assert page.locator(".inbox-row").count() >= 40  # the whole page, list included
+    finally:
+        context.close()

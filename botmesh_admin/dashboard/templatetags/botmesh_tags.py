@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django import template
+
+from botmesh_admin.timefmt import when
 
 register = template.Library()
 
 
 @register.filter
 def ms_datetime(value: int | None) -> str:
-    """Render epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC`` (empty for ``None``)."""
-    if value is None or value == "":
-        return ""
-    return datetime.fromtimestamp(int(value) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """Alias of the builtin ``when`` (``botmesh_admin.timefmt``), the one time format of the pages."""
+    return when(value)
 
 
 @register.filter

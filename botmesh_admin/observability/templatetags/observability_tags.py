@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django import template
+
+from botmesh_admin.timefmt import when
 
 register = template.Library()
 
 
 @register.filter
-def ms_time(epoch_ms: float | int | None) -> str:
-    """Format epoch ms as ``2025-05-01 12:00:00`` (UTC)."""
-    if epoch_ms is None:
-        return ""
-    return datetime.fromtimestamp(float(epoch_ms) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+def ms_time(value: float | int | None) -> str:
+    """Alias of the builtin ``when`` (``botmesh_admin.timefmt``), the one time format of the pages."""
+    return when(value)
 
 
 @register.filter

@@ -1,0 +1,166 @@
+"""A refused form, shown the one way every page shows it: what was typed kept, the error next to its field.
+
+A service refuses bad input with a ``DomainError`` whose ``field`` is the
+domain's path (``reply.text``, ``segment.rules.attributes``, ``crontab``) and
+whose message starts with that path (``reply.text: must not be blank``) — right
+for the API, wrong for a person. A view that catches it builds a ``FormError``
+with ``form_error(exc, form=…, fields=…, typed=request.POST)`` (the domain path
+mapped to the form's input name, the problem in plain words) and renders its
+page again, status 422, with ``form_error`` in the context. Templates show it
+with the builtin tags of this module (``settings.TEMPLATES`` ``builtins``)::
+
+    <textarea name="text"{% field_invalid "text" form="reply" %}>{% typed "text" form="reply" %}</textarea>
+    {% field_error "text" form="reply" %}
+    {% form_error_box form="reply" %}   {# an error of the form as a whole, or of a field it has no input for #}
+
+``form`` tells several forms of one page apart (the reply box and the note box
+both have ``text``); a page with one form may leave it out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from botmesh_admin.errors import DomainError, ValidationError
+
+register = template.Library()
+
+
+@dataclasses.dataclass(frozen=True)
+class FormError:
+    """One refused submission: ``form`` (which form of the page), ``field`` (its input name, ``None``:
+    the form as a whole), ``message`` (plain words, no code, no status, no domain path) and
+    ``typed`` (the submitted values, shown again)."""
+
+    form: str
+    field: str | None
+    message: str
+    typed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    status: int = 422
+
+
+def plain(text: str, *, capitalize: bool = True) -> str:
+    """Return ``text`` as a sentence: first letter upper case (unless not ``capitalize``), a full stop at the end."""
+    text = text.strip()
+    if not text:
+        return text
+    if capitalize:
+        text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?…)" else text + "."
+
+
+def _input_for(path: str | None, fields: Mapping[str, str]) -> tuple[str | None, str]:
+    """Return (the input name for domain ``path``, what is left of the path after it).
+
+    ``fields`` maps a domain path (``reply.text``) or an input name to the input
+    name; the longest key that is ``path`` or a prefix of it (followed by ``.``
+    or ``[``) wins.
+    """
+    if not path:
+        return None, ""
+    best: tuple[str | None, str] = (None, "")
+    best_len = -1
+    for key, name in fields.items():
+        if (path == key or path.startswith(key + ".") or path.startswith(key + "[")) and len(key) > best_len:
+            best, best_len = (name, path[len(key) :].lstrip(".")), len(key)
+    return best
+
+
+_INDEX_RE = re.compile(r"\[(\d+)\]")
+
+
+def _where(rest: str) -> str:
+    """Say the tail of a field path in words: ``[0]`` → ``item 1``, ``[2].address`` → ``item 3, address``."""
+    words = _INDEX_RE.sub(lambda m: f" item {int(m.group(1)) + 1}, ", rest)
+    return ", ".join(part.strip(" .") for part in words.split(",") if part.strip(" ."))
+
+
+def form_error(
+    exc: DomainError,
+    *,
+    form: str = "",
+    fields: Mapping[str, str] | Iterable[str] = (),
+    typed: Mapping[str, Any] | None = None,
+) -> FormError:
+    """Return ``exc`` as a ``FormError`` of ``form``.
+
+    ``fields``: the form's inputs, as names (``["crontab", "every_s"]``) or as a
+    mapping from the domain path to the input name (``{"reply.text": "text"}``).
+    A ``ValidationError`` on one of them becomes that input's error, in the
+    problem's own words (``Must not be blank.``; a deeper path keeps its tail:
+    ``plan: must be ….``, ``Item 2: …``); any other error (or a field the form has no input for)
+    is the form's error, its message without the domain path.
+    ``typed``: the submitted values (``request.POST``); only strings are kept.
+    """
+    mapping = dict(fields) if isinstance(fields, Mapping) else {name: name for name in fields}
+    values = {k: v for k, v in (typed or {}).items() if isinstance(v, str)}
+    if isinstance(exc, ValidationError):
+        name, rest = _input_for(exc.field, mapping)
+        problem = exc.problem
+        if name is not None:
+            where = _where(rest)
+            # A tail names the user's own key (``plan``): kept as typed, not capitalised.
+            message = plain(f"{where}: {problem}", capitalize=where.startswith("item")) if where else plain(problem)
+            return FormError(form, name, message, values, exc.status)
+        return FormError(form, None, plain(problem), values, exc.status)
+    return FormError(form, None, plain(exc.message), values, exc.status)
+
+
+def _current(context: template.Context, form: str | None) -> FormError | None:
+    error = context.get("form_error")
+    if not isinstance(error, FormError):
+        return None
+    if form is not None and error.form != form:
+        return None
+    return error
+
+
+def _error_id(form: str | None, name: str) -> str:
+    return f"{form}-{name}-error" if form else f"{name}-error"
+
+
+@register.simple_tag(takes_context=True)
+def field_error(context: template.Context, name: str, form: str | None = None) -> SafeString:
+    """Render the error of input ``name`` (``<p class="field-error" role="alert">``), or nothing."""
+    error = _current(context, form)
+    if error is None or error.field != name:
+        return mark_safe("")
+    return format_html(
+        '<p class="field-error" id="{}" role="alert" data-testid="field-error">{}</p>',
+        _error_id(form, name),
+        error.message,
+    )
+
+
+@register.simple_tag(takes_context=True)
+def field_invalid(context: template.Context, name: str, form: str | None = None) -> SafeString:
+    """Render `` aria-invalid="true" aria-describedby="…"`` on input ``name`` when it is the one at fault."""
+    error = _current(context, form)
+    if error is None or error.field != name:
+        return mark_safe("")
+    return format_html(' aria-invalid="true" aria-describedby="{}"', _error_id(form, name))
+
+
+@register.simple_tag(takes_context=True)
+def form_error_box(context: template.Context, form: str | None = None) -> SafeString:
+    """Render an error of the form as a whole (no input of the form is at fault), or nothing."""
+    error = _current(context, form)
+    if error is None or error.field is not None:
+        return mark_safe("")
+    return format_html('<div class="error-box" role="alert" data-testid="form-error">{}</div>', error.message)
+
+
+@register.simple_tag(takes_context=True)
+def typed(context: template.Context, name: str, form: str | None = None, default: object = "") -> str:
+    """Return what was typed into input ``name`` of the refused ``form`` (escaped by the template), else ``default``."""
+    error = _current(context, form)
+    if error is not None and name in error.typed:
+        return error.typed[name]
+    return "" if default is None else str(default)

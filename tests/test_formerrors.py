@@ -1,0 +1,54 @@
+"""A refused form in plain words, mapped from the domain's field path to the form's input (issue 20 item 6)."""
+
+from __future__ import annotations
+
+from django.template import Context, Template
+
+from botmesh_admin.errors import Conflict, ValidationError
+from botmesh_admin.formerrors import form_error
+
+
+def test_a_domain_path_becomes_the_input_and_a_plain_sentence() -> None:
+    refused = form_error(
+        ValidationError("reply.text", "must not be blank"), form="reply", fields={"reply.text": "text"}, typed={}
+    )
+    assert (refused.form, refused.field, refused.message) == ("reply", "text", "Must not be blank.")
+    tags = form_error(ValidationError("segment.rules.tags_all[1]", "not a tag"), fields={"segment.rules.tags_all": "t"})
+    assert (tags.field, tags.message) == ("t", "Item 2: not a tag.")
+    attr = form_error(
+        ValidationError("segment.rules.attributes.plan", "must be a number"),
+        fields={"segment.rules.attributes": "attributes"},
+    )
+    assert attr.message == "plan: must be a number."  # the key as typed
+
+
+def test_an_error_no_input_owns_is_the_forms_own_without_code_or_path() -> None:
+    other = form_error(ValidationError("segment", "at most 3 segments"), form="segment", fields=["name"])
+    assert other.field is None and other.message == "At most 3 segments."
+    conflict = form_error(Conflict("someone saved this meanwhile"), form="segment", fields=["name"])
+    assert conflict.field is None and conflict.status == 409 and conflict.message == "Someone saved this meanwhile."
+
+
+TEMPLATE = Template(
+    '<textarea name="text"{% field_invalid "text" form="reply" %}>{% typed "text" form="reply" %}</textarea>'
+    '{% field_error "text" form="reply" %}|'
+    '<input value="{% typed "text" form="note" %}">{% field_error "text" form="note" %}'
+    "{% form_error_box form='reply' %}"
+)
+
+
+def test_the_tags_show_the_typed_text_and_the_error_on_its_own_form_only() -> None:
+    refused = form_error(
+        ValidationError("reply.text", "contains U+202E"),
+        form="reply",
+        fields={"reply.text": "text"},
+        typed={"text": "Hola <b>\u202e"},
+    )
+    html = TEMPLATE.render(Context({"form_error": refused}))
+    reply, note = html.split("|")
+    assert reply == (
+        '<textarea name="text" aria-invalid="true" aria-describedby="reply-text-error">Hola &lt;b&gt;\u202e</textarea>'
+        '<p class="field-error" id="reply-text-error" role="alert" data-testid="field-error">Contains U+202E.</p>'
+    )
+    assert note == '<input value="">'  # the note box is another form: untouched
+    assert TEMPLATE.render(Context({})) == '<textarea name="text"></textarea>|<input value="">'
