@@ -41,7 +41,13 @@ from botmesh_admin.errors import Conflict, ValidationError
 LOCAL_VALIDITY = 0.8
 """Share of ``lease_ms`` after a renewal was sent during which a handle is valid locally."""
 
-EVENT_KINDS = ("leader", "follower", "lease-lost", "handover")
+EVENT_KINDS = ("leader", "follower", "lease-lost", "step-down", "handover")
+
+SHOWN_EVENT_KINDS = ("lease-lost", "step-down", "handover")
+"""The kinds a backend keeps for ``snapshot().events`` (the Replicas page's history), newest first."""
+
+TURN_KEYS_SHOWN = 50
+"""At most this many hashed chat keys a heartbeat carries (``ReplicaStatus.turn_keys``)."""
 
 REPLICA_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -151,7 +157,13 @@ class CoordinationEvent:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaStatus:
-    """One live replica as the dashboard shows it (``age_ms`` since its last heartbeat)."""
+    """One live replica as the dashboard shows it (``age_ms`` since its last heartbeat).
+
+    ``turns`` counts the chat turns it holds; ``turn_keys`` are the hashes
+    (``core.key_digest``, 12 hex digits) of at most ``TURN_KEYS_SHOWN`` of those
+    chat keys — never the keys themselves. ``lease_ms`` is the replica's own
+    lease (``None`` from a heartbeat that did not say it).
+    """
 
     replica_id: str
     incarnation: str
@@ -161,6 +173,29 @@ class ReplicaStatus:
     age_ms: int
     turns: int
     leads: dict[str, int] = field(default_factory=dict)
+    turn_keys: tuple[str, ...] = ()
+    lease_ms: int | None = None
+
+
+def replica_status_from_info(info: dict[str, Any], age_ms: int) -> ReplicaStatus:
+    """Return the ``ReplicaStatus`` of a heartbeat's ``info`` (what ``core.Coordinator._beat`` sends).
+
+    Every backend's ``snapshot`` reads heartbeats through this, so a field added
+    to the heartbeat shows on every backend. Missing fields read as ``"?"``/0.
+    """
+    lease_ms = info.get("lease_ms")
+    return ReplicaStatus(
+        replica_id=str(info.get("replica_id", "?")),
+        incarnation=str(info.get("incarnation", "?")),
+        role=str(info.get("role", "?")),
+        host=str(info.get("host", "?")),
+        pid=int(info.get("pid", 0)),
+        age_ms=int(age_ms),
+        turns=int(info.get("turns", 0)),
+        leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
+        turn_keys=tuple(str(k) for k in list(info.get("turn_keys", ()))[:TURN_KEYS_SHOWN]),
+        lease_ms=int(lease_ms) if isinstance(lease_ms, int) and not isinstance(lease_ms, bool) else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

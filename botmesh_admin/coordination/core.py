@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from .base import (
     LOCAL_VALIDITY,
+    TURN_KEYS_SHOWN,
     CoordinationEvent,
     CoordinationSnapshot,
     validate_key,
@@ -296,6 +297,27 @@ class Coordinator:
         """Return the leadership of the exclusive transport ``provider:<provider_id>`` or None."""
         return self.try_lead(f"provider:{provider_id}")
 
+    def step_down(self, name: str, reason: str) -> bool:
+        """Give up the leadership of ``name`` on purpose and say why; True if this replica held it.
+
+        Publish a ``step-down`` event with ``reason`` as its detail (the Replicas
+        page shows it), e.g. a bot whose exclusive transport has been closed for
+        ``provider_down_ms``. Raise ``ValidationError`` for a bad name or an empty reason.
+        """
+        validate_name(name)
+        if not isinstance(reason, str) or not reason.strip():
+            from botmesh_admin.errors import ValidationError
+
+            raise ValidationError("reason", "must say why the replica steps down")
+        with self._lock:
+            lease = self._leads.get(name)
+        if lease is None or lease._state != "held":
+            return False
+        fence = lease.fence
+        held = self._release_lease(lease)
+        self._emit("step-down", name, fence, detail=reason[:200], publish=True)
+        return held
+
     def leading(self) -> dict[str, int]:
         """Return ``{name: fence}`` of the leaderships this replica holds validly."""
         with self._lock:
@@ -340,6 +362,12 @@ class Coordinator:
         """Return how many turns this replica holds validly."""
         with self._lock:
             return sum(1 for lease in self._leases.values() if lease.kind == "turn" and lease.valid())
+
+    def held_turn_digests(self) -> list[str]:
+        """Return the hashes (``key_digest``) of at most ``TURN_KEYS_SHOWN`` chat keys whose turn is held."""
+        with self._lock:
+            keys = {lease.key for lease in self._leases.values() if lease.kind == "turn" and lease.valid()}
+        return sorted(key_digest(key) for key in keys)[:TURN_KEYS_SHOWN]
 
     def snapshot(self) -> CoordinationSnapshot:
         """See ``base.Coordinator.snapshot``; replicas are live within 3 × ``lease_ms``."""
@@ -453,7 +481,9 @@ class Coordinator:
             "pid": os.getpid(),
             "started_ms": self._started_ms,
             "turns": self.held_turns(),
+            "turn_keys": self.held_turn_digests(),
             "leads": self.leading(),
+            "lease_ms": self.lease_ms,
         }
         try:
             self._backend.heartbeat(self.owner, info)

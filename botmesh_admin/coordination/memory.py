@@ -20,10 +20,12 @@ from typing import Any
 from botmesh_admin.errors import ValidationError
 
 from .base import (
+    SHOWN_EVENT_KINDS,
     CoordinationEvent,
     CoordinationSnapshot,
     LeaderStatus,
     ReplicaStatus,
+    replica_status_from_info,
 )
 from .core import Coordinator, Granted, Held, Queued
 
@@ -256,7 +258,7 @@ class MemoryCoordinationHub:
                 if holder is not None:
                     replica_id, _, incarnation = holder.owner.partition("/")
                     leaders.append(LeaderStatus(name, replica_id, incarnation, holder.fence, int(holder.expires - now)))
-            events = [e for e in self._events if e.kind in ("lease-lost", "handover")][::-1]
+            events = [e for e in self._events if e.kind in SHOWN_EVENT_KINDS][::-1]
         replicas.sort(key=lambda r: (r.role, r.replica_id))
         leaders.sort(key=lambda leader: leader.name)
         return CoordinationSnapshot(replicas, leaders, events)
@@ -266,16 +268,7 @@ class MemoryCoordinationHub:
 
 
 def _replica_status(info: dict[str, Any], age_ms: int) -> ReplicaStatus:
-    return ReplicaStatus(
-        replica_id=str(info.get("replica_id", "?")),
-        incarnation=str(info.get("incarnation", "?")),
-        role=str(info.get("role", "?")),
-        host=str(info.get("host", "?")),
-        pid=int(info.get("pid", 0)),
-        age_ms=age_ms,
-        turns=int(info.get("turns", 0)),
-        leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
-    )
+    return replica_status_from_info(info, age_ms)
 
 
 class MemoryCoordinator(Coordinator):

@@ -41,10 +41,11 @@ from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Put, TenantKv
 
 from .base import (
     PREFIX_RE,
+    SHOWN_EVENT_KINDS,
     CoordinationEvent,
     CoordinationSnapshot,
     LeaderStatus,
-    ReplicaStatus,
+    replica_status_from_info,
 )
 from .core import Coordinator, Granted, Held, Queued
 
@@ -578,19 +579,7 @@ class RedisBackend:
         reply = self._call(lambda: self._replicas(keys=keys, args=[live_ms, 10 * live_ms]))
         replicas = []
         for i in range(1, len(reply), 3):
-            info = json.loads(reply[i + 2])
-            replicas.append(
-                ReplicaStatus(
-                    replica_id=str(info.get("replica_id")),
-                    incarnation=str(info.get("incarnation")),
-                    role=str(info.get("role")),
-                    host=str(info.get("host")),
-                    pid=int(info.get("pid", 0)),
-                    age_ms=int(reply[i + 1]),
-                    turns=int(info.get("turns", 0)),
-                    leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
-                )
-            )
+            replicas.append(replica_status_from_info(json.loads(reply[i + 2]), int(reply[i + 1])))
         leaders = []
         names = sorted(n.decode() for n in self._call(lambda: self.client.smembers(self._global("leads"))))
         for name in names:
@@ -602,7 +591,7 @@ class RedisBackend:
         events = []
         for raw in raw_events:
             data = json.loads(raw)
-            if data.get("kind") in ("lease-lost", "handover"):
+            if data.get("kind") in SHOWN_EVENT_KINDS:
                 events.append(CoordinationEvent(**data))
         replicas.sort(key=lambda r: (r.role, r.replica_id))
         return CoordinationSnapshot(replicas, leaders, events)

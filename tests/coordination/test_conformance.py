@@ -329,6 +329,43 @@ def test_snapshot_lists_replicas_leaders_turns_and_events(deployment: Deployment
     assert "web-1" not in {r.replica_id for r in worker.snapshot().replicas}
 
 
+def test_snapshot_shows_held_chat_keys_hashed_and_the_replicas_lease(deployment: Deployment) -> None:
+    """Issue 19 item 3: the Replicas page shows which chats a replica holds, as hashes, never raw."""
+    from botmesh_admin.coordination.core import key_digest
+
+    bot = deployment.make("bot-1", role="bot")
+    turns = [bot.acquire_turn(key, 0) for key in ("whatsapp:573001112233", "telegram:700000109")]
+    bot._beat()
+    row = {r.replica_id: r for r in bot.snapshot().replicas}["bot-1"]
+    assert row.turns == 2 and row.lease_ms == LEASE_MS
+    assert sorted(row.turn_keys) == sorted([key_digest("whatsapp:573001112233"), key_digest("telegram:700000109")])
+    assert "573001112233" not in repr(row)
+    for turn in turns:
+        assert turn is not None
+        turn.release()
+    bot._beat()
+    assert {r.replica_id: r for r in bot.snapshot().replicas}["bot-1"].turn_keys == ()
+
+
+def test_a_step_down_releases_the_leadership_and_says_why(deployment: Deployment) -> None:
+    """``step_down`` frees the leadership at once (the next replica leads) and publishes its reason."""
+    a, b = deployment.make("a"), deployment.make("b")
+    lead = a.try_lead("provider:wa-1")
+    assert lead is not None
+    assert a.step_down("provider:wa-1", reason="transport closed for 30000 ms") is True
+    assert not lead.valid() and a.step_down("provider:wa-1", reason="again") is False
+    assert b.try_lead("provider:wa-1") is not None
+    events = b.snapshot().events
+    assert events[0].kind == "handover" and events[0].previous == a.owner
+    down = [e for e in events if e.kind == "step-down"]
+    assert [(e.name, e.replica_id, e.fence, e.detail) for e in down] == [
+        ("provider:wa-1", "a", lead.fence, "transport closed for 30000 ms")
+    ]
+    with pytest.raises(ValidationError) as caught:
+        a.step_down("provider:wa-1", reason=" ")
+    assert caught.value.field == "reason"
+
+
 def test_chat_keys_never_appear_raw_in_events(deployment: Deployment) -> None:
     """A lost turn is reported under a hash of its key."""
     a = deployment.make("a")
