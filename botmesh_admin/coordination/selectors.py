@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from botmesh_admin.errors import NotFound
+from botmesh_admin.errors import DomainError, NotFound
 
-from .base import CoordinationSnapshot, LeaderStatus, ReplicaStatus
+from .base import SHOWN_EVENT_KINDS, CoordinationEvent, CoordinationSnapshot, LeaderStatus, ReplicaStatus
 from .domain import Job, JobSpec, JobState, validate_job_id
 from .occurrences import SupersededRun, superseded_get_many
 from .services import OCCURRENCE_TYPE, SYSTEM_TENANT, effective_job, job_store, jobs_channel, now_ms
@@ -202,3 +202,85 @@ def job_get(job_id: str, **kwargs: Any) -> JobRow:
         if row.job.id == job_id:
             return row
     raise NotFound(f"job {job_id!r} is not declared")
+
+
+# -- bots' replicas (issue 19, item 3) ---------------------------------------------------
+
+BOT_EVENTS_SHOWN = 50
+BOT_LIVE_LEASES = 3  # a replica is listed while its last heartbeat is younger than 3 of its leases
+
+
+@dataclass(frozen=True)
+class BotReplicas:
+    """One bot's replicas as the Replicas page and API show them.
+
+    ``replicas``: live replicas (heartbeat younger than ``BOT_LIVE_LEASES`` of the
+    replica's own ``lease_ms``), by replica id; ``leaders``: who leads each
+    ``provider:<id>`` and the ``scheduler`` (fence, lease left in ms);
+    ``turns``: chat turns held now, all replicas together (their keys only as
+    hashes, per replica); ``events``: recent lease-lost, step-down and handover
+    events, newest first. ``problem`` says why the state could not be read
+    (the coordination service is down); the lists are empty then.
+    """
+
+    bot: str
+    prefix: str
+    replicas: list[ReplicaStatus]
+    leaders: list[LeaderStatus]
+    events: list[CoordinationEvent]
+    problem: str | None = None
+
+    @property
+    def turns(self) -> int:
+        return sum(r.turns for r in self.replicas)
+
+
+def bot_list(tenant: str) -> list[str]:
+    """Return the ids of the tenant's known bots, sorted, at most ``BOTMESH_METRICS_MAX_BOTS``.
+
+    A bot is known when one of its replicas pushed a metrics snapshot that is
+    still kept (``observability``'s bot registry, the Metrics page's list). A
+    bot that only heartbeats is read by its id (``bot_replicas_get``): its
+    prefix is a hash of tenant and bot id, so prefixes cannot be listed.
+    """
+    from django.conf import settings
+
+    from botmesh_admin.observability.selectors import bot_metrics_latest
+
+    bots = sorted({sample.bot for sample in bot_metrics_latest(tenant)})
+    return bots[: int(settings.BOTMESH_METRICS_MAX_BOTS)]
+
+
+def bot_replicas_get(tenant: str, bot: str) -> BotReplicas:
+    """Return ``bot``'s replicas, leaders, turns and recent events, read under ``bot_prefix(tenant, bot)``.
+
+    Only the tenant's own prefix is read: another tenant's bot of the same id
+    has another prefix. Raise ``ValidationError`` naming ``tenant`` or ``bot``
+    for a bad id; a coordination service that cannot be reached is reported in
+    ``problem``, not raised.
+    """
+    from botmesh_admin.kv.tenant import validate_id
+    from botmesh_admin.observability.domain import validate_bot_id
+
+    from .base import bot_prefix
+    from .bots import bot_backend
+    from .runtime import coordination_settings
+
+    validate_id(tenant, "tenant")
+    validate_bot_id(bot, "bot")
+    prefix = bot_prefix(tenant, bot)
+    default_lease = coordination_settings()[2]
+    try:
+        snapshot = bot_backend(prefix).snapshot(BOT_LIVE_LEASES * max(default_lease, 60_000))
+    except DomainError as exc:
+        return BotReplicas(bot, prefix, [], [], [], problem=exc.message)
+    replicas = [r for r in snapshot.replicas if r.age_ms <= BOT_LIVE_LEASES * (r.lease_ms or default_lease)]
+    replicas.sort(key=lambda r: (r.replica_id, r.incarnation))
+    events = [e for e in snapshot.events if e.kind in SHOWN_EVENT_KINDS][:BOT_EVENTS_SHOWN]
+    return BotReplicas(bot, prefix, replicas, sorted(snapshot.leaders, key=lambda x: x.name), events)
+
+
+def bot_replicas_list(tenant: str, *, bot: str | None = None) -> list[BotReplicas]:
+    """Return ``bot_replicas_get`` of every known bot (``bot_list``), or of ``bot`` alone when given."""
+    bots = [bot] if bot is not None else bot_list(tenant)
+    return [bot_replicas_get(tenant, b) for b in bots]

@@ -46,19 +46,56 @@ def _age_class(age_ms: int, lease_ms: int) -> str:
     return "ok" if age_ms <= lease_ms / 2 else "warn" if age_ms <= lease_ms else "bad"
 
 
+def _bot_context(bot: selectors.BotReplicas, default_lease_ms: int) -> dict[str, Any]:
+    leads_by_owner: dict[tuple[str, str], list[str]] = {}
+    for leader in bot.leaders:
+        leads_by_owner.setdefault((leader.replica_id, leader.incarnation), []).append(leader.name)
+    replicas = []
+    for r in bot.replicas:
+        lease = r.lease_ms or default_lease_ms
+        leads = leads_by_owner.get((r.replica_id, r.incarnation), [])
+        replicas.append(
+            {
+                "r": r,
+                "age_s": f"{r.age_ms / 1000:.1f}",
+                "age_class": _age_class(r.age_ms, lease),
+                "lease_ms": lease,
+                "leads": leads,
+                "standing": "leader" if leads else "follower",
+            }
+        )
+    return {
+        "b": bot,
+        "replicas": replicas,
+        "events": [{"e": e, "at": _when(e.at_ms)} for e in bot.events[:30]],
+    }
+
+
 @tenant_page("agent")
 def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
-    """Live replicas, leaders with fences, chat turns held, recent lease-lost and handover events."""
+    """Each bot's replicas, leaders, turns and events; below, the admin's own processes.
+
+    ``?bot=<id>`` shows that bot alone (also one that pushes no metrics yet).
+    """
+    from botmesh_admin.coordination.bots import backend_label, coordination_url
     from botmesh_admin.coordination.runtime import coordination_settings
 
+    only = request.GET.get("bot") or None
+    redis_url, prefix, lease_ms = coordination_settings()
+    try:
+        bots = selectors.bot_replicas_list(tenant, bot=only)
+    except ValidationError as exc:
+        return render_error(request, exc)
     try:
         snapshot = selectors.coordination_snapshot()
         problem = None
     except DomainError as exc:  # Redis unreachable: say so instead of failing the page
         snapshot, problem = None, exc.message
-    redis_url, prefix, lease_ms = coordination_settings()
     context: dict[str, Any] = {
         "tenant": tenant,
+        "only": only,
+        "bots": [_bot_context(b, lease_ms) for b in bots],
+        "bot_backend": backend_label(coordination_url()),
         "snapshot": snapshot,
         "problem": problem,
         "poll_s": REPLICAS_POLL_S,

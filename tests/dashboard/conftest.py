@@ -8,6 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from botmesh_admin.coordination.base import bot_prefix
+from botmesh_admin.coordination.bots import use_bot_backends
 from botmesh_admin.coordination.memory import MemoryCoordinationHub, MemoryCoordinator
 from botmesh_admin.coordination.runtime import use_coordinator
 from botmesh_admin.events import connect_journal, use_journal
@@ -56,3 +58,28 @@ def isolated() -> Iterator[tuple[MemoryKv, object]]:
     with use_kv(kv), use_journal(journal):
         yield kv, journal
     journal.close()
+
+
+class BotHubs:
+    """One in-process hub per bot prefix; ``replica`` starts a bot replica under ``(tenant, bot)``."""
+
+    def __init__(self) -> None:
+        self.hubs: dict[str, MemoryCoordinationHub] = {}
+        self.made: list[MemoryCoordinator] = []
+
+    def hub(self, prefix: str) -> MemoryCoordinationHub:
+        return self.hubs.setdefault(prefix, MemoryCoordinationHub())
+
+    def replica(self, tenant: str, bot: str, replica_id: str, lease_ms: int = 1500) -> MemoryCoordinator:
+        coordinator = MemoryCoordinator(self.hub(bot_prefix(tenant, bot)), replica_id, lease_ms=lease_ms, role="bot")
+        self.made.append(coordinator)
+        return coordinator
+
+
+@pytest.fixture
+def bots(web) -> Iterator[BotHubs]:  # type: ignore[no-untyped-def]
+    hubs = BotHubs()
+    with use_bot_backends(hubs.hub):
+        yield hubs
+    for coordinator in hubs.made:
+        coordinator.close(release=False)

@@ -62,3 +62,37 @@ def test_a_refused_crontab_keeps_what_was_typed_next_to_its_field(page, web) -> 
     error = page.locator("#kv\\.sweep-crontab-error")
     assert error.inner_text().startswith("Not a valid crontab")
     assert "schedule.crontab" not in page.inner_text("main") and "422" not in page.inner_text("main")
+
+
+def test_bot_replicas_refresh_with_a_handover_and_the_admin_processes_below(  # type: ignore[no-untyped-def]
+    page, bots, screenshot_dir
+) -> None:
+    """Issue 19 item 3: a bot's leader changes after the page loaded; the page shows it without a reload."""
+    from botmesh_admin.observability import services as metrics
+
+    replicas = [bots.replica("tienda", "tienda-bot", f"tienda-bot-{i}", lease_ms=3000) for i in (1, 2, 3)]
+    assert replicas[0].try_lead("provider:wa-main") is not None and replicas[2].try_lead("scheduler") is not None
+    assert replicas[1].acquire_turn("whatsapp:573001112233", 0) is not None
+    for replica in replicas:
+        replica._beat()
+        metrics.bot_metrics_push(
+            "tienda", bot="tienda-bot", replica=replica.replica_id, snapshot={"messages": {"in": 1}}
+        )
+    login(page, "bob", "bob-password-1")
+    page.goto("/t/tienda/replicas/")
+    bot = page.locator('[data-bot="tienda-bot"]')
+    assert bot.locator("[data-bot-replica]").count() == 3
+    assert "tienda-bot-1" in bot.locator('[data-bot-lead="provider:wa-main"]').inner_text()
+    page.evaluate("window.loaded_once = true")  # survives only if the page is never reloaded
+    replicas[0].step_down("provider:wa-main", reason="transport closed for 30000 ms")
+    assert replicas[1].try_lead("provider:wa-main") is not None
+    page.locator('[data-bot="tienda-bot"] [data-event="handover"]').wait_for(timeout=8000)
+    assert "tienda-bot-2" in bot.locator('[data-bot-lead="provider:wa-main"]').inner_text()
+    assert "transport closed for 30000 ms" in bot.locator('[data-event="step-down"]').inner_text()
+    assert "leads provider:wa-main" in bot.locator('[data-bot-replica="tienda-bot-2"]').inner_text()
+    assert page.evaluate("window.loaded_once") is True
+    admin = page.locator('[data-testid="admin-processes"]')
+    assert admin.locator('[data-replica="web-1"]').count() == 1
+    assert admin.bounding_box()["y"] > bot.bounding_box()["y"]  # type: ignore[index]
+    assert "573001112233" not in page.content()
+    page.screenshot(path=str(screenshot_dir / "dashboard-bot-replicas.png"), full_page=True)
