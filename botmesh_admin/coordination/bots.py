@@ -3,14 +3,12 @@
 Every replica of bot ``b`` in tenant ``t`` coordinates under
 ``base.bot_prefix(t, b)`` on the deployment's coordination service; the
 Replicas page reads the same keys through a ``core.Backend`` opened for that
-prefix. The URL is ``BOTMESH_COORDINATION_URL`` when set, else the Redis URL
-(``BOTMESH_REDIS_URL``), else ``kv:`` (the DurableKv, the embedded default).
-``runtime.backend_from_url(url, prefix)`` opens it when that function exists;
-before it, a ``redis://`` URL opens a ``RedisBackend`` and any other one an
-in-process ``MemoryCoordinationHub`` per prefix (only replicas in this process
-show). Backends are cached per ``(url, prefix)``, at most ``CACHED_BACKENDS``,
-the least recently used closed first. Tests swap the factory with
-``use_bot_backends``.
+prefix. The URL is ``runtime.coordination_url()`` (``BOTMESH_COORDINATION_URL``,
+else the Redis URL, else ``kv:``, the DurableKv of the embedded default), opened
+with ``runtime.backend_from_url(url, prefix)``; ``memory:`` gets an in-process
+``MemoryCoordinationHub`` per prefix (only replicas in this process show).
+Backends are cached per ``(url, prefix)``, at most ``CACHED_BACKENDS``, the
+least recently used closed first. Tests swap the factory with ``use_bot_backends``.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from .core import Backend
 from .memory import MemoryCoordinationHub
@@ -35,22 +32,17 @@ _override: BackendFactory | None = None
 
 
 def coordination_url() -> str:
-    """Return the coordination URL bots' replicas use (see the module docstring)."""
-    from django.conf import settings
+    """Return the coordination URL bots' replicas use (``runtime.coordination_url``)."""
+    from .runtime import coordination_url as url
 
-    from .runtime import coordination_settings
-
-    url = getattr(settings, "BOTMESH_COORDINATION_URL", None)
-    return str(url or coordination_settings()[0] or "kv:")
+    return url()
 
 
 def backend_label(url: str) -> str:
     """Return how the page names the coordination service behind ``url`` (no credentials)."""
-    from . import runtime
-
     scheme = url.split(":", 1)[0].lower()
-    if not scheme.startswith("redis") and not hasattr(runtime, "backend_from_url"):
-        return "this process's hub (no cross-process coordinator configured)"
+    if scheme == "memory":
+        return "this process's hub (memory:, no other process)"
     return {
         "redis": "Redis",
         "rediss": "Redis",
@@ -61,7 +53,7 @@ def backend_label(url: str) -> str:
 
 
 def process_bot_hub(prefix: str) -> MemoryCoordinationHub:
-    """Return this process's hub for ``prefix`` (the fallback of a non-Redis URL before ``backend_from_url``)."""
+    """Return this process's hub for ``prefix`` (``memory:``)."""
     with _lock:
         hub = _hubs.get(prefix)
         if hub is None:
@@ -70,16 +62,11 @@ def process_bot_hub(prefix: str) -> MemoryCoordinationHub:
 
 
 def _open(url: str, prefix: str) -> Backend:
-    from . import runtime
+    from .runtime import backend_from_url
 
-    make: Any = getattr(runtime, "backend_from_url", None)
-    if make is not None:
-        return make(url, prefix)  # type: ignore[no-any-return]
-    if url.lower().startswith(("redis://", "rediss://", "redis+cluster://", "unix://")):
-        from .redis import RedisBackend
-
-        return RedisBackend(url, prefix, socket_timeout_s=5.0)
-    return process_bot_hub(prefix)
+    if url == "memory:":  # the process hub is one prefix's: keep bots apart
+        return process_bot_hub(prefix)
+    return backend_from_url(url, prefix)
 
 
 def bot_backend(prefix: str) -> Backend:

@@ -98,10 +98,11 @@ from botmesh_admin.kv.tenant import KERNEL_MARK
 
 from .base import (
     PREFIX_RE,
+    SHOWN_EVENT_KINDS,
     CoordinationEvent,
     CoordinationSnapshot,
     LeaderStatus,
-    ReplicaStatus,
+    replica_status_from_info,
 )
 from .core import Coordinator, Granted, Held, Queued, wall_ms
 
@@ -414,18 +415,7 @@ class KvBackend:
             age = now - int(info.get("beat_ms", 0))
             if age > live_ms:
                 continue
-            replicas.append(
-                ReplicaStatus(
-                    replica_id=str(info.get("replica_id", "?")),
-                    incarnation=str(info.get("incarnation", "?")),
-                    role=str(info.get("role", "?")),
-                    host=str(info.get("host", "?")),
-                    pid=int(info.get("pid", 0)),
-                    age_ms=max(0, age),
-                    turns=int(info.get("turns", 0)),
-                    leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
-                )
-            )
+            replicas.append(replica_status_from_info(info, max(0, age)))
         leaders = []
         for entry in self._scan_all("l/", MAX_LISTED):
             holder = _live_holder(entry.value, now)
@@ -437,7 +427,7 @@ class KvBackend:
                     )
                 )
         stored = sorted(self._scan_all("e/", EVENTS_KEPT), key=lambda e: -int(e.value.get("seq", 0)))
-        events = [_event(e.value) for e in stored if e.value.get("kind") in ("lease-lost", "handover")]
+        events = [_event(e.value) for e in stored if e.value.get("kind") in SHOWN_EVENT_KINDS]
         replicas.sort(key=lambda r: (r.role, r.replica_id))
         leaders.sort(key=lambda leader: leader.name)
         return CoordinationSnapshot(replicas, leaders, events)
