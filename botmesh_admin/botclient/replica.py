@@ -111,7 +111,8 @@ def coordinator_for(url: str, *, tenant: str, bot: str, lease_ms: int, replica_i
 @dataclass(frozen=True, slots=True)
 class Handled:
     """What ``BotReplica.handle`` did with one message (``outcome``: answered, duplicate, handed_off,
-    stale_fence, no_turn, ignored, failed); ``start_ms``/``end_ms`` bound the turn."""
+    stale_fence, no_turn, ignored, failed); the turn was held from before ``start_ms`` (epoch ms) until after
+    ``end_ms``, so two spans of one chat never overlap."""
 
     message_id: str
     conversation_id: str
@@ -183,8 +184,8 @@ class BotReplica:
         chat → ``handed_off`` (ledger: dropped ``handoff``); the turn was taken
         over meanwhile → ``stale_fence``. Never raises for the admin's answers.
         """
-        start = wall_ms()
         turn = self.coordinator.acquire_turn(message.turn_key, self.turn_wait_ms)
+        start = wall_ms()  # the turn is held from here until after end_ms
         if turn is None:
             return self._done(message, "no_turn", None, start)
         try:

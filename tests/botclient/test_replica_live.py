@@ -9,12 +9,14 @@ are what an agent reads in the conversation's thread.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from botmesh_admin.botclient import AdminClient, BotReplica, InboundMessage, coordinator_for
+from botmesh_admin.botclient import AdminClient, AdminError, BotReplica, InboundMessage, coordinator_for
 from botmesh_admin.events import default_journal
 from botmesh_admin.events.handlers import dispatch
 from botmesh_admin.events.worker import EventWorker
@@ -131,3 +133,94 @@ def test_a_message_is_handled_under_its_chats_turn_and_the_turn_released_after(
         f"{live_server.url}/api/v1/tenants/{tenant}/conversations/{items[0].conversation_id}", tokens["admin"]
     )
     assert conversation["handoff"] is None and conversation["assignee"] is None  # the bot took nothing over
+
+
+def test_a_chat_a_human_holds_is_left_alone(admin, replicas, live_server, tenant, tokens):
+    _push(admin, [_inbound(0, 2, "hola"), _inbound(1, 3, "menu")])
+    items, _ = admin.inbound(since_ms=0)
+    held = next(i for i in items if i.text == "hola")
+    url = f"{live_server.url}/api/v1/tenants/{tenant}/conversations/{held.conversation_id}/handoff"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"active": True}).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {tokens['admin']}", "Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=20).close()
+    assert admin.handoff(held.chat_id).handed_off
+
+    replica = replicas("r1")
+    # The feed says so, and a replica that handles it anyway (it read the feed before) re-reads the handoff.
+    assert [(i.text, i.handed_off) for i in admin.inbound(since_ms=0)[0]] == [("menu", False), ("hola", True)]
+    assert replica.handle(held, lambda m: "¡Hola!").outcome == "handed_off"
+    assert [h.outcome for h in replica.poll(lambda m: "Menú", since_ms=0)] == ["answered"]
+    with pytest.raises(AdminError) as refused:  # and the admin refuses an answer in a held chat
+        admin.reply(held, "¡Hola!", fence=10**9)
+    assert (refused.value.status, refused.value.code) == (409, "handed_off")
+    thread = _thread(live_server, tenant, tokens["admin"], held.conversation_id)
+    assert [(m["direction"], m["text"]) for m in thread] == [("in", "hola")]
+
+    replica.push()  # the dropped answer goes to the ledger: the metrics page counts it
+    _drain()
+    thread = _thread(live_server, tenant, tokens["admin"], held.conversation_id)
+    assert [(m["direction"], m["dropped"]) for m in thread] == [("in", None), ("out", "handoff")]
+    samples = _get(f"{live_server.url}/api/v1/tenants/{tenant}/bots/{BOT}/metrics?replica=r1", tokens["admin"])
+    assert samples[-1]["snapshot"]["dropped"]["handoff"] == 1
+
+
+def test_three_replicas_answer_a_burst_exactly_once_and_never_hold_a_chat_together(
+    admin, replicas, live_server, tenant, tokens
+):
+    chats, per_chat = 8, 6
+    _push(admin, [_inbound(i, 100 + i % chats, f"mensaje {i}") for i in range(chats * per_chat)])
+    group = [replicas(f"r{n}") for n in range(3)]
+    handled: list = []
+    lock = threading.Lock()
+
+    def work(replica: BotReplica) -> None:
+        for _ in range(20):
+            done = replica.poll(lambda m: f"respuesta a {m.text}", since_ms=0, limit=5)
+            with lock:
+                handled.extend((replica.replica_id, h) for h in done)
+            if not done:
+                return
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(work, group))
+    elapsed = time.monotonic() - started
+    answered = [h for _, h in handled if h.outcome == "answered"]
+    assert sorted(h.message_id for h in answered) == sorted(
+        f"in-{100 + i % chats}-{i}" for i in range(chats * per_chat)
+    )
+    assert {h.outcome for _, h in handled} <= {"answered", "duplicate"}
+    by_chat: dict[str, list] = {}
+    for replica_id, h in handled:
+        by_chat.setdefault(h.conversation_id, []).append((h.start_ms, h.end_ms, replica_id))
+    for spans in by_chat.values():  # turns of one chat never overlap (end of one ≤ start of the next)
+        spans.sort()
+        assert all(a[1] <= b[0] + 1 for a, b in zip(spans, spans[1:], strict=False)), spans
+    replies = []
+    for conversation_id in by_chat:
+        thread = _thread(live_server, tenant, tokens["admin"], conversation_id)
+        replies += [m for m in thread if m["direction"] == "out"]
+    assert sorted(m["reply_to"] for m in replies) == sorted(h.message_id for h in answered)  # once each
+    print(f"BOTCLIENT burst: {len(answered)} answered once by 3 replicas "
+          f"({len(handled) - len(answered)} duplicates refused) in {elapsed:.1f} s")  # fmt: skip
+
+
+def test_a_late_answer_with_the_fence_of_a_turn_taken_over_is_refused(admin, replicas, tenant):
+    _push(admin, [_inbound(0, 7, "hola")])
+    [message], _ = admin.inbound(since_ms=0)
+    frozen, live = replicas("frozen"), replicas("live")
+    turn = frozen.coordinator.acquire_turn(message.turn_key, 0)
+    assert turn is not None
+    frozen.coordinator.close(release=False)  # its renewals stop, as in a process frozen past its lease
+    started = time.monotonic()
+    assert [h.outcome for h in live.poll(lambda m: "¡Hola!", since_ms=0)] == ["answered"]
+    assert time.monotonic() - started < LEASE_MS / 1000 + 2  # the turn passed on once the lease ran out
+    assert not turn.valid()
+    with pytest.raises(AdminError) as refused:
+        admin.reply(message, "¡Hola! (tarde)", fence=turn.fence)
+    assert (refused.value.status, refused.value.code) == (409, "stale_fence")
+    assert refused.value.body["current_version"] > turn.fence
