@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 DEMO_TENANT = "tienda"
+DEMO_BOT = "tienda-bot"
+"""The demo tenant's bot: its metrics are in the demo, and ``./dev run`` starts it as replica processes."""
 DEMO_TENANTS = {"tienda": ("Tienda Demo", "CO"), "soporte": ("Soporte Demo", "CO")}
 ADMIN_USER, ADMIN_PASSWORD = "admin", "botmesh-demo"
 AGENT_USER, AGENT_PASSWORD = "agent", "botmesh-agent"

@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -86,26 +87,49 @@ class AdminSession:
         return self._opened and self._admin.healthy()
 
 
-def coordinator_for(url: str, *, tenant: str, bot: str, lease_ms: int, replica_id: str | None = None) -> Coordinator:
+def coordinator_for(
+    url: str,
+    *,
+    tenant: str,
+    bot: str,
+    lease_ms: int,
+    replica_id: str | None = None,
+    fence_kv_url: str | None = None,
+) -> Coordinator:
     """Return a coordinator for one replica of ``bot`` under ``bot_prefix(tenant, bot)``, role ``bot``.
 
-    ``url``: ``redis://…``, ``kv:`` / ``kv:<Kv URL>`` (the DurableKv, e.g.
-    ``kv:sqlite:///var/kv.sqlite3``: the embedded default across processes) or
-    ``memory:`` (one process), as ``coordination.runtime.coordinator_from_url`` reads them.
+    ``url`` as ``coordination.runtime.coordinator_from_url`` reads it: ``kv:<Kv URL>``
+    (the DurableKv the admin uses, e.g. ``kv:sqlite:///var/kv.sqlite3`` — the
+    embedded default, across processes; ``kv:postgresql://…``), ``redis://…`` or
+    ``memory:`` (one process). A Redis coordinator keeps the high-water mark of its
+    fences in the admin's Kv (so they never go backwards after Redis restarts empty):
+    ``fence_kv_url``, else ``BOTMESH_KV_URL``, else — inside a Django process — the
+    configured Kv. Raise ``ValidationError`` naming ``url`` or ``fence_kv_url``.
     """
+    from botmesh_admin.coordination.runtime import coordinator_from_url
+    from botmesh_admin.errors import ValidationError
+
     prefix = bot_prefix(tenant, bot)
-    from botmesh_admin.coordination import runtime
+    if not url.startswith(("redis://", "rediss://", "redis+cluster://")):
+        return coordinator_from_url(url, prefix=prefix, lease_ms=lease_ms, role="bot", replica_id=replica_id)
+    from botmesh_admin.coordination.redis import RedisCoordinator
+    from botmesh_admin.kv import connect
 
-    from_url = getattr(runtime, "coordinator_from_url", None)
-    if from_url is not None:
-        return from_url(url, prefix=prefix, lease_ms=lease_ms, role="bot", replica_id=replica_id)  # type: ignore[no-any-return]
-    if url.startswith(("redis://", "rediss://")):  # before runtime.coordinator_from_url existed
-        from botmesh_admin.coordination.redis import RedisCoordinator
-        from botmesh_admin.kv import connect
+    kv_url = fence_kv_url or os.environ.get("BOTMESH_KV_URL")
+    if kv_url is None and not _django_configured():
+        raise ValidationError("fence_kv_url", "a Redis coordinator needs the admin's Kv URL for its fences")
+    fence_kv = connect(kv_url) if kv_url else None
+    return RedisCoordinator(url, prefix, lease_ms, replica_id, role="bot", fence_kv=fence_kv)
 
-        fence_kv = connect(os.environ.get("BOTMESH_KV_URL", "memory://bot-fences"))
-        return RedisCoordinator(url, prefix, lease_ms, replica_id=replica_id, role="bot", fence_kv=fence_kv)
-    raise ValueError(f"coordination URL {url!r}: this version knows redis:// only")
+
+def _django_configured() -> bool:
+    import sys
+
+    if "django.conf" not in sys.modules:
+        return False
+    from django.conf import settings
+
+    return bool(settings.configured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +183,7 @@ class BotReplica:
         self._started_ms = wall_ms()
         self._counts = {"in": 0, "out": 0, "outFailed": 0, "duplicate": 0, "handoff": 0, "errors": 0, "stale": 0}
         self._chats: set[str] = set()
+        self._random = random.Random()
 
     # -- identity ----------------------------------------------------------------------
 
@@ -175,19 +200,20 @@ class BotReplica:
 
     # -- turns and answers ---------------------------------------------------------------
 
-    def handle(self, message: InboundMessage, handler: Handler) -> Handled:
+    def handle(self, message: InboundMessage, handler: Handler, *, wait_ms: int | None = None) -> Handled:
         """Handle one inbound message under its chat's turn; return what happened.
 
-        Take the turn (``turn_key``, waiting up to ``turn_wait_ms``), re-read the
+        Take the turn (``turn_key``, waiting up to ``wait_ms``, default
+        ``turn_wait_ms``; none in time → ``no_turn``), re-read the
         handoff state, call ``handler`` and send its answer with the turn's fence,
         then release the turn. Already answered → ``duplicate``; a human holds the
         chat → ``handed_off`` (ledger: dropped ``handoff``); the turn was taken
         over meanwhile → ``stale_fence``. Never raises for the admin's answers.
         """
-        turn = self.coordinator.acquire_turn(message.turn_key, self.turn_wait_ms)
+        turn = self.coordinator.acquire_turn(message.turn_key, self.turn_wait_ms if wait_ms is None else wait_ms)
         start = wall_ms()  # the turn is held from here until after end_ms
         if turn is None:
-            return self._done(message, "no_turn", None, start)
+            return Handled(message.id, message.conversation_id, "no_turn", None, start, start)
         try:
             return self._handle_in_turn(message, handler, turn, start)
         finally:
@@ -270,16 +296,28 @@ class BotReplica:
     def poll(self, handler: Handler, *, since_ms: int, limit: int = 50, max_pages: int = 20) -> list[Handled]:
         """Read the inbound feed since ``since_ms`` and ``handle`` every unanswered message not handed off.
 
-        At most ``max_pages`` pages of ``limit`` conversations (one sweep). Return what was handled.
+        At most ``max_pages`` pages of ``limit`` conversations (one sweep). A chat whose
+        turn another replica holds is skipped (it is answering it; a message it leaves
+        comes back in the next poll), and each replica walks a page's chats in its own
+        random order, so replicas reading the same page share the work instead of
+        queueing behind each other. Return what was handled (``no_turn`` left out).
         """
         done: list[Handled] = []
         after: str | None = None
         for _ in range(max_pages):
             items, after = self.admin.inbound(since_ms=since_ms, after=after, limit=limit)
+            chats: dict[str, list[InboundMessage]] = {}
             for item in items:
-                if item.answered or item.handed_off:
-                    continue
-                done.append(self.handle(item, handler))
+                if not (item.answered or item.handed_off):
+                    chats.setdefault(item.turn_key, []).append(item)
+            order = list(chats.values())
+            self._random.shuffle(order)
+            for messages in order:
+                for message in messages:  # oldest first within a chat
+                    handled = self.handle(message, handler, wait_ms=0)
+                    if handled.outcome == "no_turn":
+                        break
+                    done.append(handled)
             if after is None:
                 break
         return done

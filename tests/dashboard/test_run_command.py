@@ -178,3 +178,87 @@ def test_a_child_that_served_and_then_crashed_is_restarted_with_the_backoff(tmp_
     assert child.start_failures == 0 and child.delay_s == 8
     child.proc.kill()
     child.proc.wait()
+
+
+def _with_demo_tenant(tmp_path: Path, env: dict[str, str]) -> None:
+    """A migrated data dir whose database has the demo tenant (what the bot replicas need) without the demo."""
+    (tmp_path / "data").mkdir()
+    migrated_copy(tmp_path / "data" / "db.sqlite3")
+    subprocess.run([python(), "manage.py", "botmesh_tenant", "create", "tienda", "--name", "Tienda"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=60)  # fmt: skip
+
+
+def _bot_replicas(tmp_path: Path) -> list:
+    from botmesh_admin.coordination.base import bot_prefix
+    from botmesh_admin.coordination.runtime import backend_from_url
+
+    backend = backend_from_url(f"kv:sqlite:///{tmp_path}/data/kv.sqlite3", bot_prefix("tienda", "tienda-bot"))
+    try:
+        return backend.snapshot(10_000).replicas  # type: ignore[no-any-return]
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_bot_runs_as_n_supervised_replica_processes_over_the_embedded_coordinator(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**project_env(tmp_path), "BOTMESH_DRAIN_TIMEOUT": "5"}
+    _with_demo_tenant(tmp_path, env)
+    argv = [python(), "manage.py", "botmesh_run", "--no-demo", "--port", str(port), "--bot-replicas", "2"]
+    with Processes(tmp_path) as procs:
+        run = procs.start("run", argv, env)
+        try:
+            wait_until(lambda: run.poll() is None and "Ctrl-C stops everything" in procs.log("run"),
+                       "botmesh_run to start", timeout_s=60)  # fmt: skip
+            printed = procs.log("run")
+            found = re.search(r"tienda-bot replicas: bot-1 pid (\d+), bot-2 pid (\d+)  \(kill -9 one, then open "
+                              rf"http://127.0.0.1:{port}/t/tienda/replicas/\)", printed)  # fmt: skip
+            assert found, printed
+            pids = [int(pid) for pid in found.groups()]
+            # Both register under the bot's prefix in the Kv, as replicas tienda-bot-1 and -2 of role bot.
+            wait_until(lambda: len(_bot_replicas(tmp_path)) == 2, "two bot replicas to heartbeat", timeout_s=30)
+            replicas = _bot_replicas(tmp_path)
+            assert sorted((r.replica_id, r.role, r.pid) for r in replicas) == [
+                ("tienda-bot-1", "bot", pids[0]),
+                ("tienda-bot-2", "bot", pids[1]),
+            ]
+            wait_until(lambda: sum("provider:main" in r.leads for r in _bot_replicas(tmp_path)) == 1,
+                       "one replica to lead provider:main", timeout_s=30)  # fmt: skip
+            os.kill(pids[0], signal.SIGKILL)  # a killed replica is started again, as tienda-bot-1 anew
+            wait_until(lambda: "bot-1 restarted" in procs.log("run"), "bot-1 to be restarted", timeout_s=30)
+            reborn = lambda: any(r.replica_id == "tienda-bot-1" and r.pid != pids[0] for r in _bot_replicas(tmp_path))  # noqa: E731
+            wait_until(reborn, "the new tienda-bot-1 to heartbeat", timeout_s=30)
+            assert (tmp_path / "data" / "logs" / "bot-2.log").read_text().count("started") == 1
+            new_pid = int(re.search(r"bot-1 restarted \(pid (\d+)", procs.log("run")).group(1))
+            run.send_signal(signal.SIGINT)
+            run.wait(timeout=60)
+        except BaseException:
+            print(procs.log("run")[-4000:])
+            raise
+    assert run.returncode == 0, procs.log("run")
+    for pid in (new_pid, pids[1]):
+        wait_until(lambda pid=pid: not _alive(pid), f"bot pid {pid} to stop", timeout_s=10)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_bot_replicas_0_starts_no_bot(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**project_env(tmp_path), "BOTMESH_DRAIN_TIMEOUT": "5"}
+    _with_demo_tenant(tmp_path, env)
+    argv = [python(), "manage.py", "botmesh_run", "--no-demo", "--port", str(port), "--bot-replicas", "0"]
+    with Processes(tmp_path) as procs:
+        run = procs.start("run", argv, env)
+        try:
+            wait_until(lambda: run.poll() is None and "Ctrl-C stops everything" in procs.log("run"),
+                       "botmesh_run to start", timeout_s=60)  # fmt: skip
+            run.send_signal(signal.SIGINT)
+            run.wait(timeout=60)
+        except BaseException:
+            print(procs.log("run")[-4000:])
+            raise
+        printed = procs.log("run")
+    assert "tienda-bot replicas" not in printed and "bot-1" not in printed, printed
+    assert not list((tmp_path / "data" / "logs").glob("bot-*.log"))
+    assert _bot_replicas(tmp_path) == []

@@ -1,4 +1,4 @@
-"""``manage.py botmesh_run``: the embedded default — web, Celery worker and beat in one command.
+"""``manage.py botmesh_run``: the embedded default — web, Celery worker, beat and the demo bot in one command.
 
 Starts the three processes on the embedded backends (SQLite, filesystem broker),
 waits for ``/readyz``, loads the demo tenant through the real HTTP endpoints
@@ -20,6 +20,14 @@ a web that exits before it listened (or whose port is taken)
 ``START_FAILURES_MAX`` times in a row stops the stack with the reason — the
 last line of ``web.log`` — instead of restarting forever. A web that had been
 listening and then crashed is restarted with the backoff as before.
+
+Once the demo tenant exists, the demo's ``tienda-bot`` runs as ``--bot-replicas``
+(default ``BOT_REPLICAS``) supervised children ``bot-1`` … ``bot-N``
+(``python -m botmesh_admin.botclient.demo_bot``, logs ``bot-<n>.log``), each a
+replica ``tienda-bot-<n>`` coordinating over the embedded coordinator (the Kv:
+``kv:<BOTMESH_KV_URL>``, or ``BOTMESH_COORDINATION_URL``) with a bot token
+made at each start (the previous start's is revoked); ``--bot-replicas 0``
+starts none.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 RESTART_RESET_S = 60.0
 START_FAILURES_MAX = 3
+BOT_REPLICAS = 3
+BOT_MAX_REPLICAS = 20
+BOT_TOKEN_NAME = "tienda-bot (./dev run)"
 """Restarts in a row of a child that never got to serve before the stack stops (1 + 2 + 4 s of backoff)."""
 
 
@@ -194,9 +205,17 @@ class Command(BaseCommand):
             help="load the demo data again even if an earlier start loaded it (overwrites your edits)",
         )
         parser.add_argument("--exit-after-load", action="store_true", help="stop once the demo is loaded (smoke test)")
+        parser.add_argument(
+            "--bot-replicas",
+            type=int,
+            default=BOT_REPLICAS,
+            help=f"replica processes of the demo bot tienda-bot (default {BOT_REPLICAS}; 0: no bot)",
+        )
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
         base_url = f"http://{opts['host']}:{opts['port']}"
+        if not 0 <= opts["bot_replicas"] <= BOT_MAX_REPLICAS:
+            raise CommandError(f"--bot-replicas: must be 0..{BOT_MAX_REPLICAS}, not {opts['bot_replicas']}")
         fixtures = demo.fixtures_dir()
         if not opts["no_demo"] and not (fixtures / "ledger" / "messages.jsonl").is_file():
             raise CommandError(
@@ -261,12 +280,17 @@ class Command(BaseCommand):
                 else:
                     summaries = demo.load_over_http(base_url, tokens)
                     demo.mark_demo_loaded(summaries)
+            for name, child in self._bots(base_url, opts["bot_replicas"], env, log_dir).items():
+                children[name] = child
+            bots = [f"{name} pid {child.proc.pid}" for name, child in children.items() if name.startswith("bot-")]
             lines = [
                 "", self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"),
                 *(f"  {line}" for line in self._what_exists(base_url, demo_loaded=not opts["no_demo"])),
                 *(f"  demo: {line}" for line in summaries),
                 f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything",
-                "  " + ", ".join(f"{name} pid {child.proc.pid}" for name, child in children.items()),
+                "  " + ", ".join(f"{name} pid {children[name].proc.pid}" for name in commands),
+                *([f"  {demo.DEMO_BOT} replicas: {', '.join(bots)}  (kill -9 one, then open "
+                   f"{base_url}/t/{demo.DEMO_TENANT}/replicas/)"] if bots else []),
             ]  # fmt: skip
             self.stdout.write("\n".join(lines))  # one write: whoever reads "is running at" reads the pids too
             self.stdout.flush()
@@ -279,6 +303,33 @@ class Command(BaseCommand):
                 time.sleep(0.5)
         finally:
             self._stop({name: child.proc for name, child in children.items()})
+
+    def _bots(self, base_url: str, replicas: int, env: dict[str, str], log_dir: Path) -> dict[str, Child]:
+        """Start the demo bot's replicas (none without the demo tenant or with ``--bot-replicas 0``)."""
+        from botmesh_admin.tenancy import services
+        from botmesh_admin.tenancy.models import ApiToken, Tenant
+
+        if replicas == 0 or not Tenant.objects.filter(id=demo.DEMO_TENANT).exists():
+            return {}
+        for old in ApiToken.objects.filter(tenant_id=demo.DEMO_TENANT, name=BOT_TOKEN_NAME, revoked_at=None):
+            services.token_revoke(demo.DEMO_TENANT, token_id=old.id)
+        _, token = services.token_create(demo.DEMO_TENANT, name=BOT_TOKEN_NAME, role="bot", created_by="botmesh_run")
+        url = settings.BOTMESH_COORDINATION_URL
+        if url == "kv:":  # the bot has no Django: it opens the admin's Kv itself
+            url = f"kv:{settings.BOTMESH_KV_URL}"
+        bot_env = dict(env, BOTMESH_BOT_TOKEN=token)  # never on the command line, where ps shows it
+        argv = [sys.executable, "-m", "botmesh_admin.botclient.demo_bot", "--admin-url", base_url,
+                "--tenant", demo.DEMO_TENANT, "--bot", demo.DEMO_BOT, "--coordination", url]  # fmt: skip
+        return {
+            f"bot-{n}": Child(
+                f"bot-{n}",
+                [*argv, "--replica-id", f"{demo.DEMO_BOT}-{n}"],
+                log_dir / f"bot-{n}.log",
+                bot_env,
+                Path(settings.BASE_DIR),
+            )  # fmt: skip
+            for n in range(1, replicas + 1)
+        }
 
     def _reindex(self) -> None:
         """Build the Kv indexes an installation from an earlier version lacks (with progress)."""
@@ -357,7 +408,7 @@ class Command(BaseCommand):
         raise CommandError(f"web did not become ready: {last}")
 
     def _stop(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
-        self.stdout.write("stopping web, worker and beat …")
+        self.stdout.write(f"stopping {', '.join(procs)} …")
         for proc in procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
