@@ -355,9 +355,10 @@ class BotReplica:
                     self.provider_down_ms,
                     self.provider_id,
                 )
-                lease, self._provider = self._provider, None
-                if lease is not None:
-                    lease.release()
+                self._provider = None
+                self.coordinator.step_down(
+                    f"provider:{self.provider_id}", f"transport closed for {self.provider_down_ms} ms"
+                )  # a step-down event with the reason (the Replicas page shows it)
                 if self.transport is not None:
                     self.transport.close()
                 self._stepped_down = True

@@ -77,12 +77,22 @@ def admin(live_server, tenant, tokens) -> AdminClient:
     return AdminClient(live_server.url, tenant=tenant, bot=BOT, token=tokens["bot"])
 
 
+@pytest.fixture(params=["redis", "kv-sqlite"])
+def coordination_url(request, tmp_path) -> str:
+    """The coordinators a bot replica runs over: Redis, and the Kv (SQLite file) of the embedded default."""
+    if request.param == "redis":
+        return request.getfixturevalue("redis_url")
+    return f"kv:sqlite:///{tmp_path}/coordination.sqlite3"
+
+
 @pytest.fixture
-def replicas(admin, tenant, redis_url, request):
+def replicas(admin, tenant, coordination_url):
     made: list[BotReplica] = []
 
     def make(replica_id: str, **kwargs) -> BotReplica:
-        coordinator = coordinator_for(redis_url, tenant=tenant, bot=BOT, lease_ms=LEASE_MS, replica_id=replica_id)
+        coordinator = coordinator_for(
+            coordination_url, tenant=tenant, bot=BOT, lease_ms=LEASE_MS, replica_id=replica_id
+        )
         replica = BotReplica(admin, coordinator, **kwargs)
         made.append(replica)
         return replica
@@ -227,3 +237,45 @@ def test_a_late_answer_with_the_fence_of_a_turn_taken_over_is_refused(admin, rep
         admin.reply(message, "¡Hola! (tarde)", fence=turn.fence)
     assert (refused.value.status, refused.value.code) == (409, "stale_fence")
     assert refused.value.body["current_version"] > turn.fence
+
+
+class Switch:
+    """A transport the test opens and closes (the exclusive provider session of a bot)."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.opened = 0
+
+    def open(self) -> None:
+        self.opened += 1
+
+    def close(self) -> None:
+        pass
+
+    def is_open(self) -> bool:
+        return self.up
+
+
+def test_the_provider_leader_steps_down_once_its_transport_is_closed_for_provider_down_ms(replicas):
+    first, second = Switch(), Switch()
+    a = replicas("a", provider_id="main", transport=first, provider_down_ms=300)
+    b = replicas("b", provider_id="main", transport=second, provider_down_ms=300)
+    a.tick()
+    b.tick()
+    assert (a.is_provider_leader(), b.is_provider_leader()) == (True, False)
+    assert (a.is_scheduler(), b.is_scheduler()) == (True, False)
+    first.up = False
+    a.tick()
+    assert a.is_provider_leader()  # closed, but not yet for provider_down_ms
+    time.sleep(0.35)
+    a.tick()
+    assert not a.is_provider_leader()
+    b.tick()
+    assert b.is_provider_leader() and second.opened == 1  # the other replica took the lead and opened its transport
+    a.tick()
+    assert not a.is_provider_leader()  # it stays down while its transport is closed
+    events = a.coordinator.snapshot().events
+    assert [(e.kind, e.name, e.detail) for e in events if e.kind == "step-down"] == [
+        ("step-down", "provider:main", "transport closed for 300 ms")
+    ]
+    assert any(e.kind == "handover" and e.name == "provider:main" and e.replica_id == "b" for e in events)
