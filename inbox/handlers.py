@@ -27,13 +27,21 @@ from . import replies, services
 log = logging.getLogger(__name__)
 
 
-def _file_under(conversation_id: str | None) -> None:
-    """Name the conversation on the current span, so the trace is found from the conversation."""
+def _file_under(conversation_id: str | None, message_ids: list[str | None] | None = None) -> None:
+    """Name the conversation and the messages (hashed) on the current span: the trace is found from both."""
     from opentelemetry import trace
 
+    from botmesh_admin.observability import trace_records
+    from botmesh_admin.observability.guard import hash_id
+
     current = trace.get_current_span()
-    if conversation_id and current.is_recording():
+    if not current.is_recording():
+        return
+    if conversation_id:
         current.set_attribute("botmesh.conversation_id", conversation_id)
+    hashes = [hash_id(m) for m in message_ids or () if m]
+    if hashes:  # the thread's "trace" link of a message looks its hash up
+        current.set_attribute(trace_records.MESSAGE_HASHES, hashes[: trace_records.MAX_MESSAGES])
 
 
 @contextmanager
@@ -64,7 +72,7 @@ def project_ledger_record(record: EventRecord) -> None:
     """Project one bot ledger record into its tenant's inbox."""
     with _reported(record, "project"):
         result = services.default_inbox().project_message(record.payload["record"], tenant=record.tenant)
-        _file_under(result.conversation_id)
+        _file_under(result.conversation_id, [result.message_id])
 
 
 def _project_events(record: EventRecord) -> None:
@@ -72,9 +80,13 @@ def _project_events(record: EventRecord) -> None:
 
     with _reported(record, "project"):
         inbox = services.default_inbox()
+        conversation, messages = None, []
         for data in record.payload.get("events", []):
             result = inbox.project_event(record.tenant, event_from_dict(data))
-            _file_under(result.conversation_id if result is not None else None)
+            if result is not None:
+                conversation = conversation or result.conversation_id
+                messages.append(result.message_id)
+        _file_under(conversation, messages)
 
 
 project_whatsapp_webhook: Callable[[EventRecord], None] = register("whatsapp.webhook")(_project_events)
@@ -98,4 +110,4 @@ def send_reply(record: EventRecord) -> None:
     with _reported(record, "reply"):
         # The claim's fencing token is checked right before the provider request (issue 15, item 6).
         sent = replies.reply_send(record.tenant, record.payload["message_id"], claim=_claim_of(record))
-        _file_under(sent.conversation_id if sent is not None else None)
+        _file_under(sent.conversation_id if sent is not None else None, [sent.id if sent is not None else None])

@@ -85,13 +85,20 @@ def _journal(tenant: str, p: Principal) -> Card:
     summary = event_summary(tenant)
     dead = summary.by_state.get("dead", 0)
     pending = summary.by_state.get("pending", 0) + summary.by_state.get("leased", 0)
+    letters = "dead letter" if dead == 1 else "dead letters"  # the card's value is the count
+    events = _plural(summary.total, "event")
     return Card(
         "Journal",
         str(dead),
-        f"dead letters · {pending} waiting · {summary.total} events",
+        f"{letters} · {pending} waiting · {events}",
         "events:list",
         "bad" if dead else "ok",
     )
+
+
+def _plural(n: int, noun: str) -> str:
+    """Return ``"1 dead letter"``, ``"2 dead letters"``, ``"0 events"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 CARDS: list[tuple[str, Callable[[str, Principal], Card]]] = [

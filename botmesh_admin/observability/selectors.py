@@ -122,3 +122,22 @@ def trace_get(tenant: str | None, trace_id: str) -> dict[str, Any]:
     if record is None:
         raise NotFound(f"trace {trace_id!r} not found")
     return {**record, "tree": trace_records.span_tree(record["spans"])}
+
+
+def trace_of_message(tenant: str, message_id: str) -> str:
+    """Return the id of the newest kept trace that projected (or sent) the inbox message ``message_id``.
+
+    Traces name messages by ``hash_id`` only (``trace_records.MESSAGE_HASHES``),
+    so the lookup hashes the id: one index entry read. Raise ``NotFound`` when
+    no trace of it is kept (older than the retention, or before traces named
+    their messages) and ``ValidationError`` (field ``id``) for an empty id.
+    """
+    from .guard import hash_id
+
+    validate_id(tenant, "tenant")
+    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > 512:
+        raise ValidationError("id", "must be a message id")
+    found = stores.trace_store().of_message(tenant, hash_id(message_id))
+    if found is None:
+        raise NotFound("no trace of this message is kept (traces are kept for 24 hours)")
+    return found

@@ -8,6 +8,15 @@ guarded span) is::
      "attributes": {...}, "events": [{"name", "offset_ms", "attributes"}], "scope": "…", "service": "…"}
 
 A *trace record* is ``{"trace_id", "tenant", "first_seen_ms", "spans": [...], "dropped_spans"}``.
+
+Lists order traces by when they *started* (the earliest span's start, whole
+ms), newest first: the time a list row shows. ``first_seen_ms`` (when the
+store first wrote the trace) is only the fallback of a trace with no span.
+
+What is kept, per kind (``KEEP``): every kind has its own quota, so traces of
+one kind never evict another's; message traces (webhook or ledger record →
+projection → reply) keep the most, and every trace expires after the
+retention (24 h).
 """
 
 from __future__ import annotations
@@ -18,6 +27,10 @@ from .stores.base import TraceSummary
 
 MAX_SPANS = 256
 KINDS = ("http", "task", "message", "internal")
+KEEP = {"message": 5000, "http": 500, "task": 500, "internal": 500}
+"""The newest traces kept per kind (README: Metrics and traces); each also expires after 24 h."""
+MESSAGE_HASHES = "botmesh.message_id_hashes"  # ``hash_id`` of the inbox message ids a span projected
+MAX_MESSAGES = 16  # message hashes a trace is findable by (a webhook batch holds a few)
 MESSAGE_PREFIXES = ("message.", "inbox.")
 INDEX_BASE = 10**13  # epoch ms stays below this until the year 2286
 
@@ -36,9 +49,30 @@ def merge_trace(
     return {**record, "spans": ordered[:MAX_SPANS], "dropped_spans": dropped}
 
 
+def started_ms(record: dict[str, Any]) -> int:
+    """Return when the trace started: its earliest span's start (epoch ms, whole), else ``first_seen_ms``."""
+    spans = record.get("spans") or ()
+    return int(min((s["start_ms"] for s in spans), default=float(record["first_seen_ms"])))
+
+
 def index_key(record: dict[str, Any]) -> str:
-    """Return the key that orders the trace newest first: ``r/<inverted first_seen_ms>/<trace_id>``."""
-    return f"r/{INDEX_BASE - 1 - int(record['first_seen_ms']):013d}/{record['trace_id']}"
+    """Return the key that orders the trace newest first: ``r/<inverted started_ms>/<trace_id>``."""
+    return cursor_of(started_ms(record), record["trace_id"])
+
+
+def cursor_of(started: int, trace_id: str) -> str:
+    """Return the list cursor of the trace ``trace_id`` that started at ``started`` (epoch ms)."""
+    return f"r/{INDEX_BASE - 1 - int(started):013d}/{trace_id}"
+
+
+def message_hashes(spans: list[dict[str, Any]]) -> list[str]:
+    """Return the message hashes (``MESSAGE_HASHES``) the trace's spans name, at most ``MAX_MESSAGES``."""
+    out: dict[str, None] = {}
+    for s in spans:
+        value = s.get("attributes", {}).get(MESSAGE_HASHES)
+        for h in [value] if isinstance(value, str) else (value or ()):
+            out[str(h)] = None
+    return list(out)[:MAX_MESSAGES]
 
 
 def trace_kind(spans: list[dict[str, Any]], root: dict[str, Any] | None) -> str:

@@ -61,6 +61,8 @@ TRACER_NAME = "botmesh_admin"
 # instrumentation cost a third of a webhook's CPU, on the busiest path there is.
 EXCLUDED_URLS = "//[^/]+/(healthz|readyz|metrics)$,//[^/]+/static/,//[^/]+/favicon.ico$,//[^/]+/webhooks/"
 _propagator = TraceContextTextMapPropagator()
+HTMX_PARTIAL = "botmesh.htmx_partial"  # a GET an htmx page made for a fragment (a poll, mostly)
+PARTIAL_SLOW_MS = 1000
 # A proxy until ``setup()`` installs the provider, then that provider's tracer:
 # ``trace.get_tracer`` on every span cost a fifth of the span.
 _tracer = trace.get_tracer(TRACER_NAME)
@@ -97,10 +99,12 @@ def span(
     if tenant is not None:
         attributes["tenant"] = tenant
     context = extract_context(parent) if parent else None
+    links = _links(parent)
     with _tracer.start_as_current_span(
         name,
         context=context,
         kind=span_kind,
+        links=links,
         attributes=guard_attributes(_namespaced(attributes)),
         record_exception=False,
         set_status_on_exception=False,
@@ -196,6 +200,34 @@ def inject_context() -> dict[str, str]:
     return carrier
 
 
+def linked_carrier() -> dict[str, str]:
+    """Return a carrier that starts a *new* trace linked to the current span (``link``), plus ``tenant``.
+
+    For one unit of work among many started by one request (each record of a
+    ledger push): ``span(..., parent=carrier)`` is then the root of a trace of
+    its own, readable alone, with an OpenTelemetry span link back to the
+    request's span (shown on the trace page). Empty when no span is active.
+    """
+    current: dict[str, str] = {}
+    _propagator.inject(current)
+    if not current.get("traceparent"):
+        return {}
+    carrier = {"link": current["traceparent"]}
+    tenant = _tenant.get()
+    if tenant:
+        carrier["tenant"] = tenant
+    return carrier
+
+
+def _links(carrier: Mapping[str, str] | None) -> list[trace.Link] | None:
+    """Return the span link a ``linked_carrier`` names (``None`` without one)."""
+    link = (carrier or {}).get("link")
+    if not link:
+        return None
+    context = trace.get_current_span(_propagator.extract({"traceparent": link})).get_span_context()
+    return [trace.Link(context)] if context.is_valid else None
+
+
 def extract_context(carrier: Mapping[str, str] | None) -> Context:
     """Return the OpenTelemetry context of a carrier from ``inject_context()`` (empty if none)."""
     return _propagator.extract(dict(carrier or {}))
@@ -226,6 +258,10 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
             }
             for e in list(span.events)[:16]
         ],
+        "links": [
+            {"trace_id": format(link.context.trace_id, "032x"), "span_id": format(link.context.span_id, "016x")}
+            for link in list(span.links)[:8]
+        ],
         "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
         "service": str(resource.get("service.name", "")) or None,
     }
@@ -246,6 +282,13 @@ class KvTraceProcessor(SpanProcessor):
     tenant that any of its spans names (``botmesh.tenant``); a background
     thread writes them every ``interval_s``. At most ``max_pending`` traces
     wait in memory; beyond that new spans are dropped (and counted).
+
+    The admin's own htmx partials (``botmesh.htmx_partial``: the inbox polls
+    its list every 5 s and an open thread every 3 s, the journal, replicas and
+    jobs pages poll too) are kept one in ``partial_sample`` (by trace id, so
+    every process keeps the same ones), and always when they failed or took
+    over ``PARTIAL_SLOW_MS``: an open tab would otherwise file a trace every
+    few seconds.
     """
 
     def __init__(
@@ -256,8 +299,11 @@ class KvTraceProcessor(SpanProcessor):
         interval_s: float = 0.5,
         max_pending: int = 2000,
         max_spans: int = 256,
+        partial_sample: int = 10,
     ) -> None:
         self._record = record
+        self.partial_sample = partial_sample
+        self.sampled_out = 0
         self.hold_s = hold_s
         self.interval_s = interval_s
         self.max_pending = max_pending
@@ -336,11 +382,22 @@ class KvTraceProcessor(SpanProcessor):
                 for tid, _ in ready:
                     del self._pending[tid]
             by_tenant: dict[str | None, list[list[dict[str, Any]]]] = {}
-            for _, segment in ready:
+            for tid, segment in ready:
+                if not self._keep(tid, segment["spans"]):
+                    self.sampled_out += 1
+                    continue
                 spans = [span_to_dict(s) for s in segment["spans"]]
                 by_tenant.setdefault(segment["tenant"], []).append(spans)
             for tenant, traces in by_tenant.items():
                 self._write(tenant, traces)
+
+    def _keep(self, trace_id: str, spans: list[ReadableSpan]) -> bool:
+        """Return False for an htmx partial's trace that sampling leaves out (see the class doc)."""
+        partial = [s for s in spans if (s.attributes or {}).get(HTMX_PARTIAL)]
+        if not partial or self.partial_sample <= 1 or int(trace_id, 16) % self.partial_sample == 0:
+            return True
+        slow = any((s.end_time or 0) - (s.start_time or 0) > PARTIAL_SLOW_MS * 1_000_000 for s in partial)
+        return slow or any(s.status.status_code == StatusCode.ERROR for s in spans)
 
     def _write(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
         try:
@@ -460,6 +517,8 @@ def _django_response_hook(span: trace.Span, request: Any, response: Any) -> None
     principal = getattr(request, "principal", None)
     if principal is not None:
         span.set_attribute("botmesh.tenant", principal.tenant)
+    if request.method == "GET" and request.headers.get("HX-Request") == "true":
+        span.set_attribute(HTMX_PARTIAL, True)
     # The instrumentation names the span after Django's route (``GET t/<str:tenant>/metrics/``);
     # every span of ours says ``GET /t/{tenant}/metrics/``, as the webhooks' ``server_span`` does.
     match = getattr(request, "resolver_match", None)

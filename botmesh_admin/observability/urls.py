@@ -9,5 +9,6 @@ urlpatterns = [
     path("metrics", views.prometheus_metrics, name="prometheus"),
     path("t/<str:tenant>/metrics/", views.metrics_page, name="metrics"),
     path("t/<str:tenant>/traces/", views.traces_page, name="traces"),
+    path("t/<str:tenant>/traces/message/", views.message_trace, name="message-trace"),
     path("t/<str:tenant>/traces/<str:trace_id>/", views.trace_page, name="trace"),
 ]

@@ -7,7 +7,8 @@ import logging
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
@@ -131,6 +132,13 @@ def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
 
 
 @tenant_page("agent")
+def message_trace(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Redirect to the trace of the inbox message ``?id=`` (the thread's "trace" link); a 404 page if none is kept."""
+    trace_id = selectors.trace_of_message(tenant, request.GET.get("id", ""))
+    return redirect(reverse("observability:trace", kwargs={"tenant": tenant, "trace_id": trace_id}))
+
+
+@tenant_page("agent")
 def trace_page(request: HttpRequest, tenant: str, trace_id: str) -> HttpResponse:
     """One trace as a span tree with each span's start offset and duration."""
     owner = _trace_tenant(request, tenant)
@@ -150,6 +158,7 @@ def trace_page(request: HttpRequest, tenant: str, trace_id: str) -> HttpResponse
                 "left": round(100 * offset / total, 2),
                 "width": max(0.5, round(100 * span["duration_ms"] / total, 2)),
                 "attributes": sorted(span["attributes"].items()),
+                "links": [link["trace_id"] for link in span.get("links", ())],
             }
         )
     return render(

@@ -422,24 +422,30 @@ def test_server_spans_name_their_route_in_one_syntax(
     assert [s.attributes["http.route"] for s in servers] == [s.name.split(" ", 1)[1] for s in servers]
 
 
-def test_a_ledger_record_is_projected_in_the_trace_of_its_push(
+def test_each_ledger_record_is_projected_in_a_trace_of_its_own_linked_to_the_push(
     tenant_client: TenantClient, exported: InMemorySpanExporter
 ) -> None:
+    """Issue 20, item 1: a push of 480 records was one trace of 483 spans, credited to one conversation."""
     from botmesh_admin.demo import fixtures_dir
     from botmesh_admin.events.services import journal_drain
 
-    line = (fixtures_dir() / "ledger" / "messages.jsonl").read_text().splitlines()[0]
-    record = dict(json.loads(line), tenantId=None)
+    lines = (fixtures_dir() / "ledger" / "messages.jsonl").read_text().splitlines()[:3]
+    records = [dict(json.loads(line), tenantId=None) for line in lines]
     response = tenant_client.bot.post(
-        f"/api/v1/tenants/{tenant_client.tenant}/ledger", [record], content_type="application/json"
+        f"/api/v1/tenants/{tenant_client.tenant}/ledger", records, content_type="application/json"
     )
     assert response.status_code == 202, response.content
-    assert journal_drain(channel="ledger")["processed"] == 1
+    assert journal_drain(channel="ledger")["processed"] == 3
     spans = exported.get_finished_spans()
     (push,) = [s for s in spans if s.name.startswith("POST") and "ledger" in s.name]
-    (projection,) = [s for s in spans if s.name == "inbox.project"]
-    assert projection.context.trace_id == push.context.trace_id
-    assert projection.attributes["botmesh.tenant"] == tenant_client.tenant
+    assert push.attributes["botmesh.records"] == 3
+    projections = [s for s in spans if s.name == "inbox.project"]
+    assert len({p.context.trace_id for p in projections} | {push.context.trace_id}) == 4
+    for projection in projections:
+        assert projection.parent is None
+        assert [link.context.span_id for link in projection.links] == [push.context.span_id]
+        assert projection.attributes["botmesh.tenant"] == tenant_client.tenant
+        assert len(projection.attributes["botmesh.message_id_hashes"]) == 1
 
 
 def test_a_path_beyond_latin_1_is_answered_and_traced(

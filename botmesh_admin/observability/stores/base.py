@@ -153,8 +153,10 @@ class TraceStore(Protocol):
     """Recent traces of one tenant (``tenant=None``: traces that belong to no tenant).
 
     Spans of one trace may arrive in several batches from several processes;
-    they are merged by ``trace_id``. The store keeps at most ``max_traces``
-    traces per tenant (the oldest go first) for at most ``retention_ms``.
+    they are merged by ``trace_id``. The store keeps at most ``keep[kind]``
+    traces of each kind per tenant (the oldest of that kind go first; a burst
+    of one kind never evicts another's) for at most ``retention_ms``. Lists
+    are newest first by the trace's start (``trace_records.index_key``).
     """
 
     def record(self, tenant: str | None, spans: list[dict[str, Any]]) -> None:
@@ -179,4 +181,8 @@ class TraceStore(Protocol):
 
     def get(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
         """Return the trace ``{"trace_id", "summary", "spans": [...]}`` or ``None`` (also for another tenant's)."""
+        ...
+
+    def of_message(self, tenant: str | None, message_hash: str) -> str | None:
+        """Return the id of the newest trace that projected the message ``hash_id(message id)``, or ``None``."""
         ...

@@ -13,8 +13,9 @@ alphabets is its own segment, so tables written before keep their keys), or
 ``~`` and a SHA-256 digest when that would not fit the Kv's 512-byte keys. Each
 sample also holds its bot and replica ids, which is what reads return.
     observability/<tenant>/traces        t/<trace id>                trace record (merged spans)
-                                         x/recent/…, x/by_kind/…,    its summary in value indexes
-                                         x/by_conversation/…         (``TRACE``), newest first
+                                         x/started/…, x/started_by_kind/…,   its summary in value
+                                         x/started_by_conversation/…,        indexes (``TRACE``),
+                                         x/by_message/…                      newest start first
     observability/~system/traces         traces of no tenant ("~" is never in a tenant id)
     observability/~process/counters      process counters, one key per counter
 
@@ -23,14 +24,17 @@ processes may write the same table at once; every entry has a TTL
 (``retention_ms``), so nothing outlives its retention even if pruning stops.
 
 The trace list is a page of one value index (``botmesh_admin.kv.indexes``):
-``recent`` (newest first, each entry holding the summary a list row shows),
-``by_kind`` or ``by_conversation`` (whose entries lead to the ``recent`` ones:
-one ``get_many`` per page), so a page touches O(page) entries whatever the
-filter. A trace table is bounded (``max_traces`` and the TTL), so a table
-written before these indexes is indexed by its first list or prune
+``started`` (newest start first, each entry holding the summary a list row
+shows), ``started_by_kind`` or ``started_by_conversation`` (whose entries lead
+to the ``started`` ones: one ``get_many`` per page), so a page touches O(page)
+entries whatever the filter; ``by_message`` finds the trace of an inbox message
+(one entry per message hash the trace names). ``started_by_kind`` also serves
+the per-kind prune. A trace table is bounded (the per-kind quotas and the TTL),
+so a table written before these indexes is indexed by its first list or prune
 (``_require_built``); ``botmesh_reindex`` builds tenants' tables too. Tables of
-that time also hold ``r/<inverted ms>/<trace id>`` summaries, which nothing
-reads any more and which expire with their retention.
+earlier versions also hold ``r/<inverted ms>/<trace id>`` summaries and
+``x/recent``, ``x/by_kind``, ``x/by_conversation`` entries ordered by first
+sight, which nothing reads any more and which expire with their retention.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from botmesh_admin.kv.tenant import validate_id
 
 from .. import trace_records
 from .base import BotSample, PushLimits, TraceSummary
-from .memory import DEFAULT_HISTORY, DEFAULT_MAX_TRACES, DEFAULT_RETENTION_MS
+from .memory import DEFAULT_HISTORY, DEFAULT_RETENTION_MS, kind_quotas
 
 PACKAGE = "observability"
 SYSTEM_TRACES = f"{PACKAGE}/~system/traces"
@@ -75,36 +79,45 @@ T = TypeVar("T")
 
 
 def _trace_view(value: Any) -> Mapping[str, Any]:
-    """Return what the trace indexes read of a stored trace record: its summary and first sight."""
+    """Return what the trace indexes read of a stored trace record: its summary, start and message hashes."""
     summary = trace_records.summary_json(trace_records.summarize(value))
-    return {**summary, "first_seen_ms": int(value["first_seen_ms"])}
+    return {
+        **summary,
+        "started_ms": trace_records.started_ms(value),
+        "messages": trace_records.message_hashes(value["spans"]),
+    }
 
 
 def _list_row(view: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the copy of a list row a ``recent`` entry holds (a covering index)."""
-    return dict(view)
+    """Return the copy of a list row a ``started`` entry holds (a covering index)."""
+    return {k: v for k, v in view.items() if k != "messages"}
 
 
-def _first_seen(view: Mapping[str, Any]) -> dict[str, Any]:
-    """Return what a filtered index entry holds besides ``pk``: enough to find the ``recent`` one."""
-    return {"first_seen_ms": view["first_seen_ms"]}
+def _started(view: Mapping[str, Any]) -> dict[str, Any]:
+    """Return what a filtered index entry holds besides ``pk``: enough to find the ``started`` one."""
+    return {"started_ms": view["started_ms"]}
 
 
-NEWEST = Desc("first_seen_ms")
-# Only ``recent`` copies the list row: the filtered indexes lead to its entries (one
+def _message_keys(view: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    return [(h, -int(view["started_ms"])) for h in view["messages"]]
+
+
+NEWEST = Desc("started_ms")
+# Only ``started`` copies the list row: the filtered indexes lead to its entries (one
 # ``get_many`` per page), so a trace write puts one summary, not three.
 TRACE = RecordType(
     "trace",
     "t/",
     (
-        ValueIndex("recent", fields=(NEWEST,), payload=_list_row),
-        ValueIndex("by_kind", fields=("kind", NEWEST), payload=_first_seen),
+        ValueIndex("started", fields=(NEWEST,), payload=_list_row),
+        ValueIndex("started_by_kind", fields=("kind", NEWEST), payload=_started),
         ValueIndex(
-            "by_conversation",
+            "started_by_conversation",
             fields=("conversation", NEWEST),
             where=lambda view: view.get("conversation") is not None,
-            payload=_first_seen,
+            payload=_started,
         ),
+        ValueIndex("by_message", keys=_message_keys, where=lambda view: bool(view["messages"])),
     ),
     decode=_trace_view,
     ttl=True,
@@ -338,21 +351,25 @@ class KvBotMetricsStore:
 
 
 class KvTraceStore:
-    """Trace records and a newest-first index, pruned every ``prune_every`` new traces.
+    """Trace records and newest-first indexes, pruned per kind every ``prune_every`` new traces.
 
-    A prune reads the whole index (``max_traces`` summaries and more), and every
-    writing process prunes: by default once per ``max_traces`` new traces of its
-    own (pruning every 100 cost 2 ms of CPU per message at 150 messages/s with
-    six writers). The store may hold up to ``prune_every`` traces beyond
-    ``max_traces`` per writing process until then; every entry's TTL
-    (``retention_ms``) bounds it too.
+    ``keep`` is the newest traces kept of each kind (``kind_quotas``:
+    ``trace_records.KEEP`` by default, or ``max_traces`` for every kind), so a
+    burst of one kind — the admin's own page polls — never evicts another's
+    (the message traces). A prune reads each kind's index past its quota, and
+    every writing process prunes: by default once per 500 new traces of its own
+    (pruning every 100 cost 2 ms of CPU per message at 150 messages/s with six
+    writers). The store may hold up to ``prune_every`` traces beyond the quotas
+    per writing process until then; every entry's TTL (``retention_ms``) bounds
+    it too.
     """
 
     def __init__(
         self,
         kv: DurableKv,
         *,
-        max_traces: int = DEFAULT_MAX_TRACES,
+        max_traces: int | None = None,
+        keep: Mapping[str, int] | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
         prune_every: int | None = None,
         clock: Callable[[], int] | None = None,
@@ -362,9 +379,9 @@ class KvTraceStore:
 
         self.kv = kv
         self.tables = TenantKv(kv, PACKAGE)
-        self.max_traces = max_traces
+        self.keep = kind_quotas(max_traces, keep)
         self.retention_ms = retention_ms
-        self.prune_every = prune_every or max_traces
+        self.prune_every = prune_every or max_traces or min(self.keep.values())
         self.system_table = system_table
         self._clock = clock or now_ms
         self._created = 0
@@ -455,24 +472,25 @@ class KvTraceStore:
             self.prune(tenant)
 
     def prune(self, tenant: str | None) -> int:
-        """Delete every trace after the newest ``max_traces``; return how many went.
+        """Delete every trace after the newest ``keep[kind]`` of its kind; return how many went.
 
-        Reads the ``recent`` index past the newest ``max_traces`` (up to
-        ``4 * prune_every`` more), then deletes those records with their index
-        entries; a trace another writer changed meanwhile is read again.
+        Reads each kind's ``started_by_kind`` entries past its quota (up to
+        ``4 * prune_every`` more in all), then deletes those records with their
+        index entries; a trace another writer changed meanwhile is read again.
         """
         table = self._table(tenant)
         self._require_built(table)
         doomed: list[str] = []
-        after: str | None = None
-        skip = self.max_traces
-        while len(doomed) < 4 * self.prune_every:
-            page = self.layout.scan(table, "recent", after=after, limit=1000)
-            doomed += [e.value["pk"] for e in page[skip:]]
-            skip = max(0, skip - len(page))
-            if len(page) < 1000:
-                break
-            after = page[-1].key
+        for kind, quota in self.keep.items():
+            after: str | None = None
+            skip = quota
+            while len(doomed) < 4 * self.prune_every:
+                page = self.layout.scan(table, "started_by_kind", (kind,), after=after, limit=1000)
+                doomed += [e.value["pk"] for e in page[skip:]]
+                skip = max(0, skip - len(page))
+                if len(page) < 1000:
+                    break
+                after = page[-1].key
         # One trace once, even if an index entry drifted (a writer of a version without indexes).
         doomed = list(dict.fromkeys(doomed))[: 4 * self.prune_every]
         # A few commits of many deletes: one commit per trace cost as much as writing it.
@@ -493,7 +511,7 @@ class KvTraceStore:
             self.layout.commit(table, ops, changes)
 
     def _require_built(self, table: str) -> None:
-        """Index a trace table written before its indexes (bounded: ``max_traces`` and the TTL)."""
+        """Index a trace table written before its indexes (bounded: the quotas and the TTL)."""
         for name in self.layout.index_names():
             if self.layout.state(table, name) != "built":
                 self.layout.build(table, name)
@@ -509,19 +527,19 @@ class KvTraceStore:
     ) -> tuple[list[TraceSummary], str | None]:
         """Return a page of one index: by conversation, by kind, or all, newest first.
 
-        ``after`` is the ``r/<inverted ms>/<trace id>`` of the previous page's
-        last trace (``trace_records.index_key``), the same cursor whatever the
-        filter. With both filters the conversation's entries are read and
-        other kinds skipped (one conversation's traces: at most ``max_traces``).
+        ``after`` is the ``r/<inverted start ms>/<trace id>`` of the previous
+        page's last trace (``trace_records.index_key``), the same cursor
+        whatever the filter. With both filters the conversation's entries are
+        read and other kinds skipped (one conversation's traces are few).
         """
         table = self._table(tenant)
         values: tuple[str, ...]
         if conversation is not None:
-            index, values = "by_conversation", (conversation,)
+            index, values = "started_by_conversation", (conversation,)
         elif kind is not None:
-            index, values = "by_kind", (kind,)
+            index, values = "started_by_kind", (kind,)
         else:
-            index, values = "recent", ()
+            index, values = "started", ()
         cursor = None if after is None else _index_after(index, values, after)
         out: list[TraceSummary] = []
         last_key: str | None = None
@@ -532,12 +550,12 @@ class KvTraceStore:
                 self._require_built(table)
                 continue
             rows = [e.value for e in page]
-            if index != "recent":  # the list rows are in the ``recent`` entries
-                keys = [_index_after("recent", (), _cursor(r)) for r in rows]
+            if index != "started":  # the list rows are in the ``started`` entries
+                keys = [_index_after("started", (), _cursor(r)) for r in rows]
                 rows = [e.value for e in self.kv.get_many(table, keys) if e is not None]
             for row in rows:
                 summary = trace_records.summary_from_json(
-                    {k: v for k, v in row.items() if k not in ("pk", "first_seen_ms")}
+                    {k: v for k, v in row.items() if k not in ("pk", "started_ms")}
                 )
                 if trace_records.matches(summary, kind, conversation):
                     if len(out) == limit:
@@ -560,11 +578,21 @@ class KvTraceStore:
         record = entry.value
         return {"trace_id": trace_id, "summary": trace_records.summarize(record), "spans": record["spans"]}
 
+    def of_message(self, tenant: str | None, message_hash: str) -> str | None:
+        """Return the newest trace naming ``message_hash``: one ``by_message`` entry read."""
+        table = self._table(tenant)
+        while True:
+            try:
+                page = self.layout.scan(table, "by_message", (message_hash,), limit=1)
+            except IndexNotBuilt:
+                self._require_built(table)
+                continue
+            return str(page[0].value["pk"]).removeprefix("t/") if page else None
+
 
 def _cursor(entry: Mapping[str, Any]) -> str:
-    """Return the list cursor of an index entry's trace: ``r/<inverted ms>/<trace id>``."""
-    trace_id = str(entry["pk"]).removeprefix("t/")
-    return trace_records.index_key({"first_seen_ms": entry["first_seen_ms"], "trace_id": trace_id})
+    """Return the list cursor of an index entry's trace: ``r/<inverted start ms>/<trace id>``."""
+    return trace_records.cursor_of(int(entry["started_ms"]), str(entry["pk"]).removeprefix("t/"))
 
 
 def _index_after(index: str, values: tuple[str, ...], cursor: str) -> str:
@@ -573,5 +601,5 @@ def _index_after(index: str, values: tuple[str, ...], cursor: str) -> str:
     The key ``ValueIndex`` gives it: ``x/<index>/<encoded values, -first_seen_ms><pk>``.
     """
     inverted, trace_id = cursor.removeprefix("r/").split("/", 1)
-    first_seen = trace_records.INDEX_BASE - 1 - int(inverted)
-    return f"{INDEX_ROOT}{index}/" + encode((*values, -first_seen)) + f"t/{trace_id}"
+    started = trace_records.INDEX_BASE - 1 - int(inverted)
+    return f"{INDEX_ROOT}{index}/" + encode((*values, -started)) + f"t/{trace_id}"

@@ -15,7 +15,16 @@ from .base import BotSample, PushLimits, TraceSummary
 
 DEFAULT_HISTORY = 720
 DEFAULT_RETENTION_MS = 24 * 3600 * 1000
-DEFAULT_MAX_TRACES = 500
+DEFAULT_MAX_TRACES = 500  # per kind but message (``trace_records.KEEP``)
+
+
+def kind_quotas(max_traces: int | None, keep: Mapping[str, int] | None) -> dict[str, int]:
+    """Return the newest traces kept per kind: ``keep``, else ``max_traces`` for every kind, else ``KEEP``."""
+    if keep is not None:
+        return {kind: int(keep.get(kind, DEFAULT_MAX_TRACES)) for kind in trace_records.KINDS}
+    if max_traces is not None:
+        return dict.fromkeys(trace_records.KINDS, max_traces)
+    return dict(trace_records.KEEP)
 
 
 def _tenant(tenant: str | None) -> str | None:
@@ -127,16 +136,17 @@ class MemoryBotMetricsStore:
 
 
 class MemoryTraceStore:
-    """Per tenant: trace records by id, pruned to the newest ``max_traces``."""
+    """Per tenant: trace records by id, pruned to the newest ``keep[kind]`` of each kind (see ``kind_quotas``)."""
 
     def __init__(
         self,
         *,
-        max_traces: int = DEFAULT_MAX_TRACES,
+        max_traces: int | None = None,
+        keep: Mapping[str, int] | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        self.max_traces = max_traces
+        self.keep = kind_quotas(max_traces, keep)
         self.retention_ms = retention_ms
         self._clock = clock
         self._lock = threading.Lock()
@@ -153,9 +163,10 @@ class MemoryTraceStore:
             existing = table.get(trace_id)
             merged = trace_records.merge_trace(existing[1] if existing else None, trace_id, tenant, spans, now)
             table[trace_id] = (now + self.retention_ms, merged)
-            if len(table) > self.max_traces:
-                ordered = sorted(table.values(), key=lambda e: trace_records.index_key(e[1]))
-                for _, old in ordered[self.max_traces :]:
+            kind = trace_records.summarize(merged).kind
+            same = [r for _, r in table.values() if trace_records.summarize(r).kind == kind]
+            if len(same) > self.keep[kind]:
+                for old in sorted(same, key=trace_records.index_key)[self.keep[kind] :]:
                     del table[old["trace_id"]]
 
     def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
@@ -203,3 +214,10 @@ class MemoryTraceStore:
             return None
         record = entry[1]
         return {"trace_id": trace_id, "summary": trace_records.summarize(record), "spans": record["spans"]}
+
+    def of_message(self, tenant: str | None, message_hash: str) -> str | None:
+        tenant = _tenant(tenant)
+        with self._lock:
+            records = sorted((r for _, r in self._live(tenant).values()), key=trace_records.index_key)
+        found = (r for r in records if message_hash in trace_records.message_hashes(r["spans"]))
+        return next((r["trace_id"] for r in found), None)
