@@ -219,6 +219,27 @@ def campaign_plan_of(tenant: str, campaign_id: str) -> Plan:
     )
 
 
+# A campaign in one of these states still reads its segment (to plan, start or resume); a finished one does not.
+SEGMENT_NEEDED_STATES = ("draft", "scheduled", "running", "paused")
+SEGMENT_FINISHED_STATES = ("completed", "failed", "cancelled")
+
+
+class SegmentUse(NamedTuple):
+    """The campaigns to one segment: those that still need it, and finished ones (at most ``limit`` each)."""
+
+    needed: list[Campaign]
+    finished: list[Campaign]
+
+
+def campaigns_of_segment(tenant: str, segment_id: str, *, limit: int = 5) -> SegmentUse:
+    """Return the campaigns to ``segment_id``, split by whether they still need it (O(limit): an index)."""
+    campaigns, _ = default_stores()
+    return SegmentUse(
+        campaigns.campaign_scan_by_segment(tenant, segment_id, states=SEGMENT_NEEDED_STATES, limit=limit),
+        campaigns.campaign_scan_by_segment(tenant, segment_id, states=SEGMENT_FINISHED_STATES, limit=limit),
+    )
+
+
 class Progress(NamedTuple):
     """A campaign with its deliveries counted per state and reason."""
 

@@ -490,8 +490,30 @@ def segment_update(
     return saved
 
 
+class SegmentInUse(Conflict):
+    """A draft, scheduled, running or paused campaign still sends to the segment. HTTP 409."""
+
+    code = "segment_in_use"
+
+
 def segment_delete(tenant: str, segment_id: str) -> None:
-    """Delete a segment; raise ``NotFound``."""
+    """Delete a segment; raise ``NotFound``, or ``SegmentInUse`` (409) naming the campaigns that still need it.
+
+    A campaign that is a draft, scheduled, running or paused reads its
+    segment to plan, start or resume, so the segment stays until they are
+    finished, cancelled or deleted; finished campaigns keep their counts and
+    show "segment deleted".
+    """
+    from campaigns.selectors import campaigns_of_segment
+
+    needed = campaigns_of_segment(tenant, segment_id, limit=3).needed
+    if needed:
+        names = ", ".join(f"{c.name!r} ({c.state})" for c in needed)
+        raise SegmentInUse(
+            f"the segment is used by campaign{'s' if len(needed) > 1 else ''} {names}: finish, cancel or delete"
+            f" {'them' if len(needed) > 1 else 'it'} first",
+            campaigns=[c.id for c in needed],
+        )
     if not default_store().segment_delete(tenant, segment_id):
         raise NotFound(f"segment {segment_id} not found")
     segment_membership_sync(tenant)

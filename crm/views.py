@@ -12,9 +12,11 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
+from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.jsonbody import json_load
@@ -294,18 +296,56 @@ def segment_detail(request: HttpRequest, tenant: str, segment_id: str) -> HttpRe
             "preview": preview,
             "attributes": [(k, json.dumps(v, ensure_ascii=False)) for k, v in segment.rules.attributes.items()],
             "is_admin": page_principal(request).can("admin"),
+            "use": _segment_use(tenant, segment.id),
         },
     )
+
+
+def _segment_use(tenant: str, segment_id: str) -> Any:
+    from campaigns.selectors import campaigns_of_segment
+
+    return campaigns_of_segment(tenant, segment_id)
 
 
 @require_POST
 @tenant_page("admin")
 def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> HttpResponse:
-    """Delete a segment."""
+    """Delete a segment once confirmed; one a live campaign needs is refused with its names (``SegmentInUse``)."""
+    back = reverse("crm:segment", kwargs={"tenant": tenant, "segment_id": segment_id})
     try:
+        if not confirmation.confirmed(request):
+            segment = selectors.segment_get(tenant, segment_id)
+            use = _segment_use(tenant, segment.id)
+            finished = ", ".join(f"{c.name!r}" for c in use.finished)
+            return confirmation.confirm_page(
+                request,
+                question=f"Delete the segment {segment.name!r}?",
+                consequences=[
+                    "The contacts stay; only the rule and its membership go.",
+                    *(
+                        [f"Finished campaigns sent to it ({finished}) keep their counts and show “segment deleted”."]
+                        if use.finished
+                        else []
+                    ),
+                ],
+                button="Delete the segment",
+                cancel_url=back,
+                refusal=_in_use(use),
+            )
         services.segment_delete(tenant, segment_id)
     except DomainError as exc:
+        if exc.status == 409:  # in use: say why on the segment's page
+            messages.error(request, exc.message)
+            return confirmation.done(request, back)
         return render_error(request, exc)
     tasks.dispatch_segment_build(tenant)
     messages.success(request, "Segment deleted.")
-    return redirect("crm:segments", tenant=tenant)
+    return confirmation.done(request, reverse("crm:segments", kwargs={"tenant": tenant}))
+
+
+def _in_use(use: Any) -> str | None:
+    """Why the segment cannot be deleted now (the campaigns that still need it), or ``None``."""
+    if not use.needed:
+        return None
+    names = ", ".join(f"{c.name!r} ({c.state})" for c in use.needed)
+    return f"Used by {names}: finish, cancel or delete {'them' if len(use.needed) > 1 else 'it'} first."

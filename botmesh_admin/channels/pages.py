@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
+from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.tenancy.pages import render_error, tenant_page
 
@@ -96,13 +97,31 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
 @require_POST
 @tenant_page("admin")
 def channel_delete(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
-    """Delete one channel and go back to the list."""
+    """Delete one channel and go back to the list, once confirmed (``botmesh_admin.confirmation``)."""
+    back = reverse("channels:list", kwargs={"tenant": tenant})
     try:
+        channel = selectors.channel_config_get(tenant, name=name)
+        if not confirmation.confirmed(request):
+            return confirmation.confirm_page(
+                request,
+                question=f"Delete the channel {name!r}?",
+                consequences=[DELETE_CONSEQUENCE[channel.kind]],
+                button=f"Delete {name}",
+                cancel_url=back,
+            )
         services.channel_config_delete(tenant, name=name)
     except DomainError as exc:
         return render_error(request, exc)
     messages.success(request, f"Channel {name!r} deleted.")
-    return redirect("channels:list", tenant=tenant)
+    return confirmation.done(request, back)
+
+
+DELETE_CONSEQUENCE = {
+    "whatsapp": "Its credentials are removed: webhooks for this number are refused and replies, resends and "
+    "campaigns through it stop until it is added again.",
+    "telegram": "Its credentials are removed: this bot's webhook is refused and replies, resends and campaigns "
+    "through it stop until it is added again.",
+}
 
 
 app_name = "channels"

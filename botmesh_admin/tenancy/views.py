@@ -7,9 +7,11 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from botmesh_admin.errors import DomainError
+from botmesh_admin import confirmation
+from botmesh_admin.errors import DomainError, NotFound
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.kv.tenant import ID_RE
 
@@ -152,13 +154,28 @@ def time_zone(request: HttpRequest, tenant: str) -> HttpResponse:
 @require_POST
 @tenant_page("admin")
 def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> HttpResponse:
-    """Revoke one token and go back to the list."""
+    """Revoke one token and go back to the list, once confirmed (``botmesh_admin.confirmation``)."""
+    back = reverse("tenancy:tokens", kwargs={"tenant": tenant})
     try:
+        if not confirmation.confirmed(request):
+            token = next((t for t in selectors.token_list(tenant) if t.pk == token_id), None)  # the page's list
+            if token is None:
+                raise NotFound(f"token {token_id} not found")
+            return confirmation.confirm_page(
+                request,
+                question=f"Revoke the API token {token.name!r} (bm_{token.prefix}_…)?",
+                consequences=[
+                    f"Every client using it ({token.role} role) gets 401 from now on; a revoked token cannot be"
+                    " restored, only replaced by a new one."
+                ],
+                button="Revoke the token",
+                cancel_url=back,
+            )
         services.token_revoke(tenant, token_id=token_id)
     except DomainError as exc:
         return render_error(request, exc)
     messages.success(request, "Token revoked.")
-    return redirect("tenancy:tokens", tenant=tenant)
+    return confirmation.done(request, back)
 
 
 @tenant_page("admin")

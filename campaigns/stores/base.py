@@ -109,6 +109,16 @@ class CampaignStore(Protocol):
         """
         ...
 
+    def campaign_scan_by_segment(
+        self, tenant: str, segment_id: str, *, states: Sequence[str], limit: int = 10
+    ) -> list[Campaign]:
+        """Return up to ``limit`` (1..5000) campaigns to ``segment_id`` in one of ``states``, by state then id.
+
+        O(limit) in the Kv store (the ``campaign_segment`` value index): what
+        deleting a segment asks (``crm.services.segment_delete``).
+        """
+        ...
+
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
         """Record (or update) an active campaign in the scheduler's index."""
         ...

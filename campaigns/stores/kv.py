@@ -111,7 +111,15 @@ def _slot_tables(kv: DurableKv, tenant: str) -> Iterator[str]:
 DELIVERIES = declare("campaigns", "deliveries", [DELIVERY], instances=_slot_tables)
 
 CAMPAIGN_KEY = "cmp_"  # every campaign id starts with it (``domain.ID_RE``): the records' prefix
-CAMPAIGN = RecordType("campaign", CAMPAIGN_KEY, (ValueIndex("campaign_state", fields=("state",)),))
+CAMPAIGN = RecordType(
+    "campaign",
+    CAMPAIGN_KEY,
+    (
+        ValueIndex("campaign_state", fields=("state",)),
+        # The campaigns of a segment by state: deleting a segment asks which still need it.
+        ValueIndex("campaign_segment", fields=("segment_id", "state")),
+    ),
+)
 CAMPAIGNS = declare("campaigns", "campaigns", [CAMPAIGN])
 
 
@@ -228,6 +236,23 @@ class KvCampaignStore:
                 break
             cursor = found[-1].key
         return out
+
+    def campaign_scan_by_segment(
+        self, tenant: str, segment_id: str, *, states: Sequence[str], limit: int = 10
+    ) -> list[Campaign]:
+        check_scan_limit(limit)
+        table = self._campaigns(tenant)
+        out: list[Campaign] = []
+        for state in states:
+            if len(out) >= limit:
+                break
+            found = self.layout.scan(table, "campaign_segment", [segment_id, state], limit=min(MAX_GET_MANY, limit))
+            out += [
+                campaign_from_json(e.value, e.version)
+                for e in self.layout.fetch(table, found)
+                if e is not None and e.value["segment_id"] == segment_id and e.value["state"] == state
+            ]
+        return out[:limit]
 
     # --- the scheduler's index
 

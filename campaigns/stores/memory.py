@@ -72,6 +72,14 @@ class MemoryCampaignStore:
             found = [self._campaigns[(tenant, cid)] for cid in ids]
             return [c for c in found if state is None or c.state == state][:limit]
 
+    def campaign_scan_by_segment(
+        self, tenant: str, segment_id: str, *, states: Sequence[str], limit: int = 10
+    ) -> list[Campaign]:
+        check_scan_limit(limit)
+        with self._lock:
+            found = [c for (t, _), c in sorted(self._campaigns.items()) if t == tenant and c.segment_id == segment_id]
+        return [c for state in states for c in found if c.state == state][:limit]
+
     def index_put(self, tenant: str, campaign_id: str, *, state: str, at: int | None) -> None:
         with self._lock:
             self._index[(tenant, campaign_id)] = IndexEntry(tenant, campaign_id, state, at)

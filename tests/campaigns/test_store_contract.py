@@ -279,7 +279,7 @@ def _campaign(**kw) -> Campaign:
     return Campaign(
         id=new_campaign_id(),
         name=kw.pop("name", "Black Friday"),
-        segment_id="s_0000000000000000000001",
+        segment_id=kw.pop("segment_id", "s_0000000000000000000001"),
         channel="whatsapp",
         message=Message(template="promo", parameters=("{name}",)),
         created_at=T0,
@@ -309,6 +309,36 @@ def test_campaign_scan_orders_by_id(campaign_store: CampaignStore, tenant_id: st
     made = [campaign_store.campaign_insert(tenant_id, _campaign(name=f"n{i}")).id for i in range(5)]
     assert [c.id for c in campaign_store.campaign_scan(tenant_id, limit=3)] == made[:3]
     assert [c.id for c in campaign_store.campaign_scan(tenant_id, after=made[2])] == made[3:]
+
+
+def test_campaign_scan_by_segment_follows_state_changes(campaign_store: CampaignStore, tenant_id: str) -> None:
+    """What deleting a segment asks (issue 20 item 5): its campaigns by state, kept in step with each write."""
+    a = campaign_store.campaign_insert(tenant_id, _campaign(name="a", segment_id="s_0000000000000000000011"))
+    b = campaign_store.campaign_insert(tenant_id, _campaign(name="b", segment_id="s_0000000000000000000011"))
+    campaign_store.campaign_insert(tenant_id, _campaign(name="c", segment_id="s_0000000000000000000012"))
+    assert [
+        c.id for c in campaign_store.campaign_scan_by_segment(tenant_id, "s_0000000000000000000011", states=["draft"])
+    ] == [a.id, b.id]
+    campaign_store.campaign_replace(tenant_id, replace(b, state="completed"), expected_version=1)
+    assert [
+        c.name for c in campaign_store.campaign_scan_by_segment(tenant_id, "s_0000000000000000000011", states=["draft"])
+    ] == ["a"]
+    done = campaign_store.campaign_scan_by_segment(
+        tenant_id, "s_0000000000000000000011", states=["completed", "failed"]
+    )
+    assert [c.name for c in done] == ["b"]
+    assert (
+        campaign_store.campaign_scan_by_segment(
+            tenant_id, "s_0000000000000000000011", states=["draft", "completed"], limit=1
+        )[0]
+        == a
+    )
+    campaign_store.campaign_delete(tenant_id, a.id, expected_version=1)
+    assert campaign_store.campaign_scan_by_segment(tenant_id, "s_0000000000000000000011", states=["draft"]) == []
+    assert (
+        campaign_store.campaign_scan_by_segment(tenant_id + "-b", "s_0000000000000000000011", states=["completed"])
+        == []
+    )
 
 
 def test_index_lists_active_campaigns_of_every_tenant(campaign_store: CampaignStore, tenant_id: str) -> None:

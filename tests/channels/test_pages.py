@@ -63,7 +63,9 @@ def test_admin_adds_updates_and_deletes_a_channel(admin_client: Client) -> None:
     )
     channel = selectors.channel_config_get("tienda", name="soporte")
     assert channel.bot_username == "soporte2_bot" and channel.secret("bot_token") == TG_BOT_TOKEN
-    assert admin_client.post("/t/tienda/channels/soporte/delete").status_code == 302
+    asked = admin_client.post("/t/tienda/channels/soporte/delete")  # no confirm=yes: the page asks first
+    assert asked.status_code == 200 and "Delete the channel &#x27;soporte&#x27;?" in asked.content.decode()
+    assert admin_client.post("/t/tienda/channels/soporte/delete", {"confirm": "yes"}).status_code == 302
     assert [c.name for c in selectors.channel_config_list("tienda")] == ["bot", "main"]
 
 

@@ -41,7 +41,10 @@ def test_admin_creates_and_revokes_token_in_ui(world, client: Client) -> None:
     api = Client()  # no session: the token alone
     assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
     row = ApiToken.objects.get(tenant_id="acme", name="deploy")
-    client.post(f"/t/acme/settings/tokens/{row.pk}/revoke")
+    asked = client.post(f"/t/acme/settings/tokens/{row.pk}/revoke")  # no confirm=yes: the page asks first
+    assert asked.status_code == 200 and "Revoke the API token" in asked.content.decode()
+    assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    client.post(f"/t/acme/settings/tokens/{row.pk}/revoke", {"confirm": "yes"})
     assert api.get("/api/v1/tenants/acme/whoami", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
     assert "revoked" in client.get("/t/acme/settings/tokens/").content.decode()
 
