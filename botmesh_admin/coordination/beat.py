@@ -2,9 +2,10 @@
 
 Run any number of beats with ``celery -A botmesh_admin beat -S
 botmesh_admin.coordination.beat:LeaderScheduler``. Each tick a beat asks for
-the ``scheduler`` leadership — through the ``RedisCoordinator`` when
-``REDIS_URL`` is set, else through an exclusive lock on a file in the data
-directory (the embedded default runs one beat; a second one waits) — and only
+the ``scheduler`` leadership — through the process's coordinator (Redis, or
+the Kv coordinator of the embedded default), or, with the in-process hub
+(``BOTMESH_COORDINATION_URL=memory:``), through an exclusive lock on a file in
+the data directory (one host; a second beat waits) — and only
 the leader emits: see ``services.scheduler_tick`` for the occurrence ledger.
 The schedule itself is not kept in beat's shelve file: the declared jobs and
 their settings are read from code and the Kv every tick.
@@ -107,7 +108,7 @@ class FileElector:
 
 
 class CoordinatorElector:
-    """Scheduler leadership through the process's coordinator (Redis when configured)."""
+    """Scheduler leadership through the process's coordinator (Redis or the Kv)."""
 
     def __init__(self) -> None:
         from .runtime import default_coordinator
@@ -124,12 +125,12 @@ class CoordinatorElector:
 
 
 def make_elector() -> FileElector | CoordinatorElector:
-    """Return the elector for this deployment: the coordinator with Redis, else the file lock."""
+    """Return the elector for this deployment: the coordinator, or the file lock with the in-process hub."""
     from django.conf import settings
 
-    from .runtime import coordination_settings
+    from .runtime import coordination_url
 
-    if coordination_settings()[0]:
+    if coordination_url() != "memory:":
         return CoordinatorElector()
     return FileElector(Path(settings.BOTMESH_DATA_DIR) / "scheduler.lock")
 

@@ -59,6 +59,11 @@ The operations
   removed) and ``Put h`` (holder, ``last_owner``/``last_fence`` = this grant),
   both with ``expect=<version read>`` (``ABSENT`` if absent), in one commit.
 - **Take a fence**: ``commit([Add("fence", 1)])`` and use the returned value.
+  When ``fence`` is absent it is first created (``Put expect=ABSENT``) at the
+  highest of the durable fence marks of the Redis coordinator and the
+  file-locked beat (``coordination/system/fences``, keys ``fence:P`` and
+  ``fence:scheduler-file``, value ``{"ceiling": n}``), so a deployment moved
+  from Redis to the Kv keeps its fences growing.
   ``Add`` never conflicts, the entry has no TTL and lives in the same durable
   Kv as the data it guards, so fences never go backwards, also after every
   process restarts. A fence taken for a grant whose commit then conflicted is
@@ -93,7 +98,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
-from botmesh_admin.kv import ABSENT, Add, ConflictError, Delete, DurableKv, Entry, Put
+from botmesh_admin.kv import ABSENT, Add, ConflictError, Delete, DurableKv, Entry, Op, Put
 from botmesh_admin.kv.tenant import KERNEL_MARK
 
 from .base import (
@@ -173,6 +178,11 @@ class KvBackend:
         self.kv = kv
         self._owns_kv = owns_kv
         self.lease_ms = lease_ms
+        self._seeded = False
+        # The holder records this backend wrote last (record key -> (value, version)): a release or
+        # renewal of its own lease commits against that version without reading first; a conflict
+        # (someone else wrote the record) falls back to read, compute, commit.
+        self._written: dict[str, tuple[dict[str, Any], int]] = {}
 
     # -- plumbing ------------------------------------------------------------
 
@@ -186,8 +196,29 @@ class KvBackend:
                 time.sleep(random.uniform(0, 0.0005 * min(n + 1, 20)))
         raise StoreUnavailable(f"Kv coordinator: {MAX_ATTEMPTS} compare-and-set conflicts in a row on {self.table}")
 
+    def _seed_fence(self) -> None:
+        """Create the counter above the durable marks of the other electors of this prefix, once.
+
+        A deployment that coordinated through Redis (``FenceWatermark`` of the
+        prefix: at or above every fence Redis issued) or the file-locked beat
+        (``scheduler-file``) has written fences into the same FenceGuards; the
+        counter starts above both, so switching to the Kv never goes backwards.
+        """
+        if self._seeded:
+            return
+        if self.kv.get(self.table, "fence") is None:
+            from .redis import FenceWatermark
+
+            start = max(FenceWatermark(self.kv, name).read() for name in (self.prefix, "scheduler-file"))
+            try:
+                self.kv.commit(self.table, [Put("fence", start, expect=ABSENT)])
+            except ConflictError:
+                pass  # another replica created it first (from the same marks)
+        self._seeded = True
+
     def next_fence(self) -> int:
         """Return a new fence from the prefix's durable counter (``Add``: never conflicts)."""
+        self._seed_fence()
         entry = self.kv.commit(self.table, [Add("fence", 1)])[0]
         assert entry is not None
         return int(entry.value)
@@ -205,6 +236,22 @@ class KvBackend:
             "last_fence": fence,
         }
         return new, Granted(ticket, fence, previous)
+
+    def _put_holder(self, record_key: str, record: dict[str, Any], expect: Any, extra: Sequence[Op] = ()) -> None:
+        """Commit holder record ``record`` (with ``extra`` ops first) and remember its version."""
+        entries = self.kv.commit(self.table, [*extra, Put(record_key, record, expect=expect, ttl_ms=IDLE_MS)])
+        written = entries[-1]
+        assert written is not None
+        if record.get("holder") is not None:
+            self._written[record_key] = (record, written.version)
+        else:
+            self._written.pop(record_key, None)
+
+    def _own_record(self, record_key: str, ticket: str) -> tuple[dict[str, Any], int] | None:
+        known = self._written.get(record_key)
+        if known is None or known[0]["holder"]["ticket"] != ticket:
+            return None
+        return known
 
     @staticmethod
     def _wake() -> None:
@@ -254,13 +301,8 @@ class KvBackend:
                 return Queued(mine)
             queue["tickets"] = [t for t in tickets if t[0] != mine]
             new_record, granted = self._grant_record(record, mine, owner, lease_ms, now)
-            self.kv.commit(
-                self.table,
-                [
-                    Put(q_key, queue, expect=_expect(q_entry), ttl_ms=IDLE_MS),
-                    Put(h_key, new_record, expect=_expect(h_entry), ttl_ms=IDLE_MS),
-                ],
-            )
+            queue_put = Put(q_key, queue, expect=_expect(q_entry), ttl_ms=IDLE_MS)
+            self._put_holder(h_key, new_record, _expect(h_entry), [queue_put])
             return granted
 
         return self._cas(attempt)
@@ -293,18 +335,41 @@ class KvBackend:
         return released
 
     def _holder_release(self, record_key: str, ticket: str) -> bool:
+        known = self._own_record(record_key, ticket)
+        if known is not None:
+            self._written.pop(record_key, None)  # forgotten whatever happens next
+            record, version = known
+            try:
+                self._put_holder(record_key, {**record, "holder": None}, version)
+                return int(record["holder"]["expires_ms"]) > wall_ms()
+            except ConflictError:
+                pass  # written by another replica since: read it
+
         def attempt() -> bool:
             entry = self.kv.get(self.table, record_key)
             holder = entry.value.get("holder") if entry is not None else None
             if entry is None or holder is None or holder["ticket"] != ticket:
                 return False
-            record = {**entry.value, "holder": None}
-            self.kv.commit(self.table, [Put(record_key, record, expect=entry.version, ttl_ms=IDLE_MS)])
+            self._put_holder(record_key, {**entry.value, "holder": None}, entry.version)
             return int(holder["expires_ms"]) > wall_ms()
 
         return self._cas(attempt)
 
     def _holder_renew(self, record_key: str, ticket: str, lease_ms: int) -> bool:
+        known = self._own_record(record_key, ticket)
+        if known is not None:
+            record, version = known
+            now = wall_ms()
+            if int(record["holder"]["expires_ms"]) <= now:
+                return False  # expired: another replica may hold it now
+            try:
+                self._put_holder(
+                    record_key, {**record, "holder": {**record["holder"], "expires_ms": now + lease_ms}}, version
+                )
+                return True
+            except ConflictError:
+                self._written.pop(record_key, None)
+
         def attempt() -> bool:
             entry = self.kv.get(self.table, record_key)
             if entry is None:
@@ -313,8 +378,9 @@ class KvBackend:
             holder = _live_holder(entry.value, now)
             if holder is None or holder["ticket"] != ticket:
                 return False
-            record = {**entry.value, "holder": {**holder, "expires_ms": now + lease_ms}}
-            self.kv.commit(self.table, [Put(record_key, record, expect=entry.version, ttl_ms=IDLE_MS)])
+            self._put_holder(
+                record_key, {**entry.value, "holder": {**holder, "expires_ms": now + lease_ms}}, entry.version
+            )
             return True
 
         return self._cas(attempt)
@@ -332,7 +398,7 @@ class KvBackend:
             if holder is not None and holder["owner"] != owner:
                 return Held(str(holder["owner"]), int(holder["fence"]))
             new_record, granted = self._grant_record(record, ticket, owner, lease_ms, now)
-            self.kv.commit(self.table, [Put(record_key, new_record, expect=_expect(entry), ttl_ms=IDLE_MS)])
+            self._put_holder(record_key, new_record, _expect(entry))
             return granted
 
         return self._cas(attempt)
@@ -358,7 +424,7 @@ class KvBackend:
             if _live_holder(record, now) is not None:
                 return None
             new_record, granted = self._grant_record(record, token, token, ttl_ms, now)
-            self.kv.commit(self.table, [Put(record_key, new_record, expect=_expect(entry), ttl_ms=IDLE_MS)])
+            self._put_holder(record_key, new_record, _expect(entry))
             return granted.fence
 
         return self._cas(attempt)

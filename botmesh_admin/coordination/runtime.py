@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -186,39 +185,8 @@ def default_coordinator(role: str = "web") -> Coordinator:
             _, prefix, lease_ms = coordination_settings()
             url = coordination_url()
             _coordinator = coordinator_from_url(url, prefix=prefix, lease_ms=lease_ms, role=role)
-            if url == "memory:":
-                _start_presence(_coordinator)
             _pid = os.getpid()
         return _coordinator
-
-
-_presence_stop: threading.Event | None = None
-_presence_kv: object = None
-
-
-def _start_presence(coordinator: Coordinator) -> None:
-    """Publish this process's presence in the Kv every ``lease_ms / 3`` (embedded default; see
-    ``services.presence_publish``) until ``shutdown()``."""
-    from botmesh_admin.kv.runtime import default_kv
-
-    global _presence_stop, _presence_kv
-    stop = _presence_stop = threading.Event()
-    kv = _presence_kv = default_kv()  # the process's Kv now: a Kv swapped in later (a test's) is not written to
-
-    def run() -> None:
-        from .services import presence_publish
-
-        failed_at = 0.0
-        while not stop.is_set():
-            try:
-                presence_publish(coordinator, store_kv=kv)
-            except Exception as exc:  # noqa: BLE001 - the page is informational; retried next tick
-                if time.monotonic() - failed_at > 60:
-                    failed_at = time.monotonic()
-                    log.warning("could not publish this process's presence: %s", type(exc).__name__)
-            stop.wait(coordinator.lease_ms / 3000)
-
-    threading.Thread(target=run, name="coordination-presence", daemon=True).start()
 
 
 def shutdown() -> None:
@@ -226,14 +194,6 @@ def shutdown() -> None:
     global _coordinator
     with _lock:
         if _coordinator is not None and _pid == os.getpid():
-            if _presence_stop is not None:
-                _presence_stop.set()
-                try:
-                    from .services import presence_withdraw
-
-                    presence_withdraw(_coordinator, store_kv=_presence_kv)
-                except Exception:  # noqa: BLE001 - its TTL removes it anyway
-                    log.warning("could not withdraw this process's presence")
             _coordinator.close()
         _coordinator = None
 

@@ -20,43 +20,28 @@ JOURNAL_PAGES = 3
 def coordination_snapshot() -> CoordinationSnapshot:
     """Return live replicas, leaders and recent lease-lost/handover events.
 
-    Reads the keys the coordinators write (Redis), or — in the embedded default —
-    this process's hub plus what the other processes published in the Kv: their
-    presence (Celery worker, beat, other web processes) and the scheduler leader
-    of the file-locked beat.
+    Reads the keys the coordinators write (Redis, or the Kv: every web, worker
+    and beat process of the embedded default heartbeats there). With the
+    in-process hub (``memory:``) only this process is seen, plus the scheduler
+    leader of the file-locked beat, which it publishes in the Kv.
     """
-    from .runtime import coordination_settings, default_coordinator
+    from .runtime import coordination_url, default_coordinator
 
     snapshot = default_coordinator().snapshot()
-    if coordination_settings()[0]:
+    if coordination_url() != "memory:":
         return snapshot
-    return _with_kv_presence(snapshot)
+    return _with_file_leader(snapshot)
 
 
-def _with_kv_presence(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
+def _with_file_leader(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
     from botmesh_admin.kv.runtime import default_kv
 
-    from .services import PRESENCE_TTL_MS, system_table
+    from .services import system_table
 
     kv = default_kv()
     table = system_table(kv)
     now = now_ms()
     replicas = {(r.replica_id, r.incarnation): r for r in snapshot.replicas}
-    for entry in kv.scan(table, prefix="presence/", limit=500):
-        info = entry.value
-        age = max(0, now - int(info["at_ms"]))
-        key = (info["replica_id"], info["incarnation"])
-        if age <= PRESENCE_TTL_MS and key not in replicas:
-            replicas[key] = ReplicaStatus(
-                info["replica_id"],
-                info["incarnation"],
-                str(info["role"]),
-                str(info["host"]),
-                int(info["pid"]),
-                age,
-                int(info["turns"]),
-                dict(info["leads"]),
-            )
     leaders = list(snapshot.leaders)
     leader_entry = kv.get(table, "leader/scheduler")
     if leader_entry is not None and now - int(leader_entry.value["at_ms"]) <= FILE_LEADER_LIVE_MS:

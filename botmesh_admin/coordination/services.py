@@ -292,46 +292,6 @@ def system_table(kv: Any) -> str:
     return TenantKv(kv, "coordination").reserved_table(SYSTEM_TENANT, "jobs")
 
 
-PRESENCE_TTL_MS = 20_000  # a process that stopped publishing leaves the replicas page after this
-
-
-def presence_publish(coordinator: Any, *, store_kv: Any = None) -> None:
-    """Record in the Kv that ``coordinator``'s process is alive (embedded default, no Redis).
-
-    Each process's in-process hub sees only itself; this entry
-    (``presence/<replica id>/<incarnation>`` in the ``system`` coordination
-    table, TTL ``PRESENCE_TTL_MS``) lets the web's replicas page list the
-    Celery worker and beat too. Redis deployments heartbeat through the coordinator.
-    """
-    import os
-
-    from botmesh_admin.kv import Put
-    from botmesh_admin.kv.runtime import default_kv
-
-    kv = store_kv or default_kv()
-    table = system_table(kv)
-    value = {
-        "replica_id": coordinator.replica_id,
-        "incarnation": coordinator.incarnation,
-        "role": coordinator.role,
-        "host": coordinator.host,
-        "pid": os.getpid(),
-        "at_ms": now_ms(),
-        "turns": coordinator.held_turns(),
-        "leads": coordinator.leading(),
-    }
-    kv.commit(table, [Put(f"presence/{coordinator.owner}", value, ttl_ms=PRESENCE_TTL_MS)])
-
-
-def presence_withdraw(coordinator: Any, *, store_kv: Any = None) -> None:
-    """Remove ``coordinator``'s presence entry (a clean shutdown)."""
-    from botmesh_admin.kv import Delete
-    from botmesh_admin.kv.runtime import default_kv
-
-    kv = store_kv or default_kv()
-    kv.commit(system_table(kv), [Delete(f"presence/{coordinator.owner}")])
-
-
 def scheduler_leader_publish(replica_id: str, incarnation: str, fence: int, *, store_kv: Any = None) -> None:
     """Record (in the Kv) that this beat leads the scheduler through the file lock (embedded default).
 

@@ -140,3 +140,16 @@ def test_bad_urls_and_prefixes_name_the_field(url: str, prefix: str, field: str)
     with pytest.raises(ValidationError) as info:
         backend_from_url(url, prefix)
     assert info.value.field == field
+
+
+def test_fences_continue_above_what_redis_or_the_file_locked_beat_issued() -> None:
+    """Moving a deployment from Redis (or the file-locked beat) to the Kv: fences keep growing."""
+    from botmesh_admin.coordination.redis import FenceWatermark
+
+    kv = MemoryKv("memory://")
+    FenceWatermark(kv, "moved").raise_past(0, 65536)  # Redis reserved fences up to 65536
+    FenceWatermark(kv, "scheduler-file").raise_past(0, 12)
+    coordinator = KvCoordinator(kv, "moved", 1000, "a")
+    lead = coordinator.try_lead("scheduler")
+    assert lead is not None and lead.fence == 65537
+    coordinator.close()

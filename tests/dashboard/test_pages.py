@@ -55,26 +55,37 @@ def test_the_embedded_scheduler_leader_is_shown(web) -> None:  # type: ignore[no
     assert 'data-lead="scheduler"' in html and "<td>17</td>" in html and 'data-replica="vm-4242"' in html
 
 
-def test_embedded_default_lists_the_worker_and_beat_of_other_processes(web) -> None:  # type: ignore[no-untyped-def]
-    """Without Redis each process has its own hub: the Celery worker and the beat publish presence in the Kv."""
-    from botmesh_admin.coordination.memory import MemoryCoordinationHub
+def test_embedded_default_lists_the_worker_and_beat_of_other_processes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without Redis the web, the Celery worker and the beat coordinate over the Kv (an SQLite file):
+    each process's heartbeat, turns and leadership reach the page; a clean stop leaves it at once."""
+    from botmesh_admin.coordination.kv import KvCoordinator
+    from botmesh_admin.coordination.runtime import use_coordinator
+    from botmesh_admin.kv import connect
 
-    worker = MemoryCoordinator(MemoryCoordinationHub(), "vm-worker", lease_ms=5000, role="worker")
-    beat = MemoryCoordinator(MemoryCoordinationHub(), "vm-beat", lease_ms=5000, role="beat")
+    url = f"sqlite:///{tmp_path}/kv.sqlite3"
+
+    def process(replica_id: str, role: str) -> KvCoordinator:  # one connection each, as separate processes
+        return KvCoordinator(connect(url), "botmesh", 5000, replica_id, role=role, owns_kv=True)
+
+    web, worker, beat = process("vm-web", "web"), process("vm-worker", "worker"), process("vm-beat", "beat")
     worker.acquire_turn("telegram:42", 0)
-    services.presence_publish(worker)
-    services.presence_publish(beat)
-    services.scheduler_leader_publish("vm-beat", beat.incarnation, 9)
-    html = client_for("bob").get("/t/tienda/replicas/").content.decode()
-    worker_row = html.split('data-replica="vm-worker"')[1].split("</tr>")[0]
-    assert "<td>worker</td>" in worker_row and worker.incarnation in worker_row and "<td>1</td>" in worker_row
-    beat_rows = html.split('data-replica="vm-beat"')
-    assert len(beat_rows) == 2, "the beat is listed once, with its scheduler leadership"
-    assert "<td>beat</td>" in beat_rows[1].split("</tr>")[0] and "scheduler #9" in beat_rows[1].split("</tr>")[0]
-    services.presence_withdraw(worker)  # a clean stop: gone at once (a killed one leaves after the TTL)
-    assert 'data-replica="vm-worker"' not in client_for("bob").get("/t/tienda/replicas/").content.decode()
-    worker.close()
+    lead = beat.try_lead("scheduler")
+    assert lead is not None
+    worker._beat()
+    beat._beat()
+    with use_coordinator(web):
+        html = client_for("bob").get("/t/tienda/replicas/").content.decode()
+        worker_row = html.split('data-replica="vm-worker"')[1].split("</tr>")[0]
+        assert "<td>worker</td>" in worker_row and worker.incarnation in worker_row and "<td>1</td>" in worker_row
+        beat_rows = html.split('data-replica="vm-beat"')
+        assert len(beat_rows) == 2, "the beat is listed once, with its scheduler leadership"
+        beat_row = beat_rows[1].split("</tr>")[0]
+        assert "<td>beat</td>" in beat_row and f"scheduler #{lead.fence}" in beat_row
+        assert 'data-replica="vm-web"' in html
+        worker.close()  # a clean stop: gone at once (a killed one leaves after 3 × lease_ms)
+        assert 'data-replica="vm-worker"' not in client_for("bob").get("/t/tienda/replicas/").content.decode()
     beat.close()
+    web.close()
 
 
 def test_jobs_page_is_for_admins_and_members_only(web) -> None:  # type: ignore[no-untyped-def]
