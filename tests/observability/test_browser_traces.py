@@ -105,3 +105,26 @@ def test_the_trace_list_is_newest_first_with_filters_in_the_url_and_links_to_the
     page.wait_for_selector("[data-testid=span-tree]")
     summary = page.locator("p.muted").first.inner_text()
     assert "1 span ·" in summary and "1 spans" not in summary
+
+
+def test_the_overview_and_journal_count_one_dead_letter_in_the_singular(page, fresh_kv, screenshot_dir) -> None:
+    from botmesh_admin.events import Envelope, RetryPolicy, use_journal
+    from botmesh_admin.events.memory import MemoryEventJournal
+
+    tc = make_tenant(role="admin")
+    journal = MemoryEventJournal(policy=RetryPolicy(max_attempts=1, jitter=0.0))
+    with use_journal(journal):
+        journal.append(
+            Envelope(type="inbox.reply", tenant=tc.tenant, payload={}, idempotency_key="r1", channel="outbox")
+        )
+        leased = journal.claim(journal.clock(), 60_000, "outbox")
+        journal.fail(leased.id, journal.clock(), leased.fencing_token, "131047: re-engagement window closed")
+        login(page, f"u-{tc.tenant}", PASSWORD)
+        page.goto(f"/t/{tc.tenant}/")
+        card = " ".join(page.locator("[data-testid=card-journal]").inner_text().split())
+        assert "1 dead letter ·" in card and "dead letters" not in card, card
+        assert "1 event" in card and "1 events" not in card, card
+        page.screenshot(path=str(screenshot_dir / "overview-one-dead-letter.png"), full_page=True)
+        page.goto(f"/t/{tc.tenant}/journal/")
+        assert page.locator("[data-testid=count-dead] strong").inner_text() == "1"
+        page.screenshot(path=str(screenshot_dir / "journal-one-dead-letter.png"), full_page=True)
