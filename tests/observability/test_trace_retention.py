@@ -82,3 +82,45 @@ def test_a_message_finds_its_newest_trace_by_its_hash(
     assert store.of_message(tenant_id, "h2") == tid(2)
     assert store.of_message(tenant_id, "nope") is None
     assert store.of_message(None, "h1") is None
+
+
+def test_a_webhook_message_links_to_the_trace_of_its_webhook_and_an_unknown_one_is_a_404_page(tenant_client) -> None:
+    """The thread's *trace* link (``/traces/message/?id=``) leads from an inbound message to its webhook's trace."""
+    import json
+
+    from django.test import Client
+
+    from botmesh_admin.channels.services import channel_config_set
+    from botmesh_admin.demo import fixtures_dir
+    from botmesh_admin.events.services import journal_drain
+    from botmesh_admin.observability import tracing
+    from inbox import selectors as inbox_selectors
+
+    tenant = tenant_client.tenant
+    raw = fixtures_dir() / "whatsapp" / "raw"
+    signatures = json.loads((raw / "signatures.json").read_text())
+    channel_config_set(
+        tenant, kind="whatsapp", name="main", phone_number_id="106540352242922", app_secret=signatures["app_secret"]
+    )
+    answer = Client().post(
+        f"/webhooks/whatsapp/{tenant}",
+        data=(raw / "01_text.json").read_bytes(),
+        content_type="application/json",
+        HTTP_X_HUB_SIGNATURE_256=signatures["signatures"]["01_text.json"],
+    )
+    assert answer.status_code == 200, answer.content
+    assert journal_drain(channel="inbound")["processed"] == 1
+    tracing.force_flush()
+    (row,), _ = inbox_selectors.conversation_list(tenant, agent="u")
+    (message,), _ = inbox_selectors.message_list(tenant, row.conversation.id)
+
+    thread = tenant_client.page.get(f"/t/{tenant}/inbox/{row.conversation.id}/")
+    assert f"/t/{tenant}/traces/message/?id={message.id}" in thread.content.decode()
+    found = tenant_client.page.get(f"/t/{tenant}/traces/message/", {"id": message.id})
+    assert found.status_code == 302
+    page = tenant_client.page.get(found["Location"]).content.decode()
+    assert "POST /webhooks/whatsapp/{tenant}" in page and "inbox.project" in page
+
+    missing = tenant_client.page.get(f"/t/{tenant}/traces/message/", {"id": "wamid.not-kept"})
+    assert missing.status_code == 404
+    assert "no trace of this message is kept" in missing.content.decode()
