@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
@@ -70,7 +71,14 @@ def metrics_page(request: HttpRequest, tenant: str) -> HttpResponse:
     if bot is not None:
         if bot not in bots:
             return render_error(request, ValidationError("bot", f"no live replica of bot {bot!r}"))
-        series = selectors.bot_metrics_series(tenant, bot=bot, since_ms=now_ms() - WINDOWS[window])
+        until = now_ms()
+        series = selectors.bot_metrics_series(tenant, bot=bot, since_ms=until - WINDOWS[window])
+        # One x range for every chart of the page (the window chosen, up to now), read in the tenant's zone.
+        series["range"] = {
+            "from_ms": until - WINDOWS[window],
+            "to_ms": until,
+            "zone": timezone.get_current_timezone_name(),
+        }
     return render(
         request,
         "observability/metrics.html",

@@ -78,3 +78,34 @@ def test_traces_filter_by_kind_with_htmx_and_open_the_span_tree(page, member: st
     depths = page.eval_on_selector_all("tr[data-span]", "rows => rows.map(r => r.dataset.depth)")
     assert depths == ["0", "1", "2"]
     page.screenshot(path=str(screenshot_dir / "observability-trace.png"), full_page=True)
+
+
+def test_metrics_charts_share_one_range_and_tick_at_round_times_of_the_tenants_zone(page, member: str) -> None:
+    """Issue 20 item 7: every chart spans the window chosen; ticks fall on whole hours of the zone (+05:30 here)."""
+    tenancy.tenant_time_zone_set(member, time_zone="Asia/Kolkata")
+    now = now_ms()
+    for index, replica in enumerate(REPLICAS):
+        for step in range(4):  # the replicas pushed at different moments: their own ranges would differ
+            services.bot_metrics_push(
+                member,
+                bot="tienda-bot",
+                replica=replica,
+                snapshot=snapshot(step, index),
+                received_at_ms=now - (3 - step) * 600_000 - index * 1_500_000,
+            )
+    login(page, "sre", "sre-password-1")
+    page.goto(f"/t/{member}/metrics/?window=6h")
+    page.wait_for_function("window.observabilityChartsReady === true")
+    axes = page.evaluate(
+        "Array.from(document.querySelectorAll('canvas[data-series]')).map(c => {"
+        " const x = c.chart.scales.x; return {min: x.min, max: x.max, ticks: x.ticks.map(t => t.value),"
+        " labels: x.ticks.map(t => t.label), title: x.options.title.text}; })"
+    )
+    assert len(axes) == 6
+    assert len({(a["min"], a["max"]) for a in axes}) == 1  # one range for all
+    first = axes[0]
+    assert first["max"] - first["min"] == 6 * 3_600_000 and abs(first["max"] - now) < 60_000
+    assert 3 <= len(first["ticks"]) <= 8 and all(a["ticks"] == first["ticks"] for a in axes)
+    hour = 3_600_000
+    assert all(t % hour == hour // 2 for t in first["ticks"])  # whole hours in +05:30 are :30 in UTC
+    assert all(label.endswith(":00") for label in first["labels"]) and first["title"] == "Asia/Kolkata"
