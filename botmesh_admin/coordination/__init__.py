@@ -1,8 +1,11 @@
 """botmesh kernel: coordination of replicas (ARCHITECTURE §8) and durable scheduled jobs (§9).
 
-``RedisCoordinator(url, prefix, lease_ms=15000, replica_id=None)`` in production,
-``MemoryCoordinator(hub, replica_id)`` over a ``MemoryCoordinationHub`` in one
-process; both implement ``base.Coordinator``. ``FenceGuard`` makes a Kv write
+``RedisCoordinator(url, prefix, lease_ms=15000, replica_id=None)`` and
+``KvCoordinator(kv, prefix, lease_ms=15000, replica_id=None)`` (over a shared
+DurableKv: the embedded default, PostgreSQL-only installations) across
+processes, ``MemoryCoordinator(hub, replica_id)`` over a
+``MemoryCoordinationHub`` in one process; all implement ``base.Coordinator``.
+``runtime.coordinator_from_url`` picks one by URL. ``FenceGuard`` makes a Kv write
 conditional on a lease's fence. Backends are imported lazily.
 """
 
@@ -29,6 +32,7 @@ __all__ = [
     "CoordinationSnapshot",
     "Coordinator",
     "FenceGuard",
+    "KvCoordinator",
     "LeaderStatus",
     "LeaseHandle",
     "LeaseLost",
@@ -50,6 +54,10 @@ def __getattr__(name: str) -> Any:
         from .redis import RedisCoordinator
 
         return RedisCoordinator
+    if name == "KvCoordinator":
+        from .kv import KvCoordinator
+
+        return KvCoordinator
     if name == "FenceGuard":
         from .fencing import FenceGuard
 

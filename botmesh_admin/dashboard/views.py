@@ -81,7 +81,7 @@ def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
     from botmesh_admin.coordination.runtime import coordination_settings
 
     only = request.GET.get("bot") or None
-    redis_url, prefix, lease_ms = coordination_settings()
+    _, prefix, lease_ms = coordination_settings()
     try:
         bots = selectors.bot_replicas_list(tenant, bot=only)
     except ValidationError as exc:
@@ -99,7 +99,7 @@ def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
         "snapshot": snapshot,
         "problem": problem,
         "poll_s": REPLICAS_POLL_S,
-        "backend": "Redis" if redis_url else "in-process hub (embedded default)",
+        "backend": backend_label(coordination_url()),  # the admin's own processes use the same service
         "prefix": prefix,
         "lease_ms": lease_ms,
         "replicas": [
