@@ -21,15 +21,18 @@ fits the Kv's 512-byte key limit.
 ======================  ==============================================================  ===========
 key                     value (JSON)                                                    Kv TTL
 ======================  ==============================================================  ===========
-``fence``               integer: the last fence issued for ``P`` (``Add(fence, 1)``)     none
+``fence``               integer: the last fence issued for ``P``                         none
 ``t/H(key)/q``          turn queue ``{"seq": n, "tickets": [[ticket, deadline_ms], …]}``  ``IDLE_MS``
 ``t/H(key)/h``          turn holder record (below)                                      ``IDLE_MS``
 ``l/<name>``            leadership holder record (``scheduler``, ``provider:<id>``)      ``IDLE_MS``
 ``k/H(key)``            fenced lock holder record (``ticket`` is the lock token)        ``IDLE_MS``
-``r/<owner>``           replica heartbeat: ``Coordinator._beat`` info + ``beat_ms``      ``REPLICA_TTL_MS``
+``r/<owner>``           replica heartbeat (below)                                       max(60 s, 30 × lease)
 ``events``              integer: events published so far (``Add(events, 1)``)            none
 ``e/<n mod 200, %03d>`` event ``n``: ``CoordinationEvent.as_dict()`` + ``"seq": n``      none
 ======================  ==============================================================  ===========
+
+``IDLE_MS`` is one day, set again by every write: an idle key vanishes (and a
+recreated one reports no previous holder). Events and the counters never expire.
 
 A **holder record** is ``{"holder": null | {"ticket": str, "owner": str,
 "fence": int, "expires_ms": int}, "last_owner": str | null, "last_fence":
@@ -50,25 +53,27 @@ which clock skew does not affect.
 The operations
 --------------
 
-- **Take a turn** on ``key``: read ``q`` and ``h`` (one ``get_many``). A new
-  ticket goes to the back of ``tickets`` (``seq`` + 1). If ``h`` has a live
-  holder, or a live ticket is ahead of this one, commit the queue (``Put q
-  expect=<version>``) and wait: poll again after ``POLL_MS`` (no cross-process
-  wake-up; waiters in one process are woken at once on a release). Dead tickets
-  ahead are removed. Otherwise take a fence and commit ``Put q`` (ticket
-  removed) and ``Put h`` (holder, ``last_owner``/``last_fence`` = this grant),
-  both with ``expect=<version read>`` (``ABSENT`` if absent), in one commit.
-- **Take a fence**: ``commit([Add("fence", 1)])`` and use the returned value.
-  When ``fence`` is absent it is first created (``Put expect=ABSENT``) at the
-  highest of the durable fence marks of the Redis coordinator and the
-  file-locked beat (``coordination/system/fences``, keys ``fence:P`` and
-  ``fence:scheduler-file``, value ``{"ceiling": n}``), so a deployment moved
-  from Redis to the Kv keeps its fences growing.
-  ``Add`` never conflicts, the entry has no TTL and lives in the same durable
-  Kv as the data it guards, so fences never go backwards, also after every
-  process restarts. A fence taken for a grant whose commit then conflicted is
-  skipped (fences are increasing, not contiguous); a grant still never carries
-  a fence at or below the record's ``last_fence``.
+- **Take a turn** on ``key``: read ``q``, ``h`` and ``fence`` (one
+  ``get_many``). A new ticket goes to the back of ``tickets`` (``seq`` + 1). If
+  ``h`` has a live holder, or a live ticket is ahead of this one, commit the
+  queue (``Put q expect=<version>``) and wait: poll again after ``POLL_MS`` (no
+  cross-process wake-up; waiters in one process are woken at once on a
+  release). Dead tickets ahead are removed. Otherwise take a fence and commit
+  ``Put q`` (ticket removed) and ``Put h`` (holder, ``last_owner``/``last_fence``
+  = this grant), both with ``expect=<version read>`` (``ABSENT`` if absent),
+  in one commit.
+- **Take a fence**, inside the grant's commit: ``n`` = the ``fence`` read (if
+  absent: the highest of the durable fence marks of the Redis coordinator and
+  the file-locked beat, ``coordination/system/fences`` keys ``fence:P`` and
+  ``fence:scheduler-file``, value ``{"ceiling": n}``, or 0), the fence is
+  ``max(n, last_fence) + 1`` and the commit also holds ``Put fence <fence>
+  expect=<version read>``. When that commit fails on ``fence`` (another grant
+  took one meanwhile), the retries take the fence first with its own
+  ``commit([Add("fence", 1)])`` (``Add`` never conflicts) and use the returned
+  value. The entry has no TTL and lives in the same durable Kv as the data it
+  guards, so fences never go backwards, also after every process restarts or
+  after a move from Redis. A fence taken for a grant whose commit then
+  conflicted is skipped (fences are increasing, not contiguous).
 - **Renew** a turn or leadership: if the holder record's holder has this
   ``ticket`` and is live, set ``expires_ms`` = now + ``lease_ms`` (CAS); else the
   lease is lost. Every ``lease_ms/3``.
@@ -178,7 +183,7 @@ class KvBackend:
         self.kv = kv
         self._owns_kv = owns_kv
         self.lease_ms = lease_ms
-        self._seeded = False
+        self._seed_start: int | None = None
         # The holder records this backend wrote last (record key -> (value, version)): a release or
         # renewal of its own lease commits against that version without reading first; a conflict
         # (someone else wrote the record) falls back to read, compute, commit.
@@ -186,56 +191,77 @@ class KvBackend:
 
     # -- plumbing ------------------------------------------------------------
 
-    def _cas(self, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` (read, compute, commit) until it commits without a conflict."""
+    def _cas(self, attempt: Callable[[bool], T]) -> T:
+        """Run ``attempt(inline)`` (read, compute, commit) until it commits without a conflict.
+
+        ``inline`` says whether a grant takes its fence inside its own commit
+        (a compare-and-set of ``fence``); after a conflict on ``fence`` (another
+        grant took one meanwhile) the next attempts take it with ``Add`` first.
+        """
+        inline = True
         for n in range(MAX_ATTEMPTS):
             try:
-                return attempt()
-            except ConflictError:
+                return attempt(inline)
+            except ConflictError as exc:
+                if exc.key == "fence":
+                    inline = False
                 # Another replica wrote between our read and our commit: read again after a short jittered pause.
                 time.sleep(random.uniform(0, 0.0005 * min(n + 1, 20)))
         raise StoreUnavailable(f"Kv coordinator: {MAX_ATTEMPTS} compare-and-set conflicts in a row on {self.table}")
 
-    def _seed_fence(self) -> None:
-        """Create the counter above the durable marks of the other electors of this prefix, once.
+    def _seed(self) -> int:
+        """Return where a new counter starts: above the durable marks of the other electors of this prefix.
 
         A deployment that coordinated through Redis (``FenceWatermark`` of the
         prefix: at or above every fence Redis issued) or the file-locked beat
         (``scheduler-file``) has written fences into the same FenceGuards; the
         counter starts above both, so switching to the Kv never goes backwards.
         """
-        if self._seeded:
-            return
-        if self.kv.get(self.table, "fence") is None:
+        if self._seed_start is None:
             from .redis import FenceWatermark
 
-            start = max(FenceWatermark(self.kv, name).read() for name in (self.prefix, "scheduler-file"))
-            try:
-                self.kv.commit(self.table, [Put("fence", start, expect=ABSENT)])
-            except ConflictError:
-                pass  # another replica created it first (from the same marks)
-        self._seeded = True
+            self._seed_start = max(FenceWatermark(self.kv, name).read() for name in (self.prefix, "scheduler-file"))
+        return self._seed_start
 
     def next_fence(self) -> int:
         """Return a new fence from the prefix's durable counter (``Add``: never conflicts)."""
-        self._seed_fence()
+        if self.kv.get(self.table, "fence") is None:
+            try:
+                self.kv.commit(self.table, [Put("fence", self._seed(), expect=ABSENT)])
+            except ConflictError:
+                pass  # another replica created it first (from the same marks)
         entry = self.kv.commit(self.table, [Add("fence", 1)])[0]
         assert entry is not None
         return int(entry.value)
 
     def _grant_record(
-        self, record: dict[str, Any], ticket: str, owner: str, lease_ms: int, now: int
-    ) -> tuple[dict[str, Any], Granted]:
-        fence = self.next_fence()
-        while fence <= int(record.get("last_fence", 0)):  # a counter reset by hand: never go backwards
+        self,
+        record: dict[str, Any],
+        ticket: str,
+        owner: str,
+        lease_ms: int,
+        now: int,
+        fence_entry: Entry | None,
+        inline: bool,
+    ) -> tuple[dict[str, Any], Granted, list[Op]]:
+        """Return the new holder record, the grant and the ops to commit with it (the fence's, if inline)."""
+        last = int(record.get("last_fence", 0))
+        extra: list[Op] = []
+        if inline:
+            counter = int(fence_entry.value) if fence_entry is not None else self._seed()
+            fence = max(counter, last) + 1  # never at or below the record's last fence (a counter reset by hand)
+            extra.append(Put("fence", fence, expect=_expect(fence_entry)))
+        else:
             fence = self.next_fence()
+            while fence <= last:
+                fence = self.next_fence()
         previous = record.get("last_owner")
         new = {
             "holder": {"ticket": ticket, "owner": owner, "fence": fence, "expires_ms": now + lease_ms},
             "last_owner": owner,
             "last_fence": fence,
         }
-        return new, Granted(ticket, fence, previous)
+        return new, Granted(ticket, fence, previous), extra
 
     def _put_holder(self, record_key: str, record: dict[str, Any], expect: Any, extra: Sequence[Op] = ()) -> None:
         """Commit holder record ``record`` (with ``extra`` ops first) and remember its version."""
@@ -267,8 +293,8 @@ class KvBackend:
     def turn_acquire(self, key: str, owner: str, ticket: str | None, lease_ms: int) -> Granted | Queued:
         q_key, h_key = self._turn_keys(key)
 
-        def attempt() -> Granted | Queued:
-            q_entry, h_entry = self.kv.get_many(self.table, [q_key, h_key])
+        def attempt(inline: bool) -> Granted | Queued:
+            q_entry, h_entry, fence_entry = self.kv.get_many(self.table, [q_key, h_key, "fence"])
             now = wall_ms()
             queue: dict[str, Any] = dict(q_entry.value) if q_entry is not None else {"seq": 0, "tickets": []}
             tickets: list[list[Any]] = [list(t) for t in queue["tickets"]]
@@ -300,9 +326,9 @@ class KvBackend:
                     self.kv.commit(self.table, [Put(q_key, queue, expect=_expect(q_entry), ttl_ms=IDLE_MS)])
                 return Queued(mine)
             queue["tickets"] = [t for t in tickets if t[0] != mine]
-            new_record, granted = self._grant_record(record, mine, owner, lease_ms, now)
+            new_record, granted, extra = self._grant_record(record, mine, owner, lease_ms, now, fence_entry, inline)
             queue_put = Put(q_key, queue, expect=_expect(q_entry), ttl_ms=IDLE_MS)
-            self._put_holder(h_key, new_record, _expect(h_entry), [queue_put])
+            self._put_holder(h_key, new_record, _expect(h_entry), [*extra, queue_put])
             return granted
 
         return self._cas(attempt)
@@ -315,7 +341,7 @@ class KvBackend:
     def turn_withdraw(self, key: str, ticket: str) -> None:
         q_key, _ = self._turn_keys(key)
 
-        def attempt() -> None:
+        def attempt(_: bool) -> None:
             entry = self.kv.get(self.table, q_key)
             if entry is None:
                 return
@@ -345,7 +371,7 @@ class KvBackend:
             except ConflictError:
                 pass  # written by another replica since: read it
 
-        def attempt() -> bool:
+        def attempt(_: bool) -> bool:
             entry = self.kv.get(self.table, record_key)
             holder = entry.value.get("holder") if entry is not None else None
             if entry is None or holder is None or holder["ticket"] != ticket:
@@ -370,7 +396,7 @@ class KvBackend:
             except ConflictError:
                 self._written.pop(record_key, None)
 
-        def attempt() -> bool:
+        def attempt(_: bool) -> bool:
             entry = self.kv.get(self.table, record_key)
             if entry is None:
                 return False
@@ -390,15 +416,15 @@ class KvBackend:
     def lead_acquire(self, name: str, owner: str, ticket: str, lease_ms: int) -> Granted | Held:
         record_key = f"l/{name}"
 
-        def attempt() -> Granted | Held:
-            entry = self.kv.get(self.table, record_key)
+        def attempt(inline: bool) -> Granted | Held:
+            entry, fence_entry = self.kv.get_many(self.table, [record_key, "fence"])
             now = wall_ms()
             record = dict(entry.value) if entry is not None else _empty_holder()
             holder = _live_holder(record, now)
             if holder is not None and holder["owner"] != owner:
                 return Held(str(holder["owner"]), int(holder["fence"]))
-            new_record, granted = self._grant_record(record, ticket, owner, lease_ms, now)
-            self._put_holder(record_key, new_record, _expect(entry))
+            new_record, granted, extra = self._grant_record(record, ticket, owner, lease_ms, now, fence_entry, inline)
+            self._put_holder(record_key, new_record, _expect(entry), extra)
             return granted
 
         return self._cas(attempt)
@@ -417,14 +443,14 @@ class KvBackend:
     def lock_acquire(self, key: str, token: str, ttl_ms: int) -> int | None:
         record_key = f"k/{hashed(key)}"
 
-        def attempt() -> int | None:
-            entry = self.kv.get(self.table, record_key)
+        def attempt(inline: bool) -> int | None:
+            entry, fence_entry = self.kv.get_many(self.table, [record_key, "fence"])
             now = wall_ms()
             record = dict(entry.value) if entry is not None else _empty_holder()
             if _live_holder(record, now) is not None:
                 return None
-            new_record, granted = self._grant_record(record, token, token, ttl_ms, now)
-            self._put_holder(record_key, new_record, _expect(entry))
+            new_record, granted, extra = self._grant_record(record, token, token, ttl_ms, now, fence_entry, inline)
+            self._put_holder(record_key, new_record, _expect(entry), extra)
             return granted.fence
 
         return self._cas(attempt)

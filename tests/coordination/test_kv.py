@@ -153,3 +153,30 @@ def test_fences_continue_above_what_redis_or_the_file_locked_beat_issued() -> No
     lead = coordinator.try_lead("scheduler")
     assert lead is not None and lead.fence == 65537
     coordinator.close()
+
+
+def test_concurrent_grants_on_different_keys_never_share_a_fence(tmp_path: Path) -> None:
+    """Grants racing for the one fence counter (six connections to one SQLite file) all get distinct fences."""
+    import threading
+
+    url = f"sqlite:///{tmp_path}/kv.sqlite3"
+    replicas = [KvCoordinator(connect(url), "race", 2000, f"r{i}", owns_kv=True) for i in range(6)]
+    fences: list[int] = []
+    lock = threading.Lock()
+
+    def work(c: KvCoordinator, n: int) -> None:
+        for i in range(15):
+            turn = c.acquire_turn(f"chat:{n}:{i}", 5000)
+            assert turn is not None
+            with lock:
+                fences.append(turn.fence)
+            turn.release()
+
+    threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(fences) == 90 and len(set(fences)) == 90
+    for c in replicas:
+        c.close()
