@@ -233,6 +233,7 @@ def _deliveries_context(request: HttpRequest, tenant: str, campaign_id: str) -> 
         )
     return {
         "deliveries": page,
+        "contacts": _contacts_of(tenant, page.items),
         "filter_state": state or "",
         "filter_reason": reason or "",
         "delivery_states": DELIVERY_STATES,
@@ -252,6 +253,13 @@ def delivery_table(request: HttpRequest, tenant: str, campaign_id: str) -> HttpR
         **_deliveries_context(request, tenant, campaign_id),
     }
     return render(request, "campaigns/_deliveries.html", context)
+
+
+def _contacts_of(tenant: str, deliveries: list[Any]) -> dict[str, Any]:
+    """Return the page's contacts by id (one ``get_many``, O(page)); an erased contact is absent."""
+    from crm.selectors import contact_get_many
+
+    return contact_get_many(tenant, [d.contact_id for d in deliveries])
 
 
 def _scheduled_at(value: str) -> int:

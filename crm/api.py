@@ -110,6 +110,12 @@ class RowReportOut(Schema):
     message: str
 
 
+class RowMergeOut(Schema):
+    row: int = Field(..., description="the row as a spreadsheet numbers it (the header is row 1)")
+    contact_id: str
+    name: str | None = Field(None, description="the contact's name after the merge")
+
+
 class ImportJobOut(Schema):
     id: str
     status: str
@@ -122,6 +128,7 @@ class ImportJobOut(Schema):
     failed_rows: int
     errors: list[RowReportOut]
     notices: list[RowReportOut]
+    merges: list[RowMergeOut] = Field(..., description="rows merged into an existing contact, by row")
     message: str | None
     created_at: int
     updated_at: int
@@ -205,6 +212,7 @@ def job_out(job: ImportJob) -> dict[str, Any]:
         "failed_rows": job.failed_rows,
         "errors": list(job.errors),
         "notices": list(job.notices),
+        "merges": list(job.merges),
         "message": job.message,
         "created_at": job.created_at,
         "updated_at": job.updated_at,

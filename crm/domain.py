@@ -772,7 +772,9 @@ class ImportJob:
     """A CSV import and its report. ``status``: queued → running → done (or failed).
 
     ``errors`` lists ``{"row", "field", "message"}`` where ``row`` is the row as a
-    spreadsheet numbers it (the header is row 1, the first contact row 2).
+    spreadsheet numbers it (the header is row 1, the first contact row 2);
+    ``merges`` lists ``{"row", "contact_id", "name"}`` for each row merged into
+    a contact that existed (found by one of the row's identities).
     """
 
     id: str
@@ -785,6 +787,7 @@ class ImportJob:
     failed_rows: int = 0
     errors: tuple[Mapping[str, Any], ...] = ()
     notices: tuple[Mapping[str, Any], ...] = ()
+    merges: tuple[Mapping[str, Any], ...] = ()
     message: str | None = None
     created_by: str = ""
     version: int = 0
@@ -822,6 +825,7 @@ def import_job_to_json(job: ImportJob) -> dict[str, Any]:
     d = {name: getattr(job, name) for name in IMPORT_FIELDS}
     d["errors"] = [dict(e) for e in job.errors]
     d["notices"] = [dict(n) for n in job.notices]
+    d["merges"] = [dict(m) for m in job.merges]
     return d
 
 
@@ -831,6 +835,7 @@ def import_job_from_json(d: Mapping[str, Any], version: int) -> ImportJob:
         **{k: v for k, v in values.items() if v is not None},
         errors=tuple(d.get("errors", ())),
         notices=tuple(d.get("notices", ())),
+        merges=tuple(d.get("merges", ())),  # absent in jobs from before the merge report
         version=version,
     )
 

@@ -542,8 +542,8 @@ def contact_import_start(tenant: str, *, filename: str, data: bytes | str, creat
     return default_store().import_job_insert(tenant, job, text)
 
 
-def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, list[str]]:
-    """Create or merge the contact of one row; return ``("created"|"merged", notices)``."""
+def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, list[str], Contact | None]:
+    """Create or merge the contact of one row; return ``("created"|"merged", notices, merged-into contact)``."""
     store = default_store()
     notices: list[str] = []
 
@@ -577,11 +577,11 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
         try:
             if owners:
                 (owner,) = owners.values()
-                _mutate(tenant, owner.id, with_row)
-                return "merged", list(notices)
+                merged = _mutate(tenant, owner.id, with_row)
+                return "merged", list(notices), merged
             contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
             store.contact_insert(tenant, validate_contact(contact))
-            return "created", list(notices)
+            return "created", list(notices), None
         except (IdentityTaken, NotFound):
             _backoff(attempt)  # a concurrent writer claimed an identity or erased the owner: re-read
     raise Conflict("the row's contacts are changing too fast; try again")
@@ -616,6 +616,7 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
     header, rows = csvio.read_rows(text)
     errors = list(job.errors)
     notices = list(job.notices)
+    merges = list(job.merges)
     counts: dict[str, Any] = {
         "processed": job.processed,
         "created": job.created,
@@ -632,6 +633,7 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
                 job,
                 errors=tuple(errors[:MAX_REPORTED_ERRORS]),
                 notices=tuple(notices[:MAX_REPORTED_ERRORS]),
+                merges=tuple(merges[:MAX_REPORTED_ERRORS]),
                 updated_at=now_ms(),
                 **counts,
                 **extra,
@@ -649,8 +651,10 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
                 counts["failed_rows"] += 1
             else:
                 try:
-                    outcome, row_notices = _merge_row(tenant, parsed, f"CSV import {job.filename} row {number}")
+                    outcome, row_notices, into = _merge_row(tenant, parsed, f"CSV import {job.filename} row {number}")
                     counts[outcome] += 1
+                    if into is not None:
+                        merges.append({"row": number, "contact_id": into.id, "name": into.name})
                     notices += [{"row": number, "field": None, "message": n} for n in row_notices]
                 except (ValidationError, Conflict) as exc:
                     errors.append({"row": number, "field": exc.field, "message": getattr(exc, "problem", exc.message)})

@@ -13,6 +13,7 @@ urlpatterns = [
     path("contacts/import/<str:job_id>/", views.import_job, name="import-job"),
     path("contacts/export.csv", views.contact_export, name="export"),
     path("contacts/<str:contact_id>/", views.contact_detail, name="contact"),
+    path("contacts/<str:contact_id>/edit", views.contact_edit, name="contact-edit"),
     path("contacts/<str:contact_id>/tags", views.contact_tags, name="contact-tags"),
     path("contacts/<str:contact_id>/consent", views.contact_consent, name="contact-consent"),
     path("contacts/<str:contact_id>/erase", views.contact_erase, name="contact-erase"),

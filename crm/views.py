@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -17,14 +18,16 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
-from botmesh_admin.errors import DomainError, ValidationError
-from botmesh_admin.formerrors import form_error
+from botmesh_admin.errors import Conflict, DomainError, ValidationError
+from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES
 from .tasks import dispatch_import
+
+MAX_TRAIL = 50  # earlier pages a contacts link remembers for "Previous" (past that, "First page")
 
 
 def _is_htmx(request: HttpRequest) -> bool:
@@ -52,6 +55,9 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         page = selectors.contact_list(tenant, limit=50, after=after, tag=tag or None, q=q or None)
     except DomainError as exc:
         page, error = selectors.ContactPage([], None), exc.message
+    # Cursors only go forward: the way back is the cursors of the pages before, carried in the links (?prev=…).
+    trail = [p for p in request.GET.getlist("prev") if len(p) <= 1000][-MAX_TRAIL:]
+    filters = {k: v for k, v in (("q", q), ("tag", tag)) if v}
     context = {
         "tenant": tenant,
         "page": page,
@@ -59,6 +65,8 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         "tag": tag,
         "error": error,
         "is_admin": page_principal(request).can("admin"),
+        "total": selectors.contact_count(tenant),  # one counter read
+        **_pager(filters, after=after, trail=trail, next_cursor=page.next),
     }
     response = _render(request, "crm/contacts.html", "crm/_contact_rows.html", context)
     if error is not None and not _is_htmx(request):
@@ -69,10 +77,32 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
     return response
 
 
+def _pager(filters: dict[str, str], *, after: str | None, trail: list[str], next_cursor: str | None) -> dict[str, Any]:
+    """Return the page number and the query strings of the previous and next pages of the contacts list.
+
+    ``trail`` holds the ``after`` of every earlier page ("" for the first), so
+    "Previous" pops one; a list opened at a cursor without it goes back to the
+    first page. ``page_number`` is None when it is not known.
+    """
+    nxt = prev = None
+    if next_cursor:
+        nxt = urlencode({**filters, "after": next_cursor, "prev": [*trail, after or ""]}, doseq=True)
+    if after:
+        back = trail[-1] if trail else ""
+        prev = urlencode({**filters, **({"after": back} if back else {}), "prev": trail[:-1]}, doseq=True)
+    number = 1 if not after else (len(trail) + 1 if trail else None)
+    return {"page_number": number, "next_query": nxt, "prev_query": prev}
+
+
 @tenant_page("agent")
 def contact_detail(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
-    """One contact: identities, tags, attributes, consent and its history, link to conversations."""
+    """One contact: identities, tags, attributes, consent and its history, link to conversations; the edit form."""
+    return _contact_page(request, tenant, contact_id)
+
+
+def _contact_page(request: HttpRequest, tenant: str, contact_id: str, **extra: Any) -> HttpResponse:
     contact = selectors.contact_get(tenant, contact_id)
+    status = extra.pop("status", 200)
     return render(
         request,
         "crm/contact.html",
@@ -84,8 +114,103 @@ def contact_detail(request: HttpRequest, tenant: str, contact_id: str) -> HttpRe
             "consent_rows": [(ch, contact.consent.get(ch)) for ch in CHANNELS],
             "history": list(reversed(contact.consent_history)),
             "is_admin": page_principal(request).can("admin"),
+            "edit": edit_form_of(contact),
+            **extra,
         },
+        status=status,
     )
+
+
+EDIT_FIELDS = {
+    "contact.name": "name",
+    "contact.identities": "identities",
+    "identities": "identities",
+    "contact.attributes": "attributes",
+    "attributes": "attributes",
+    "version": "version",
+}
+
+
+def edit_form_of(contact: Any) -> dict[str, str]:
+    """Return the edit form's text of ``contact``: identities one ``channel address`` a line, attributes
+    one ``name = JSON value`` a line (so ``"1"`` text and ``1`` number stay apart)."""
+    return {
+        "name": contact.name or "",
+        "identities": "\n".join(f"{i.channel} {i.address}" for i in contact.identities),
+        "attributes": "\n".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in contact.attributes.items()),
+    }
+
+
+def _identities_typed(text: str) -> list[dict[str, str]]:
+    """Read ``channel address`` lines; raise ``ValidationError`` naming the line (``identities[1]``)."""
+    out = []
+    for i, line in enumerate(line for line in text.splitlines() if line.strip()):
+        channel, _, address = line.strip().partition(" ")
+        if not address.strip():
+            raise ValidationError(f"identities[{i}]", "write the channel, a space, then the address (whatsapp +57…)")
+        out.append({"channel": channel.strip().lower(), "address": address.strip()})
+    return out
+
+
+def _attributes_typed(text: str) -> dict[str, Any]:
+    """Read ``name = value`` lines; a value that is not JSON (``Bogotá``) is text. Raise ``ValidationError``."""
+    out: dict[str, Any] = {}
+    for i, line in enumerate(line for line in text.splitlines() if line.strip()):
+        name, eq, raw = line.partition("=")
+        if not eq or not name.strip():
+            raise ValidationError(f"attributes[{i}]", "write the name, '=', then the value (plan = \"gold\")")
+        raw = raw.strip()
+        try:
+            out[name.strip()] = json.loads(raw)
+        except ValueError:
+            out[name.strip()] = raw
+    return out
+
+
+@require_POST
+@tenant_page("agent")
+def contact_edit(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
+    """Change name, identities and attributes at the version the form showed (``services.contact_update``).
+
+    A stale version (someone changed the contact since) is refused with a
+    409 page that shows their change and keeps what was typed; a bad line is
+    a 422 naming it. Either way nothing is written.
+    """
+    typed = request.POST
+    try:
+        raw = typed.get("version", "")
+        if not raw.isdigit():
+            raise ValidationError("version", "reload the page: the form lost its version")
+        identities = _identities_typed(typed.get("identities", ""))
+        attributes = _attributes_typed(typed.get("attributes", ""))
+        current = selectors.contact_get(tenant, contact_id)
+        services.contact_update(
+            tenant,
+            contact_id,
+            expected_version=int(raw),
+            name=typed.get("name", "").strip() or None,
+            identities=identities,
+            attributes=attributes,
+            remove_attributes=[k for k in current.attributes if k not in attributes],
+        )
+    except DomainError as exc:
+        if exc.status == 404:
+            return render_error(request, exc)
+        if isinstance(exc, Conflict) and exc.current_version is not None and exc.code == "conflict":
+            refused = FormError(
+                "edit",
+                None,
+                f"Someone changed this contact since you opened it (version {typed.get('version')}, now"
+                f" {exc.current_version}): nothing was saved. Their change is shown above; your edit is kept below"
+                " — save it again to replace theirs.",
+                {k: v for k, v in typed.items() if isinstance(v, str)},
+                409,
+            )
+        else:
+            refused = form_error(exc, form="edit", fields=EDIT_FIELDS, typed=typed)
+        return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
+    messages.success(request, "Contact saved.")
+    return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
 
 
 @require_POST

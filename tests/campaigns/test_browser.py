@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -68,6 +70,10 @@ def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screens
         assert "Planned 12 recipients of 15 contacts" in page.get_by_test_id("plan-summary").inner_text()
         assert page.locator("[data-testid=deliveries] tr[data-state=accepted]").count() == 10
         assert page.get_by_test_id("resend").count() == 1
+        # Issue 20 item 9: each delivery names its contact and identity, not the contact id.
+        first = page.locator("[data-testid=deliveries] tr[data-state]").first.get_by_test_id("delivery-contact")
+        assert first.inner_text().startswith("Cliente 0") and "+573000000000" in first.inner_text()
+        assert not re.search(r"\bc_[0-9a-f]{8}", page.get_by_test_id("deliveries").inner_text())
         assert fake.count() == 12 and all(fake.count(f"+5730{i:08d}") == 1 for i in range(12))
         page.select_option("select[name=state]", "failed")
         page.wait_for_function("document.querySelectorAll('[data-testid=deliveries] tr[data-state]').length === 1")

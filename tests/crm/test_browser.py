@@ -68,6 +68,11 @@ def test_marketer_imports_searches_and_builds_a_segment(page, tenant_id: str, sc
     row = page.locator("[data-testid=segment-table] tr", has_text="VIP pro")
     assert row.locator("[data-testid=segment-count]").inner_text() == str(expected)
     page.screenshot(path=str(screenshot_dir / "crm-segments.png"), full_page=True)
+    row.locator("a", has_text="VIP pro").click()
+    # Issue 20 item 9: the members are named with their identities.
+    member = page.locator("[data-testid=segment-members] tbody tr").first
+    name, identities, _ = member.locator("td").all_inner_texts()
+    assert name and name != "(no name)" and identities.split()[0] in ("whatsapp", "telegram", "email")
 
 
 def test_a_refused_segment_rule_keeps_the_form_with_the_error_next_to_the_rule(page, tenant_id: str) -> None:
@@ -90,3 +95,71 @@ def test_a_refused_segment_rule_keeps_the_form_with_the_error_next_to_the_rule(p
     assert page.locator(".field-error").count() == 1
     assert "segment.rules" not in page.inner_text("main") and "validation_error" not in page.inner_text("main")
     assert selectors.segment_list(tenant_id) == []
+
+
+def test_contacts_total_pages_merge_report_and_a_version_checked_edit(page, tenant_id: str, screenshot_dir) -> None:
+    """Issue 20 item 9: the list had no total and no way back; an import did not say which rows merged into
+    which contact; the contact page could not edit name, identities or attributes."""
+    get_user_model().objects.create_user("crm-admin", password="crm-password-1")
+    tenancy.tenant_create(tenant_id, name="CRM Shop", default_region="CO")
+    tenancy.membership_set(tenant_id, username="crm-admin", role="admin")
+    job = services.contact_import_start(tenant_id, filename="contacts.csv", data=FIXTURE.read_bytes())
+    services.contact_import_run(tenant_id, job.id)
+    login(page, "crm-admin", "crm-password-1")
+
+    page.goto(f"/t/{tenant_id}/crm/contacts/import/{job.id}/")
+    merges = page.locator("[data-testid=import-merges] tbody tr")
+    assert merges.count() == 1
+    row, into = merges.first.locator("td").all_inner_texts()
+    assert row.isdigit() and into and into != "(no name)"
+    page.screenshot(path=str(screenshot_dir / "crm-import-merges.png"), full_page=True)
+    merges.first.locator("a").click()
+    assert page.locator("h1").inner_text().startswith(into)
+
+    page.goto(f"/t/{tenant_id}/crm/contacts/")
+    total = selectors.contact_count(tenant_id)
+    assert page.get_by_test_id("contact-total").inner_text() == f"{total} contacts"
+    assert page.get_by_test_id("prev-page").count() == 0
+    first = page.locator("[data-testid=contact-table] tbody tr").first.inner_text()
+    page.get_by_test_id("next-page").click()
+    assert "page 2" in page.get_by_test_id("contact-pager").inner_text()
+    assert page.locator("[data-testid=contact-table] tbody tr").first.inner_text() != first
+    page.get_by_test_id("next-page").click()
+    assert "page 3" in page.get_by_test_id("contact-pager").inner_text()
+    page.get_by_test_id("prev-page").click()
+    page.get_by_test_id("prev-page").click()
+    assert "page 1" in page.get_by_test_id("contact-pager").inner_text()
+    assert page.locator("[data-testid=contact-table] tbody tr").first.inner_text() == first
+    page.screenshot(path=str(screenshot_dir / "crm-contacts-pager.png"), full_page=True)
+
+    contact = services.contact_create(
+        tenant_id, identities=[{"channel": "whatsapp", "address": "+573009990001"}], name="Lucía", source="test"
+    )
+    page.goto(f"/t/{tenant_id}/crm/contacts/{contact.id}/")
+    page.fill("#e-name", "Lucía Pérez")
+    page.fill("#e-identities", "whatsapp +57 300 999 0001\ntelegram 7000123")
+    page.fill("#e-attributes", 'plan = "gold"\nvisits = 3')
+    # Meanwhile a colleague (or the API) changes the contact: the form's version is stale now.
+    services.contact_update(tenant_id, contact.id, expected_version=contact.version, attributes={"city": "Cali"})
+    page.get_by_test_id("save-contact").click()
+    refusal = page.get_by_test_id("form-error").inner_text()
+    assert "Someone changed this contact since you opened it" in refusal and "nothing was saved" in refusal
+    stored = selectors.contact_get(tenant_id, contact.id)
+    assert stored.name == "Lucía" and stored.attributes == {"city": "Cali"}  # nothing of the stale edit
+    assert page.input_value("#e-name") == "Lucía Pérez"  # what was typed is kept
+    page.screenshot(path=str(screenshot_dir / "crm-contact-stale-edit.png"), full_page=True)
+    page.fill("#e-attributes", 'plan = "gold"\nvisits = 3\ncity = Cali')
+    page.get_by_test_id("save-contact").click()  # the refused page's form carries the version it showed
+    page.wait_for_selector("text=Contact saved.")
+    saved = selectors.contact_get(tenant_id, contact.id)
+    assert saved.name == "Lucía Pérez" and saved.attributes == {"city": "Cali", "plan": "gold", "visits": 3}
+    assert sorted((i.channel, i.address) for i in saved.identities) == [
+        ("telegram", "7000123"),
+        ("whatsapp", "+573009990001"),
+    ]
+
+    page.fill("#e-identities", "whatsapp 12")
+    page.get_by_test_id("save-contact").click()
+    assert "Item 1" in page.get_by_test_id("field-error").inner_text()
+    assert selectors.contact_get(tenant_id, contact.id).version == saved.version  # nothing half written
+    page.screenshot(path=str(screenshot_dir / "crm-contact-edit-error.png"), full_page=True)
