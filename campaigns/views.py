@@ -13,9 +13,11 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.tenancy.pages import (
     list_query_checked,
@@ -28,6 +30,19 @@ from . import selectors, services
 from .domain import CHANNELS, DELIVERY_STATES, OUTCOMES, Campaign
 
 LIVE_STATES = ("scheduled", "running")
+# Actions that cannot be undone ask first (botmesh_admin.confirmation): question, what happens, the button.
+ASKED_ACTIONS = {
+    "cancel": (
+        "Cancel the campaign {name!r}?",
+        "Nobody else gets it: every recipient not sent to yet is cancelled. Messages already sent stay sent.",
+        "Cancel the campaign",
+    ),
+    "delete": (
+        "Delete the campaign {name!r}?",
+        "The campaign and its delivery records go for good; messages already sent stay sent.",
+        "Delete the campaign",
+    ),
+}
 # States whose deliveries are counted on the list page (one O(1) read of the count index each).
 COUNTED_STATES = ("running", "paused", "completed", "failed", "cancelled")
 POLL_S = 2  # how often a live campaign's page asks for its progress
@@ -276,6 +291,20 @@ def _scheduled_at(value: str) -> int:
 def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action: str) -> HttpResponse:
     """Start (now or at a time), pause, resume, cancel, delete, or resend deliveries in doubt."""
     actor = page_principal(request).actor
+    detail = reverse("campaigns:detail", kwargs={"tenant": tenant, "campaign_id": campaign_id})
+    if action in ASKED_ACTIONS and not confirmation.confirmed(request):
+        try:
+            campaign = selectors.campaign_get(tenant, campaign_id)
+        except DomainError as exc:
+            return render_error(request, exc)
+        question, consequence, button = ASKED_ACTIONS[action]
+        return confirmation.confirm_page(
+            request,
+            question=question.format(name=campaign.name),
+            consequences=[consequence],
+            button=button,
+            cancel_url=detail,
+        )
     try:
         if action == "start":
             raw = request.POST.get("scheduled_at", "").strip()
@@ -295,7 +324,7 @@ def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action:
         elif action == "delete":
             services.campaign_delete(tenant, campaign_id)
             messages.success(request, "Campaign deleted.")
-            return redirect("campaigns:list", tenant=tenant)
+            return confirmation.done(request, reverse("campaigns:list", kwargs={"tenant": tenant}))
         elif action == "resend":
             recipients = request.POST.getlist("recipient")
             services.delivery_resend(tenant, campaign_id, recipients=recipients, actor=actor)
@@ -308,4 +337,4 @@ def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action:
         if exc.status == 404:
             return render_error(request, exc)
         messages.error(request, exc.message)
-    return redirect("campaigns:detail", tenant=tenant, campaign_id=campaign_id)
+    return confirmation.done(request, detail)

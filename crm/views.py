@@ -250,7 +250,20 @@ def contact_consent(request: HttpRequest, tenant: str, contact_id: str) -> HttpR
 @require_POST
 @tenant_page("admin")
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
-    """Erase a contact and say what was removed."""
+    """Erase a contact once confirmed (``botmesh_admin.confirmation``) and say what was removed."""
+    if not confirmation.confirmed(request):
+        contact = selectors.contact_get(tenant, contact_id)
+        return confirmation.confirm_page(
+            request,
+            question=f"Erase the contact {contact.name or contact.id!r} for good?",
+            consequences=[
+                "Right to erasure: its identities, tags, attributes and consent history are deleted and cannot be"
+                " brought back. A denied consent survives only as a hashed suppression entry, so the person is"
+                " never messaged again by mistake."
+            ],
+            button="Erase the contact",
+            cancel_url=reverse("crm:contact", kwargs={"tenant": tenant, "contact_id": contact_id}),
+        )
     report = services.contact_erase(tenant, contact_id)
     kept = (
         f"; kept a hashed suppression entry for {', '.join(report.suppressed_channels)}"
@@ -262,7 +275,7 @@ def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpRes
         f"Contact {report.contact_id} erased: {report.identities} identities, {report.tags} tags, "
         f"{report.attributes} attributes, {report.consent_records} consent records{kept}.",
     )
-    return redirect("crm:contacts", tenant=tenant)
+    return confirmation.done(request, reverse("crm:contacts", kwargs={"tenant": tenant}))
 
 
 # --------------------------------------------------------------------------- import / export

@@ -13,6 +13,7 @@ from botmesh_admin.channels import selectors as channel_selectors
 from botmesh_admin.channels import services as channels
 from botmesh_admin.tenancy import selectors as tenancy_selectors
 from botmesh_admin.tenancy import services as tenancy
+from campaigns import selectors as campaigns_selectors
 from campaigns import services as campaigns
 from crm import selectors as crm_selectors
 from crm import services as crm
@@ -58,6 +59,17 @@ def test_channel_delete_and_token_revoke_ask_first_with_javascript(page, admin: 
     assert "Revoke the token ci?" in asked[-1]
     assert tenancy_selectors.token_list(tenant)[0].revoked_at is not None
 
+    contact = crm.contact_create(tenant, identities=[{"channel": "telegram", "address": "7000001"}], name="Ana")
+    page.goto(f"/t/{tenant}/crm/contacts/{contact.id}/")
+    page.once("dialog", dismiss)
+    page.get_by_test_id("erase-contact").click()
+    page.wait_for_timeout(300)
+    assert "Erase this contact for good?" in asked[-1]
+    assert crm_selectors.contact_get(tenant, contact.id).name == "Ana"  # dismissed: still there
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_test_id("erase-contact").click()
+    page.wait_for_selector(f"text=Contact {contact.id} erased")
+
 
 def test_without_javascript_a_confirm_page_asks_and_a_segment_in_use_is_refused(
     chromium, live_server, admin: str, screenshot_dir
@@ -87,7 +99,12 @@ def test_without_javascript_a_confirm_page_asks_and_a_segment_in_use_is_refused(
         assert "Noviembre (draft)" in page.get_by_test_id("segment-in-use").inner_text()
         page.screenshot(path=str(screenshot_dir / "segment-in-use.png"), full_page=True)
 
-        campaigns.campaign_cancel(tenant, draft.id)  # finished now: the segment may go, with a warning
+        page.goto(f"/t/{tenant}/campaigns/{draft.id}/")
+        page.get_by_test_id("cancel").click()  # no JavaScript: a page asks first
+        assert page.locator("h1").inner_text() == "Cancel the campaign 'Noviembre'?"
+        assert campaigns_selectors.campaign_get(tenant, draft.id).state == "draft"
+        page.get_by_test_id("confirm").click()
+        page.wait_for_selector("text=Campaign cancelled.")  # finished now: the segment may go, with a warning
         page.goto(f"/t/{tenant}/crm/segments/{segment.id}/")
         page.get_by_test_id("delete-segment").click()
         confirm = page.get_by_test_id("confirm-page").inner_text()

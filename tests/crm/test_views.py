@@ -111,7 +111,10 @@ def test_contact_detail_shows_consent_history_and_conversations_link(agent: Clie
 
 def test_admin_erases_from_the_detail_page(admin: Client, tenant: str) -> None:
     c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "7"}])
-    r = admin.post(f"/t/{tenant}/crm/contacts/{c.id}/erase", follow=True)
+    asked = admin.post(f"/t/{tenant}/crm/contacts/{c.id}/erase")  # no confirm=yes: asked, nothing erased
+    assert asked.status_code == 200 and "for good?" in asked.content.decode()
+    assert selectors.contact_get(tenant, c.id).name == "Ana"
+    r = admin.post(f"/t/{tenant}/crm/contacts/{c.id}/erase", {"confirm": "yes"}, follow=True)
     assert "erased: 1 identities" in r.content.decode()
     assert selectors.contact_list(tenant).items == []
 
