@@ -11,7 +11,8 @@ rounds (``--rounds``) and keeping each side's best. A turn is
 more than a lock: a FIFO ticket, a fence from the prefix counter, a lease
 renewed in the background. Prints ops/s and the ratio turn/Lock.
 
-The ``KvCoordinator`` rows (``kv:`` over an SQLite file and, when
+A last workload runs one process on 1,000 keys: the cost of a turn without
+contention. The ``KvCoordinator`` rows (``kv:`` over an SQLite file and, when
 ``--postgres-url`` / ``BOTMESH_TEST_POSTGRES_URL`` is given, PostgreSQL) run
 the same loops in the same run and print their turns/s, the cost of one turn
 (acquire + release, ms, as one process sees it: procs × seconds / turns) and
@@ -116,18 +117,21 @@ def main() -> None:
         kv_rows.append(("Kv PostgreSQL", args.postgres_url))
     print(f"{args.procs} processes, {args.seconds:.0f} s each, Redis {args.redis_url}")
     print(f"{'workload':<12}{'coordinator':<15}{'turns/s':>10}{'ms/turn':>9}{'vs Redis':>10}{'Lock ops/s':>12}")
-    for label, keys in (("1 hot key", 1), ("1,000 keys", 1000)):
+    # The last workload is one process alone: the bare cost of a turn, without contention.
+    for label, keys, procs in (("1 hot key", 1, args.procs), ("1,000 keys", 1000, args.procs), ("1 process", 1000, 1)):
         # Alternate the sides and keep each one's best round: a busy machine slows all alike.
         lock = turn = 0.0
         kv_best = {name: 0.0 for name, _ in kv_rows}
         for _ in range(args.rounds):
-            lock = max(lock, measure(_lock_worker, args.redis_url, keys, args.procs, args.seconds, kv_url))
-            turn = max(turn, measure(_turn_worker, args.redis_url, keys, args.procs, args.seconds, kv_url))
+            lock = max(lock, measure(_lock_worker, args.redis_url, keys, procs, args.seconds, kv_url))
+            turn = max(turn, measure(_turn_worker, args.redis_url, keys, procs, args.seconds, kv_url))
             for name, url in kv_rows:
-                kv_best[name] = max(kv_best[name], measure(_kv_turn_worker, url, keys, args.procs, args.seconds, url))
+                kv_best[name] = max(kv_best[name], measure(_kv_turn_worker, url, keys, procs, args.seconds, url))
 
-        def row(name: str, rate: float, extra: str = "", label: str = label, redis: float = turn) -> None:
-            cost_ms = args.procs * 1000 / rate if rate else float("inf")
+        def row(
+            name: str, rate: float, extra: str = "", label: str = label, redis: float = turn, n: int = procs
+        ) -> None:
+            cost_ms = n * 1000 / rate if rate else float("inf")
             print(f"{label:<12}{name:<15}{rate:>10,.0f}{cost_ms:>9.2f}{rate / redis:>9.2f}x{extra}", flush=True)
 
         row("Redis", turn, f"{lock:>12,.0f}  (turn/Lock {turn / lock:.2f}x)")
