@@ -541,7 +541,8 @@ def ledger_push(request: HttpRequest, tenant: str) -> Status:
 
 class BotInboundOut(Schema):
     """An inbound message for a bot. ``chat_id`` is the ledger's ``chatId``; ``handed_off``: a human holds
-    the chat (do not answer); ``answered``: this bot's reply to it exists."""
+    the chat (do not answer); ``answered``: this bot's reply to it exists, or an outbound message that is
+    no bot reply (an agent's, a ledger record) follows it."""
 
     id: str
     conversation_id: str
@@ -590,7 +591,7 @@ def bot_inbound(request: HttpRequest, tenant: str, bot: str, params: Query[BotIn
     """For bot replicas: inbound messages at or after ``since_ms``, conversations newest activity first.
 
     O(page): one page of the inbox list, stopping at the first conversation older
-    than ``since_ms``; each conversation gives at most 20 of its messages.
+    than ``since_ms``; each conversation gives at most 20 of its newest 50 messages.
     """
     from botmesh_admin.observability.domain import validate_bot_id
 

@@ -455,7 +455,9 @@ def inbox_settings_get(tenant: str, *, store: InboxStore | None = None) -> Inbox
 # -- the bot-facing inbound feed ----------------------------------------------------------
 
 BOT_FEED_PER_CONVERSATION = 20
-"""Inbound messages one conversation contributes to a page of ``bot_inbound_page`` at most."""
+"""Inbound messages one conversation contributes to a page of ``bot_inbound_page`` at most (its newest)."""
+BOT_FEED_WINDOW = 50
+"""The newest messages of a conversation ``bot_inbound_page`` reads (``message_latest``)."""
 
 
 @dataclass(frozen=True)
@@ -505,12 +507,14 @@ def bot_inbound_page(
     Conversations come newest activity first, one page of ``limit`` (1..200) from
     the inbox list's index, so a page costs the page: the sweep stops at the first
     conversation whose last activity is older than ``since_ms`` (``next`` is then
-    ``None``). Each contributes its inbound messages (not placeholders, not
-    dropped) at or after ``since_ms``, oldest first, at most
-    ``BOT_FEED_PER_CONVERSATION``; ``answered`` reads whether ``bot`` replied to
-    each. A conversation that changes during a sweep moves to the top, which a
-    later sweep reads. Raise ``ValidationError`` naming ``since_ms``, ``limit``
-    or ``after``.
+    ``None``). Each contributes the inbound messages (not placeholders, not
+    dropped) among its newest ``BOT_FEED_WINDOW`` messages that are at or after
+    ``since_ms``, oldest first, at most the newest ``BOT_FEED_PER_CONVERSATION``.
+    A message is ``answered`` once ``bot`` replied to it, or when an outbound
+    message that is no bot reply follows it (an agent's reply, a bot's ledger
+    record: the chat was answered before this bot came). A conversation that
+    changes during a sweep moves to the top, which a later sweep reads. Raise
+    ``ValidationError`` naming ``since_ms``, ``limit`` or ``after``.
     """
     from .replies import bot_reply_id
 
@@ -525,10 +529,18 @@ def bot_inbound_page(
     for conversation in conversations:
         if conversation.last_activity_ms < since_ms:
             return items, None  # newest first: every later conversation is older still
-        since_key = f"{min(since_ms, 10**13 - 1):013d}"  # sorts before every sort_key at or after since_ms
-        page = store.message_page(tenant, conversation.id, after=since_key, limit=200)
-        inbound = [m for m in page if m.direction == "in" and not m.placeholder and not m.dropped]
-        for m in inbound[:BOT_FEED_PER_CONVERSATION]:
-            answered = store.message_get(tenant, bot_reply_id(tenant, conversation.id, bot=bot, in_reply_to=m.id))
-            items.append(BotInbound(m, conversation, answered is not None))
+        latest = message_latest(tenant, conversation.id, limit=BOT_FEED_WINDOW, store=store)
+        # Answered before the bot came (an agent, or a bot's ledger record): an outbound message
+        # that is not a bot reply follows it. The bot's own answers are per message (their key).
+        answered_until = max((m.timestamp_ms for m in latest if m.direction == "out" and m.source != "bot"), default=-1)
+        inbound = [
+            m
+            for m in latest
+            if m.direction == "in" and m.timestamp_ms >= since_ms and not m.placeholder and not m.dropped
+        ]
+        for m in inbound[-BOT_FEED_PER_CONVERSATION:]:
+            answered = m.timestamp_ms <= answered_until or (
+                store.message_get(tenant, bot_reply_id(tenant, conversation.id, bot=bot, in_reply_to=m.id)) is not None
+            )
+            items.append(BotInbound(m, conversation, answered))
     return items, cursor

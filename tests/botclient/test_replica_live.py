@@ -279,3 +279,14 @@ def test_the_provider_leader_steps_down_once_its_transport_is_closed_for_provide
         ("step-down", "provider:main", "transport closed for 300 ms")
     ]
     assert any(e.kind == "handover" and e.name == "provider:main" and e.replica_id == "b" for e in events)
+
+
+def test_the_feed_reads_a_message_answered_before_the_bot_came_as_answered(admin, replicas):
+    asked = _inbound(0, 9, "hola")
+    answered_then = {**asked, "id": "out-9-1", "senderId": "bot", "direction": "out", "body": "¡Hola!",
+                     "timestamp": asked["timestamp"] + 5}  # fmt: skip
+    _push(admin, [asked, answered_then, _inbound(10, 9, "menu")])
+    assert [(i.text, i.answered) for i in admin.inbound(since_ms=0)[0]] == [("hola", True), ("menu", False)]
+    done = replicas("r1").poll(lambda m: "Menú", since_ms=0)
+    assert [(h.message_id, h.outcome) for h in done] == [("in-9-10", "answered")]
+    assert [(i.text, i.answered) for i in admin.inbound(since_ms=0)[0]] == [("hola", True), ("menu", True)]
