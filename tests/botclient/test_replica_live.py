@@ -74,7 +74,8 @@ def tokens(tenant):
 
 @pytest.fixture
 def admin(live_server, tenant, tokens) -> AdminClient:
-    return AdminClient(live_server.url, tenant=tenant, bot=BOT, token=tokens["bot"])
+    # A long timeout: the machine the suite runs on may be loaded (the first request builds the API, too).
+    return AdminClient(live_server.url, tenant=tenant, bot=BOT, token=tokens["bot"], timeout_s=60)
 
 
 @pytest.fixture(params=["redis", "kv-sqlite"])
@@ -89,9 +90,9 @@ def coordination_url(request, tmp_path) -> str:
 def replicas(admin, tenant, coordination_url):
     made: list[BotReplica] = []
 
-    def make(replica_id: str, **kwargs) -> BotReplica:
+    def make(replica_id: str, lease_ms: int = LEASE_MS, **kwargs) -> BotReplica:
         coordinator = coordinator_for(
-            coordination_url, tenant=tenant, bot=BOT, lease_ms=LEASE_MS, replica_id=replica_id
+            coordination_url, tenant=tenant, bot=BOT, lease_ms=lease_ms, replica_id=replica_id
         )
         replica = BotReplica(admin, coordinator, **kwargs)
         made.append(replica)
@@ -183,7 +184,8 @@ def test_three_replicas_answer_a_burst_exactly_once_and_never_hold_a_chat_togeth
 ):
     chats, per_chat = 8, 6
     _push(admin, [_inbound(i, 100 + i % chats, f"mensaje {i}") for i in range(chats * per_chat)])
-    group = [replicas(f"r{n}") for n in range(3)]
+    # Leases long enough that a loaded machine never starves a renewal: this test is about turns and answers.
+    group = [replicas(f"r{n}", lease_ms=10_000) for n in range(3)]
     handled: list = []
     lock = threading.Lock()
 
@@ -203,7 +205,7 @@ def test_three_replicas_answer_a_burst_exactly_once_and_never_hold_a_chat_togeth
     assert sorted(h.message_id for h in answered) == sorted(
         f"in-{100 + i % chats}-{i}" for i in range(chats * per_chat)
     )
-    assert {h.outcome for _, h in handled} <= {"answered", "duplicate"}
+    assert {h.outcome for _, h in handled} <= {"answered", "duplicate"}, [h for _, h in handled]
     by_chat: dict[str, list] = {}
     for replica_id, h in handled:
         by_chat.setdefault(h.conversation_id, []).append((h.start_ms, h.end_ms, replica_id))
@@ -231,7 +233,7 @@ def test_a_late_answer_with_the_fence_of_a_turn_taken_over_is_refused(admin, rep
     started = time.monotonic()
     assert live.poll(lambda m: "¡Hola!", since_ms=0) == []  # a poll skips a chat whose turn is held
     assert live.handle(message, lambda m: "¡Hola!").outcome == "answered"  # waits its turn (FIFO)
-    assert time.monotonic() - started < LEASE_MS / 1000 + 2  # the turn passed on once the lease ran out
+    assert time.monotonic() - started < LEASE_MS / 1000 + 5  # the turn passed on once the lease ran out
     assert not turn.valid()
     with pytest.raises(AdminError) as refused:
         admin.reply(message, "¡Hola! (tarde)", fence=turn.fence)
