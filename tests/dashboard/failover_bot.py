@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -80,6 +81,7 @@ def main() -> int:
     parser.add_argument("--poll-ms", type=int, default=150)
     parser.add_argument("--slow-ms", type=int, default=1000)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     admin = AdminClient(args.admin_url, tenant=args.tenant, bot=args.bot, token=os.environ["BOTMESH_BOT_TOKEN"])
     coordinator = coordinator_for(
         args.coordination, tenant=args.tenant, bot=args.bot, lease_ms=args.lease_ms, replica_id=args.replica_id

@@ -1,7 +1,8 @@
 """Failover you can watch (issue 19 item 5): three real bot replica processes, SIGKILL and SIGSTOP.
 
 Three ``failover_bot.py`` processes (the project's bot client, ``BotReplica``)
-coordinate over Redis under ``bot_prefix(tenant, "tienda-bot")`` and answer the
+coordinate under ``bot_prefix(tenant, "tienda-bot")`` — over Redis, and over the Kv
+in a SQLite file (``kv:sqlite:///…``, how the embedded default's bots run) — and answer the
 live admin's inbound feed; the test reads the Replicas API
 (``GET …/bots/tienda-bot/replicas``) as an operator would. It
 
@@ -75,7 +76,7 @@ def _until(what: str, probe: Callable[[], T | None], timeout_s: float, *, step_s
 class World:
     """The live admin, the tenant's tokens, the replica processes and what they recorded."""
 
-    def __init__(self, live_server: Any, tmp_path: Path, redis_url: str) -> None:
+    def __init__(self, live_server: Any, tmp_path: Path, coordination: str) -> None:
         from botmesh_admin.tenancy import services as tenancy
 
         self.url = live_server.url
@@ -87,7 +88,7 @@ class World:
         # The live server's first requests import the whole API: wait for it as a load balancer would.
         self.admin = AdminClient(self.url, tenant=self.tenant, bot=BOT, token=self.bot_token, timeout_s=60)
         self.admin.inbound(since_ms=0)
-        self.redis_url = redis_url
+        self.coordination = coordination
         self.tmp = tmp_path
         self.records = tmp_path / "handled.jsonl"
         self.marker = tmp_path / "slow.jsonl"
@@ -99,8 +100,8 @@ class World:
         env.update(BOTMESH_BOT_TOKEN=self.bot_token, BOTMESH_KV_URL=f"sqlite:///{self.tmp / 'bot-fences.sqlite3'}")
         argv = [
             sys.executable, "-m", "tests.dashboard.failover_bot", "--admin-url", self.url, "--tenant", self.tenant,
-            "--bot", BOT, "--coordination", self.redis_url, "--replica-id", replica_id, "--record", str(self.records),
-            "--marker", str(self.marker), "--lease-ms", str(LEASE_MS),
+            "--bot", BOT, "--coordination", self.coordination, "--replica-id", replica_id,
+            "--record", str(self.records), "--marker", str(self.marker), "--lease-ms", str(LEASE_MS),
         ]  # fmt: skip
         log = open(self.tmp / f"{replica_id}.log", "wb")  # noqa: SIM115 - the process owns it
         self.procs[replica_id] = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -167,13 +168,18 @@ class World:
         return [json.loads(line) for line in self.records.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture
-def world(live_server, tmp_path: Path, redis_url: str) -> Iterator[World]:  # type: ignore[no-untyped-def]
-    w = World(live_server, tmp_path, redis_url)
+@pytest.fixture(params=["redis", "kv-sqlite"])
+def world(request, live_server, tmp_path: Path) -> Iterator[World]:  # type: ignore[no-untyped-def]
+    """The bots coordinate over Redis, or over the Kv in a SQLite file (the embedded default's ``kv:``)."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+    else:
+        url = f"kv:sqlite:///{tmp_path / 'coordination.sqlite3'}"
+    w = World(live_server, tmp_path, url)
     opened: list[Any] = []
 
-    def backend(prefix: str) -> Any:  # the admin reads the bots' prefix on the Redis they coordinate on
-        opened.append(backend_from_url(redis_url, prefix))
+    def backend(prefix: str) -> Any:  # the admin reads the bots' prefix where they coordinate
+        opened.append(backend_from_url(url, prefix))
         return opened[-1]
 
     try:
@@ -183,6 +189,18 @@ def world(live_server, tmp_path: Path, redis_url: str) -> Iterator[World]:  # ty
         w.stop_all()
         for b in opened:
             b.close()
+
+
+def _tickets(backend: Any, key: str) -> list[str]:
+    """Return the tickets (``<seq>|<replica id>/<incarnation>``) queued on turn ``key``, first first."""
+    from botmesh_admin.coordination.kv import KvBackend, hashed
+    from botmesh_admin.coordination.redis import RedisBackend
+
+    if isinstance(backend, RedisBackend):  # the key layout in coordination/redis.py
+        return [m.decode() for m in backend.client.zrange(backend._turn_keys(key)[0][0], 0, -1)]
+    assert isinstance(backend, KvBackend)  # the key layout in coordination/kv.py
+    entry = backend.kv.get(backend.table, f"t/{hashed(key)}/q")
+    return [str(t[0]) for t in entry.value["tickets"]] if entry is not None else []
 
 
 def _overlaps(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -202,15 +220,12 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
     for i in (1, 2, 3):
         world.start(f"tienda-bot-{i}")
     _until("12 messages answered", lambda: world.answered(ids), 30)
-    first = _until("a provider:main leader", world.provider_leader, 10)
-    live = _until("three live replicas", lambda: len(world.replicas()["replicas"]) == 3, 10)
-    assert live
-    victim = first["replica_id"]
-    victim_owner = f"{victim}/{first['incarnation']}"
+    assert _until("a provider:main leader", world.provider_leader, 10)
+    assert _until("three live replicas", lambda: len(world.replicas()["replicas"]) == 3, 10)
 
     # 1. A chat's turn is held (by the test) while the leader's ticket waits in its queue; then SIGKILL.
-    holder = coordinator_for(world.redis_url, tenant=world.tenant, bot=BOT, lease_ms=LEASE_MS, replica_id="holder")
-    queue = backend_from_url(world.redis_url, bot_prefix(world.tenant, BOT))
+    holder = coordinator_for(world.coordination, tenant=world.tenant, bot=BOT, lease_ms=LEASE_MS, replica_id="holder")
+    queue = backend_from_url(world.coordination, bot_prefix(world.tenant, BOT))
     try:
         # The turn key of chat 9 (InboundMessage.turn_key), taken before its message arrives.
         channel = world.inbound()[ids[0]].channel_name
@@ -218,16 +233,21 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
         turn = holder.acquire_turn(turn_key, 0)
         assert turn is not None
         held_chat = world.push((9, "hola"))
-        tickets_key = queue._turn_keys(turn_key)[0][0]  # type: ignore[attr-defined]
 
-        def victim_queued() -> bool:
-            return any(victim_owner in m.decode() for m in queue.client.zrange(tickets_key, 0, -1))  # type: ignore[attr-defined]
-
-        def victim_first() -> bool:
-            return any(victim_owner in m.decode() for m in queue.client.zrange(tickets_key, 0, 0))  # type: ignore[attr-defined]
+        def leader_first() -> dict[str, Any] | None:
+            leader = world.provider_leader()
+            first_ticket = _tickets(queue, turn_key)[:1]
+            owner = f"{leader['replica_id']}/{leader['incarnation']}" if leader else "-"
+            return leader if first_ticket and first_ticket[0].endswith(f"|{owner}") else None
 
         # Waiters give up after 2 s (turn_wait_ms) and queue again at the back: the leader's ticket comes first in time.
-        _until("the leader's ticket first in the queue behind the held turn", victim_first, 20)
+        first = _until("the leader's ticket first in the queue behind the held turn", leader_first, 20)
+        victim = first["replica_id"]
+        victim_owner = f"{victim}/{first['incarnation']}"
+
+        def victim_queued() -> bool:
+            return any(ticket.endswith(f"|{victim_owner}") for ticket in _tickets(queue, turn_key))
+
         world.procs[victim].send_signal(signal.SIGKILL)
         world.procs[victim].wait(timeout=5)
         killed = time.monotonic()
@@ -240,9 +260,12 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
         took_ms = (time.monotonic() - killed) * 1000
         assert took_ms <= LEASE_MS + 1000, f"provider:main led again after {took_ms:.0f} ms"
         assert 0 < new["lease_left_ms"] <= LEASE_MS and new["fence"] > first["fence"]
-        events = world.replicas()["events"]
-        handover = [e for e in events if e["kind"] == "handover" and e["name"] == "provider:main"]
-        assert handover and handover[0]["previous"] == victim_owner and handover[0]["replica_id"] == new["replica_id"]
+        handover = _until(  # published just after the grant
+            "the handover in the events",
+            lambda: [e for e in world.replicas()["events"] if e["kind"] == "handover" and e["name"] == "provider:main"],
+            2,
+        )
+        assert handover[0]["previous"] == victim_owner and handover[0]["replica_id"] == new["replica_id"]
         released = time.monotonic()
         assert turn.release()
         _until(
