@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
+from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.pages import (
     list_query_checked,
     page_principal,
@@ -145,6 +146,20 @@ def campaign_list(request: HttpRequest, tenant: str) -> HttpResponse:
     )
 
 
+CAMPAIGN_FIELDS = {
+    "campaign.name": "name",
+    "campaign.segment_id": "segment_id",
+    "campaign.channel": "channel",
+    "campaign.channel_name": "channel_name",
+    "campaign.rate_per_s": "rate_per_s",
+    "campaign.message.template": "template",
+    "campaign.message.language": "language",
+    "campaign.message.parameters": "parameters",
+    "campaign.message.text": "text",
+}
+"""The editor's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
+
+
 @tenant_page("admin")
 def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None = None) -> HttpResponse:
     """Create a campaign, or edit a draft: segment, channel, message; ``Preview`` shows the drop counts."""
@@ -164,7 +179,7 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
                 messages.success(request, f"Campaign {campaign.name!r} saved as a draft.")
                 return redirect("campaigns:detail", tenant=tenant, campaign_id=campaign.id)
         except DomainError as exc:
-            error = exc
+            error = form_error(exc, form="campaign", fields=CAMPAIGN_FIELDS, typed=request.POST)
     return render(
         request,
         "campaigns/editor.html",
@@ -173,12 +188,13 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
             "campaign": current,
             "form": form,
             "preview": preview,
-            "error": error,
+            "form_error": error,
             "segments": _segments(tenant),
             "channels": CHANNELS,
             "configs": configs,
             "kinds": {c.kind for c in configs},
         },
+        status=error.status if error else 200,
     )
 
 

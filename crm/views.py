@@ -224,7 +224,11 @@ def contact_tags(request: HttpRequest, tenant: str, contact_id: str) -> HttpResp
         else:
             services.contact_tags_add(tenant, contact_id, tags=[tag])
     except ValidationError as exc:
-        messages.error(request, exc.message)
+        if request.POST.get("action") == "remove":
+            messages.error(request, form_error(exc).message)
+        else:  # the tag typed stays in its box, the problem under it
+            refused = form_error(exc, form="tag", fields={"tags[0]": "tag"}, typed=request.POST)
+            return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
     return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
 
 
@@ -243,8 +247,13 @@ def contact_consent(request: HttpRequest, tenant: str, contact_id: str) -> HttpR
         )
         messages.success(request, "Consent recorded.")
     except ValidationError as exc:
-        messages.error(request, exc.message)
+        refused = form_error(exc, form="consent", fields=CONSENT_FIELDS, typed=request.POST)
+        return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
     return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
+
+
+CONSENT_FIELDS = {"consent.channel": "channel", "consent.status": "status", "consent.evidence": "evidence"}
+"""The consent form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
 
 
 @require_POST

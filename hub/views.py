@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import selectors, services
@@ -36,6 +37,10 @@ def _revision(request: HttpRequest) -> int | None:
 @tenant_page("agent")
 def plugins(request: HttpRequest, tenant: str) -> HttpResponse:
     """The catalogue of installed plugins with their status, and the install form."""
+    return _plugins_page(request, tenant)
+
+
+def _plugins_page(request: HttpRequest, tenant: str, refused: FormError | None = None) -> HttpResponse:
     after = request.GET.get("after") or None
     items = selectors.plugin_list(tenant, limit=PAGE, after=after)
     runtime = selectors.hub_runtime()
@@ -49,7 +54,9 @@ def plugins(request: HttpRequest, tenant: str) -> HttpResponse:
             "runtime": runtime,
             "next": items[-1].plugin_id if len(items) == PAGE else None,
             "can_write": page_principal(request).can("admin"),
+            "form_error": refused,
         },
+        status=refused.status if refused else 200,
     )
 
 
@@ -60,16 +67,17 @@ def install(request: HttpRequest, tenant: str) -> HttpResponse:
     upload = request.FILES.get("file")
     if upload is not None:
         if upload.size and upload.size > MAX_MANIFEST_BYTES:
-            messages.error(request, f"manifest: body larger than {MAX_MANIFEST_BYTES} bytes")
-            return redirect("hub:plugins", tenant=tenant)
+            too_big = ValidationError("manifest", f"the file is larger than {MAX_MANIFEST_BYTES} bytes")
+            return _plugins_page(request, tenant, form_error(too_big, form="install", fields=["manifest"]))
         raw: bytes = upload.read(MAX_MANIFEST_BYTES + 1)
     else:
         raw = request.POST.get("manifest", "").encode("utf-8")
     try:
         installation, created = services.plugin_install(tenant, manifest=raw, actor=page_principal(request).actor)
     except DomainError as exc:
-        messages.error(request, exc.message)
-        return redirect("hub:plugins", tenant=tenant)
+        # The pasted manifest stays in the box, the problem (its path inside the manifest) under it.
+        typed = request.POST if upload is None else {}
+        return _plugins_page(request, tenant, form_error(exc, form="install", fields=["manifest"], typed=typed))
     verb = "Installed" if created else "Updated"
     messages.success(request, f"{verb} {installation.plugin_id} {installation.manifest.version}.")
     return redirect("hub:plugin", tenant=tenant, plugin_id=installation.plugin_id)

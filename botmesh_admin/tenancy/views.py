@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
-from botmesh_admin.errors import DomainError, NotFound
+from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.kv.tenant import ID_RE
 
@@ -89,6 +89,10 @@ def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
     return render(request, "tenancy/home.html", {"tenant": tenant, "cards": cards})
 
 
+TOKEN_FIELDS = {"token.name": "name", "token.role": "role"}
+"""The token form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
+
+
 @tenant_page("admin")
 def tokens(request: HttpRequest, tenant: str) -> HttpResponse:
     """List, create and revoke the tenant's API tokens.
@@ -107,7 +111,9 @@ def tokens(request: HttpRequest, tenant: str) -> HttpResponse:
             request.session[NEW_TOKEN] = plaintext
             messages.success(request, "Token created. Copy it now: it is not shown again.")
         except DomainError as exc:
-            messages.error(request, exc.message)
+            refused = form_error(exc, form="token", fields=TOKEN_FIELDS, typed=request.POST)
+            context = _settings_context(request, tenant, form_error=refused)
+            return render(request, "tenancy/tokens.html", context, status=exc.status)
         return redirect("tenancy:tokens", tenant=tenant)
     created = request.session.pop(NEW_TOKEN, None)
     return render(request, "tenancy/tokens.html", _settings_context(request, tenant, created=created))
@@ -183,8 +189,13 @@ def tenant_erase(request: HttpRequest, tenant: str) -> HttpResponse:
     """Erase the tenant for good after the admin types its id (``services.tenant_erase``)."""
     if request.method == "POST":
         if request.POST.get("confirm", "") != tenant:
-            messages.error(request, "confirm: type the tenant id exactly to erase it")
-            return render(request, "tenancy/erase.html", {"tenant": tenant}, status=422)
+            refused = form_error(
+                ValidationError("confirm", f"type the tenant id exactly ({tenant}) to erase it"),
+                form="erase",
+                fields=["confirm"],
+                typed=request.POST,
+            )
+            return render(request, "tenancy/erase.html", {"tenant": tenant, "form_error": refused}, status=422)
         try:
             removed = services.tenant_erase(tenant)
         except DomainError as exc:

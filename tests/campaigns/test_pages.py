@@ -77,7 +77,10 @@ def test_the_editor_previews_drop_counts_then_saves_a_draft(admin: Client, tenan
     assert 'data-testid="preview-recipients">4<' in no_js.content.decode(), "the preview works without JavaScript"
 
     bad = admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant, template=""))
-    assert "campaign.message.template" in bad.content.decode()
+    html = bad.content.decode()
+    assert bad.status_code == 422 and "campaign.message.template" not in html  # plain words, under the field
+    assert 'id="campaign-template-error" role="alert" data-testid="field-error">A WhatsApp campaign needs an' in html
+    assert 'name="name" required maxlength="200" value="Noviembre"' in html  # what was typed is kept
     saved = admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
     assert saved.status_code == 302
     (campaign,) = selectors.campaign_list(tenant).items

@@ -152,3 +152,23 @@ def test_segment_form_reads_a_deeply_nested_attribute_value_as_text() -> None:
     deep = "[" * 3000 + "]" * 3000
     rules = rules_from_form({"attributes": f"plan = {deep}\nscore = 3"})
     assert rules["attributes"] == {"plan": deep, "score": 3}
+
+
+def test_a_refused_tag_or_consent_keeps_what_was_typed_under_its_field(agent: Client, tenant: str) -> None:
+    """Issue 20 item 6: the contact page again (422), the typed text in its box, the problem under it."""
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
+    r = agent.post(f"/t/{tenant}/crm/contacts/{c.id}/tags", {"tag": "¡vip!"})
+    html = r.content.decode()
+    assert r.status_code == 422 and "tags[0]" not in html and "validation_error" not in html
+    assert 'name="tag" required maxlength="64" value="¡vip!" aria-invalid="true"' in html
+    assert 'id="tag-tag-error" role="alert" data-testid="field-error">Must be 1-64 letters' in html
+    r = agent.post(
+        f"/t/{tenant}/crm/contacts/{c.id}/consent",
+        {"channel": "telegram", "status": "granted", "evidence": "pidió\u202eno"},
+    )
+    html = r.content.decode()
+    assert r.status_code == 422 and 'value="pidió\u202eno" aria-invalid="true"' in html
+    assert 'id="consent-evidence-error"' in html and "consent.evidence" not in html
+    assert (
+        selectors.contact_get(tenant, c.id).tags == () and "telegram" not in selectors.contact_get(tenant, c.id).consent
+    )

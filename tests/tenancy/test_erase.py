@@ -290,7 +290,7 @@ def test_admin_page_erases_after_the_id_is_typed() -> None:
     page = admin.get(url).content.decode()
     assert f"Type <code>{gone}</code> to confirm" in page
     wrong = admin.post(url, {"confirm": gone.upper()})
-    assert wrong.status_code == 422 and "type the tenant id exactly" in wrong.content.decode()
+    assert wrong.status_code == 422 and f"Type the tenant id exactly ({gone}) to erase it." in wrong.content.decode()
     assert Tenant.objects.filter(id=gone).exists()
     done = admin.post(url, {"confirm": gone})
     assert done.status_code == 200 and f"Tenant {gone} erased" in done.content.decode()

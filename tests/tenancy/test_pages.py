@@ -140,3 +140,14 @@ def test_every_page_names_an_icon_that_is_served_and_favicon_ico_is_found(world,
         assert b"".join(icon.streaming_content if icon.streaming else [icon.content])[:4] == b"\0\0\1\0"  # ICO
     bare = Client().get("/favicon.ico", follow=True)
     assert bare.status_code == 200 and bare.redirect_chain == [(href, 301)]
+
+
+def test_a_refused_token_keeps_the_name_with_the_error_under_it(world, client: Client) -> None:
+    """Issue 20 item 6: the form again (422) with what was typed, the error under the field in plain words."""
+    client.login(username="alice", password="alice-password-1")
+    resp = client.post("/t/acme/settings/tokens/", {"name": " " * 3, "role": "admin"})
+    html = resp.content.decode()
+    assert resp.status_code == 422 and "token.name" not in html
+    assert 'name="name" required maxlength="100" value="   " aria-invalid="true"' in html
+    assert 'id="token-name-error" role="alert" data-testid="field-error">Must be 1-100 characters.<' in html
+    assert not ApiToken.objects.filter(tenant_id="acme", name="").exists()
