@@ -71,3 +71,13 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+
+class LastTenant(models.Model):
+    """The tenant a user last opened a page of: where their next login lands (kept across logins)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="last_tenant"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    opened_at = models.DateTimeField(auto_now=True)

@@ -40,6 +40,7 @@ def tenant_page(role: str = "agent") -> Callable[[View], View]:
                 principal = principal_for_user(request.user, tenant)
                 request.principal = principal  # type: ignore[attr-defined]
                 principal.require(role)
+                _remember_tenant(request, tenant)
                 # Every time the page shows is in the tenant's zone (UTC until one is chosen).
                 zone_name = tenant_time_zone(tenant)
                 request.tenant_time_zone = zone_name  # type: ignore[attr-defined]  # "": not chosen yet
@@ -51,6 +52,33 @@ def tenant_page(role: str = "agent") -> Callable[[View], View]:
         return wrapper
 
     return decorator
+
+
+LAST_TENANT = "botmesh_last_tenant"
+REMEMBER_EVERY_S = 300
+
+
+def _remember_tenant(request: HttpRequest, tenant: str) -> None:
+    """Keep ``tenant`` as the one the user opened last: in the session, and for later logins.
+
+    Only pages a person opens count (GET, not an htmx poll); the database row
+    (``LastTenant``) is written when the tenant changes and at most every
+    ``REMEMBER_EVERY_S`` seconds otherwise, so another browser's later choice
+    is overwritten by this one's only while it is in use.
+    """
+    if request.method != "GET" or request.headers.get("HX-Request"):
+        return
+    import time
+
+    from .services import last_tenant_set
+
+    now = int(time.time())
+    session = request.session
+    if session.get(LAST_TENANT) == tenant and now - int(session.get(LAST_TENANT + "_at", 0)) < REMEMBER_EVERY_S:
+        return
+    session[LAST_TENANT] = tenant
+    session[LAST_TENANT + "_at"] = now
+    last_tenant_set(request.user.pk, tenant=tenant)
 
 
 def render_error(request: HttpRequest, exc: DomainError) -> HttpResponse:

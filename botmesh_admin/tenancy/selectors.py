@@ -12,7 +12,7 @@ from django.utils import timezone
 from botmesh_admin.errors import NotFound
 from botmesh_admin.kv.tenant import RESERVED_TENANT_IDS, validate_tenant_id
 
-from .models import ApiToken, Membership, Tenant
+from .models import ApiToken, LastTenant, Membership, Tenant
 from .principal import Principal
 
 log = logging.getLogger("botmesh.tenancy")
@@ -62,6 +62,28 @@ def first_joined_tenant(user: AbstractBaseUser | AnonymousUser) -> str | None:
 def tenant_time_zone(tenant: str) -> str:
     """Return the IANA zone name the tenant's pages show times in, or ``""`` while none is chosen (UTC)."""
     return Tenant.objects.filter(id=tenant).values_list("time_zone", flat=True).first() or ""
+
+
+def last_opened_tenant(user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """Return the id of the tenant ``user`` last opened a page of (any earlier login), or ``None``."""
+    if not user.is_authenticated:
+        return None
+    return LastTenant.objects.filter(user_id=user.pk).values_list("tenant_id", flat=True).first()
+
+
+def first_tenant_with_data(user: AbstractBaseUser | AnonymousUser, tenants: list[str]) -> str | None:
+    """Return the first of ``tenants`` (in the order given) holding conversations or contacts, or ``None``.
+
+    Two counter reads per tenant (O(1) each: the inbox's and the CRM's count indexes).
+    """
+    from crm.selectors import contact_count
+    from inbox.selectors import conversation_count
+
+    agent = user.get_username() or "nobody"
+    for tenant in tenants:
+        if conversation_count(tenant, agent=agent) or contact_count(tenant):
+            return tenant
+    return None
 
 
 def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from botmesh_admin.errors import NotFound, StoreUnavailable, ValidationError
 from botmesh_admin.kv.tenant import validate_tenant_id
 
-from .models import HUMAN_ROLES, ApiToken, Membership, Role, Tenant
+from .models import HUMAN_ROLES, ApiToken, LastTenant, Membership, Role, Tenant
 from .selectors import token_digest
 
 
@@ -64,6 +64,15 @@ def membership_set(tenant: str, *, username: str, role: str) -> Membership:
         raise NotFound(f"tenant {tenant!r} not found")
     membership, _ = Membership.objects.update_or_create(user=user, tenant_id=tenant, defaults={"role": role})
     return membership
+
+
+def last_tenant_set(user_id: int, *, tenant: str) -> None:
+    """Remember ``tenant`` as the one user ``user_id`` opened last (where their next login lands).
+
+    The caller has checked that the user may open it (``tenant_page``); a
+    tenant erased later takes its row along (the login then falls back).
+    """
+    LastTenant.objects.update_or_create(user_id=user_id, defaults={"tenant_id": tenant})
 
 
 def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str = "") -> tuple[ApiToken, str]:

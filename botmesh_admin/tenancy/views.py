@@ -16,9 +16,8 @@ from botmesh_admin.formerrors import form_error
 from botmesh_admin.kv.tenant import ID_RE
 
 from . import selectors, services, throttle
-from .pages import page_principal, render_error, tenant_page
+from .pages import LAST_TENANT, page_principal, render_error, tenant_page
 
-LAST_TENANT = "botmesh_last_tenant"
 NEW_TOKEN = "botmesh_new_token"
 
 
@@ -56,16 +55,23 @@ class LoginView(auth_views.LoginView):
 def home(request: HttpRequest) -> HttpResponse:
     """Send the user to a tenant of theirs, or explain that they have none.
 
-    The tenant last opened in this session, else the one the user joined first
-    (the demo's ``tienda``: ``demo.ensure_accounts`` adds the demo users to it
-    first), not the first by id (the switcher's order) — a user's first tenant
-    is their main one. A superuser, member of none, goes to the oldest tenant.
+    The tenant last opened in this session, else the one they last opened in
+    an earlier login (``LastTenant``, written by ``tenant_page``), else — a
+    first login — the first tenant holding data in the order they joined (the
+    demo's ``tienda``: ``demo.ensure_accounts`` adds the demo users to it
+    first), else the one they joined first, not the first by id (the
+    switcher's order). A superuser, member of none, goes to the oldest tenant.
     """
     tenants = selectors.tenant_list_for_user(request.user)
     if tenants:
         ids = {t.id for t in tenants}
-        last = request.session.get(LAST_TENANT)
-        chosen = last if last in ids else selectors.first_joined_tenant(request.user) or tenants[0].id
+        for last in (request.session.get(LAST_TENANT), selectors.last_opened_tenant(request.user)):
+            if last in ids:
+                return redirect("tenant-home", tenant=last)
+        first = selectors.first_joined_tenant(request.user)
+        joined = [first] if first else []
+        order = joined + [t.id for t in tenants if t.id != first]
+        chosen = selectors.first_tenant_with_data(request.user, order) or first or tenants[0].id
         return redirect("tenant-home", tenant=chosen)
     return render(request, "no_tenant.html")
 
@@ -82,7 +88,6 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @tenant_page("agent")
 def tenant_home(request: HttpRequest, tenant: str) -> HttpResponse:
     """The tenant's overview: one card per package with its headline number."""
-    request.session[LAST_TENANT] = tenant  # where the next login lands
     from botmesh_admin.dashboard.overview import tenant_overview
 
     cards = tenant_overview(tenant, principal=page_principal(request))
