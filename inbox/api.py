@@ -356,7 +356,11 @@ def conversation_assign(request: HttpRequest, tenant: str, conversation_id: str,
     if body.agent is not None and not selectors.agent_is_member(tenant, body.agent):
         raise ValidationError("agent", "is not a member of this tenant")
     conv = services.conversation_assign(
-        tenant, conversation_id, agent=body.agent, expected_version=body.expected_version
+        tenant,
+        conversation_id,
+        agent=body.agent,
+        expected_version=body.expected_version,
+        actor=agent_of(principal(request)),
     )
     return _conversation(request, tenant, conv)
 
@@ -385,6 +389,7 @@ def conversation_status(request: HttpRequest, tenant: str, conversation_id: str,
         status=body.status,
         snoozed_until_ms=body.snoozed_until_ms,
         expected_version=body.expected_version,
+        actor=agent_of(principal(request)),
     )
     return _conversation(request, tenant, conv)
 

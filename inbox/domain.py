@@ -684,6 +684,81 @@ class Note:
         return cls(**_known(cls, data))
 
 
+def conversation_search_keys(display_name: str | None, chat_key: str) -> set[str]:
+    """Return the keys a text search finds a conversation by: its contact's name words and its chat's identity.
+
+    The CRM's rule (``crm.domain.search_index_keys``): folded name words
+    (``"Ana García"`` → ``ana``, ``garcia``), a WhatsApp number's digits in
+    international and national form (``573001112233``, ``3001112233``), a
+    Telegram user id. A term matches a key it starts.
+    """
+    from crm.domain import search_index_keys
+
+    kind, _, address = chat_key.partition(":")
+    identities = [(kind, f"+{address}" if kind == "whatsapp" else address)] if address else []
+    return search_index_keys(display_name, identities)
+
+
+EVENT_KINDS = ("assigned", "unassigned", "handoff_taken", "handoff_released", "status")
+
+
+@dataclass(frozen=True)
+class ConversationEvent:
+    """A change of a conversation an agent reads in its thread: who did what, when.
+
+    ``kind``: ``assigned`` (``value``: the new assignee), ``unassigned``,
+    ``handoff_taken`` / ``handoff_released`` (a human took the chat from the bot
+    / gave it back), ``status`` (``value``: open, pending or resolved).
+    ``actor``: the agent (a username), or ``None`` for the system (the wake-up
+    job reopening a snoozed conversation). ``id`` sorts by time (``new_note_id``'s
+    shape with an ``e`` prefix).
+    """
+
+    id: str
+    conversation_id: str
+    kind: str
+    at_ms: int
+    actor: str | None = None
+    value: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConversationEvent:
+        """Build an event from ``to_json()`` output."""
+        return cls(**_known(cls, data))
+
+
+def new_event_id(at_ms: int) -> str:
+    """Return an event id that sorts by time: ``e_<13 digit ms>_<4 digit seq><4 hex>``."""
+    return "e" + new_note_id(at_ms)[1:]
+
+
+def conversation_events(
+    old: Conversation, new: Conversation, *, actor: str | None, at_ms: int
+) -> tuple[ConversationEvent, ...]:
+    """Return the events that turn ``old`` into ``new``: assignee, handoff and status changes, in that order.
+
+    Raise ``ValidationError`` naming ``actor`` for a name that is not an agent's.
+    """
+    if actor is not None:
+        check_agent(actor, "actor")
+    out: list[ConversationEvent] = []
+
+    def add(kind: str, value: str | None = None) -> None:
+        out.append(ConversationEvent(new_event_id(at_ms), new.id, kind, at_ms, actor, value))
+
+    if new.handed_off != old.handed_off:
+        add("handoff_taken" if new.handed_off else "handoff_released")
+    if new.assignee != old.assignee:
+        add("assigned", new.assignee) if new.assignee is not None else add("unassigned")
+    if new.status != old.status:
+        add("status", new.status)
+    return tuple(out)
+
+
 def validate_note(note: Note) -> Note:
     """Return ``note`` if valid: text 1..4000 characters, an agent author."""
     check_typed_text(note.text, "note.text", MAX_NOTE, required=True)

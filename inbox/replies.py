@@ -50,6 +50,7 @@ from .domain import (
     check_agent,
     check_text,
     check_typed_text,
+    conversation_events,
     preview,
     replace,
     unify_line_breaks,
@@ -148,7 +149,8 @@ def reply_create(
         taken = _replied_by(conv, author, at, takes_over=settings.reply_takes_over, assign=assign)
         new_conv = validate_conversation(_after_message(taken, message, at))
         try:
-            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
+            events = conversation_events(conv, taken, actor=author, at_ms=at)  # the reply's takeover, if any
+            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")

@@ -16,6 +16,7 @@ from botmesh_admin.errors import NotFound, ValidationError
 from .domain import (
     CONVERSATION_STATUSES,
     Conversation,
+    ConversationEvent,
     InboxSettings,
     Message,
     Note,
@@ -23,6 +24,7 @@ from .domain import (
     check_agent,
     check_chat_key,
     check_conversation_id,
+    conversation_search_keys,
     now_ms,
     sort_key,
 )
@@ -357,6 +359,141 @@ def note_list(
     more = len(notes) > limit
     notes = notes[:limit]
     return notes, (notes[-1].id if more and notes else None)
+
+
+SEARCH_BUDGET = 2000  # index entries one search page reads at most (then it continues from a cursor)
+SEARCH_CURSOR = re.compile(r"[^\s/]{1,64}/cv_[0-9a-f]{20}")
+TEXT_SCAN_CONVERSATIONS = 100  # message text is looked for in this many most recently active conversations…
+TEXT_SCAN_MESSAGES = 50  # …in this many of the newest messages of each
+TEXT_SCAN_HITS = 20
+
+
+def _search_prefix(terms: list[str]) -> str:
+    """Return the term whose index range the search walks: the longest (the fewest entries, usually)."""
+    from crm.domain import MAX_SEARCH_KEY
+
+    return max(terms, key=len)[:MAX_SEARCH_KEY]
+
+
+def conversation_search(
+    tenant: str,
+    q: str,
+    *,
+    agent: str,
+    view: str = "all",
+    status: str | None = None,
+    channel: str | None = None,
+    channel_name: str | None = None,
+    limit: int = 50,
+    after: str | None = None,
+    store: InboxStore | None = None,
+) -> tuple[list[ConversationRow], str | None]:
+    """Return conversations whose contact name or phone / Telegram id matches ``q``, and the next cursor.
+
+    Every term of ``q`` (``crm.domain.search_terms``: folded words, or the
+    digits of a phone number) must start one of the conversation's
+    ``conversation_search_keys``. Rows come in the order of the search index
+    (the walked term's matching key, then the conversation), filtered by the
+    list's ``view`` / ``status`` / ``channel``. Cost: the ``conv_text`` index
+    range of the longest term, at most ``SEARCH_BUDGET`` entries a page, and
+    their records (O(page)); past the budget the cursor continues. Raise
+    ``ValidationError`` naming ``after`` for a cursor of another list.
+    """
+    from crm.domain import search_match, search_terms
+
+    check_agent(agent)
+    _check_view(view)
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    after = cursor_check(after, SEARCH_CURSOR)
+    terms = search_terms(q or "")
+    if not terms:
+        return [], None
+    store = store or default_store()
+    prefix = _search_prefix(terms)
+    position: tuple[str, str] | None = None
+    if after is not None:
+        key, _, conversation_id = after.partition("/")
+        position = (key, conversation_id)
+    if position is not None and not position[0].startswith(prefix):
+        raise ValidationError("after", "not a cursor of this search")
+    now = now_ms()
+    rows: list[ConversationRow] = []
+    read = 0
+    while read < SEARCH_BUDGET:
+        size = min(MAX_SCANNED, SEARCH_BUDGET - read, max(2 * limit, 50))
+        hits = store.conversation_search_scan(tenant, prefix, after=position, limit=size)
+        read += len(hits)
+        for key, c in hits:
+            position = (key, c.id)
+            keys = conversation_search_keys(c.display_name, c.chat_key)
+            if key != min((k for k in keys if k.startswith(prefix)), default=key):
+                continue  # listed once, under its first key the term starts
+            if not search_match(terms, keys) or not _matches(
+                c, agent=agent, view=view, status=status, channel=channel, now=now, channel_name=channel_name
+            ):
+                continue
+            rows.append(ConversationRow(c, effective_status(c, now), unread_count(tenant, c, agent=agent, store=store)))
+            if len(rows) == limit:
+                return rows, f"{key}/{c.id}"
+        if len(hits) < size:
+            return rows, None
+    return rows, None if position is None else f"{position[0]}/{position[1]}"
+
+
+def message_search(
+    tenant: str, q: str, *, agent: str, store: InboxStore | None = None
+) -> tuple[list[tuple[ConversationRow, Message]], int]:
+    """Return messages whose text contains ``q`` (folded: case and accents ignored), newest first, and
+    how many conversations were searched.
+
+    Message text has no index: this is a bounded scan of the newest
+    ``TEXT_SCAN_MESSAGES`` messages of the ``TEXT_SCAN_CONVERSATIONS`` most
+    recently active conversations (at most ``TEXT_SCAN_HITS`` hits); older
+    messages are not searched, and the page says so.
+    """
+    from crm.domain import fold
+
+    check_agent(agent)
+    needle = fold((q or "").strip())
+    if not needle:
+        return [], 0
+    store = store or default_store()
+    conversations, _ = store.conversation_page(tenant, limit=TEXT_SCAN_CONVERSATIONS)
+    now = now_ms()
+    hits: list[tuple[ConversationRow, Message]] = []
+    for c in conversations:
+        found = [
+            m
+            for m in message_latest(tenant, c.id, limit=TEXT_SCAN_MESSAGES, store=store)
+            if m.text and needle in fold(m.text)
+        ]
+        if found:
+            row = ConversationRow(c, effective_status(c, now), unread_count(tenant, c, agent=agent, store=store))
+            hits += [(row, m) for m in reversed(found)]
+        if len(hits) >= TEXT_SCAN_HITS:
+            break
+    return hits[:TEXT_SCAN_HITS], len(conversations)
+
+
+def event_list(
+    tenant: str,
+    conversation_id: str,
+    *,
+    since_ms: int | None = None,
+    limit: int = 200,
+    store: InboxStore | None = None,
+) -> list[ConversationEvent]:
+    """Return the conversation's events (assigned, handoff, status: who and when) oldest first.
+
+    ``since_ms``: only events at or after that time (the thread asks from its
+    oldest shown message). One scan of at most ``limit`` (1..200) entries.
+    """
+    if not isinstance(limit, int) or not 1 <= limit <= 200:
+        raise ValidationError("limit", "must be 1..200")
+    # Event ids start with their time (``new_event_id``): ``e_<ms - 1>`` sorts just before ``since_ms``.
+    after = None if not since_ms else f"e_{since_ms - 1:013d}_~"
+    return (store or default_store()).event_page(tenant, conversation_id, after=after, limit=limit)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .domain import (
     check_id,
     check_ms,
     check_version,
+    conversation_events,
     new_note_id,
     now_ms,
     replace,
@@ -95,11 +96,14 @@ class Inbox:
         change: Callable[[Conversation], Conversation | None],
         *,
         expected_version: int | None = None,
+        actor: str | None = None,
     ) -> Conversation:
         """Apply ``change`` by compare-and-set, retrying while only the store revision moved.
 
         With ``expected_version`` the agent-facing version must still match,
         else ``Conflict`` carries ``current_version`` and the current assignee.
+        What changed (assignee, handoff, status) is recorded in the same write
+        as the conversation's events, by ``actor`` (``None``: the system).
         """
         for _ in range(RETRIES):
             conv = selectors.conversation_get(tenant, conversation_id, store=self.store)
@@ -113,25 +117,40 @@ class Inbox:
             new = change(conv)
             if new is None:
                 return conv
-            new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=self.clock()))
+            at = self.clock()
+            new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=at))
+            events = conversation_events(conv, new, actor=actor, at_ms=at)
             try:
-                written = self.store.write(tenant, Change(conversation=new, previous=conv))
+                written = self.store.write(tenant, Change(conversation=new, previous=conv, events=events))
                 return written.conversation or new
             except Conflict:
                 continue
         raise Conflict("conversation is too busy; try again")
 
-    def assign(self, tenant: str, conversation_id: str, agent: str | None, expected_version: int) -> Conversation:
+    def assign(
+        self,
+        tenant: str,
+        conversation_id: str,
+        agent: str | None,
+        expected_version: int,
+        *,
+        actor: str | None = None,
+    ) -> Conversation:
         """Assign the conversation to ``agent`` (``None``: unassign) if its version is ``expected_version``.
 
         Compare-and-set: a stale version raises ``Conflict`` (HTTP 409) with the
         current ``version`` and ``assignee``. Return the conversation at its new version.
+        ``actor``: who assigned it (the thread's event names them).
         """
         if agent is not None:
             check_agent(agent, "agent")
         check_version(expected_version, "expected_version")
         conv = self._change(
-            tenant, conversation_id, lambda c: replace(c, assignee=agent), expected_version=expected_version
+            tenant,
+            conversation_id,
+            lambda c: replace(c, assignee=agent),
+            expected_version=expected_version,
+            actor=actor,
         )
         log.info("inbox assign conversation=%s version=%s", conversation_id, conv.version)
         return conv
@@ -155,7 +174,7 @@ class Inbox:
             assert c.handoff is not None
             return replace(c, handoff=replace(c.handoff, active=False, released_by=actor, released_at_ms=at))
 
-        conv = self._change(tenant, conversation_id, change, expected_version=expected_version)
+        conv = self._change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
         log.info("inbox handoff conversation=%s active=%s", conversation_id, active)
         return conv
 
@@ -167,8 +186,12 @@ class Inbox:
         status: str,
         snoozed_until_ms: int | None = None,
         expected_version: int | None = None,
+        actor: str | None = None,
     ) -> Conversation:
-        """Set open / pending / resolved; ``snoozed_until_ms`` (pending only) reopens it at that time."""
+        """Set open / pending / resolved; ``snoozed_until_ms`` (pending only) reopens it at that time.
+
+        ``actor``: who set it (the thread's event names them).
+        """
         check_choice(status, "status", CONVERSATION_STATUSES)
         if snoozed_until_ms is not None:
             check_ms(snoozed_until_ms, "snoozed_until_ms")
@@ -182,7 +205,7 @@ class Inbox:
                 return None
             return replace(c, status=status, snoozed_until_ms=snoozed_until_ms)
 
-        return self._change(tenant, conversation_id, change, expected_version=expected_version)
+        return self._change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
 
     # -- notes and read markers -------------------------------------------------
 
@@ -260,9 +283,11 @@ class Inbox:
         for _ in range(RETRIES):
             if conv is None or conv.status != "pending" or conv.snoozed_until_ms is None or conv.snoozed_until_ms > now:
                 return 0
-            new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=self.clock()))
+            at = self.clock()
+            new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=at))
+            events = conversation_events(conv, new, actor=None, at_ms=at)  # the system reopened it
             try:
-                self.store.write(tenant, Change(conversation=new, previous=conv))
+                self.store.write(tenant, Change(conversation=new, previous=conv, events=events))
                 return 1
             except Conflict:
                 conv = self.store.conversation_get(tenant, conv.id)
@@ -323,9 +348,11 @@ def event_project(tenant: str, event: Any) -> Projected:
     return default_inbox().project_event(tenant, event)
 
 
-def conversation_assign(tenant: str, conversation_id: str, *, agent: str | None, expected_version: int) -> Conversation:
+def conversation_assign(
+    tenant: str, conversation_id: str, *, agent: str | None, expected_version: int, actor: str | None = None
+) -> Conversation:
     """Compare-and-set the assignee (see ``Inbox.assign``)."""
-    return default_inbox().assign(tenant, conversation_id, agent, expected_version)
+    return default_inbox().assign(tenant, conversation_id, agent, expected_version, actor=actor)
 
 
 def conversation_handoff(
@@ -344,6 +371,7 @@ def conversation_status_set(
     status: str,
     snoozed_until_ms: int | None = None,
     expected_version: int | None = None,
+    actor: str | None = None,
 ) -> Conversation:
     """Set the status (see ``Inbox.set_status``)."""
     return default_inbox().set_status(
@@ -352,6 +380,7 @@ def conversation_status_set(
         status=status,
         snoozed_until_ms=snoozed_until_ms,
         expected_version=expected_version,
+        actor=actor,
     )
 
 

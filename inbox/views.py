@@ -21,12 +21,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.channels.domain import CHANNEL_KINDS
-from botmesh_admin.errors import BadRequest, Conflict, DomainError, ValidationError
+from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.pages import list_query_checked, page_principal, tenant_page
 
 from . import replies, selectors, services
-from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
+from .domain import CONVERSATION_ID_RE, CONVERSATION_STATUSES, Conversation, ConversationEvent, Message, Note
 
 PAGE = 50
 THREAD = 200
@@ -68,6 +68,7 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
         "channel_kind": kind or None,
         "channel_name": name or None,
         "unread": request.GET.get("unread") == "1",
+        "q": (request.GET.get("q") or "").strip()[:200] or None,
     }
 
 
@@ -86,6 +87,8 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
     agent = _agent(request)
     from botmesh_admin.channels.selectors import channel_config_list
 
+    if filters["q"]:
+        return _search_context(request, tenant, selected, filters, agent)
     with list_query_checked():
         rows, cursor = selectors.conversation_list(
             tenant,
@@ -113,13 +116,59 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
     }
 
 
-def _entries(messages: list[Message], notes: list[Note]) -> list[dict[str, Any]]:
-    """Messages and notes in one timeline (notes set apart by kind)."""
+def _search_context(
+    request: HttpRequest, tenant: str, selected: str | None, filters: dict[str, Any], agent: str
+) -> dict[str, Any]:
+    """The list as a search: names and phones through the index (the list's filters apply), then message
+    text by a bounded scan (the first page only; the page says what it searched)."""
+    from botmesh_admin.channels.selectors import channel_config_list
+    from botmesh_admin.kv.indexes import IndexNotBuilt
+
+    after = request.GET.get("after") or None
+    search: dict[str, Any] = {"q": filters["q"], "per_conversation": selectors.TEXT_SCAN_MESSAGES}
+    rows: list[selectors.ConversationRow] = []
+    cursor = None
+    try:
+        with list_query_checked():
+            rows, cursor = selectors.conversation_search(
+                tenant,
+                filters["q"],
+                agent=agent,
+                view=filters["view"],
+                status=filters["status"],
+                channel=filters["channel_kind"],
+                channel_name=filters["channel_name"],
+                limit=PAGE,
+                after=after,
+            )
+    except IndexNotBuilt:
+        search["unavailable"] = "the search index is still being built (manage.py botmesh_reindex); try again soon"
+    if after is None:
+        search["messages"], search["scanned"] = selectors.message_search(tenant, filters["q"], agent=agent)
+    return {
+        "tenant": tenant,
+        "rows": rows,
+        "next": cursor,
+        "filters": filters,
+        "query": _query(filters),
+        "channel_configs": channel_config_list(tenant),
+        "selected": selected,
+        "agent": agent,
+        "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
+        "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},
+        "total_unread": sum(r.unread for r in rows),
+        "search": search,
+    }
+
+
+def _entries(messages: list[Message], notes: list[Note], events: list[ConversationEvent]) -> list[dict[str, Any]]:
+    """Messages, notes and events (assigned, handoff, status) in one timeline, in time order."""
     items: list[dict[str, Any]] = [
         {"kind": "message", "m": m, "at": m.timestamp_ms, "hint": _hint(m)} for m in messages
     ]
     items += [{"kind": "note", "n": n, "at": n.created_at_ms} for n in notes]
-    items.sort(key=lambda e: e["at"])
+    items += [{"kind": "event", "e": e, "at": e.at_ms} for e in events]
+    items.sort(key=lambda e: e["at"])  # stable: a reply and the takeover it caused keep that order
     return items
 
 
@@ -128,18 +177,47 @@ def _hint(m: Message) -> str | None:
     return ERROR_HINTS.get(code) if code else None
 
 
+def _missing(conversation_id: str) -> NotFound:
+    """Return the 404 of a conversation address that names none of this tenant's (erased, mistyped, foreign)."""
+    return NotFound(f"conversation {conversation_id[:40]} not found")
+
+
+def _missing_page(request: HttpRequest, template: str) -> HttpResponse:
+    """Render the 404 of a conversation that does not exist, in an agent's words."""
+    shown = _Shown(
+        404,
+        "not_found",
+        "It may have been erased, or the address is mistyped: the inbox lists every conversation.",
+        title="This conversation does not exist.",
+    )
+    return render(request, template, {"error": shown}, status=404)
+
+
 def _thread_context(request: HttpRequest, tenant: str, conversation_id: str) -> dict[str, Any]:
+    """Return the thread's context; raise ``NotFound`` (404) for an address that names no conversation.
+
+    An id that is not even shaped like one (``/inbox/bogus/``) is a page that
+    does not exist too, not a validation error (422) of a form the agent filled.
+    """
     agent = _agent(request)
-    conv = selectors.conversation_get(tenant, conversation_id)
+    if not CONVERSATION_ID_RE.fullmatch(conversation_id):
+        raise _missing(conversation_id)
+    try:
+        conv = selectors.conversation_get(tenant, conversation_id)
+    except NotFound:
+        raise _missing(conversation_id) from None
     if conv.last_message_id is not None:
         services.read_marker_set(tenant, conv.id, agent=agent)
     messages = selectors.message_latest(tenant, conv.id, limit=THREAD)
     notes, _ = selectors.note_list(tenant, conv.id, limit=200)
+    # The events of the time the shown messages span (from the oldest shown on), at most THREAD.
+    since = messages[0].timestamp_ms if messages and conv.message_count > len(messages) else None
+    events = selectors.event_list(tenant, conv.id, since_ms=since, limit=THREAD)
     return {
         "tenant": tenant,
         "c": conv,
         "status": selectors.effective_status(conv),
-        "entries": _entries(messages, notes),
+        "entries": _entries(messages, notes, events),
         "agent": agent,
         "members": selectors.member_usernames(tenant),
         "query": _query(_filters(request)),
@@ -166,7 +244,10 @@ def inbox_list(request: HttpRequest, tenant: str) -> HttpResponse:
 def conversation(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
     """The list beside one open conversation."""
     context = _list_context(request, tenant, conversation_id)
-    context.update(_thread_context(request, tenant, conversation_id))
+    try:
+        context.update(_thread_context(request, tenant, conversation_id))
+    except NotFound:
+        return _missing_page(request, "error.html")
     return render(request, "inbox/inbox.html", context)
 
 
@@ -180,7 +261,10 @@ def list_fragment(request: HttpRequest, tenant: str) -> HttpResponse:
 def thread_fragment(request: HttpRequest, tenant: str, conversation_id: str) -> HttpResponse:
     """The thread panel alone (action answers), or its live part (``?part=live``, htmx polling)."""
     template = "inbox/_live.html" if request.GET.get("part") == "live" else "inbox/_thread.html"
-    return render(request, template, _thread_context(request, tenant, conversation_id))
+    try:
+        return render(request, template, _thread_context(request, tenant, conversation_id))
+    except NotFound:
+        return _missing_page(request, "_error.html")
 
 
 def _after_action(request: HttpRequest, tenant: str, conversation_id: str, done: str | None = None) -> HttpResponse:
@@ -279,7 +363,9 @@ def assign(request: HttpRequest, tenant: str, conversation_id: str) -> str:
     agent = request.POST.get("agent") or None
     if agent is not None and not selectors.agent_is_member(tenant, agent):
         raise ValidationError("agent", "is not a member of this tenant")
-    services.conversation_assign(tenant, conversation_id, agent=agent, expected_version=_version(request))
+    services.conversation_assign(
+        tenant, conversation_id, agent=agent, expected_version=_version(request), actor=_agent(request)
+    )
     return f"Assigned to {agent}" if agent else "Unassigned"
 
 
@@ -304,7 +390,7 @@ def status(request: HttpRequest, tenant: str, conversation_id: str) -> str:
             until = now_ms() + int(float(hours) * 3_600_000)
         except ValueError:
             raise ValidationError("snooze_hours", "not a number") from None
-    services.conversation_status_set(tenant, conversation_id, status=new, snoozed_until_ms=until)
+    services.conversation_status_set(tenant, conversation_id, status=new, snoozed_until_ms=until, actor=_agent(request))
     return f"Marked {new}"
 
 

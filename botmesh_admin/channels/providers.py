@@ -433,6 +433,10 @@ class TelegramProvider(_HttpProvider):
         )
 
 
+CONSOLE_ID_PREFIX = "console."
+"""How every provider message id the console provider hands out starts (the inbox labels such replies)."""
+
+
 class ConsoleProvider(_BaseProvider):
     """The embedded default: logs a hashed recipient and accepts every message.
 
@@ -454,7 +458,7 @@ class ConsoleProvider(_BaseProvider):
             self._counter += 1
             self.sent.append(message)
             seed = message.idempotency_key or f"{id(self)}:{self._counter}"
-        provider_id = "console." + hashlib.sha256(seed.encode()).hexdigest()[:20]
+        provider_id = CONSOLE_ID_PREFIX + hashlib.sha256(seed.encode()).hexdigest()[:20]
         log.info("console %s send to %s accepted as %s", self.channel, log_id(message.chat_key), provider_id)
         return SendResult(
             status="accepted",

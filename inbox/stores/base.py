@@ -38,8 +38,8 @@ Rules every implementation keeps:
   counts as pending until it is reopened).
 - ``conversation_delete`` removes the conversation, its chat index and its
   list and count entries, takes its read markers out of every count and leaves
-  an erasure tombstone; ``conversation_purge`` then removes messages, notes and
-  read markers in batches and drops the tombstone when nothing is left.
+  an erasure tombstone; ``conversation_purge`` then removes messages, notes,
+  events and read markers in batches and drops the tombstone when nothing is left.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from botmesh_admin.errors import ValidationError
-from inbox.domain import Conversation, InboxSettings, Message, Note, ReadMarker
+from inbox.domain import Conversation, ConversationEvent, InboxSettings, Message, Note, ReadMarker
 
 MAX_SCAN = 5000
 INVERT = 10**13 - 1
@@ -88,6 +88,7 @@ class Change:
     ``previous``: the conversation as read at ``conversation.revision`` (lets a
     store move its list and count entries without reading it again; without it
     a store reads it).
+    ``events``: added to the conversation's history (``event_page``), each a new id.
     """
 
     conversation: Conversation | None = None
@@ -95,6 +96,7 @@ class Change:
     removed: tuple[Message, ...] = ()
     aliases: tuple[tuple[str, Message], ...] = ()
     previous: Conversation | None = None
+    events: tuple[ConversationEvent, ...] = ()
 
 
 @runtime_checkable
@@ -193,6 +195,24 @@ class InboxStore(Protocol):
 
     def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
         """Return up to ``limit`` notes of a conversation in id order, ids after ``after``."""
+        ...
+
+    def conversation_search_scan(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 200
+    ) -> list[tuple[str, Conversation]]:
+        """Return ``(search key, conversation)`` for each key starting with ``prefix``, in key order.
+
+        The keys are ``conversation_search_keys`` of each conversation (one
+        conversation may come once per matching key); ``after`` is the
+        ``(key, conversation id)`` of the last item of the previous call
+        (exclusive). Reads O(limit) entries.
+        """
+        ...
+
+    def event_page(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
+    ) -> list[ConversationEvent]:
+        """Return the conversation's events in id (time) order after the id ``after`` (exclusive)."""
         ...
 
     def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:

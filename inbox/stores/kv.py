@@ -13,6 +13,7 @@ claim, its conversation and the conversation's index entries together. Keys:
 ``i/<message id or alias>``            ``{"c": conv id, "k": sort key}`` — id claims
 ``p/<provider message id>``            ``{"c": conv id, "k": sort key}``
 ``n/<conv id>/<note id>``              a note
+``v/<conv id>/<event id>``             an event of its history (assigned, handoff, status)
 ``r/<conv id>/<agent>``                a read marker, with ``seen_inbound`` and the
                                        conversation's ``assignee`` (a copy, for the counts)
 ``r/<conv id>/#``                      a counter every marker write of the conversation
@@ -40,6 +41,9 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   the three statuses' scans when no status is given: ``3 × (limit + 1)``
   entries. (Added with conversations' channels: ``botmesh_reindex`` builds it
   on tables written before.)
+- ``conv_text`` (value) — every conversation once per search key
+  (``conversation_search_keys``: contact name words, phone digits, Telegram
+  id), ordered by key: text search by prefix reads O(page) entries.
 - ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
   (the wake-up job).
 - ``conv_count`` (count) — conversations per ``("*", status)``,
@@ -102,12 +106,14 @@ from botmesh_admin.kv.indexes import (
 )
 from inbox.domain import (
     Conversation,
+    ConversationEvent,
     InboxSettings,
     Message,
     Note,
     ReadMarker,
     chat_hash,
     conversation_identity,
+    conversation_search_keys,
     now_ms,
     replace,
 )
@@ -115,6 +121,7 @@ from inbox.domain import (
 from .base import INVERT, MAX_SCAN, STATUSES, Change, parse_cursor
 
 COLLECTION = "conversations"
+TEXT_BASE = "x/conv_text/"
 SETTINGS, SETTINGS_KEY = "settings", "inbox"
 RETRIES = 20
 MESSAGE_BATCH = 500
@@ -168,8 +175,17 @@ def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return [("sn", status, name, at), ("asn", assignee, status, name, at)]
 
 
+def _text_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    chat_key = record.get("chat_key")
+    if not chat_key:
+        return []
+    return [(k,) for k in sorted(conversation_search_keys(record.get("display_name"), str(chat_key)))]
+
+
 INDEXED = (
     "id",
+    "chat_key",
+    "display_name",
     "assignee",
     "status",
     "channel",
@@ -217,6 +233,7 @@ CONVERSATION = RecordType(
     (
         ValueIndex("conv_list", keys=_list_keys, payload=_position),
         ValueIndex("conv_channel", keys=_channel_keys, payload=_position),
+        ValueIndex("conv_text", keys=_text_keys, payload=_position),
         ValueIndex(
             "conv_snoozed",
             ("snoozed_until_ms",),
@@ -491,6 +508,9 @@ class KvInboxStore:
             pointer = {"c": m.conversation_id, "k": m.sort_key}
             # An id released by a removal in this change may be claimed again by its successor.
             ops[key] = Put(key, pointer, ANY if key in released else ABSENT)
+        for e in change.events:
+            key = f"v/{e.conversation_id}/{e.id}"
+            ops[key] = Put(key, e.to_json(), ABSENT)
         changes += self._marker_changes(table, change, old_data, ops)
         try:
             results = self.layout.commit(table, list(ops.values()), changes)
@@ -502,7 +522,7 @@ class KvInboxStore:
         if conversation is not None and conversation_key is not None:
             new_conversation = replace(conversation, revision=versions[conversation_key])
         messages = tuple(replace(m, revision=versions[f"m/{m.conversation_id}/{m.sort_key}"]) for m in change.messages)
-        return Change(new_conversation, messages, change.removed, change.aliases)
+        return Change(new_conversation, messages, change.removed, change.aliases, events=change.events)
 
     def _marker_changes(
         self, table: str, change: Change, old_data: Mapping[str, Any] | None, ops: dict[str, Op]
@@ -603,6 +623,35 @@ class KvInboxStore:
             self._table(tenant), prefix=prefix, after=None if after is None else prefix + after, limit=limit
         )
         return [Note.from_json(e.value) for e in entries]
+
+    def conversation_search_scan(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 200
+    ) -> list[tuple[str, Conversation]]:
+        _check_limit(limit)
+        table = self._table(tenant)
+        cursor = None
+        if after is not None:
+            # Resume after that conversation's entry; if it is gone, after every entry of its key.
+            record_key = self._conversation_key(table, after[1]) or "~"
+            cursor = f"{TEXT_BASE}{encode_component(after[0])}{record_key}"
+        entries = self.layout.scan(table, "conv_text", (), text_prefix=prefix, after=cursor, limit=limit)
+        keys = [decode(e.key[len(TEXT_BASE) : -len(e.value["pk"])])[0] for e in entries]
+        records = self.layout.fetch(table, entries)
+        return [
+            (str(key), Conversation.from_json(r.value, r.version))
+            for key, r in zip(keys, records, strict=True)
+            if r is not None
+        ]
+
+    def event_page(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
+    ) -> list[ConversationEvent]:
+        _check_limit(limit)
+        prefix = f"v/{conversation_id}/"
+        entries = self.kv.scan(
+            self._table(tenant), prefix=prefix, after=None if after is None else prefix + after, limit=limit
+        )
+        return [ConversationEvent.from_json(e.value) for e in entries]
 
     def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:
         entry = self.kv.get(self._table(tenant), f"r/{conversation_id}/{agent}")
@@ -766,7 +815,7 @@ class KvInboxStore:
         _check_limit(limit)
         table = self._table(tenant)
         removed = 0
-        for prefix in (f"m/{conversation_id}/", f"n/{conversation_id}/", f"r/{conversation_id}/"):
+        for prefix in (f"{kind}/{conversation_id}/" for kind in ("m", "n", "v", "r")):
             while removed < limit:
                 entries = self.kv.scan(table, prefix=prefix, limit=min(100, limit - removed))
                 if not entries:

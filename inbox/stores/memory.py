@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from inbox.domain import (
     Conversation,
+    ConversationEvent,
     InboxSettings,
     Message,
     Note,
     ReadMarker,
     chat_hash,
     conversation_identity,
+    conversation_search_keys,
     replace,
 )
 
@@ -34,6 +36,7 @@ class _Tenant:
     ids: dict[str, tuple[str, str]] = field(default_factory=dict)
     provider_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
     notes: dict[str, dict[str, Note]] = field(default_factory=lambda: defaultdict(dict))
+    events: dict[str, dict[str, ConversationEvent]] = field(default_factory=lambda: defaultdict(dict))
     markers: dict[tuple[str, str], ReadMarker] = field(default_factory=dict)
     tombstones: set[str] = field(default_factory=set)
 
@@ -202,7 +205,9 @@ class MemoryInboxStore:
                 messages.append(stored)
             for alias, m in change.aliases:
                 t.ids[alias] = (m.conversation_id, m.sort_key)
-            return Change(new_conversation, tuple(messages), change.removed, change.aliases)
+            for e in change.events:
+                t.events[e.conversation_id][e.id] = e
+            return Change(new_conversation, tuple(messages), change.removed, change.aliases, events=change.events)
 
     def _check(self, t: _Tenant, change: Change) -> None:
         c = change.conversation
@@ -231,6 +236,9 @@ class MemoryInboxStore:
         for alias, _ in change.aliases:
             if alias in t.ids and alias not in removed_ids:
                 raise Conflict(f"message id {alias!r} already exists")
+        for e in change.events:
+            if e.id in t.events.get(e.conversation_id, {}):
+                raise Conflict(f"event {e.id!r} already exists")
 
     def _require(self, t: _Tenant, conversation_id: str) -> None:
         if conversation_id not in t.conversations:
@@ -250,6 +258,32 @@ class MemoryInboxStore:
         with self._lock:
             notes = self._tenants[tenant].notes.get(conversation_id, {})
             return [notes[k] for k in sorted(k for k in notes if after is None or k > after)[:limit]]
+
+    def conversation_search_scan(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 200
+    ) -> list[tuple[str, Conversation]]:
+        _check_limit(limit)
+        with self._lock:
+            conversations = list(self._tenants[tenant].conversations.values())
+        hits = sorted(
+            ((key, chat_hash(c.identity)), c)
+            for c in conversations
+            for key in conversation_search_keys(c.display_name, c.chat_key)
+            if key.startswith(prefix)
+        )
+        position = None
+        if after is not None:
+            found = next((c for c in conversations if c.id == after[1]), None)
+            position = (after[0], chat_hash(found.identity) if found is not None else "")
+        return [(key, c) for (key, h), c in hits if position is None or (key, h) > position][:limit]
+
+    def event_page(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
+    ) -> list[ConversationEvent]:
+        _check_limit(limit)
+        with self._lock:
+            events = self._tenants[tenant].events.get(conversation_id, {})
+            return [events[k] for k in sorted(k for k in events if after is None or k > after)[:limit]]
 
     def marker_get(self, tenant: str, conversation_id: str, agent: str) -> ReadMarker | None:
         with self._lock:
@@ -305,6 +339,10 @@ class MemoryInboxStore:
             for key in sorted(notes)[: limit - removed]:
                 del notes[key]
                 removed += 1
+            events = t.events.get(conversation_id, {})
+            for key in sorted(events)[: max(limit - removed, 0)]:
+                del events[key]
+                removed += 1
             for marker_key in [k for k in t.markers if k[0] == conversation_id][: max(limit - removed, 0)]:
                 del t.markers[marker_key]
                 removed += 1
@@ -312,6 +350,7 @@ class MemoryInboxStore:
                 t.tombstones.discard(conversation_id)
                 t.messages.pop(conversation_id, None)
                 t.notes.pop(conversation_id, None)
+                t.events.pop(conversation_id, None)
             return removed
 
     def settings_get(self, tenant: str) -> InboxSettings:

@@ -91,3 +91,58 @@ def avatar(conversation: object) -> str:
     if name:
         return initials(name)
     return {"whatsapp": "WA", "telegram": "TG"}.get(getattr(conversation, "channel", ""), "#")
+
+
+CHANNEL_NAMES = {"whatsapp": "WhatsApp", "telegram": "Telegram"}
+
+
+@register.filter
+def sent_to_console(message: object) -> bool:
+    """Return True if ``message`` went out through the console provider (the embedded default).
+
+    Such a reply reached no customer: the console provider only logs it
+    (``botmesh_admin.channels.providers.ConsoleProvider``), so the thread
+    labels it instead of showing delivery ticks.
+    """
+    from botmesh_admin.channels.providers import CONSOLE_ID_PREFIX
+
+    return str(getattr(message, "provider_message_id", None) or "").startswith(CONSOLE_ID_PREFIX)
+
+
+@register.filter
+def channel_label(kind: str | None) -> str:
+    """Return a channel kind as people write it (``whatsapp`` → ``WhatsApp``)."""
+    return CHANNEL_NAMES.get(kind or "", kind or "")
+
+
+STATUS_EVENTS = {
+    "open": "reopened the conversation",
+    "pending": "set it pending",
+    "resolved": "resolved the conversation",
+}
+
+
+@register.filter
+def event_text(event: object) -> str:
+    """Return what an agent reads for a conversation event: ``sofia assigned it to @mateo``.
+
+    The actor is the agent who acted (``you`` never: the thread is shared) or,
+    without one, the system (the wake-up job reopening a snoozed conversation).
+    """
+    kind, value = getattr(event, "kind", ""), getattr(event, "value", None)
+    actor = getattr(event, "actor", None)
+    if kind == "assigned":
+        what = "took the conversation" if value == actor else f"assigned it to @{value}"
+    elif kind == "unassigned":
+        what = "unassigned it"
+    elif kind == "handoff_taken":
+        what = "took the chat from the bot"
+    elif kind == "handoff_released":
+        what = "gave the chat back to the bot"
+    elif kind == "status":
+        if actor is None and value == "open":
+            return "Reopened: the snooze ended"
+        what = STATUS_EVENTS.get(str(value), f"set it {value}")
+    else:
+        what = str(kind)
+    return f"{actor or 'The system'} {what}"

@@ -83,9 +83,12 @@ def test_reply_form_queues_through_the_outbox(agent):
     client.post(f"/t/{tenant}/inbox/{conv.id}/reply", {"text": "Hola, te ayudo", "idempotency_key": "k"})
     html = client.get(f"/t/{tenant}/inbox/{conv.id}/").content.decode()
     assert html.count("inbox-msg inbox-out inbox-agent") == 1
-    journal_drain(channel="outbox")  # console provider in development: accepted
+    journal_drain(channel="outbox")  # console provider in development: accepted, and labelled so (issue 20, item 8)
     html = client.get(f"/t/{tenant}/inbox/{conv.id}/?part=live").content.decode()
-    assert re.search(r"inbox-ticks inbox-sent", html)
+    reply = html[html.index("inbox-msg inbox-out inbox-agent") :]
+    reply = reply[: reply.index("</li>")]
+    assert "console — not sent to WhatsApp" in reply
+    assert not re.search(r"inbox-ticks", reply)  # no tick that suggests WhatsApp delivered it
 
 
 def test_htmx_fragments(agent):
