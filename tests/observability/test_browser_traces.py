@@ -68,6 +68,7 @@ def test_a_message_trace_outlives_a_burst_of_ui_polls_and_opens_from_the_thread(
     page.locator(".inbox-row a").first.click()
     link = page.locator(".inbox-msg a.inbox-trace").first
     link.wait_for()
+    page.screenshot(path=str(screenshot_dir / "inbox-thread-trace-links.png"))
     link.click()
     page.wait_for_selector("[data-testid=span-tree]")
     assert page.locator("tr[data-span] strong", has_text="inbox.project").count() == 1
