@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.pages import render_error, tenant_page
 
 from . import credentials, selectors, services
@@ -47,7 +48,7 @@ def _rows(request: HttpRequest, tenant: str) -> list[dict[str, Any]]:
 def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
     """List the channels; create or update one (POST)."""
     forms: dict[str, dict[str, Any]] = {"whatsapp": {}, "telegram": {}}
-    error: ValidationError | None = None
+    error: FormError | None = None
     status = 200
     edit = request.GET.get("edit")
     if edit:
@@ -73,7 +74,9 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
                 tenant, kind=kind, clear=tuple(request.POST.getlist("clear")), **fields, **secrets
             )
         except ValidationError as exc:
-            error, status = exc, 422
+            # Under the field at fault of that kind's form; secrets are never typed back.
+            names = [*FORM_FIELDS, *SECRETS_OF_KIND.get(kind, ()), "clear"]
+            error, status = form_error(exc, form=kind, fields={f"channel.{n}": n for n in names}), 422
             if kind in forms:
                 forms[kind] = {**fields, "editing": bool(edit)}
         else:
@@ -86,7 +89,7 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
             "tenant": tenant,
             "rows": _rows(request, tenant),
             "forms": forms,
-            "error": error,
+            "form_error": error,
             "suggestion": credentials.new_token(),
             "labels": SECRET_LABELS,
         },

@@ -75,7 +75,10 @@ def test_invalid_form_shows_the_field_and_keeps_no_secret(admin_client: Client) 
         {"kind": "whatsapp", "name": "w2", "phone_number_id": "abc", "app_secret": "top-secret-value"},
     )
     html = resp.content.decode()
-    assert resp.status_code == 422 and "channel.phone_number_id" in html and "top-secret-value" not in html
+    assert resp.status_code == 422 and "top-secret-value" not in html
+    # under its field in plain words (not the API's path); the typed id kept
+    assert "channel.phone_number_id" not in html and 'value="abc"' in html
+    assert 'id="whatsapp-phone_number_id-error" role="alert"' in html
 
 
 def test_agents_and_other_tenants_cannot_open_it(admin_client: Client) -> None:
