@@ -14,8 +14,10 @@ import json
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
@@ -146,7 +148,7 @@ def _act(request: HttpRequest, tenant: str, plugin_id: str, action: str) -> Http
         else:  # uninstall
             services.plugin_uninstall(tenant, plugin_id, actor=actor)
             messages.success(request, f"{plugin_id} uninstalled.")
-            return redirect("hub:plugins", tenant=tenant)
+            return confirmation.done(request, reverse("hub:plugins", kwargs={"tenant": tenant}))
     except DomainError as exc:
         if exc.status == 404:
             raise
@@ -185,7 +187,18 @@ def disable(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
 @require_POST
 @tenant_page("admin")
 def uninstall(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
-    """Uninstall the plugin."""
+    """Uninstall the plugin once confirmed (``botmesh_admin.confirmation``)."""
+    if not confirmation.confirmed(request):
+        return confirmation.confirm_page(
+            request,
+            question=f"Uninstall {plugin_id}?",
+            consequences=[
+                "Its install, granted permissions and settings for this tenant go; installing it again starts with"
+                " no permission granted. The audit trail keeps the uninstall."
+            ],
+            button=f"Uninstall {plugin_id}",
+            cancel_url=reverse("hub:plugin", kwargs={"tenant": tenant, "plugin_id": plugin_id}),
+        )
     return _act(request, tenant, plugin_id, "uninstall")
 
 

@@ -103,3 +103,17 @@ def test_foreign_tenant_pages_are_404(client: Client, world: World, order_status
     _login(client, "ana")
     assert client.get(f"/t/{world.b}/plugins/").status_code == 404
     assert client.get(f"/t/{world.a}/plugins/acme.missing/").status_code == 404
+
+
+def test_uninstall_asks_first_then_uninstalls(client: Client, world: World, order_status: bytes) -> None:
+    """Issue 20 item 5: the Uninstall button asked only through an onsubmit script (none without JavaScript)."""
+    services.plugin_install(world.a, manifest=order_status, actor="user:ana")
+    _login(client, "ana")
+    url = f"/t/{world.a}/plugins/acme.order-status/uninstall"
+    asked = client.post(url)
+    assert asked.status_code == 200 and "Uninstall acme.order-status?" in asked.content.decode()
+    assert services.default_hub().get(world.a, "acme.order-status") is not None
+    done = client.post(url, {"confirm": "yes"}, follow=True)
+    assert "acme.order-status uninstalled." in done.content.decode()
+    htmx = client.post(url, {"confirm": "yes"}, HTTP_HX_REQUEST="true")  # gone now: the error page, not a crash
+    assert htmx.status_code == 404
