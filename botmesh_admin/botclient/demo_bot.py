@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import unicodedata
 
 from .admin import AdminClient, AdminError, InboundMessage
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-s", type=float, default=60.0)
     parser.add_argument("--push-every-ms", type=int, default=10_000)
     parser.add_argument("--handled-log", default=None, help="append one JSON line per handled message")
+    parser.add_argument(
+        "--handle-ms", type=int, default=0, help="time each answer takes inside the turn (a failover test's window)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     token = os.environ.get("BOTMESH_BOT_TOKEN")
@@ -95,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
 
+    def answer(message: InboundMessage) -> str:
+        if args.handle_ms:
+            time.sleep(args.handle_ms / 1000)
+        return scripted_reply(message)
+
     def sweep() -> None:
-        replica.poll(scripted_reply, since_ms=args.since_ms, max_pages=1000)
+        replica.poll(answer, since_ms=args.since_ms, max_pages=1000)
 
     replica.every(args.sweep_s, sweep)
     replica.start()
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.is_set():
         started = wall_ms()
         try:
-            replica.poll(scripted_reply, since_ms=since, max_pages=1000 if since == args.since_ms else 5)
+            replica.poll(answer, since_ms=since, max_pages=1000 if since == args.since_ms else 5)
             since = max(args.since_ms, started - args.window_ms)
         except AdminError as exc:
             logging.getLogger("botmesh.botclient").warning("poll failed: %s %s", exc.status, exc.code)

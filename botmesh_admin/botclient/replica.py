@@ -134,9 +134,16 @@ def _django_configured() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Handled:
-    """What ``BotReplica.handle`` did with one message (``outcome``: answered, duplicate, handed_off,
-    stale_fence, no_turn, ignored, failed); the turn was held from before ``start_ms`` (epoch ms) until after
-    ``end_ms``, so two spans of one chat never overlap."""
+    """What ``BotReplica.handle`` did with one message.
+
+    ``outcome``: ``answered``; ``duplicate`` (another replica answered it first);
+    ``handed_off``; ``lease_lost`` (the turn's lease ran out while handling — a
+    replica frozen past it —, so nothing was sent); ``stale_fence`` (sent, and the
+    admin refused it: a later turn had answered); ``no_turn``; ``ignored`` (the
+    handler returned ``None``); ``failed`` (the admin could not be asked). The
+    turn was held from before ``start_ms`` (epoch ms) until after ``end_ms``, so
+    two spans of one chat never overlap while their leases hold.
+    """
 
     message_id: str
     conversation_id: str
@@ -217,7 +224,10 @@ class BotReplica:
         try:
             return self._handle_in_turn(message, handler, turn, start)
         finally:
-            turn.release()
+            try:
+                turn.release()
+            except Exception as exc:  # noqa: BLE001 - the coordinator is unreachable: the lease expires by itself
+                log.warning("%r: could not release a turn (%s); it expires after lease_ms", self, type(exc).__name__)
 
     def _handle_in_turn(self, message: InboundMessage, handler: Handler, turn: LeaseHandle, start: int) -> Handled:
         try:
@@ -232,9 +242,9 @@ class BotReplica:
         text = handler(message)
         if text is None:
             return self._done(message, "ignored", turn.fence, start)
-        if not turn.valid():  # frozen past the lease: the answer would be refused anyway
+        if not turn.valid():  # frozen past the lease: nothing is sent (the admin would refuse it anyway)
             self._count("stale")
-            return self._done(message, "stale_fence", turn.fence, start)
+            return self._done(message, "lease_lost", turn.fence, start)
         try:
             reply, created = self.admin.reply(message, text, fence=turn.fence)
         except AdminError as exc:

@@ -292,3 +292,20 @@ def test_the_feed_reads_a_message_answered_before_the_bot_came_as_answered(admin
     done = replicas("r1").poll(lambda m: "Menú", since_ms=0)
     assert [(h.message_id, h.outcome) for h in done] == [("in-9-10", "answered")]
     assert [(i.text, i.answered) for i in admin.inbound(since_ms=0)[0]] == [("hola", True), ("menu", True)]
+
+
+def test_a_replica_whose_turn_ran_out_while_it_handled_sends_nothing(admin, replicas, live_server, tenant, tokens):
+    _push(admin, [_inbound(0, 8, "hola")])
+    [message], _ = admin.inbound(since_ms=0)
+    stalled, live = replicas("stalled"), replicas("live")
+    outcome: list[str] = []
+
+    def stall(m: InboundMessage) -> str:
+        stalled.coordinator.close(release=False)  # renewals stop, as in a process frozen mid-handling
+        outcome.append(live.handle(m, lambda _: "¡Hola!").outcome)  # the chat's next turn, once the lease ran out
+        return "¡Hola! (tarde)"
+
+    assert stalled.handle(message, stall).outcome == "lease_lost"
+    assert outcome == ["answered"]
+    thread = _thread(live_server, tenant, tokens["admin"], message.conversation_id)
+    assert [(m["direction"], m["text"]) for m in thread] == [("in", "hola"), ("out", "¡Hola!")]
