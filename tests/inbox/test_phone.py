@@ -53,6 +53,10 @@ def test_inbox_on_a_phone_fits_the_screen_and_a_reply_is_sent(page, shop, screen
     page.get_by_role("button", name="Send").click()
     page.wait_for_selector(".inbox-agent:has-text('desde el teléfono')")
     assert overflow(page) <= 0
+    # The thread is now longer than the screen: the reply box stays on it, at the bottom.
+    assert page.evaluate("document.documentElement.scrollHeight") > PHONE["height"]
+    box = page.locator("#reply-text").bounding_box()
+    assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= PHONE["height"]
     drain("outbox")
     assert fake.count("573001112233") == 1
     page.screenshot(path=str(screenshot_dir / "inbox-phone-replied.png"))
