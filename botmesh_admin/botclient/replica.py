@@ -137,9 +137,9 @@ class Handled:
     """What ``BotReplica.handle`` did with one message.
 
     ``outcome``: ``answered``; ``duplicate`` (another replica answered it first);
-    ``handed_off``; ``lease_lost`` (the turn's lease ran out while handling — a
-    replica frozen past it —, so nothing was sent); ``stale_fence`` (sent, and the
-    admin refused it: a later turn had answered); ``no_turn``; ``ignored`` (the
+    ``handed_off``; ``stale_fence`` (the turn's lease ran out while handling — a
+    replica frozen past it —, so nothing was sent; or it was sent and the admin
+    refused it with 409 ``stale_fence``: a later turn had answered); ``no_turn``; ``ignored`` (the
     handler returned ``None``); ``failed`` (the admin could not be asked). The
     turn was held from before ``start_ms`` (epoch ms) until after ``end_ms``, so
     two spans of one chat never overlap while their leases hold.
@@ -244,7 +244,7 @@ class BotReplica:
             return self._done(message, "ignored", turn.fence, start)
         if not turn.valid():  # frozen past the lease: nothing is sent (the admin would refuse it anyway)
             self._count("stale")
-            return self._done(message, "lease_lost", turn.fence, start)
+            return self._done(message, "stale_fence", turn.fence, start)
         try:
             reply, created = self.admin.reply(message, text, fence=turn.fence)
         except AdminError as exc:

@@ -305,7 +305,7 @@ def test_a_replica_whose_turn_ran_out_while_it_handled_sends_nothing(admin, repl
         outcome.append(live.handle(m, lambda _: "¡Hola!").outcome)  # the chat's next turn, once the lease ran out
         return "¡Hola! (tarde)"
 
-    assert stalled.handle(message, stall).outcome == "lease_lost"
+    assert stalled.handle(message, stall).outcome == "stale_fence"  # the client saw its lease gone: nothing sent
     assert outcome == ["answered"]
     thread = _thread(live_server, tenant, tokens["admin"], message.conversation_id)
     assert [(m["direction"], m["text"]) for m in thread] == [("in", "hola"), ("out", "¡Hola!")]
