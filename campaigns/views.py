@@ -252,7 +252,9 @@ def campaign_detail(request: HttpRequest, tenant: str, campaign_id: str) -> Http
         except DomainError as exc:
             context["preview_error"] = exc
     context.update(_deliveries_context(request, tenant, campaign_id))
-    return render(request, "campaigns/detail.html", context)
+    refused = getattr(request, "form_error", None)  # a refused schedule, shown by campaign_action
+    context["form_error"] = refused
+    return render(request, "campaigns/detail.html", context, status=refused.status if refused else 200)
 
 
 def _deliveries_context(request: HttpRequest, tenant: str, campaign_id: str) -> dict[str, Any]:
@@ -324,9 +326,18 @@ def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action:
     try:
         if action == "start":
             raw = request.POST.get("scheduled_at", "").strip()
-            campaign = services.campaign_start(
-                tenant, campaign_id, scheduled_at=_scheduled_at(raw) if raw else None, actor=actor
-            )
+            try:
+                campaign = services.campaign_start(
+                    tenant, campaign_id, scheduled_at=_scheduled_at(raw) if raw else None, actor=actor
+                )
+            except ValidationError as exc:
+                if exc.field != "scheduled_at":
+                    raise
+                # The campaign's page again (422), the time picked still in the box, the problem under it.
+                request.form_error = form_error(  # type: ignore[attr-defined]
+                    exc, form="schedule", fields=["scheduled_at"], typed=request.POST
+                )
+                return campaign_detail(request, tenant, campaign_id)
             messages.success(request, "Campaign scheduled." if campaign.state == "scheduled" else "Campaign started.")
         elif action == "pause":
             services.campaign_pause(tenant, campaign_id, actor=actor)

@@ -111,6 +111,7 @@ def stop_stack(proc: subprocess.Popen[str]) -> None:
 
 def kind_of(path: str) -> str:
     """The page's kind: its path with ids as ``_`` (``/t/tienda/crm/contacts/_/``)."""
+    path = path.rstrip("/") + "/"  # /crm/contacts/c_1 redirects to /crm/contacts/c_1/: one page
     return "/".join("_" if ID_RE.match(part) and i > 2 else part for i, part in enumerate(path.split("/")))
 
 

@@ -136,3 +136,26 @@ def test_campaign_pages_refuse_an_unknown_state_filter_with_400(admin: Client, t
         refused = admin.get(f"/t/{tenant}/campaigns/{path}", {"state": "bogus"})
         assert refused.status_code == 400, path
         assert "state: must be one of" in refused.content.decode(), path
+
+
+def test_schedule_is_read_in_the_tenants_zone_and_a_past_time_is_refused_under_its_field(
+    admin: Client, tenant: str
+) -> None:
+    """Issue 20 items 6 and 7: ``Schedule for (America/Bogota)``; a refused time stays in the box (422)."""
+    import datetime as dt
+
+    tenancy.tenant_time_zone_set(tenant, time_zone="America/Bogota")
+    assert admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant)).status_code == 302
+    (campaign,) = selectors.campaign_list(tenant).items
+    url = f"/t/{tenant}/campaigns/{campaign.id}/start"
+    assert "Schedule for (America/Bogota)" in admin.get(f"/t/{tenant}/campaigns/{campaign.id}/").content.decode()
+    past = admin.post(url, {"scheduled_at": "2020-01-02T08:30"})
+    html = past.content.decode()
+    assert past.status_code == 422 and 'value="2020-01-02T08:30" aria-invalid="true"' in html
+    assert 'id="schedule-scheduled_at-error" role="alert" data-testid="field-error">' in html
+    assert "scheduled_at:" not in html and selectors.campaign_get(tenant, campaign.id).state == "draft"
+    at = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).replace(second=0, microsecond=0)
+    typed = (at - dt.timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M")  # the same instant on a clock in Bogotá
+    assert admin.post(url, {"scheduled_at": typed}).status_code == 302
+    scheduled = selectors.campaign_get(tenant, campaign.id)
+    assert scheduled.state == "scheduled" and scheduled.scheduled_at == int(at.timestamp() * 1000)
