@@ -199,13 +199,16 @@ BOT_LIVE_LEASES = 3  # a replica is listed while its last heartbeat is younger t
 class BotReplicas:
     """One bot's replicas as the Replicas page and API show them.
 
-    ``replicas``: live replicas (heartbeat younger than ``BOT_LIVE_LEASES`` of the
-    replica's own ``lease_ms``), by replica id; ``leaders``: who leads each
-    ``provider:<id>`` and the ``scheduler`` (fence, lease left in ms);
-    ``turns``: chat turns held now, all replicas together (their keys only as
-    hashes, per replica); ``events``: recent lease-lost, step-down and handover
-    events, newest first. ``problem`` says why the state could not be read
-    (the coordination service is down); the lists are empty then.
+    ``replicas``: replicas whose heartbeat is younger than ``BOT_LIVE_LEASES`` of
+    the replica's own ``lease_ms``, by replica id; one silent for longer than
+    its ``lease_ms`` is *not responding* (``responding`` False: killed, frozen or
+    cut off) and shows no turns or leaderships, since every lease it had has
+    expired by then. ``leaders``: who leads each ``provider:<id>`` and the
+    ``scheduler`` (fence, lease left in ms); ``turns``: chat turns held now, all
+    responding replicas together (their keys only as hashes, per replica);
+    ``events``: recent lease-lost, step-down and handover events, newest first.
+    ``problem`` says why the state could not be read (the coordination service
+    is down); the lists are empty then.
     """
 
     bot: str
@@ -214,6 +217,12 @@ class BotReplicas:
     leaders: list[LeaderStatus]
     events: list[CoordinationEvent]
     problem: str | None = None
+    silent: frozenset[tuple[str, str]] = frozenset()
+    """``(replica_id, incarnation)`` of the replicas that are not responding."""
+
+    def responding(self, replica: ReplicaStatus) -> bool:
+        """Return False for a replica silent for longer than its lease."""
+        return (replica.replica_id, replica.incarnation) not in self.silent
 
     @property
     def turns(self) -> int:
@@ -259,10 +268,19 @@ def bot_replicas_get(tenant: str, bot: str) -> BotReplicas:
         snapshot = bot_backend(prefix).snapshot(BOT_LIVE_LEASES * max(default_lease, 60_000))
     except DomainError as exc:
         return BotReplicas(bot, prefix, [], [], [], problem=exc.message)
-    replicas = [r for r in snapshot.replicas if r.age_ms <= BOT_LIVE_LEASES * (r.lease_ms or default_lease)]
+    replicas, silent = [], set()
+    for r in snapshot.replicas:
+        lease = r.lease_ms or default_lease
+        if r.age_ms > BOT_LIVE_LEASES * lease:
+            continue
+        if r.age_ms > lease:  # its last heartbeat's turns and leaderships have expired since
+            silent.add((r.replica_id, r.incarnation))
+            r = replace(r, turns=0, turn_keys=(), leads={})
+        replicas.append(r)
     replicas.sort(key=lambda r: (r.replica_id, r.incarnation))
     events = [e for e in snapshot.events if e.kind in SHOWN_EVENT_KINDS][:BOT_EVENTS_SHOWN]
-    return BotReplicas(bot, prefix, replicas, sorted(snapshot.leaders, key=lambda x: x.name), events)
+    leaders = sorted(snapshot.leaders, key=lambda x: x.name)
+    return BotReplicas(bot, prefix, replicas, leaders, events, silent=frozenset(silent))
 
 
 def bot_replicas_list(tenant: str, *, bot: str | None = None) -> list[BotReplicas]:

@@ -27,6 +27,7 @@ class BotReplicaOut(Schema):
     heartbeat_age_ms: int
     role: str
     lease_ms: int | None
+    responding: bool
     leads: dict[str, int]
     turns: int
     turn_keys: list[str]
@@ -84,7 +85,7 @@ class ReplicasOut(Schema):
     admin: AdminProcessesOut
 
 
-def _replica_out(r: ReplicaStatus) -> BotReplicaOut:
+def _replica_out(r: ReplicaStatus, responding: bool) -> BotReplicaOut:
     return BotReplicaOut(
         replica_id=r.replica_id,
         incarnation=r.incarnation,
@@ -93,6 +94,7 @@ def _replica_out(r: ReplicaStatus) -> BotReplicaOut:
         heartbeat_age_ms=r.age_ms,
         role=r.role,
         lease_ms=r.lease_ms,
+        responding=responding,
         leads=r.leads,
         turns=r.turns,
         turn_keys=list(r.turn_keys),
@@ -126,7 +128,7 @@ def _bot_out(b: selectors.BotReplicas) -> BotReplicasOut:
     return BotReplicasOut(
         bot=b.bot,
         prefix=b.prefix,
-        replicas=[_replica_out(r) for r in b.replicas],
+        replicas=[_replica_out(r, b.responding(r)) for r in b.replicas],
         leaders=[_leader_out(x) for x in b.leaders],
         turns=b.turns,
         events=[_event_out(e) for e in b.events],
@@ -178,6 +180,10 @@ def replicas_list(request: HttpRequest, tenant: str) -> ReplicasOut:
 @requires("agent")
 def bot_replicas_get(request: HttpRequest, tenant: str, bot: str) -> BotReplicasOut:
     """Return one bot's replicas (heartbeat age, role, turns with hashed chat keys), leaders and events.
+
+    A replica silent for longer than its ``lease_ms`` is listed with
+    ``responding`` false and no turns or leaderships (they have expired) until
+    three of its leases have passed.
 
     Read under the tenant's own prefix for ``bot``: a bot with no live replica
     answers empty lists, never another tenant's replicas.

@@ -61,12 +61,15 @@ def _bot_context(bot: selectors.BotReplicas, default_lease_ms: int) -> dict[str,
                 "age_class": _age_class(r.age_ms, lease),
                 "lease_ms": lease,
                 "leads": leads,
-                "standing": "leader" if leads else "follower",
+                "responding": bot.responding(r),
             }
         )
+    silent = sum(1 for row in replicas if not row["responding"])
     return {
         "b": bot,
         "replicas": replicas,
+        "responding_count": len(replicas) - silent,
+        "silent_count": silent,
         "events": [{"e": e, "at": _when(e.at_ms)} for e in bot.events[:30]],
     }
 

@@ -85,16 +85,30 @@ def test_a_tenant_without_bots_says_how_one_appears(bots: BotHubs) -> None:
     assert 'data-testid="no-bots"' in html and "pushes metrics" in html
 
 
-def test_a_replica_that_stopped_heartbeating_leaves_after_three_leases(bots: BotHubs) -> None:
-    """A replica is listed while its last heartbeat is younger than 3 of its own leases."""
-    gone = bots.replica("tienda", "tienda-bot", "gone-1", lease_ms=100)
-    gone.close(release=False)  # its heartbeat stops; the hub keeps the last one
-    _push("tienda", "tienda-bot", "gone-1")
-    client = client_for("bob")
+def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(bots: BotHubs) -> None:
+    """Silent past its lease: listed as not responding, its expired turns not counted; gone after 3 leases."""
     import time
 
-    time.sleep(0.35)
+    alive = bots.replica("tienda", "tienda-bot", "alive-1", lease_ms=5000)
+    gone = bots.replica("tienda", "tienda-bot", "gone-1", lease_ms=1000)
+    assert gone.acquire_turn(CHAT, 0) is not None and gone.try_lead("provider:wa-main") is not None
+    gone._beat()
+    gone.close(release=False)  # SIGKILL: its heartbeat stops; the hub keeps the last one
+    silent_since = time.monotonic()
+    _push("tienda", "tienda-bot", "gone-1")
+    time.sleep(1.2)  # past its lease, well within 3 of them
+    client = client_for("bob")
+    section = client.get("/t/tienda/replicas/").content.decode().split('data-bot="tienda-bot"')[1]
+    row = section.split('data-bot-replica="gone-1"')[1].split("</tr>")[0]
+    assert 'class="silent"' in row and "not responding" in row and key_digest(CHAT) not in row
+    assert "1 live replica<" in section and "1 not responding" in section and "0 chat turns held" in section
+    body = _api("tienda").get("/api/v1/tenants/tienda/bots/tienda-bot/replicas").json()
+    by_id = {r["replica_id"]: r for r in body["replicas"]}
+    assert by_id["gone-1"]["responding"] is False and by_id["gone-1"]["turns"] == 0 and by_id["gone-1"]["leads"] == {}
+    assert by_id["alive-1"]["responding"] is True and body["turns"] == 0 and body["leaders"] == []
+    time.sleep(max(0.0, 3.1 - (time.monotonic() - silent_since)))  # past 3 × 1000 ms
     assert 'data-bot-replica="gone-1"' not in client.get("/t/tienda/replicas/").content.decode()
+    assert alive.snapshot()
 
 
 def _api(tenant: str, role: str = "agent") -> Client:
@@ -114,7 +128,7 @@ def test_api_answers_what_the_page_shows(bots: BotHubs) -> None:
     assert set(by_id) == {"tienda-bot-1", "tienda-bot-2", "tienda-bot-3"}
     assert by_id["tienda-bot-3"]["turn_keys"] == sorted([key_digest(CHAT), key_digest("telegram:42")])
     assert by_id["tienda-bot-2"]["incarnation"] == b.incarnation and by_id["tienda-bot-2"]["lease_ms"] == 1500
-    assert 0 <= by_id["tienda-bot-1"]["heartbeat_age_ms"] < 1500
+    assert 0 <= by_id["tienda-bot-1"]["heartbeat_age_ms"] < 1500 and by_id["tienda-bot-1"]["responding"] is True
     leaders = {x["name"]: x for x in bot["leaders"]}
     assert leaders["provider:wa-main"]["replica_id"] == "tienda-bot-2"
     assert 0 < leaders["provider:wa-main"]["lease_left_ms"] <= 1500 and leaders["scheduler"]["fence"] > 0

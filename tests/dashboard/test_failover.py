@@ -12,8 +12,9 @@ live admin's inbound feed; the test reads the Replicas API
    skipped (the chat is answered by a survivor once its turn is free), and the
    dead replica leaves the list after three leases;
 2. SIGSTOPs the new leader inside a handling, past its lease, and SIGCONTs it
-   after the last replica answered that message: it steps down (``lease-lost``
-   with its reason in the API) and its late answer is refused by its fence
+   after the last replica answered that message: frozen, the API lists it as not
+   responding; resumed, it steps down (``lease-lost`` with its reason in the API),
+   responds again as a follower, and its late answer is refused by its fence
    (409 ``stale_fence``);
 3. checks with an overlap detector over every recorded (chat, replica, start,
    end) that no chat was ever handled by two replicas at once, and that every
@@ -309,6 +310,7 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
     )
     _until("the slow message answered by the last replica", lambda: world.answered(slow), 10)
     assert (time.monotonic() - stopped) * 1000 > LEASE_MS  # frozen past its lease
+    assert {r["replica_id"]: r for r in world.replicas()["replicas"]}[frozen]["responding"] is False
     world.procs[frozen].send_signal(signal.SIGCONT)
     late = _until(
         "the frozen replica's late answer recorded",
@@ -324,7 +326,11 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
     )
     assert "provider:main" in {e["name"] for e in lost} and all(e["reason"] for e in lost)
     assert world.provider_leader()["replica_id"] == last["replica_id"]  # type: ignore[index]
-    assert frozen in {r["replica_id"] for r in world.replicas()["replicas"]}  # alive again, as a follower
+    assert _until(  # alive again, as a follower
+        "the frozen replica responding again",
+        lambda: {r["replica_id"]: r for r in world.replicas()["replicas"]}[frozen]["responding"],
+        5,
+    )
     assert not any(frozen in x["replica_id"] for x in world.replicas()["leaders"] if x["name"] == "provider:main")
 
     # 3. No chat was handled by two replicas at once; every message was answered exactly once.
