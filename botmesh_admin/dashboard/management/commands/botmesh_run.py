@@ -317,7 +317,8 @@ class Command(BaseCommand):
         url = settings.BOTMESH_COORDINATION_URL
         if url == "kv:":  # the bot has no Django: it opens the admin's Kv itself
             url = f"kv:{settings.BOTMESH_KV_URL}"
-        bot_env = dict(env, BOTMESH_BOT_TOKEN=token)  # never on the command line, where ps shows it
+        # Secrets never on the command line, where ps shows them; a Redis coordinator keeps its fences' mark in the Kv.
+        bot_env = dict(env, BOTMESH_BOT_TOKEN=token, BOTMESH_KV_URL=str(settings.BOTMESH_KV_URL))
         argv = [sys.executable, "-m", "botmesh_admin.botclient.demo_bot", "--admin-url", base_url,
                 "--tenant", demo.DEMO_TENANT, "--bot", demo.DEMO_BOT, "--coordination", url]  # fmt: skip
         return {
