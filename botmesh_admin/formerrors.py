@@ -126,6 +126,43 @@ def _error_id(form: str | None, name: str) -> str:
     return f"{form}-{name}-error" if form else f"{name}-error"
 
 
+ERROR_TITLES = {
+    400: "That address is not one this page understands.",
+    403: "Your role does not allow this.",
+    404: "Not found.",
+    409: "Someone changed this meanwhile.",
+    413: "That is too large.",
+    422: "Not done:",
+    429: "Too many attempts.",
+    503: "A store is unavailable; try again in a moment.",
+}
+"""The heading of an error page or box by HTTP status: words, never the status and the API's code."""
+
+
+@register.filter
+def error_title(error: object) -> str:
+    """Return the heading of ``error`` (a ``DomainError`` or anything with ``title`` / ``status``)."""
+    title = getattr(error, "title", None)
+    if title:
+        return str(title)
+    return ERROR_TITLES.get(int(getattr(error, "status", 400) or 400), "Something went wrong.")
+
+
+@register.filter
+def error_text(error: object) -> str:
+    """Return what went wrong in plain words: a ``ValidationError`` as ``Snooze hours: not a number.``.
+
+    The field is named by its last part in words, not by the API's path (``conversation.snooze_hours``).
+    """
+    if isinstance(error, ValidationError) and error.field:
+        name = _INDEX_RE.sub("", error.field).rsplit(".", 1)[-1].replace("_", " ").strip()
+        return plain(f"{name}: {error.problem}" if name else error.problem)
+    message = str(getattr(error, "message", error))
+    field = getattr(error, "field", None)
+    # A message that starts with an address parameter (``state: must be one of …``) keeps its exact spelling.
+    return plain(message, capitalize=not (field and message.startswith(field)))
+
+
 @register.simple_tag(takes_context=True)
 def field_error(context: template.Context, name: str, form: str | None = None) -> SafeString:
     """Render the error of input ``name`` (``<p class="field-error" role="alert">``), or nothing."""

@@ -52,3 +52,16 @@ def test_the_tags_show_the_typed_text_and_the_error_on_its_own_form_only() -> No
     )
     assert note == '<input value="">'  # the note box is another form: untouched
     assert TEMPLATE.render(Context({})) == '<textarea name="text"></textarea>|<input value="">'
+
+
+def test_an_error_box_says_it_in_words_never_status_code_and_path() -> None:
+    from botmesh_admin.errors import NotFound
+
+    box = Template('{% include "_error.html" %}')
+    html = box.render(Context({"error": ValidationError("conversation.snooze_hours", "not a number")}))
+    assert html.strip() == (
+        '<div class="error-box" role="alert"><strong>Not done:</strong> Snooze hours: not a number.</div>'
+    )
+    assert "Not found.</strong> Conversation cv_1 not found." in box.render(
+        Context({"error": NotFound("conversation cv_1 not found")})
+    )
