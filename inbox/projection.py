@@ -11,7 +11,8 @@ record or event twice changes nothing the second time.
 - ``StatusUpdate``: delivery status moves forward only (sent < delivered <
   read); ``failed`` is final and keeps its code and title.
 - ``MemberUpdate``: ``kicked``/``left`` marks the conversation blocked and sets
-  the contact's consent on that channel to ``denied`` with the evidence.
+  the contact's consent on that channel to ``denied`` with the evidence (a
+  contact erased meanwhile is skipped with a log line, never re-created).
 
 A status or reaction for a message the inbox has not seen yet creates a
 *placeholder* outbound message, which the full record replaces when it arrives;
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botmesh_admin.errors import Conflict, DomainError
+from botmesh_admin.errors import Conflict, DomainError, NotFound
 
 from .domain import (
     DELIVERY_RANK,
@@ -593,7 +594,9 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
         stored, conv = _conversation_of(inbox, tenant, event.chat_key, event.channel, event.channel_name)
         if stored is None:
             conv = replace(conv, last_activity_ms=event.timestamp_ms)
-        if contact_id is None and event.sender_id:
+        if contact_id is None and event.sender_id and conv.contact_id is None:
+            # Only a conversation without a contact gets one: a linked contact that was erased
+            # must not be re-created from the identity by a block (right to erasure).
             contact_id = _contact_for(tenant, conv, event.channel, event.sender_id, None)
         if event.blocked:
             if conv.blocked and conv.blocked_at_ms is not None and conv.blocked_at_ms >= event.timestamp_ms:
@@ -664,12 +667,22 @@ def _contact_for(tenant: str, conv: Conversation, channel: str, sender_id: str, 
 
 
 def _consent_denied(tenant: str, contact_id: str, channel: str, evidence: str) -> None:
+    """Deny the contact's marketing consent on ``channel``; skip (with a log line) a contact that was erased.
+
+    The block stays recorded on the conversation either way. An erased contact is
+    ``NotFound`` for good, so raising would only dead-letter the event; nothing is
+    re-created for it (an erasure that kept a denied consent kept it as a
+    suppression entry, ``crm.services.contact_erase``). Any other CRM failure is
+    raised, so the journal retries the event.
+    """
     try:
         from crm.services import consent_set
 
         consent_set(
             tenant, contact_id, channel=channel, status="denied", source=f"{channel}:my_chat_member", evidence=evidence
         )
+    except NotFound:
+        log.info("inbox block not recorded as consent: contact %s was erased; the conversation shows it", contact_id)
     except (DomainError, ImportError) as exc:
         log.warning("inbox consent update failed contact=%s: %s", contact_id, type(exc).__name__)
         _count("errors")
