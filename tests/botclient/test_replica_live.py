@@ -309,3 +309,33 @@ def test_a_replica_whose_turn_ran_out_while_it_handled_sends_nothing(admin, repl
     assert outcome == ["answered"]
     thread = _thread(live_server, tenant, tokens["admin"], message.conversation_id)
     assert [(m["direction"], m["text"]) for m in thread] == [("in", "hola"), ("out", "¡Hola!")]
+
+
+def test_the_inbound_feed_pages_conversations_newest_first_and_stops_at_since_ms(admin, live_server, tenant, tokens):
+    from botmesh_admin.tenancy import services as tenancy
+
+    now = int(time.time() * 1000)
+    _push(admin, [{**_inbound(0, 200 + n, f"chat {n}"), "timestamp": now - 50_000 + n * 1000} for n in range(5)])
+    seen, after, pages = [], None, 0
+    while True:
+        items, after = admin.inbound(since_ms=0, after=after, limit=2)
+        seen += [i.text for i in items]
+        pages += 1
+        if after is None:
+            break
+    assert (seen, pages) == (["chat 4", "chat 3", "chat 2", "chat 1", "chat 0"], 3)
+    items, after = admin.inbound(since_ms=now - 50_000 + 2500, limit=2)  # chats 3 and 4 only
+    assert [i.text for i in items] == ["chat 4", "chat 3"]
+    items, after = admin.inbound(since_ms=now - 50_000 + 2500, after=after, limit=2)
+    assert (items, after) == ([], None)  # the sweep ended at the first older conversation
+    with pytest.raises(AdminError) as bad:
+        admin.inbound(since_ms=0, after="garbage")
+    assert (bad.value.status, bad.value.body.get("field")) == (422, "after")
+    other = backends.unique_id("other")
+    tenancy.tenant_create(other, name="Other")
+    foreign = AdminClient(
+        live_server.url, tenant=tenant, bot=BOT, token=tenancy.token_create(other, name="b", role="bot")[1]
+    )
+    with pytest.raises(AdminError) as refused:  # another tenant's bot token reads nothing of this tenant
+        foreign.inbound(since_ms=0)
+    assert (refused.value.status, refused.value.body.get("items")) == (404, None)
