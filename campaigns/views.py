@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
-from botmesh_admin.formerrors import form_error
+from botmesh_admin.formerrors import error_text, form_error
 from botmesh_admin.tenancy.pages import (
     list_query_checked,
     page_principal,
@@ -359,9 +359,9 @@ def campaign_action(request: HttpRequest, tenant: str, campaign_id: str, action:
         else:
             raise ValidationError("action", "unknown action")
     except ValidationError as exc:
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     except DomainError as exc:
         if exc.status == 404:
             return render_error(request, exc)
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     return confirmation.done(request, detail)

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import Conflict, DomainError, ValidationError
-from botmesh_admin.formerrors import FormError, form_error
+from botmesh_admin.formerrors import FormError, error_text, form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
@@ -225,7 +225,7 @@ def contact_tags(request: HttpRequest, tenant: str, contact_id: str) -> HttpResp
             services.contact_tags_add(tenant, contact_id, tags=[tag])
     except ValidationError as exc:
         if request.POST.get("action") == "remove":
-            messages.error(request, form_error(exc).message)
+            messages.error(request, error_text(exc))
         else:  # the tag typed stays in its box, the problem under it
             refused = form_error(exc, form="tag", fields={"tags[0]": "tag"}, typed=request.POST)
             return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
@@ -302,7 +302,7 @@ def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
                 tenant, filename=upload.name, data=upload.read(), created_by=page_principal(request).actor
             )
         except ValidationError as exc:
-            messages.error(request, exc.message)
+            messages.error(request, error_text(exc))
         else:
             dispatch_import(tenant, job.id)
             return redirect("crm:import-job", tenant=tenant, job_id=job.id)
@@ -482,7 +482,7 @@ def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> HttpRe
         services.segment_delete(tenant, segment_id)
     except DomainError as exc:
         if exc.status == 409:  # in use: say why on the segment's page
-            messages.error(request, exc.message)
+            messages.error(request, error_text(exc))
             return confirmation.done(request, back)
         return render_error(request, exc)
     tasks.dispatch_segment_build(tenant)

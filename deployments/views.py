@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
+from botmesh_admin.formerrors import error_text
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import selectors, services
@@ -89,7 +90,7 @@ def gate_decide(request: HttpRequest, tenant: str, bot: str, version: str, gate:
     except DomainError as exc:
         if exc.status == 404:
             raise
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     else:
         verb = "approved" if decision == "approve" else "rejected"
         messages.success(request, f"Gate {gate} of {version} {verb}.")
@@ -136,7 +137,7 @@ def confirm(request: HttpRequest, tenant: str, bot: str, action: str, version: s
         except DomainError as exc:
             if exc.status == 404:
                 raise
-            messages.error(request, exc.message)
+            messages.error(request, error_text(exc))
         return redirect("deployments:bot", tenant=tenant, bot=bot)
     return render(
         request,

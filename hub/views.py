@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
-from botmesh_admin.formerrors import FormError, form_error
+from botmesh_admin.formerrors import FormError, error_text, form_error
 from botmesh_admin.tenancy.pages import page_principal, tenant_page
 
 from . import selectors, services
@@ -152,7 +152,7 @@ def _act(request: HttpRequest, tenant: str, plugin_id: str, action: str) -> Http
     except DomainError as exc:
         if exc.status == 404:
             raise
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     return redirect("hub:plugin", tenant=tenant, plugin_id=plugin_id)
 
 

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.formerrors import error_text
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
 from . import selectors, services
@@ -109,7 +110,7 @@ def event_replay(request: HttpRequest, tenant: str, event_id: str) -> HttpRespon
     except DomainError as exc:
         if htmx:
             return render_error(request, exc)
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     else:
         if htmx:
             context = _context(tenant, filters)
