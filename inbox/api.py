@@ -175,6 +175,13 @@ class ConversationFilters(CursorParams):
     channel: str | None = one_of(CHANNEL_KINDS, None)
     channel_name: str | None = Field(None, description="only the conversations this channel (number or bot) received")
     unread: bool = False
+    q: str | None = Field(
+        None,
+        max_length=200,
+        description="text search: every word a prefix of the contact's name words, or a phone number's digits "
+        "(international or national), or a Telegram id; the other filters apply, except unread; items come in "
+        "the search index's order",
+    )
 
 
 class AssignIn(BodyIn):
@@ -301,7 +308,22 @@ def _conversation(request: HttpRequest, tenant: str, c: Conversation) -> dict[st
 @router.get("conversations", response={200: ConversationPage, **ERRORS})
 @requires("agent")
 def conversation_list(request: HttpRequest, tenant: str, filters: Query[ConversationFilters]) -> dict[str, Any]:
-    """List conversations, newest activity first, with the caller's unread counts."""
+    """List conversations, newest activity first, with the caller's unread counts (or those ``q`` finds)."""
+    if filters.q is not None and filters.q.strip():
+        if filters.unread:
+            raise ValidationError("unread", "cannot be combined with q")
+        rows, cursor = selectors.conversation_search(
+            tenant,
+            filters.q,
+            agent=agent_of(principal(request)),
+            view=filters.view,
+            status=filters.status,
+            channel=filters.channel,
+            channel_name=filters.channel_name,
+            limit=filters.limit,
+            after=filters.after,
+        )
+        return {"items": [conversation_out(r.conversation, r.unread) for r in rows], "next": cursor}
     rows, cursor = selectors.conversation_list(
         tenant,
         agent=agent_of(principal(request)),
@@ -339,6 +361,32 @@ def note_list(request: HttpRequest, tenant: str, conversation_id: str, params: Q
     """List private notes oldest first; ``after`` is the id of the last note of the previous page."""
     items, cursor = selectors.note_list(tenant, conversation_id, limit=params.limit, after=params.after)
     return {"items": [note_out(n) for n in items], "next": cursor}
+
+
+class ConversationEventOut(Schema):
+    """A change of the conversation: ``kind`` assigned (``value``: the assignee) / unassigned /
+    handoff_taken / handoff_released / status (``value``: the new status), by ``actor`` (null: the system)."""
+
+    id: str
+    kind: str
+    at_ms: int
+    actor: str | None
+    value: str | None
+
+
+class ConversationEventPage(Schema):
+    items: list[ConversationEventOut]
+
+
+@router.get("conversations/{conversation_id}/events", response={200: ConversationEventPage, **ERRORS})
+@requires("agent")
+def event_list(
+    request: HttpRequest, tenant: str, conversation_id: str, since_ms: int | None = None, limit: int = 200
+) -> dict[str, Any]:
+    """List who assigned, took over, resolved… the conversation, oldest first (at or after ``since_ms``)."""
+    selectors.conversation_get(tenant, conversation_id)
+    events = selectors.event_list(tenant, conversation_id, since_ms=since_ms, limit=limit)
+    return {"items": [{k: getattr(e, k) for k in ("id", "kind", "at_ms", "actor", "value")} for e in events]}
 
 
 @router.post("conversations/{conversation_id}/notes", response={201: NoteOut, **ERRORS})

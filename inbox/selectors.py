@@ -24,6 +24,7 @@ from .domain import (
     check_agent,
     check_chat_key,
     check_conversation_id,
+    check_ms,
     conversation_search_keys,
     now_ms,
     sort_key,
@@ -491,6 +492,8 @@ def event_list(
     """
     if not isinstance(limit, int) or not 1 <= limit <= 200:
         raise ValidationError("limit", "must be 1..200")
+    if since_ms is not None:
+        check_ms(since_ms, "since_ms")
     # Event ids start with their time (``new_event_id``): ``e_<ms - 1>`` sorts just before ``since_ms``.
     after = None if not since_ms else f"e_{since_ms - 1:013d}_~"
     return (store or default_store()).event_page(tenant, conversation_id, after=after, limit=limit)
