@@ -709,6 +709,8 @@ def _phone_keys(address: str) -> tuple[str, ...]:
     ``phonenumbers``' table without parsing the number.
     """
     digits = address.lstrip("+")
+    if not (digits.isascii() and digits.isdigit()):
+        return (digits,) if digits else ()  # no phone number (a webhook sender that is not a wa_id): no country code
     for size in (1, 2, 3):
         if int(digits[:size] or 0) in phonenumbers.COUNTRY_CODE_TO_REGION_CODE:
             national = digits[size:]

@@ -46,6 +46,10 @@ DELIVERY_RANK = {"sent": 1, "delivered": 2, "read": 3, "failed": 4}
 REPLY_STATES = ("queued", "sending", "accepted", "failed", "not_confirmed")
 SOURCES = ("ledger", "webhook", "agent", "bot")  # bot: a reply a bot sent through the admin
 MAX_ID = 200
+# The longest Kv key holding an id is ``m/<conversation id>/<13 digit ms>/<id>`` (40 bytes + the id)
+# and a key is at most 512 UTF-8 bytes (``botmesh_admin.kv.validation.validate_key``): 200
+# characters of 4 bytes each would not fit, so an id is bounded in bytes too.
+MAX_ID_BYTES = 400
 MAX_TEXT = 65536
 MAX_REPLY = 4096
 MAX_NOTE = 4000
@@ -182,11 +186,14 @@ def unify_line_breaks(value: str) -> str:
 
 
 def check_id(value: object, field: str) -> str:
-    """Return ``value`` if it is an id: 1..200 printable characters without spaces or ``/``."""
+    """Return ``value`` if it is an id: 1..200 printable characters (at most 400 UTF-8 bytes) without
+    spaces or ``/``; else raise ``ValidationError`` naming ``field``."""
     if not isinstance(value, str):
         raise BadType(field, f"must be a string, not {type(value).__name__}")
     if not 0 < len(value) <= MAX_ID:
         raise ValidationError(field, f"must be 1..{MAX_ID} characters")
+    if not value.isascii() and len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        raise ValidationError(field, f"must be at most {MAX_ID_BYTES} bytes in UTF-8")
     if not value.isprintable() or any(c.isspace() or c == "/" for c in value):
         raise ValidationError(field, "must be printable characters without spaces or '/'")
     return value
@@ -259,6 +266,55 @@ def check_chat_id(channel: str, value: object, field: str) -> str:
     if channel == "telegram" and not TELEGRAM_CHAT_RE.fullmatch(chat_id):
         raise ValidationError(field, "must be telegram:<chat id> or telegram:<chat id>:<user id>")
     return chat_id
+
+
+def storable_id(value: str | None) -> str | None:
+    """Return ``value`` if ``check_id`` accepts it, else ``None`` (an optional reference dropped, not refused)."""
+    if value is None:
+        return None
+    try:
+        return check_id(value, "id")
+    except ValidationError:
+        return None
+
+
+def inbound_event_problem(event: Any) -> ValidationError | None:
+    """Return why the inbox can never store a channel event (the first id it refuses), or ``None``.
+
+    ``event`` is an ``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``
+    (``botmesh_admin.channels.domain``). The ids that identify what is stored
+    must pass ``check_id``: the message id (``provider_message_id``), the
+    sender (``sender_id``, ``"whatsapp:" + from``, so a WhatsApp ``from`` of at
+    most 191 characters), the chat (``chat_key``), the message a reaction or an
+    edit names, a status's message and chat. Such an event fails projection on
+    every attempt, so the webhook skips it (``channels.views``) and projection
+    skips one journaled before. A ``reply_to`` that is no id is not a reason:
+    the message is stored without it.
+    """
+    kind = getattr(event, "kind", None)
+    fields: list[tuple[str, object]] = []
+    if kind == "message":
+        fields = [
+            ("provider_message_id", event.provider_message_id),
+            ("sender_id", event.sender_id),
+            ("chat_key", event.chat_key),
+        ]
+        if event.reaction is not None:
+            fields.append(("reaction.target_message_id", event.reaction.target_message_id))
+        if event.edit_of is not None:
+            fields.append(("edit_of", event.edit_of))
+    elif kind == "status":
+        fields = [("provider_message_id", event.provider_message_id)]
+        if event.chat_key is not None:
+            fields.append(("chat_key", event.chat_key))
+    elif kind == "member":
+        fields = [("chat_key", event.chat_key)]
+    for name, value in fields:
+        try:
+            check_id(value, f"event.{name}")
+        except ValidationError as exc:
+            return exc
+    return None
 
 
 CHAT_KEY_FORMAT = "whatsapp:<wa_id> or telegram:<chat id>[:<user id>] (e.g. whatsapp:573001112233)"

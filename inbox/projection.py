@@ -50,6 +50,7 @@ from .domain import (
     preview,
     received_text,
     replace,
+    storable_id,
     validate_conversation,
     validate_message,
 )
@@ -394,7 +395,7 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
         provider_message_id=event.provider_message_id,
         source="webhook",
         media=_media(event),
-        reply_to=event.reply_to,
+        reply_to=storable_id(event.reply_to),  # a quote the inbox cannot store: the message without it
         button=None
         if event.button is None
         else {
@@ -499,7 +500,7 @@ def _edit_placeholder(event: InboundMessage) -> Message:
         provider_message_id=event.edit_of,
         source="webhook",
         media=_media(event),
-        reply_to=event.reply_to,
+        reply_to=storable_id(event.reply_to),
         placeholder=True,
         edits=(Edit(None, event.timestamp_ms),),
         aliases=(event.provider_message_id,),

@@ -34,6 +34,7 @@ from .domain import (
     check_ms,
     check_version,
     conversation_events,
+    inbound_event_problem,
     new_note_id,
     now_ms,
     replace,
@@ -77,7 +78,16 @@ class Inbox:
         return projection.project_stored(self, target, record)
 
     def project_event(self, tenant: str, event: Any) -> Projected:
-        """Project a channel event (``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``)."""
+        """Project a channel event (``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``).
+
+        An event whose ids the inbox can never store (``inbound_event_problem``;
+        journaled before the webhook refused them) is skipped with a log line
+        (``ignored``) rather than failing its whole record into the dead letters.
+        """
+        problem = inbound_event_problem(event)
+        if problem is not None:
+            log.warning("inbox event skipped, it can never be stored: %s", problem.message)
+            return Projected("ignored")
         kind = getattr(event, "kind", None)
         if kind == "message":
             return projection.project_inbound(self, tenant, event)

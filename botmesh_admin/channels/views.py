@@ -13,8 +13,9 @@ idempotent by the SHA-256 of the raw body (WhatsApp) or the ``update_id``
 be written the view answers 503 and the provider retries. Projection into
 the inbox happens in a worker.
 
-Answers: 200 once journaled; 401 (nothing written) for a bad signature or
-secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
+Answers: 200 once journaled (``{"received": n, "event_id": …}``, with ``"skipped": k`` when
+k messages or statuses were left out because the inbox can never store their ids); 401
+(nothing written) for a bad signature or secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
 object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB).
 Order: the signature is checked before the body is parsed, so unauthenticated
 input is never interpreted.
@@ -73,6 +74,35 @@ def _journal(tenant: str, type_: str, key: str, config: str, events: list[Inboun
     if current.is_recording():
         current.set_attributes({"botmesh.tenant": tenant, "botmesh.event_type": type_, "botmesh.events": len(events)})
     return str(record.id)
+
+
+def _storable(kind: str, tenant: str, events: list[InboundEvent]) -> tuple[list[InboundEvent], int]:
+    """Return ``(the events the inbox can store, how many were skipped)``.
+
+    An event whose ids the inbox can never store (``inbox.domain.inbound_event_problem``:
+    a message id or sender over 200 characters or with ``/``…) would fail
+    projection on every attempt and end a dead letter no replay fixes. It is
+    skipped with a log line — the parsers' rule for a message without a usable
+    ``from``/``id`` — and the others are journaled: refusing the body instead
+    would make Meta (and Telegram) redeliver it, good messages included, for days.
+    """
+    from inbox.domain import inbound_event_problem
+
+    kept: list[InboundEvent] = []
+    for event in events:
+        problem = inbound_event_problem(event)
+        if problem is None:
+            kept.append(event)
+        else:
+            log.warning("%s webhook for tenant %s: %s skipped, never storable: %s", kind, tenant, event.kind, problem)
+    return kept, len(events) - len(kept)
+
+
+def _answer(events: list[InboundEvent], skipped: int, event_id: str) -> JsonResponse:
+    body: dict[str, Any] = {"received": len(events), "event_id": event_id}
+    if skipped:
+        body["skipped"] = skipped
+    return JsonResponse(body)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
@@ -181,10 +211,11 @@ def _whatsapp(request: HttpRequest, tenant: str, channels: list[Channel]) -> Htt
         names = [c.name for c in channels if c.phone_number_id in signed_by]
     # Each change's events belong to the channel of its own phone_number_id.
     events = whatsapp.parse_webhook(body, {pid: c.name for pid, c in by_number.items() if pid and pid in signed_by})
+    events, skipped = _storable("whatsapp", tenant, events)
     key = "whatsapp:" + hashlib.sha256(raw).hexdigest()
     event_id = _journal(tenant, "whatsapp.webhook", key, ",".join(names), events)
     log.info("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
-    return JsonResponse({"received": len(events), "event_id": event_id})
+    return _answer(events, skipped, event_id)
 
 
 @csrf_exempt
@@ -220,6 +251,7 @@ def _telegram(request: HttpRequest, tenant: str, name: str, channels: list[Chann
         events = telegram.parse_update(update, channel_name=channel.name)
     except ValidationError as exc:
         return _error(400, "bad_request", exc.message)
+    events, skipped = _storable("telegram", tenant, events)
     event_id = _journal(tenant, "telegram.update", f"telegram:{name}:{update_id}", name, events)
     log.info("telegram update for tenant %s channel %s: %d events journaled as %s", tenant, name, len(events), event_id)
-    return JsonResponse({"received": len(events), "event_id": event_id})
+    return _answer(events, skipped, event_id)
