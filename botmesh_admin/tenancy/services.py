@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from botmesh_admin.errors import NotFound, StoreUnavailable, ValidationError
 from botmesh_admin.kv.tenant import validate_tenant_id
+from botmesh_admin.validation import validate_text
 
 from .models import HUMAN_ROLES, ApiToken, LastTenant, Membership, Role, Tenant
 from .selectors import token_digest
@@ -76,10 +77,16 @@ def last_tenant_set(user_id: int, *, tenant: str) -> None:
 
 
 def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str = "") -> tuple[ApiToken, str]:
-    """Create an API token; return ``(token, plaintext)``. The plaintext is shown once, never stored."""
+    """Create an API token; return ``(token, plaintext)``. The plaintext is shown once, never stored.
+
+    Raise ``ValidationError`` on ``token.name`` for a name that is blank, over 100 characters, or holds a
+    control character or an invisible format character (``botmesh_admin.validation.SPOOFING_RE``: the name
+    is shown on Settings and in audit trails as ``token:<name>``), on ``token.role`` for an unknown role.
+    """
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise ValidationError("token.name", "must be 1-100 characters")
+    validate_text(name, "token.name", 100, allowed_controls="")
     if role not in Role.values:
         raise ValidationError("token.role", f"must be one of {', '.join(Role.values)}")
     if not Tenant.objects.filter(id=tenant).exists():

@@ -151,3 +151,28 @@ def test_a_refused_token_keeps_the_name_with_the_error_under_it(world, client: C
     assert 'name="name" required maxlength="100" value="   " aria-invalid="true"' in html
     assert 'id="token-name-error" role="alert" data-testid="field-error">Must be 1-100 characters.<' in html
     assert not ApiToken.objects.filter(tenant_id="acme", name="").exists()
+
+
+def test_a_token_name_with_a_bidi_override_is_refused_on_the_page_and_the_api(world, client: Client) -> None:
+    """A name that displays differently from what it holds (U+202E) is refused like a contact's, naming the field."""
+    from botmesh_admin.tenancy import services
+
+    client.login(username="alice", password="alice-password-1")
+    resp = client.post("/t/acme/settings/tokens/", {"name": "tok\u202eevil", "role": "admin"})
+    html = resp.content.decode()
+    assert resp.status_code == 422 and "Token created" not in html and "token.name" not in html
+    assert (
+        'id="token-name-error" role="alert" data-testid="field-error">Contains U+202E RIGHT-TO-LEFT OVERRIDE,' in html
+    )
+    _, plaintext = services.token_create("acme", name="api-admin", role="admin")
+    api = client.post(
+        "/api/v1/tenants/acme/tokens",
+        {"name": "api\u202eevil", "role": "admin"},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {plaintext}",
+    )
+    assert api.status_code == 422, api.content
+    assert api.json()["field"] == "token.name" and "U+202E RIGHT-TO-LEFT OVERRIDE" in api.json()["message"]
+    bell = client.post("/t/acme/settings/tokens/", {"name": "a\x07b", "role": "admin"})
+    assert bell.status_code == 422 and "Contains a control character." in bell.content.decode()
+    assert not ApiToken.objects.filter(tenant_id="acme", name__contains="evil").exists()
