@@ -26,12 +26,14 @@ AGENT_USER, AGENT_PASSWORD = "agent", "botmesh-agent"
 
 # Each entry: "module:function". A module that does not exist yet is skipped.
 LOADERS = [
+    "botmesh_admin.events.demo:load",  # first: its retries run while the others load
     "crm.demo:load",
     "inbox.demo:load",
     "hub.demo:load",
     "deployments.demo:load",
     "campaigns.demo:load",
     "botmesh_admin.observability.demo:load",
+    "botmesh_admin.events.demo:settle",  # last: waits for the demo fault to be a dead letter
 ]
 
 

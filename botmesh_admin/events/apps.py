@@ -11,6 +11,7 @@ class EventsConfig(AppConfig):
     def ready(self) -> None:
         from botmesh_admin.observability.health import register_check
 
+        from . import demo  # noqa: F401 - registers the demo fault's handler
         from .runtime import default_journal
 
         # /readyz answers 503 while the journal cannot be reached (ARCHITECTURE §10).

@@ -14,8 +14,8 @@ from celery import shared_task
 
 from . import services
 
-CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox")
-"""The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends."""
+CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo")
+"""The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends, the demo's fault."""
 SAFETY_NET_S = 5.0
 PRUNE_EVERY_S = 3600.0
 DRAIN_BUDGET_S = 10.0
