@@ -13,6 +13,12 @@ with the builtin tags of this module (``settings.TEMPLATES`` ``builtins``)::
     {% field_error "text" form="reply" %}
     {% form_error_box form="reply" %}   {# an error of the form as a whole, or of a field it has no input for #}
 
+A form with several inputs checks them all first, so the person sees every
+mistake at once, not one per submission: ``check_all(lambda: validate_name(…),
+lambda: …)`` runs each check and raises one ``FieldErrors`` holding every
+``ValidationError``; ``form_error`` of it puts each under its input (the
+tags above show each); nothing is written when any is wrong.
+
 ``form`` tells several forms of one page apart (the reply box and the note box
 both have ``text``); a page with one form may leave it out.
 """
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django import template
@@ -44,6 +50,43 @@ class FormError:
     message: str
     typed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     status: int = 422
+    others: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The errors of further inputs (input name → plain message) when several were wrong at once."""
+
+    def message_of(self, name: str) -> str | None:
+        """Return the error of input ``name`` (plain words), or ``None``."""
+        return self.message if self.field == name else self.others.get(name)
+
+
+class FieldErrors(ValidationError):
+    """Several fields refused at once (``check_all``): ``errors``, in the order of the checks.
+
+    Its own ``field`` and message are the first error's, so an API caller sees one
+    ordinary 422; ``form_error`` shows every one under its input.
+    """
+
+    def __init__(self, errors: list[ValidationError]) -> None:
+        first = errors[0]
+        super().__init__(first.field or "", first.problem)
+        self.errors = errors
+
+
+def check_all(*checks: Callable[[], object]) -> None:
+    """Run every check (a callable that raises ``ValidationError`` on bad input) and refuse them all at once.
+
+    Raise ``FieldErrors`` holding each ``ValidationError`` raised, in order, when any is; other
+    errors propagate at once. A form validates each field with this before it writes anything.
+    """
+    errors: list[ValidationError] = []
+    for check in checks:
+        try:
+            check()
+        except FieldErrors as exc:
+            errors.extend(exc.errors)
+        except ValidationError as exc:
+            errors.append(exc)
+    if errors:
+        raise FieldErrors(errors)
 
 
 def plain(text: str, *, capitalize: bool = True) -> str:
@@ -101,6 +144,18 @@ def form_error(
     """
     mapping = dict(fields) if isinstance(fields, Mapping) else {name: name for name in fields}
     values = {k: v for k, v in (typed or {}).items() if isinstance(v, str)}
+    if isinstance(exc, FieldErrors):
+        # Every input's first error under it; errors no input takes go to the form's box, together.
+        each = [form_error(e, form=form, fields=mapping, typed=values) for e in exc.errors]
+        by_input: dict[str, str] = {}
+        for one in each:
+            if one.field is not None:
+                by_input.setdefault(one.field, one.message)
+        loose = " ".join(one.message for one in each if one.field is None)
+        if loose:
+            return FormError(form, None, loose, values, exc.status, others=by_input)
+        first = next(iter(by_input))
+        return FormError(form, first, by_input.pop(first), values, exc.status, others=by_input)
     if isinstance(exc, ValidationError):
         name, rest = _input_for(exc.field, mapping)
         problem = exc.problem
@@ -167,12 +222,13 @@ def error_text(error: object) -> str:
 def field_error(context: template.Context, name: str, form: str | None = None) -> SafeString:
     """Render the error of input ``name`` (``<p class="field-error" role="alert">``), or nothing."""
     error = _current(context, form)
-    if error is None or error.field != name:
+    message = error.message_of(name) if error is not None else None
+    if message is None:
         return mark_safe("")
     return format_html(
         '<p class="field-error" id="{}" role="alert" data-testid="field-error">{}</p>',
         _error_id(form, name),
-        error.message,
+        message,
     )
 
 
@@ -180,14 +236,14 @@ def field_error(context: template.Context, name: str, form: str | None = None) -
 def field_invalid(context: template.Context, name: str, form: str | None = None) -> SafeString:
     """Render `` aria-invalid="true" aria-describedby="…"`` on input ``name`` when it is the one at fault."""
     error = _current(context, form)
-    if error is None or error.field != name:
+    if error is None or error.message_of(name) is None:
         return mark_safe("")
     return format_html(' aria-invalid="true" aria-describedby="{}"', _error_id(form, name))
 
 
 @register.simple_tag(takes_context=True)
 def form_error_box(context: template.Context, form: str | None = None) -> SafeString:
-    """Render an error of the form as a whole (no input of the form is at fault), or nothing."""
+    """Render an error of the form as a whole (no input of the form takes it), or nothing."""
     error = _current(context, form)
     if error is None or error.field is not None:
         return mark_safe("")

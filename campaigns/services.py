@@ -75,7 +75,11 @@ def _backoff(attempt: int) -> None:
 # --------------------------------------------------------------------------- definition
 
 
-def _check_segment(tenant: str, segment_id: object) -> str:
+def check_segment(tenant: str, segment_id: object) -> str:
+    """Return ``segment_id`` if it is one of the tenant's segments.
+
+    Raise ``ValidationError`` on ``campaign.segment_id``: none chosen, or no such segment.
+    """
     from crm.selectors import segment_get
 
     if not isinstance(segment_id, str) or not segment_id:
@@ -134,7 +138,7 @@ def campaign_create(
     campaign = Campaign(
         id=new_campaign_id(),
         name=validate_name(name),
-        segment_id=_check_segment(tenant, segment_id),
+        segment_id=check_segment(tenant, segment_id),
         channel=channel,
         message=message_from_input(message, channel),
         channel_name=_check_channel_name(tenant, channel, validate_channel_name(channel_name)),
@@ -173,7 +177,7 @@ def campaign_update(
     if name is not UNSET:
         changes["name"] = validate_name(name)
     if segment_id is not UNSET:
-        changes["segment_id"] = _check_segment(tenant, segment_id)
+        changes["segment_id"] = check_segment(tenant, segment_id)
     raw_message = message if message is not UNSET else current.message
     changes["message"] = message_from_input(raw_message, new_channel)
     wanted_name = validate_channel_name(channel_name) if channel_name is not UNSET else current.channel_name

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
-from botmesh_admin.formerrors import error_text, form_error
+from botmesh_admin.formerrors import check_all, error_text, form_error
 from botmesh_admin.tenancy.pages import (
     list_query_checked,
     page_principal,
@@ -28,7 +28,17 @@ from botmesh_admin.tenancy.pages import (
 )
 
 from . import selectors, services
-from .domain import CHANNELS, DELIVERY_STATES, OUTCOMES, Campaign
+from .domain import (
+    CHANNELS,
+    DELIVERY_STATES,
+    OUTCOMES,
+    Campaign,
+    message_from_input,
+    validate_channel,
+    validate_channel_name,
+    validate_name,
+    validate_rate,
+)
 
 LIVE_STATES = ("scheduled", "running")
 # Actions that cannot be undone ask first (botmesh_admin.confirmation): question, what happens, the button.
@@ -112,6 +122,24 @@ def _rate(data: Any) -> float | None:
         raise ValidationError("campaign.rate_per_s", "must be a number of messages per second") from None
 
 
+def _check_form(tenant: str, data: Any) -> None:
+    """Refuse every bad input of the editor at once (``formerrors.FieldErrors``), before a preview or a save.
+
+    The same checks the service makes, one per input, so a person sees each mistake under its input
+    (the name, the segment, the channel, the message, the sending channel, the rate) in one answer.
+    """
+    channel = data.get("channel", "")
+    check_all(
+        lambda: validate_name(data.get("name", "")),
+        lambda: services.check_segment(tenant, data.get("segment_id", "")),
+        lambda: validate_channel(channel),
+        # The message's rules depend on the channel: checked only once the channel is one.
+        lambda: channel in CHANNELS and message_from_input(message_from_form(data), channel),
+        lambda: validate_channel_name(data.get("channel_name") or None),
+        lambda: validate_rate(_rate(data)),
+    )
+
+
 def _preview_of(tenant: str, data: Any) -> Any:
     """Return the plan of the editor's segment, channel and sending channel (``Send with``), if chosen."""
     channel = data.get("channel", "")
@@ -172,6 +200,7 @@ def campaign_editor(request: HttpRequest, tenant: str, campaign_id: str | None =
     configs = _channel_configs(tenant)
     if request.method == "POST":
         try:
+            _check_form(tenant, request.POST)
             if request.POST.get("action") == "preview":
                 preview = _preview_of(tenant, request.POST)
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.template import Context, Template
 
 from botmesh_admin.errors import Conflict, ValidationError
-from botmesh_admin.formerrors import form_error
+from botmesh_admin.formerrors import FieldErrors, check_all, form_error
 
 
 def test_a_domain_path_becomes_the_input_and_a_plain_sentence() -> None:
@@ -65,3 +65,33 @@ def test_an_error_box_says_it_in_words_never_status_code_and_path() -> None:
     assert "Not found.</strong> Conversation cv_1 not found." in box.render(
         Context({"error": NotFound("conversation cv_1 not found")})
     )
+
+
+def test_check_all_refuses_every_bad_field_at_once_each_under_its_input() -> None:
+    """Every check runs; each input shows its own first error; one no input takes goes to the box."""
+
+    def bad(field: str, problem: str):
+        def check() -> None:
+            raise ValidationError(field, problem)
+
+        return check
+
+    try:
+        check_all(bad("c.name", "must not be empty"), lambda: "fine", bad("c.rate", "not a number"), bad("c.rate", "x"))
+    except FieldErrors as exc:
+        assert [e.field for e in exc.errors] == ["c.name", "c.rate", "c.rate"] and exc.field == "c.name"
+        refused = form_error(exc, form="c", fields={"c.name": "name", "c.rate": "rate"}, typed={"rate": "fast!"})
+    else:
+        raise AssertionError("check_all refused nothing")
+    page = Template(
+        '{% field_error "name" form="c" %}{% field_error "rate" form="c" %}<input{% field_invalid "rate" form="c" %}>'
+    )
+    html = page.render(Context({"form_error": refused}))
+    assert 'id="c-name-error" role="alert" data-testid="field-error">Must not be empty.<' in html
+    assert 'id="c-rate-error" role="alert" data-testid="field-error">Not a number.<' in html and ">X.<" not in html
+    assert '<input aria-invalid="true" aria-describedby="c-rate-error">' in html
+    with_loose = form_error(
+        FieldErrors([ValidationError("c.name", "empty"), ValidationError("c.other", "bad")]), fields={"c.name": "name"}
+    )
+    assert (with_loose.field, with_loose.message, with_loose.message_of("name")) == (None, "Bad.", "Empty.")
+    check_all(lambda: None)  # nothing wrong: nothing raised

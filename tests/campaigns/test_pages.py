@@ -159,3 +159,24 @@ def test_schedule_is_read_in_the_tenants_zone_and_a_past_time_is_refused_under_i
     assert admin.post(url, {"scheduled_at": typed}).status_code == 302
     scheduled = selectors.campaign_get(tenant, campaign.id)
     assert scheduled.state == "scheduled" and scheduled.scheduled_at == int(at.timestamp() * 1000)
+
+
+def test_the_editor_shows_every_bad_field_at_once_under_its_input_and_saves_nothing(admin: Client, tenant: str) -> None:
+    """An empty name, a rate that is no number and a text with U+202E: all three under their inputs, in one answer."""
+    bad = _form(tenant, name="", rate_per_s="fast!", channel="telegram", channel_name="", text="Hola\u202eevil")
+    bad["segment_id"] = ""
+    for action in ("preview", "save"):
+        resp = admin.post(f"/t/{tenant}/campaigns/new/", {**bad, "action": action})
+        html = resp.content.decode()
+        assert resp.status_code == 422, action
+        assert 'id="campaign-name-error" role="alert" data-testid="field-error">Must not be empty.<' in html
+        assert 'id="campaign-segment_id-error" role="alert" data-testid="field-error">Choose a segment.<' in html
+        assert (
+            'id="campaign-rate_per_s-error" role="alert" data-testid="field-error">'
+            "Must be a number of messages per second.<" in html
+        )
+        assert 'id="campaign-text-error" role="alert" data-testid="field-error">Contains U+202E RIGHT-TO-LEFT' in html
+        assert 'data-testid="form-error"' not in html and "key:" not in html and "campaign." not in html
+        assert 'value="fast!"' in html and "Hola\u202eevil</textarea>" in html  # what was typed is kept
+        assert 'data-testid="preview-recipients"' not in html
+    assert selectors.campaign_list(tenant).items == []
