@@ -36,11 +36,19 @@ log = logging.getLogger("botmesh.coordination")
 
 @dataclass(frozen=True, slots=True)
 class Granted:
-    """The backend granted a turn or leadership to ``ticket`` with ``fence``."""
+    """The backend granted a turn or leadership to ``ticket`` with ``fence``.
+
+    ``previous_silent_ms``: when the previous holder's lease had run out (it
+    stopped renewing: killed, frozen, cut off), the milliseconds since it last
+    renewed — its lease plus how long ago the lease expired; None when it
+    released the lease (step-down, clean stop) or nobody held it. Leadership
+    grants report it (the ``handover`` event's reason); turn grants leave it None.
+    """
 
     ticket: str
     fence: int
     previous: str | None
+    previous_silent_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,18 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release connections."""
         ...
+
+
+def handover_reason(previous_silent_ms: int | None) -> str:
+    """Return why a leadership changed hands, the ``handover`` event's ``detail`` (the Replicas page's reason).
+
+    ``previous_silent_ms`` is ``Granted.previous_silent_ms``: a number says the
+    previous holder's lease expired after that many ms without a renewal; None
+    says it gave the lease up (its own ``step-down`` event says why, if it stepped down).
+    """
+    if previous_silent_ms is None:
+        return "previous holder released the lease (stepped down or stopped)"
+    return f"previous holder's lease expired (no renewal for {max(0, previous_silent_ms)} ms)"
 
 
 def key_digest(key: str) -> str:
@@ -289,7 +309,8 @@ class Coordinator:
             self._last_seen_leader[name] = self.owner
         self._emit("leader", name, reply.fence, previous=reply.previous)
         if reply.previous is not None and reply.previous != self.owner:
-            self._emit("handover", name, reply.fence, previous=reply.previous, publish=True)
+            detail = handover_reason(reply.previous_silent_ms)
+            self._emit("handover", name, reply.fence, previous=reply.previous, detail=detail, publish=True)
         self._beat()
         return lease
 

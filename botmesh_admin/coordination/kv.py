@@ -35,10 +35,14 @@ key                     value (JSON)                                            
 recreated one reports no previous holder). Events and the counters never expire.
 
 A **holder record** is ``{"holder": null | {"ticket": str, "owner": str,
-"fence": int, "expires_ms": int}, "last_owner": str | null, "last_fence":
+"fence": int, "expires_ms": int, "lease_ms": int}, "last_owner": str | null, "last_fence":
 int}``; ``last_owner`` is the previous holder a grant reports as
-``previous_holder``. An ``owner`` is ``<replica_id>/<incarnation>`` (a new
-random incarnation per process); a turn ticket is ``<n>|<owner>`` where ``n``
+``previous_holder``. A release sets ``holder`` to null; an expired lease leaves
+it in place, so the next grant tells the two apart: its ``handover`` event says
+"previous holder's lease expired (no renewal for N ms)" with N = now -
+``expires_ms`` + ``lease_ms`` (the grant's own lease when ``lease_ms`` is
+missing). An ``owner`` is ``<replica_id>/<incarnation>`` (a new random
+incarnation per process); a turn ticket is ``<n>|<owner>`` where ``n``
 is the queue's ``seq`` after incrementing it; a leadership ticket is
 ``<owner>#<n>``. A holder is *live* while ``expires_ms`` > now; a queued ticket
 is live while its ``deadline_ms`` > now (its waiter touches it, setting it to
@@ -256,12 +260,24 @@ class KvBackend:
             while fence <= last:
                 fence = self.next_fence()
         previous = record.get("last_owner")
+        old = record.get("holder")
+        silent = None
+        if old is not None and int(old["expires_ms"]) <= now:
+            # Expired, not released (a release sets holder to null): it stopped renewing. A record
+            # without lease_ms (an older writer) is taken to have had this grant's lease.
+            silent = now - int(old["expires_ms"]) + int(old.get("lease_ms") or lease_ms)
         new = {
-            "holder": {"ticket": ticket, "owner": owner, "fence": fence, "expires_ms": now + lease_ms},
+            "holder": {
+                "ticket": ticket,
+                "owner": owner,
+                "fence": fence,
+                "expires_ms": now + lease_ms,
+                "lease_ms": lease_ms,
+            },
             "last_owner": owner,
             "last_fence": fence,
         }
-        return new, Granted(ticket, fence, previous), extra
+        return new, Granted(ticket, fence, previous, silent), extra
 
     def _put_holder(self, record_key: str, record: dict[str, Any], expect: Any, extra: Sequence[Op] = ()) -> None:
         """Commit holder record ``record`` (with ``extra`` ops first) and remember its version."""

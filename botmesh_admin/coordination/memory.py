@@ -43,6 +43,7 @@ class _Holder:
     owner: str
     fence: int
     expires: float  # monotonic ms
+    lease_ms: int = 0
 
 
 @dataclass
@@ -51,10 +52,11 @@ class _KeyState:
     queue: OrderedDict[str, float] = field(default_factory=OrderedDict)  # ticket -> deadline (ms)
     holder: _Holder | None = None
     last_owner: str | None = None
+    lapsed: _Holder | None = None  # the holder whose lease ran out, until the next grant (the handover's reason)
 
     def live_holder(self, now: float) -> _Holder | None:
         if self.holder is not None and self.holder.expires <= now:
-            self.holder = None
+            self.lapsed, self.holder = self.holder, None
         return self.holder
 
     def idle(self, now: float) -> bool:
@@ -111,8 +113,10 @@ class MemoryCoordinationHub:
     def _grant(self, state: _KeyState, ticket: str, owner: str, lease_ms: int, now: float) -> Granted:
         fence = self._next_fence()
         previous, state.last_owner = state.last_owner, owner
-        state.holder = _Holder(ticket, owner, fence, now + lease_ms)
-        return Granted(ticket, fence, previous)
+        lapsed, state.lapsed = state.lapsed, None
+        silent = None if lapsed is None else round(now - lapsed.expires) + lapsed.lease_ms
+        state.holder = _Holder(ticket, owner, fence, now + lease_ms, lease_ms)
+        return Granted(ticket, fence, previous, silent)
 
     # -- turns ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@ tag, so each script touches one cluster slot):
 ``{P:t:<key>}:h``            hash of the holder: ticket, owner, fence, exp (ms)
 ``{P:t:<key>}:m``            hash: ticket counter, last fence, last owner
 ``{P:t:<key>}:w:<ticket>``   list a waiter blocks on (``BLPOP``); pushed on release
-``{P:l:<name>}:h`` / ``:m``  leadership holder / last fence and owner
+``{P:l:<name>}:h`` / ``:m``  leadership holder (ticket, owner, fence, exp, lease ms) / last fence and owner
 ``{P:k:<key>}`` / ``:m``     fenced lock (token, fence; ``PEXPIRE`` = TTL) / last fence
 ``{P}:fence``                hash n (last fence issued), ceil (highest allowed)
 ``{P}:replicas``, ``:beats`` replica info (JSON) and heartbeat times
@@ -212,22 +212,28 @@ return 1
 )
 
 # KEYS h m; ARGV owner, ticket, lease_ms, fence ('' = not fetched), idle_ms.
-# Reply {0, holder owner, holder fence} held, {1, fence, previous or ''}, {2, last}, {3}.
+# Reply {0, holder owner, holder fence} held, {1, fence, previous or '', silent ms or -1}, {2, last}, {3}.
+# A release deletes h; an expired lease leaves it: silent = ms since the expired holder last
+# renewed (now - exp + its lease; this grant's lease for a hash written without one), -1 after a release.
 LEAD_ACQUIRE_LUA = (
     _NOW
     + """
-local h = redis.call('HMGET', KEYS[1], 'ticket', 'exp', 'owner', 'fence')
+local h = redis.call('HMGET', KEYS[1], 'ticket', 'exp', 'owner', 'fence', 'lease')
 if h[1] and tonumber(h[2]) > now and h[3] ~= ARGV[1] then return {0, h[3], h[4]} end
 if ARGV[4] == '' then return {3} end
 local last = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
 if tonumber(ARGV[4]) <= last then return {2, tostring(last)} end
+local silent = -1
+if h[1] and tonumber(h[2]) <= now then
+  silent = now - tonumber(h[2]) + tonumber(h[5] or ARGV[3])
+end
 local prev = redis.call('HGET', KEYS[2], 'owner')
 redis.call('HSET', KEYS[1], 'ticket', ARGV[2], 'owner', ARGV[1], 'fence', ARGV[4],
-  'exp', now + tonumber(ARGV[3]))
+  'exp', now + tonumber(ARGV[3]), 'lease', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('HSET', KEYS[2], 'fence', ARGV[4], 'owner', ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return {1, ARGV[4], prev or ''}
+return {1, ARGV[4], prev or '', silent}
 """
 )
 
@@ -506,7 +512,8 @@ class RedisBackend:
             if status == 0:
                 return Held(reply[1].decode(), int(reply[2]))
             if status == 1:
-                return Granted(ticket, int(reply[1]), reply[2].decode() or None)
+                silent = int(reply[3]) if len(reply) > 3 else -1
+                return Granted(ticket, int(reply[1]), reply[2].decode() or None, silent if silent >= 0 else None)
             fence = str(self.next_fence())
 
     def lead_release(self, name: str, ticket: str) -> bool:

@@ -55,6 +55,10 @@ class CoordinationEventOut(Schema):
 class BotReplicasOut(Schema):
     bot: str
     prefix: str
+    live_count: int
+    """Replicas that are responding (heartbeat within their lease): the page's "N live replicas"."""
+    not_responding_count: int
+    """Replicas listed but silent for longer than their lease (``responding`` false: killed, frozen, cut off)."""
     replicas: list[BotReplicaOut]
     leaders: list[BotLeaderOut]
     turns: int
@@ -125,10 +129,14 @@ def _event_out(e: CoordinationEvent) -> CoordinationEventOut:
 
 
 def _bot_out(b: selectors.BotReplicas) -> BotReplicasOut:
+    replicas = [_replica_out(r, b.responding(r)) for r in b.replicas]
+    live = sum(1 for r in replicas if r.responding)
     return BotReplicasOut(
         bot=b.bot,
         prefix=b.prefix,
-        replicas=[_replica_out(r, b.responding(r)) for r in b.replicas],
+        live_count=live,
+        not_responding_count=len(replicas) - live,
+        replicas=replicas,
         leaders=[_leader_out(x) for x in b.leaders],
         turns=b.turns,
         events=[_event_out(e) for e in b.events],

@@ -224,6 +224,27 @@ def test_leadership_hands_over_with_a_higher_fence(deployment: Deployment) -> No
     assert lead_a2 is not None and lead_a2.fence > lead_b.fence
 
 
+def test_a_handover_says_why_the_previous_holder_let_go(deployment: Deployment) -> None:
+    """The handover event's reason (the Replicas page's column): a kill reads as an expired lease, a release as one."""
+    a, b, c = deployment.make("a"), deployment.make("b"), deployment.make("c")
+    lead_a = a.try_lead("provider:main")
+    assert lead_a is not None
+    a.close(release=False)  # kill -9: no release, no more renewals
+    time.sleep(1.3 * L)
+    assert b.try_lead("provider:main") is not None
+    handover = [e for e in b.snapshot().events if e.kind == "handover"][0]
+    assert handover.previous == a.owner and handover.replica_id == "b"
+    assert handover.detail.startswith("previous holder's lease expired (no renewal for ")
+    silent_ms = int(handover.detail.split("for ")[1].split(" ms")[0])
+    assert LEASE_MS <= silent_ms < LEASE_MS + 10_000  # at least its lease went by without a renewal
+    assert b.step_down("provider:main", reason="transport closed for 5000 ms") is True
+    assert c.try_lead("provider:main") is not None
+    events = c.snapshot().events
+    assert (events[0].kind, events[0].previous) == ("handover", b.owner)
+    assert events[0].detail == "previous holder released the lease (stepped down or stopped)"
+    assert events[0].as_dict()["detail"] == events[0].detail
+
+
 def test_a_stalled_replica_gives_up_before_the_service_expires_its_lease(deployment: Deployment) -> None:
     """Renewals stalled for most of lease_ms: the handle is invalid while the service still holds it."""
     lease_s = 3.0

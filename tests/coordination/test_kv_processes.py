@@ -112,6 +112,7 @@ def test_a_killed_leader_is_succeeded_by_another_process_after_the_lease(shared_
             snap = other.snapshot()
             assert [(x.name, x.replica_id) for x in snap.leaders] == [("scheduler", "follower")]
             assert [(e.kind, e.previous) for e in snap.events][:1] == [("handover", old_owner)]
+            assert snap.events[0].detail.startswith("previous holder's lease expired (no renewal for ")
         finally:
             other.close()
 

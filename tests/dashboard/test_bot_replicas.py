@@ -114,6 +114,46 @@ def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(bots:
     assert alive.snapshot()
 
 
+def test_a_killed_leader_is_not_responding_and_the_handover_says_its_lease_expired(bots: BotHubs) -> None:
+    """``./dev run``, kill -9 of the provider leader: 2 live replicas, 1 not responding, and why it handed over."""
+    import time
+
+    client, api = client_for("bob"), _api("tienda")
+    for i in (1, 2, 3):
+        _push("tienda", "tienda-bot", f"tienda-bot-{i}")
+    assert client.get("/t/tienda/replicas/").status_code == 200  # warm up (see the test above)
+    assert api.get("/api/v1/tenants/tienda/bots/tienda-bot/replicas").status_code == 200
+    a = bots.replica("tienda", "tienda-bot", "tienda-bot-1", lease_ms=2000)
+    # The survivors' long leases keep them responding however slowly a loaded machine serves the page.
+    b, c = (bots.replica("tienda", "tienda-bot", f"tienda-bot-{i}", lease_ms=10_000) for i in (2, 3))
+    assert a.try_lead("provider:main") is not None and b.try_lead("provider:main") is None
+    a._beat()
+    a.close(release=False)  # SIGKILL: no release, no more renewals or heartbeats
+    time.sleep(2.3)  # past its 2000 ms lease, within 3 of them (6 s)
+    assert b.try_lead("provider:main") is not None
+    for replica in (b, c):
+        replica._beat()
+    section = client.get("/t/tienda/replicas/").content.decode().split('data-bot="tienda-bot"')[1]
+    assert "2 live replicas<" in section and "1 not responding<" in section and "3 live" not in section
+    row = section.split(f'data-incarnation="{a.incarnation}"')[1].split("</tr>")[0]
+    assert "not responding" in row and "follower" not in row and "leads" not in row
+    handover = section.split('<tr data-event="handover">')[1].split("</tr>")[0]
+    assert "provider:main" in handover and f"tienda-bot-1/{a.incarnation}" in handover
+    assert "previous holder&#x27;s lease expired (no renewal for " in handover
+    body = api.get("/api/v1/tenants/tienda/bots/tienda-bot/replicas").json()
+    assert (body["live_count"], body["not_responding_count"]) == (2, 1)
+    responding = {(r["replica_id"], r["incarnation"]): r["responding"] for r in body["replicas"]}
+    assert responding == {
+        ("tienda-bot-1", a.incarnation): False,
+        ("tienda-bot-2", b.incarnation): True,
+        ("tienda-bot-3", c.incarnation): True,
+    }
+    event = next(e for e in body["events"] if e["kind"] == "handover")
+    assert (event["name"], event["replica_id"], event["previous"]) == ("provider:main", "tienda-bot-2", a.owner)
+    silent_ms = int(event["reason"].removeprefix("previous holder's lease expired (no renewal for ").split(" ms)")[0])
+    assert 2000 <= silent_ms < 10_000
+
+
 def _api(tenant: str, role: str = "agent") -> Client:
     _, token = tenancy.token_create(tenant, name=f"{role}-token", role=role)
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -132,12 +172,13 @@ def test_api_answers_what_the_page_shows(bots: BotHubs) -> None:
     assert by_id["tienda-bot-3"]["turn_keys"] == sorted([key_digest(CHAT), key_digest("telegram:42")])
     assert by_id["tienda-bot-2"]["incarnation"] == b.incarnation and by_id["tienda-bot-2"]["lease_ms"] == 1500
     assert 0 <= by_id["tienda-bot-1"]["heartbeat_age_ms"] < 1500 and by_id["tienda-bot-1"]["responding"] is True
+    assert (bot["live_count"], bot["not_responding_count"]) == (3, 0)
     leaders = {x["name"]: x for x in bot["leaders"]}
     assert leaders["provider:wa-main"]["replica_id"] == "tienda-bot-2"
     assert 0 < leaders["provider:wa-main"]["lease_left_ms"] <= 1500 and leaders["scheduler"]["fence"] > 0
     kinds = [(e["kind"], e["name"], e["reason"]) for e in bot["events"]]
     assert kinds[:2] == [
-        ("handover", "provider:wa-main", ""),
+        ("handover", "provider:wa-main", "previous holder released the lease (stepped down or stopped)"),
         ("step-down", "provider:wa-main", "transport closed for 30000 ms"),
     ]
     assert bot["events"][0]["previous"] == a.owner

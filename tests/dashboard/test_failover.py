@@ -267,6 +267,7 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
             2,
         )
         assert handover[0]["previous"] == victim_owner and handover[0]["replica_id"] == new["replica_id"]
+        assert handover[0]["reason"].startswith("previous holder's lease expired (no renewal for ")
         released = time.monotonic()
         assert turn.release()
         _until(
