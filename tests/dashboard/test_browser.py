@@ -89,6 +89,8 @@ def test_bot_replicas_refresh_with_a_handover_and_the_admin_processes_below(  # 
     page.locator('[data-bot="tienda-bot"] [data-event="handover"]').wait_for(timeout=8000)
     assert "tienda-bot-2" in bot.locator('[data-bot-lead="provider:wa-main"]').inner_text()
     assert "transport closed for 30000 ms" in bot.locator('[data-event="step-down"]').inner_text()
+    handover = bot.locator('[data-event="handover"]').inner_text()
+    assert "previous holder released the lease (stepped down or stopped)" in handover
     assert "leads provider:wa-main" in bot.locator('[data-bot-replica="tienda-bot-2"]').inner_text()
     assert page.evaluate("window.loaded_once") is True
     admin = page.locator('[data-testid="admin-processes"]')
