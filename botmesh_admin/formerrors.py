@@ -119,9 +119,11 @@ def _input_for(path: str | None, fields: Mapping[str, str]) -> tuple[str | None,
 _INDEX_RE = re.compile(r"\[(\d+)\]")
 
 
-def _where(rest: str) -> str:
-    """Say the tail of a field path in words: ``[0]`` → ``item 1``, ``[2].address`` → ``item 3, address``."""
-    words = _INDEX_RE.sub(lambda m: f" item {int(m.group(1)) + 1}, ", rest)
+def _where(rest: str, unit: str = "item") -> str:
+    """Say the tail of a field path in words: ``[0]`` → ``item 1``, ``[2].address`` → ``item 3, address``.
+
+    ``unit`` ``line``: the index is a line of a text area (``[1]`` → ``line 2``)."""
+    words = _INDEX_RE.sub(lambda m: f" {unit} {int(m.group(1)) + 1}, ", rest)
     return ", ".join(part.strip(" .") for part in words.split(",") if part.strip(" ."))
 
 
@@ -131,6 +133,7 @@ def form_error(
     form: str = "",
     fields: Mapping[str, str] | Iterable[str] = (),
     typed: Mapping[str, Any] | None = None,
+    lines: Iterable[str] = (),
 ) -> FormError:
     """Return ``exc`` as a ``FormError`` of ``form``.
 
@@ -141,16 +144,19 @@ def form_error(
     ``plan: must be ….``, ``Item 2: …``); any other error (or a field the form has no input for)
     is the form's error, its message without the domain path.
     ``typed``: the submitted values (``request.POST``); only strings are kept.
+    ``lines``: the inputs (text areas) whose item index is a line number: ``Line 2: …``.
+    A ``FieldErrors`` (``check_all``) shows every error: each input's errors under it, one after
+    the other; those no input takes in the form's box.
     """
     mapping = dict(fields) if isinstance(fields, Mapping) else {name: name for name in fields}
     values = {k: v for k, v in (typed or {}).items() if isinstance(v, str)}
     if isinstance(exc, FieldErrors):
         # Every input's first error under it; errors no input takes go to the form's box, together.
-        each = [form_error(e, form=form, fields=mapping, typed=values) for e in exc.errors]
+        each = [form_error(e, form=form, fields=mapping, typed=values, lines=lines) for e in exc.errors]
         by_input: dict[str, str] = {}
         for one in each:
             if one.field is not None:
-                by_input.setdefault(one.field, one.message)
+                by_input[one.field] = f"{by_input[one.field]} {one.message}" if one.field in by_input else one.message
         loose = " ".join(one.message for one in each if one.field is None)
         if loose:
             return FormError(form, None, loose, values, exc.status, others=by_input)
@@ -160,9 +166,10 @@ def form_error(
         name, rest = _input_for(exc.field, mapping)
         problem = exc.problem
         if name is not None:
-            where = _where(rest)
+            where = _where(rest, "line" if name in set(lines) else "item")
             # A tail names the user's own key (``plan``): kept as typed, not capitalised.
-            message = plain(f"{where}: {problem}", capitalize=where.startswith("item")) if where else plain(problem)
+            numbered = where.startswith(("item", "line"))
+            message = plain(f"{where}: {problem}", capitalize=numbered) if where else plain(problem)
             return FormError(form, name, message, values, exc.status)
         return FormError(form, None, plain(problem), values, exc.status)
     return FormError(form, None, plain(exc.message), values, exc.status)

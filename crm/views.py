@@ -19,12 +19,13 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import Conflict, DomainError, ValidationError
-from botmesh_admin.formerrors import FormError, error_text, form_error
+from botmesh_admin.formerrors import FormError, check_all, error_text, form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
 
 from . import selectors, services, tasks
-from .domain import CHANNELS, CONSENT_STATUSES
+from .domain import CHANNELS, CONSENT_STATUSES, normalize_identities, validate_attributes, validate_name
+from .selectors import tenant_region
 from .tasks import dispatch_import
 
 MAX_TRAIL = 50  # earlier pages a contacts link remembers for "Previous" (past that, "First page")
@@ -129,6 +130,8 @@ EDIT_FIELDS = {
     "attributes": "attributes",
     "version": "version",
 }
+EDIT_LINES = ("identities", "attributes")
+"""The edit form's text areas, one entry a line: an error names the line (``Line 2: …``)."""
 
 
 def edit_form_of(contact: Any) -> dict[str, str]:
@@ -141,30 +144,76 @@ def edit_form_of(contact: Any) -> dict[str, str]:
     }
 
 
-def _identities_typed(text: str) -> list[dict[str, str]]:
-    """Read ``channel address`` lines; raise ``ValidationError`` naming the line (``identities[1]``)."""
-    out = []
-    for i, line in enumerate(line for line in text.splitlines() if line.strip()):
-        channel, _, address = line.strip().partition(" ")
-        if not address.strip():
-            raise ValidationError(f"identities[{i}]", "write the channel, a space, then the address (whatsapp +57…)")
-        out.append({"channel": channel.strip().lower(), "address": address.strip()})
-    return out
+def _lines(text: str) -> list[tuple[int, str]]:
+    """Return the non-blank lines of ``text`` with their index (0-based) among all its lines."""
+    return [(i, line) for i, line in enumerate(text.splitlines()) if line.strip()]
 
 
-def _attributes_typed(text: str) -> dict[str, Any]:
-    """Read ``name = value`` lines; a value that is not JSON (``Bogotá``) is text. Raise ``ValidationError``."""
-    out: dict[str, Any] = {}
-    for i, line in enumerate(line for line in text.splitlines() if line.strip()):
-        name, eq, raw = line.partition("=")
-        if not eq or not name.strip():
-            raise ValidationError(f"attributes[{i}]", "write the name, '=', then the value (plan = \"gold\")")
-        raw = raw.strip()
+def _on_line(field: str, index: int, check: Any) -> Any:
+    """Return a check of one line: ``check()``, its ``ValidationError`` moved to ``<field>[index]``.
+
+    The domain names the value it got (``contact.identities[0].address``, ``contact.attributes.plan``);
+    the form names the line it was typed on (``identities[1].address``, ``attributes[1].plan``).
+    """
+
+    def run() -> Any:
         try:
-            out[name.strip()] = json.loads(raw)
-        except ValueError:
-            out[name.strip()] = raw
-    return out
+            return check()
+        except ValidationError as exc:
+            rest = (exc.field or "").removeprefix("contact.")
+            rest = rest.removeprefix(field)
+            rest = rest[rest.index("]") + 1 :] if rest.startswith("[") else rest
+            raise ValidationError(f"{field}[{index}]{rest}", exc.problem) from None
+
+    return run
+
+
+def _identity_line(line: str, region: str) -> dict[str, str]:
+    """Read one ``channel address`` line and check it as the contact's would be (``crm.domain``)."""
+    channel, _, address = line.strip().partition(" ")
+    if not address.strip():
+        raise ValidationError("identities", "write the channel, a space, then the address (whatsapp +57…)")
+    typed = {"channel": channel.strip().lower(), "address": address.strip()}
+    normalize_identities([typed], region)
+    return typed
+
+
+def _attribute_line(line: str) -> tuple[str, Any]:
+    """Read one ``name = value`` line; a value that is not JSON (``Bogotá``) is text. Checked as stored."""
+    name, eq, raw = line.partition("=")
+    if not eq or not name.strip():
+        raise ValidationError("attributes", "write the name, '=', then the value (plan = \"gold\")")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    validate_attributes({name.strip(): value})
+    return name.strip(), value
+
+
+def _edit_typed(tenant: str, typed: Any) -> tuple[int, list[dict[str, str]], dict[str, Any]]:
+    """Return (version, identities, attributes) of the edit form, or refuse every bad line and field at once.
+
+    Raise ``formerrors.FieldErrors``: the version, the name, each identity line (``identities[1]``) and each
+    attribute line (``attributes[2]``) checked as ``services.contact_update`` would, all reported together.
+    """
+    raw = typed.get("version", "")
+    region = tenant_region(tenant)
+    identities: list[dict[str, str]] = []
+    attributes: dict[str, Any] = {}
+
+    def version() -> None:
+        if not raw.isdigit():
+            raise ValidationError("version", "reload the page: the form lost its version")
+
+    checks: list[Any] = [version, lambda: validate_name(typed.get("name", ""))]
+    for i, line in _lines(typed.get("identities", "")):
+        checks.append(_on_line("identities", i, lambda line=line: identities.append(_identity_line(line, region))))
+    for i, line in _lines(typed.get("attributes", "")):
+        checks.append(_on_line("attributes", i, lambda line=line: attributes.update([_attribute_line(line)])))
+    check_all(*checks)
+    return int(raw), identities, attributes
 
 
 @require_POST
@@ -173,21 +222,17 @@ def contact_edit(request: HttpRequest, tenant: str, contact_id: str) -> HttpResp
     """Change name, identities and attributes at the version the form showed (``services.contact_update``).
 
     A stale version (someone changed the contact since) is refused with a
-    409 page that shows their change and keeps what was typed; a bad line is
-    a 422 naming it. Either way nothing is written.
+    409 page that shows their change and keeps what was typed; bad fields and
+    lines are a 422 naming every one at once under its input (``_edit_typed``). Either way nothing is written.
     """
     typed = request.POST
     try:
-        raw = typed.get("version", "")
-        if not raw.isdigit():
-            raise ValidationError("version", "reload the page: the form lost its version")
-        identities = _identities_typed(typed.get("identities", ""))
-        attributes = _attributes_typed(typed.get("attributes", ""))
         current = selectors.contact_get(tenant, contact_id)
+        version, identities, attributes = _edit_typed(tenant, typed)
         services.contact_update(
             tenant,
             contact_id,
-            expected_version=int(raw),
+            expected_version=version,
             name=typed.get("name", "").strip() or None,
             identities=identities,
             attributes=attributes,
@@ -207,7 +252,7 @@ def contact_edit(request: HttpRequest, tenant: str, contact_id: str) -> HttpResp
                 409,
             )
         else:
-            refused = form_error(exc, form="edit", fields=EDIT_FIELDS, typed=typed)
+            refused = form_error(exc, form="edit", fields=EDIT_FIELDS, typed=typed, lines=EDIT_LINES)
         return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
     messages.success(request, "Contact saved.")
     return redirect("crm:contact", tenant=tenant, contact_id=contact_id)

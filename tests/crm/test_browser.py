@@ -160,6 +160,6 @@ def test_contacts_total_pages_merge_report_and_a_version_checked_edit(page, tena
 
     page.fill("#e-identities", "whatsapp 12")
     page.get_by_test_id("save-contact").click()
-    assert "Item 1" in page.get_by_test_id("field-error").inner_text()
+    assert "Line 1" in page.get_by_test_id("field-error").inner_text()
     assert selectors.contact_get(tenant_id, contact.id).version == saved.version  # nothing half written
     page.screenshot(path=str(screenshot_dir / "crm-contact-edit-error.png"), full_page=True)

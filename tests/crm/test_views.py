@@ -172,3 +172,28 @@ def test_a_refused_tag_or_consent_keeps_what_was_typed_under_its_field(agent: Cl
     assert (
         selectors.contact_get(tenant, c.id).tags == () and "telegram" not in selectors.contact_get(tenant, c.id).consent
     )
+
+
+def test_the_contact_edit_shows_every_bad_field_and_line_at_once_and_writes_nothing(agent: Client, tenant: str) -> None:
+    """A name with U+202E, two bad identity lines and a line that is no ``name = value``: each under its field."""
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
+    typed = {
+        "version": str(c.version),
+        "name": "Ana\u202eevil",
+        "identities": "whatsapp notaphone\nfax 123",
+        "attributes": 'plan = "gold"\nthis is not a line',
+    }
+    r = agent.post(f"/t/{tenant}/crm/contacts/{c.id}/edit", typed)
+    html = r.content.decode()
+    assert r.status_code == 422
+    assert 'id="edit-name-error" role="alert" data-testid="field-error">Contains U+202E RIGHT-TO-LEFT OVERRIDE' in html
+    identities = html.split('id="edit-identities-error" role="alert" data-testid="field-error">')[1].split("</p>")[0]
+    assert identities.startswith("Line 1, address: ") and "Line 2, channel: must be one of" in identities, identities
+    assert (
+        'id="edit-attributes-error" role="alert" data-testid="field-error">Line 2: write the name, '
+        "&#x27;=&#x27;, then the value" in html
+    )
+    assert "Item " not in html and "contact." not in html and 'data-testid="form-error"' not in html
+    assert "Ana\u202eevil" in html and "whatsapp notaphone\nfax 123</textarea>" in html  # what was typed is kept
+    stored = selectors.contact_get(tenant, c.id)
+    assert (stored.version, stored.name, stored.attributes) == (c.version, "Ana", {})
