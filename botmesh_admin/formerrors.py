@@ -201,12 +201,52 @@ ERROR_TITLES = {
 """The heading of an error page or box by HTTP status: words, never the status and the API's code."""
 
 
+ERROR_TITLES[405] = "This address is a button's, not a page."
+
+# "contact bogus not found", "plugin 'x.y' is not installed", "job 'x' is not declared", "page not found".
+_NOT_FOUND_RE = re.compile(r"^(?P<what>[a-z][a-z ]{0,30}?)(?: \S+)? (?:not found|is not installed|is not declared)$")
+# principal.require: "this action needs the admin role in tenant 'tienda'".
+_ROLE_RE = re.compile(r"^this action needs the (?P<role>\w+) role in tenant '(?P<tenant>[^']+)'$")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _plain_words(error: object) -> tuple[str, str] | None:
+    """Return (heading, text) of a not-found or a role refusal as a person reads it, else ``None``.
+
+    "contact bogus not found" → "This contact does not exist."; "this action needs the admin role in
+    tenant 'tienda'" → "Only an admin of tienda can do this.".
+    """
+    if not isinstance(error, DomainError) or getattr(error, "title", None):
+        return None
+    message = str(error.message)
+    if error.status == 404:
+        found = _NOT_FOUND_RE.match(message)
+        what = found.group("what") if found else None
+        if what and len(what.split()) <= 3:
+            return f"This {what} does not exist.", "It may have been deleted, or the address is mistyped."
+    if error.status == 403:
+        role = _ROLE_RE.match(message)
+        if role:
+            who, tenant = role.group("role"), role.group("tenant")
+            return (
+                f"Only {_article(who)} {who} of {tenant} can do this.",
+                f"Ask an admin of {tenant} to do it, or to give you the {who} role.",
+            )
+    return None
+
+
 @register.filter
 def error_title(error: object) -> str:
     """Return the heading of ``error`` (a ``DomainError`` or anything with ``title`` / ``status``)."""
     title = getattr(error, "title", None)
     if title:
         return str(title)
+    words = _plain_words(error)
+    if words:
+        return words[0]
     return ERROR_TITLES.get(int(getattr(error, "status", 400) or 400), "Something went wrong.")
 
 
@@ -214,8 +254,12 @@ def error_title(error: object) -> str:
 def error_text(error: object) -> str:
     """Return what went wrong in plain words: a ``ValidationError`` as ``Snooze hours: not a number.``.
 
-    The field is named by its last part in words, not by the API's path (``conversation.snooze_hours``).
+    The field is named by its last part in words, not by the API's path (``conversation.snooze_hours``);
+    a not-found or a role refusal says what to do (``_plain_words``).
     """
+    words = _plain_words(error)
+    if words:
+        return words[1]
     if isinstance(error, ValidationError) and error.field:
         name = _INDEX_RE.sub("", error.field).rsplit(".", 1)[-1].replace("_", " ").strip()
         return plain(f"{name}: {error.problem}" if name else error.problem)

@@ -100,8 +100,34 @@ def _is_json(response: HttpResponse) -> bool:
     return str(response.get("Content-Type", "")).startswith("application/json")
 
 
+PAGE_PREFIXES = ("/t/",)
+"""Paths of the admin pages: an error there is a page with words, never a blank answer."""
+
+
+class _PageError:
+    """An error page's content (``error.html``: ``title``, ``message``, ``status``)."""
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        self.status, self.title, self.message, self.field = status, title, message, None
+
+
+def _method_not_allowed_page(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Return ``require_POST``'s blank 405 as a page that says what the address is for (``Allow`` kept)."""
+    from django.shortcuts import render
+
+    error = _PageError(
+        405,
+        "This address is a button's, not a page.",
+        "It does something when its form is sent; open the page the button is on and use it there.",
+    )
+    page = render(request, "error.html", {"error": error}, status=405)
+    if "Allow" in response:
+        page["Allow"] = response["Allow"]
+    return page
+
+
 class JsonErrorMiddleware:
-    """Answer every 4xx/5xx on ``/api/`` and ``/webhooks/`` in the one JSON error shape.
+    """Answer every 4xx/5xx on ``/api/`` and ``/webhooks/`` in the one JSON error shape; a page's blank 405 in words.
 
     A JSON answer passes through; any other error answer (Django's HTML 404
     and 400, ninja's text 405) is replaced by ``error_body(status)``, keeping
@@ -127,6 +153,8 @@ class JsonErrorMiddleware:
                 log.warning("%s %s refused: disallowed Host", request.method, request.path)
                 return JsonResponse(error_body(400, str(exc) or "bad request", field="Host"), status=400)
         response = self.get_response(request)
+        if response.status_code == 405 and not response.content and request.path.startswith(PAGE_PREFIXES):
+            return _method_not_allowed_page(request, response)
         if response.status_code < 400 or _is_json(response) or not _is_json_path(request):
             return response
         replacement = JsonResponse(error_body(response.status_code), status=response.status_code)

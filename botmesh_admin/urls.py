@@ -11,6 +11,7 @@ from django.urls import include, path
 from botmesh_admin.api import api
 from botmesh_admin.observability import health
 from botmesh_admin.tenancy import views as tenancy_views
+from botmesh_admin.tenancy.pages import page_missing
 
 # (module, URL prefix inside /t/<tenant>/) — a module that does not exist yet is skipped.
 TENANT_APPS = [
@@ -69,3 +70,5 @@ for _module, _prefix in TENANT_APPS:
 for _module, _prefix in ROOT_APPS:
     if _optional(_module) is not None:
         urlpatterns.append(path(_prefix, include(_module)))
+# Last: any other address under a tenant is the app's 404 page, DEBUG or not.
+urlpatterns.append(path("t/<str:tenant>/<path:rest>", page_missing, name="page-missing"))

@@ -301,7 +301,6 @@ CONSENT_FIELDS = {"consent.channel": "channel", "consent.status": "status", "con
 """The consent form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
 
 
-@require_POST
 @tenant_page("admin")
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
     """Erase a contact once confirmed (``botmesh_admin.confirmation``) and say what was removed."""
@@ -499,7 +498,6 @@ def _segment_use(tenant: str, segment_id: str) -> Any:
     return campaigns_of_segment(tenant, segment_id)
 
 
-@require_POST
 @tenant_page("admin")
 def segment_delete(request: HttpRequest, tenant: str, segment_id: str) -> HttpResponse:
     """Delete a segment once confirmed; one a live campaign needs is refused with its names (``SegmentInUse``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.template import Context, Template
 
 from botmesh_admin.errors import Conflict, ValidationError
@@ -62,7 +63,7 @@ def test_an_error_box_says_it_in_words_never_status_code_and_path() -> None:
     assert html.strip() == (
         '<div class="error-box" role="alert"><strong>Not done:</strong> Snooze hours: not a number.</div>'
     )
-    assert "Not found.</strong> Conversation cv_1 not found." in box.render(
+    assert "This conversation does not exist.</strong> It may have been deleted" in box.render(
         Context({"error": NotFound("conversation cv_1 not found")})
     )
 
@@ -95,3 +96,28 @@ def test_check_all_refuses_every_bad_field_at_once_each_under_its_input() -> Non
     )
     assert (with_loose.field, with_loose.message, with_loose.message_of("name")) == (None, "Bad.", "Empty.")
     check_all(lambda: None)  # nothing wrong: nothing raised
+
+
+@pytest.mark.parametrize(
+    ("error", "heading"),
+    [
+        ("contact bogus not found", "This contact does not exist."),
+        ("plugin 'acme.nope' is not installed", "This plugin does not exist."),
+        ("job 'x' is not declared", "This job does not exist."),
+        ("page not found", "This page does not exist."),
+    ],
+)
+def test_a_not_found_page_says_what_does_not_exist(error: str, heading: str) -> None:
+    from botmesh_admin.errors import NotFound
+
+    html = Template('{% include "_error.html" %}').render(Context({"error": NotFound(error)}))
+    assert f"<strong>{heading}</strong>" in html and "not_found" not in html, html
+
+
+def test_a_role_refusal_says_who_may() -> None:
+    from botmesh_admin.errors import PermissionDenied
+
+    refused = PermissionDenied("this action needs the admin role in tenant 'tienda'")
+    html = Template('{% include "_error.html" %}').render(Context({"error": refused}))
+    assert "<strong>Only an admin of tienda can do this.</strong>" in html, html
+    assert "permission_denied" not in html

@@ -12,7 +12,6 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
@@ -97,7 +96,6 @@ def channel_list(request: HttpRequest, tenant: str) -> HttpResponse:
     )
 
 
-@require_POST
 @tenant_page("admin")
 def channel_delete(request: HttpRequest, tenant: str, name: str) -> HttpResponse:
     """Delete one channel and go back to the list, once confirmed (``botmesh_admin.confirmation``)."""

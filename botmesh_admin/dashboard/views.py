@@ -13,7 +13,6 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from botmesh_admin.coordination import selectors, services
 from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
@@ -175,10 +174,16 @@ def jobs(request: HttpRequest, tenant: str) -> HttpResponse:
     return render(request, template, _job_context(tenant))
 
 
-@require_POST
 @tenant_page("admin")
 def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
-    """Save a job's schedule, enabled flag and catch-up policy (compare-and-set on its version)."""
+    """Save a job's schedule, enabled flag and catch-up policy (compare-and-set on its version).
+
+    A GET (the form's address opened as a page) goes to the jobs page, or is the 404 page for a job
+    that is not declared.
+    """
+    if request.method != "POST":
+        selectors.job_get(job_id)
+        return redirect("dashboard:jobs", tenant=tenant)
     form = JobForm(request.POST)
     if not form.is_valid():
         field, problems = next(iter(form.errors.items()))

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from botmesh_admin.errors import DomainError, NotFound, ValidationError
+from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError
 from botmesh_admin.kv.validation import now_ms
 from botmesh_admin.tenancy.pages import render_error, tenant_page
 
@@ -141,8 +141,17 @@ def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @tenant_page("agent")
 def message_trace(request: HttpRequest, tenant: str) -> HttpResponse:
-    """Redirect to the trace of the inbox message ``?id=`` (the thread's "trace" link); a 404 page if none is kept."""
-    trace_id = selectors.trace_of_message(tenant, request.GET.get("id", ""))
+    """Redirect to the trace of the inbox message ``?id=`` (the thread's "trace" link); a 404 page if none is kept.
+
+    Without ``id`` the address is incomplete: a 400 page naming it. An id no message can have is a 404 too.
+    """
+    message_id = request.GET.get("id", "")
+    if not message_id.strip():
+        raise BadRequest("id: the address needs the message's id (…/traces/message/?id=<message id>)", field="id")
+    try:
+        trace_id = selectors.trace_of_message(tenant, message_id)
+    except ValidationError:
+        raise NotFound("no trace of this message is kept (traces are kept for 24 hours)") from None
     return redirect(reverse("observability:trace", kwargs={"tenant": tenant, "trace_id": trace_id}))
 
 

@@ -4,7 +4,10 @@ Every tenant page is ``/t/<tenant>/…`` and is wrapped in ``@tenant_page(role)`
 the user must be logged in and a member of the tenant (else 404, never 403 for a
 foreign tenant); ``request.principal`` is then set, and the tenant's time
 zone is active while the view runs (``botmesh_admin.timefmt``). A ``DomainError`` raised by a
-service renders as an error page (or an htmx fragment) with its status.
+service renders as an error page (or an htmx fragment) with its status; a
+``ValidationError`` of an id the address carries (``/plugins/bogus/``: field
+``plugin_id``) is the 404 page, since a mistyped address names nothing rather
+than a form the user filled in wrongly.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError
+from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError, bounded
 from botmesh_admin.timefmt import zone_or_none
 
 from .principal import Principal
@@ -46,6 +49,10 @@ def tenant_page(role: str = "agent") -> Callable[[View], View]:
                 request.tenant_time_zone = zone_name  # type: ignore[attr-defined]  # "": not chosen yet
                 with timezone.override(zone_or_none(zone_name)):
                     return view(request, tenant, *args, **kwargs)
+            except ValidationError as exc:
+                if exc.field in kwargs:
+                    return render_error(request, address_not_found(exc.field, kwargs[exc.field]))
+                return render_error(request, exc)
             except DomainError as exc:
                 return render_error(request, exc)
 
@@ -79,6 +86,38 @@ def _remember_tenant(request: HttpRequest, tenant: str) -> None:
     session[LAST_TENANT] = tenant
     session[LAST_TENANT + "_at"] = now
     last_tenant_set(request.user.pk, tenant=tenant)
+
+
+def address_not_found(name: str, value: object) -> NotFound:
+    """Return the 404 of the address parameter ``name`` (``plugin_id``) whose ``value`` is not even an id.
+
+    Its message reads like the stores' (``plugin bogus not found``), so the page says "This plugin does not exist."
+    """
+    what = name.removesuffix("_id").replace("_", " ")
+    return NotFound(f"{what} {bounded(str(value), 60)} not found")
+
+
+@tenant_page("agent")
+def page_missing(request: HttpRequest, tenant: str, rest: str = "") -> HttpResponse:
+    """``/t/<tenant>/<anything no route matches>``: the app's 404 page (Django's debug page is for developers).
+
+    Mounted last. An address without its final slash that names a page with one
+    is redirected to it (301), as ``CommonMiddleware``'s ``APPEND_SLASH`` would
+    do if this catch-all did not match every address.
+    """
+    from django.conf import settings
+    from django.http import HttpResponsePermanentRedirect
+    from django.urls import Resolver404, resolve
+
+    if settings.APPEND_SLASH and not request.path_info.endswith("/"):
+        try:
+            match = resolve(request.path_info + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.url_name != "page-missing":
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
+    raise NotFound("page not found")
 
 
 def render_error(request: HttpRequest, exc: DomainError) -> HttpResponse:

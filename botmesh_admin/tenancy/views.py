@@ -162,7 +162,6 @@ def time_zone(request: HttpRequest, tenant: str) -> HttpResponse:
     return redirect("tenancy:tokens", tenant=tenant)
 
 
-@require_POST
 @tenant_page("admin")
 def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> HttpResponse:
     """Revoke one token and go back to the list, once confirmed (``botmesh_admin.confirmation``)."""

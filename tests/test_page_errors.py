@@ -1,0 +1,123 @@
+"""What a person sees at a page address that names nothing, or that a GET cannot do: a page in words.
+
+Regression tests of a fresh user's report (try5): ``/t/{t}/plugins/bogus/`` answered
+422 "validation_error plugin_id: not a plugin id"; ``/t/{t}/traces/message/``
+without an id 422; ``/t/{t}/crm/contacts/imports/bogus/`` Django's debug URL
+page; ``/t/{t}/jobs/bogus/`` and a GET of the no-JavaScript confirmation
+addresses (erase, delete, revoke) a blank 405; error pages said
+"404 · not_found contact bogus not found" and "permission_denied this action
+needs the admin role in tenant …".
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from botmesh_admin.tenancy import services as tenancy
+from tests.backends import unique_id
+
+
+def _client(tenant: str, role: str) -> Client:
+    user = get_user_model().objects.create_user(unique_id(role), password="pw-user-123")
+    tenancy.membership_set(tenant, username=user.username, role=role)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def tenant(db) -> str:
+    tenant = unique_id("errs")
+    tenancy.tenant_create(tenant, name="Errors")
+    return tenant
+
+
+@pytest.fixture
+def admin(tenant: str) -> Client:
+    return _client(tenant, "admin")
+
+
+def _page(response) -> str:  # type: ignore[no-untyped-def]
+    html = response.content.decode()
+    assert "<html" in html.lower(), (response.status_code, html[:300])
+    assert "Page not found at" not in html, "Django's debug URL page"
+    return html
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("plugins/bogus/", "This plugin does not exist."),
+        ("plugins/acme.nope/", "This plugin does not exist."),
+        ("crm/contacts/bogus/", "This contact does not exist."),
+        ("crm/contacts/imports/bogus/", "This page does not exist."),
+        ("crm/contacts/import/bogus/", "This import does not exist."),
+        ("jobs/bogus/", "This job does not exist."),
+        ("no-such-page/", "This page does not exist."),
+        ("crm/contacts/bogus/erase", "This contact does not exist."),
+        ("channels/bogus/delete", "This channel does not exist."),
+        ("settings/tokens/999999/revoke", "This token does not exist."),
+        ("crm/segments/bogus/delete", "This segment does not exist."),
+    ],
+)
+def test_an_address_that_names_nothing_is_the_404_page_in_words(tenant, admin, path, words):
+    response = admin.get(f"/t/{tenant}/{path}")
+    html = _page(response)
+    assert response.status_code == 404, (path, html[-1500:])
+    assert words in html, html[-1500:]
+    assert "not_found" not in html and "validation_error" not in html
+
+
+def test_the_message_trace_address_without_an_id_is_a_400_page_naming_it(tenant, admin):
+    response = admin.get(f"/t/{tenant}/traces/message/")
+    html = _page(response)
+    assert response.status_code == 400, html[-1500:]
+    assert "id" in html and "validation_error" not in html
+
+
+def test_a_get_of_a_confirmation_address_shows_the_confirmation_page(tenant, admin):
+    from botmesh_admin.channels import services as channels
+    from crm import services as crm
+
+    contact = crm.contact_create(tenant, identities=[{"channel": "email", "address": "ana@example.com"}], name="Ana")
+    segment = crm.segment_create(tenant, name="VIP", rules={})
+    channels.channel_config_set(
+        tenant,
+        kind="telegram",
+        name="help",
+        bot_token="123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        webhook_secret="s" * 32,
+    )
+    token, _ = tenancy.token_create(tenant, name="ci", role="admin", created_by="test")
+    for path, question in [
+        (f"crm/contacts/{contact.id}/erase", "Erase the contact"),
+        ("channels/help/delete", "help"),
+        (f"settings/tokens/{token.pk}/revoke", "Revoke the API token"),
+        (f"crm/segments/{segment.id}/delete", "Delete the segment"),
+    ]:
+        response = admin.get(f"/t/{tenant}/{path}")
+        html = _page(response)
+        assert response.status_code == 200, (path, response.status_code, html[-800:])
+        assert question in html and 'name="confirm" value="yes"' in html, html[-1500:]
+    # Nothing was done by the GETs.
+    from crm import selectors
+
+    assert selectors.contact_get(tenant, contact.id).id == contact.id
+
+
+def test_a_get_of_a_form_only_address_is_a_page_with_words(tenant, admin):
+    response = admin.get(f"/t/{tenant}/plugins/acme.nope/grant")
+    html = _page(response)
+    assert response.status_code in (404, 405), response.status_code
+    assert "does not" in html or "form" in html
+
+
+def test_an_agent_refused_an_admin_page_reads_who_may(tenant):
+    agent = _client(tenant, "agent")
+    response = agent.get(f"/t/{tenant}/settings/tokens/")
+    html = _page(response)
+    assert response.status_code == 403
+    assert f"Only an admin of {tenant} can do this." in html, html[-1500:]
+    assert "permission_denied" not in html
