@@ -121,3 +121,8 @@ def test_an_agent_refused_an_admin_page_reads_who_may(tenant):
     assert response.status_code == 403
     assert f"Only an admin of {tenant} can do this." in html, html[-1500:]
     assert "permission_denied" not in html
+
+
+def test_an_address_without_its_final_slash_still_goes_to_the_page(tenant, admin):
+    response = admin.get(f"/t/{tenant}/crm/contacts?q=ana")
+    assert response.status_code == 301 and response["Location"] == f"/t/{tenant}/crm/contacts/?q=ana"
