@@ -173,7 +173,15 @@ class ConversationFilters(CursorParams):
     view: str = one_of(VIEWS, "all")
     status: str | None = one_of(CONVERSATION_STATUSES, None)
     channel: str | None = one_of(CHANNEL_KINDS, None)
-    channel_name: str | None = Field(None, description="only the conversations this channel (number or bot) received")
+    channel_name: str | None = Field(
+        None,
+        description="only the conversations this channel (number or bot) received (one the tenant has none of: [])",
+    )
+    contact: str | None = Field(
+        None,
+        description="only the conversations linked to this CRM contact id (a contact's conversations_url; "
+        "an unknown contact: [])",
+    )
     unread: bool = False
     q: str | None = Field(
         None,
@@ -320,6 +328,7 @@ def conversation_list(request: HttpRequest, tenant: str, filters: Query[Conversa
             status=filters.status,
             channel=filters.channel,
             channel_name=filters.channel_name,
+            contact_id=filters.contact,
             limit=filters.limit,
             after=filters.after,
         )
@@ -334,6 +343,7 @@ def conversation_list(request: HttpRequest, tenant: str, filters: Query[Conversa
         limit=filters.limit,
         after=filters.after,
         channel_name=filters.channel_name,
+        contact_id=filters.contact,
     )
     return {"items": [conversation_out(r.conversation, r.unread) for r in rows], "next": cursor}
 

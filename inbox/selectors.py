@@ -122,8 +122,11 @@ def _matches(
     channel: str | None,
     now: int,
     channel_name: str | None = None,
+    contact_id: str | None = None,
 ) -> bool:
     """Return True if ``c`` (as fetched) still belongs in the list the filters describe."""
+    if contact_id is not None and c.contact_id != contact_id:
+        return False
     if view == "mine" and c.assignee != agent or view == "unassigned" and c.assignee is not None:
         return False
     if channel is not None and c.channel != channel:
@@ -145,12 +148,15 @@ def conversation_list(
     after: str | None = None,
     store: InboxStore | None = None,
     channel_name: str | None = None,
+    contact_id: str | None = None,
 ) -> tuple[list[ConversationRow], str | None]:
     """Return one page of conversations, newest activity first, and the cursor of the next page.
 
     ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
     ``status``: open / pending / resolved; ``channel``: whatsapp, telegram…;
-    ``channel_name``: the tenant's channel (number or bot) that received them;
+    ``channel_name``: the tenant's channel (number or bot) that received them
+    (an unknown one: no rows); ``contact_id``: the CRM contact linked to them
+    (the ``conv_contact`` index; an unknown contact: no rows);
     ``unread_only``: only rows where ``agent`` has unread messages. Each row
     shows its effective status (``effective_status``) and its exact unread count.
 
@@ -181,6 +187,10 @@ def conversation_list(
         from botmesh_admin.kv.tenant import validate_id
 
         validate_id(channel_name, "channel_name")
+    if contact_id is not None:
+        from botmesh_admin.kv.tenant import validate_id
+
+        validate_id(contact_id, "contact")
     store = store or default_store()
     now = now_ms()
     batch = limit
@@ -196,13 +206,21 @@ def conversation_list(
             after=cursor,
             limit=batch,
             channel_name=channel_name,
+            contact_id=contact_id,
         )
         markers = store.markers_get(tenant, [c.id for c in page], agent)
         for i, (c, marker) in enumerate(zip(page, markers, strict=True)):
             scanned += 1
             cursor = conversation_cursor(c)
             if not _matches(
-                c, agent=agent, view=view, status=status, channel=channel, now=now, channel_name=channel_name
+                c,
+                agent=agent,
+                view=view,
+                status=status,
+                channel=channel,
+                now=now,
+                channel_name=channel_name,
+                contact_id=contact_id,
             ):
                 continue
             unread = _unread(tenant, c, marker, store)
@@ -388,6 +406,7 @@ def conversation_search(
     limit: int = 50,
     after: str | None = None,
     store: InboxStore | None = None,
+    contact_id: str | None = None,
 ) -> tuple[list[ConversationRow], str | None]:
     """Return conversations whose contact name or phone / Telegram id matches ``q``, and the next cursor.
 
@@ -431,7 +450,14 @@ def conversation_search(
             if key != min((k for k in keys if k.startswith(prefix)), default=key):
                 continue  # listed once, under its first key the term starts
             if not search_match(terms, keys) or not _matches(
-                c, agent=agent, view=view, status=status, channel=channel, now=now, channel_name=channel_name
+                c,
+                agent=agent,
+                view=view,
+                status=status,
+                channel=channel,
+                now=now,
+                channel_name=channel_name,
+                contact_id=contact_id,
             ):
                 continue
             rows.append(ConversationRow(c, effective_status(c, now), unread_count(tenant, c, agent=agent, store=store)))

@@ -51,7 +51,11 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
     # ``channel`` is a kind (``whatsapp``) or one channel of the tenant (``whatsapp/ventas``).
     channel = request.GET.get("channel") or None
     kind, _, name = (channel or "").partition("/")
+    # ``channel_name`` is the API's name of the same filter (a name the tenant has none of: no rows).
+    name = name or request.GET.get("channel_name") or ""
+    unread = request.GET.get("unread") or None
     for field, value, choices in (
+        ("unread", unread, ("1", "0")),
         ("view", view, selectors.VIEWS),
         ("status", status, CONVERSATION_STATUSES),
         ("channel", kind or None, CHANNEL_KINDS),
@@ -67,7 +71,9 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
         "channel": channel,
         "channel_kind": kind or None,
         "channel_name": name or None,
-        "unread": request.GET.get("unread") == "1",
+        "unread": unread == "1",
+        # The CRM contact page's "Conversations with this contact" (an unknown contact: no rows).
+        "contact": request.GET.get("contact") or None,
         "q": (request.GET.get("q") or "").strip()[:200] or None,
     }
 
@@ -78,6 +84,8 @@ def _query(filters: dict[str, Any], **extra: Any) -> str:
     }
     if data.get("unread"):
         data["unread"] = "1"
+    if filters.get("channel_name") and "/" not in (filters.get("channel") or ""):
+        data["channel_name"] = filters["channel_name"]  # given as ?channel_name=, kept as such
     data.update({k: v for k, v in extra.items() if v})
     return urlencode(data)
 
@@ -97,6 +105,7 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
             status=filters["status"],
             channel=filters["channel_kind"],
             channel_name=filters["channel_name"],
+            contact_id=filters["contact"],
             unread_only=filters["unread"],
             limit=PAGE,
             after=request.GET.get("after") or None,
@@ -138,6 +147,7 @@ def _search_context(
                 status=filters["status"],
                 channel=filters["channel_kind"],
                 channel_name=filters["channel_name"],
+                contact_id=filters["contact"],
                 limit=PAGE,
                 after=after,
             )

@@ -130,12 +130,15 @@ class InboxStore(Protocol):
         after: str | None = None,
         limit: int = 50,
         channel_name: str | None = None,
+        contact_id: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         """Return up to ``limit`` conversations, newest ``last_activity_ms`` first, and the cursor.
 
         ``view``: ``all``, ``mine`` (assigned to ``agent``) or ``unassigned``;
         ``status``: the stored status; ``channel``: the conversation's channel
-        kind; ``channel_name``: the channel configuration that received it.
+        kind; ``channel_name``: the channel configuration that received it;
+        ``contact_id``: the CRM contact linked to it (with it, a store may
+        return conversations the other filters exclude: callers check).
         Read O(limit) records. ``after`` is a ``conversation_cursor`` (the
         previous page's cursor); the cursor returned is ``None`` when there are
         no more conversations. A conversation that changed while the page was

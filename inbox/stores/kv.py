@@ -41,6 +41,11 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   the three statuses' scans when no status is given: ``3 × (limit + 1)``
   entries. (Added with conversations' channels: ``botmesh_reindex`` builds it
   on tables written before.)
+- ``conv_contact`` (value) — every conversation linked to a CRM contact once,
+  ``(contact_id, -ms)``: the list of one contact's conversations (the CRM
+  contact page's link) reads ``limit + 1`` entries; the selector applies the
+  other filters to what it reads. (Added with that link: ``botmesh_reindex``
+  builds it on tables written before; ``./dev run`` runs it at start.)
 - ``conv_text`` (value) — every conversation once per search key
   (``conversation_search_keys``: contact name words, phone digits, Telegram
   id), ordered by key: text search by prefix reads O(page) entries.
@@ -175,6 +180,11 @@ def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return [("sn", status, name, at), ("asn", assignee, status, name, at)]
 
 
+def _contact_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    contact_id = record.get("contact_id")
+    return [(contact_id, -int(record.get("last_activity_ms") or 0))] if contact_id else []
+
+
 def _text_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     chat_key = record.get("chat_key")
     if not chat_key:
@@ -193,6 +203,7 @@ INDEXED = (
     "last_activity_ms",
     "inbound_count",
     "snoozed_until_ms",
+    "contact_id",
 )
 """The conversation fields its indexes read (``_indexed`` gives the indexes only these)."""
 
@@ -233,6 +244,7 @@ CONVERSATION = RecordType(
     (
         ValueIndex("conv_list", keys=_list_keys, payload=_position),
         ValueIndex("conv_channel", keys=_channel_keys, payload=_position),
+        ValueIndex("conv_contact", keys=_contact_keys, payload=_position),
         ValueIndex("conv_text", keys=_text_keys, payload=_position),
         ValueIndex(
             "conv_snoozed",
@@ -356,6 +368,7 @@ class KvInboxStore:
         after: str | None = None,
         limit: int = 50,
         channel_name: str | None = None,
+        contact_id: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         table = self._table(tenant)
@@ -367,7 +380,10 @@ class KvInboxStore:
             position = encode_component(-at) + (self._conversation_key(table, conversation_id) or "")
         merged: list[tuple[str, Entry]] = []
         index = "conv_list" if channel_name is None else "conv_channel"
-        if channel_name is None:
+        prefixes: list[list[Any]]
+        if contact_id is not None:  # one contact's few conversations: the selector filters the rest
+            index, prefixes = "conv_contact", [[contact_id]]
+        elif channel_name is None:
             prefixes = self._list_prefixes(table, view, agent, status, channel)
         else:  # a channel names its kind: the kind filter adds nothing (the selector checks it)
             who = [] if view == "all" else [agent if view == "mine" else None]

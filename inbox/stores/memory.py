@@ -88,6 +88,7 @@ class MemoryInboxStore:
         after: str | None = None,
         limit: int = 50,
         channel_name: str | None = None,
+        contact_id: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
         _check_limit(limit)
         with self._lock:
@@ -100,6 +101,7 @@ class MemoryInboxStore:
                     and status in (None, c.status)
                     and channel in (None, c.channel)
                     and channel_name in (None, c.channel_name)
+                    and contact_id in (None, c.contact_id)
                 ),
                 key=_order,
             )
