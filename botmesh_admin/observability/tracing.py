@@ -62,6 +62,9 @@ TRACER_NAME = "botmesh_admin"
 EXCLUDED_URLS = "//[^/]+/(healthz|readyz|metrics)$,//[^/]+/static/,//[^/]+/favicon.ico$,//[^/]+/webhooks/"
 _propagator = TraceContextTextMapPropagator()
 HTMX_PARTIAL = "botmesh.htmx_partial"  # a GET an htmx page made for a fragment (a poll, mostly)
+BOT_POLL = "botmesh.bot_poll"  # a bot replica's GET of its inbound feed (several a second per replica)
+BOT_POLL_ROUTES = ("/api/v1/tenants/{tenant}/bots/{bot}/inbound",)
+"""The routes bots poll: sampled as the htmx partials are (``KvTraceProcessor``)."""
 PARTIAL_SLOW_MS = 1000
 # A proxy until ``setup()`` installs the provider, then that provider's tracer:
 # ``trace.get_tracer`` on every span cost a fifth of the span.
@@ -285,10 +288,12 @@ class KvTraceProcessor(SpanProcessor):
 
     The admin's own htmx partials (``botmesh.htmx_partial``: the inbox polls
     its list every 5 s and an open thread every 3 s, the journal, replicas and
-    jobs pages poll too) are kept one in ``partial_sample`` (by trace id, so
-    every process keeps the same ones), and always when they failed or took
-    over ``PARTIAL_SLOW_MS``: an open tab would otherwise file a trace every
-    few seconds.
+    jobs pages poll too) and the bots' polls of their inbound feed
+    (``botmesh.bot_poll``: ``BOT_POLL_ROUTES``, several a second per replica)
+    are kept one in ``partial_sample`` (by trace id, so every process keeps the
+    same ones), and always when they failed or took over ``PARTIAL_SLOW_MS``:
+    an open tab or a running bot would otherwise push every other http trace
+    out of the kept ones.
     """
 
     def __init__(
@@ -393,7 +398,7 @@ class KvTraceProcessor(SpanProcessor):
 
     def _keep(self, trace_id: str, spans: list[ReadableSpan]) -> bool:
         """Return False for an htmx partial's trace that sampling leaves out (see the class doc)."""
-        partial = [s for s in spans if (s.attributes or {}).get(HTMX_PARTIAL)]
+        partial = [s for s in spans if (s.attributes or {}).get(HTMX_PARTIAL) or (s.attributes or {}).get(BOT_POLL)]
         if not partial or self.partial_sample <= 1 or int(trace_id, 16) % self.partial_sample == 0:
             return True
         slow = any((s.end_time or 0) - (s.start_time or 0) > PARTIAL_SLOW_MS * 1_000_000 for s in partial)
@@ -526,6 +531,8 @@ def _django_response_hook(span: trace.Span, request: Any, response: Any) -> None
         route = route_template(match.route)
         span.set_attribute("http.route", route)
         span.update_name(f"{request.method} {route}")
+        if request.method == "GET" and route in BOT_POLL_ROUTES:
+            span.set_attribute(BOT_POLL, True)
 
 
 class WsgiPathMiddleware:

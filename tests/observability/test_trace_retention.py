@@ -124,3 +124,22 @@ def test_a_webhook_message_links_to_the_trace_of_its_webhook_and_an_unknown_one_
     missing = tenant_client.page.get(f"/t/{tenant}/traces/message/", {"id": "wamid.not-kept"})
     assert missing.status_code == 404
     assert "no trace of this message is kept" in missing.content.decode().lower()
+
+
+def test_bot_feed_polls_are_sampled_like_htmx_polls_and_keep_other_http_traces(tenant_client) -> None:
+    """The demo's three bot replicas poll ``GET …/bots/{bot}/inbound`` several times a second; one poll in ten
+    is kept (by trace id), so they no longer push the other http traces out of the 500 kept."""
+    from botmesh_admin.observability import tracing
+    from botmesh_admin.observability.stores import trace_store
+
+    tenant = tenant_client.tenant
+    polls = 100  # none of 100 kept: 0.9**100, under 1 in 30000
+    for _ in range(polls):
+        assert tenant_client.bot.get(f"/api/v1/tenants/{tenant}/bots/shop-bot/inbound?since_ms=0").status_code == 200
+    assert tenant_client.api.get(f"/api/v1/tenants/{tenant}/conversations").status_code == 200
+    tracing.force_flush()
+    http, _ = trace_store().list(tenant, kind="http", limit=200)
+    names = [t.name for t in http]
+    kept = names.count("GET /api/v1/tenants/{tenant}/bots/{bot}/inbound")
+    assert 0 < kept < polls // 3, names  # about polls / 10 (binomial: fewer than 33 of 100 all but surely)
+    assert names.count("GET /api/v1/tenants/{tenant}/conversations") == 1
