@@ -101,23 +101,49 @@ def event_detail(request: HttpRequest, tenant: str, event_id: str) -> HttpRespon
 @require_POST
 @tenant_page("admin")
 def event_replay(request: HttpRequest, tenant: str, event_id: str) -> HttpResponse:
-    """Replay a dead or done event; htmx gets the refreshed fragment, others a redirect."""
+    """Replay a dead or done event; htmx gets the refreshed fragment, others a redirect.
+
+    A done event was handled already: replaying it runs its handler again, so
+    that asks first (``hx-confirm``; without JavaScript ``confirm_page``, whose
+    form posts to this address: the forms carry ``from`` and the filters in its
+    query for that). A dead letter replays in one click.
+    """
+    from botmesh_admin.confirmation import confirm_page, confirmed, done
+
     actor = page_principal(request).actor
-    filters = _filters(request.POST)
+    filters = _filters(request.POST) or _filters(request.GET)
+    source = request.POST.get("from") or request.GET.get("from")
     htmx = bool(request.headers.get("HX-Request"))
+    list_url = reverse("events:list", kwargs={"tenant": tenant})
+    back = (
+        reverse("events:detail", kwargs={"tenant": tenant, "event_id": event_id})
+        if source == "detail"
+        else (f"{list_url}?{urlencode(filters)}" if filters else list_url)
+    )
     try:
+        if not confirmed(request) and selectors.event_get(tenant, event_id=event_id).state == "done":
+            return confirm_page(
+                request,
+                question=f"Replay event {event_id}? It was handled already.",
+                consequences=(
+                    "It goes back to pending and its handler runs again, as if it had just arrived.",
+                    "What the handler does that is not idempotent may happen twice.",
+                ),
+                button="Replay it again",
+                cancel_url=back,
+            )
         record = services.event_replay(tenant, event_id=event_id, actor=actor)
     except DomainError as exc:
         if htmx:
             return render_error(request, exc)
         messages.error(request, error_text(exc))
     else:
+        if htmx and source == "detail":
+            messages.success(request, f"Event {record.id} replayed: pending again.")
+            return done(request, back)
         if htmx:
             context = _context(tenant, filters)
             context["flash"] = f"Event {record.id} replayed: pending again."
             return render(request, "events/_journal.html", context)
         messages.success(request, f"Event {record.id} replayed: pending again.")
-    if request.POST.get("from") == "detail":
-        return redirect(reverse("events:detail", kwargs={"tenant": tenant, "event_id": event_id}))
-    url = reverse("events:list", kwargs={"tenant": tenant})
-    return redirect(f"{url}?{urlencode(filters)}" if filters else url)
+    return redirect(back)

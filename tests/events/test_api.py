@@ -246,3 +246,38 @@ def test_event_detail_shows_payload_and_last_error(world: World, client: Client)
     resp = client.post(f"/t/acme/journal/{record.id}/replay", {"from": "detail"})
     assert resp["Location"] == f"/t/acme/journal/{record.id}/"
     assert client.get("/t/acme/journal/ev_nope/").status_code == 404
+
+
+def test_replay_of_a_done_event_asks_first_and_a_dead_letter_does_not(world: World, client: Client) -> None:
+    import re
+
+    [first, second] = publish(2)
+    leased = world.journal.claim(world.clock.now, 1000, first.channel)
+    done = world.journal.ack(leased.id, world.clock.now, leased.fencing_token)
+    dead = kill(world.journal, world.clock, second, "boom")
+    client.login(username="ada", password="ada-password-1")
+    page = client.get("/t/acme/journal/?state=done").content.decode()
+    form = re.search(rf"<form[^>]*replay[^>]*>\s*(?:[^<]|<(?!button))*<button[^>]*replay-{done.id}", page).group(0)
+    assert 'hx-confirm="Replay event' in form and '"confirm": "yes"' in form
+    # Without JavaScript: the confirm page, nothing replayed yet; its button replays.
+    asked = client.post(f"/t/acme/journal/{done.id}/replay?state=done", {"state": "done"})
+    html = asked.content.decode()
+    assert asked.status_code == 200 and 'data-testid="confirm-page"' in html and "handled already" in html
+    assert world.journal.get(done.id).state == "done"
+    action = re.search(r'<form method="post" action="([^"]+)">', html).group(1).replace("&amp;", "&")
+    replayed = client.post(action, {"confirm": "yes"})
+    assert replayed.status_code == 302 and replayed["Location"] == "/t/acme/journal/?state=done"
+    assert world.journal.get(done.id).state == "pending"
+    # From the detail page, with htmx (the dialog said yes): back to the detail page.
+    leased = world.journal.claim(world.clock.now, 1000, first.channel)
+    world.journal.ack(leased.id, world.clock.now, leased.fencing_token)
+    assert "hx-confirm" in client.get(f"/t/acme/journal/{done.id}/").content.decode()
+    answer = client.post(f"/t/acme/journal/{done.id}/replay?from=detail", {"confirm": "yes"}, HTTP_HX_REQUEST="true")
+    assert answer["HX-Redirect"] == f"/t/acme/journal/{done.id}/"
+    assert world.journal.get(done.id).state == "pending"
+    # A dead letter stays one click, with or without JavaScript.
+    dlq = client.get("/t/acme/journal/").content.decode()
+    dead_form = re.search(rf"<form[^>]*replay[^>]*>\s*(?:[^<]|<(?!button))*<button[^>]*replay-{dead.id}", dlq).group(0)
+    assert "hx-confirm" not in dead_form
+    assert client.post(f"/t/acme/journal/{dead.id}/replay", {}).status_code == 302
+    assert world.journal.get(dead.id).state == "pending"
