@@ -51,3 +51,31 @@ def test_dead_letter_is_replayed_from_the_journal_page(page, journal, screenshot
     page.select_option("[data-testid=filter-state]", "pending")
     page.click("form.events-filters button[type=submit]")
     page.wait_for_function("document.querySelectorAll('tr[data-state]').length === 3")
+
+
+def test_replay_of_a_done_event_asks_in_a_dialog_and_a_dead_letter_does_not(page, journal, screenshot_dir) -> None:
+    for n in range(2):
+        journal.append(Envelope(type="channels.send", tenant="acme", payload={"n": n}, idempotency_key=f"d{n}"))
+    leased = journal.claim(journal.clock(), 60_000)
+    done = journal.ack(leased.id, journal.clock(), leased.fencing_token)
+    leased = journal.claim(journal.clock(), 60_000)
+    dead = journal.fail(leased.id, journal.clock(), leased.fencing_token, "boom")
+    dialogs: list[str] = []
+
+    def answer(dialog) -> None:  # the first time she cancels, then she says yes
+        dialogs.append(dialog.message)
+        dialog.dismiss() if len(dialogs) == 1 else dialog.accept()
+
+    page.on("dialog", answer)
+    login(page, "dana", "dana-password-1")
+    page.goto("/t/acme/journal/?state=done")
+    page.click(f"[data-testid=replay-{done.id}]")
+    page.wait_for_timeout(300)  # a dismissed dialog sends nothing: give a wrong request the time to land
+    assert dialogs and "handled already" in dialogs[0] and journal.get(done.id).state == "done"
+    page.click(f"[data-testid=replay-{done.id}]")
+    page.wait_for_selector(f"text=Event {done.id} replayed")
+    assert len(dialogs) == 2 and journal.get(done.id).state == "pending"
+    page.goto("/t/acme/journal/")
+    page.click(f"[data-testid=dlq] [data-testid=replay-{dead.id}]")
+    page.wait_for_selector(f"text=Event {dead.id} replayed")
+    assert len(dialogs) == 2 and journal.get(dead.id).state == "pending"  # one click, no dialog
