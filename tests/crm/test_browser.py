@@ -158,8 +158,14 @@ def test_contacts_total_pages_merge_report_and_a_version_checked_edit(page, tena
         ("whatsapp", "+573009990001"),
     ]
 
-    page.fill("#e-identities", "whatsapp 12")
+    page.fill("#e-name", "Lucía\u202eevil")
+    page.fill("#e-identities", "whatsapp notaphone\nfax 123")
+    page.fill("#e-attributes", "this is not a line")
     page.get_by_test_id("save-contact").click()
-    assert "Line 1" in page.get_by_test_id("field-error").inner_text()
+    shown = page.get_by_test_id("field-error").all_inner_texts()  # every mistake at once, each under its field
+    assert len(shown) == 3 and shown[0].startswith("Contains U+202E RIGHT-TO-LEFT OVERRIDE"), shown
+    assert shown[1].startswith("Line 1, address: not a phone number.") and "Line 2, channel:" in shown[1]
+    assert shown[2].startswith("Line 1: write the name, '=', then the value")
+    assert page.input_value("#e-identities") == "whatsapp notaphone\nfax 123"  # what was typed is kept
     assert selectors.contact_get(tenant_id, contact.id).version == saved.version  # nothing half written
     page.screenshot(path=str(screenshot_dir / "crm-contact-edit-error.png"), full_page=True)
