@@ -245,7 +245,13 @@ def _save(request: HttpRequest, tenant: str, current: Campaign | None) -> Campai
 @require_POST
 @tenant_page("admin")
 def campaign_preview(request: HttpRequest, tenant: str) -> HttpResponse:
-    """The editor's live preview (htmx): recipients now, and the contacts left out by reason."""
+    """The editor's live preview (htmx, on a change of the form): recipients now, and the contacts left out by reason.
+
+    Nothing to show until a segment is chosen; a refusal in plain words (``formerrors.error_text``), never
+    the API's path. The Preview button submits the whole form instead (``campaign_editor``: every field checked).
+    """
+    if not request.POST.get("segment_id"):
+        return render(request, "campaigns/_preview.html", {})
     try:
         plan = _preview_of(tenant, request.POST)
     except DomainError as exc:

@@ -43,6 +43,15 @@ def test_admin_creates_previews_and_starts_a_campaign(world, fake, page, screens
         login(page, "marta", "marta-password-1")
         page.goto(f"/t/{tenant}/campaigns/")
         page.get_by_role("link", name="New campaign").click()
+        page.fill("input[name=rate_per_s]", "fast!")
+        page.get_by_test_id("preview-button").click()  # nothing chosen yet: every mistake at once, under its input
+        page.wait_for_selector("#campaign-rate_per_s-error")
+        shown = page.get_by_test_id("field-error").all_inner_texts()
+        assert shown[:2] == ["Must not be empty.", "Choose a segment."] and "key" not in " ".join(shown), shown
+        assert page.inner_text("#campaign-rate_per_s-error") == "Must be a number of messages per second."
+        assert page.input_value("input[name=rate_per_s]") == "fast!"
+        page.screenshot(path=str(screenshot_dir / "campaign-editor-errors.png"), full_page=True)
+        page.fill("input[name=rate_per_s]", "")
         page.fill("input[name=name]", "Noviembre 20%")
         page.select_option("select[name=segment_id]", label="Clientes promo")
         page.select_option("select[name=channel]", "whatsapp")

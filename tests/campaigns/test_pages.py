@@ -180,3 +180,12 @@ def test_the_editor_shows_every_bad_field_at_once_under_its_input_and_saves_noth
         assert 'value="fast!"' in html and "Hola\u202eevil</textarea>" in html  # what was typed is kept
         assert 'data-testid="preview-recipients"' not in html
     assert selectors.campaign_list(tenant).items == []
+
+
+def test_the_live_preview_waits_for_a_segment_and_says_a_refusal_in_words(admin: Client, tenant: str) -> None:
+    """The form's change preview (htmx) with no segment chosen shows nothing, never 'key: must not be empty'."""
+    empty = admin.post(f"/t/{tenant}/campaigns/preview", _form(tenant, segment_id=""), HTTP_HX_REQUEST="true")
+    html = empty.content.decode()
+    assert empty.status_code == 200 and "key" not in html and 'role="alert"' not in html
+    gone = admin.post(f"/t/{tenant}/campaigns/preview", _form(tenant, segment_id="s_nope"), HTTP_HX_REQUEST="true")
+    assert 'class="error-box" role="alert">' in gone.content.decode() and "campaign." not in gone.content.decode()
