@@ -52,12 +52,15 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
     tag = request.GET.get("tag", "").strip()
     after = request.GET.get("after") or None
     error = None
+    # Cursors only go forward: the way back is the cursors of the pages before, carried in the links (?prev=…).
+    trail = request.GET.getlist("prev")[-MAX_TRAIL:]
     try:
+        for earlier in trail:  # "" is the first page; anything else must be a cursor this list made
+            if earlier and not selectors.CONTACT_CURSOR.fullmatch(earlier):
+                raise ValidationError("prev", "not a cursor of this list (follow the page's Previous and Next links)")
         page = selectors.contact_list(tenant, limit=50, after=after, tag=tag or None, q=q or None)
     except DomainError as exc:
-        page, error = selectors.ContactPage([], None), exc.message
-    # Cursors only go forward: the way back is the cursors of the pages before, carried in the links (?prev=…).
-    trail = [p for p in request.GET.getlist("prev") if len(p) <= 1000][-MAX_TRAIL:]
+        page, error, trail = selectors.ContactPage([], None), exc.message, []
     filters = {k: v for k, v in (("q", q), ("tag", tag)) if v}
     context = {
         "tenant": tenant,

@@ -126,3 +126,28 @@ def test_an_agent_refused_an_admin_page_reads_who_may(tenant):
 def test_an_address_without_its_final_slash_still_goes_to_the_page(tenant, admin):
     response = admin.get(f"/t/{tenant}/crm/contacts?q=ana")
     assert response.status_code == 301 and response["Location"] == f"/t/{tenant}/crm/contacts/?q=ana"
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("traces/?kind=bogus", "kind"),
+        ("journal/?state=bogus", "state"),
+        ("journal/table?state=bogus", "state"),
+        ("metrics/?window=99y", "window"),
+        ("metrics/?bot=nobody", "bot"),
+        ("crm/contacts/?prev=garbage", "prev"),
+        ("crm/contacts/?after=garbage", "after"),
+    ],
+)
+def test_a_bad_list_parameter_is_a_400_page_naming_it(tenant, admin, path, field):
+    response = admin.get(f"/t/{tenant}/{path}")
+    html = response.content.decode()
+    assert response.status_code == 400, (path, response.status_code, html[-1500:])
+    assert 'role="alert"' in html and f"{field}:" in html, html[-1500:]
+    assert "validation_error" not in html
+
+
+@pytest.mark.parametrize("path", ["traces/?kind=message", "journal/?state=dead", "metrics/?window=24h"])
+def test_good_list_parameters_still_list(tenant, admin, path):
+    assert admin.get(f"/t/{tenant}/{path}").status_code == 200, path

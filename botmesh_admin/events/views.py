@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import error_text
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.pages import list_query_checked, page_principal, render_error, tenant_page
 
 from . import selectors, services
 from .base import STATES, EventRecord
@@ -81,13 +81,17 @@ def _context(tenant: str, filters: dict[str, str]) -> dict[str, Any]:
 @tenant_page("admin")
 def journal(request: HttpRequest, tenant: str) -> HttpResponse:
     """The journal page of ``tenant``."""
-    return render(request, "events/journal.html", _context(tenant, _filters(request.GET)))
+    with list_query_checked():
+        context = _context(tenant, _filters(request.GET))
+    return render(request, "events/journal.html", context)
 
 
 @tenant_page("admin")
 def journal_table(request: HttpRequest, tenant: str) -> HttpResponse:
     """The refreshable part of the journal page (htmx fragment)."""
-    return render(request, "events/_journal.html", _context(tenant, _filters(request.GET)))
+    with list_query_checked():
+        context = _context(tenant, _filters(request.GET))
+    return render(request, "events/_journal.html", context)
 
 
 @tenant_page("admin")

@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError
+from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError, bounded
 from botmesh_admin.kv.validation import now_ms
-from botmesh_admin.tenancy.pages import render_error, tenant_page
+from botmesh_admin.tenancy.pages import list_query_checked, render_error, tenant_page
 
 from . import metrics, prometheus, selectors
 
@@ -66,11 +66,13 @@ def metrics_page(request: HttpRequest, tenant: str) -> HttpResponse:
     latest = selectors.bot_metrics_latest(tenant)
     bots = sorted({s.bot for s in latest})
     bot = request.GET.get("bot") or (bots[0] if bots else None)
-    window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "1h"
+    window = request.GET.get("window") or "1h"
+    if window not in WINDOWS:
+        raise BadRequest(f"window: must be one of {', '.join(WINDOWS)} (remove it from the address)", field="window")
     series = None
     if bot is not None:
         if bot not in bots:
-            return render_error(request, ValidationError("bot", f"no live replica of bot {bot!r}"))
+            raise BadRequest(f"bot: no live replica of bot {bounded(bot, 60)!r}", field="bot")
         until = now_ms()
         series = selectors.bot_metrics_series(tenant, bot=bot, since_ms=until - WINDOWS[window])
         # One x range for every chart of the page (the window chosen, up to now), read in the tenant's zone.
@@ -116,13 +118,14 @@ def traces_page(request: HttpRequest, tenant: str) -> HttpResponse:
     conversation = (request.GET.get("conversation") or "").strip() or None
     after = request.GET.get("after") or None
     try:
-        items, next_cursor = selectors.trace_list(
-            owner,
-            kind=kind,
-            conversation=conversation,
-            limit=PAGE_SIZE,
-            after=after,
-        )
+        with list_query_checked():  # a bad kind or cursor in the address: 400
+            items, next_cursor = selectors.trace_list(
+                owner,
+                kind=kind,
+                conversation=conversation,
+                limit=PAGE_SIZE,
+                after=after,
+            )
     except DomainError as exc:
         return render_error(request, exc)
     context = {

@@ -111,10 +111,10 @@ def test_traces_page_lists_filters_and_links_to_the_span_tree(tenant_client: Ten
     assert 'data-depth="2"' in tree.content.decode()
 
 
-def test_unknown_trace_is_404_and_a_bad_kind_is_422(tenant_client: TenantClient) -> None:
+def test_unknown_trace_is_404_and_a_bad_kind_is_400(tenant_client: TenantClient) -> None:
     assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/{tid(99)}/").status_code == 404
     assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/not-hex/").status_code == 404
-    assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "bogus"}).status_code == 422
+    assert tenant_client.page.get(f"/t/{tenant_client.tenant}/traces/", {"kind": "bogus"}).status_code == 400
 
 
 def test_system_traces_are_for_superusers_only(tenant_client: TenantClient, admin_client: TenantClient) -> None:
