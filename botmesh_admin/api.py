@@ -170,8 +170,32 @@ def error_response(request: HttpRequest, status: int, body: dict[str, Any]) -> H
     return api.create_response(request, body, status=status)
 
 
+PATH_LOOKUP_IDS = frozenset(
+    {"plugin_id", "conversation_id", "contact_id", "segment_id", "campaign_id", "event_id", "trace_id", "job_id"}
+)
+"""Path parameters that look an object up by its id: a malformed one is 404 ``not_found``."""
+
+
+def _path_id_not_found(request: HttpRequest, exc: DomainError) -> DomainError:
+    """Return a ``ValidationError`` of an id the path carries (``plugins/{plugin_id}``) as the 404 of that id.
+
+    ``GET …/plugins/nope``: no object has that id, so it is not found (what most
+    APIs answer), rather than a 422 of input the client typed into a body. Only
+    the ids of ``PATH_LOOKUP_IDS``: a name the client makes up (a tenant, a bot,
+    a chat id) keeps its 422, whose message says the format it must have.
+    """
+    match = request.resolver_match
+    field = exc.field if isinstance(exc, ValidationError) else None
+    if field in PATH_LOOKUP_IDS and match is not None and field in match.kwargs:
+        from botmesh_admin.tenancy.pages import address_not_found
+
+        return address_not_found(field, match.kwargs[field])
+    return exc
+
+
 @api.exception_handler(DomainError)
 def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    exc = _path_id_not_found(request, exc)
     response = error_response(request, exc.status, exc.as_dict())
     retry = retry_after_s(exc)
     if retry is not None:
