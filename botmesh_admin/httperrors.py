@@ -189,12 +189,13 @@ def bad_request(request: HttpRequest, exception: Exception, template_name: str =
 
 
 def page_not_found(request: HttpRequest, exception: Exception, template_name: str = "404.html") -> HttpResponse:
-    """``handler404``: the JSON 404 on API and webhook paths, Django's page elsewhere."""
+    """``handler404``: the JSON 404 on API and webhook paths, the app's 404 page (``error.html``) elsewhere."""
     if _is_json_path(request):
         return JsonResponse(error_body(404), status=404)
-    from django.views import defaults
+    from django.shortcuts import render
 
-    return defaults.page_not_found(request, exception, template_name)
+    error = _PageError(404, "This page does not exist.", "The address may be mistyped; start again from the home page.")
+    return render(request, "error.html", {"error": error}, status=404)
 
 
 def server_error(request: HttpRequest, template_name: str = "500.html") -> HttpResponse:

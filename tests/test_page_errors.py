@@ -151,3 +151,9 @@ def test_a_bad_list_parameter_is_a_400_page_naming_it(tenant, admin, path, field
 @pytest.mark.parametrize("path", ["traces/?kind=message", "journal/?state=dead", "metrics/?window=24h"])
 def test_good_list_parameters_still_list(tenant, admin, path):
     assert admin.get(f"/t/{tenant}/{path}").status_code == 200, path
+
+
+def test_an_unknown_address_outside_a_tenant_is_the_apps_404_page(admin):
+    response = admin.get("/no-such-page/")
+    html = _page(response)
+    assert response.status_code == 404 and "This page does not exist." in html, html[-800:]
