@@ -77,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    token = os.environ.get("BOTMESH_BOT_TOKEN")
+    from botmesh_admin.config import env
+
+    token = env("BOTMESH_BOT_TOKEN")  # or the file named by BOTMESH_BOT_TOKEN_FILE, as every secret
     if not token:
-        print("demo_bot: BOTMESH_BOT_TOKEN is not set (a bot token of the tenant)", file=sys.stderr)
+        print(
+            "demo_bot: BOTMESH_BOT_TOKEN (or BOTMESH_BOT_TOKEN_FILE) is not set (a bot token of the tenant)",
+            file=sys.stderr,
+        )
         return 2
 
     admin = AdminClient(args.admin_url, tenant=args.tenant, bot=args.bot, token=token)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import threading
 import time
@@ -112,10 +111,11 @@ def coordinator_for(
     prefix = bot_prefix(tenant, bot)
     if not url.startswith(("redis://", "rediss://", "redis+cluster://")):
         return coordinator_from_url(url, prefix=prefix, lease_ms=lease_ms, role="bot", replica_id=replica_id)
+    from botmesh_admin.config import env
     from botmesh_admin.coordination.redis import RedisCoordinator
     from botmesh_admin.kv import connect
 
-    kv_url = fence_kv_url or os.environ.get("BOTMESH_KV_URL")
+    kv_url = fence_kv_url or env("BOTMESH_KV_URL")  # config.env: BOTMESH_KV_URL_FILE works too
     if kv_url is None and not _django_configured():
         raise ValidationError("fence_kv_url", "a Redis coordinator needs the admin's Kv URL for its fences")
     fence_kv = connect(kv_url) if kv_url else None
