@@ -48,6 +48,8 @@ from .domain import (
     Message,
     Reply,
     check_agent,
+    check_conversation_id,
+    check_id,
     check_text,
     check_typed_text,
     conversation_events,
@@ -474,6 +476,23 @@ def bot_reply_id(tenant: str, conversation_id: str, *, bot: str, in_reply_to: st
     return _reply_id(tenant, conversation_id, f"bot:{bot}:{in_reply_to}")
 
 
+MAX_FENCE = 2**53
+"""Fences are below this: JSON numbers every client (JavaScript's included) reads exactly."""
+
+
+def _bot_sender_id(bot: str) -> str:
+    """Return the reply's ``sender_id``: ``bot:<bot>``, or ``bot:<sha256 prefix>`` when the bot id is no message id.
+
+    A bot id is any Unicode text (``validate_bot_id``: spaces, ``/``), a message
+    id is not (``check_id``); such a bot still answers.
+    """
+    sender = f"bot:{bot}"
+    try:
+        return check_id(sender, "sender_id")
+    except ValidationError:
+        return f"bot:{hashlib.sha256(bot.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
 def bot_reply_create(
     tenant: str,
     conversation_id: str,
@@ -499,10 +518,19 @@ def bot_reply_create(
     turn another replica took, gets ``StaleFence`` (409 ``stale_fence``, the
     highest fence as ``current_version``) and nothing is queued.
 
+    Everything is validated before anything is written (the fence entry
+    included): a refused request leaves no trace. The fence guard's commit is the
+    last check before the message write; it is not atomic with it (the fence lives
+    in the Kv, the message in the inbox store), so a write that then loses a race
+    may leave the fence raised — harmless, the fence was this replica's own.
+
     Raise ``NotFound`` for an unknown conversation or ``in_reply_to`` (or one of
-    another conversation), ``ValidationError`` naming ``in_reply_to`` for an
-    outbound message, ``fence`` for a fence below 1 and ``text`` for bad text,
-    and ``Conflict`` (409 ``handed_off``) while a human holds the chat.
+    another conversation), ``ValidationError`` naming ``conversation_id`` or
+    ``in_reply_to`` for a malformed id, ``in_reply_to`` for an outbound message,
+    ``fence`` unless it is an int with ``0 < fence < 2**53`` (a JSON number every
+    client reads exactly; an unbounded one from a buggy replica would make every
+    later reply in the chat stale) and ``text`` for bad text, and ``Conflict``
+    (409 ``handed_off``) while a human holds the chat.
     """
     from botmesh_admin.coordination.base import StaleFence
     from botmesh_admin.coordination.fencing import FenceGuard
@@ -510,9 +538,11 @@ def bot_reply_create(
     from botmesh_admin.kv.runtime import default_kv
 
     inbox = inbox or default_inbox()
-    if isinstance(fence, bool) or not isinstance(fence, int) or fence < 1:
-        raise ValidationError("fence", "must be a positive integer (the fence of the replica's turn)")
+    if isinstance(fence, bool) or not isinstance(fence, int) or not 0 < fence < MAX_FENCE:
+        raise ValidationError("fence", "must be an integer with 0 < fence < 2**53 (the fence of the replica's turn)")
     text = check_typed_text(unify_line_breaks(text), "text", MAX_REPLY, required=True) or ""
+    check_conversation_id(conversation_id, "conversation_id")
+    check_id(in_reply_to, "in_reply_to")
     conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
     inbound = inbox.store.message_get(tenant, in_reply_to)
     if inbound is None or inbound.conversation_id != conv.id:
@@ -536,9 +566,6 @@ def bot_reply_create(
         conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
         if conv.handed_off:
             raise HandedOff(f"a human ({conv.handoff.taken_by if conv.handoff else '?'}) holds this chat")
-        # Raises StaleFence before anything is written; a later fence that replies meanwhile makes
-        # this one stale for every later reply too (the fence entry only grows).
-        guard.commit(resource, fence)
         at = inbox.clock()
         author = bot if AGENT_RE.fullmatch(bot) else "bot"
         message = validate_message(
@@ -549,7 +576,7 @@ def bot_reply_create(
                 type="text",
                 timestamp_ms=at,
                 text=text,
-                sender_id=f"bot:{bot}"[:200],
+                sender_id=_bot_sender_id(bot),
                 sender_name=bot[:200],
                 source="bot",
                 reply_to=in_reply_to,
@@ -557,6 +584,10 @@ def bot_reply_create(
             )
         )
         new_conv = validate_conversation(_after_message(conv, message, at))
+        # The last check before the write, after every validation (nothing half written): raises
+        # StaleFence before anything is written; a later fence that replies meanwhile makes this
+        # one stale for every later reply too (the fence entry only grows).
+        guard.commit(resource, fence)
         try:
             inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
         except Conflict:

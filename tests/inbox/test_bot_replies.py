@@ -1,0 +1,60 @@
+"""``POST …/bots/{bot}/replies``: a refused answer writes nothing and the fence is bounded (review fixes)."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from botmesh_admin.tenancy import services as tenancy
+from tests.inbox.test_webhooks_and_replies import drain, post_whatsapp, shop  # noqa: F401
+
+
+def inbound(shop, bot_token: str, bot: str = "support"):  # noqa: F811
+    post_whatsapp(shop, "01_text.json")
+    drain()
+    response = shop.client.get(
+        f"/api/v1/tenants/{shop.tenant}/bots/{quote(bot, safe='')}/inbound?since_ms=0",
+        HTTP_AUTHORIZATION=f"Bearer {bot_token}",
+    )
+    assert response.status_code == 200, response.content
+    return response.json()["items"][0]
+
+
+def reply(shop, bot_token: str, item, *, bot: str = "support", **body):  # noqa: F811
+    data = {"conversation_id": item["conversation_id"], "in_reply_to": item["id"], "text": "Hola", **body}
+    response = shop.client.post(
+        f"/api/v1/tenants/{shop.tenant}/bots/{quote(bot, safe='')}/replies",
+        data=json.dumps(data),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {bot_token}",
+    )
+    return response.status_code, response.json()
+
+
+def test_a_fence_out_of_range_is_refused_naming_fence_and_leaves_no_fence_behind(shop):  # noqa: F811
+    token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
+    item = inbound(shop, token)
+    for fence in (10**18, 2**53, 0, -1, 1.5):
+        status, body = reply(shop, token, item, fence=fence)
+        assert status == 422, (fence, status, body)
+        assert "fence" in json.dumps(body), (fence, body)
+    status, body = reply(shop, token, item, fence=2**53 - 1 - 10**9, text="")  # refused for its text
+    assert status == 422 and "text" in json.dumps(body)
+    # Nothing was written by the refusals: a modest fence answers (a 10**18 one stored would make it stale).
+    status, body = reply(shop, token, item, fence=5)
+    assert status == 202, body
+    assert body["created"] is True and body["message"]["reply_to"] == item["id"]
+
+
+def test_a_bot_id_that_is_no_message_id_still_answers_and_a_refusal_after_the_lookup_writes_no_fence(shop):  # noqa: F811
+    token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
+    item = inbound(shop, token, bot="support bot/es")
+    # A malformed in_reply_to is refused naming it, before any write.
+    status, body = reply(shop, token, {**item, "id": "not an id"}, bot="support bot/es", fence=9)
+    assert status == 422 and "in_reply_to" in json.dumps(body), body
+    status, body = reply(shop, token, item, bot="support bot/es", fence=3)
+    assert status == 202, body  # was 422 message.sender_id, with the fence 3 already stored
+    assert body["created"] is True
+    assert body["message"]["sender_id"].startswith("bot:") and " " not in body["message"]["sender_id"]
+    status, body = reply(shop, token, item, bot="support bot/es", fence=2)
+    assert (status, body["error"], body["current_version"]) == (409, "stale_fence", 3)
