@@ -162,7 +162,8 @@ class ReplicaStatus:
     ``turns`` counts the chat turns it holds; ``turn_keys`` are the hashes
     (``core.key_digest``, 12 hex digits) of at most ``TURN_KEYS_SHOWN`` of those
     chat keys — never the keys themselves. ``lease_ms`` is the replica's own
-    lease (``None`` from a heartbeat that did not say it).
+    lease (``None`` from a heartbeat that did not say it). ``unreadable`` names the
+    heartbeat's fields that were of the wrong type (``replica_status_from_info``).
     """
 
     replica_id: str
@@ -175,26 +176,91 @@ class ReplicaStatus:
     leads: dict[str, int] = field(default_factory=dict)
     turn_keys: tuple[str, ...] = ()
     lease_ms: int | None = None
+    unreadable: tuple[str, ...] = ()
 
 
-def replica_status_from_info(info: dict[str, Any], age_ms: int) -> ReplicaStatus:
+def heartbeat_int(value: object) -> int | None:
+    """Return ``value`` as an int if it is one (not a bool), a whole float or a string of decimal digits
+    (what heartbeats in other languages send), within ±2**63; else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and 0 < len(value) <= 20 and value.lstrip("-").isdecimal() and value.isascii():
+        value = int(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return value
+    return None
+
+
+def _heartbeat_text(value: object) -> str | None:
+    """Return ``value`` if it is short text (what a heartbeat's names are) or an int, else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and len(value) <= 512 else None
+
+
+def replica_status_from_info(info: object, age_ms: int) -> ReplicaStatus:
     """Return the ``ReplicaStatus`` of a heartbeat's ``info`` (what ``core.Coordinator._beat`` sends).
 
     Every backend's ``snapshot`` reads heartbeats through this, so a field added
     to the heartbeat shows on every backend. Missing fields read as ``"?"``/0.
+    Never raises: heartbeats come from bot processes (in other languages too), so
+    a field of the wrong type (``"pid": "12a"``, ``"leads": [1]``) — or an
+    ``info`` that is no JSON object at all — reads as missing and is named in
+    ``unreadable`` (the page shows "unreadable heartbeat"); one bad heartbeat
+    never takes the snapshot of the others down.
     """
-    lease_ms = info.get("lease_ms")
+    data: dict[str, Any] = info if isinstance(info, dict) else {}
+    unreadable: list[str] = [] if isinstance(info, dict) else ["heartbeat"]
+
+    def text(name: str) -> str:
+        if name not in data:
+            return "?"
+        value = _heartbeat_text(data[name])
+        if value is None:
+            unreadable.append(name)
+            return "?"
+        return value
+
+    def number(name: str) -> int:
+        if name not in data:
+            return 0
+        value = heartbeat_int(data[name])
+        if value is None:
+            unreadable.append(name)
+            return 0
+        return value
+
+    replica_id, incarnation, role, host = text("replica_id"), text("incarnation"), text("role"), text("host")
+    pid, turns = number("pid"), number("turns")
+    leads: dict[str, int] = {}
+    raw_leads = data.get("leads", {})
+    if isinstance(raw_leads, dict) and all(
+        isinstance(k, str) and heartbeat_int(v) is not None for k, v in raw_leads.items()
+    ):
+        leads = {k: heartbeat_int(v) or 0 for k, v in raw_leads.items()}
+    else:
+        unreadable.append("leads")
+    raw_keys = data.get("turn_keys", [])
+    turn_keys: tuple[str, ...] = ()
+    if isinstance(raw_keys, list | tuple) and all(isinstance(k, str) for k in raw_keys):
+        turn_keys = tuple(raw_keys[:TURN_KEYS_SHOWN])
+    else:
+        unreadable.append("turn_keys")
+    lease_ms = heartbeat_int(data.get("lease_ms"))
     return ReplicaStatus(
-        replica_id=str(info.get("replica_id", "?")),
-        incarnation=str(info.get("incarnation", "?")),
-        role=str(info.get("role", "?")),
-        host=str(info.get("host", "?")),
-        pid=int(info.get("pid", 0)),
+        replica_id=replica_id,
+        incarnation=incarnation,
+        role=role,
+        host=host,
+        pid=pid,
         age_ms=int(age_ms),
-        turns=int(info.get("turns", 0)),
-        leads={str(k): int(v) for k, v in dict(info.get("leads", {})).items()},
-        turn_keys=tuple(str(k) for k in list(info.get("turn_keys", ()))[:TURN_KEYS_SHOWN]),
-        lease_ms=int(lease_ms) if isinstance(lease_ms, int) and not isinstance(lease_ms, bool) else None,
+        turns=turns,
+        leads=leads,
+        turn_keys=turn_keys,
+        lease_ms=lease_ms if lease_ms is not None and lease_ms > 0 else None,
+        unreadable=tuple(unreadable),
     )
 
 

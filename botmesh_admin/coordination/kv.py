@@ -116,6 +116,7 @@ from .base import (
     CoordinationEvent,
     CoordinationSnapshot,
     LeaderStatus,
+    heartbeat_int,
     replica_status_from_info,
 )
 from .core import Coordinator, Granted, Held, Queued, wall_ms
@@ -520,7 +521,10 @@ class KvBackend:
         replicas = []
         for entry in self._scan_all("r/", MAX_LISTED):
             info = entry.value
-            age = now - int(info.get("beat_ms", 0))
+            # A heartbeat is a bot process's JSON (any language): a malformed one is shown as
+            # unreadable (replica_status_from_info), never fails the snapshot of the others.
+            beat = heartbeat_int(info.get("beat_ms")) if isinstance(info, dict) else None
+            age = now - (beat if beat is not None else now)
             if age > live_ms:
                 continue
             replicas.append(replica_status_from_info(info, max(0, age)))

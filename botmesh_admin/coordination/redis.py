@@ -586,7 +586,11 @@ class RedisBackend:
         reply = self._call(lambda: self._replicas(keys=keys, args=[live_ms, 10 * live_ms]))
         replicas = []
         for i in range(1, len(reply), 3):
-            replicas.append(replica_status_from_info(json.loads(reply[i + 2]), int(reply[i + 1])))
+            try:  # a bot process's JSON (any language): a malformed one shows as unreadable, never fails the rest
+                info: object = json.loads(reply[i + 2])
+            except ValueError:
+                info = None
+            replicas.append(replica_status_from_info(info, int(reply[i + 1])))
         leaders = []
         names = sorted(n.decode() for n in self._call(lambda: self.client.smembers(self._global("leads"))))
         for name in names:

@@ -9,7 +9,7 @@ Times are milliseconds; chat keys appear only as hashes.
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 
 from botmesh_admin.api import ErrorOut, principal, requires
 from botmesh_admin.coordination import selectors
@@ -31,6 +31,10 @@ class BotReplicaOut(Schema):
     leads: dict[str, int]
     turns: int
     turn_keys: list[str]
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="heartbeat fields of the wrong type, shown as unknown ('heartbeat': all of it)",
+    )
 
 
 class BotLeaderOut(Schema):
@@ -102,6 +106,7 @@ def _replica_out(r: ReplicaStatus, responding: bool) -> BotReplicaOut:
         leads=r.leads,
         turns=r.turns,
         turn_keys=list(r.turn_keys),
+        unreadable=list(r.unreadable),
     )
 
 
