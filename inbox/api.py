@@ -658,8 +658,10 @@ def bot_inbound(request: HttpRequest, tenant: str, bot: str, params: Query[BotIn
     """
     from botmesh_admin.observability.domain import validate_bot_id
 
+    bot = validate_bot_id(bot)
+    principal(request).require_bot(bot)  # a bot token reads only its own bot's feed
     items, cursor = selectors.bot_inbound_page(
-        tenant, bot=validate_bot_id(bot), since_ms=params.since_ms, after=params.after, limit=params.limit
+        tenant, bot=bot, since_ms=params.since_ms, after=params.after, limit=params.limit
     )
     return {"items": [item.to_json() for item in items], "next": cursor}
 
@@ -676,10 +678,12 @@ def bot_reply(request: HttpRequest, tenant: str, bot: str, body: BotReplyIn) -> 
     """
     from botmesh_admin.observability.domain import validate_bot_id
 
+    bot = validate_bot_id(bot)
+    principal(request).require_bot(bot)  # a bot token answers only as its own bot
     message, created = replies.bot_reply_create(
         tenant,
         body.conversation_id,
-        bot=validate_bot_id(bot),
+        bot=bot,
         in_reply_to=body.in_reply_to,
         text=body.text,
         fence=body.fence,

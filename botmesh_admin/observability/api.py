@@ -116,8 +116,12 @@ def bot_metrics_push(request: HttpRequest, tenant: str, bot: str, body: MetricsP
 
     The body is the snapshot itself (or ``{"snapshot": {...}}``) with ``replica``
     (or ``replicaId``) and, optionally, ``at``: when it was taken, epoch ms
-    within the last 24 hours (default: now). Needs a bot (or admin) token.
+    within the last 24 hours (default: now). Needs a bot (or admin) token; a bot token pushes only as
+    its own bot (403 ``permission_denied`` for another).
     """
+    from .domain import validate_bot_id
+
+    principal(request).require_bot(validate_bot_id(bot, "bot"))
     data = body.model_dump()
     replica = data.pop("replica", None) or data.pop("replicaId", None)
     if replica is None:

@@ -57,13 +57,18 @@ class Membership(models.Model):
 
 
 class ApiToken(models.Model):
-    """A per-tenant API token. Only ``prefix`` (lookup) and the SHA-256 ``digest`` are stored."""
+    """A per-tenant API token. Only ``prefix`` (lookup) and the SHA-256 ``digest`` are stored.
+
+    ``bot``: the one bot id a role-``bot`` token may act as on ``…/bots/{bot}/…`` (null for other roles;
+    a bot token without one, from before migration 0005 with a name that is no bot id, acts as no bot).
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.ADMIN)
+    bot = models.CharField(max_length=63, null=True, blank=True, help_text="the bot a bot-role token acts as")
     created_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

@@ -13,7 +13,8 @@ ROLE_RANK = {"bot": 0, "agent": 1, "admin": 2}
 class Principal:
     """The caller of a request, already bound to one tenant.
 
-    ``actor`` is what audit trails record: ``user:<username>`` or ``token:<name>``.
+    ``actor`` is what audit trails record: ``user:<username>`` or ``token:<name>``. ``bot``: the bot id a
+    bot-role token is bound to (``ApiToken.bot``), else ``None``.
     """
 
     tenant: str
@@ -21,6 +22,7 @@ class Principal:
     actor: str
     user_id: int | None = None
     token_id: int | None = None
+    bot: str | None = None
 
     def can(self, role: str) -> bool:
         """Return True if this principal may act as ``role``.
@@ -37,3 +39,13 @@ class Principal:
         """Raise ``PermissionDenied`` (403) unless the principal has ``role`` or above."""
         if not self.can(role):
             raise PermissionDenied(f"this action needs the {role} role in tenant {self.tenant!r}")
+
+    def require_bot(self, bot: str) -> None:
+        """Raise ``PermissionDenied`` (403) if a bot-role principal acts as a bot other than its own.
+
+        A bot token answers, reads the feed and pushes metrics only as the bot it was created for
+        (``ApiToken.bot``); admins may act as any bot of their tenant.
+        """
+        if self.role == "bot" and self.bot != bot:
+            own = repr(self.bot) if self.bot is not None else "no bot"
+            raise PermissionDenied(f"this token is bound to {own}, not to bot {bot!r}")

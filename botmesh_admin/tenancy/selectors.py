@@ -125,7 +125,7 @@ def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return Principal(tenant=tenant, role=token.role, actor=f"token:{token.name}", token_id=token.pk)
+    return Principal(tenant=tenant, role=token.role, actor=f"token:{token.name}", token_id=token.pk, bot=token.bot)
 
 
 def token_list(tenant: str) -> list[ApiToken]:

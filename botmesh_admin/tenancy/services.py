@@ -76,8 +76,14 @@ def last_tenant_set(user_id: int, *, tenant: str) -> None:
     LastTenant.objects.update_or_create(user_id=user_id, defaults={"tenant_id": tenant})
 
 
-def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str = "") -> tuple[ApiToken, str]:
+def token_create(
+    tenant: str, *, name: str, role: str = "admin", created_by: str = "", bot: str | None = None
+) -> tuple[ApiToken, str]:
     """Create an API token; return ``(token, plaintext)``. The plaintext is shown once, never stored.
+
+    A role-``bot`` token is bound to one bot id, ``bot`` (default: ``name``): it may act only as that bot
+    on ``…/bots/{bot}/…`` (``Principal.require_bot``). Raise ``ValidationError`` on ``token.bot`` for a bot
+    id that is not 1-63 characters of text, or a ``bot`` given for another role.
 
     Raise ``ValidationError`` on ``token.name`` for a name that is blank, over 100 characters, or holds a
     control character or an invisible format character (``botmesh_admin.validation.SPOOFING_RE``: the name
@@ -89,6 +95,12 @@ def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str
     validate_text(name, "token.name", 100, allowed_controls="")
     if role not in Role.values:
         raise ValidationError("token.role", f"must be one of {', '.join(Role.values)}")
+    if role == Role.BOT:
+        from botmesh_admin.observability.domain import validate_bot_id
+
+        bot = validate_bot_id(name if bot is None else bot, "token.bot")
+    elif bot is not None:
+        raise ValidationError("token.bot", "only a token of role bot is bound to a bot")
     if not Tenant.objects.filter(id=tenant).exists():
         raise NotFound(f"tenant {tenant!r} not found")
     prefix = secrets.token_hex(6)
@@ -100,6 +112,7 @@ def token_create(tenant: str, *, name: str, role: str = "admin", created_by: str
             prefix=prefix,
             digest=token_digest(plaintext),
             role=role,
+            bot=bot,
             created_by=created_by,
         )
     return token, plaintext

@@ -67,7 +67,7 @@ def tokens(tenant):
     from botmesh_admin.tenancy import services as tenancy
 
     return {
-        "bot": tenancy.token_create(tenant, name="bot", role="bot")[1],
+        "bot": tenancy.token_create(tenant, name="bot", role="bot", bot=BOT)[1],
         "admin": tenancy.token_create(tenant, name="ci")[1],
     }
 

@@ -83,7 +83,7 @@ class World:
         self.url = live_server.url
         self.tenant = backends.unique_id("failover")
         tenancy.tenant_create(self.tenant, name="Failover")
-        self.bot_token = tenancy.token_create(self.tenant, name="bot", role="bot")[1]
+        self.bot_token = tenancy.token_create(self.tenant, name="bot", role="bot", bot=BOT)[1]
         self.agent_token = tenancy.token_create(self.tenant, name="sre", role="agent")[1]
         self.admin_token = tenancy.token_create(self.tenant, name="ci")[1]
         # The live server's first requests import the whole API: wait for it as a load balancer would.

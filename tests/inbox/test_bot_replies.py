@@ -32,7 +32,7 @@ def reply(shop, bot_token: str, item, *, bot: str = "support", **body):  # noqa:
 
 
 def test_a_fence_out_of_range_is_refused_naming_fence_and_leaves_no_fence_behind(shop):  # noqa: F811
-    token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
+    token = tenancy.token_create(shop.tenant, name="support", role="bot")[1]  # a bot token acts as its own bot
     item = inbound(shop, token)
     for fence in (10**18, 2**53, 0, -1, 1.5):
         status, body = reply(shop, token, item, fence=fence)
@@ -47,7 +47,7 @@ def test_a_fence_out_of_range_is_refused_naming_fence_and_leaves_no_fence_behind
 
 
 def test_a_bot_id_that_is_no_message_id_still_answers_and_a_refusal_after_the_lookup_writes_no_fence(shop):  # noqa: F811
-    token = tenancy.token_create(shop.tenant, name="bot", role="bot")[1]
+    token = tenancy.token_create(shop.tenant, name="bot", role="bot", bot="support bot/es")[1]
     item = inbound(shop, token, bot="support bot/es")
     # A malformed in_reply_to is refused naming it, before any write.
     status, body = reply(shop, token, {**item, "id": "not an id"}, bot="support bot/es", fence=9)

@@ -18,6 +18,33 @@ from botmesh_admin.tenancy import services as tenancy
 from tests.backends import unique_id
 
 
+class BotClient:
+    """Requests as a bot token of the bot the path names (``…/bots/<bot>/…``): a bot token acts only as its
+    own bot, so one is created per bot on first use; paths naming no bot use the first token."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.clients: dict[str, Client] = {}
+
+    def client(self, path: str) -> Client:
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(path).path.split("/")
+        bot = unquote(parts[parts.index("bots") + 1]) if "bots" in parts[:-1] else "bot"
+        if not 1 <= len(bot) <= 63:  # no bot id: the path is refused (422 naming bot) before the token's bot
+            bot = "bot"
+        if bot not in self.clients:
+            _, token = tenancy.token_create(self.tenant, name="bot", role="bot", bot=bot)
+            self.clients[bot] = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        return self.clients[bot]
+
+    def get(self, path: str, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        return self.client(path).get(path, *args, **kwargs)
+
+    def post(self, path: str, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        return self.client(path).post(path, *args, **kwargs)
+
+
 @dataclass
 class TenantClient:
     """A tenant, API clients holding an agent's and a bot's token, and a logged-in member's client.
@@ -29,7 +56,7 @@ class TenantClient:
     api: Client
     page: Client
     token: str
-    bot: Client
+    bot: BotClient
 
     def push(self, bot: str, body: dict, **extra: object):  # type: ignore[no-untyped-def]
         # A client percent-escapes the bot id (any text: "/", newlines, any script).
@@ -45,7 +72,6 @@ def make_tenant(role: str = "agent") -> TenantClient:
     tenant = unique_id("obs")
     tenancy.tenant_create(tenant, name=f"Tenant {tenant}")
     _, plaintext = tenancy.token_create(tenant, name="agent", role="agent")
-    _, bot_token = tenancy.token_create(tenant, name="bot", role="bot")
     user = get_user_model().objects.create_user(username=f"u-{tenant}", password="pw-12345678")
     tenancy.membership_set(tenant, username=user.username, role=role)
     page = Client()
@@ -55,7 +81,7 @@ def make_tenant(role: str = "agent") -> TenantClient:
         api=Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}"),
         page=page,
         token=plaintext,
-        bot=Client(HTTP_AUTHORIZATION=f"Bearer {bot_token}"),
+        bot=BotClient(tenant),
     )
 
 

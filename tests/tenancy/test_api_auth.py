@@ -152,3 +152,39 @@ def test_api_docs_need_no_internet(client: Client) -> None:
     """Swagger UI comes from the project's static files (the machine may have no internet)."""
     html = client.get("/api/v1/docs").content.decode()
     assert "swagger-ui-bundle.js" in html and "cdn." not in html and "/static/ninja/" in html
+
+
+def test_a_bot_token_acts_only_as_its_own_bot(world, client: Client) -> None:
+    """Review of the bot replicas: a bot token could read the feed of, answer as and push metrics for any
+    bot of its tenant. It is bound to the bot it was created for; admins keep every bot."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(
+        "botmesh_token", "create", "acme", "--name", "ventas bot", "--bot", "ventas-bot", "--role", "bot", stdout=out
+    )
+    ventas = out.getvalue().strip()
+    base = "/api/v1/tenants/acme/bots"
+    reply = {"conversation_id": "c_00000000000000000000aa", "in_reply_to": "m1", "text": "hola", "fence": 1}
+    for path, body in (("soporte-bot/inbound?since_ms=0", None), ("soporte-bot/replies", reply)):
+        if body is None:
+            resp = client.get(f"{base}/{path}", **bearer(ventas))
+        else:
+            resp = client.post(f"{base}/{path}", body, content_type="application/json", **bearer(ventas))
+        assert resp.status_code == 403, (path, resp.content)
+        assert resp.json()["error"] == "permission_denied"
+        assert "'soporte-bot'" in resp.json()["message"] and "'ventas-bot'" in resp.json()["message"]
+    resp = client.post(
+        f"{base}/soporte-bot/metrics", {"replica": "pod-a"}, content_type="application/json", **bearer(ventas)
+    )
+    assert (resp.status_code, resp.json()["error"]) == (403, "permission_denied")
+    # Its own bot, and an admin token for any bot, pass the check (the made-up reply is then refused as such).
+    assert client.get(f"{base}/ventas-bot/inbound?since_ms=0", **bearer(ventas)).status_code == 200
+    resp = client.post(f"{base}/ventas-bot/replies", reply, content_type="application/json", **bearer(ventas))
+    assert resp.status_code in (404, 422) and resp.json()["error"] != "permission_denied"
+    assert client.get(f"{base}/soporte-bot/inbound?since_ms=0", **bearer(world.acme_token)).status_code == 200
+    out = StringIO()
+    call_command("botmesh_token", "list", "acme", stdout=out)
+    assert "\tbot:ventas-bot\t" in out.getvalue()

@@ -313,7 +313,9 @@ class Command(BaseCommand):
             return {}
         for old in ApiToken.objects.filter(tenant_id=demo.DEMO_TENANT, name=BOT_TOKEN_NAME, revoked_at=None):
             services.token_revoke(demo.DEMO_TENANT, token_id=old.id)
-        _, token = services.token_create(demo.DEMO_TENANT, name=BOT_TOKEN_NAME, role="bot", created_by="botmesh_run")
+        _, token = services.token_create(
+            demo.DEMO_TENANT, name=BOT_TOKEN_NAME, role="bot", bot=demo.DEMO_BOT, created_by="botmesh_run"
+        )
         url = settings.BOTMESH_COORDINATION_URL
         if url == "kv:":  # the bot has no Django: it opens the admin's Kv itself
             url = f"kv:{settings.BOTMESH_KV_URL}"

@@ -1,4 +1,7 @@
-"""``manage.py botmesh_token create <tenant> --name N [--role admin|agent]`` / ``revoke <tenant> <id>``."""
+"""``manage.py botmesh_token create <tenant> --name N [--role admin|agent|bot] [--bot B]`` / ``revoke <tenant> <id>``.
+
+A bot token acts only as its bot: ``--bot`` (default: ``--name``).
+"""
 
 from __future__ import annotations
 
@@ -17,12 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("token_id", nargs="?", type=int)
         parser.add_argument("--name", default="cli")
         parser.add_argument("--role", default="admin", choices=["admin", "agent", "bot"])
+        parser.add_argument("--bot", default=None, help="role bot: the one bot id it acts as (default: --name)")
 
     def handle(self, *args, **opts) -> None:  # type: ignore[no-untyped-def]
         try:
             if opts["action"] == "create":
                 _, plaintext = services.token_create(
-                    opts["tenant"], name=opts["name"], role=opts["role"], created_by="cli"
+                    opts["tenant"], name=opts["name"], role=opts["role"], created_by="cli", bot=opts["bot"]
                 )
                 self.stdout.write(plaintext)
             elif opts["action"] == "revoke":
@@ -33,6 +37,7 @@ class Command(BaseCommand):
             else:
                 for t in selectors.token_list(opts["tenant"]):
                     state = "revoked" if t.revoked_at else "active"
-                    self.stdout.write(f"{t.pk}\t{t.name}\t{t.role}\tbm_{t.prefix}_…\t{state}")
+                    role = f"bot:{t.bot}" if t.bot is not None else t.role
+                    self.stdout.write(f"{t.pk}\t{t.name}\t{role}\tbm_{t.prefix}_…\t{state}")
         except DomainError as exc:
             raise CommandError(exc.message) from None
