@@ -245,12 +245,17 @@ class DeploymentRegistry:
         *,
         actor: str,
         lease_ms: int = DEFAULT_LEASE_MS,
+        decision: bool = False,
     ) -> GateRun:
         """Reserve ``gate`` of ``version`` for one run until now + ``lease_ms`` (ms).
 
         One run of one gate per version at a time: a live reservation raises
         ``GateBusy`` (409); an expired one is taken over (audited). Raise
         ``NotFound`` if the version does not exist or does not list ``gate``.
+        ``decision`` (a person's decision, ``gate_decide``): the gate must still
+        await one (``GateState.awaits_decision``) on the read the reservation's
+        compare-and-set is made against, else ``GateNotDecidable`` (409) — so of
+        two admins deciding at once the second is refused, never overrides.
         """
         validate_gate(gate)
         if not isinstance(lease_ms, int) or not 1000 <= lease_ms <= MAX_LEASE_MS:
@@ -268,6 +273,8 @@ class DeploymentRegistry:
                     run_id=state.run_id,
                     expires_at=state.expires_at,
                 )
+            if decision and not state.awaits_decision:
+                raise _not_decidable(gate, version, state, current)
             took_over = state.run_id if state.status == RUNNING else None
             run = GateRun(
                 run_id=new_run_id(),
@@ -590,6 +597,14 @@ def gate_run_finish(
 DECISION_LEASE_MS = 60_000  # the run a decision records lasts one request; a crash mid-way frees it after this
 
 
+def _not_decidable(gate: str, version: str, state: GateState, current: BotVersion) -> GateNotDecidable:
+    return GateNotDecidable(
+        f"gate {gate!r} of {version!r} is {state.status}: a person decides only a manual gate"
+        " or one whose run was inconclusive",
+        current_version=current.revision,
+    )
+
+
 def gate_decide(
     tenant: str, bot: str, version: str, gate: str, *, decision: str, reason: str, actor: str
 ) -> BotVersion:
@@ -618,12 +633,10 @@ def gate_decide(
     if state is None:
         raise NotFound(f"version {version!r} of {bot!r} has no gate {gate!r}")
     if not state.awaits_decision:
-        raise GateNotDecidable(
-            f"gate {gate!r} of {version!r} is {state.status}: a person decides only a manual gate"
-            " or one whose run was inconclusive",
-            current_version=current.revision,
-        )
-    run = registry.start_gate_run(tenant, bot, version, gate, actor=actor, lease_ms=DECISION_LEASE_MS)
+        raise _not_decidable(gate, version, state, current)
+    # Checked again inside the reservation's compare-and-set: a decision landing since this read
+    # (another admin, a double submit) makes this one 409, not a silent override.
+    run = registry.start_gate_run(tenant, bot, version, gate, actor=actor, lease_ms=DECISION_LEASE_MS, decision=True)
     verb = "approved" if decision == "approve" else "rejected"
     decided = registry.finish_gate_run(
         tenant,
