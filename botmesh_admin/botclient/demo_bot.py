@@ -10,8 +10,10 @@ session) and ``scheduler`` (which sweeps the whole feed every
 cleanly (pushes what is left, releases its leases); SIGKILL leaves its leases
 to expire after ``--lease-ms``.
 
-Configuration: ``BOTMESH_BOT_TOKEN`` (the bot token; never on the command
-line, where ``ps`` shows it), the options below. No Django.
+Configuration: ``BOTMESH_BOT_TOKEN`` (the bot token) and ``BOTMESH_COORDINATION_URL``
+(the coordinator URL: ``redis://user:password@…``, ``kv:<Kv URL>``, ``memory:``) from the
+environment or the file named by ``<NAME>_FILE`` (``botmesh_admin.config.env``), never on the
+command line, where ``ps`` shows them; the options below. No Django.
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenant", default="tienda")
     parser.add_argument("--bot", default="tienda-bot")
     parser.add_argument("--replica-id", required=True)
-    parser.add_argument("--coordination", required=True, help="coordinator URL (redis://…, kv:<Kv URL>, memory:)")
+    parser.add_argument(
+        "--coordination",
+        default=None,
+        help="coordinator URL without credentials (memory:, kv:sqlite:///…); default and for any URL holding "
+        "a password: BOTMESH_COORDINATION_URL (or _FILE) in the environment, which ps does not show",
+    )
     parser.add_argument("--lease-ms", type=int, default=15000)
     parser.add_argument("--provider", default="main", help="the exclusive transport led: provider:<id>")
     parser.add_argument("--provider-down-ms", type=int, default=5000)
@@ -87,9 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
+    coordination = args.coordination or env("BOTMESH_COORDINATION_URL")
+    if not coordination:
+        print("demo_bot: BOTMESH_COORDINATION_URL (or _FILE, or --coordination) is not set", file=sys.stderr)
+        return 2
+
     admin = AdminClient(args.admin_url, tenant=args.tenant, bot=args.bot, token=token)
     coordinator = coordinator_for(
-        args.coordination, tenant=args.tenant, bot=args.bot, lease_ms=args.lease_ms, replica_id=args.replica_id
+        coordination, tenant=args.tenant, bot=args.bot, lease_ms=args.lease_ms, replica_id=args.replica_id
     )
     replica = BotReplica(
         admin,

@@ -216,6 +216,19 @@ def test_the_demo_bot_runs_as_n_supervised_replica_processes_over_the_embedded_c
                               rf"http://127.0.0.1:{port}/t/tienda/replicas/\)", printed)  # fmt: skip
             assert found, printed
             pids = [int(pid) for pid in found.groups()]
+            # Secrets never on the command line (ps shows it to every user): the coordinator and Kv URLs (a
+            # PostgreSQL or Redis one holds user:password@) and the token reach the replicas in their environment.
+            kv_url = env.get("BOTMESH_KV_URL") or "sqlite:///"
+            for pid in pids:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+                assert not any(re.search(r"://[^/@\s]*:[^/@\s]*@", arg) for arg in cmdline), cmdline
+                assert "--coordination" not in cmdline and not any(kv_url in arg or "bm_" in arg for arg in cmdline)
+                environ = dict(
+                    item.split("=", 1)
+                    for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+                    if item
+                )
+                assert environ["BOTMESH_COORDINATION_URL"].startswith("kv:") and environ["BOTMESH_BOT_TOKEN"]
             # Both register under the bot's prefix in the Kv, as replicas tienda-bot-1 and -2 of role bot.
             wait_until(lambda: len(_bot_replicas(tmp_path)) == 2, "two bot replicas to heartbeat", timeout_s=30)
             replicas = _bot_replicas(tmp_path)

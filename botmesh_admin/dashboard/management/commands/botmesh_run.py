@@ -25,8 +25,9 @@ Once the demo tenant exists, the demo's ``tienda-bot`` runs as ``--bot-replicas`
 (default ``BOT_REPLICAS``) supervised children ``bot-1`` … ``bot-N``
 (``python -m botmesh_admin.botclient.demo_bot``, logs ``bot-<n>.log``), each a
 replica ``tienda-bot-<n>`` coordinating over the embedded coordinator (the Kv:
-``kv:<BOTMESH_KV_URL>``, or ``BOTMESH_COORDINATION_URL``) with a bot token
-made at each start (the previous start's is revoked); ``--bot-replicas 0``
+``kv:<BOTMESH_KV_URL>``, or ``BOTMESH_COORDINATION_URL``) with a bot token bound to
+``tienda-bot``, made at each start (the previous start's is revoked); the token and the
+URLs reach the children in their environment, never their argv; ``--bot-replicas 0``
 starts none.
 """
 
@@ -319,10 +320,14 @@ class Command(BaseCommand):
         url = settings.BOTMESH_COORDINATION_URL
         if url == "kv:":  # the bot has no Django: it opens the admin's Kv itself
             url = f"kv:{settings.BOTMESH_KV_URL}"
-        # Secrets never on the command line, where ps shows them; a Redis coordinator keeps its fences' mark in the Kv.
-        bot_env = dict(env, BOTMESH_BOT_TOKEN=token, BOTMESH_KV_URL=str(settings.BOTMESH_KV_URL))
+        # Secrets never on the command line, where ps shows them: the token and both URLs (a PostgreSQL Kv's or
+        # a Redis coordinator's holds user:password@) go in the environment; a Redis coordinator keeps its fences'
+        # mark in the Kv.
+        bot_env = dict(
+            env, BOTMESH_BOT_TOKEN=token, BOTMESH_COORDINATION_URL=str(url), BOTMESH_KV_URL=str(settings.BOTMESH_KV_URL)
+        )
         argv = [sys.executable, "-m", "botmesh_admin.botclient.demo_bot", "--admin-url", base_url,
-                "--tenant", demo.DEMO_TENANT, "--bot", demo.DEMO_BOT, "--coordination", url]  # fmt: skip
+                "--tenant", demo.DEMO_TENANT, "--bot", demo.DEMO_BOT]  # fmt: skip
         return {
             f"bot-{n}": Child(
                 f"bot-{n}",
