@@ -126,6 +126,16 @@ def test_an_agent_refused_an_admin_page_reads_who_may(tenant):
 def test_an_address_without_its_final_slash_still_goes_to_the_page(tenant, admin):
     response = admin.get(f"/t/{tenant}/crm/contacts?q=ana")
     assert response.status_code == 301 and response["Location"] == f"/t/{tenant}/crm/contacts/?q=ana"
+    assert admin.head(f"/t/{tenant}/crm/contacts").status_code == 301
+
+
+def test_a_post_without_the_final_slash_is_a_404_naming_the_address_not_a_redirect_dropping_its_data(tenant, admin):
+    """A 301 makes the browser repeat a POST as a GET without its form: the data would be lost silently."""
+    response = admin.post(f"/t/{tenant}/settings/tokens", {"name": "ci"})
+    assert response.status_code == 404 and "Location" not in response
+    html = response.content.decode()
+    assert f"send the POST to /t/{tenant}/settings/tokens/ (with the final slash)" in html
+    assert admin.post(f"/t/{tenant}/no-such-page", {"x": "1"}).status_code == 404
 
 
 @pytest.mark.parametrize(

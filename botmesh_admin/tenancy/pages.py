@@ -101,9 +101,12 @@ def address_not_found(name: str, value: object) -> NotFound:
 def page_missing(request: HttpRequest, tenant: str, rest: str = "") -> HttpResponse:
     """``/t/<tenant>/<anything no route matches>``: the app's 404 page (Django's debug page is for developers).
 
-    Mounted last. An address without its final slash that names a page with one
-    is redirected to it (301), as ``CommonMiddleware``'s ``APPEND_SLASH`` would
-    do if this catch-all did not match every address.
+    Mounted last. A GET or HEAD of an address without its final slash that names
+    a page with one is redirected to it (301), as ``CommonMiddleware``'s
+    ``APPEND_SLASH`` would do if this catch-all did not match every address.
+    Another method (a POST) is not redirected — a 301 makes the browser repeat it
+    as a GET, without its form data — but answered with the 404 page naming the
+    address with the slash.
     """
     from django.conf import settings
     from django.http import HttpResponsePermanentRedirect
@@ -115,6 +118,11 @@ def page_missing(request: HttpRequest, tenant: str, rest: str = "") -> HttpRespo
         except Resolver404:
             match = None
         if match is not None and match.url_name != "page-missing":
+            if request.method not in ("GET", "HEAD"):
+                raise NotFound(
+                    f"page not found: send the {request.method} to {request.path}/ (with the final slash);"
+                    " it is not redirected, since a redirect would drop its data"
+                )
             query = request.META.get("QUERY_STRING", "")
             return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
     raise NotFound("page not found")
