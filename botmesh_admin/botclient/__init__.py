@@ -13,6 +13,14 @@ No Django is needed on the bot side: ``admin`` speaks HTTP with the bot's token
 and ``coordination`` talks to Redis or the Kv directly. The wire protocol (the
 endpoints, the coordinator's key layout, TTLs and value shapes) is in the
 README, "Bot replicas", for bots in other languages.
+
+Logs name a chat only by a keyed hash (``replica.id_hash``: 16 hex digits of HMAC-SHA256 of the chat id),
+keyed by ``BOTMESH_HASH_KEY`` (or ``BOTMESH_HASH_KEY_FILE``) when set — the admin's key gives the admin's
+hashes — else by a key derived from the bot token.
+
+Trust: a bot coordinating over ``kv:<the admin's Kv URL>`` holds the admin's store credentials and is
+fully trusted (the embedded demo on one machine); a bot of another party coordinates over Redis with an
+ACL limited to its prefix's keys (README, "Bot replicas").
 """
 
 from __future__ import annotations

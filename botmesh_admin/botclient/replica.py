@@ -29,6 +29,7 @@ background thread runs leadership, pushes and jobs (``start``/``close``).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import random
@@ -53,9 +54,29 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def id_hash(value: str) -> str:
-    """Return 12 hex digits of SHA-256 of ``value`` (chat ids never appear raw in logs)."""
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+def log_hash_key(token: str) -> bytes:
+    """Return the key of ``id_hash``: ``BOTMESH_HASH_KEY`` (through ``config.env``, so ``_FILE`` works) when set,
+    else a key derived from the bot ``token`` (SHA-256 of ``"botmesh-bot-log-hash\0" + token``).
+
+    With the admin's ``BOTMESH_HASH_KEY`` a chat's hash in the bot's logs is the one in the admin's logs and
+    traces (``observability.guard.hash_id``); without it, hashes still cannot be reversed by hashing candidate
+    phone numbers, but change with the token.
+    """
+    from botmesh_admin.config import env
+
+    configured = env("BOTMESH_HASH_KEY")
+    if configured:
+        return configured.encode("utf-8")
+    return hashlib.sha256(b"botmesh-bot-log-hash\0" + token.encode("utf-8")).digest()
+
+
+def id_hash(value: str, key: bytes) -> str:
+    """Return 16 hex digits of HMAC-SHA256 of ``value`` (stripped) under ``key`` (``log_hash_key``).
+
+    Chat ids never appear raw in logs, nor as an unkeyed hash, which anyone could reverse by hashing
+    every phone number (the house rule, as ``observability.guard.hash_id``).
+    """
+    return hmac.new(key, value.strip().encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
 
 
 class Transport(Protocol):
@@ -171,6 +192,7 @@ class BotReplica:
         """``handled_log``: a file that gets one JSON line per handled message (``Handled`` plus
         ``replica_id`` and ``incarnation``) — what a test's overlap detector reads."""
         self.admin = admin
+        self._hash_key = log_hash_key(getattr(admin, "_token", ""))  # chat ids in logs: keyed hash only
         self.coordinator = coordinator
         self.provider_id = provider_id
         self.transport = transport
@@ -300,7 +322,7 @@ class BotReplica:
             line.update(replica_id=self.replica_id, incarnation=self.incarnation)
             with self._lock, open(self.handled_log, "a", encoding="utf-8") as out:
                 out.write(json.dumps(line) + "\n")
-        log.info("%r: message of chat %s %s fence=%s", self, id_hash(message.chat_id), outcome, fence)
+        log.info("%r: message of chat %s %s fence=%s", self, id_hash(message.chat_id, self._hash_key), outcome, fence)
         return handled
 
     def poll(self, handler: Handler, *, since_ms: int, limit: int = 50, max_pages: int = 20) -> list[Handled]:

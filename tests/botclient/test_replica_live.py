@@ -339,3 +339,42 @@ def test_the_inbound_feed_pages_conversations_newest_first_and_stops_at_since_ms
     with pytest.raises(AdminError) as refused:  # another tenant's bot token reads nothing of this tenant
         foreign.inbound(since_ms=0)
     assert (refused.value.status, refused.value.body.get("items")) == (404, None)
+
+
+def test_the_replicas_log_names_a_chat_by_a_keyed_hash_only(admin, tokens, caplog, monkeypatch):
+    """Review of the bot replicas: the log held plain SHA-256 of the chat id (reversible by hashing phone
+    numbers). It is HMAC-SHA256, by BOTMESH_HASH_KEY (the admin's key: the admin's hash) or the token."""
+    import hashlib
+    import hmac
+    import logging
+
+    from django.conf import settings
+
+    from botmesh_admin.observability.guard import hash_id
+
+    def logged(n: int, key: str | None) -> tuple[str, str]:
+        """Answer one new message of chat ``n`` with ``BOTMESH_HASH_KEY`` = ``key``; its chat id and logged hash."""
+        if key is None:
+            monkeypatch.delenv("BOTMESH_HASH_KEY", raising=False)
+        else:
+            monkeypatch.setenv("BOTMESH_HASH_KEY", key)
+        _push(admin, [_inbound(n, 70 + n, "hola")])
+        caplog.clear()
+        replica = BotReplica(admin, coordinator_for("memory:", tenant=admin.tenant, bot=BOT, lease_ms=LEASE_MS))
+        try:
+            with caplog.at_level(logging.INFO, logger="botmesh.botclient"):
+                done = replica.poll(lambda message: "hola", since_ms=0)
+        finally:
+            replica.close(release=False)
+        assert [h.outcome for h in done] == ["answered"]
+        chat_id = next(m.chat_id for m in admin.inbound(since_ms=0)[0] if m.id == done[0].message_id)
+        (line,) = [r.getMessage() for r in caplog.records if "message of chat" in r.getMessage()]
+        assert chat_id not in line
+        return chat_id, line.split("message of chat ")[1].split()[0]
+
+    chat_id, with_admin_key = logged(0, str(settings.BOTMESH_HASH_KEY))
+    assert with_admin_key == hash_id(chat_id)  # one chat, one hash in the bot's and the admin's logs
+    chat_id, by_token = logged(1, None)
+    key = hashlib.sha256(b"botmesh-bot-log-hash\0" + tokens["bot"].encode()).digest()
+    assert by_token == hmac.new(key, chat_id.encode(), hashlib.sha256).hexdigest()[:16]
+    assert not hashlib.sha256(chat_id.encode()).hexdigest().startswith(by_token[:12])  # not the unkeyed hash
