@@ -167,3 +167,12 @@ def test_an_unknown_address_outside_a_tenant_is_the_apps_404_page(admin):
     response = admin.get("/no-such-page/")
     html = _page(response)
     assert response.status_code == 404 and "This page does not exist." in html, html[-800:]
+
+
+def test_the_time_zone_form_answers_only_a_post(tenant, admin):
+    """A GET of the time-zone action is 405 (``require_POST``), not a Settings page with a 422 error."""
+    response = admin.get(f"/t/{tenant}/settings/time-zone?time_zone=Europe/Madrid")
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    from botmesh_admin.tenancy.models import Tenant
+
+    assert Tenant.objects.get(id=tenant).time_zone == ""  # nothing set
