@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 
 from botmesh_admin.api import ErrorOut, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
@@ -24,12 +24,14 @@ class WhoAmIOut(Schema):
 class TokenIn(Schema):
     name: str
     role: str = one_of(("admin", "agent", "bot"), "admin")
+    bot: str | None = Field(None, description="role bot: the one bot id the token acts as (default: name)")
 
 
 class TokenOut(Schema):
     id: int
     name: str
     role: str
+    bot: str | None = None
     prefix: str
     created_by: str
     created_at: datetime
@@ -86,7 +88,7 @@ def token_list(request: HttpRequest, tenant: str) -> list[TokenOut]:
 def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> tuple[int, TokenCreatedOut]:
     """Create a token; the plaintext ``token`` is returned once and never stored."""
     p = principal(request)
-    token, plaintext = services.token_create(tenant, name=body.name, role=body.role, created_by=p.actor)
+    token, plaintext = services.token_create(tenant, name=body.name, role=body.role, created_by=p.actor, bot=body.bot)
     out = TokenCreatedOut(**TokenOut.from_orm(token).dict(), token=plaintext)
     return 201, out
 

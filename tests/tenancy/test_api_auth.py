@@ -188,3 +188,23 @@ def test_a_bot_token_acts_only_as_its_own_bot(world, client: Client) -> None:
     out = StringIO()
     call_command("botmesh_token", "list", "acme", stdout=out)
     assert "\tbot:ventas-bot\t" in out.getvalue()
+
+
+def test_a_bot_token_made_over_the_api_is_bound_to_its_bot(world, client: Client) -> None:
+    made = client.post(
+        "/api/v1/tenants/acme/tokens",
+        {"name": "ventas (pod)", "role": "bot", "bot": "ventas-bot"},
+        content_type="application/json",
+        **bearer(world.acme_token),
+    )
+    assert made.status_code == 201 and made.json()["bot"] == "ventas-bot"
+    token = made.json()["token"]
+    assert client.get("/api/v1/tenants/acme/bots/ventas-bot/inbound?since_ms=0", **bearer(token)).status_code == 200
+    assert client.get("/api/v1/tenants/acme/bots/otro/inbound?since_ms=0", **bearer(token)).status_code == 403
+    refused = client.post(
+        "/api/v1/tenants/acme/tokens",
+        {"name": "ops", "role": "agent", "bot": "ventas-bot"},
+        content_type="application/json",
+        **bearer(world.acme_token),
+    )
+    assert (refused.status_code, refused.json()["field"]) == (422, "token.bot")
