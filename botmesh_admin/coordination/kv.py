@@ -521,10 +521,11 @@ class KvBackend:
         replicas = []
         for entry in self._scan_all("r/", MAX_LISTED):
             info = entry.value
-            # A heartbeat is a bot process's JSON (any language): a malformed one is shown as
-            # unreadable (replica_status_from_info), never fails the snapshot of the others.
+            # A heartbeat is a bot process's JSON (any language): a malformed one never fails the
+            # snapshot of the others. Without a readable beat_ms its liveness is unknown: skipped (its
+            # TTL removes it); other bad fields show as unreadable (replica_status_from_info).
             beat = heartbeat_int(info.get("beat_ms")) if isinstance(info, dict) else None
-            age = now - (beat if beat is not None else now)
+            age = now - beat if beat is not None else live_ms + 1
             if age > live_ms:
                 continue
             replicas.append(replica_status_from_info(info, max(0, age)))
