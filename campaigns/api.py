@@ -17,7 +17,7 @@ from ninja import Field, Query, Router, Schema, Status
 from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 
 from . import selectors, services
-from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts
+from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts, campaign_to_json
 from .planner import Plan
 
 router = Router(tags=["campaigns"])
@@ -179,25 +179,11 @@ def progress_out(counts: DeliveryCounts) -> dict[str, Any]:
 
 
 def campaign_out(c: Campaign, counts: DeliveryCounts | None = None) -> dict[str, Any]:
-    """Return the API shape of a campaign (with its progress when ``counts`` is given)."""
-    return {
-        "id": c.id,
-        "name": c.name,
-        "segment_id": c.segment_id,
-        "channel": c.channel,
-        "channel_name": c.channel_name,
-        "message": c.message.to_json(),
-        "contact_ids": list(c.contact_ids) if c.contact_ids is not None else None,
-        "rate_per_s": c.rate_per_s,
-        "state": c.state,
-        "scheduled_at": c.scheduled_at,
-        "plan": c.plan.to_json() if c.plan else None,
-        "error": c.error,
-        "created_by": c.created_by,
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-        "started_at": c.started_at,
-        "finished_at": c.finished_at,
+    """Return the API shape of a campaign (with its progress when ``counts`` is given).
+
+    The stored JSON (``domain.campaign_to_json``) plus ``version`` and ``progress``.
+    """
+    return campaign_to_json(c) | {
         "version": c.version,
         "progress": progress_out(counts) if counts is not None else None,
     }

@@ -93,7 +93,6 @@ def _query(filters: dict[str, Any], **extra: Any) -> str:
 def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> dict[str, Any]:
     filters = _filters(request)
     agent = _agent(request)
-    from botmesh_admin.channels.selectors import channel_config_list
 
     if filters["q"]:
         return _search_context(request, tenant, selected, filters, agent)
@@ -110,6 +109,20 @@ def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> di
             limit=PAGE,
             after=request.GET.get("after") or None,
         )
+    return _page_context(tenant, rows, cursor, filters, selected, agent)
+
+
+def _page_context(
+    tenant: str,
+    rows: list[selectors.ConversationRow],
+    cursor: str | None,
+    filters: dict[str, Any],
+    selected: str | None,
+    agent: str,
+) -> dict[str, Any]:
+    """The template context of one page of the list, the same for a plain list and a search."""
+    from botmesh_admin.channels.selectors import channel_config_list
+
     return {
         "tenant": tenant,
         "rows": rows,
@@ -130,7 +143,6 @@ def _search_context(
 ) -> dict[str, Any]:
     """The list as a search: names and phones through the index (the list's filters apply), then message
     text by a bounded scan (the first page only; the page says what it searched)."""
-    from botmesh_admin.channels.selectors import channel_config_list
     from botmesh_admin.kv.indexes import IndexNotBuilt
 
     after = request.GET.get("after") or None
@@ -155,20 +167,7 @@ def _search_context(
         search["unavailable"] = "the search index is still being built (manage.py botmesh_reindex); try again soon"
     if after is None:
         search["messages"], search["scanned"] = selectors.message_search(tenant, filters["q"], agent=agent)
-    return {
-        "tenant": tenant,
-        "rows": rows,
-        "next": cursor,
-        "filters": filters,
-        "query": _query(filters),
-        "channel_configs": channel_config_list(tenant),
-        "selected": selected,
-        "agent": agent,
-        "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
-        "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},
-        "total_unread": sum(r.unread for r in rows),
-        "search": search,
-    }
+    return _page_context(tenant, rows, cursor, filters, selected, agent) | {"search": search}
 
 
 def _entries(messages: list[Message], notes: list[Note], events: list[ConversationEvent]) -> list[dict[str, Any]]:
