@@ -37,8 +37,7 @@ from botmesh_admin.demo import fixtures_dir  # noqa: E402
 from botmesh_admin.kv import Put, connect  # noqa: E402
 from deployments.services import DeploymentRegistry  # noqa: E402
 from deployments.stores.kv import KvDeploymentStore  # noqa: E402
-from hub.domain import parse_manifest  # noqa: E402
-from hub.runtime import current_runtime  # noqa: E402
+from hub.domain import current_runtime, parse_manifest  # noqa: E402
 from hub.services import PluginHub  # noqa: E402
 from hub.stores.kv import KvPluginStore  # noqa: E402
 

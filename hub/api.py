@@ -25,8 +25,7 @@ from botmesh_admin.api import (
 from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
-from .domain import MAX_MANIFEST_BYTES, AuditEvent, Installation
-from .runtime import RuntimeInfo
+from .domain import MAX_MANIFEST_BYTES, AuditEvent, Installation, RuntimeInfo
 
 router = Router(tags=["hub"])
 

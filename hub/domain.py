@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import nodesemver
@@ -29,7 +30,72 @@ from botmesh_admin.ids import new_audit_id as new_audit_id
 from botmesh_admin.jsonbody import json_load_object, json_type
 from botmesh_admin.validation import json_string
 
-from .runtime import RuntimeInfo
+# ---------------------------------------------------------------- the runtime
+# The default is a copy of ``fixtures/hub/runtime.json`` shipped with the package. Override it with
+# ``BOTMESH_HUB_RUNTIME_FILE`` (a JSON file of the same shape) and/or ``BOTMESH_HUB_RUNTIME_VERSION``
+# (just the version): validated at start by ``botmesh_admin.config.load_tuning`` and read from Django
+# settings at call time (never at import time).
+
+DEFAULT_RUNTIME: dict[str, Any] = {
+    "runtime_version": "1.6.2",
+    "known_permissions": [
+        "messages:read",
+        "messages:send",
+        "contacts:read",
+        "contacts:write",
+        "http:fetch",
+        "storage:read",
+        "storage:write",
+        "schedule:write",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """The running plugin runtime: its SemVer ``version`` and the permissions that exist."""
+
+    version: str
+    known_permissions: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "runtime") -> RuntimeInfo:
+        """Build from ``{"runtime_version": str, "known_permissions": [str, ...]}``."""
+        if not isinstance(data, dict):
+            raise ValidationError(source, "not a JSON object")
+        version = data.get("runtime_version")
+        if not isinstance(version, str) or not semver.Version.is_valid(version):
+            raise ValidationError(f"{source}.runtime_version", "not a SemVer 2.0 version")
+        perms = data.get("known_permissions")
+        if not isinstance(perms, list) or not all(isinstance(p, str) and p for p in perms):
+            raise ValidationError(f"{source}.known_permissions", "must be a list of strings")
+        return cls(version=version, known_permissions=tuple(dict.fromkeys(perms)))
+
+
+def _setting(name: str) -> str | None:
+    try:
+        from django.conf import settings
+
+        value = getattr(settings, name, None)
+    except Exception:  # settings not configured (plain Python use)
+        value = None
+    return str(value) if value else None
+
+
+def current_runtime() -> RuntimeInfo:
+    """Return the configured runtime (the shipped default unless overridden)."""
+    data: Any = DEFAULT_RUNTIME
+    path = _setting("BOTMESH_HUB_RUNTIME_FILE")
+    if path:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    info = RuntimeInfo.from_dict(data, source="BOTMESH_HUB_RUNTIME_FILE" if path else "runtime")
+    version = _setting("BOTMESH_HUB_RUNTIME_VERSION")
+    if version:
+        if not semver.Version.is_valid(version):
+            raise ValidationError("BOTMESH_HUB_RUNTIME_VERSION", "not a SemVer 2.0 version")
+        info = RuntimeInfo(version=version, known_permissions=info.known_permissions)
+    return info
+
 
 MAX_MANIFEST_BYTES = 256 * 1024
 """Largest manifest body accepted (bytes), before parsing."""

@@ -6,8 +6,7 @@ import re
 
 from botmesh_admin.cursors import cursor_check
 
-from .domain import ID_RE, AuditEvent, Installation, PluginCounts
-from .runtime import RuntimeInfo
+from .domain import ID_RE, AuditEvent, Installation, PluginCounts, RuntimeInfo
 from .services import default_hub
 
 AUDIT_CURSOR = re.compile(r"[0-9]{15}-[0-9]{12}-[0-9a-f]{6}")  # the last event's id (``new_audit_id``)

@@ -24,12 +24,13 @@ from .domain import (
     Installation,
     Manifest,
     PluginCounts,
+    RuntimeInfo,
+    current_runtime,
     new_audit_id,
     parse_manifest,
     validate_permission_list,
     validate_plugin_id,
 )
-from .runtime import RuntimeInfo, current_runtime
 from .stores.base import PluginStore
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ CAS_ATTEMPTS = 20
 class PluginHub:
     """Per-tenant plugin installations over a ``PluginStore``.
 
-    ``runtime`` defaults to the configured one (``hub.runtime.current_runtime``);
+    ``runtime`` defaults to the configured one (``hub.domain.current_runtime``);
     ``clock`` returns epoch milliseconds.
     """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from botmesh_admin.demo import fixtures_dir
-from hub.runtime import RuntimeInfo
+from hub.domain import RuntimeInfo
 from hub.services import PluginHub
 from hub.stores.base import PluginStore
 from hub.stores.kv import KvPluginStore

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from botmesh_admin.errors import ValidationError
-from hub.domain import MAX_MANIFEST_BYTES, parse_manifest, runtime_satisfies, validate_runtime_range
-from hub.runtime import DEFAULT_RUNTIME, current_runtime
+from hub.domain import (
+    DEFAULT_RUNTIME,
+    MAX_MANIFEST_BYTES,
+    current_runtime,
+    parse_manifest,
+    runtime_satisfies,
+    validate_runtime_range,
+)
 
 from .conftest import RUNTIME
 

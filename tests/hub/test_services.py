@@ -8,8 +8,7 @@ import threading
 import pytest
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from hub.domain import IncompatibleRuntime, PermissionsPending
-from hub.runtime import RuntimeInfo
+from hub.domain import IncompatibleRuntime, PermissionsPending, RuntimeInfo
 from hub.services import PluginHub
 
 ADMIN = "user:ana"

@@ -16,7 +16,7 @@ from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.kv.validation import now_ms
 
-from .domain import (
+from ..domain import (
     DECISIONS,
     FAILED,
     MAX_DETAILS,
@@ -42,7 +42,7 @@ from .domain import (
     validate_gate,
     validate_version,
 )
-from .stores.base import DeploymentStore
+from ..stores.base import DeploymentStore
 
 log = logging.getLogger(__name__)
 
@@ -557,7 +557,7 @@ def default_registry() -> DeploymentRegistry:
 
     from botmesh_admin.kv.runtime import default_kv
 
-    from .stores.kv import KvDeploymentStore
+    from ..stores.kv import KvDeploymentStore
 
     retain = getattr(settings, "BOTMESH_RETAIN_VERSIONS", None)  # validated by config.load_tuning
     return DeploymentRegistry(KvDeploymentStore(default_kv()), int(retain) if retain else None)
