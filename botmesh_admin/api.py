@@ -187,7 +187,7 @@ def _path_id_not_found(request: HttpRequest, exc: DomainError) -> DomainError:
     match = request.resolver_match
     field = exc.field if isinstance(exc, ValidationError) else None
     if field in PATH_LOOKUP_IDS and match is not None and field in match.kwargs:
-        from botmesh_admin.tenancy.pages import address_not_found
+        from botmesh_admin.tenancy.decorators import address_not_found
 
         return address_not_found(field, match.kwargs[field])
     return exc

@@ -2,7 +2,7 @@
 
 Every page shows times in the tenant's time zone (``Tenant.time_zone``, set on
 the Settings page; UTC until it is set), activated for the request by
-``tenancy.pages.tenant_page`` through Django's time-zone support
+``tenancy.decorators.tenant_page`` through Django's time-zone support
 (``django.utils.timezone.activate`` with a ``zoneinfo.ZoneInfo``). The format is
 the same everywhere — ``2026-12-01 09:55:59 -05`` (ISO 8601 date and time, then
 the zone's abbreviation, ``UTC`` for UTC) — inside a ``<time>`` element whose

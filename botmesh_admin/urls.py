@@ -11,12 +11,12 @@ from django.urls import include, path
 from botmesh_admin.api import api
 from botmesh_admin.observability import health
 from botmesh_admin.tenancy import views as tenancy_views
-from botmesh_admin.tenancy.pages import page_missing
+from botmesh_admin.tenancy.decorators import page_missing
 
 # (module, URL prefix inside /t/<tenant>/) — a module that does not exist yet is skipped.
 TENANT_APPS = [
     ("botmesh_admin.tenancy.urls", "settings/"),
-    ("botmesh_admin.channels.pages", "channels/"),
+    ("botmesh_admin.channels.views", "channels/"),
     ("botmesh_admin.dashboard.urls", ""),
     ("botmesh_admin.events.urls", "journal/"),
     ("inbox.urls", "inbox/"),

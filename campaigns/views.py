@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import check_all, error_text, form_error
-from botmesh_admin.tenancy.pages import (
+from botmesh_admin.tenancy.decorators import (
     list_query_checked,
     page_principal,
     render_error,

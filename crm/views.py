@@ -21,7 +21,7 @@ from botmesh_admin import confirmation
 from botmesh_admin.errors import Conflict, DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, check_all, error_text, form_error
 from botmesh_admin.jsonbody import json_load
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
 
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, normalize_identities, validate_attributes, validate_name

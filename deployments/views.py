@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import error_text
-from botmesh_admin.tenancy.pages import page_principal, tenant_page
+from botmesh_admin.tenancy.decorators import page_principal, tenant_page
 
 from . import selectors, services
 from .domain import MAX_REASON, validate_bot

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, error_text, form_error
-from botmesh_admin.tenancy.pages import page_principal, tenant_page
+from botmesh_admin.tenancy.decorators import page_principal, tenant_page
 
 from . import selectors, services
 from .domain import MAX_MANIFEST_BYTES

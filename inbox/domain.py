@@ -287,7 +287,7 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
     sender (``sender_id``, ``"whatsapp:" + from``, so a WhatsApp ``from`` of at
     most 191 characters), the chat (``chat_key``), the message a reaction or an
     edit names, a status's message and chat. Such an event fails projection on
-    every attempt, so the webhook skips it (``channels.views``) and projection
+    every attempt, so the webhook skips it (``channels.webhooks``) and projection
     skips one journaled before. A ``reply_to`` that is no id is not a reason:
     the message is stored without it.
     """

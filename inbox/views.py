@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
-from botmesh_admin.tenancy.pages import list_query_checked, page_principal, tenant_page
+from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, tenant_page
 
 from . import replies, selectors, services
 from .domain import CONVERSATION_ID_RE, CONVERSATION_STATUSES, Conversation, ConversationEvent, Message, Note

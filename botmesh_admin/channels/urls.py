@@ -2,10 +2,10 @@
 
 from django.urls import path
 
-from . import views
+from . import webhooks
 
 app_name = "webhooks"
 urlpatterns = [
-    path("whatsapp/<str:tenant>", views.whatsapp_webhook, name="whatsapp"),
-    path("telegram/<str:tenant>/<str:name>", views.telegram_webhook, name="telegram"),
+    path("whatsapp/<str:tenant>", webhooks.whatsapp_webhook, name="whatsapp"),
+    path("telegram/<str:tenant>/<str:name>", webhooks.telegram_webhook, name="telegram"),
 ]

@@ -18,7 +18,7 @@ from botmesh_admin.coordination import selectors, services
 from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, form_error
-from botmesh_admin.tenancy.pages import page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
 from botmesh_admin.timefmt import format_instant
 
 REPLICAS_POLL_S = 2

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin.errors import DomainError, ValidationError
 from botmesh_admin.formerrors import error_text
-from botmesh_admin.tenancy.pages import list_query_checked, page_principal, render_error, tenant_page
+from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, render_error, tenant_page
 
 from . import selectors, services
 from .base import STATES, EventRecord

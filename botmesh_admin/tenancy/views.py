@@ -16,7 +16,7 @@ from botmesh_admin.formerrors import form_error
 from botmesh_admin.kv.tenant import ID_RE
 
 from . import selectors, services, throttle
-from .pages import LAST_TENANT, page_principal, render_error, tenant_page
+from .decorators import LAST_TENANT, page_principal, render_error, tenant_page
 
 NEW_TOKEN = "botmesh_new_token"
 
