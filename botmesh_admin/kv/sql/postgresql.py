@@ -1,127 +1,29 @@
-"""SqlKv: DurableKv in one SQL table, on SQLite (stdlib) or PostgreSQL (psycopg 3).
+"""The PostgreSQL dialect of SqlKv (psycopg 3).
 
-Both dialects share one table, created if missing::
-
-    botmesh_kv(tbl, key, value, version, expires_at, PRIMARY KEY (tbl, key))
-
-``key`` compares in byte order (PostgreSQL ``COLLATE "C"``, SQLite ``BINARY``),
-``value`` is the JSON text of the value (text rather than ``jsonb``, so every
-JSON value, ``"\\u0000"`` included, round-trips exactly) and ``expires_at`` is
-epoch milliseconds or NULL.
-
-- **PostgreSQL**: a commit is one round trip to the PL/pgSQL function
-  ``botmesh_kv_commit_v2``, one transaction that takes a transaction-level
-  advisory lock per (table, key) — absent keys included, so ``ABSENT``
-  expectations are exact under concurrency — then row locks, checks every
-  expectation and only then writes. A single ``Put``/``Delete`` of an existing
-  key with ``ANY`` or a version is one ``UPDATE``/``DELETE … WHERE version = n``
-  instead (the common compare-and-set, as cheap as hand-written SQL), and a
-  single ``Add`` to an existing counter is one ``UPDATE … SET value = value +
-  delta``. An ``Add`` never fails on a concurrent ``Add``: it waits for the
-  row (or advisory) lock and adds to whatever was committed. Expiry uses the
-  server's clock.
-- **SQLite**: a commit is one ``BEGIN IMMEDIATE`` transaction (WAL mode,
-  ``synchronous=FULL``, 30 s busy timeout). Expiry uses this host's clock.
-
-Each thread (and each process) gets its own connection. Driver errors are
-raised as ``StoreUnavailable``.
+A commit is one round trip to the PL/pgSQL function ``botmesh_kv_commit_v2``,
+one transaction that takes a transaction-level advisory lock per (table, key) —
+absent keys included, so ``ABSENT`` expectations are exact under concurrency —
+then row locks, checks every expectation and only then writes. A single
+``Put``/``Delete`` of an existing key with ``ANY`` or a version is one
+``UPDATE``/``DELETE … WHERE version = n`` instead (the common compare-and-set,
+as cheap as hand-written SQL), and a single ``Add`` to an existing counter is one
+``UPDATE … SET value = value + delta``. An ``Add`` never fails on a concurrent
+``Add``: it waits for the row (or advisory) lock and adds to whatever was
+committed. Expiry uses the server's clock.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, NoReturn, TypeVar
-from urllib.parse import unquote, urlsplit
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
-from botmesh_admin.errors import StoreUnavailable, ValidationError
+from botmesh_admin.errors import StoreUnavailable
 
-from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
-from .encoding import dump_value, load_value, prefix_end, scan_start
-from .validation import (
-    added,
-    expectation_holds,
-    now_ms,
-    validate_commit,
-    validate_get_many,
-    validate_import,
-    validate_key,
-    validate_scan,
-    validate_sweep_limit,
-    validate_table,
-    validate_table_prefix,
-)
-
-Conn = TypeVar("Conn")
-
-
-class _Slot:
-    """One thread's connection; closing it is left to a finalizer (thread exit or ``close``)."""
-
-    __slots__ = ("conn", "pid", "finalizer", "__weakref__")
-
-    conn: Any
-    pid: int
-    finalizer: weakref.finalize
-
-
-def _close_quietly(close: Callable[[Any], None], conn: Any) -> None:
-    with contextlib.suppress(Exception):
-        close(conn)
-
-
-class ThreadConnections(Generic[Conn]):
-    """Hand each thread (and each process) its own connection; close them all on ``close``.
-
-    A connection made before a ``fork`` is abandoned in the child, never closed
-    there, so the parent's session survives.
-    """
-
-    def __init__(self, open_conn: Callable[[], Conn], close_conn: Callable[[Conn], None]) -> None:
-        self._open = open_conn
-        self._close_conn = close_conn
-        self._local = threading.local()
-        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self.closed = False
-
-    def get(self) -> Conn:
-        """Return this thread's connection, opening it first if needed."""
-        if self.closed:
-            raise StoreUnavailable("the Kv is closed")
-        slot: _Slot | None = getattr(self._local, "slot", None)
-        if slot is not None:
-            if slot.pid == os.getpid():
-                return slot.conn
-            slot.finalizer.detach()  # inherited through fork: belongs to the parent
-        conn = self._open()
-        slot = _Slot()
-        slot.conn, slot.pid = conn, os.getpid()
-        slot.finalizer = weakref.finalize(slot, _close_quietly, self._close_conn, conn)
-        with self._lock:
-            self._slots.add(slot)
-        self._local.slot = slot
-        return conn
-
-    def discard(self) -> None:
-        """Close this thread's connection (after a connection-level error)."""
-        slot: _Slot | None = getattr(self._local, "slot", None)
-        if slot is not None:
-            self._local.slot = None
-            if slot.pid == os.getpid():
-                slot.finalizer()
-
-    def close(self) -> None:
-        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
-        self.closed = True
-        with self._lock:
-            slots = list(self._slots)
-        for slot in slots:
-            if slot.pid == os.getpid():
-                slot.finalizer()
+from ..base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
+from ..encoding import dump_value, load_value
+from ..validation import added
+from .connections import _NOT_AN_INTEGER, ThreadConnections, _scan_sql, _tables_sql
 
 
 def _refuse_add(ops: Sequence[Op], i: int, stored: str | bytes | None) -> NoReturn:
@@ -135,9 +37,6 @@ def _refuse_add(ops: Sequence[Op], i: int, stored: str | bytes | None) -> NoRetu
     assert isinstance(op, Add)
     added(_NOT_AN_INTEGER if stored is None else load_value(stored), op.delta, f"ops[{i}]")
     raise StoreUnavailable(f"the server refused ops[{i}] (an Add) for no reason MemoryKv knows")
-
-
-_NOT_AN_INTEGER = "not an integer"  # stands for a stored value added() must refuse
 
 
 def _kind(op: Op) -> str:
@@ -155,8 +54,6 @@ def _expect_code(op: Op) -> int:
         return op.expect
     return -1 if op.expect is ANY else 0
 
-
-# -- PostgreSQL ------------------------------------------------------------------------
 
 # Epoch milliseconds on the server. statement_timestamp() is fixed for a statement,
 # so a scan filters every row against the same instant.
@@ -346,24 +243,6 @@ _PG_SWEEP = (
 )
 
 
-def _scan_sql(placeholder: str, now: str, inclusive: bool, bounded: bool) -> str:
-    p = placeholder
-    return (
-        f"SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = {p}"
-        f" AND key {'>=' if inclusive else '>'} {p}"
-        f"{f' AND key < {p}' if bounded else ''}"
-        f" AND (expires_at IS NULL OR expires_at > {now}) ORDER BY key LIMIT {p}"
-    )
-
-
-def _tables_sql(placeholder: str, now: str, bounded: bool) -> str:
-    p = placeholder
-    return (
-        f"SELECT tbl FROM botmesh_kv WHERE tbl >= {p}{f' AND tbl < {p}' if bounded else ''}"
-        f" AND (expires_at IS NULL OR expires_at > {now}) GROUP BY tbl ORDER BY tbl"
-    )
-
-
 _PG_TABLES = {bnd: _tables_sql("%s", _PG_NOW, bnd) for bnd in (True, False)}
 # Restores only (a stopped installation), but the advisory lock of commit() is
 # still taken so a stray writer cannot interleave with an imported key.
@@ -376,21 +255,6 @@ _PG_IMPORT = (
     " ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,"
     " expires_at = EXCLUDED.expires_at"
 )
-_IMPORT_SQLITE = (
-    "INSERT INTO botmesh_kv (tbl, key, value, version, expires_at) VALUES (?, ?, ?, ?, ?)"
-    " ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value, version = excluded.version,"
-    " expires_at = excluded.expires_at"
-)
-
-
-def _import_rows(table: str, entries: Sequence[Entry]) -> list[tuple[Any, ...]]:
-    now = now_ms()
-    return [
-        (table, e.key, dump_value(e.value), e.version, e.expires_at)
-        for e in entries
-        if e.expires_at is None or e.expires_at > now
-    ]
-
 
 _PG_SCAN = {(inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)}
 
@@ -553,282 +417,3 @@ class _Postgres:
 
     def close(self) -> None:
         self._conns.close()
-
-
-# -- SQLite ----------------------------------------------------------------------------
-
-_SQLITE_DDL = (
-    """
-    CREATE TABLE IF NOT EXISTS botmesh_kv (
-        tbl TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        expires_at INTEGER,
-        PRIMARY KEY (tbl, key)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS botmesh_kv_expires_at
-        ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
-    """,
-)
-_SQLITE_SCAN = {(inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)}
-_SQLITE_GET_MANY = (
-    "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = ?"
-    " AND key IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
-)
-_SQLITE_ROW = "SELECT version, expires_at FROM botmesh_kv WHERE tbl = ? AND key = ?"
-_SQLITE_ROW_VALUE = "SELECT version, expires_at, value FROM botmesh_kv WHERE tbl = ? AND key = ?"
-
-
-def sqlite_path_from_url(url: str) -> str:
-    """Return the database path of ``sqlite:///relative.db`` or ``sqlite:////abs/path.db``.
-
-    Raise ``ValidationError`` (field ``url``) for an empty path or ``:memory:``
-    (use ``memory://``: each thread would get a different in-memory database).
-    """
-    parts = urlsplit(url)
-    path = unquote(parts.path)[1:]
-    if parts.netloc or not path or path == ":memory:":
-        raise ValidationError("url", f"use sqlite:///relative.db or sqlite:////absolute/path.db, not {url!r}")
-    return path
-
-
-class _Sqlite:
-    """SQLite dialect: WAL, ``BEGIN IMMEDIATE`` commits, the host's clock."""
-
-    def __init__(self, url: str) -> None:
-        import sqlite3
-
-        self._sqlite3 = sqlite3
-        self._path = sqlite_path_from_url(url)
-        self._schema_ready = False
-        self._conns: ThreadConnections[sqlite3.Connection] = ThreadConnections(self._connect, lambda conn: conn.close())
-        with self._errors():
-            self._conns.get()
-
-    def _connect(self) -> Any:
-        # check_same_thread=False only so a finalizer may close it from another
-        # thread; ThreadConnections never shares a connection between threads.
-        conn = self._sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA synchronous=FULL")
-        if not self._schema_ready:
-            conn.execute("PRAGMA journal_mode=WAL")
-            for statement in _SQLITE_DDL:
-                conn.execute(statement)
-            self._schema_ready = True
-        return conn
-
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except self._sqlite3.Error as exc:
-            raise StoreUnavailable(f"SQLite Kv {self._path}: {exc}") from exc
-
-    def get(self, table: str, key: str) -> Entry | None:
-        with self._errors():
-            row = (
-                self._conns.get()
-                .execute(
-                    "SELECT value, version, expires_at FROM botmesh_kv WHERE tbl = ? AND key = ?"
-                    " AND (expires_at IS NULL OR expires_at > ?)",
-                    (table, key, now_ms()),
-                )
-                .fetchone()
-            )
-        return None if row is None else Entry(key, load_value(row[0]), row[1], row[2])
-
-    def get_many(self, table: str, keys: list[str]) -> list[Entry | None]:
-        # The keys go as one JSON array (json_each): one statement, one parameter.
-        params = (table, dump_value(list(dict.fromkeys(keys))), now_ms())
-        with self._errors():
-            rows = self._conns.get().execute(_SQLITE_GET_MANY, params).fetchall()
-        found = {k: Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows}
-        return [found.get(key) for key in keys]
-
-    def scan(self, table: str, start: str, inclusive: bool, end: str | None, limit: int) -> list[Entry]:
-        now = now_ms()
-        params = (table, start, end, now, limit) if end else (table, start, now, limit)
-        with self._errors():
-            rows = self._conns.get().execute(_SQLITE_SCAN[inclusive, end is not None], params)
-            return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
-
-    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
-        with self._errors():
-            conn = self._conns.get()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                results = self._apply(conn, table, ops)
-            except BaseException:
-                with contextlib.suppress(self._sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return results
-
-    @staticmethod
-    def _apply(conn: Any, table: str, ops: Sequence[Op]) -> list[Entry | None]:
-        now = now_ms()
-        current: list[tuple[bool, Entry | None]] = []  # (row present, live entry)
-        sums: dict[int, int] = {}  # op index -> the counter after an Add
-        for i, op in enumerate(ops):
-            read = isinstance(op, Check | Add)
-            row = conn.execute(_SQLITE_ROW_VALUE if read else _SQLITE_ROW, (table, op.key))
-            row = row.fetchone()
-            live = None
-            if row is not None and (row[1] is None or row[1] > now):
-                live = Entry(op.key, load_value(row[2]) if read else None, row[0], row[1])
-            current.append((row is not None, live))
-            if isinstance(op, Add):
-                # BEGIN IMMEDIATE holds the write lock, so no concurrent add can slip in.
-                stored = live.value if live else 0  # an absent counter counts as 0
-                if stored is None:  # JSON null is no integer (added() reads None as absent)
-                    stored = _NOT_AN_INTEGER
-                sums[i] = added(stored, op.delta, f"ops[{i}]")
-            elif not expectation_holds(live, op.expect):
-                raise ConflictError(table, op.key, op.expect, live.version if live else None)
-        results: list[Entry | None] = []
-        for i, (op, (present, live)) in enumerate(zip(ops, current, strict=True)):
-            if isinstance(op, Put | Add):
-                version = live.version + 1 if live else 1
-                if isinstance(op, Add):  # a live counter keeps its expiry; a new one has none
-                    entry = Entry(op.key, sums[i], version, live.expires_at if live else None)
-                else:
-                    expires_at = None if op.ttl_ms is None else now + op.ttl_ms
-                    entry = Entry(op.key, op.value, version, expires_at)
-                conn.execute(
-                    "UPDATE botmesh_kv SET value = ?, version = ?, expires_at = ? WHERE tbl = ? AND key = ?"
-                    if present
-                    else "INSERT INTO botmesh_kv (value, version, expires_at, tbl, key) VALUES (?, ?, ?, ?, ?)",
-                    (dump_value(entry.value), entry.version, entry.expires_at, table, op.key),
-                )
-                results.append(entry)
-            elif isinstance(op, Delete):
-                if present:
-                    conn.execute("DELETE FROM botmesh_kv WHERE tbl = ? AND key = ?", (table, op.key))
-                results.append(None)
-            else:
-                results.append(live)
-        return results
-
-    def drop(self, table: str) -> None:
-        with self._errors():
-            self._conns.get().execute("DELETE FROM botmesh_kv WHERE tbl = ?", (table,))
-
-    def tables(self, start: str, end: str | None) -> list[str]:
-        params = (start, end, now_ms()) if end else (start, now_ms())
-        with self._errors():
-            rows = self._conns.get().execute(_tables_sql("?", "?", end is not None), params)
-            return [row[0] for row in rows.fetchall()]
-
-    def import_entries(self, rows: list[tuple[Any, ...]]) -> None:
-        with self._errors():
-            conn = self._conns.get()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(_IMPORT_SQLITE, rows)
-            except BaseException:
-                with contextlib.suppress(self._sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def sweep(self, limit: int) -> int:
-        with self._errors():
-            cursor = self._conns.get().execute(
-                "DELETE FROM botmesh_kv WHERE (tbl, key) IN (SELECT tbl, key FROM botmesh_kv"
-                " WHERE expires_at <= ? LIMIT ?)",
-                (now_ms(), limit),
-            )
-            return cursor.rowcount
-
-    def ping(self) -> None:
-        with self._errors():
-            self._conns.get().execute("SELECT 1")
-
-    def close(self) -> None:
-        self._conns.close()
-
-
-# -- the backend -----------------------------------------------------------------------
-
-
-class SqlKv:
-    """DurableKv over SQLite (``sqlite:///path``) or PostgreSQL (``postgresql://…``).
-
-    Raise ``ValidationError`` (field ``url``) for another scheme and
-    ``StoreUnavailable`` if the database cannot be opened.
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        scheme = urlsplit(url).scheme.lower()
-        if scheme == "sqlite":
-            self._db: _Sqlite | _Postgres = _Sqlite(url)
-        elif scheme in ("postgresql", "postgres"):
-            self._db = _Postgres(url)
-        else:
-            raise ValidationError("url", f"SqlKv needs sqlite:// or postgresql://, not {scheme!r}")
-
-    def __repr__(self) -> str:
-        return f"<SqlKv {type(self._db).__name__.strip('_').lower()}>"
-
-    def get(self, table: str, key: str) -> Entry | None:
-        """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired."""
-        validate_table(table)
-        validate_key(key)
-        return self._db.get(table, key)
-
-    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
-        """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
-        validate_scan(table, prefix, after, limit)
-        start, inclusive = scan_start(prefix, after)
-        return self._db.scan(table, start, inclusive, prefix_end(prefix), limit)
-
-    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
-        """Return the live entry (or ``None``) of each of ``keys``, in order, from one query."""
-        keys = validate_get_many(table, keys)
-        return self._db.get_many(table, keys) if keys else []
-
-    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
-        """Apply ``ops`` in one transaction; raise ``ConflictError`` if an expectation fails.
-
-        Raise ``ValidationError`` naming the op if an ``Add`` meets a stored value
-        that is not an integer or would leave ``±MAX_COUNTER``; nothing is written.
-        """
-        validate_commit(table, ops)
-        return self._db.commit(table, ops)
-
-    def drop(self, table: str) -> None:
-        """Delete every entry of ``table``."""
-        validate_table(table)
-        self._db.drop(table)
-
-    def sweep(self, limit: int = 1000) -> int:
-        """Delete up to ``limit`` expired rows of any table; return how many."""
-        return self._db.sweep(validate_sweep_limit(limit))
-
-    def tables(self, prefix: str = "") -> list[str]:
-        """Return the tables starting with ``prefix`` that hold a live entry, by name."""
-        validate_table_prefix(prefix)
-        return self._db.tables(prefix, prefix_end(prefix))
-
-    def import_entries(self, table: str, entries: Sequence[Entry]) -> int:
-        """Store ``entries`` as given (restore) in one transaction; return how many were live."""
-        rows = _import_rows(table, validate_import(table, entries))
-        if rows:
-            self._db.import_entries(rows)
-        return len(rows)
-
-    def ping(self) -> None:
-        """Raise ``StoreUnavailable`` if the database cannot be reached."""
-        self._db.ping()
-
-    def close(self) -> None:
-        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
-        self._db.close()
-
-
-__all__ = ["SqlKv", "ThreadConnections"]

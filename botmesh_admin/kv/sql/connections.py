@@ -1,0 +1,109 @@
+"""What both SQL dialects share: a connection per thread and process, and the SQL text built from one template.
+
+``ThreadConnections`` hands each thread its own driver connection (SQLite's and
+psycopg's are not to be shared between threads) and abandons, never closes, one
+inherited through ``fork``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from botmesh_admin.errors import StoreUnavailable
+
+Conn = TypeVar("Conn")
+
+
+class _Slot:
+    """One thread's connection; closing it is left to a finalizer (thread exit or ``close``)."""
+
+    __slots__ = ("conn", "pid", "finalizer", "__weakref__")
+
+    conn: Any
+    pid: int
+    finalizer: weakref.finalize
+
+
+def _close_quietly(close: Callable[[Any], None], conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        close(conn)
+
+
+class ThreadConnections(Generic[Conn]):
+    """Hand each thread (and each process) its own connection; close them all on ``close``.
+
+    A connection made before a ``fork`` is abandoned in the child, never closed
+    there, so the parent's session survives.
+    """
+
+    def __init__(self, open_conn: Callable[[], Conn], close_conn: Callable[[Conn], None]) -> None:
+        self._open = open_conn
+        self._close_conn = close_conn
+        self._local = threading.local()
+        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def get(self) -> Conn:
+        """Return this thread's connection, opening it first if needed."""
+        if self.closed:
+            raise StoreUnavailable("the Kv is closed")
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is not None:
+            if slot.pid == os.getpid():
+                return slot.conn
+            slot.finalizer.detach()  # inherited through fork: belongs to the parent
+        conn = self._open()
+        slot = _Slot()
+        slot.conn, slot.pid = conn, os.getpid()
+        slot.finalizer = weakref.finalize(slot, _close_quietly, self._close_conn, conn)
+        with self._lock:
+            self._slots.add(slot)
+        self._local.slot = slot
+        return conn
+
+    def discard(self) -> None:
+        """Close this thread's connection (after a connection-level error)."""
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is not None:
+            self._local.slot = None
+            if slot.pid == os.getpid():
+                slot.finalizer()
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
+        self.closed = True
+        with self._lock:
+            slots = list(self._slots)
+        for slot in slots:
+            if slot.pid == os.getpid():
+                slot.finalizer()
+
+
+_NOT_AN_INTEGER = "not an integer"  # stands for a stored value added() must refuse
+
+
+def _scan_sql(placeholder: str, now: str, inclusive: bool, bounded: bool) -> str:
+    p = placeholder
+    return (
+        f"SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = {p}"
+        f" AND key {'>=' if inclusive else '>'} {p}"
+        f"{f' AND key < {p}' if bounded else ''}"
+        f" AND (expires_at IS NULL OR expires_at > {now}) ORDER BY key LIMIT {p}"
+    )
+
+
+def _tables_sql(placeholder: str, now: str, bounded: bool) -> str:
+    p = placeholder
+    return (
+        f"SELECT tbl FROM botmesh_kv WHERE tbl >= {p}{f' AND tbl < {p}' if bounded else ''}"
+        f" AND (expires_at IS NULL OR expires_at > {now}) GROUP BY tbl ORDER BY tbl"
+    )
+
+
+__all__ = ["ThreadConnections"]
