@@ -24,7 +24,7 @@ the phase minus the RSS it started with.
 - **preview**: ``campaigns.selectors.campaign_plan`` — the whole audience
   judged, exact counts, duplicates found by ``SeenKeys`` (spills to a
   temporary SQLite file), the first 1,000 recipients kept;
-- **run plan**: ``campaigns.services._materialize`` — what a campaign's first
+- **run plan**: ``campaigns.services.planning._materialize`` — what a campaign's first
   run does: the plan streamed into the slot store (a plan record and a pending
   slot per recipient, with the slots' index upkeep), then the plan's counts;
 - **unbounded**: ``Planner.plan()`` keeping every recipient in memory (the
@@ -173,8 +173,9 @@ def phase(name: str, url: str, tenant: str, segment_id: str, campaign_id: str) -
     """Run one phase in this (fresh) process; return its figures."""
     kv = setup_django(url)
     from botmesh_admin.kv.runtime import use_kv
-    from campaigns import selectors, services
-    from campaigns.planner import Planner
+    from campaigns import selectors
+    from campaigns.services import planning
+    from campaigns.services.planning import Planner
     from crm import selectors as crm_selectors
 
     crm_selectors._regions[tenant] = ("CO", float("inf"))
@@ -195,7 +196,7 @@ def phase(name: str, url: str, tenant: str, segment_id: str, campaign_id: str) -
             result.update(plan.counts.to_json(), kept=len(plan.recipients))
         elif name == "run plan":
             campaign = selectors.campaign_get(tenant, campaign_id)
-            done = services._materialize(tenant, campaign, Planner(tenant))
+            done = planning._materialize(tenant, campaign, Planner(tenant))
             progress = selectors.campaign_progress(tenant, campaign_id).counts
             assert done.plan is not None and progress.total == done.plan.recipients, (done.plan, progress)
             result.update(done.plan.to_json(), slots=progress.total)

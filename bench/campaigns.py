@@ -46,7 +46,7 @@ from botmesh_admin.channels.testing import FakeProviderServer  # noqa: E402
 from botmesh_admin.kv import ABSENT, Put, TenantKv, connect  # noqa: E402
 from botmesh_admin.kv.runtime import use_kv  # noqa: E402
 from campaigns import selectors, services  # noqa: E402
-from campaigns.sending import CampaignBot, SendOptions  # noqa: E402
+from campaigns.services.sending import CampaignBot, SendOptions  # noqa: E402
 from crm import selectors as crm_selectors  # noqa: E402
 from crm import services as crm  # noqa: E402
 from crm.domain import Consent, Contact, Identity, contact_to_json, new_id  # noqa: E402

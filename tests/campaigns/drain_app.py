@@ -27,7 +27,7 @@ def drain_run(self: Task, tenant: str, campaign_id: str, base_url: str) -> str:
     """Send the campaign through the fake provider at ``base_url``, ``BATCH`` requests at once."""
     from botmesh_admin.channels.providers import WhatsAppProvider
     from campaigns import tasks
-    from campaigns.sending import CampaignBot, SendOptions
+    from campaigns.services.sending import CampaignBot, SendOptions
     from crm import selectors as crm_selectors
 
     crm_selectors._regions[tenant] = ("CO", float("inf"))

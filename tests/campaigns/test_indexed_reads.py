@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from botmesh_admin.kv.memory import MemoryKv
-from campaigns import planner as planner_module
 from campaigns import selectors, services
 from campaigns.domain import (
     DELIVERY_STATES,
@@ -30,7 +29,8 @@ from campaigns.domain import (
     count_deliveries,
     new_token,
 )
-from campaigns.planner import Planner, SeenKeys
+from campaigns.services import planning as planner_module
+from campaigns.services.planning import Planner, SeenKeys
 from campaigns.stores import use_stores
 from campaigns.stores.base import SlotStore
 from campaigns.stores.kv import DELIVERY, KvCampaignStore, KvSlotStore
@@ -443,7 +443,7 @@ def test_a_plan_interrupted_midway_and_run_again_gives_each_recipient_one_slot(k
     )
     monkeypatch.setattr(planner_module, "BATCH", 4)
 
-    class Crashing(services.SlotClaims):
+    class Crashing(planner_module.SlotClaims):
         calls = 0
 
         def claim(self, items):
@@ -471,7 +471,7 @@ def test_two_contacts_with_one_number_in_different_batches_get_one_slot(kv_world
     tenant, slots = kv_world
     monkeypatch.setattr(planner_module, "BATCH", 1)
     source = Synthetic(12)  # contact 9 has contact 8's number written without the +
-    claims = services.SlotClaims(slots, tenant, CID, T0)
+    claims = planner_module.SlotClaims(slots, tenant, CID, T0)
     for _ in range(2):
         plan = Planner(tenant, source).plan(rules=SegmentRules(), channel="whatsapp", claims=claims, keep=0)
         assert (plan.counts.recipients, plan.counts.dropped) == (11, {"duplicate": 1})
@@ -495,7 +495,7 @@ def test_the_preview_holds_the_first_recipients_and_counts_them_all(world: str, 
 @pytest.mark.parametrize("kv_world", backends.KV_BACKENDS, indirect=True)
 def test_a_run_on_the_kv_stores_shows_exact_progress_and_filters(kv_world, fake) -> None:
     """The whole run (plan, send, answers) on each backend: progress and filters agree with the deliveries."""
-    from campaigns.sending import CampaignBot
+    from campaigns.services.sending import CampaignBot
     from crm import services as crm
 
     from .test_sending import FAST, Clock, whatsapp

@@ -25,7 +25,7 @@ from botmesh_admin.channels.providers import WhatsAppProvider
 from botmesh_admin.kv import connect
 from botmesh_admin.kv.runtime import use_kv
 from campaigns import selectors, services
-from campaigns.sending import CampaignBot
+from campaigns.services.sending import CampaignBot
 from crm import selectors as crm_selectors
 from crm import services as crm
 from crm.stores.kv import KvContactStore

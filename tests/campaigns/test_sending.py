@@ -7,8 +7,9 @@ import pytest
 from botmesh_admin.channels.domain import OutboundMessage
 from botmesh_admin.channels.providers import TelegramProvider, WhatsAppProvider
 from campaigns import selectors, services
-from campaigns.planner import Planner
-from campaigns.sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
+from campaigns.services import planning
+from campaigns.services.planning import Planner
+from campaigns.services.sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 from campaigns.stores import default_stores
 from crm import services as crm
 from crm.selectors import contact_get
@@ -147,7 +148,7 @@ def test_if_the_broadcast_raises_every_reserved_slot_is_released(world: str, fak
         def broadcast(self, messages):
             raise ConnectionError("pool exhausted")
 
-    services._materialize(tenant, campaign, Planner(tenant))
+    planning._materialize(tenant, campaign, Planner(tenant))
     campaign = selectors.campaign_get(tenant, campaign.id)
     with pytest.raises(BroadcastFailed):
         send_campaign(

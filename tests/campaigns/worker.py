@@ -27,7 +27,7 @@ def main(args: dict) -> None:
 
     from botmesh_admin.channels.providers import TelegramProvider, WhatsAppProvider
     from campaigns import selectors, services
-    from campaigns.sending import CampaignBot, SendOptions
+    from campaigns.services.sending import CampaignBot, SendOptions
     from crm import selectors as crm_selectors
 
     tenant, campaign_id = args["tenant"], args["campaign_id"]

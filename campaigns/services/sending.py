@@ -47,7 +47,7 @@ from botmesh_admin.observability.shutdown import inflight, stopping
 from botmesh_admin.observability.tracing import span
 from crm.domain import Contact
 
-from .domain import (
+from ..domain import (
     OPEN_STATES,
     REASON_RE,
     Campaign,
@@ -57,8 +57,8 @@ from .domain import (
     new_token,
     now_ms,
 )
-from .planner import Planner
-from .stores.base import CampaignStore, SlotStore
+from ..stores.base import CampaignStore, SlotStore
+from .planning import Planner
 
 log = logging.getLogger("botmesh.campaigns")
 

@@ -22,10 +22,14 @@ in memory, and the dedupe stays exact.
 At send time ``check`` looks at the contact again (consent may have been
 withdrawn since the plan), and ``consent_denied`` records a block reported by
 the provider (Telegram 403) in the CRM.
+
+A run's plan (``_materialize``) claims its recipients in the slot store
+(``SlotClaims``: one pending slot each) and records the plan's counts.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,7 +39,12 @@ from typing import Protocol
 from botmesh_admin.errors import NotFound
 from crm.domain import Contact, SegmentRules, rules_match
 
-from .domain import ConversationCheck, PlanCounts, Recipient, chat_key_of
+from ..domain import Campaign, ConversationCheck, PlanCounts, Recipient, chat_key_of, new_delivery, now_ms
+from ..stores import default_stores
+from ..stores.base import SlotStore
+from .definition import _fail, _transition
+
+log = logging.getLogger("botmesh.campaigns")
 
 SAMPLE = 10
 BATCH = 500
@@ -312,3 +321,37 @@ class Planner:
             )
         except NotFound:
             pass  # erased meanwhile: nothing left to mark
+
+
+class SlotClaims:
+    """The planner's ``Claims`` of a run: each recipient key claimed in the slot store, its slot added with it.
+
+    Kept in the Kv (``SlotStore.slots_claim``), so planning streams with
+    bounded memory, a plan run again after a crash finds its own recipients,
+    and two contacts never get one recipient's slot.
+    """
+
+    def __init__(self, slots: SlotStore, tenant: str, campaign_id: str, at: int) -> None:
+        self.slots, self.tenant, self.campaign_id, self.at = slots, tenant, campaign_id, at
+
+    def claim(self, items: Sequence[tuple[str, Recipient]]) -> list[bool]:
+        return self.slots.slots_claim(
+            self.tenant, self.campaign_id, [(key, new_delivery(r, self.at)) for key, r in items]
+        )
+
+
+def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
+    """Fix the recipients: one pending slot each (idempotent, streamed), then record the plan's counts."""
+    from crm.selectors import segment_get
+
+    campaigns, slots = default_stores()
+    try:
+        segment = segment_get(tenant, campaign.segment_id)
+    except NotFound:
+        return _fail(tenant, campaign.id, "the campaign's segment was deleted")
+    claims = SlotClaims(slots, tenant, campaign.id, now_ms())
+    plan = planner.plan(
+        rules=segment.rules, channel=campaign.channel, contact_ids=campaign.contact_ids, claims=claims, keep=0
+    )
+    log.info("campaign planned tenant=%s campaign=%s recipients=%d", tenant, campaign.id, plan.counts.recipients)
+    return _transition(tenant, campaign.id, lambda c: None if c.plan is not None else replace(c, plan=plan.counts))
