@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 
-from . import csvio
 from .domain import (
     ALL,
     CHANNELS,
@@ -38,6 +37,7 @@ from .domain import (
     attribute_term,
     consent_term,
     contact_to_json,
+    csvio,
     membership_groups,
     normalize_identity,
     normalize_tag,
@@ -461,7 +461,7 @@ def contact_iter(tenant: str, *, batch: int = SCAN_BATCH) -> Iterator[Contact]:
 
 
 def contact_export_csv(tenant: str) -> Iterator[str]:
-    """Yield the tenant's contacts as CSV text (see ``crm.csvio``); it imports back to the same contacts."""
+    """Yield the tenant's contacts as CSV text (see ``crm.domain.csvio``); it imports back to the same contacts."""
     columns = csvio.export_columns(contact_iter(tenant))
     yield from csvio.format_csv([columns])
     yield from csvio.format_csv(csvio.export_row(columns, c) for c in contact_iter(tenant))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import connect
 from crm import selectors, services
 from crm.domain import CHANNELS
@@ -110,7 +111,7 @@ def test_concurrent_identity_claims_by_different_contacts_give_one_owner(crm: st
                 ],
             )
             return "won"
-        except services.Conflict:
+        except Conflict:
             return "lost"
 
     results = _run_together(work)

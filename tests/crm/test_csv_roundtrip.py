@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crm import csvio
-from crm.domain import Consent, Contact, Identity, new_id
+from crm.domain import Consent, Contact, Identity, csvio, new_id
 
 names = st.one_of(
     st.none(),

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from botmesh_admin.errors import ValidationError
+from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.kv import ABSENT, Put, TenantKv
 from botmesh_admin.kv.indexes import IndexNotBuilt
 from botmesh_admin.kv.memory import MemoryKv
@@ -29,6 +29,7 @@ from crm.domain import (
     Consent,
     Contact,
     Identity,
+    IdentityTaken,
     ImportJob,
     SegmentRules,
     attribute_term,
@@ -41,6 +42,7 @@ from crm.domain import (
     search_keys,
     search_match,
     search_terms,
+    segment_rules_from_input,
     strict_equal,
     tag_term,
 )
@@ -320,7 +322,7 @@ def test_segment_counts_and_preview_follow_the_rules(crm: str) -> None:
     for rules, want in cases:
         assert selectors.segment_count(crm, rules) == want, rules
         preview = selectors.segment_preview(crm, rules, limit=2)
-        everyone = [c for c in (ana, jose, luis, anon) if rules_match(services.segment_rules_from_input(rules), c)]
+        everyone = [c for c in (ana, jose, luis, anon) if rules_match(segment_rules_from_input(rules), c)]
         assert preview.count == want and [c.id for c in preview.sample] == [c.id for c in everyone][:2]
         assert [c.id for c in selectors.segment_members(crm, rules)] == [c.id for c in everyone]
     segments = [services.segment_create(crm, name=str(rules), rules=rules) for rules, _ in cases]
@@ -538,7 +540,7 @@ def _apply(tenant: str, op: tuple[Any, ...], ids: list[str]) -> None:
             ids.append(
                 services.contact_create(tenant, name=name, identities=identities, tags=tags, attributes=attrs).id
             )
-        except (ValidationError, services.IdentityTaken):
+        except (ValidationError, IdentityTaken):
             pass
         return
     if not ids:
@@ -561,7 +563,7 @@ def _apply(tenant: str, op: tuple[Any, ...], ids: list[str]) -> None:
             services.contact_update(tenant, contact_id, expected_version=current.version, name=op[2])
         elif kind == "erase":
             services.contact_erase(tenant, contact_id)
-    except services.NotFound:
+    except NotFound:
         pass  # erased before
 
 
@@ -598,7 +600,7 @@ def _check_reads(tenant: str, rules_list: list[dict[str, Any]]) -> None:
                 assert got_ids in [by_id, *text_orders(want, f["q"])], f
     segments = []
     for raw in rules_list:
-        rules = services.segment_rules_from_input(raw)
+        rules = segment_rules_from_input(raw)
         members = [c.id for c in everyone if rules_match(rules, c)]
         assert selectors.segment_count(tenant, raw) == len(members), raw
         assert [c.id for c in selectors.segment_members(tenant, raw)] == members, raw

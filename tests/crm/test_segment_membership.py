@@ -29,6 +29,7 @@ from campaigns.domain import CHANNELS as CAMPAIGN_CHANNELS
 from campaigns.services.planning import Planner
 from crm import selectors, services
 from crm.domain import PLAN_CHANNELS, Identity, Segment, rules_match
+from crm.stores import default_store
 from crm.stores.kv import CONTACTS, KvContactStore
 
 from .test_indexed_reads import CountingKv, _apply, _contact, crm_tenant, op_st, rules_st
@@ -91,9 +92,7 @@ def _apply_segment_op(store: KvContactStore, tenant: str, op: tuple[Any, ...]) -
     elif op[0] == "build":
         try:
             # A batch of 2 contacts; a killed build continues from its cursor on the next one.
-            services.default_store().membership_build(
-                tenant, batch=2, progress=_kill_after_first_batch if op[1] else None
-            )
+            default_store().membership_build(tenant, batch=2, progress=_kill_after_first_batch if op[1] else None)
         except Killed:
             pass
     elif segments:

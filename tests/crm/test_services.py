@@ -11,6 +11,7 @@ from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from crm import selectors, services
 from crm.domain import IdentityTaken
+from crm.services.imports import STALE_RUN_MS
 from crm.stores import default_store
 from crm.stores.base import ContactStore
 
@@ -278,7 +279,7 @@ def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str)
     store = default_store()
     store.import_job_replace(
         memory_crm,
-        replace(job, status="running", processed=50, created=50, updated_at=job.updated_at - services.STALE_RUN_MS - 1),
+        replace(job, status="running", processed=50, created=50, updated_at=job.updated_at - STALE_RUN_MS - 1),
         expected_version=job.version,
     )
     busy = store.import_job_get(memory_crm, job.id)

@@ -1,4 +1,4 @@
-"""CRM writes: contacts, identities, consent, erasure, segments and CSV imports.
+"""CRM writes: contacts, identities, consent and erasure.
 
 Every function takes the tenant first, the rest keyword-only, validates its
 input (``ValidationError`` names the field path) and only then writes through
@@ -22,39 +22,28 @@ from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.validation import validate_text
-
-from . import csvio
-from .domain import (
-    CHANNELS,
+from crm.domain import (
     Consent,
     Contact,
     Identity,
     IdentityTaken,
-    ImportJob,
-    Segment,
     new_id,
     normalize_identities,
     normalize_identity,
     normalize_tags,
     now_ms,
-    segment_rules_from_input,
     validate_attribute_name,
     validate_attributes,
     validate_consent,
     validate_contact,
     validate_name,
-    validate_segment_name,
 )
-from .selectors import segment_list, tenant_region
-from .stores import default_store
-from .stores.base import MAX_SCAN
+from crm.selectors import tenant_region
+from crm.stores import default_store
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 200
-MAX_REPORTED_ERRORS = 1000
-PROGRESS_EVERY_ROWS = 25
-STALE_RUN_MS = 120_000
 UNSET: Any = object()
 
 
@@ -393,307 +382,3 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
 
 
 erase = contact_erase
-
-
-# --------------------------------------------------------------------------- segments
-
-
-def _segments_all(tenant: str) -> list[Segment]:
-    return segment_list(tenant, limit=MAX_SCAN)
-
-
-def segment_membership_sync(tenant: str) -> list[str]:
-    """Make the tenant's segment membership definitions its saved segments; return the ids still to build.
-
-    Called after every segment write (and by the build job first, which
-    repairs a sync lost to a crash between the segment's commit and this one).
-    The segments are read after the definitions (inside the store's retry), so
-    two concurrent segment writes both end up defined.
-    """
-    store = default_store()
-    for _ in range(20):
-        segments = _segments_all(tenant)
-        try:
-            store.membership_sync(tenant, segments)
-        except Conflict:
-            continue
-        if [(s.id, s.rules) for s in segments] == [(s.id, s.rules) for s in _segments_all(tenant)]:
-            break  # no segment was saved or deleted while we wrote (else its own sync may have lost)
-    return [sid for sid in store.membership_pending(tenant) if sid != "sweep"]
-
-
-def segment_membership_build(tenant: str, *, progress: Callable[[int], None] | None = None) -> int:
-    """Build the materialized membership of every segment not built yet (online, resumable).
-
-    Return how many contacts were read. ``progress`` gets that number after
-    each batch. A background job's cost: O(contacts).
-    """
-    segment_membership_sync(tenant)
-    return default_store().membership_build(tenant, progress=progress)
-
-
-def segment_create(tenant: str, *, name: str, rules: Mapping[str, Any]) -> Segment:
-    """Save a segment; raise ``ValidationError`` naming the bad rule (``segment.rules.tags_all[0]``).
-
-    A tenant has at most ``BOTMESH_CRM_MAX_SEGMENTS`` segments (every contact
-    write judges each one): one more is refused (field ``segment``). The
-    segment's membership is defined at once; the caller dispatches its build
-    (``crm.tasks.dispatch_segment_build``), and until it is built its counts
-    come from the posting lists.
-    """
-    at = now_ms()
-    segment = Segment(
-        id=new_id("s"),
-        name=validate_segment_name(name),
-        rules=segment_rules_from_input(rules),
-        created_at=at,
-        updated_at=at,
-    )
-    from django.conf import settings
-
-    cap = int(settings.BOTMESH_CRM_MAX_SEGMENTS)
-    if len(_segments_all(tenant)) >= cap:
-        raise ValidationError(
-            "segment", f"a tenant has at most {cap} segments (BOTMESH_CRM_MAX_SEGMENTS); delete one first"
-        )
-    saved = default_store().segment_insert(tenant, segment)
-    segment_membership_sync(tenant)
-    return saved
-
-
-def segment_update(
-    tenant: str,
-    segment_id: str,
-    *,
-    expected_version: int,
-    name: str | None = None,
-    rules: Mapping[str, Any] | None = None,
-) -> Segment:
-    """Change a segment's name and/or rules at ``expected_version``; raise ``Conflict``/``NotFound``.
-
-    New rules need their membership built again (the caller dispatches it);
-    a new name keeps it.
-    """
-    store = default_store()
-    current = store.segment_get(tenant, segment_id)
-    if current is None:
-        raise NotFound(f"segment {segment_id} not found")
-    updated = replace(
-        current,
-        name=validate_segment_name(name) if name is not None else current.name,
-        rules=segment_rules_from_input(rules) if rules is not None else current.rules,
-        updated_at=now_ms(),
-    )
-    saved = store.segment_replace(tenant, updated, expected_version=expected_version)
-    if saved.rules != current.rules:
-        segment_membership_sync(tenant)
-    return saved
-
-
-class SegmentInUse(Conflict):
-    """A draft, scheduled, running or paused campaign still sends to the segment. HTTP 409."""
-
-    code = "segment_in_use"
-
-
-def segment_delete(tenant: str, segment_id: str) -> None:
-    """Delete a segment; raise ``NotFound``, or ``SegmentInUse`` (409) naming the campaigns that still need it.
-
-    A campaign that is a draft, scheduled, running or paused reads its
-    segment to plan, start or resume, so the segment stays until they are
-    finished, cancelled or deleted; finished campaigns keep their counts and
-    show "segment deleted".
-    """
-    from campaigns.selectors import campaigns_of_segment
-
-    needed = campaigns_of_segment(tenant, segment_id, limit=3).needed
-    if needed:
-        names = ", ".join(f"{c.name!r} ({c.state})" for c in needed)
-        raise SegmentInUse(
-            f"the segment is used by campaign{'s' if len(needed) > 1 else ''} {names}: finish, cancel or delete"
-            f" {'them' if len(needed) > 1 else 'it'} first",
-            campaigns=[c.id for c in needed],
-        )
-    if not default_store().segment_delete(tenant, segment_id):
-        raise NotFound(f"segment {segment_id} not found")
-    segment_membership_sync(tenant)
-
-
-# --------------------------------------------------------------------------- CSV import
-
-
-def contact_import_start(tenant: str, *, filename: str, data: bytes | str, created_by: str = "") -> ImportJob:
-    """Record an import job with its CSV text (status ``queued``); the caller dispatches the task.
-
-    Raise ``ValidationError`` (field ``file``) for an empty or oversized file.
-    """
-    text = csvio.decode(data)
-    total = csvio.count_rows(text)
-    at = now_ms()
-    job = ImportJob(
-        id=new_id("imp"),
-        status="queued",
-        filename=(filename or "upload.csv")[:200],
-        total_rows=total,
-        created_by=created_by[:150],
-        created_at=at,
-        updated_at=at,
-    )
-    return default_store().import_job_insert(tenant, job, text)
-
-
-def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, list[str], Contact | None]:
-    """Create or merge the contact of one row; return ``("created"|"merged", notices, merged-into contact)``."""
-    store = default_store()
-    notices: list[str] = []
-
-    def with_row(contact: Contact) -> Contact:
-        notices.clear()
-        contact = replace(
-            contact,
-            name=contact.name or row.name,
-            identities=(*contact.identities, *(i for i in row.identities if i not in contact.identities)),
-            tags=normalize_tags({*contact.tags, *row.tags}),
-            attributes=dict(sorted({**contact.attributes, **row.attributes}.items())),
-        )
-        contact = _apply_suppressions(tenant, contact, row.identities)
-        for channel, status in row.consent.items():
-            current = contact.consent_status(channel)
-            if current == status:
-                continue
-            if current == "denied" and status != "denied":
-                # An opt-out is lifted only by the person's new opt-in, never by a file.
-                notices.append(f"consent on {channel} stays denied: an import cannot lift an opt-out")
-                continue
-            contact = contact.with_consent(Consent(channel, status, now_ms(), "import", evidence))
-        return contact
-
-    for attempt in range(20):
-        owners = {c.id: c for i in row.identities if (c := store.contact_find(tenant, i)) is not None}
-        if len(owners) > 1:
-            raise ValidationError(
-                "phone", "the row's identities belong to different contacts: " + ", ".join(sorted(owners))
-            )
-        try:
-            if owners:
-                (owner,) = owners.values()
-                merged = _mutate(tenant, owner.id, with_row)
-                return "merged", list(notices), merged
-            contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
-            store.contact_insert(tenant, validate_contact(contact))
-            return "created", list(notices), None
-        except (IdentityTaken, NotFound):
-            _backoff(attempt)  # a concurrent writer claimed an identity or erased the owner: re-read
-    raise Conflict("the row's contacts are changing too fast; try again")
-
-
-def contact_import_run(tenant: str, job_id: str) -> ImportJob:
-    """Run (or resume) an import job: every row is created or merged by identity.
-
-    Bad rows are reported by row number and field, and the import keeps going.
-    Progress is saved every few rows, so a job killed mid-run resumes after the
-    last saved row (merging is idempotent by identity). A job that another
-    worker is running (updated within two minutes) is left alone.
-    """
-    store = default_store()
-    found = store.import_job_get(tenant, job_id)
-    if found is None:
-        raise NotFound(f"import {job_id} not found")
-    job = found
-    if job.finished or (job.status == "running" and now_ms() - job.updated_at < STALE_RUN_MS):
-        return job
-    job = store.import_job_replace(
-        tenant, replace(job, status="running", updated_at=now_ms()), expected_version=job.version
-    )
-    text = store.import_data_get(tenant, job_id)
-    if text is None:
-        return store.import_job_replace(
-            tenant,
-            replace(job, status="failed", message="the uploaded file is gone"),
-            expected_version=job.version,
-        )
-    region = tenant_region(tenant)
-    header, rows = csvio.read_rows(text)
-    errors = list(job.errors)
-    notices = list(job.notices)
-    merges = list(job.merges)
-    counts: dict[str, Any] = {
-        "processed": job.processed,
-        "created": job.created,
-        "merged": job.merged,
-        "failed_rows": job.failed_rows,
-    }
-    if not job.processed:
-        errors += [e.as_dict() for e in header.errors]
-
-    def save(**extra: Any) -> ImportJob:
-        return store.import_job_replace(
-            tenant,
-            replace(
-                job,
-                errors=tuple(errors[:MAX_REPORTED_ERRORS]),
-                notices=tuple(notices[:MAX_REPORTED_ERRORS]),
-                merges=tuple(merges[:MAX_REPORTED_ERRORS]),
-                updated_at=now_ms(),
-                **counts,
-                **extra,
-            ),
-            expected_version=job.version,
-        )
-
-    try:
-        for index, (number, cells) in enumerate(rows):
-            if index < job.processed:
-                continue
-            parsed = csvio.parse_row(header, cells, number, region)
-            if isinstance(parsed, list):
-                errors += [e.as_dict() for e in parsed]
-                counts["failed_rows"] += 1
-            else:
-                try:
-                    outcome, row_notices, into = _merge_row(tenant, parsed, f"CSV import {job.filename} row {number}")
-                    counts[outcome] += 1
-                    if into is not None:
-                        merges.append({"row": number, "contact_id": into.id, "name": into.name})
-                    notices += [{"row": number, "field": None, "message": n} for n in row_notices]
-                except (ValidationError, Conflict) as exc:
-                    errors.append({"row": number, "field": exc.field, "message": getattr(exc, "problem", exc.message)})
-                    counts["failed_rows"] += 1
-            counts["processed"] = index + 1
-            if counts["processed"] % PROGRESS_EVERY_ROWS == 0:
-                job = save()
-    except Exception as exc:
-        log.exception("crm import failed tenant=%s import=%s", tenant, job_id)
-        save(status="failed", message=f"the import stopped: {type(exc).__name__}")
-        raise
-    job = save(status="done", total_rows=counts["processed"])
-    store.import_data_delete(tenant, job_id)
-    log.info(
-        "crm import done tenant=%s import=%s created=%d merged=%d failed_rows=%d",
-        tenant,
-        job_id,
-        job.created,
-        job.merged,
-        job.failed_rows,
-    )
-    return job
-
-
-__all__ = [
-    "CHANNELS",
-    "ErasureReport",
-    "consent_set",
-    "contact_create",
-    "contact_erase",
-    "contact_import_run",
-    "contact_import_start",
-    "contact_tags_add",
-    "contact_tags_remove",
-    "contact_update",
-    "contact_upsert_identity",
-    "erase",
-    "identity_hash",
-    "segment_create",
-    "segment_delete",
-    "segment_update",
-]

@@ -31,8 +31,7 @@ from typing import Any
 
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.jsonbody import json_load
-
-from .domain import (
+from crm.domain import (
     ATTRIBUTE_NAME_RE,
     CHANNELS,
     CONSENT_STATUSES,

@@ -1,0 +1,191 @@
+"""CRM writes: CSV imports (the job record, and running it row by row).
+
+The CSV format itself (parsing and export) is ``crm.domain.csvio``. Logs carry
+contact ids only, never phone numbers, emails or chat ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from crm.domain import (
+    Consent,
+    Contact,
+    IdentityTaken,
+    ImportJob,
+    csvio,
+    new_id,
+    normalize_tags,
+    now_ms,
+    validate_contact,
+)
+from crm.selectors import tenant_region
+from crm.stores import default_store
+
+from .contacts import _apply_suppressions, _backoff, _mutate, _new_contact
+
+log = logging.getLogger(__name__)
+
+MAX_REPORTED_ERRORS = 1000
+PROGRESS_EVERY_ROWS = 25
+STALE_RUN_MS = 120_000
+
+
+def contact_import_start(tenant: str, *, filename: str, data: bytes | str, created_by: str = "") -> ImportJob:
+    """Record an import job with its CSV text (status ``queued``); the caller dispatches the task.
+
+    Raise ``ValidationError`` (field ``file``) for an empty or oversized file.
+    """
+    text = csvio.decode(data)
+    total = csvio.count_rows(text)
+    at = now_ms()
+    job = ImportJob(
+        id=new_id("imp"),
+        status="queued",
+        filename=(filename or "upload.csv")[:200],
+        total_rows=total,
+        created_by=created_by[:150],
+        created_at=at,
+        updated_at=at,
+    )
+    return default_store().import_job_insert(tenant, job, text)
+
+
+def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, list[str], Contact | None]:
+    """Create or merge the contact of one row; return ``("created"|"merged", notices, merged-into contact)``."""
+    store = default_store()
+    notices: list[str] = []
+
+    def with_row(contact: Contact) -> Contact:
+        notices.clear()
+        contact = replace(
+            contact,
+            name=contact.name or row.name,
+            identities=(*contact.identities, *(i for i in row.identities if i not in contact.identities)),
+            tags=normalize_tags({*contact.tags, *row.tags}),
+            attributes=dict(sorted({**contact.attributes, **row.attributes}.items())),
+        )
+        contact = _apply_suppressions(tenant, contact, row.identities)
+        for channel, status in row.consent.items():
+            current = contact.consent_status(channel)
+            if current == status:
+                continue
+            if current == "denied" and status != "denied":
+                # An opt-out is lifted only by the person's new opt-in, never by a file.
+                notices.append(f"consent on {channel} stays denied: an import cannot lift an opt-out")
+                continue
+            contact = contact.with_consent(Consent(channel, status, now_ms(), "import", evidence))
+        return contact
+
+    for attempt in range(20):
+        owners = {c.id: c for i in row.identities if (c := store.contact_find(tenant, i)) is not None}
+        if len(owners) > 1:
+            raise ValidationError(
+                "phone", "the row's identities belong to different contacts: " + ", ".join(sorted(owners))
+            )
+        try:
+            if owners:
+                (owner,) = owners.values()
+                merged = _mutate(tenant, owner.id, with_row)
+                return "merged", list(notices), merged
+            contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
+            store.contact_insert(tenant, validate_contact(contact))
+            return "created", list(notices), None
+        except (IdentityTaken, NotFound):
+            _backoff(attempt)  # a concurrent writer claimed an identity or erased the owner: re-read
+    raise Conflict("the row's contacts are changing too fast; try again")
+
+
+def contact_import_run(tenant: str, job_id: str) -> ImportJob:
+    """Run (or resume) an import job: every row is created or merged by identity.
+
+    Bad rows are reported by row number and field, and the import keeps going.
+    Progress is saved every few rows, so a job killed mid-run resumes after the
+    last saved row (merging is idempotent by identity). A job that another
+    worker is running (updated within two minutes) is left alone.
+    """
+    store = default_store()
+    found = store.import_job_get(tenant, job_id)
+    if found is None:
+        raise NotFound(f"import {job_id} not found")
+    job = found
+    if job.finished or (job.status == "running" and now_ms() - job.updated_at < STALE_RUN_MS):
+        return job
+    job = store.import_job_replace(
+        tenant, replace(job, status="running", updated_at=now_ms()), expected_version=job.version
+    )
+    text = store.import_data_get(tenant, job_id)
+    if text is None:
+        return store.import_job_replace(
+            tenant,
+            replace(job, status="failed", message="the uploaded file is gone"),
+            expected_version=job.version,
+        )
+    region = tenant_region(tenant)
+    header, rows = csvio.read_rows(text)
+    errors = list(job.errors)
+    notices = list(job.notices)
+    merges = list(job.merges)
+    counts: dict[str, Any] = {
+        "processed": job.processed,
+        "created": job.created,
+        "merged": job.merged,
+        "failed_rows": job.failed_rows,
+    }
+    if not job.processed:
+        errors += [e.as_dict() for e in header.errors]
+
+    def save(**extra: Any) -> ImportJob:
+        return store.import_job_replace(
+            tenant,
+            replace(
+                job,
+                errors=tuple(errors[:MAX_REPORTED_ERRORS]),
+                notices=tuple(notices[:MAX_REPORTED_ERRORS]),
+                merges=tuple(merges[:MAX_REPORTED_ERRORS]),
+                updated_at=now_ms(),
+                **counts,
+                **extra,
+            ),
+            expected_version=job.version,
+        )
+
+    try:
+        for index, (number, cells) in enumerate(rows):
+            if index < job.processed:
+                continue
+            parsed = csvio.parse_row(header, cells, number, region)
+            if isinstance(parsed, list):
+                errors += [e.as_dict() for e in parsed]
+                counts["failed_rows"] += 1
+            else:
+                try:
+                    outcome, row_notices, into = _merge_row(tenant, parsed, f"CSV import {job.filename} row {number}")
+                    counts[outcome] += 1
+                    if into is not None:
+                        merges.append({"row": number, "contact_id": into.id, "name": into.name})
+                    notices += [{"row": number, "field": None, "message": n} for n in row_notices]
+                except (ValidationError, Conflict) as exc:
+                    errors.append({"row": number, "field": exc.field, "message": getattr(exc, "problem", exc.message)})
+                    counts["failed_rows"] += 1
+            counts["processed"] = index + 1
+            if counts["processed"] % PROGRESS_EVERY_ROWS == 0:
+                job = save()
+    except Exception as exc:
+        log.exception("crm import failed tenant=%s import=%s", tenant, job_id)
+        save(status="failed", message=f"the import stopped: {type(exc).__name__}")
+        raise
+    job = save(status="done", total_rows=counts["processed"])
+    store.import_data_delete(tenant, job_id)
+    log.info(
+        "crm import done tenant=%s import=%s created=%d merged=%d failed_rows=%d",
+        tenant,
+        job_id,
+        job.created,
+        job.merged,
+        job.failed_rows,
+    )
+    return job
