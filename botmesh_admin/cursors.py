@@ -12,21 +12,7 @@ one past the end an empty page.
 
 from __future__ import annotations
 
-import re
-
-from botmesh_admin.errors import ValidationError
-
-
-def cursor_check(after: object, shape: re.Pattern[str]) -> str | None:
-    """Return ``after`` (``None`` for none or ``""``) if it has the ``shape`` of this list's cursors.
-
-    Raise ``ValidationError`` naming ``after`` otherwise.
-    """
-    if after is None or after == "":
-        return None
-    if not isinstance(after, str) or not shape.fullmatch(after):
-        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
-    return after
-
+# ``cursor_check`` lives in botmesh_admin.pagination with the rest of a page's checks.
+from botmesh_admin.pagination import cursor_check
 
 __all__ = ["cursor_check"]

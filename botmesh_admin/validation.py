@@ -1,17 +1,22 @@
-"""Field checks the domain modules share: text length and characters.
+"""The one family of field checks for text: ``validate_text`` and the checks built on it.
 
-Two wordings stand side by side on purpose, so no API message changes:
-``json_string`` names JSON types (hub manifests, deployment specs: ``must be a
-string, not number``); ``validate_text`` names Python types (CRM and campaign
-fields). Both raise ``ValidationError`` naming the field path.
+Every check returns the value it accepts (``validate_name`` stripped) and
+raises ``ValidationError`` naming the field path. Text refuses control
+characters (those not allowed) and the invisible format characters that make
+displayed text read differently from what it holds (``SPOOFING_RE``;
+``spoofing_character`` names the one found). ``validate_identifier`` holds the
+rules of names a store keys by (Kv tables and keys).
 
-Both also refuse the invisible format characters that make displayed text read
-differently from what it holds (``SPOOFING_RE``); ``spoofing_character`` names
-the one found.
+Two wordings stay, so no API message changes: ``json=True`` names JSON types
+(hub manifests, deployment specs: ``must be a string, not number``, ``must not
+be blank``); the default names Python types (CRM and campaign fields:
+``must be a string, not int``, ``must not be empty``). ``json_string`` is
+``validate_text(..., json=True)`` under its older name.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -50,40 +55,118 @@ def _refuse_spoofing(value: str, field: str) -> None:
         raise ValidationError(field, f"contains {named}, an invisible character that disguises the text")
 
 
-def json_string(value: object, path: str, *, max_len: int, blank: bool = True) -> str:
-    """Return ``value`` if it is a JSON string of at most ``max_len`` characters.
-
-    Refuse control characters other than tab and line feed, the format
-    characters of ``SPOOFING_RE`` and, unless ``blank``, a string of only white space.
-    """
-    if not isinstance(value, str):
-        raise BadType(path, f"must be a string, not {json_type(value)}")
-    if not blank and not value.strip():
-        raise ValidationError(path, "must not be blank")
-    if len(value) > max_len:
-        raise ValidationError(path, f"longer than {max_len} characters")
-    if CONTROL_RE.search(value):
-        raise ValidationError(path, "contains control characters")
-    _refuse_spoofing(value, path)
-    return value
+@functools.lru_cache(maxsize=16)
+def _controls_re(allowed: str) -> re.Pattern[str]:
+    """Return a pattern for a control character (Unicode category Cc) not in ``allowed``."""
+    bad = "".join(re.escape(chr(c)) for c in [*range(0x20), *range(0x7F, 0xA0)] if chr(c) not in allowed)
+    return re.compile(f"[{bad}]")
 
 
 def validate_text(
-    value: object, field: str, max_len: int, *, required: bool = False, allowed_controls: str = "\t"
+    value: object,
+    field: str,
+    legacy_max_len: int | None = None,
+    *,
+    max_len: int | None = None,
+    blank: bool | None = None,
+    required: bool | None = None,
+    allowed_controls: str | None = None,
+    json: bool = False,
 ) -> str:
     """Return ``value`` if it is a string of at most ``max_len`` characters.
 
-    Refuse control characters (Unicode category Cc) not in ``allowed_controls``,
-    the format characters of ``SPOOFING_RE`` and, when ``required``, a string of
-    only white space.
+    Refuse, unless ``blank``, a string of only white space; control characters
+    (Unicode category Cc) not in ``allowed_controls`` (default tab, with
+    ``json`` tab and line feed); the format characters of ``SPOOFING_RE``.
+    ``json`` words the type and blank errors in JSON terms (see the module).
+
+    The older form ``validate_text(value, field, max_len, required=False)``
+    (positional ``max_len``, blank allowed unless ``required``) still works while
+    its callers move to ``max_len=`` / ``blank=``.
+    """
+    if max_len is None:
+        if legacy_max_len is None:
+            raise TypeError("validate_text() needs max_len")
+        max_len = legacy_max_len
+        if blank is None:
+            blank = not required
+    elif blank is None:
+        blank = not required if required is not None else False
+    if allowed_controls is None:
+        allowed_controls = "\t\n" if json else "\t"
+    if not isinstance(value, str):
+        kind = json_type(value) if json else type(value).__name__
+        raise BadType(field, f"must be a string, not {kind}")
+    if not blank and not value.strip():
+        raise ValidationError(field, "must not be blank" if json else "must not be empty")
+    if len(value) > max_len:
+        raise ValidationError(field, f"longer than {max_len} characters")
+    if _controls_re(allowed_controls).search(value):
+        raise ValidationError(field, "contains control characters" if json else "contains a control character")
+    _refuse_spoofing(value, field)
+    return value
+
+
+def json_string(value: object, path: str, *, max_len: int, blank: bool = True) -> str:
+    """Return ``value`` if it is a JSON string of at most ``max_len`` characters (``validate_text(json=True)``).
+
+    Blank text is allowed unless ``blank=False``; tab and line feed are the controls allowed.
+    """
+    return validate_text(value, path, max_len=max_len, blank=blank, json=True)
+
+
+def validate_name(value: object, field: str = "name", *, max_len: int = 200, blank: bool = False) -> str:
+    """Return ``value`` stripped of surrounding white space if it is a name (``validate_text``).
+
+    A name is at most ``max_len`` characters, one line (tab allowed), not blank unless ``blank``.
+    """
+    return validate_text(value, field, max_len=max_len, blank=blank).strip()
+
+
+MAX_IDENTIFIER_BYTES = 512
+
+
+@functools.lru_cache(maxsize=8)
+def _bad_identifier_chars(forbid: str) -> re.Pattern[str]:
+    """Return a pattern for a character an identifier must not hold (controls, surrogates, ``forbid``).
+
+    One search instead of a Python loop over the characters: every Kv operation
+    checks its table and keys, and the loop was a good part of a commit's cost.
+    """
+    return re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff" + "".join(re.escape(c) for c in forbid) + "]")
+
+
+def validate_identifier(value: object, field: str, *, max_bytes: int = MAX_IDENTIFIER_BYTES, forbid: str = "") -> str:
+    """Return ``value`` if it is an identifier a store keys by (a Kv table name or key).
+
+    1..``max_bytes`` UTF-8 bytes; no control character (tab included: it would
+    not show), no lone surrogate (not UTF-8) and none of ``forbid``. The errors
+    name the character (``contains control character U+0009``).
     """
     if not isinstance(value, str):
         raise BadType(field, f"must be a string, not {type(value).__name__}")
-    if required and not value.strip():
+    if not value:
         raise ValidationError(field, "must not be empty")
-    if len(value) > max_len:
-        raise ValidationError(field, f"longer than {max_len} characters")
-    if any(unicodedata.category(ch) == "Cc" and ch not in allowed_controls for ch in value):
-        raise ValidationError(field, "contains a control character")
-    _refuse_spoofing(value, field)
+    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise ValidationError(field, f"longer than {max_bytes} bytes")
+    bad = _bad_identifier_chars(forbid).search(value)
+    if bad is not None:
+        ch = bad.group()
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            raise ValidationError(field, f"contains control character U+{code:04X}")
+        if 0xD800 <= code <= 0xDFFF:
+            raise ValidationError(field, "contains a lone surrogate (not valid UTF-8)")
+        raise ValidationError(field, f"must not contain {ch!r}")
     return value
+
+
+__all__ = [
+    "CONTROL_RE",
+    "SPOOFING_RE",
+    "json_string",
+    "spoofing_character",
+    "validate_identifier",
+    "validate_name",
+    "validate_text",
+]
