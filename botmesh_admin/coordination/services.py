@@ -15,11 +15,11 @@ superseded.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import NotFound, ValidationError
 
 from .base import LeaseHandle, LeaseLost
@@ -44,10 +44,6 @@ SYSTEM_TENANT = "system"  # a reserved id (kv/tenant.py RESERVED_TENANT_IDS): no
 RUN_TASK = "jobs.run"
 
 Send = Callable[[str, dict[str, Any], dict[str, Any]], None]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def job_store() -> JobStore:

@@ -35,11 +35,11 @@ import json
 import random
 import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from botmesh_admin.clock import now_ms as now_ms  # re-exported: the default journal clock
 from botmesh_admin.errors import BadType, Conflict, DomainError, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 
@@ -56,11 +56,6 @@ MAX_IDEMPOTENCY_KEY = 200
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_ERROR_CHARS = 2000
 MAX_LIST = 200
-
-
-def now_ms() -> int:
-    """Return the wall-clock time in epoch milliseconds (the default journal clock)."""
-    return time.time_ns() // 1_000_000
 
 
 def new_event_id(now: int) -> str:

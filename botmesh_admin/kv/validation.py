@@ -7,18 +7,17 @@ backend (ARCHITECTURE §4, "Validation before write").
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from botmesh_admin.clock import now_ms as now_ms  # re-exported: backends and tools import it from here
 from botmesh_admin.errors import BadType, ValidationError
+from botmesh_admin.validation import MAX_IDENTIFIER_BYTES, validate_identifier
 
 from .base import ABSENT, ANY, MAX_COUNTER, Add, Check, Delete, Entry, Expect, Op, Put
 
-MAX_NAME_BYTES = 512
+MAX_NAME_BYTES = MAX_IDENTIFIER_BYTES  # 512
 MAX_DEPTH = 64
 MAX_VALUE_BYTES = 16 * 1024 * 1024
 MAX_INT_DIGITS = 4000  # Python refuses to turn an int of more than 4,300 digits into text (JSON)
@@ -31,38 +30,8 @@ MAX_VERSION = 2**63 - 1
 MAX_TTL_MS = 100 * 366 * 24 * 3600 * 1000  # about a century
 
 
-def now_ms() -> int:
-    """Return the wall-clock time in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
-
-
-@functools.lru_cache(maxsize=8)
-def _bad_name_chars(forbid: str) -> re.Pattern[str]:
-    """Return a pattern for a character a name must not hold (controls, surrogates, ``forbid``).
-
-    One search instead of a Python loop over the characters: every Kv operation
-    checks its table and keys, and the loop was a good part of a commit's cost.
-    """
-    return re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff" + "".join(re.escape(c) for c in forbid) + "]")
-
-
 def _check_name(kind: str, name: object, *, forbid: str = "") -> str:
-    if not isinstance(name, str):
-        raise BadType(kind, f"must be a string, not {type(name).__name__}")
-    if not name:
-        raise ValidationError(kind, "must not be empty")
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        raise ValidationError(kind, f"longer than {MAX_NAME_BYTES} bytes")
-    bad = _bad_name_chars(forbid).search(name)
-    if bad is not None:
-        ch = bad.group()
-        code = ord(ch)
-        if code < 0x20 or 0x7F <= code <= 0x9F:
-            raise ValidationError(kind, f"contains control character U+{code:04X}")
-        if 0xD800 <= code <= 0xDFFF:
-            raise ValidationError(kind, "contains a lone surrogate (not valid UTF-8)")
-        raise ValidationError(kind, f"must not contain {ch!r}")
-    return name
+    return validate_identifier(name, kind, max_bytes=MAX_NAME_BYTES, forbid=forbid)
 
 
 def validate_table(table: object) -> str:
