@@ -14,18 +14,18 @@ from botmesh_admin.errors import BadType, Conflict, NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.tenancy.models import Tenant
 
-from . import credentials
-from .domain import (
+from .. import credentials
+from ..domain import (
     CHANNEL_KINDS,
     ENCRYPTED_SECRETS,
     PUBLIC_OF_KIND,
     SECRETS_OF_KIND,
     Channel,
 )
-from .models import ChannelConfig
-from .providers import ip_address_of, is_public
-from .selectors import channel_config_forget, to_channel
-from .telegram import SECRET_TOKEN_RE
+from ..models import ChannelConfig
+from ..providers import ip_address_of, is_public
+from ..selectors import channel_config_forget, to_channel
+from ..telegram import SECRET_TOKEN_RE
 
 PHONE_NUMBER_ID_RE = re.compile(r"^[0-9]{1,32}$")
 DISPLAY_NUMBER_RE = re.compile(r"^\+?[0-9][0-9 ()-]{2,31}$")
