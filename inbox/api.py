@@ -18,8 +18,9 @@ from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.tenancy.principal import Principal
 
-from . import replies, selectors, services
+from . import selectors, services
 from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
+from .services import replies
 from .stores.base import VIEWS
 
 router = Router(tags=["inbox"])

@@ -3,7 +3,7 @@
 - ``ledger.message`` (channel ``inbound``): one bot ledger record, ``payload = {"record": StoredMessage JSON}``.
 - ``whatsapp.webhook`` / ``telegram.update`` (channel ``inbound``): ``payload = {"config": name,
   "events": [InboundMessage / StatusUpdate / MemberUpdate .to_dict(), ...]}``.
-- ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.replies``).
+- ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.services.replies``).
 
 Every handler is idempotent (the journal delivers at least once). A projection
 failure is reported — logged with the conversation-free event id, counted in
@@ -22,7 +22,8 @@ from botmesh_admin.events.base import EventRecord
 from botmesh_admin.events.handlers import register
 from botmesh_admin.events.worker import Claim, current_claim
 
-from . import replies, services
+from . import services
+from .services import replies
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def _claim_of(record: EventRecord) -> Claim:
 
 @register(replies.REPLY_EVENT)
 def send_reply(record: EventRecord) -> None:
-    """Send an agent's reply through its channel's provider (see ``inbox.replies``)."""
+    """Send an agent's reply through its channel's provider (see ``inbox.services.replies``)."""
     with _reported(record, "reply"):
         # The claim's fencing token is checked right before the provider request (issue 15, item 6).
         sent = replies.reply_send(record.tenant, record.payload["message_id"], claim=_claim_of(record))

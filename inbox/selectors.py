@@ -682,7 +682,7 @@ def bot_inbound_page(
     changes during a sweep moves to the top, which a later sweep reads. Raise
     ``ValidationError`` naming ``since_ms``, ``limit`` or ``after``.
     """
-    from .replies import bot_reply_id
+    from .services.replies import bot_reply_id
 
     store = store or default_store()
     if isinstance(since_ms, bool) or not isinstance(since_ms, int) or since_ms < 0:

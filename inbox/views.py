@@ -25,8 +25,9 @@ from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, Va
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, tenant_page
 
-from . import replies, selectors, services
+from . import selectors, services
 from .domain import CONVERSATION_ID_RE, CONVERSATION_STATUSES, Conversation, ConversationEvent, Message, Note
+from .services import replies
 
 PAGE = 50
 THREAD = 200

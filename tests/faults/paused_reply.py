@@ -2,7 +2,7 @@
 
 ``manage.py botmesh_events_worker --handler tests.faults.paused_reply.handle``
 with ``FAULTS_DIR`` set. It is the registry's ``dispatch``; only
-``inbox.replies._set_reply`` is wrapped: after a write of ``sending`` it
+``inbox.services.replies._set_reply`` is wrapped: after a write of ``sending`` it
 appends ``sending <message id>`` to ``<FAULTS_DIR>/paused.log`` and waits
 (at most ``PAUSE_LIMIT_S``) until the file ``<FAULTS_DIR>/resume`` exists, so
 the test freezes the process (SIGSTOP) at that point — after the durable
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from botmesh_admin.events.handlers import dispatch
-from inbox import replies
+from inbox.services import replies
 
 PAUSE_LIMIT_S = 60.0
 _set_reply = replies._set_reply

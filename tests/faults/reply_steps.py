@@ -23,7 +23,7 @@ import sys
 
 
 def setup(args: dict) -> dict:
-    from inbox import replies
+    from inbox.services import replies
     from tests.inbox import replyproc
 
     first = replyproc.setup(args)
@@ -36,8 +36,7 @@ def setup(args: dict) -> dict:
 
 def takeover(args: dict) -> dict:
     from botmesh_admin.events.services import journal_drain
-    from inbox import replies
-    from inbox.services import default_inbox
+    from inbox.services import default_inbox, replies
 
     if args.get("wait_go"):
         print("READY", flush=True)

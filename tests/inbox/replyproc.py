@@ -27,8 +27,7 @@ def setup(args: dict) -> dict:
     from botmesh_admin.demo import fixtures_dir
     from botmesh_admin.events.services import journal_drain
     from botmesh_admin.tenancy import services as tenancy
-    from inbox import replies
-    from inbox.services import default_inbox
+    from inbox.services import default_inbox, replies
 
     call_command("migrate", verbosity=0, interactive=False)
     tenant = args["tenant"]
@@ -62,7 +61,7 @@ def setup(args: dict) -> dict:
 
 def resend(args: dict) -> dict:
     from botmesh_admin.events.services import journal_drain
-    from inbox import replies
+    from inbox.services import replies
 
     queued = replies.reply_resend(
         args["tenant"], args["message_id"], conversation_id=args["conversation_id"], actor="ana"

@@ -24,7 +24,7 @@ def test_a_block_after_the_contact_was_erased_is_recorded_without_recreating_the
     status, _ = shop.api("delete", f"contacts/{conv.contact_id}")
     assert status == 200
 
-    with caplog.at_level(logging.INFO, logger="inbox.projection"):
+    with caplog.at_level(logging.INFO, logger="inbox.services.projection"):
         assert post_telegram(shop, "08_blocked.json") == 200
         drain()
 

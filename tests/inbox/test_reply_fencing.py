@@ -13,7 +13,8 @@ import pytest
 from botmesh_admin.events import StaleLeaseError, default_journal
 from botmesh_admin.events.base import now_ms
 from botmesh_admin.events.worker import Claim
-from inbox import replies, selectors
+from inbox import selectors
+from inbox.services import replies
 from tests.inbox.test_webhooks_and_replies import conversation, drain, post_whatsapp, shop  # noqa: F401
 
 RECIPIENT = "573001112233"

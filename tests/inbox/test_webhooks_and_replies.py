@@ -15,8 +15,8 @@ from botmesh_admin.channels.testing import FakeProviderServer
 from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
-from inbox import replies, selectors
-from inbox.services import default_inbox
+from inbox import selectors
+from inbox.services import default_inbox, replies
 from tests.backends import unique_id
 
 PHONE_NUMBER_ID = "106540352242922"

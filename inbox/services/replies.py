@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
-from . import selectors
-from .domain import (
+from .. import selectors
+from ..domain import (
     AGENT_RE,
     Conversation,
     Handoff,
@@ -59,9 +59,9 @@ from .domain import (
     validate_conversation,
     validate_message,
 )
+from ..stores.base import Change
+from .conversations import Inbox, default_inbox, drain_soon
 from .projection import RETRIES, _after_message, _merge_placeholder
-from .services import Inbox, default_inbox, drain_soon
-from .stores.base import Change
 
 if TYPE_CHECKING:
     from botmesh_admin.events.worker import Claim
@@ -231,7 +231,7 @@ def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_me
 
     Meta may post a wamid's ``sent``/``delivered`` statuses before the Graph
     API's answer to the send is recorded; projection keeps them on a
-    placeholder (``inbox.projection``). This write claims the provider id as
+    placeholder (``inbox.services.projection``). This write claims the provider id as
     one of the reply's ids, so either the placeholder is there and is absorbed
     (its furthest status, its reactions; the conversation counts it no more),
     or it comes later and is refused (the id is claimed) and the status goes

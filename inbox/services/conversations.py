@@ -5,7 +5,7 @@ functions (``conversation_assign(tenant, conversation_id, *, ...)``…) are the
 services the API, views and tasks call, over ``default_store()``. Every write
 is validated before it reaches the store; conversations changed by several
 writers at once are updated by read → compare-and-set → retry. Replies through
-the outbox live in ``inbox.replies``.
+the outbox live in ``inbox.services.replies``.
 
 Times are epoch milliseconds. Logs carry conversation ids, never chat ids.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
-from . import projection, selectors
-from .domain import (
+from .. import selectors
+from ..domain import (
     CONVERSATION_STATUSES,
     Conversation,
     Handoff,
@@ -43,9 +43,10 @@ from .domain import (
     validate_marker,
     validate_note,
 )
+from ..stores import default_store
+from ..stores.base import Change, InboxStore
+from . import projection
 from .projection import Projected
-from .stores import default_store
-from .stores.base import Change, InboxStore
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.errors import Conflict, DomainError, NotFound
 
-from .domain import (
+from ..domain import (
     DELIVERY_RANK,
     MAX_EDITS,
     MAX_TEXT,
@@ -54,12 +54,12 @@ from .domain import (
     validate_conversation,
     validate_message,
 )
-from .stores.base import Change
+from ..stores.base import Change
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
 
-    from .services import Inbox
+    from .conversations import Inbox
 
 log = logging.getLogger(__name__)
 

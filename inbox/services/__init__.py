@@ -1,0 +1,68 @@
+"""Inbox writes (every one of them): the public actions, re-exported from the sub-modules.
+
+- ``conversations``: assignment, handoff, status, notes, read markers, erasure,
+  settings, the periodic tick and the bot ledger push;
+- ``projection``: ledger records and channel events become conversations and messages;
+- ``replies``: agents' and bots' replies through the outbox.
+
+``from inbox.services import conversation_assign`` is the way in; the sub-modules
+are named for the reader looking for where a write happens.
+"""
+
+from .conversations import (
+    INBOUND_CHANNEL,
+    LEDGER_CHANNEL,
+    LEDGER_EVENT,
+    MAX_LEDGER_RECORDS,
+    TICK_EVERY_S,
+    Inbox,
+    conversation_assign,
+    conversation_channels_assign,
+    conversation_erase,
+    conversation_handoff,
+    conversation_status_set,
+    conversations_wake,
+    default_inbox,
+    drain_soon,
+    event_project,
+    inbox_settings_set,
+    inbox_tick,
+    ledger_parse,
+    ledger_push,
+    message_project,
+    note_add,
+    read_marker_set,
+)
+from .projection import Projected
+from .replies import HandedOff, bot_reply_create, reply_create, reply_resend, reply_send
+
+__all__ = [
+    "INBOUND_CHANNEL",
+    "LEDGER_CHANNEL",
+    "LEDGER_EVENT",
+    "MAX_LEDGER_RECORDS",
+    "TICK_EVERY_S",
+    "HandedOff",
+    "Inbox",
+    "Projected",
+    "bot_reply_create",
+    "conversation_assign",
+    "conversation_channels_assign",
+    "conversation_erase",
+    "conversation_handoff",
+    "conversation_status_set",
+    "conversations_wake",
+    "default_inbox",
+    "drain_soon",
+    "event_project",
+    "inbox_settings_set",
+    "inbox_tick",
+    "ledger_parse",
+    "ledger_push",
+    "message_project",
+    "note_add",
+    "read_marker_set",
+    "reply_create",
+    "reply_resend",
+    "reply_send",
+]
