@@ -174,8 +174,8 @@ def phase(name: str, url: str, tenant: str, segment_id: str, campaign_id: str) -
     kv = setup_django(url)
     from botmesh_admin.kv.runtime import use_kv
     from campaigns import selectors
+    from campaigns.domain.planning import Planner
     from campaigns.services import planning
-    from campaigns.services.planning import Planner
     from crm import selectors as crm_selectors
 
     crm_selectors._regions[tenant] = ("CO", float("inf"))

@@ -18,7 +18,7 @@ from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, r
 
 from . import selectors, services
 from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts, campaign_to_json
-from .services.planning import Plan
+from .domain.planning import Plan
 
 router = Router(tags=["campaigns"])
 

@@ -29,7 +29,7 @@ from .domain import (
     validate_channel_name,
     validate_contact_ids,
 )
-from .services.planning import SAMPLE, Plan, Planner
+from .domain.planning import SAMPLE, Plan, Planner
 from .stores import default_stores
 
 PREVIEW_RECIPIENTS = 1000

@@ -23,9 +23,10 @@ from typing import Any
 from botmesh_admin.errors import NotFound
 
 from ..domain import ACTIVE_STATES, Campaign, Recipient, new_token, now_ms
+from ..domain.planning import Planner
 from ..stores import default_stores
 from .definition import _complete, _fail, _get, _index_active, _transition
-from .planning import Planner, _materialize
+from .planning import _materialize
 from .sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 
 log = logging.getLogger("botmesh.campaigns")

@@ -57,8 +57,8 @@ from ..domain import (
     new_token,
     now_ms,
 )
+from ..domain.planning import Planner
 from ..stores.base import CampaignStore, SlotStore
-from .planning import Planner
 
 log = logging.getLogger("botmesh.campaigns")
 
@@ -394,9 +394,20 @@ class _Run:
         if doubt:
             self.report.in_doubt += len(self.slots.slots_mark_in_doubt(tenant, cid, doubt, now_ms=now))
         for contact_id, evidence in blocked.items():
-            self.planner.consent_denied(contact_id, "telegram", evidence=evidence)
+            consent_denied(tenant, contact_id, "telegram", evidence=evidence)
         if slow_down and self.campaigns is not None:
             self.campaigns.throttle_take(
                 tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now, not_before_ms=now + slow_down
             )
         return wake
+
+
+def consent_denied(tenant: str, contact_id: str, channel: str, *, evidence: str) -> None:
+    """Record in the CRM that the contact blocked us on ``channel`` (consent ``denied``)."""
+    from botmesh_admin.errors import NotFound
+    from crm.services import consent_set
+
+    try:
+        consent_set(tenant, contact_id, channel=channel, status="denied", source="campaign", evidence=evidence[:500])
+    except NotFound:
+        pass  # erased meanwhile: nothing left to mark

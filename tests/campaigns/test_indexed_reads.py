@@ -29,8 +29,9 @@ from campaigns.domain import (
     count_deliveries,
     new_token,
 )
-from campaigns.services import planning as planner_module
-from campaigns.services.planning import Planner, SeenKeys
+from campaigns.domain import planning as planner_module
+from campaigns.domain.planning import Planner, SeenKeys
+from campaigns.services import planning
 from campaigns.stores import use_stores
 from campaigns.stores.base import SlotStore
 from campaigns.stores.kv import DELIVERY, KvCampaignStore, KvSlotStore
@@ -443,7 +444,7 @@ def test_a_plan_interrupted_midway_and_run_again_gives_each_recipient_one_slot(k
     )
     monkeypatch.setattr(planner_module, "BATCH", 4)
 
-    class Crashing(planner_module.SlotClaims):
+    class Crashing(planning.SlotClaims):
         calls = 0
 
         def claim(self, items):
@@ -471,7 +472,7 @@ def test_two_contacts_with_one_number_in_different_batches_get_one_slot(kv_world
     tenant, slots = kv_world
     monkeypatch.setattr(planner_module, "BATCH", 1)
     source = Synthetic(12)  # contact 9 has contact 8's number written without the +
-    claims = planner_module.SlotClaims(slots, tenant, CID, T0)
+    claims = planning.SlotClaims(slots, tenant, CID, T0)
     for _ in range(2):
         plan = Planner(tenant, source).plan(rules=SegmentRules(), channel="whatsapp", claims=claims, keep=0)
         assert (plan.counts.recipients, plan.counts.dropped) == (11, {"duplicate": 1})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from campaigns import selectors
-from campaigns.services.planning import Planner
+from campaigns.domain.planning import Planner
 from crm import services as crm
 from crm.domain import Consent, Contact, Identity, SegmentRules
 

@@ -7,8 +7,8 @@ import pytest
 from botmesh_admin.channels.domain import OutboundMessage
 from botmesh_admin.channels.providers import TelegramProvider, WhatsAppProvider
 from campaigns import selectors, services
+from campaigns.domain.planning import Planner
 from campaigns.services import planning
-from campaigns.services.planning import Planner
 from campaigns.services.sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 from campaigns.stores import default_stores
 from crm import services as crm

@@ -26,7 +26,7 @@ from botmesh_admin.kv import Put, TenantKv
 from botmesh_admin.kv.memory import MemoryKv
 from campaigns import selectors as campaign_selectors
 from campaigns.domain import CHANNELS as CAMPAIGN_CHANNELS
-from campaigns.services.planning import Planner
+from campaigns.domain.planning import Planner
 from crm import selectors, services
 from crm.domain import PLAN_CHANNELS, Identity, Segment, rules_match
 from crm.stores import default_store
