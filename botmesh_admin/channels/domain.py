@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 from botmesh_admin.errors import BadType, ValidationError
@@ -302,16 +303,142 @@ class OutboundMessage:
             raise ValidationError("message.idempotency_key", "must be 1-200 characters")
 
 
+class SendOutcome(StrEnum):
+    """What a provider's answer to one send means, whichever provider gave it.
+
+    ``accepted``; ``rate_limited`` (slow down: retry after ``retry_after_s``);
+    ``blocked`` (the user blocked the bot: Telegram 403); ``window_closed``
+    (WhatsApp 131047: the 24-hour customer-service window is closed, only a
+    template goes); ``bad_credentials`` (the channel's token is refused:
+    WhatsApp 190, Telegram 401 — every further send fails too); ``no_answer``
+    (no HTTP answer: the provider may or may not have the message, never
+    resend it blindly); ``failed`` (any other refusal; ``retryable`` says if a
+    retry may succeed).
+    """
+
+    ACCEPTED = "accepted"
+    RATE_LIMITED = "rate_limited"
+    BLOCKED = "blocked"
+    WINDOW_CLOSED = "window_closed"
+    BAD_CREDENTIALS = "bad_credentials"
+    NO_ANSWER = "no_answer"
+    FAILED = "failed"
+
+
+# The one table of provider error codes (ARCHITECTURE §7). WhatsApp: the Cloud API ``error.code``
+# (https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes), or the HTTP
+# status when the answer has no error object. Telegram: the Bot API ``error_code`` (the HTTP
+# status; https://core.telegram.org/bots/api#making-requests).
+WHATSAPP_RATE_LIMIT_CODES = frozenset(
+    {
+        4,  # API Too Many Calls (app-level rate limit)
+        80007,  # Rate limit issues (WhatsApp Business Account)
+        130429,  # Rate limit hit: Cloud API throughput reached
+        131048,  # Spam rate limit hit: too many messages of this number blocked or reported
+        131056,  # (Business Account, Consumer Account) pair rate limit hit
+    }
+)
+WHATSAPP_RETRYABLE_CODES = WHATSAPP_RATE_LIMIT_CODES | frozenset(
+    {
+        1,  # API Unknown (possible server error)
+        2,  # API Service: temporary downtime or overload
+        131000,  # Something went wrong
+        133004,  # Server temporarily unavailable
+    }
+)
+OUTCOME_OF_CODE: dict[str, dict[int, SendOutcome]] = {
+    "whatsapp": {
+        131047: SendOutcome.WINDOW_CLOSED,  # Re-engagement message: over 24 h since the customer last wrote
+        190: SendOutcome.BAD_CREDENTIALS,  # Access token has expired (or was invalidated)
+        429: SendOutcome.RATE_LIMITED,  # an HTTP 429 without an error object
+        **dict.fromkeys(WHATSAPP_RATE_LIMIT_CODES, SendOutcome.RATE_LIMITED),
+        # 131026 (Message undeliverable: no WhatsApp account, an old app, terms not accepted) and
+        # 131049 (not delivered "to maintain healthy ecosystem engagement": a per-user marketing
+        # limit) are ``failed``: WhatsApp never says a user blocked a business, so neither denies consent.
+    },
+    "telegram": {
+        403: SendOutcome.BLOCKED,  # Forbidden: bot was blocked by the user (or kicked from the group)
+        401: SendOutcome.BAD_CREDENTIALS,  # Unauthorized: the bot token is wrong or revoked
+        429: SendOutcome.RATE_LIMITED,  # Too Many Requests: retry after parameters.retry_after seconds
+    },
+}
+SEND_HINTS: dict[int, str] = {
+    131047: "24-hour window closed: the customer must write first, or send a template",
+    131026: "undeliverable: not a WhatsApp number, or the customer's app is old or has not accepted the terms",
+    131049: "WhatsApp held it back to limit marketing to this customer: try again later, not at once",
+    131048: "rate limited by WhatsApp: too many messages from this number were blocked or reported",
+    131056: "too many messages to this customer in a short time: try again later",
+    403: "the user blocked the bot",
+    400: "chat not found",
+    130429: "rate limited by WhatsApp",
+    429: "rate limited",
+    190: "the access token expired",
+    401: "the bot token was refused",
+}
+"""The human hint an agent reads beside a provider's error code (the code is what the inbox stores)."""
+OUTCOME_HINTS = {
+    SendOutcome.RATE_LIMITED: "rate limited",
+    SendOutcome.BLOCKED: "the user blocked the bot",
+    SendOutcome.WINDOW_CLOSED: SEND_HINTS[131047],
+    SendOutcome.BAD_CREDENTIALS: "the channel's credentials were refused",
+    SendOutcome.NO_ANSWER: "no answer from the provider: it may or may not have been delivered",
+}
+
+
+def send_outcome(channel: str, *, status: str, error_code: int | None, retryable: bool) -> SendOutcome:
+    """Return what a send answer means: ``channel`` is ``whatsapp``/``telegram`` (another: only the generic rules).
+
+    ``status`` ``accepted`` is ``ACCEPTED``; a failure without a code that may
+    be retried is ``NO_ANSWER`` (a network error: nothing came back); a code in
+    ``OUTCOME_OF_CODE[channel]`` is its outcome; any other 429 is
+    ``RATE_LIMITED``; the rest ``FAILED``.
+    """
+    if status == "accepted":
+        return SendOutcome.ACCEPTED
+    if error_code is None:
+        return SendOutcome.NO_ANSWER if retryable else SendOutcome.FAILED
+    outcome = OUTCOME_OF_CODE.get(channel, {}).get(error_code)
+    if outcome is not None:
+        return outcome
+    return SendOutcome.RATE_LIMITED if error_code == 429 else SendOutcome.FAILED
+
+
+def send_hint(error_code: int | None, outcome: SendOutcome | None = None) -> str:
+    """Return the human hint of a provider error ``error_code`` (else of ``outcome``), ``""`` when there is none."""
+    if error_code is not None and error_code in SEND_HINTS:
+        return SEND_HINTS[error_code]
+    return OUTCOME_HINTS.get(outcome, "") if outcome is not None else ""
+
+
+def blocked_identity(chat_key: str) -> str | None:
+    """Return the address of the user a ``BLOCKED`` answer to ``chat_key`` is about, or ``None``.
+
+    A private chat (``telegram:700000001``) is the user: ``"700000001"``. In a
+    group (``telegram:<group id>:<user id>``) a Telegram 403 means the bot was
+    removed from the group, not that this user blocked it: ``None``.
+    """
+    channel, _, address = chat_key.partition(":")
+    if not address or ":" in address:
+        return None
+    return "+" + address if channel == "whatsapp" and address.isdigit() else address
+
+
 @dataclass(frozen=True)
 class SendResult:
     """What a provider answered for one ``OutboundMessage``.
 
-    ``status`` is ``accepted`` or ``failed``. Accepted: ``provider_message_id`` and
-    ``recipient``, the canonical id as the provider answers it (WhatsApp ``wa_id``
-    ``573001112233`` for the input ``+57 300 111 2233``); ``chat_key`` echoes the
-    message's, so a result is matched to its recipient whatever the provider answers.
-    Failed: ``error_code`` (provider code, or HTTP status), ``error_title``,
-    ``retryable`` and, when the provider says, ``retry_after_ms``.
+    ``status`` is ``accepted`` or ``failed``; ``outcome`` says what the answer
+    means (``SendOutcome``; when not given it is derived from the channel of
+    ``chat_key``, ``status``, ``error_code`` and ``retryable`` by
+    ``send_outcome``, so every reader reads the same meaning). Accepted:
+    ``provider_message_id`` and ``recipient``, the canonical id as the provider
+    answers it (WhatsApp ``wa_id`` ``573001112233`` for the input ``+57 300 111
+    2233``); ``chat_key`` echoes the message's, so a result is matched to its
+    recipient whatever the provider answers. Failed: ``error_code`` (provider
+    code, or HTTP status), ``error_title`` (the provider's words),
+    ``retryable`` and, when a retry is due after a delay, ``retry_after_ms``
+    (``retry_after_s`` is the same delay in seconds). ``hint`` is the human hint
+    an agent reads (given, else ``send_hint``; ``""`` when there is none).
     """
 
     status: Literal["accepted", "failed"]
@@ -322,6 +449,24 @@ class SendResult:
     error_title: str | None = None
     retryable: bool = False
     retry_after_ms: int | None = None
+    outcome: SendOutcome | None = None  # never None once built: derived in __post_init__ when not given
+    hint: str = ""  # derived in __post_init__ when not given
+    retry_after_s: float | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        outcome = self.outcome
+        if outcome is None:
+            outcome = send_outcome(
+                self.chat_key.partition(":")[0],
+                status=self.status,
+                error_code=self.error_code,
+                retryable=self.retryable,
+            )
+        object.__setattr__(self, "outcome", SendOutcome(outcome))
+        if self.retry_after_ms is not None:
+            object.__setattr__(self, "retry_after_s", self.retry_after_ms / 1000)
+        if not self.hint and self.status == "failed":
+            object.__setattr__(self, "hint", send_hint(self.error_code, self.outcome))
 
     @property
     def accepted(self) -> bool:
@@ -334,8 +479,8 @@ class SendResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SendResult:
-        """Build a result from ``to_dict()`` output."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        """Build a result from ``to_dict()`` output (``retry_after_s`` is derived again)."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in names})
 
 

@@ -7,12 +7,19 @@ a ``failed`` result with the provider's code and whether to retry; a network
 error or timeout is ``failed`` and retryable (the message may or may not have
 been delivered: the outbox decides). Retry rules (ARCHITECTURE §7):
 
-- 429 / WhatsApp 130429 (and other throughput codes): retryable after
+- 429 / WhatsApp 130429 (and other throughput codes): ``rate_limited``, retryable after
   ``retry_after_ms`` (Telegram ``parameters.retry_after`` seconds, else the
   ``Retry-After`` header, else ``DEFAULT_RETRY_AFTER_MS``);
-- 5xx: retryable;
-- Telegram 403 (blocked), 400 (chat not found), WhatsApp 131047 (24-hour
-  window closed), 190 (expired token) and every other 4xx: not retryable.
+- 5xx and WhatsApp's transient codes (1, 2, 131000, 133004): ``failed``, retryable;
+- Telegram 403 (``blocked``), 401 and WhatsApp 190 (``bad_credentials``), WhatsApp
+  131047 (``window_closed``), Telegram 400 (chat not found) and every other 4xx:
+  not retryable;
+- no HTTP answer: ``no_answer``.
+
+Each result's ``outcome`` (``domain.SendOutcome``) comes from the one code table
+in ``domain`` (``send_outcome``, ``OUTCOME_OF_CODE``), its ``hint`` from
+``send_hint``; readers (the inbox's replies, campaign sending) read those and keep
+no code table of their own.
 
 HTTP goes through ``urllib.request`` with a timeout and never follows a
 redirect (a redirect is the provider's answer, a failure: following one could
@@ -50,7 +57,15 @@ from botmesh_admin.errors import ValidationError
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.observability.logs import log_id
 
-from .domain import Channel, OutboundMessage, SendResult
+from .domain import (
+    WHATSAPP_RATE_LIMIT_CODES,
+    WHATSAPP_RETRYABLE_CODES,
+    Channel,
+    OutboundMessage,
+    SendOutcome,
+    SendResult,
+    send_outcome,
+)
 
 log = logging.getLogger("botmesh.channels")
 
@@ -58,9 +73,6 @@ WHATSAPP_API_BASE = "https://graph.facebook.com/v21.0"
 TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRY_AFTER_MS = 1000
-# Graph API error codes that mean "slow down / try again" (WhatsApp Cloud API error codes).
-WHATSAPP_RETRYABLE_CODES = frozenset({1, 2, 4, 80007, 130429, 131000, 131048, 131056, 133004})
-WHATSAPP_RATE_LIMIT_CODES = frozenset({4, 80007, 130429, 131048, 131056})
 
 
 @runtime_checkable
@@ -226,6 +238,7 @@ class _HttpProvider(_BaseProvider):
                 chat_key=message.chat_key,
                 retryable=False,
                 error_title=f"not sent: the channel's {self.kind} API base URL reaches a non-public address",
+                outcome=SendOutcome.FAILED,
             )
         log.warning("%s send to %s: no answer (%s)", self.kind, log_id(message.chat_key), error)
         return SendResult(
@@ -234,6 +247,7 @@ class _HttpProvider(_BaseProvider):
             error_title=f"no answer from {self.kind} ({error})",
             retryable=True,
             retry_after_ms=DEFAULT_RETRY_AFTER_MS,
+            outcome=SendOutcome.NO_ANSWER,
         )
 
 
@@ -328,6 +342,7 @@ class WhatsAppProvider(_HttpProvider):
                 chat_key=message.chat_key,
                 provider_message_id=str(messages[0]["id"]),
                 recipient=str(wa_id) if wa_id else address_of(message.chat_key, self.kind),
+                outcome=SendOutcome.ACCEPTED,
             )
         error = _object(body, "error")
         code = error["code"] if isinstance(error.get("code"), int) else status
@@ -336,7 +351,12 @@ class WhatsAppProvider(_HttpProvider):
         retry_after = _retry_after_header(retry_header)
         if rate_limited and retry_after is None:
             retry_after = DEFAULT_RETRY_AFTER_MS
-        log.info("whatsapp send to %s failed: code %s", log_id(message.chat_key), code)
+        outcome = (
+            SendOutcome.RATE_LIMITED
+            if rate_limited
+            else send_outcome(self.kind, status="failed", error_code=code, retryable=retryable)
+        )
+        log.info("whatsapp send to %s failed: code %s (%s)", log_id(message.chat_key), code, outcome)
         return SendResult(
             status="failed",
             chat_key=message.chat_key,
@@ -344,6 +364,7 @@ class WhatsAppProvider(_HttpProvider):
             error_title=str(error.get("message") or f"HTTP {status}"),
             retryable=retryable,
             retry_after_ms=retry_after if retryable else None,
+            outcome=outcome,
         )
 
 
@@ -397,6 +418,8 @@ class TelegramProvider(_HttpProvider):
                 error_code=400,
                 error_title="Telegram has no message templates",
                 retryable=False,
+                outcome=SendOutcome.FAILED,
+                hint="Telegram has no message templates: send text",
             )
         headers = {"Idempotency-Key": message.idempotency_key} if message.idempotency_key else {}
         answer = self._post(f"{self._base_url}/bot{self._bot_token}/sendMessage", self.payload(message), headers)
@@ -412,6 +435,7 @@ class TelegramProvider(_HttpProvider):
                 chat_key=message.chat_key,
                 provider_message_id=f"{self._id_prefix}{chat_id}:{result['message_id']}",
                 recipient=str(chat_id) if chat_id is not None else address_of(message.chat_key, self.kind),
+                outcome=SendOutcome.ACCEPTED,
             )
         code: int = body["error_code"] if isinstance(body.get("error_code"), int) else status
         parameters = _object(body, "parameters")
@@ -422,7 +446,8 @@ class TelegramProvider(_HttpProvider):
         )
         if code == 429 and retry_after_ms is None:
             retry_after_ms = DEFAULT_RETRY_AFTER_MS
-        log.info("telegram send to %s failed: code %s", log_id(message.chat_key), code)
+        outcome = send_outcome(self.kind, status="failed", error_code=code, retryable=retryable)
+        log.info("telegram send to %s failed: code %s (%s)", log_id(message.chat_key), code, outcome)
         return SendResult(
             status="failed",
             chat_key=message.chat_key,
@@ -430,6 +455,7 @@ class TelegramProvider(_HttpProvider):
             error_title=str(body.get("description") or f"HTTP {status}"),
             retryable=retryable,
             retry_after_ms=retry_after_ms if retryable else None,
+            outcome=outcome,
         )
 
 
@@ -465,6 +491,7 @@ class ConsoleProvider(_BaseProvider):
             chat_key=message.chat_key,
             provider_message_id=provider_id,
             recipient=address_of(message.chat_key, self.channel),
+            outcome=SendOutcome.ACCEPTED,
         )
 
 
@@ -478,7 +505,14 @@ class UnconfiguredProvider(_BaseProvider):
 
     def send(self, message: OutboundMessage) -> SendResult:
         """Return a non-retryable failure naming the missing credential."""
-        return SendResult(status="failed", chat_key=message.chat_key, error_title=self.reason, retryable=False)
+        return SendResult(
+            status="failed",
+            chat_key=message.chat_key,
+            error_title=self.reason,
+            retryable=False,
+            outcome=SendOutcome.FAILED,
+            hint=self.reason,
+        )
 
 
 def api_base(kind: str, channel: Channel | None = None) -> str:
