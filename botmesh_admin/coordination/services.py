@@ -138,14 +138,16 @@ def scheduler_tick(
     Celery messages sent. Raise ``LeaseLost`` if ``lease`` is no longer valid and
     ``StaleFence`` if a newer leader has written (nothing is sent then).
     """
-    from botmesh_admin.events import Envelope, default_journal
+    from botmesh_admin.events import default_journal
+    from botmesh_admin.events.base import MAX_BATCH
+    from botmesh_admin.events.services import NewEvent, event_publish_many
 
     store = store or job_store()
     journal = journal or default_journal()
     specs = list(specs)
     emitted: list[Emitted] = []
     states: dict[str, JobState] = {}
-    run_channels: set[str] = set()
+    occurrences: list[NewEvent] = []
     for spec in specs:
         job = effective_job(spec, store)
         state = store.state_get(spec.id)
@@ -156,10 +158,9 @@ def scheduler_tick(
             if not lease.valid():
                 raise LeaseLost("the scheduler leadership was lost during the tick")
             if spec.durable:
-                journal.append(
-                    Envelope(
+                occurrences.append(
+                    NewEvent(
                         type=OCCURRENCE_TYPE,
-                        tenant=SYSTEM_TENANT,
                         channel=jobs_channel(spec),
                         idempotency_key=occurrence_id(spec.id, scheduled),
                         payload={
@@ -171,7 +172,6 @@ def scheduler_tick(
                         },
                     )
                 )
-                run_channels.add(jobs_channel(spec))
             emitted.append(Emitted(spec.id, scheduled, spec.durable))
         last = due[-1] if due else (state.last_emitted_ms if state else None)
         states[spec.id] = JobState(considered, last)
@@ -179,6 +179,11 @@ def scheduler_tick(
         return []
     if not lease.valid():
         raise LeaseLost("the scheduler leadership was lost during the tick")
+    # One ledger commit for the tick's durable occurrences; ``jobs.run`` (below) drains their
+    # channels with the occurrence runner, so no ``events.drain`` is queued for them.
+    for start in range(0, len(occurrences), MAX_BATCH):
+        event_publish_many(SYSTEM_TENANT, occurrences[start : start + MAX_BATCH], journal=journal, wake=False)
+    run_channels = {event.channel for event in occurrences if event.channel}
     store.state_put(states, fence=lease.fence)
     by_id = {spec.id: spec for spec in specs}
     for item in emitted:

@@ -56,11 +56,25 @@ MAX_IDEMPOTENCY_KEY = 200
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_ERROR_CHARS = 2000
 MAX_LIST = 200
+MAX_BATCH = 5000
+"""The most records one ``append_many`` / ``claim_many`` / ``ack_many`` / ``fail_many`` call takes
+(a ledger push's 5,000 records are one commit)."""
 
 
 def new_event_id(now: int) -> str:
     """Return a fresh event id that sorts by creation time: ``ev_<12 hex ms><12 hex random>``."""
     return f"ev_{now:012x}{secrets.token_hex(6)}"
+
+
+def new_event_ids(now: int, n: int) -> list[str]:
+    """Return ``n`` fresh event ids that sort by creation time and, within ``now``, in the order given.
+
+    One random 48-bit base per call, counted up: ids of one batch claim in batch
+    order (``claim`` orders by ``(available_at, id)``), yet never collide with
+    another batch's (the base is random, like ``new_event_id``'s suffix).
+    """
+    base = secrets.randbelow(2**48 - n)
+    return [f"ev_{now:012x}{base + i:012x}" for i in range(n)]
 
 
 class StaleLeaseError(DomainError):
@@ -175,6 +189,18 @@ class EventJournal(Protocol):
         return that record unchanged. Raise ``ValidationError`` (naming the
         field, e.g. ``envelope.payload``) for a bad envelope and ``Conflict`` if
         an explicit ``id`` is taken by another record.
+        """
+        ...
+
+    def append_many(self, envelopes: Sequence[Envelope]) -> list[EventRecord]:
+        """Store every envelope as ``append`` does, in one commit; return the records in input order.
+
+        An envelope whose ``(tenant, idempotency_key)`` is stored already — or
+        repeated earlier in the same batch — answers that record unchanged.
+        Every envelope is checked before anything is written: ``ValidationError``
+        names the one at fault (``envelopes[3].payload``), ``Conflict`` an explicit
+        ``id`` taken by another record; either way nothing of the batch is
+        stored. At most ``MAX_BATCH`` envelopes (``ValidationError`` on ``envelopes``).
         """
         ...
 
@@ -387,6 +413,41 @@ def validate_envelope(envelope: object, now: int) -> EventRecord:
         attempts=0,
         available_at=now,
     )
+
+
+def validate_envelopes(envelopes: object, now: int) -> list[EventRecord]:
+    """Return the ``pending`` records a batch of envelopes becomes at ``now`` (``append_many``).
+
+    Raise ``ValidationError`` naming ``envelopes`` (not a list, more than
+    ``MAX_BATCH``) or ``envelopes[i].<field>`` for the first bad envelope.
+    """
+    if isinstance(envelopes, (str, bytes)) or not isinstance(envelopes, Sequence):
+        raise BadType("envelopes", "must be a list of Envelope")
+    if len(envelopes) > MAX_BATCH:
+        raise ValidationError("envelopes", f"at most {MAX_BATCH} per call")
+    out: list[EventRecord] = []
+    for i, envelope in enumerate(envelopes):
+        try:
+            out.append(validate_envelope(envelope, now))
+        except ValidationError as exc:
+            field = (exc.field or "").removeprefix("envelope")
+            raise type(exc)(f"envelopes[{i}]{field}", exc.problem) from None
+    return out
+
+
+def first_of_keys(records: Sequence[EventRecord]) -> tuple[list[EventRecord], list[int]]:
+    """Return the records of a batch whose ``(tenant, idempotency_key)`` is new to it, and for
+    every record the index (into that list) of the first with its key."""
+    firsts: list[EventRecord] = []
+    seen: dict[tuple[str, str], int] = {}
+    where: list[int] = []
+    for record in records:
+        key = (record.tenant, record.idempotency_key)
+        if key not in seen:
+            seen[key] = len(firsts)
+            firsts.append(record)
+        where.append(seen[key])
+    return firsts, where
 
 
 def validate_time(value: object, field: str) -> int:

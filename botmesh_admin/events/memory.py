@@ -21,11 +21,13 @@ from .base import (
     RetryPolicy,
     StaleLeaseError,
     clip_error,
+    first_of_keys,
     lease_expired_error,
     not_replayable,
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_envelopes,
     validate_erase_args,
     validate_event_id,
     validate_export_args,
@@ -89,6 +91,27 @@ class MemoryEventJournal:
             self._records[record.id] = record
             self._by_key[(record.tenant, record.idempotency_key)] = record.id
             return record
+
+    def append_many(self, envelopes: Sequence[Envelope]) -> builtins.list[EventRecord]:
+        """Store every envelope (or answer its key's record) under one lock and one persist."""
+        firsts, where = first_of_keys(validate_envelopes(envelopes, self.clock()))
+        with self._writing():
+            stored: builtins.list[EventRecord] = []
+            new_ids: set[str] = set()
+            for record in firsts:
+                existing = self._by_key.get((record.tenant, record.idempotency_key))
+                if existing is not None:
+                    stored.append(self._records[existing])
+                    continue
+                if record.id in self._records or record.id in new_ids:
+                    raise Conflict(f"event id {record.id!r} is taken by another record")
+                new_ids.add(record.id)
+                stored.append(record)
+            for record in stored:  # every check passed: now write
+                if record.id in new_ids:
+                    self._records[record.id] = record
+                    self._by_key[(record.tenant, record.idempotency_key)] = record.id
+            return [stored[i] for i in where]
 
     def get(self, event_id: str) -> EventRecord | None:
         """Return the record ``event_id``, or ``None``."""

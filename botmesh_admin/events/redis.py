@@ -48,11 +48,13 @@ from .base import (
     RetryPolicy,
     StaleLeaseError,
     clip_error,
+    first_of_keys,
     lease_expired_error,
     not_replayable,
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_envelopes,
     validate_erase_args,
     validate_event_id,
     validate_export_args,
@@ -118,6 +120,50 @@ redis.call('ZADD', P .. ':i:' .. t, 0, id)
 redis.call('ZADD', P .. ':ic:' .. t .. ':' .. ch, 0, id)
 move(r, id, nil, 'pending')
 return {1, id}
+"""
+)
+
+APPEND_MANY_LUA = (
+    _COMMON
+    + """
+-- ARGV: P, then 8 per record: id, type, channel, tenant, payload, idempotency_key, created_at, now
+-- (one record per key: the caller keeps the first of a repeated key). Checks every new record's
+-- id first: {-1, id} and nothing written. Else {status, id, ...}: 1 stored, 0 the key's record.
+local n = (#ARGV - 1) / 8
+local new_ids = {}
+for i = 0, n - 1 do
+  local b = 1 + i * 8
+  if not redis.call('HGET', P .. ':k:' .. ARGV[b + 4], ARGV[b + 6]) then
+    if new_ids[ARGV[b + 1]] or redis.call('EXISTS', P .. ':r:' .. ARGV[b + 1]) == 1 then
+      return {-1, ARGV[b + 1]}
+    end
+    new_ids[ARGV[b + 1]] = true
+  end
+end
+local out = {}
+for i = 0, n - 1 do
+  local b = 1 + i * 8
+  local id, ch, t, key, now = ARGV[b + 1], ARGV[b + 3], ARGV[b + 4], ARGV[b + 6], ARGV[b + 8]
+  local existing = redis.call('HGET', P .. ':k:' .. t, key)
+  if existing then
+    out[#out + 1] = 0
+    out[#out + 1] = existing
+  else
+    local r = P .. ':r:' .. id
+    redis.call('HSET', r, 'id', id, 'type', ARGV[b + 2], 'channel', ch, 'tenant', t, 'payload', ARGV[b + 5],
+      'idempotency_key', key, 'created_at', ARGV[b + 7], 'state', 'pending', 'attempts', 0,
+      'available_at', now, 'fencing_token', 0)
+    redis.call('HSET', P .. ':k:' .. t, key, id)
+    redis.call('ZADD', P .. ':q:' .. ch, now, id)
+    redis.call('ZADD', P .. ':i', 0, id)
+    redis.call('ZADD', P .. ':i:' .. t, 0, id)
+    redis.call('ZADD', P .. ':ic:' .. t .. ':' .. ch, 0, id)
+    move(r, id, nil, 'pending')
+    out[#out + 1] = 1
+    out[#out + 1] = id
+  end
+end
+return out
 """
 )
 
@@ -401,7 +447,8 @@ class RedisEventJournal:
         self._scripts = {
             name: self._client.register_script(lua)
             for name, lua in (
-                ("append", APPEND_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA), ("fail", FAIL_LUA),
+                ("append", APPEND_LUA), ("append_many", APPEND_MANY_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA),
+                ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
                 ("prune", PRUNE_LUA), ("erase", ERASE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA),
                 ("fresh", FRESH_LUA),
@@ -440,6 +487,37 @@ class RedisEventJournal:
         if existing is None:  # pragma: no cover - records are never deleted
             raise StoreUnavailable("journal record vanished")
         return existing
+
+    def append_many(self, envelopes: Sequence[Envelope]) -> builtins.list[EventRecord]:
+        """Store every envelope (or answer its key's record) in one script; read the others back."""
+        firsts, where = first_of_keys(validate_envelopes(envelopes, self.clock()))
+        if not firsts:
+            return []
+        args: builtins.list[Any] = []
+        for r in firsts:
+            payload = json.dumps(r.payload, ensure_ascii=False, separators=(",", ":"))
+            args += [r.id, r.type, r.channel or "", r.tenant, payload, r.idempotency_key, r.created_at, r.available_at]
+        reply = self._run("append_many", *args)
+        if reply[0] == -1:
+            raise Conflict(f"event id {reply[1].decode()!r} is taken by another record")
+        stored: builtins.list[EventRecord | None] = []
+        missing: builtins.list[tuple[int, str]] = []
+        for i, record in enumerate(firsts):
+            status, event_id = reply[2 * i], reply[2 * i + 1].decode()
+            stored.append(record if status == 1 else None)
+            if status != 1:
+                missing.append((i, event_id))
+        if missing:
+            with self._errors():
+                pipe = self._client.pipeline(transaction=False)
+                for _, event_id in missing:
+                    pipe.hgetall(f"{self.prefix}:r:{event_id}")
+                flats = pipe.execute()
+            for (i, _), flat in zip(missing, flats, strict=True):
+                if not flat:  # pragma: no cover - pruned between the script and the read
+                    raise StoreUnavailable("journal record vanished")
+                stored[i] = _record(flat)
+        return [stored[i] for i in where]  # type: ignore[misc]
 
     def get(self, event_id: str) -> EventRecord | None:
         """Return the record ``event_id``, or ``None``."""

@@ -8,15 +8,27 @@ a broker that is down never fails a publish: the beat safety net drains anyway.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
-from botmesh_admin.errors import NotFound
+from botmesh_admin.errors import BadType, NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
 
-from .base import Envelope, EventRecord, validate_channel, validate_event_id
+from .base import (
+    MAX_BATCH,
+    Envelope,
+    EventJournal,
+    EventRecord,
+    new_event_ids,
+    now_ms,
+    validate_channel,
+    validate_event_id,
+)
 from .runtime import default_journal
+from .tasks import drain as drain_task
 from .wakeups import DrainWakeups
 
 logger = logging.getLogger("botmesh.events")
@@ -27,10 +39,8 @@ PRUNE_BATCH = 1000
 
 
 def _queue_drain(channel: str | None) -> None:
-    from .tasks import drain
-
     try:
-        drain.delay(channel)
+        drain_task.delay(channel)
     except Exception as exc:  # the broker is optional for correctness: beat drains too
         logger.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
 
@@ -45,16 +55,40 @@ def _queue_trailing_drain(channel: str | None) -> None:
 _wakeups = DrainWakeups(_queue_drain, send_later=_queue_trailing_drain)
 
 
-def _drain_after_commit(channel: str | None) -> None:
-    def send() -> None:
-        from .tasks import drain
+def event_drain_soon(channel: str | None) -> None:
+    """Queue a drain of ``channel`` once the enclosing transaction commits (coalesced: see ``wakeups``).
 
-        if drain.app.conf.task_always_eager:
+    ``event_publish`` and ``event_publish_many`` call it for what they append;
+    call it yourself only after a change that makes records ready another way.
+    A broker that is down never raises here: beat's safety net drains anyway.
+    """
+
+    def send() -> None:
+        if drain_task.app.conf.task_always_eager:
             _queue_drain(channel)  # eager drains run here and now, as callers of eager mode expect
         else:
             _wakeups.request(channel)  # coalesced: see ``wakeups``
 
     transaction.on_commit(send)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """One event of an ``event_publish_many`` batch: the arguments of ``event_publish`` but the tenant."""
+
+    type: str
+    payload: dict[str, Any]
+    idempotency_key: str
+    channel: str | None = None
+
+
+@dataclass(frozen=True)
+class Published:
+    """What ``event_publish_many`` did with one event: the stored ``record``; ``new`` is False when
+    its idempotency key was seen before (then ``record`` is the first one, unchanged)."""
+
+    record: EventRecord
+    new: bool
 
 
 def event_publish(
@@ -75,8 +109,56 @@ def event_publish(
         Envelope(type=type, tenant=tenant, payload=payload, idempotency_key=idempotency_key, channel=channel)
     )
     if record.state == "pending":
-        _drain_after_commit(record.channel)
+        event_drain_soon(record.channel)
     return record
+
+
+def event_publish_many(
+    tenant: str, events: Sequence[NewEvent], *, journal: EventJournal | None = None, wake: bool = True
+) -> list[Published]:
+    """Append a batch of events for ``tenant`` in one journal commit; queue one drain per channel after commit.
+
+    The batch variant of ``event_publish``, with the same validation and
+    idempotency: return one ``Published`` per event, in order; an event whose
+    idempotency key was seen before for this tenant — or earlier in the same
+    batch — answers that first record (``new`` False). Every event is checked
+    before anything is written: ``ValidationError`` names ``tenant``,
+    ``events`` (not a list of ``NewEvent``, more than ``MAX_BATCH``) or the
+    event at fault (``events[3].payload``), and nothing of the batch is stored.
+    Within one millisecond the records are claimed in batch order.
+
+    ``journal`` defaults to ``default_journal()``. ``wake=False`` queues no
+    ``events.drain``: for channels another runner drains (the scheduler's
+    ``jobs-*`` occurrences, run by ``jobs.run``).
+    """
+    validate_id(tenant, "tenant")
+    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+        raise BadType("events", "must be a list of NewEvent")
+    if len(events) > MAX_BATCH:
+        raise ValidationError("events", f"at most {MAX_BATCH} events per call")
+    for i, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise BadType(f"events[{i}]", f"must be a NewEvent, not {type(event).__name__}")
+    if not events:
+        return []
+    journal = journal or default_journal()
+    ids = new_event_ids(getattr(journal, "clock", now_ms)(), len(events))
+    envelopes = [
+        Envelope(
+            type=e.type, tenant=tenant, payload=e.payload, idempotency_key=e.idempotency_key,
+            channel=e.channel, id=event_id,
+        )
+        for e, event_id in zip(events, ids, strict=True)
+    ]  # fmt: skip
+    try:
+        records = journal.append_many(envelopes)
+    except ValidationError as exc:
+        raise type(exc)((exc.field or "events").replace("envelopes", "events", 1), exc.problem) from None
+    published = [Published(r, r.id == event_id) for r, event_id in zip(records, ids, strict=True)]
+    if wake:
+        for channel in dict.fromkeys(p.record.channel for p in published if p.new):
+            event_drain_soon(channel)
+    return published
 
 
 def event_replay(tenant: str, *, event_id: str, actor: str) -> EventRecord:
@@ -92,7 +174,7 @@ def event_replay(tenant: str, *, event_id: str, actor: str) -> EventRecord:
         raise NotFound(f"event {event_id!r} not found")
     record = journal.replay(event_id)
     logger.info("event %s replayed by %s (was %s)", event_id, actor, current.state)
-    _drain_after_commit(record.channel)
+    event_drain_soon(record.channel)
     return record
 
 

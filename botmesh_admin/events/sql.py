@@ -65,11 +65,13 @@ from .base import (
     RetryPolicy,
     StaleLeaseError,
     clip_error,
+    first_of_keys,
     lease_expired_error,
     not_replayable,
     now_ms,
     validate_channel,
     validate_envelope,
+    validate_envelopes,
     validate_erase_args,
     validate_event_id,
     validate_export_args,
@@ -210,6 +212,22 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
             f" WHERE e.id = o.id AND o.state IN ('dead', 'done') RETURNING {ecols}, o.state AS old_state",
         )
         sql["insert"] = _counted(t, sql["insert"] + ", NULL::text AS old_state")
+        # append_many: the batch as arrays, one INSERT (and its counters) in one statement.
+        sql["insert_many"] = _counted(
+            t,
+            f"INSERT INTO {t} ({COLS}) SELECT n.id, n.type, n.channel, n.tenant, n.payload,"
+            " n.idempotency_key, n.created_at, 'pending', 0, n.available_at, NULL, 0, NULL"
+            " FROM unnest(:ids::text[], :types::text[], :channels::text[], :tenants::text[],"
+            " :payloads::text[], :keys::text[], :created::bigint[], :nows::bigint[]) WITH ORDINALITY"
+            " AS n(id, type, channel, tenant, payload, idempotency_key, created_at, available_at, ord)"
+            f" ORDER BY n.ord ON CONFLICT (tenant, idempotency_key) DO NOTHING RETURNING {COLS},"
+            " NULL::text AS old_state",
+            rows="many",
+        )
+        sql["by_keys"] = (
+            f"SELECT {COLS} FROM {t} WHERE (tenant, idempotency_key) IN"
+            " (SELECT * FROM unnest(:tenants::text[], :keys::text[]))"
+        )
         for name in ("ack", "fail", "release"):  # only a leased record passes the lease check
             sql[name] = _counted(t, sql[name] + ", 'leased'::text AS old_state")
         sql["prune"] = _counted(
@@ -545,6 +563,71 @@ class SqlEventJournal:
             if stored is not None:
                 return stored
         raise StoreUnavailable("journal append did not settle (idempotency key contended)")
+
+    def append_many(self, envelopes: Sequence[Envelope]) -> builtins.list[EventRecord]:
+        """Store every envelope (or answer its key's record) in one commit.
+
+        PostgreSQL: one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING``
+        statement with its counters, then one read of the keys stored before.
+        SQLite: one ``BEGIN IMMEDIATE`` transaction of single-row inserts.
+        """
+        firsts, where = first_of_keys(validate_envelopes(envelopes, self.clock()))
+        if not firsts:
+            return []
+        if isinstance(self._db, _Postgres):
+            stored = self._append_many_pg(firsts)
+        else:
+            stored = self._append_many_sqlite(self._db, firsts)
+        return [stored[i] for i in where]
+
+    def _append_many_pg(self, firsts: builtins.list[EventRecord]) -> builtins.list[EventRecord]:
+        found: dict[tuple[str, str], EventRecord] = {}
+        todo = firsts
+        for _ in range(3):  # a stored key pruned between the insert and the read: insert it again
+            params: dict[str, Any] = {
+                "ids": [r.id for r in todo],
+                "types": [r.type for r in todo],
+                "channels": [r.channel or "" for r in todo],
+                "tenants": [r.tenant for r in todo],
+                "payloads": [json.dumps(r.payload, ensure_ascii=False, separators=(",", ":")) for r in todo],
+                "keys": [r.idempotency_key for r in todo],
+                "created": [r.created_at for r in todo],
+                "nows": [r.available_at for r in todo],
+                "slot": random.randrange(COUNT_SLOTS),
+            }
+            rows = self._db.run(self._sql["insert_many"], params)
+            for row in rows:
+                record = _record(row)
+                found[(record.tenant, record.idempotency_key)] = record
+            rest = [r for r in todo if (r.tenant, r.idempotency_key) not in found]
+            if rest:
+                keys = {"tenants": [r.tenant for r in rest], "keys": [r.idempotency_key for r in rest]}
+                for row in self._db.run(self._sql["by_keys"], keys):
+                    record = _record(row)
+                    found[(record.tenant, record.idempotency_key)] = record
+            todo = [r for r in todo if (r.tenant, r.idempotency_key) not in found]
+            if not todo:
+                return [found[(r.tenant, r.idempotency_key)] for r in firsts]
+        raise StoreUnavailable("journal append did not settle (idempotency key contended)")
+
+    def _append_many_sqlite(self, db: _Sqlite, firsts: builtins.list[EventRecord]) -> builtins.list[EventRecord]:
+        stored: builtins.list[EventRecord] = []
+        with db.transaction() as conn:
+            for r in firsts:
+                row = conn.execute(
+                    self._sql["insert"],
+                    {
+                        "id": r.id, "type": r.type, "channel": r.channel or "", "tenant": r.tenant,
+                        "payload": json.dumps(r.payload, ensure_ascii=False, separators=(",", ":")),
+                        "idempotency_key": r.idempotency_key, "created_at": r.created_at, "now": r.available_at,
+                    },
+                ).fetchone()  # fmt: skip
+                if row is None:  # the key is stored: the write lock keeps it there until COMMIT
+                    row = conn.execute(
+                        self._sql["by_key"], {"tenant": r.tenant, "idempotency_key": r.idempotency_key}
+                    ).fetchone()
+                stored.append(_record(row))
+        return stored
 
     def get(self, event_id: str) -> EventRecord | None:
         """Return the record ``event_id``, or ``None``."""

@@ -1,5 +1,9 @@
 """Celery tasks of the event journal: thin wrappers over services (STYLE §9).
 
+Services import this module at module level (``drain as drain_task``); the
+tasks import services inside the function (HackSoft's styleguide), so the two
+never form an import cycle (``tests/test_import_graph.py``).
+
 ``events.drain`` is queued by ``event_publish`` after commit; beat also drains
 every known channel every few seconds as a safety net (a lost task message, a
 broker outage, a retry whose backoff has just elapsed).
@@ -11,8 +15,6 @@ import time
 from typing import Any
 
 from celery import shared_task
-
-from . import services
 
 CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo")
 """The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends, the demo's fault."""
@@ -30,10 +32,12 @@ def drain(channel: str | None = None, limit: int = 100) -> dict[str, int]:
     ``limit`` records per wake-up; after ``DRAIN_BUDGET_S`` the task queues its
     successor and returns, so other channels' drains get the worker in between.
     """
+    from .services import journal_drain
+
     totals = {"processed": 0, "failed": 0, "stale": 0}
     deadline = time.monotonic() + DRAIN_BUDGET_S
     while True:
-        counts = services.journal_drain(channel=channel, limit=limit)
+        counts = journal_drain(channel=channel, limit=limit)
         for key, value in counts.items():
             totals[key] += value
         if sum(counts.values()) < limit:
@@ -46,7 +50,9 @@ def drain(channel: str | None = None, limit: int = 100) -> dict[str, int]:
 @shared_task(name="events.prune", ignore_result=True)
 def prune() -> int:
     """Delete done records older than ``BOTMESH_JOURNAL_RETENTION_DAYS``; return how many."""
-    return services.journal_prune()
+    from .services import journal_prune
+
+    return journal_prune()
 
 
 def beat_entries() -> dict[str, dict[str, Any]]:

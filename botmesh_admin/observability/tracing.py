@@ -5,10 +5,10 @@ Helpers for the other packages::
     from botmesh_admin.observability.tracing import span, hash_id, inject_context, extract_context
 
     with span("message.receive", tenant=tenant, chat_id=chat_id, channel="whatsapp"):
-        envelope["trace"] = inject_context()          # {"traceparent": "00-…", "tenant": …}
-        journal.append(envelope)
+        payload["trace"] = inject_context()           # {"traceparent": "00-…", "tenant": …}
+        event_publish(tenant, type="inbox.message", payload=payload, idempotency_key=message_id)
     # later, in a worker:
-    with span("message.project", parent=envelope["trace"], conversation_id=conv.id):
+    with span("message.project", parent=record.payload["trace"], conversation_id=conv.id):
         ...
 
 One message is one trace: webhook → journal → projection → CRM upsert → send,

@@ -10,10 +10,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from botmesh_admin.celery import app as celery_app
+from botmesh_admin.errors import ValidationError
 from botmesh_admin.events import EventRecord, RetryPolicy, use_journal
 from botmesh_admin.events.handlers import register, unregister
 from botmesh_admin.events.memory import MemoryEventJournal
-from botmesh_admin.events.services import event_publish
+from botmesh_admin.events.services import NewEvent, event_publish, event_publish_many
 from botmesh_admin.events.tasks import beat_entries, drain
 from botmesh_admin.tenancy import services as tenancy
 
@@ -162,6 +163,53 @@ def test_publish_drains_the_channel_after_commit(world: World, django_capture_on
         unregister("test.published")
     assert seen == [record.id]
     assert world.journal.get(record.id).state == "done"
+
+
+def test_publish_many_is_one_batch_idempotent_and_validated(world: World) -> None:
+    before = event_publish("acme", type="ledger.message", payload={"n": 0}, idempotency_key="m0", channel="ledger")
+    batch = [NewEvent("ledger.message", {"n": i}, f"m{i}", channel="ledger") for i in range(4)]
+    published = event_publish_many("acme", [*batch, batch[1]])
+    assert [p.new for p in published] == [False, True, True, True, False]
+    assert published[0].record == before and published[4].record == published[1].record
+    assert [p.record.payload["n"] for p in published] == [0, 1, 2, 3, 1]
+    assert world.journal.counts("acme") == {("pending", "ledger"): 4}
+    for bad, field in (
+        ([batch[0], NewEvent("ledger.message", {"x": {1, 2}}, "m9")], "events[1].payload"),
+        ([NewEvent("Bad Type", {}, "m8")], "events[0].type"),
+        ([batch[0], {"type": "ledger.message"}], "events[1]"),
+        ("not a list", "events"),
+    ):
+        with pytest.raises(ValidationError) as info:
+            event_publish_many("acme", bad)  # type: ignore[arg-type]
+        assert info.value.field == field
+    with pytest.raises(ValidationError) as info:
+        event_publish_many("ACME!", batch)
+    assert info.value.field == "tenant"
+    assert world.journal.counts("acme") == {("pending", "ledger"): 4}  # nothing of a refused batch
+    assert event_publish_many("acme", []) == []
+
+
+def test_publish_many_drains_each_channel_once_after_commit(world: World, django_capture_on_commit_callbacks) -> None:
+    seen: list[str] = []
+    register("test.batched")(lambda record: seen.append(record.payload["n"]))
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            published = event_publish_many(
+                "acme",
+                [NewEvent("test.batched", {"n": i}, f"b{i}", channel="outbox" if i % 2 else None) for i in range(6)],
+            )
+        assert seen == [] and len(callbacks) == 2  # one drain per channel, none before the commit
+        with django_capture_on_commit_callbacks(execute=False) as again:
+            event_publish_many("acme", [NewEvent("test.batched", {"n": 0}, "b0")])
+        assert again == []  # nothing new: nothing to drain
+        for callback in callbacks:
+            callback()
+    finally:
+        celery_app.conf.task_always_eager = False
+        unregister("test.batched")
+    assert sorted(seen) == [0, 1, 2, 3, 4, 5]
+    assert all(world.journal.get(p.record.id).state == "done" for p in published)
 
 
 def test_drain_task_returns_the_worker_counts(world: World) -> None:

@@ -17,6 +17,13 @@ from botmesh_admin.events import Envelope, connect_journal
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _output_of_stopped(proc: subprocess.Popen[str]) -> str:
+    """Return the stderr of ``proc`` after killing it (reading a live process's stderr would wait for ever)."""
+    if proc.poll() is None:
+        proc.kill()
+    return proc.communicate(timeout=10)[1]
+
+
 def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/journal.sqlite3"
     log = tmp_path / "handler.log"
@@ -35,7 +42,7 @@ def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 30
         while not (log.exists() and "start" in log.read_text()):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline and proc.poll() is None, _output_of_stopped(proc)
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)

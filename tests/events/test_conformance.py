@@ -94,6 +94,62 @@ def test_append_refuses_a_bad_envelope_naming_the_field(
     assert journal.list() == []
 
 
+# -- append_many -------------------------------------------------------------------------
+
+
+def test_append_many_stores_a_batch_in_order_and_claims_it_in_that_order(
+    journal: EventJournal, clock: FakeClock
+) -> None:
+    ids = [f"ev_batch{i:03d}" for i in range(5)]
+    envelopes = [env(f"k{i}", channel="ledger", id=ids[i], payload={"n": i}) for i in range(5)]
+    records = journal.append_many(envelopes)
+    assert [r.id for r in records] == ids
+    assert all((r.state, r.channel, r.created_at) == ("pending", "ledger", clock.now) for r in records)
+    assert [journal.get(i) for i in ids] == records
+    claimed = [journal.claim(clock.now, LEASE, "ledger") for _ in range(5)]
+    assert [r.payload["n"] for r in claimed if r] == [0, 1, 2, 3, 4]
+    assert journal.counts("acme") == {("leased", "ledger"): 5}
+
+
+def test_append_many_answers_known_and_repeated_keys_with_the_first_record(journal: EventJournal) -> None:
+    before = journal.append(env("old", payload={"v": "before"}))
+    records = journal.append_many(
+        [env("new", payload={"v": 1}), env("old", payload={"v": 2}), env("new", payload={"v": 3}), env("x", tenant="b")]
+    )
+    assert records[1] == before and records[1].payload == {"v": "before"}
+    assert records[2] == records[0] and records[0].payload == {"v": 1}
+    assert records[3].tenant == "b" and records[3].id not in (records[0].id, before.id)
+    assert sorted(r.idempotency_key for r in journal.list(tenant="acme")) == ["new", "old"]
+    assert journal.counts("acme") == {("pending", None): 2}
+    assert journal.append_many([]) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"type": "Bad Type"}, "envelopes[1].type"), ({"payload": {"x": float("nan")}}, "envelopes[1].payload")],
+)
+def test_append_many_writes_nothing_when_one_envelope_is_bad(
+    journal: EventJournal, kwargs: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        journal.append_many([env("good"), env("bad", **kwargs), env("after")])  # type: ignore[arg-type]
+    assert info.value.field == field
+    with pytest.raises(ValidationError) as info:
+        journal.append_many([env("good"), "not an envelope"])  # type: ignore[list-item]
+    assert info.value.field == "envelopes[1]"
+    assert journal.list() == []
+
+
+def test_append_many_with_a_taken_id_conflicts_and_writes_nothing(journal: EventJournal) -> None:
+    journal.append(env("k1", id="ev-fixed"))
+    with pytest.raises(Conflict):
+        journal.append_many([env("k2"), env("k3", id="ev-fixed")])
+    with pytest.raises(Conflict):
+        journal.append_many([env("k4", id="ev-twice"), env("k5", id="ev-twice")])
+    assert [r.idempotency_key for r in journal.list()] == ["k1"]
+    assert journal.counts("acme") == {("pending", None): 1}
+
+
 # -- claim -------------------------------------------------------------------------------
 
 
