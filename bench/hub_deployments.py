@@ -6,9 +6,9 @@ temporary SQLite Kv; pass ``$BOTMESH_TEST_POSTGRES_URL`` or a ``redis://`` URL t
 
 - manifest: ``parse_manifest`` (size bound, duplicate-key check, every field, node-semver
   range) of ``order-status.json`` against a bare ``json.loads`` of the same bytes.
-- enable: ``PluginHub.enable`` then ``disable`` (read, re-check grants, CAS + audit in one
+- enable: ``plugin_enable`` then ``plugin_disable`` (read, re-check grants, CAS + audit in one
   commit) against the bare minimum: ``kv.get`` + one compare-and-set ``Put`` of the same record.
-- activate: ``DeploymentRegistry.activate`` alternating two passed versions (read version and
+- activate: ``deployment_activate`` alternating two passed versions (read version and
   pointer, CAS on the pointer guarded by a Check on the version, audit) against ``kv.get`` +
   one compare-and-set ``Put`` of the pointer.
 """
@@ -16,6 +16,7 @@ temporary SQLite Kv; pass ``$BOTMESH_TEST_POSTGRES_URL`` or a ``redis://`` URL t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -35,10 +36,14 @@ django.setup()
 
 from botmesh_admin.demo import fixtures_dir  # noqa: E402
 from botmesh_admin.kv import Put, connect  # noqa: E402
-from deployments.services import DeploymentRegistry  # noqa: E402
+from deployments import selectors as deployment_selectors  # noqa: E402
+from deployments import services as deployments  # noqa: E402
+from deployments.stores import use_store as use_deployment_store  # noqa: E402
 from deployments.stores.kv import KvDeploymentStore  # noqa: E402
+from hub import selectors as hub_selectors  # noqa: E402
+from hub import services as hub  # noqa: E402
 from hub.domain import current_runtime, parse_manifest  # noqa: E402
-from hub.services import PluginHub  # noqa: E402
+from hub.stores import use_store as use_plugin_store  # noqa: E402
 from hub.stores.kv import KvPluginStore  # noqa: E402
 
 
@@ -89,28 +94,29 @@ def main() -> None:
     ours, base = compare(lambda: parse_manifest(raw, runtime=runtime), lambda: json.loads(raw), args.seconds)
     results.append(("manifest parse+validate", ours, "json.loads", base))
 
-    hub = PluginHub(KvPluginStore(kv), runtime=runtime)
-    inst, _ = hub.install(tenant, raw, actor="bench")
-    hub.grant(tenant, inst.plugin_id, permissions=list(inst.manifest.permissions), actor="bench")
+    stores = contextlib.ExitStack()  # the benchmark's Kv for the services, for the rest of the run
+    stores.enter_context(use_plugin_store(KvPluginStore(kv)))
+    stores.enter_context(use_deployment_store(KvDeploymentStore(kv)))
+    inst, _ = hub.plugin_install(tenant, manifest=raw, actor="bench")
+    hub.plugin_grant(tenant, inst.plugin_id, permissions=list(inst.manifest.permissions), actor="bench")
     flip = [False]
 
     def toggle() -> None:
         flip[0] = not flip[0]
-        (hub.enable if flip[0] else hub.disable)(tenant, inst.plugin_id, actor="bench")
+        (hub.plugin_enable if flip[0] else hub.plugin_disable)(tenant, inst.plugin_id, actor="bench")
 
-    record = hub.get(tenant, inst.plugin_id).as_record()
+    record = hub_selectors.plugin_get(tenant, inst.plugin_id).as_record()
     baseline = raw_cas(kv, f"bench/{tenant}/raw", "plugin/acme.order-status", record)
     ours, base = compare(toggle, baseline, args.seconds)
     results.append(("plugin enable/disable", ours, "kv get + CAS put", base))
 
-    registry = DeploymentRegistry(KvDeploymentStore(kv))
     folder = fixtures_dir() / "deployments"
     specs = [json.loads((folder / f"version_{i}.json").read_text()) for i in (1, 2)]
     for spec in specs:
-        registry.publish(tenant, spec, actor="bench")
+        deployments.version_publish(tenant, spec=spec, actor="bench")
         for gate in spec["gates"]:
-            run = registry.start_gate_run(tenant, spec["bot"], spec["version"], gate, actor="bench")
-            registry.finish_gate_run(
+            run = deployments.gate_run_start(tenant, spec["bot"], spec["version"], gate, actor="bench")
+            deployments.gate_run_finish(
                 tenant,
                 spec["bot"],
                 spec["version"],
@@ -123,10 +129,10 @@ def main() -> None:
 
     def switch() -> None:
         turn[0] ^= 1
-        registry.activate(tenant, "tienda-bot", specs[turn[0]]["version"], actor="bench")
+        deployments.deployment_activate(tenant, "tienda-bot", specs[turn[0]]["version"], actor="bench")
 
     switch()
-    pointer = registry.active(tenant, "tienda-bot").as_record()
+    pointer = deployment_selectors.deployment_active(tenant, "tienda-bot").as_record()
     baseline = raw_cas(kv, f"bench/{tenant}/raw", "active/tienda-bot", pointer)
     ours, base = compare(switch, baseline, args.seconds)
     results.append(("activate (alternating)", ours, "kv get + CAS put", base))
@@ -137,6 +143,7 @@ def main() -> None:
     KvPluginStore(kv).drop_tenant(tenant)
     KvDeploymentStore(kv).drop_tenant(tenant)
     kv.drop(f"bench/{tenant}/raw")
+    stores.close()
     kv.close()
 
 

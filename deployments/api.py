@@ -23,6 +23,7 @@ from botmesh_admin.api import (
     principal,
     requires,
 )
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import NotFound
 from botmesh_admin.jsonbody import json_load_object
 
@@ -171,10 +172,6 @@ def run_out(run: GateRun) -> dict[str, Any]:
     return asdict(run)
 
 
-def _now() -> int:
-    return services.default_registry().clock()
-
-
 def _json_body(request: HttpRequest) -> Any:
     return json_load_object(request.body or b"null", field="version", max_bytes=64 * 1024)
 
@@ -207,7 +204,7 @@ def version_publish(request: HttpRequest, tenant: str, bot: str) -> Status:
     """Publish a version: 201 created; 200 if the same content was published before; 409 if different."""
     p = principal(request)
     version, created = services.version_publish(tenant, spec=_json_body(request), actor=p.actor, bot=bot)
-    out = version_out(version, selectors.deployment_active(tenant, bot), _now())
+    out = version_out(version, selectors.deployment_active(tenant, bot), now_ms())
     return Status(201 if created else 200, out)
 
 
@@ -216,7 +213,7 @@ def version_publish(request: HttpRequest, tenant: str, bot: str) -> Status:
 def version_list(request: HttpRequest, tenant: str, bot: str, page: Query[CursorParams]) -> dict[str, Any]:
     """Retained versions, newest first, with gate status (pass ``next`` back as ``after``)."""
     items = selectors.version_list(tenant, bot, limit=page.limit, after=page.after)
-    active, now = selectors.deployment_active(tenant, bot), _now()
+    active, now = selectors.deployment_active(tenant, bot), now_ms()
     return {
         "items": [version_out(v, active, now) for v in items],
         "next": str(items[-1].seq) if len(items) == page.limit else None,
@@ -228,7 +225,7 @@ def version_list(request: HttpRequest, tenant: str, bot: str, page: Query[Cursor
 def version_get(request: HttpRequest, tenant: str, bot: str, version: str) -> dict[str, Any]:
     """One retained version (404 if never published, pruned, or another tenant's)."""
     v = selectors.version_get(tenant, bot, version)
-    return version_out(v, selectors.deployment_active(tenant, bot), _now())
+    return version_out(v, selectors.deployment_active(tenant, bot), now_ms())
 
 
 @router.post("bots/{bot}/versions/{version}/gates/{gate}/runs", response={201: GateRunOut, **ERRORS})
@@ -271,7 +268,7 @@ def gate_run_finish(
         details=body.details,
         actor=p.actor,
     )
-    return version_out(v, selectors.deployment_active(tenant, bot), _now())
+    return version_out(v, selectors.deployment_active(tenant, bot), now_ms())
 
 
 @router.post("bots/{bot}/versions/{version}/gates/{gate}/decision", response={200: VersionOut, **ERRORS})
@@ -283,7 +280,7 @@ def gate_decide(
     with the reason; 409 ``gate_not_decidable`` for any other gate. The admin page's buttons call the same."""
     p = principal(request)
     v = services.gate_decide(tenant, bot, version, gate, decision=body.decision, reason=body.reason, actor=p.actor)
-    return version_out(v, selectors.deployment_active(tenant, bot), _now())
+    return version_out(v, selectors.deployment_active(tenant, bot), now_ms())
 
 
 @router.post("bots/{bot}/versions/{version}/activate", response={200: ActiveOut, **ERRORS})

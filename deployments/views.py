@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import error_text
 from botmesh_admin.tenancy.decorators import page_principal, tenant_page
@@ -45,7 +46,7 @@ def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
     active = selectors.deployment_active(tenant, bot)
     if not versions and active is None and not request.GET.get("after"):
         raise NotFound(f"bot {bot!r} has no versions")
-    now = services.default_registry().clock()
+    now = now_ms()
     rows = []
     for v in versions:
         is_active = active is not None and active.version == v.version

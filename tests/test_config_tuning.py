@@ -90,12 +90,12 @@ def test_package_settings_from_the_environment_reach_the_packages(tmp_path: Path
         "from campaigns.domain import Campaign; from campaigns.services import default_options;"
         "from botmesh_admin.coordination.runtime import coordination_settings;"
         "from botmesh_admin.channels.providers import api_base;"
-        "from deployments.services import default_registry;"
+        "from deployments.services import retain_versions;"
         "import json;"
         "o = default_options(Campaign(id='cmp_x', name='x', segment_id='s', channel='telegram', message=None));"
         "p = default_options(Campaign(id='cmp_y', name='y', segment_id='s', channel='whatsapp', message=None));"
         "print(json.dumps([o.batch_size, p.rate_per_s, list(coordination_settings()[1:]), api_base('telegram'),"
-        " default_registry().retain_versions]))"
+        " retain_versions()]))"
     )
     proc = _manage(env, "shell", "-c", code)
     assert proc.returncode == 0, proc.stderr

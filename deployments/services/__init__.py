@@ -6,32 +6,19 @@
 
 from __future__ import annotations
 
-from .versions import (
-    DECISION_LEASE_MS,
-    DEFAULT_LEASE_MS,
-    MAX_LEASE_MS,
-    DeploymentRegistry,
-    default_registry,
-    deployment_activate,
-    deployment_rollback,
-    gate_decide,
-    gate_run_finish,
-    gate_run_start,
-    version_prune,
-    version_publish,
-)
+from .gates import DECISION_LEASE_MS, DEFAULT_LEASE_MS, MAX_LEASE_MS, gate_decide, gate_run_finish, gate_run_start
+from .versions import deployment_activate, deployment_rollback, retain_versions, version_prune, version_publish
 
 __all__ = [
     "DECISION_LEASE_MS",
     "DEFAULT_LEASE_MS",
     "MAX_LEASE_MS",
-    "DeploymentRegistry",
-    "default_registry",
     "deployment_activate",
     "deployment_rollback",
     "gate_decide",
     "gate_run_finish",
     "gate_run_start",
+    "retain_versions",
     "version_prune",
     "version_publish",
 ]

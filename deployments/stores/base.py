@@ -5,7 +5,7 @@ their per-bot ``seq``), an index of every version string ever published (pruned
 ones stay as tombstones, so a version string is never reused), the active
 pointer and the audit trail. Every write is a compare-and-set on the revisions
 the caller read and commits its audit events atomically with it; a failed
-expectation raises ``Conflict`` and writes nothing.
+expectation raises ``StaleRevision`` (a ``Conflict``) and writes nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from botmesh_admin.errors import Conflict
 from deployments.domain import ActivePointer, AuditEvent, BotVersion
+
+
+class StaleRevision(Conflict):
+    """A write's expectation failed: what the caller read changed since (nothing was written).
+
+    Services re-read and decide again (``cas_retry(..., retry_on=StaleRevision)``);
+    a domain refusal is another ``Conflict`` subclass and is never retried. HTTP 409 ``conflict``.
+    """
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class DeploymentStore(Protocol):
         """Store a new version with the bot's next ``seq`` (1 for the first) and its audit events.
 
         Return the stored version (``seq`` and ``revision`` set). Raise
-        ``Conflict`` if the version string is already in the index; then nothing
+        ``StaleRevision`` if the version string is already in the index; then nothing
         is written. Concurrent publishes of different versions all succeed with
         distinct sequence numbers.
         """
@@ -68,7 +77,7 @@ class DeploymentStore(Protocol):
     ) -> BotVersion:
         """Replace the version's record (its gate states) if its revision is ``expect_revision``.
 
-        Return it with the new revision; raise ``Conflict`` otherwise (also if pruned).
+        Return it with the new revision; raise ``StaleRevision`` otherwise (also if pruned).
         """
         ...
 
@@ -88,7 +97,7 @@ class DeploymentStore(Protocol):
         """Point the bot at ``pointer.version`` if the pointer's revision is ``expect_revision``
         (``None``: no pointer yet) and ``version`` is still stored at ``version.revision``.
 
-        Return the pointer with its new revision; raise ``Conflict`` otherwise.
+        Return the pointer with its new revision; raise ``StaleRevision`` otherwise.
         """
         ...
 
@@ -103,7 +112,7 @@ class DeploymentStore(Protocol):
     ) -> None:
         """Delete ``victims`` (each at its ``revision``) and mark them pruned in the index, atomically.
 
-        Raise ``Conflict`` if any victim changed or the active pointer's revision
+        Raise ``StaleRevision`` if any victim changed or the active pointer's revision
         is not ``active_revision`` (``None``: no pointer); then nothing is deleted.
         """
         ...

@@ -33,14 +33,14 @@ from botmesh_admin.kv import (
     Put,
     TenantKv,
 )
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.indexes import CountIndex, RecordChange, RecordType, declare
 from deployments.domain import ActivePointer, AuditEvent, BotVersion
 
-from .base import AuditFor, IndexEntry
+from .base import AuditFor, IndexEntry, StaleRevision
 
 COLLECTION = "registry"
 SEQ_SPAN = 10**10
-PUBLISH_ATTEMPTS = 50
 # ``reuses_keys`` (the default): the kernel reads the stored pointer for ``old``.
 ACTIVE = RecordType("active", "active/", (CountIndex("live"),))
 REGISTRY = declare("deployments", COLLECTION, [ACTIVE])
@@ -72,22 +72,19 @@ class KvDeploymentStore:
         try:
             return self.layout.commit(self._table(tenant), ops, changes)
         except ConflictError as exc:
-            raise Conflict(f"{what} changed concurrently", current_version=exc.current_version) from None
+            raise StaleRevision(f"{what} changed concurrently", current_version=exc.current_version) from None
 
     def publish(self, tenant: str, version: BotVersion, *, audit: AuditFor) -> BotVersion:
         """Assign the next seq and store the version, its index entry and audit (see the contract)."""
         table, bot = self._table(tenant), version.bot
-        index_key = f"version-index/{bot}/{version.version}"
-        for _ in range(PUBLISH_ATTEMPTS):
-            counter = self.kv.get(table, f"bot/{bot}")
+        counter_key, index_key = f"bot/{bot}", f"version-index/{bot}/{version.version}"
+
+        def attempt() -> BotVersion:
+            counter = self.kv.get(table, counter_key)
             seq = counter.value["next_seq"] if counter else 1
             stored = replace(version, seq=seq)
             ops: list[Op] = [
-                Put(
-                    f"bot/{bot}",
-                    {"next_seq": seq + 1},
-                    expect=counter.version if counter else ABSENT,
-                ),
+                Put(counter_key, {"next_seq": seq + 1}, expect=counter.version if counter else ABSENT),
                 Put(index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT),
                 Put(version_key(bot, seq), stored.as_record(), expect=ABSENT),
                 *_audit_ops(audit(stored)),
@@ -95,16 +92,21 @@ class KvDeploymentStore:
             try:
                 written = self.kv.commit(table, ops)
             except ConflictError as exc:
-                if exc.key == f"bot/{bot}":
-                    continue  # another publish took this seq: take the next one
-                raise Conflict(
+                if exc.key == counter_key:
+                    raise  # another publish took this seq: cas_retry takes the next one
+                raise StaleRevision(
                     f"version {version.version!r} of {bot!r} is already published",
                     current_version=exc.current_version,
                 ) from None
             entry = written[2]
             assert entry is not None  # a Put returns the written entry
             return replace(stored, revision=entry.version)
-        raise Conflict(f"too many concurrent publishes for {bot!r}; try again")
+
+        return cas_retry(
+            attempt,
+            what=f"publishes of {bot!r}",
+            exhausted=lambda: Conflict(f"too many concurrent publishes for {bot!r}; try again"),
+        )
 
     def index_get(self, tenant: str, bot: str, version: str) -> IndexEntry | None:
         """Return the index entry of ``version``."""

@@ -7,10 +7,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from botmesh_admin.errors import Conflict
 from deployments.domain import ActivePointer, AuditEvent, BotVersion
 
-from .base import AuditFor, IndexEntry
+from .base import AuditFor, IndexEntry, StaleRevision
 
 
 @dataclass
@@ -48,7 +47,7 @@ class MemoryDeploymentStore:
         with self._lock:
             b = self._bot(tenant, version.bot)
             if version.version in b.index:
-                raise Conflict(f"version {version.version!r} of {version.bot!r} is already published")
+                raise StaleRevision(f"version {version.version!r} of {version.bot!r} is already published")
             seq = b.next_seq
             stored = replace(version, seq=seq, revision=1)
             b.next_seq += 1
@@ -94,7 +93,7 @@ class MemoryDeploymentStore:
             b = self._bot(tenant, version.bot)
             current = b.versions.get(version.seq)
             if current is None or current.revision != expect_revision:
-                raise Conflict(
+                raise StaleRevision(
                     f"version {version.version!r} changed concurrently",
                     current_version=current.revision if current else None,
                 )
@@ -123,13 +122,13 @@ class MemoryDeploymentStore:
             b = self._bot(tenant, pointer.bot)
             current = b.active.revision if b.active else None
             if current != expect_revision:
-                raise Conflict(
+                raise StaleRevision(
                     f"the active deployment of {pointer.bot!r} changed concurrently",
                     current_version=current,
                 )
             stored_version = b.versions.get(version.seq)
             if stored_version is None or stored_version.revision != version.revision:
-                raise Conflict(
+                raise StaleRevision(
                     f"version {version.version!r} changed concurrently",
                     current_version=stored_version.revision if stored_version else None,
                 )
@@ -152,14 +151,14 @@ class MemoryDeploymentStore:
             b = self._bot(tenant, bot)
             current = b.active.revision if b.active else None
             if current != active_revision:
-                raise Conflict(
+                raise StaleRevision(
                     f"the active deployment of {bot!r} changed concurrently",
                     current_version=current,
                 )
             for v in victims:
                 stored = b.versions.get(v.seq)
                 if stored is None or stored.revision != v.revision:
-                    raise Conflict(
+                    raise StaleRevision(
                         f"version {v.version!r} changed concurrently",
                         current_version=stored.revision if stored else None,
                     )

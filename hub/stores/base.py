@@ -12,7 +12,16 @@ import builtins
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from botmesh_admin.errors import Conflict
 from hub.domain import AuditEvent, Installation, PluginCounts
+
+
+class StaleRevision(Conflict):
+    """A write's expected revision no longer matches: the record changed since it was read.
+
+    Nothing was written. Services re-read and decide again (``cas_retry(..., retry_on=StaleRevision)``);
+    a domain refusal is another ``Conflict`` subclass and is never retried. HTTP 409 ``conflict``.
+    """
 
 
 @runtime_checkable
@@ -46,7 +55,7 @@ class PluginStore(Protocol):
         """Store ``installation`` and ``audit`` atomically; return it with its new revision.
 
         ``expect_revision`` is the revision the caller read (``None``: the plugin
-        must not be installed). Raise ``Conflict`` (with ``current_version``, the
+        must not be installed). Raise ``StaleRevision`` (with ``current_version``, the
         current revision or ``None``) if it does not match; then nothing is written.
         """
         ...
@@ -54,7 +63,7 @@ class PluginStore(Protocol):
     def delete(self, tenant: str, plugin_id: str, *, expect_revision: int, audit: Sequence[AuditEvent] = ()) -> None:
         """Delete the installation if its revision is ``expect_revision``, and store ``audit``.
 
-        Raise ``Conflict`` if the revision differs or the plugin is not installed.
+        Raise ``StaleRevision`` if the revision differs or the plugin is not installed.
         """
         ...
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 
-from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
 from botmesh_admin.kv.indexes import CountIndex, RecordChange, RecordType, declare
 from hub.domain import AuditEvent, Installation, PluginCounts
+
+from .base import StaleRevision
 
 COLLECTION = "plugins"
 # A plugin id comes back after an uninstall (``reuses_keys``, the default): the
@@ -79,7 +80,9 @@ class KvPluginStore:
         try:
             return self.layout.commit(self._table(tenant), ops, [change])
         except ConflictError as exc:
-            raise Conflict(f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version) from None
+            raise StaleRevision(
+                f"plugin {plugin_id!r} changed concurrently", current_version=exc.current_version
+            ) from None
 
     def save(
         self,

@@ -8,8 +8,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from botmesh_admin.errors import Conflict
 from hub.domain import AuditEvent, Installation, PluginCounts
+
+from .base import StaleRevision
 
 
 class _Tenant:
@@ -53,7 +54,7 @@ class MemoryPluginStore:
         current = t.plugins.get(plugin_id)
         current_rev = current[1] if current else None
         if current_rev != expect:
-            raise Conflict(
+            raise StaleRevision(
                 f"plugin {plugin_id!r} changed concurrently",
                 current_version=current_rev,
             )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from botmesh_admin.clock import FakeClock, use_clock
 from botmesh_admin.demo import fixtures_dir
-from deployments.services import DeploymentRegistry
+from deployments import services
+from deployments.stores import use_store
 from deployments.stores.base import DeploymentStore
 from deployments.stores.kv import KvDeploymentStore
 from deployments.stores.memory import MemoryDeploymentStore
@@ -17,16 +20,6 @@ from tests import backends
 
 STORES = ["memory-store", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
 GATES = ("unit-tests", "conversation-replay", "manual-approval")
-
-
-class Clock:
-    """A settable epoch-millisecond clock."""
-
-    def __init__(self, now: int = 1_700_000_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def open_store(name: str, request: pytest.FixtureRequest) -> DeploymentStore:
@@ -43,14 +36,17 @@ def deployment_store(request: pytest.FixtureRequest) -> DeploymentStore:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> Iterator[FakeClock]:
+    """The kernel clock fixed at 2023-11-14 (``use_clock``); move it with ``advance``."""
+    with use_clock(FakeClock()) as fake:
+        yield fake
 
 
 @pytest.fixture
-def registry(deployment_store: DeploymentStore, clock: Clock) -> DeploymentRegistry:
-    """A DeploymentRegistry over ``deployment_store`` with a settable clock, keeping every version."""
-    return DeploymentRegistry(deployment_store, clock=clock)
+def registry(deployment_store: DeploymentStore, clock: FakeClock) -> Iterator[DeploymentStore]:
+    """``deployment_store`` as the deployments store (``use_store``) on the fake ``clock``, keeping every version."""
+    with use_store(deployment_store):
+        yield deployment_store
 
 
 @pytest.fixture(scope="session")
@@ -60,11 +56,11 @@ def versions() -> list[dict[str, Any]]:
     return [json.loads((folder / f"version_{i}.json").read_text()) for i in range(1, 6)]
 
 
-def pass_gates(registry: DeploymentRegistry, tenant: str, version: str, result: str = "succeeded") -> None:
+def pass_gates(tenant: str, version: str, result: str = "succeeded") -> None:
     """Run every gate of ``version`` to ``result``."""
     for gate in GATES:
-        run = registry.start_gate_run(tenant, "tienda-bot", version, gate, actor="ci")
-        registry.finish_gate_run(tenant, "tienda-bot", version, gate, run_id=run.run_id, result=result, actor="ci")
+        run = services.gate_run_start(tenant, "tienda-bot", version, gate, actor="ci")
+        services.gate_run_finish(tenant, "tienda-bot", version, gate, run_id=run.run_id, result=result, actor="ci")
 
 
 @dataclass

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from botmesh_admin.tenancy import services as tenancy
-from deployments import services
+from deployments import selectors, services
 from tests.conftest import login
 
 from .conftest import pass_gates
@@ -18,12 +18,11 @@ def test_admin_rolls_back_after_confirming(page, tenant_id: str, versions, scree
     get_user_model().objects.create_user("ops-admin", password="ops-password-1")
     tenancy.tenant_create(tenant_id, name="Ops Shop")
     tenancy.membership_set(tenant_id, username="ops-admin", role="admin")
-    registry = services.default_registry()
     for v in versions:
-        registry.publish(tenant_id, v, actor="token:ci")
+        services.version_publish(tenant_id, spec=v, actor="token:ci")
     for v in ("1.1.0", "1.2.0"):
-        pass_gates(registry, tenant_id, v)
-    registry.activate(tenant_id, "tienda-bot", "1.2.0", actor="token:ci")
+        pass_gates(tenant_id, v)
+    services.deployment_activate(tenant_id, "tienda-bot", "1.2.0", actor="token:ci")
 
     login(page, "ops-admin", "ops-password-1")
     page.goto(f"/t/{tenant_id}/")
@@ -37,7 +36,7 @@ def test_admin_rolls_back_after_confirming(page, tenant_id: str, versions, scree
     page.click("[data-testid=confirm]")
     page.wait_for_selector("text=Rolled tienda-bot back to 1.1.0.")
     assert "rolled back from 1.2.0" in page.locator("[data-testid=active]").inner_text()
-    assert registry.active(tenant_id, "tienda-bot").version == "1.1.0"
+    assert selectors.deployment_active(tenant_id, "tienda-bot").version == "1.1.0"
 
 
 def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
@@ -52,12 +51,11 @@ def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
     tenancy.tenant_create(tenant_id, name="Ops Shop")
     tenancy.membership_set(tenant_id, username="ops-admin", role="admin")
     tenancy.membership_set(tenant_id, username="ops-agent", role="agent")
-    registry = services.default_registry()
     rc = versions[-1]["version"]
-    registry.publish(tenant_id, versions[-1], actor="token:ci")
+    services.version_publish(tenant_id, spec=versions[-1], actor="token:ci")
     for gate, result in (("unit-tests", "succeeded"), ("conversation-replay", "inconclusive")):
-        run = registry.start_gate_run(tenant_id, "tienda-bot", rc, gate, actor="token:ci")
-        registry.finish_gate_run(tenant_id, "tienda-bot", rc, gate, run_id=run.run_id, result=result, actor="ci")
+        run = services.gate_run_start(tenant_id, "tienda-bot", rc, gate, actor="token:ci")
+        services.gate_run_finish(tenant_id, "tienda-bot", rc, gate, run_id=run.run_id, result=result, actor="ci")
 
     agent = Client()
     agent.force_login(users.objects.get(username="ops-agent"))
@@ -65,7 +63,7 @@ def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
     assert 'data-testid="approve"' not in agent.get(url).content.decode()
     refused = agent.post(f"{url}versions/{rc}/gates/manual-approval/decision", {"decision": "approve", "reason": "x"})
     assert refused.status_code == 403
-    assert registry.get(tenant_id, "tienda-bot", rc).gate("manual-approval").status == "pending"
+    assert selectors.version_get(tenant_id, "tienda-bot", rc).gate("manual-approval").status == "pending"
 
     login(page, "ops-admin", "ops-password-1")
     page.goto(url)
@@ -74,7 +72,7 @@ def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
     assert "was inconclusive" in replay.inner_text()
     page.screenshot(path=str(screenshot_dir / "deployments-gate-decision.png"), full_page=True)
     replay.get_by_test_id("approve").click()  # no reason: the browser asks for one, nothing is sent
-    assert registry.get(tenant_id, "tienda-bot", rc).gate("conversation-replay").status == "inconclusive"
+    assert selectors.version_get(tenant_id, "tienda-bot", rc).gate("conversation-replay").status == "inconclusive"
     replay.get_by_test_id("reason").fill("replay flaked on a timeout; checked by hand")
     replay.get_by_test_id("approve").click()
     page.wait_for_selector(f"text=Gate conversation-replay of {rc} approved.")
@@ -87,5 +85,5 @@ def test_admin_approves_the_gates_that_wait_for_a_person_then_activates(
     page.click("[data-testid=activate]")
     page.click("[data-testid=confirm]")
     page.wait_for_selector(f"text=tienda-bot {rc} is now active.")
-    assert registry.active(tenant_id, "tienda-bot").version == rc
+    assert selectors.deployment_active(tenant_id, "tienda-bot").version == rc
     page.screenshot(path=str(screenshot_dir / "deployments-gate-approved.png"), full_page=True)

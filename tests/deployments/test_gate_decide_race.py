@@ -2,7 +2,7 @@
 
 ``gate_decide`` checked ``awaits_decision`` before reserving the gate and not again, so a
 decision landing between the two (another admin, a double submit) was silently overridden.
-Here the other admin's decision lands exactly there: in the first call of ``start_gate_run``.
+Here the other admin's decision lands exactly there: in the first call of ``gate_run_start``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from deployments import services
-from deployments.services import DeploymentRegistry
+from deployments.services import gates
 
 from .conftest import World
 from .test_api import BOT, _bot, _post
@@ -22,18 +22,18 @@ def test_a_decision_that_lands_after_the_check_makes_the_second_409_not_an_overr
 ) -> None:
     rc = versions[-1]
     assert _post(client, _bot(world, "/versions"), rc, world.admin).status_code == 201
-    original = DeploymentRegistry.start_gate_run
+    original = gates.gate_run_start
     landed: list[str] = []
 
-    def other_admin_first(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def other_admin_first(*args, **kwargs):  # type: ignore[no-untyped-def]
         if not landed:  # between this request's check and its reservation, the other admin approves
             landed.append("approve")
             services.gate_decide(
                 world.a, BOT, rc["version"], "manual-approval", decision="approve", reason="QA ok", actor="bo"
             )
-        return original(self, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(DeploymentRegistry, "start_gate_run", other_admin_first)
+    monkeypatch.setattr(gates, "gate_run_start", other_admin_first)
     url = _bot(world, f"/versions/{rc['version']}/gates/manual-approval/decision")
     second = _post(client, url, {"decision": "reject", "reason": "double submit"}, world.admin)
     assert landed == ["approve"]

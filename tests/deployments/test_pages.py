@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from deployments import services
+from deployments import selectors, services
 
 from .conftest import World, pass_gates
 
@@ -18,12 +18,11 @@ def _login(client: Client, username: str) -> Client:
 
 
 def _seed(world: World, versions) -> None:
-    registry = services.default_registry()
     for v in versions:
-        registry.publish(world.a, v, actor="token:ci")
+        services.version_publish(world.a, spec=v, actor="token:ci")
     for v in ("1.1.0", "1.2.0"):
-        pass_gates(registry, world.a, v)
-    registry.activate(world.a, BOT, "1.2.0", actor="user:ana")
+        pass_gates(world.a, v)
+    services.deployment_activate(world.a, BOT, "1.2.0", actor="user:ana")
 
 
 def test_nav_links_deployments_for_admins_only(client: Client, world: World) -> None:
@@ -51,10 +50,10 @@ def test_rollback_needs_a_confirmation_step(client: Client, world: World, versio
     url = f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0"
     page = client.get(url).content.decode()
     assert "Roll back tienda-bot to 1.1.0?" in page and "Currently active: <strong>1.2.0</strong>" in page
-    assert services.default_registry().active(world.a, BOT).version == "1.2.0", "GET changes nothing"
+    assert selectors.deployment_active(world.a, BOT).version == "1.2.0", "GET changes nothing"
     resp = client.post(url, {"expected_revision": 1}, follow=True)
     assert "Rolled tienda-bot back to 1.1.0." in resp.content.decode()
-    active = services.default_registry().active(world.a, BOT)
+    active = selectors.deployment_active(world.a, BOT)
     assert (active.version, active.previous_version, active.activated_by) == (
         "1.1.0",
         "1.2.0",
@@ -71,7 +70,7 @@ def test_a_stale_confirmation_is_a_conflict(client: Client, world: World, versio
         follow=True,
     )
     assert "changed" in resp.content.decode()
-    assert services.default_registry().active(world.a, BOT).version == "1.2.0"
+    assert selectors.deployment_active(world.a, BOT).version == "1.2.0"
 
 
 def test_agents_see_but_cannot_switch(client: Client, world: World, versions) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from botmesh_admin.demo import fixtures_dir
 from hub.domain import RuntimeInfo
-from hub.services import PluginHub
+from hub.stores import use_store
 from hub.stores.base import PluginStore
 from hub.stores.kv import KvPluginStore
 from hub.stores.memory import MemoryPluginStore
@@ -45,9 +46,10 @@ def plugin_store(request: pytest.FixtureRequest) -> PluginStore:
 
 
 @pytest.fixture
-def hub(plugin_store: PluginStore) -> PluginHub:
-    """A PluginHub over ``plugin_store`` with the fixture runtime (1.6.2)."""
-    return PluginHub(plugin_store, runtime=RUNTIME)
+def hub(plugin_store: PluginStore) -> Iterator[PluginStore]:
+    """``plugin_store`` as the hub's store (``use_store``) for the test; the runtime is the shipped 1.6.2."""
+    with use_store(plugin_store):
+        yield plugin_store
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from hub import services
+from hub import selectors, services
 
 from .conftest import World
 
@@ -34,7 +34,7 @@ def test_install_grant_enable_through_the_pages(
     html = resp.content.decode()
     assert resp.status_code == 200 and "Installed acme.order-status 1.4.0." in html
     assert "pending-approval" in html and "not granted" in html
-    plugin = services.default_hub().get(world.a, "acme.order-status")
+    plugin = selectors.plugin_get(world.a, "acme.order-status")
 
     resp = client.post(base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True)
     assert "asks for permissions not granted" in resp.content.decode()
@@ -45,7 +45,7 @@ def test_install_grant_enable_through_the_pages(
         follow=True,
     )
     assert "Permissions granted." in resp.content.decode()
-    plugin = services.default_hub().get(world.a, "acme.order-status")
+    plugin = selectors.plugin_get(world.a, "acme.order-status")
     resp = client.post(base + "acme.order-status/enable", {"expected_revision": plugin.revision}, follow=True)
     html = resp.content.decode()
     assert "acme.order-status enabled." in html and 'data-testid="status">enabled<' in html
@@ -71,7 +71,7 @@ def test_a_stale_page_cannot_approve_a_changed_manifest(
         follow=True,
     )
     assert "changed since revision" in resp.content.decode()
-    assert services.default_hub().get(world.a, "acme.order-status").granted == ()
+    assert selectors.plugin_get(world.a, "acme.order-status").granted == ()
 
 
 def test_bad_manifest_shows_the_field(client: Client, world: World) -> None:
@@ -112,7 +112,7 @@ def test_uninstall_asks_first_then_uninstalls(client: Client, world: World, orde
     url = f"/t/{world.a}/plugins/acme.order-status/uninstall"
     asked = client.post(url)
     assert asked.status_code == 200 and "Uninstall acme.order-status?" in asked.content.decode()
-    assert services.default_hub().get(world.a, "acme.order-status") is not None
+    assert selectors.plugin_get(world.a, "acme.order-status") is not None
     done = client.post(url, {"confirm": "yes"}, follow=True)
     assert "acme.order-status uninstalled." in done.content.decode()
     htmx = client.post(url, {"confirm": "yes"}, HTTP_HX_REQUEST="true")  # gone now: the error page, not a crash
