@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Entry, Op, Put
+from botmesh_admin.kv import ABSENT, DurableKv, Entry, Op, Put
+from botmesh_admin.kv.cas import cas_retry
 
 from .base import LeaseHandle, LeaseLost, StaleFence, validate_key
 
 FENCE_KEY_PREFIX = "~fence/"
+FENCE_CAS_ATTEMPTS = 64
+"""Re-reads of a fence entry another writer moved before a fenced write gives up (``Conflict``)."""
 
 
 class FenceGuard:
@@ -43,7 +46,8 @@ class FenceGuard:
         and ``ConflictError`` if one of ``ops``' own expectations fails.
         """
         key = FENCE_KEY_PREFIX + validate_key(resource, "resource")
-        while True:
+
+        def attempt() -> list[Entry | None]:
             if lease is not None and not lease.valid():
                 raise LeaseLost(f"the lease with fence {fence} is no longer held")
             entry = self.kv.get(self.table, key)
@@ -54,9 +58,13 @@ class FenceGuard:
                     current_version=highest,
                 )
             guard = Put(key, {"fence": fence}, expect=entry.version if entry is not None else ABSENT)
-            try:
-                return self.kv.commit(self.table, [guard, *ops])[1:]
-            except ConflictError as exc:
-                if exc.key != key:
-                    raise
-                # Another writer moved the fence entry between our read and commit: re-check.
+            return self.kv.commit(self.table, [guard, *ops])[1:]
+
+        # Another writer moved the fence entry between our read and commit: re-check. A miss of
+        # one of ``ops``' own expectations is the caller's ConflictError.
+        return cas_retry(
+            attempt,
+            what=f"the fence of {resource!r}",
+            attempts=FENCE_CAS_ATTEMPTS,
+            retry_if=lambda miss: miss.key == key,
+        )

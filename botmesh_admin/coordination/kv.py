@@ -100,14 +100,13 @@ The operations
 from __future__ import annotations
 
 import hashlib
-import random
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 from botmesh_admin.kv import ABSENT, Add, ConflictError, Delete, DurableKv, Entry, Op, Put
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.tenant import KERNEL_MARK
 
 from .base import (
@@ -204,15 +203,24 @@ class KvBackend:
         grant took one meanwhile) the next attempts take it with ``Add`` first.
         """
         inline = True
-        for n in range(MAX_ATTEMPTS):
+
+        def once() -> T:
+            nonlocal inline
             try:
                 return attempt(inline)
             except ConflictError as exc:
                 if exc.key == "fence":
                     inline = False
-                # Another replica wrote between our read and our commit: read again after a short jittered pause.
-                time.sleep(random.uniform(0, 0.0005 * min(n + 1, 20)))
-        raise StoreUnavailable(f"Kv coordinator: {MAX_ATTEMPTS} compare-and-set conflicts in a row on {self.table}")
+                raise  # another replica wrote between our read and our commit: cas_retry reads again
+
+        return cas_retry(
+            once,
+            what=f"Kv coordinator table {self.table}",
+            attempts=MAX_ATTEMPTS,
+            exhausted=lambda: StoreUnavailable(
+                f"Kv coordinator: {MAX_ATTEMPTS} compare-and-set conflicts in a row on {self.table}"
+            ),
+        )
 
     def _seed(self) -> int:
         """Return where a new counter starts: above the durable marks of the other electors of this prefix.

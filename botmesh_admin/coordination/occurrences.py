@@ -50,9 +50,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Entry, Op, Put
+from botmesh_admin.kv.cas import cas_retry
 
 from .base import LeaseLost, validate_key
 from .core import default_replica_id
+from .fencing import FENCE_CAS_ATTEMPTS
 
 log = logging.getLogger("botmesh.coordination.jobs")
 
@@ -230,7 +232,8 @@ class OccurrenceContext:
         kv: DurableKv = indexed.kv if indexed is not None else self.kv
         fence_key = f"{GUARD_PREFIX}{self.id}"
         step_key = f"{fence_key}/{step}"
-        while True:
+
+        def attempt() -> bool:
             self.check()  # the ledger: refuses a run whose lease lapsed, even before a newer run wrote here
             fence = kv.get(table, fence_key)
             highest = int(fence.value["token"]) if fence is not None else 0
@@ -253,7 +256,7 @@ class OccurrenceContext:
                     kv.commit(table, [*guard, *ops])
             except ConflictError as exc:
                 if exc.key == fence_key:
-                    continue  # another run moved the guard between our read and commit: look again
+                    raise  # another run moved the guard between our read and commit: look again
                 if exc.key == step_key:
                     log.info("occurrence %s: step %r already committed into %s by an earlier run; not applied again",
                              self.id, step, table)  # fmt: skip
@@ -264,19 +267,25 @@ class OccurrenceContext:
             self._steps.add((table, step))
             return True
 
+        return cas_retry(
+            attempt,
+            what=f"the guard of {table}",
+            attempts=FENCE_CAS_ATTEMPTS,
+            retry_if=lambda miss: miss.key == fence_key,
+        )
+
     def _raise_fence(self, kv: DurableKv, table: str, fence_key: str) -> None:
         """Raise the table's guard to this run's token (a skipped step still shuts out older runs)."""
-        while True:
+
+        def attempt() -> None:
             fence = kv.get(table, fence_key)
             if fence is not None and int(fence.value["token"]) >= self.fencing_token:
                 return
             value = {"token": self.fencing_token, "worker": self.worker, "at_ms": self._clock()}
-            try:
-                kv.commit(table, [Put(fence_key, value, expect=fence.version if fence is not None else ABSENT,
-                                      ttl_ms=GUARD_TTL_MS)])  # fmt: skip
-                return
-            except ConflictError:
-                continue
+            kv.commit(table, [Put(fence_key, value, expect=fence.version if fence is not None else ABSENT,
+                                  ttl_ms=GUARD_TTL_MS)])  # fmt: skip
+
+        cas_retry(attempt, what=f"the guard of {table}", attempts=FENCE_CAS_ATTEMPTS)
 
     def _supersede(self, by_token: int | None, reason: str, at_ms: int) -> None:
         """Remember (and record in the run log, once) that this run lost the occurrence."""
@@ -299,17 +308,16 @@ def superseded_record(kv: DurableKv, occurrence: str, run: SupersededRun) -> Non
     """Add ``run`` to the run log of ``occurrence`` (compare-and-set; one entry per fencing token)."""
     table = run_log_table(kv)
     key = RUN_LOG_PREFIX + occurrence
-    while True:
+
+    def attempt() -> None:  # another run of the same occurrence may write meanwhile: cas_retry merges again
         entry = kv.get(table, key)
         value: dict[str, Any] = dict(entry.value) if entry is not None else {"occurrence": occurrence}
         runs = [r for r in value.get("superseded", []) if int(r.get("token", 0)) != run.fencing_token]
         value["superseded"] = [*runs, run.as_dict()][-MAX_SUPERSEDED:]
-        try:
-            kv.commit(table, [Put(key, value, expect=entry.version if entry is not None else ABSENT,
-                                  ttl_ms=RUN_LOG_TTL_MS)])  # fmt: skip
-            return
-        except ConflictError:
-            continue  # another run of the same occurrence wrote meanwhile: merge again
+        kv.commit(table, [Put(key, value, expect=entry.version if entry is not None else ABSENT,
+                              ttl_ms=RUN_LOG_TTL_MS)])  # fmt: skip
+
+    cas_retry(attempt, what=f"the run log of {occurrence}", attempts=FENCE_CAS_ATTEMPTS)
 
 
 def superseded_get_many(kv: DurableKv, occurrences: Sequence[str]) -> dict[str, tuple[SupersededRun, ...]]:

@@ -37,7 +37,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
-from botmesh_admin.kv import ABSENT, ConflictError, DurableKv, Put, TenantKv
+from botmesh_admin.kv import ABSENT, DurableKv, Put, TenantKv
+from botmesh_admin.kv.cas import cas_retry
 
 from .base import (
     PREFIX_RE,
@@ -48,6 +49,7 @@ from .base import (
     replica_status_from_info,
 )
 from .core import Coordinator, Granted, Held, Queued
+from .fencing import FENCE_CAS_ATTEMPTS
 
 T = TypeVar("T")
 
@@ -337,18 +339,15 @@ class FenceWatermark:
 
     def raise_past(self, observed: int, block: int) -> tuple[int, int]:
         """Raise the mark to ``max(mark, observed) + block`` with compare-and-set; return (old, new)."""
-        while True:
+
+        def attempt() -> tuple[int, int]:
             entry = self.kv.get(self.table, self.key)
             old = int(entry.value["ceiling"]) if entry is not None else 0
             new = max(old, observed) + block
-            try:
-                self.kv.commit(
-                    self.table,
-                    [Put(self.key, {"ceiling": new}, expect=entry.version if entry else ABSENT)],
-                )
-            except ConflictError:
-                continue
+            self.kv.commit(self.table, [Put(self.key, {"ceiling": new}, expect=entry.version if entry else ABSENT)])
             return old, new
+
+        return cas_retry(attempt, what=f"the fence mark of {self.key}", attempts=FENCE_CAS_ATTEMPTS)
 
 
 class RedisBackend:

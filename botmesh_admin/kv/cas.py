@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from botmesh_admin.errors import Conflict
 
@@ -53,6 +53,7 @@ def cas_retry(
     what: str,
     attempts: int = CAS_ATTEMPTS,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] = ConflictError,
+    retry_if: Callable[[Any], bool] | None = None,
     exhausted: Callable[[], BaseException] | None = None,
 ) -> T:
     """Return what ``attempt()`` returns, running it again after each compare-and-set miss.
@@ -61,7 +62,9 @@ def cas_retry(
     effect when it raises ``retry_on`` (default ``ConflictError``, the Kv's CAS
     miss — a domain conflict such as a state refusal is another class and
     propagates at once, as does every other exception). A store whose own
-    revision-mismatch error is another class passes it as ``retry_on``.
+    revision-mismatch error is another class passes it as ``retry_on``;
+    ``retry_if(miss)`` narrows it (False: the miss propagates, e.g. a
+    ``ConflictError`` on a key other than the guard the attempt re-reads).
 
     After ``attempts`` misses raise ``Conflict("<what> keeps changing; try
     again")`` (HTTP 409), chained to the last miss; ``exhausted`` builds
@@ -73,6 +76,8 @@ def cas_retry(
         try:
             return attempt()
         except retry_on as miss:
+            if retry_if is not None and not retry_if(miss):
+                raise
             if n + 1 == attempts:
                 error = exhausted() if exhausted is not None else Conflict(f"{what} keeps changing; try again")
                 raise error from miss

@@ -76,6 +76,7 @@ from .base import (
     Op,
     Put,
 )
+from .cas import cas_retry
 from .encoding import prefix_end
 
 __all__ = [
@@ -96,6 +97,10 @@ INDEX_ROOT = "x/"
 _TERMINATOR = " "
 _INT_BOUND = 10**19
 MAX_COMMIT_RETRIES = 50
+
+
+class _ReadAgain(Exception):
+    """An index state or a record read for its upkeep moved before the commit: ``cas_retry`` reads again."""
 
 
 # -- order-preserving key encoding ------------------------------------------------
@@ -524,7 +529,8 @@ class IndexedTable:
         """
         names = sorted({i.name for c in changes for i in c.record.indexes})
         given = len(ops)
-        for _ in range(MAX_COMMIT_RETRIES):
+
+        def attempt() -> list[Entry | None]:
             safe_ops, safe_changes, guards = self._read_olds(table, ops, changes)
             states, epoch = self._states(table, names)
             extra, verified = self._state_ops(table, names, states, epoch)
@@ -538,11 +544,11 @@ class IndexedTable:
             except ConflictError as exc:
                 if exc.key == EPOCH_KEY or exc.key[len(INDEX_ROOT) :] in self._by_index:
                     _built.forget(self.kv, table)  # a state moved: read them again
-                    continue
+                    raise _ReadAgain() from exc
                 if exc.key in guards:
                     record_key, retry = guards[exc.key]
                     if retry:
-                        continue  # an unconditional write whose record moved after it was read
+                        raise _ReadAgain() from exc  # an unconditional write whose record moved after it was read
                     # another incarnation of the record: to the store, its version check failed
                     raise ConflictError(table, record_key, _expect_of(ops, record_key), None) from None
                 raise
@@ -560,7 +566,14 @@ class IndexedTable:
                 if bumped is not None and all(v is not None for v in built.values()):
                     _built.put_table(self.kv, table, bumped.version, cast(dict[str, int], built))
             return results[:given]
-        raise StoreUnavailable(f"index states of {table!r} kept moving; try again")
+
+        return cas_retry(
+            attempt,
+            what=f"index states of {table!r}",
+            attempts=MAX_COMMIT_RETRIES,
+            retry_on=_ReadAgain,
+            exhausted=lambda: StoreUnavailable(f"index states of {table!r} kept moving; try again"),
+        )
 
     def _state_ops(
         self, table: str, names: Sequence[str], states: dict[str, _State], epoch: int | None

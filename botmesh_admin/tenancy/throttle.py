@@ -11,9 +11,11 @@ import hashlib
 
 from django.conf import settings
 
-from botmesh_admin.kv import ABSENT, ConflictError, Delete, Put
+from botmesh_admin.clock import now_ms
+from botmesh_admin.errors import Conflict
+from botmesh_admin.kv import ABSENT, Delete, Put
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.runtime import default_kv
-from botmesh_admin.kv.validation import now_ms
 
 TABLE = "system/login-failures"
 
@@ -31,18 +33,20 @@ def login_locked(username: str) -> bool:
 def login_failed(username: str) -> int:
     """Count one failed attempt (compare-and-set retry); return the count in the window."""
     kv, key = default_kv(), _key(username)
-    for _ in range(20):
+
+    def attempt() -> int:
         entry = kv.get(TABLE, key)
-        try:
-            if entry is None:
-                kv.commit(TABLE, [Put(key, 1, ABSENT, ttl_ms=settings.BOTMESH_LOGIN_LOCKOUT_MS)])
-                return 1
-            remaining = max(1, (entry.expires_at or 0) - now_ms())
-            kv.commit(TABLE, [Put(key, entry.value + 1, entry.version, ttl_ms=remaining)])
-            return int(entry.value) + 1
-        except ConflictError:
-            continue
-    return settings.BOTMESH_LOGIN_MAX_FAILURES
+        if entry is None:
+            kv.commit(TABLE, [Put(key, 1, ABSENT, ttl_ms=settings.BOTMESH_LOGIN_LOCKOUT_MS)])
+            return 1
+        remaining = max(1, (entry.expires_at or 0) - now_ms())
+        kv.commit(TABLE, [Put(key, entry.value + 1, entry.version, ttl_ms=remaining)])
+        return int(entry.value) + 1
+
+    try:
+        return cas_retry(attempt, what="the failed-login count")
+    except Conflict:  # a storm of failures for this name: count it as locked
+        return int(settings.BOTMESH_LOGIN_MAX_FAILURES)
 
 
 def login_succeeded(username: str) -> None:

@@ -119,3 +119,15 @@ def test_concurrent_increments_through_a_real_kv_lose_nothing() -> None:
         t.join(timeout=30)
     entry = kv.get("t", "n")
     assert entry is not None and entry.value == 200
+
+
+def test_retry_if_lets_a_miss_on_another_key_propagate() -> None:
+    calls: list[str] = []
+
+    def attempt() -> None:
+        calls.append("x")
+        raise ConflictError("t", "own-op" if len(calls) == 2 else "guard", 1, 2)
+
+    with pytest.raises(ConflictError) as caught:
+        cas_retry(attempt, what="x", retry_if=lambda miss: miss.key == "guard")
+    assert caught.value.key == "own-op" and len(calls) == 2

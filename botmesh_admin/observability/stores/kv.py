@@ -41,16 +41,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Entry, Op, Put, TenantKv
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.indexes import (
     INDEX_ROOT,
     Desc,
@@ -70,7 +69,7 @@ from .memory import DEFAULT_HISTORY, DEFAULT_RETENTION_MS, kind_quotas
 PACKAGE = "observability"
 SYSTEM_TRACES = f"{PACKAGE}/~system/traces"
 COUNTERS = f"{PACKAGE}/~process/counters"
-MAX_ATTEMPTS = 200
+MAX_ATTEMPTS = 200  # compare-and-set attempts: every web and worker process writes here (cas_retry)
 STARTED_AT_KEY = "~started_at"  # when the counters started (no counter name holds "~")
 PRUNE_BATCH = 100  # traces deleted per commit
 RECORD_BATCH = 50  # traces written per commit by record_many
@@ -128,16 +127,6 @@ TRACE = RecordType(
 TRACES = declare(PACKAGE, "traces", [TRACE])
 
 
-def retry_cas(attempt: Callable[[], T]) -> T:
-    """Run ``attempt`` (read, then commit with expectations) until it commits without conflict."""
-    for n in range(MAX_ATTEMPTS):
-        try:
-            return attempt()
-        except ConflictError:
-            time.sleep(random.uniform(0, min(0.02, 0.0005 * (n + 1))))
-    return attempt()
-
-
 def _scan_all(kv: DurableKv, table: str, prefix: str, limit: int = 10_000) -> list[Any]:
     out: list[Any] = []
     after: str | None = None
@@ -178,7 +167,7 @@ class KvCounterStore:
                 ops.append(Put(key, current + deltas[name], expect=entry.version if entry else ABSENT))
             self.kv.commit(self.table, ops)
 
-        retry_cas(attempt)
+        cas_retry(attempt, what="the counters", attempts=MAX_ATTEMPTS)
 
     def read(self) -> dict[str, int]:
         totals: dict[str, int] = {}
@@ -279,7 +268,7 @@ class KvBotMetricsStore:
                 bot=bot, replica=replica, received_at_ms=received_at_ms, seq=seq, snapshot=snapshot, pushed_at_ms=pushed
             )
 
-        return retry_cas(attempt)
+        return cas_retry(attempt, what=f"the metrics of {bot}/{replica}", attempts=MAX_ATTEMPTS)
 
     def _admission(self, table: str, bot: str, replica: str, pushed: int, limits: PushLimits) -> Op:
         """Check a replica that is not live against ``limits``; return the op that serialises admissions.
@@ -416,7 +405,7 @@ class KvTraceStore:
             self.layout.commit(table, [op], [change])
             return entry is None
 
-        if retry_cas(attempt):
+        if cas_retry(attempt, what=f"trace {trace_id}", attempts=MAX_ATTEMPTS):
             self._created_more(tenant, 1)
 
     def record_many(self, tenant: str | None, traces: list[list[dict[str, Any]]]) -> None:
@@ -496,7 +485,7 @@ class KvTraceStore:
         # A few commits of many deletes: one commit per trace cost as much as writing it.
         for start in range(0, len(doomed), PRUNE_BATCH):
             keys = doomed[start : start + PRUNE_BATCH]
-            retry_cas(partial(self._delete, table, keys))
+            cas_retry(partial(self._delete, table, keys), what="the traces to prune", attempts=MAX_ATTEMPTS)
         return len(doomed)
 
     def _delete(self, table: str, keys: list[str]) -> None:
