@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from botmesh_admin.errors import ValidationError
+from botmesh_admin.processlocal import ProcessLocal
 
 from .core import Backend, Coordinator
 from .memory import MemoryCoordinationHub, MemoryCoordinator
@@ -35,11 +35,8 @@ log = logging.getLogger("botmesh.coordination")
 DEFAULT_PREFIX = "botmesh"
 DEFAULT_LEASE_MS = 15000
 
-_lock = threading.Lock()
-_coordinator: Coordinator | None = None
-_pid: int | None = None
-_override: Coordinator | None = None
 _hub: MemoryCoordinationHub | None = None
+_role = "web"  # the role of the first ``default_coordinator`` call of a process
 
 
 REDIS_SCHEMES = ("redis://", "rediss://", "redis+cluster://")
@@ -175,35 +172,28 @@ def process_hub() -> MemoryCoordinationHub:
     return _hub
 
 
+def _build_coordinator() -> Coordinator:
+    _, prefix, lease_ms = coordination_settings()
+    return coordinator_from_url(coordination_url(), prefix=prefix, lease_ms=lease_ms, role=_role)
+
+
+_coordinator: ProcessLocal[Coordinator] = ProcessLocal(_build_coordinator, close=lambda c: c.close())
+
+
 def default_coordinator(role: str = "web") -> Coordinator:
-    """Return this process's coordinator, creating it (as ``role``) on first use."""
-    global _coordinator, _pid
-    if _override is not None:
-        return _override
-    with _lock:
-        if _coordinator is None or _pid != os.getpid():
-            _, prefix, lease_ms = coordination_settings()
-            url = coordination_url()
-            _coordinator = coordinator_from_url(url, prefix=prefix, lease_ms=lease_ms, role=role)
-            _pid = os.getpid()
-        return _coordinator
+    """Return this process's coordinator, creating it (as ``role``) on first use (after a fork: anew)."""
+    global _role
+    _role = role
+    return _coordinator.get()
 
 
 def shutdown() -> None:
     """Close this process's coordinator, releasing its leases (worker/beat shutdown)."""
-    global _coordinator
-    with _lock:
-        if _coordinator is not None and _pid == os.getpid():
-            _coordinator.close()
-        _coordinator = None
+    _coordinator.reset()
 
 
 @contextmanager
 def use_coordinator(coordinator: Coordinator) -> Iterator[Coordinator]:
     """Make ``coordinator`` the default for the duration of the block (tests)."""
-    global _override
-    previous, _override = _override, coordinator
-    try:
+    with _coordinator.use(coordinator):
         yield coordinator
-    finally:
-        _override = previous

@@ -27,7 +27,6 @@ in every process; ``reset_metrics()`` zeroes the counters and starts them again.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from typing import Any
 
 from botmesh_admin.errors import BadType, ValidationError
 from botmesh_admin.kv.validation import now_ms
+from botmesh_admin.processlocal import ProcessLocal
 
 from .domain import (
     OUTCOMES,
@@ -63,23 +63,28 @@ MAX_PENDING = 1000
 _lock = threading.Lock()
 _pending: dict[str, int] = {}
 _override: CounterStore | None = None
-_redis_store: tuple[int, CounterStore] | None = None
+
+
+def _redis_counter_store() -> CounterStore:
+    from django.conf import settings
+
+    from .stores.redis import RedisCounterStore
+
+    return RedisCounterStore(settings.BOTMESH_REDIS_URL)
+
+
+_redis_store: ProcessLocal[CounterStore] = ProcessLocal(_redis_counter_store)
 _last_error_log = 0.0
 
 
 def counter_store() -> CounterStore:
     """Return the shared counter store: Redis if ``REDIS_URL`` is set, else the default Kv."""
-    global _redis_store
     if _override is not None:
         return _override
     from django.conf import settings
 
     if settings.BOTMESH_REDIS_URL:
-        if _redis_store is None or _redis_store[0] != os.getpid():
-            from .stores.redis import RedisCounterStore
-
-            _redis_store = (os.getpid(), RedisCounterStore(settings.BOTMESH_REDIS_URL))
-        return _redis_store[1]
+        return _redis_store.get()
     from botmesh_admin.kv.runtime import default_kv
 
     from .stores.kv import KvCounterStore
