@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from botmesh_admin.channels.domain import CHANNEL_KINDS
+from botmesh_admin.channels.domain import CHANNEL_KINDS, send_hint
 from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, tenant_page
@@ -31,14 +31,6 @@ from .services import replies
 
 PAGE = 50
 THREAD = 200
-ERROR_HINTS = {
-    131047: "24-hour window closed: the customer must write first, or send a template",
-    403: "the user blocked the bot",
-    400: "chat not found",
-    130429: "rate limited by WhatsApp",
-    429: "rate limited",
-    190: "the access token expired",
-}
 
 
 def _agent(request: HttpRequest) -> str:
@@ -184,7 +176,7 @@ def _entries(messages: list[Message], notes: list[Note], events: list[Conversati
 
 def _hint(m: Message) -> str | None:
     code = m.reply.error_code if m.reply is not None and m.reply.error_code else m.error_code
-    return ERROR_HINTS.get(code) if code else None
+    return (send_hint(code) or None) if code else None  # the channels' one code table
 
 
 def _missing(conversation_id: str) -> NotFound:

@@ -18,8 +18,10 @@ Part of the services layer (it writes through the stores). One batch at a time:
    (no answer: the provider may have it). If ``broadcast`` itself raises,
    every slot of the batch is released and the error propagates.
 
-A Telegram 403 ("bot was blocked by the user") also sets the contact's
-Telegram consent to ``denied``. Times are epoch milliseconds; ``ttl_ms`` must
+What an answer means is the channel's ``result.outcome`` (``channels.domain.SendOutcome``):
+``no_answer`` is in doubt; ``bad_credentials`` stops the campaign; ``blocked``
+(Telegram 403, "bot was blocked by the user") also denies the recipient's consent on
+the channel through ``crm.services.contact_blocked_us``. Times are epoch milliseconds; ``ttl_ms`` must
 be longer than a provider request can take.
 
 A stop (SIGTERM: ``shutdown.stopping()``) is checked before each batch and
@@ -40,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from botmesh_admin.channels.domain import OutboundMessage, SendResult, Template
+from botmesh_admin.channels.domain import OutboundMessage, SendOutcome, SendResult, Template
 from botmesh_admin.channels.providers import Provider
 from botmesh_admin.observability import metrics
 from botmesh_admin.observability.shutdown import inflight, stopping
@@ -66,8 +68,6 @@ SendHook = Callable[[Recipient, OutboundMessage], "str | None"]
 """A send hook returns a reason to drop the message (``"handoff"``), or ``None`` to let it go."""
 
 PAGE = 500
-# Answers that fail every further send too: stop the campaign (the rest stays pending for a resume).
-FATAL_CODES = {"whatsapp": (190,), "telegram": (401,)}
 MAX_IDLE_WAIT_MS = 1000
 
 
@@ -363,9 +363,9 @@ class _Run:
             if d is None or d.recipient in answered:
                 continue  # not one of ours: never guess which slot an answer belongs to
             answered.add(d.recipient)
-            if result.accepted and result.provider_message_id:
+            if result.outcome is SendOutcome.ACCEPTED and result.provider_message_id:
                 sent.append((d, result.provider_message_id, result.recipient))
-            elif result.error_code is None and result.retryable:
+            elif result.outcome is SendOutcome.NO_ANSWER:
                 doubt.append((d, "no_answer"))  # a network error: the provider may have the message
             else:
                 failed.append(
@@ -373,10 +373,11 @@ class _Run:
                 )
                 if result.retry_after_ms:
                     slow_down = max(slow_down, result.retry_after_ms)
-                if result.error_code in FATAL_CODES.get(self.campaign.channel, ()):
+                if result.outcome is SendOutcome.BAD_CREDENTIALS:  # every further send fails too: stop
                     self.report.fatal = f"the provider refused the channel's credentials (code {result.error_code})"
-                if self.campaign.channel == "telegram" and result.error_code == 403:
-                    blocked[d.contact_id] = f"Telegram 403 to campaign {cid}: {result.error_title or 'blocked'}"
+                if result.outcome is SendOutcome.BLOCKED:
+                    said = f"{self.campaign.channel.capitalize()} {result.error_code}"  # "Telegram 403"
+                    blocked[d.recipient] = f"{said} to campaign {cid}: {result.error_title or 'blocked'}"
         doubt += [(d, "no_result") for d in sending if d.recipient not in answered]
         wake: int | None = None
         if sent:
@@ -393,8 +394,8 @@ class _Run:
             metrics.count("messages.out_failed", len(failed))
         if doubt:
             self.report.in_doubt += len(self.slots.slots_mark_in_doubt(tenant, cid, doubt, now_ms=now))
-        for contact_id, evidence in blocked.items():
-            consent_denied(tenant, contact_id, "telegram", evidence=evidence)
+        for address, evidence in blocked.items():
+            _blocked_us(tenant, self.campaign.channel, address, evidence)
         if slow_down and self.campaigns is not None:
             self.campaigns.throttle_take(
                 tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now, not_before_ms=now + slow_down
@@ -402,12 +403,8 @@ class _Run:
         return wake
 
 
-def consent_denied(tenant: str, contact_id: str, channel: str, *, evidence: str) -> None:
-    """Record in the CRM that the contact blocked us on ``channel`` (consent ``denied``)."""
-    from botmesh_admin.errors import NotFound
-    from crm.services import consent_set
+def _blocked_us(tenant: str, channel: str, address: str, evidence: str) -> None:
+    """Record in the CRM that the recipient at ``address`` blocked us on ``channel`` (consent ``denied``)."""
+    from crm.services import contact_blocked_us
 
-    try:
-        consent_set(tenant, contact_id, channel=channel, status="denied", source="campaign", evidence=evidence[:500])
-    except NotFound:
-        pass  # erased meanwhile: nothing left to mark
+    contact_blocked_us(tenant, channel=channel, identity=address, evidence=evidence, source="campaign")

@@ -14,6 +14,7 @@ from crm.domain import CHANNELS
 from .contacts import (
     ErasureReport,
     consent_set,
+    contact_blocked_us,
     contact_create,
     contact_erase,
     contact_tags_add,
@@ -38,6 +39,7 @@ __all__ = [
     "ErasureReport",
     "SegmentInUse",
     "consent_set",
+    "contact_blocked_us",
     "contact_create",
     "contact_erase",
     "contact_import_run",

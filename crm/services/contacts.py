@@ -23,6 +23,8 @@ from typing import Any
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.validation import validate_text
 from crm.domain import (
+    CHANNELS,
+    MAX_EVIDENCE,
     Consent,
     Contact,
     Identity,
@@ -38,7 +40,7 @@ from crm.domain import (
     validate_contact,
     validate_name,
 )
-from crm.selectors import tenant_region
+from crm.selectors import contact_find_by_identity, tenant_region
 from crm.stores import default_store
 
 log = logging.getLogger(__name__)
@@ -324,6 +326,43 @@ def consent_set(
     contact = _mutate(tenant, contact_id, change, release=release)
     log.info("crm consent tenant=%s contact=%s channel=%s status=%s", tenant, contact_id, channel, status)
     return contact
+
+
+def contact_blocked_us(
+    tenant: str, *, channel: str, identity: str, evidence: str, source: str | None = None
+) -> Contact | None:
+    """Record that the user behind ``identity`` blocked us on ``channel``: its consent there is ``denied``.
+
+    The one place this is recorded, whoever learned it: a campaign send or an
+    agent's reply answered by the provider's block (``channels`` outcome
+    ``blocked``: Telegram 403 "bot was blocked by the user"). ``identity`` is
+    the address on ``channel`` (a Telegram user id, a WhatsApp number in any
+    format; normalised as every identity is); ``evidence`` is what the provider
+    said (cut to ``MAX_EVIDENCE`` characters, with ``…``); ``source`` names who
+    learned it (default: ``channel``). Return the contact holding the identity,
+    or ``None`` when no contact has it (never created, or erased meanwhile:
+    nothing is left to mark). Raise ``ValidationError`` for an unknown channel
+    or a malformed identity (``identity``).
+    """
+    if not isinstance(identity, str) or not identity.strip():
+        raise ValidationError("identity", "must be the address on the channel")
+    if channel not in CHANNELS:
+        raise ValidationError("channel", f"must be one of {', '.join(CHANNELS)}")
+    if not isinstance(evidence, str) or not evidence.strip():
+        raise ValidationError("evidence", "must say what the provider answered")
+    try:
+        contact = contact_find_by_identity(tenant, channel=channel, address=identity)
+    except ValidationError as exc:
+        raise ValidationError("identity", exc.problem) from exc
+    if contact is None:
+        return None
+    text = evidence if len(evidence) <= MAX_EVIDENCE else evidence[: MAX_EVIDENCE - 1] + "…"
+    try:
+        return consent_set(
+            tenant, contact.id, channel=channel, status="denied", source=source or channel, evidence=text
+        )
+    except NotFound:
+        return None  # erased between the lookup and the write
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,14 @@ per reply). The worker's ``reply_send``:
    ``queued`` if nobody touched it meanwhile, and the record goes to whoever
    holds it now (issue 15, item 6);
 3. sends through the channel's provider with the reply's idempotency key;
-4. records ``accepted`` (with the provider message id, then delivery statuses
-   arrive by webhook) or ``failed`` with the provider's code and title —
-   131047 (24-hour window closed) and 403 (blocked) are shown to the agent and
-   not retried; 429 / 130429 are retried after the delay the provider gave.
+4. records what the channel says the answer means (``result.outcome``,
+   ``channels.domain.SendOutcome``): ``accepted`` (with the provider message id,
+   then delivery statuses arrive by webhook); ``rate_limited`` (or a retryable
+   failure with the provider's delay) is retried after that delay; anything
+   else is ``failed`` with the provider's code and title, shown to the agent and
+   not retried. ``blocked`` (Telegram 403, "bot was blocked by the user") in a
+   private chat also denies the user's consent on the channel
+   (``crm.services.contact_blocked_us``), as a campaign send does.
 
 A worker that dies between the request and its record leaves the reply in
 ``sending``; whoever claims the record next finds it so and marks it
@@ -38,7 +42,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.channels.domain import SendOutcome, SendResult, blocked_identity
+from botmesh_admin.errors import Conflict, DomainError, NotFound, ValidationError
 
 from .. import selectors
 from ..domain import (
@@ -72,7 +77,6 @@ REPLY_EVENT = "inbox.reply"
 OUTBOX_CHANNEL = "outbox"
 MAX_REPLY = 4096
 MAX_INLINE_WAIT_MS = 10_000  # wait this long for a rate limit inside one claim; longer: retry the record
-RATE_LIMIT_CODES = frozenset({429, 130429, 4, 80007, 131048, 131056})
 
 
 class RetryLater(Exception):
@@ -371,13 +375,15 @@ def reply_send(
             _check_claim(inbox, tenant, message, claim)
         with inflight():  # a SIGTERM's drain waits for the request and its record
             result = provider.send(outbound)
-            if result.accepted:
+            if result.outcome is SendOutcome.ACCEPTED:
                 from botmesh_admin.observability.metrics import count
 
                 count("messages.out")
                 return _record_accepted(inbox, tenant, message, provider_message_id=result.provider_message_id)
-            rate_limited = result.retryable and (result.error_code in RATE_LIMIT_CODES or result.retry_after_ms)
-            if rate_limited and result.error_code is not None:
+            if result.outcome is SendOutcome.NO_ANSWER:
+                # No answer at all: the request may have arrived. Never guess: let the agent decide.
+                return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
+            if result.outcome is SendOutcome.RATE_LIMITED or (result.retryable and result.retry_after_ms):
                 delay = result.retry_after_ms or 1000
                 log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
                 message = _set_reply(
@@ -390,14 +396,11 @@ def reply_send(
                     retry_at_ms=inbox.clock() + delay,
                 )
                 continue
-            if result.retryable and result.error_code is None:
-                # No answer at all: the request may have arrived. Never guess: let the agent decide.
-                return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
             from botmesh_admin.observability.metrics import count
 
             count("messages.out_failed")
-            log.info("inbox reply %s failed with code %s", message_id, result.error_code)
-            return _record_outcome(
+            log.info("inbox reply %s failed with code %s (%s)", message_id, result.error_code, result.outcome)
+            failed = _record_outcome(
                 inbox,
                 tenant,
                 message,
@@ -406,6 +409,33 @@ def reply_send(
                 error_title=result.error_title,
                 retry_at_ms=None,
             )
+            if result.outcome is SendOutcome.BLOCKED:
+                _blocked_us(tenant, conv, message_id, result)
+            return failed
+
+
+def _blocked_us(tenant: str, conv: Conversation, message_id: str, result: SendResult) -> None:
+    """Record in the CRM that the user of ``conv`` blocked us (consent denied on its channel, with the evidence).
+
+    Only a private chat is the user's block (``channels.domain.blocked_identity``;
+    in a group the bot was removed from the group). The reply is recorded
+    ``failed`` first, so a CRM failure cannot leave it ``sending`` (never
+    resent): it is logged and counted, and the reply stays failed.
+    """
+    from crm.services import contact_blocked_us
+
+    identity = blocked_identity(conv.chat_key)
+    if identity is None:
+        return
+    channel = conv.chat_key.partition(":")[0]
+    evidence = f"{channel.capitalize()} {result.error_code} to reply {message_id}: {result.error_title or 'blocked'}"
+    try:
+        contact_blocked_us(tenant, channel=channel, identity=identity, evidence=evidence, source="inbox")
+    except DomainError as exc:
+        from botmesh_admin.observability.metrics import count
+
+        log.warning("inbox reply %s: the block was not recorded in the CRM: %s", message_id, exc.code)
+        count("errors")
 
 
 def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> None:

@@ -8,12 +8,15 @@ of its own.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
 from botmesh_admin.channels.domain import (
+    OUTCOME_OF_CODE,
+    SEND_HINTS,
     OutboundMessage,
     SendOutcome,
     SendResult,
@@ -118,3 +121,20 @@ def test_a_block_is_about_the_user_of_a_private_chat_only() -> None:
     assert blocked_identity("telegram:700000001") == "700000001"
     assert blocked_identity("telegram:-1001234567890:700000002") is None  # the bot left the group
     assert blocked_identity("whatsapp:573001112233") == "+573001112233"
+
+
+def _int_literals(path: Path) -> set[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) is int}
+
+
+def test_inbox_and_campaigns_keep_no_error_code_table() -> None:
+    codes = {c for table in OUTCOME_OF_CODE.values() for c in table} | set(SEND_HINTS)
+    provider_codes = {c for c in codes if c >= 1000 or c == 190}  # not HTTP statuses or small numbers
+    offenders = {}
+    for app in ("inbox", "campaigns"):
+        for path in sorted((ROOT / app).rglob("*.py")):
+            found = _int_literals(path) & provider_codes
+            if found:
+                offenders[str(path.relative_to(ROOT))] = sorted(found)
+    assert offenders == {}, "provider codes belong to channels.domain (send_outcome, send_hint)"
