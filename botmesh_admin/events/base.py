@@ -220,6 +220,36 @@ class EventJournal(Protocol):
         """
         ...
 
+    def claim_many(self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100) -> list[EventRecord]:
+        """Lease up to ``limit`` (1..``MAX_BATCH``) oldest ready records of ``channel`` at once, oldest first.
+
+        Each record is leased as ``claim`` leases it — its own new fencing token,
+        ``attempts`` + 1, ``leased_until = now + lease_ms`` — in one statement
+        (or script, or lock-held step). Expired last attempts are dead-lettered
+        as ``claim`` does and not returned; fewer than ``limit`` records (or
+        none) come back when fewer are ready.
+        """
+        ...
+
+    def ack_many(self, now: int, claims: Sequence[tuple[str, int]]) -> list[EventRecord | None]:
+        """``ack`` each ``(event_id, fencing_token)`` in one statement; return the records in input order.
+
+        Every record's token is checked in that statement, record by record: a
+        claim that is not the live lease at ``now`` (superseded, expired, or no
+        such record) changes nothing and answers ``None`` in its place, the
+        others are settled. Raise ``ValidationError`` naming ``claims`` (not a
+        list, an id repeated, more than ``MAX_BATCH``) or ``claims[i]``; then nothing changes.
+        """
+        ...
+
+    def fail_many(self, now: int, failures: Sequence[tuple[str, int, str]]) -> list[EventRecord | None]:
+        """``fail`` each ``(event_id, fencing_token, error)`` in one statement; answers as ``ack_many``.
+
+        Each failure draws its own backoff jitter, so records that failed
+        together do not retry together.
+        """
+        ...
+
     def ack(self, event_id: str, now: int, fencing_token: int) -> EventRecord:
         """Mark the leased record ``done``.
 
@@ -448,6 +478,41 @@ def first_of_keys(records: Sequence[EventRecord]) -> tuple[list[EventRecord], li
             firsts.append(record)
         where.append(seen[key])
     return firsts, where
+
+
+def validate_batch_limit(limit: object) -> int:
+    """Return ``limit`` if it is an int of 1..``MAX_BATCH`` (``claim_many``)."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BATCH:
+        raise ValidationError("limit", f"must be 1..{MAX_BATCH}")
+    return limit
+
+
+def validate_settlements(now: object, items: object, field: str, *, errors: bool) -> list[tuple[str, int, str]]:
+    """Check ``ack_many`` claims (``errors`` False) or ``fail_many`` failures; return ``(id, token, error)`` triples.
+
+    The error text is clipped (``clip_error``); ``""`` for an ack.
+    """
+    validate_time(now, "now")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise BadType(field, "must be a list of (event_id, fencing_token" + (", error)" if errors else ")"))
+    if len(items) > MAX_BATCH:
+        raise ValidationError(field, f"at most {MAX_BATCH} per call")
+    out: list[tuple[str, int, str]] = []
+    seen: set[str] = set()
+    width = 3 if errors else 2
+    for i, item in enumerate(items):
+        where = f"{field}[{i}]"
+        if not isinstance(item, (tuple, list)) or len(item) != width:
+            raise BadType(where, f"must be a tuple of {width}")
+        try:
+            event_id, token = validate_event_id(item[0]), validate_token(item[1])
+        except ValidationError as exc:
+            raise type(exc)(f"{where}.{exc.field}", exc.problem) from None
+        if event_id in seen:
+            raise ValidationError(where, f"event {event_id!r} is repeated in the batch")
+        seen.add(event_id)
+        out.append((event_id, token, clip_error(item[2]) if errors else ""))
+    return out
 
 
 def validate_time(value: object, field: str) -> int:

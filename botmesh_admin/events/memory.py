@@ -25,6 +25,7 @@ from .base import (
     lease_expired_error,
     not_replayable,
     now_ms,
+    validate_batch_limit,
     validate_channel,
     validate_envelope,
     validate_envelopes,
@@ -35,6 +36,7 @@ from .base import (
     validate_lease,
     validate_list_args,
     validate_prune_args,
+    validate_settlements,
     validate_time,
     validate_token,
 )
@@ -122,18 +124,31 @@ class MemoryEventJournal:
 
     def claim(self, now: int, lease_ms: int, channel: str | None = None) -> EventRecord | None:
         """Lease the oldest ready record of ``channel`` until ``now + lease_ms``."""
+        claimed = self._claim(now, lease_ms, channel, 1)
+        return claimed[0] if claimed else None
+
+    def claim_many(
+        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+    ) -> builtins.list[EventRecord]:
+        """Lease up to ``limit`` oldest ready records of ``channel`` under one lock (one persist)."""
+        return self._claim(now, lease_ms, channel, validate_batch_limit(limit))
+
+    def _claim(self, now: int, lease_ms: int, channel: str | None, limit: int) -> builtins.list[EventRecord]:
         validate_lease(now, lease_ms)
         validate_channel(channel, "channel")
         with self._writing():
-            while True:
-                ready = [
+            ready = sorted(
+                (
                     r
                     for r in self._records.values()
                     if r.channel == channel and r.state in ("pending", "leased") and r.available_at <= now
-                ]
-                if not ready:
-                    return None
-                record = min(ready, key=lambda r: (r.available_at, r.id))
+                ),
+                key=lambda r: (r.available_at, r.id),
+            )
+            claimed: builtins.list[EventRecord] = []
+            for record in ready:
+                if len(claimed) == limit:
+                    break
                 token = self._next_token()
                 if record.state == "leased" and record.attempts >= self.policy.max_attempts:
                     self._records[record.id] = dataclasses.replace(
@@ -154,7 +169,8 @@ class MemoryEventJournal:
                     available_at=now + lease_ms,
                 )
                 self._records[record.id] = leased
-                return leased
+                claimed.append(leased)
+            return claimed
 
     def _leased(self, event_id: str, now: int, fencing_token: int, *, live: bool) -> EventRecord:
         validate_event_id(event_id)
@@ -173,9 +189,12 @@ class MemoryEventJournal:
         """Mark the leased record ``done`` if ``fencing_token`` is its live lease."""
         with self._writing():
             record = self._leased(event_id, now, fencing_token, live=True)
-            done = dataclasses.replace(record, state="done", leased_until=None, available_at=now)
-            self._records[event_id] = done
-            return done
+            return self._done(record, now)
+
+    def _done(self, record: EventRecord, now: int) -> EventRecord:
+        done = dataclasses.replace(record, state="done", leased_until=None, available_at=now)
+        self._records[record.id] = done
+        return done
 
     def fail(self, event_id: str, now: int, fencing_token: int, error: str) -> EventRecord:
         """Retry the record after the backoff, or dead-letter it after ``max_attempts``."""
@@ -183,18 +202,50 @@ class MemoryEventJournal:
         factor = self.policy.jitter_factor()
         with self._writing():
             record = self._leased(event_id, now, fencing_token, live=True)
-            if record.attempts >= self.policy.max_attempts:
-                after = dataclasses.replace(record, state="dead", leased_until=None, available_at=now, last_error=error)
-            else:
-                after = dataclasses.replace(
-                    record,
-                    state="pending",
-                    leased_until=None,
-                    available_at=now + self.policy.delay_ms(record.attempts, factor),
-                    last_error=error,
-                )
-            self._records[event_id] = after
-            return after
+            return self._failed(record, now, error, factor)
+
+    def _failed(self, record: EventRecord, now: int, error: str, factor: float) -> EventRecord:
+        if record.attempts >= self.policy.max_attempts:
+            after = dataclasses.replace(record, state="dead", leased_until=None, available_at=now, last_error=error)
+        else:
+            after = dataclasses.replace(
+                record,
+                state="pending",
+                leased_until=None,
+                available_at=now + self.policy.delay_ms(record.attempts, factor),
+                last_error=error,
+            )
+        self._records[record.id] = after
+        return after
+
+    def _live(self, event_id: str, now: int, fencing_token: int) -> EventRecord | None:
+        """Return the record if ``fencing_token`` is its live lease at ``now``, else ``None``."""
+        record = self._records.get(event_id)
+        if record is None or record.state != "leased" or record.fencing_token != fencing_token:
+            return None
+        if record.leased_until is not None and record.leased_until <= now:
+            return None
+        return record
+
+    def ack_many(self, now: int, claims: Sequence[tuple[str, int]]) -> builtins.list[EventRecord | None]:
+        """``ack`` every live claim under one lock (one persist); ``None`` for a refused one."""
+        items = validate_settlements(now, claims, "claims", errors=False)
+        with self._writing():
+            out: builtins.list[EventRecord | None] = []
+            for event_id, token, _ in items:
+                record = self._live(event_id, now, token)
+                out.append(None if record is None else self._done(record, now))
+            return out
+
+    def fail_many(self, now: int, failures: Sequence[tuple[str, int, str]]) -> builtins.list[EventRecord | None]:
+        """``fail`` every live claim under one lock (one persist); ``None`` for a refused one."""
+        items = validate_settlements(now, failures, "failures", errors=True)
+        with self._writing():
+            out: builtins.list[EventRecord | None] = []
+            for event_id, token, error in items:
+                record = self._live(event_id, now, token)
+                out.append(None if record is None else self._failed(record, now, error, self.policy.jitter_factor()))
+            return out
 
     def extend(self, event_id: str, now: int, fencing_token: int, lease_ms: int) -> EventRecord:
         """Renew the live lease ``fencing_token`` until ``now + lease_ms``."""

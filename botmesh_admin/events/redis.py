@@ -52,6 +52,7 @@ from .base import (
     lease_expired_error,
     not_replayable,
     now_ms,
+    validate_batch_limit,
     validate_channel,
     validate_envelope,
     validate_envelopes,
@@ -62,6 +63,7 @@ from .base import (
     validate_lease,
     validate_list_args,
     validate_prune_args,
+    validate_settlements,
     validate_time,
     validate_token,
 )
@@ -194,6 +196,108 @@ while true do
     return redis.call('HGETALL', r)
   end
 end
+"""
+)
+
+CLAIM_MANY_LUA = (
+    _COMMON
+    + """
+-- ARGV: P, channel, now, until, max_attempts, lease error text, limit. Leases up to limit ready
+-- records, oldest first, as CLAIM_LUA does one. Reply: the HGETALL of each, in claim order.
+local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local limit = tonumber(ARGV[7])
+local out = {}
+while #out < limit do
+  local ids = redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local r = P .. ':r:' .. id
+    local h = redis.call('HMGET', r, 'state', 'attempts')
+    local token = redis.call('INCR', P .. ':fence')
+    if h[1] == 'leased' and tonumber(h[2]) >= max then
+      redis.call('HSET', r, 'state', 'dead', 'fencing_token', token, 'available_at', now,
+        'last_error', ARGV[6])
+      redis.call('HDEL', r, 'leased_until')
+      redis.call('ZREM', q, id)
+      move(r, id, 'leased', 'dead')
+    else
+      redis.call('HSET', r, 'state', 'leased', 'attempts', tonumber(h[2]) + 1,
+        'fencing_token', token, 'leased_until', till, 'available_at', till)
+      redis.call('ZADD', q, till, id)
+      if h[1] ~= 'leased' then move(r, id, h[1], 'leased') end
+      out[#out + 1] = redis.call('HGETALL', r)
+    end
+  end
+end
+return out
+"""
+)
+
+# ack_many / fail_many: each (id, token) checked as _SETTLE_HEAD checks one, in one script.
+_SETTLE_MANY_HEAD = (
+    _COMMON
+    + """
+-- ARGV: P, now, then per record: id, token[, jitter factor, error]. Reply: per record the
+-- HGETALL of the settled record, or false (refused: not the live lease, or no such record).
+local now = tonumber(ARGV[2])
+local function live(id, token)
+  local r = P .. ':r:' .. id
+  local h = redis.call('HMGET', r, 'state', 'fencing_token', 'leased_until', 'attempts', 'channel')
+  if not h[1] or h[1] ~= 'leased' or tonumber(h[2]) ~= token or tonumber(h[3]) <= now then return nil end
+  return r, P .. ':q:' .. h[5], tonumber(h[4])
+end
+local out = {}
+"""
+)
+
+ACK_MANY_LUA = (
+    _SETTLE_MANY_HEAD
+    + """
+for b = 3, #ARGV, 2 do
+  local id = ARGV[b]
+  local r, q = live(id, tonumber(ARGV[b + 1]))
+  if r then
+    redis.call('HSET', r, 'state', 'done', 'available_at', now)
+    redis.call('HDEL', r, 'leased_until')
+    redis.call('ZREM', q, id)
+    move(r, id, 'leased', 'done')
+    out[#out + 1] = redis.call('HGETALL', r)
+  else
+    out[#out + 1] = false
+  end
+end
+return out
+"""
+)
+
+FAIL_MANY_LUA = (
+    _SETTLE_MANY_HEAD
+    + """
+-- ARGV[3..6] (max_attempts, cap ms, base ms, unused) then per record: id, token, factor, error.
+local max, cap, base = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+for b = 7, #ARGV, 4 do
+  local id = ARGV[b]
+  local r, q, attempts = live(id, tonumber(ARGV[b + 1]))
+  if r then
+    redis.call('HDEL', r, 'leased_until')
+    redis.call('HSET', r, 'last_error', ARGV[b + 3])
+    if attempts >= max then
+      redis.call('HSET', r, 'state', 'dead', 'available_at', now)
+      redis.call('ZREM', q, id)
+      move(r, id, 'leased', 'dead')
+    else
+      local shift = math.min(math.max(attempts - 1, 0), 40)
+      local at = now + math.floor(math.min(cap, base * 2 ^ shift) * tonumber(ARGV[b + 2]))
+      redis.call('HSET', r, 'state', 'pending', 'available_at', string.format('%d', at))
+      redis.call('ZADD', q, at, id)
+      move(r, id, 'leased', 'pending')
+    end
+    out[#out + 1] = redis.call('HGETALL', r)
+  else
+    out[#out + 1] = false
+  end
+end
+return out
 """
 )
 
@@ -448,6 +552,7 @@ class RedisEventJournal:
             name: self._client.register_script(lua)
             for name, lua in (
                 ("append", APPEND_LUA), ("append_many", APPEND_MANY_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA),
+                ("claim_many", CLAIM_MANY_LUA), ("ack_many", ACK_MANY_LUA), ("fail_many", FAIL_MANY_LUA),
                 ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
                 ("prune", PRUNE_LUA), ("erase", ERASE_LUA), ("fence", FENCE_LUA), ("build", BUILD_LUA),
@@ -535,6 +640,39 @@ class RedisEventJournal:
             lease_expired_error(self.policy.max_attempts),
         )  # fmt: skip
         return _record(flat) if flat else None
+
+    def claim_many(
+        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+    ) -> builtins.list[EventRecord]:
+        """Lease up to ``limit`` oldest ready records of ``channel`` in one script, oldest first."""
+        validate_lease(now, lease_ms)
+        channel = validate_channel(channel, "channel")
+        flats = self._run(
+            "claim_many", channel or "", now, now + lease_ms, self.policy.max_attempts,
+            lease_expired_error(self.policy.max_attempts), validate_batch_limit(limit),
+        )  # fmt: skip
+        return [_record(flat) for flat in flats]
+
+    def ack_many(self, now: int, claims: Sequence[tuple[str, int]]) -> builtins.list[EventRecord | None]:
+        """``ack`` every live claim in one script; ``None`` for a refused one."""
+        items = validate_settlements(now, claims, "claims", errors=False)
+        if not items:
+            return []
+        args: builtins.list[Any] = [now]
+        for event_id, token, _ in items:
+            args += [event_id, token]
+        return [_record(flat) if flat else None for flat in self._run("ack_many", *args)]
+
+    def fail_many(self, now: int, failures: Sequence[tuple[str, int, str]]) -> builtins.list[EventRecord | None]:
+        """``fail`` every live claim in one script (each its own jitter); ``None`` for a refused one."""
+        items = validate_settlements(now, failures, "failures", errors=True)
+        if not items:
+            return []
+        p = self.policy
+        args: builtins.list[Any] = [now, p.max_attempts, p.max_delay_ms, p.base_delay_ms, 0]
+        for event_id, token, error in items:
+            args += [event_id, token, repr(p.jitter_factor()), error]
+        return [_record(flat) if flat else None for flat in self._run("fail_many", *args)]
 
     def _settle(self, name: str, event_id: str, now: int, fencing_token: int, live: bool, *extra: Any) -> EventRecord:
         validate_event_id(event_id)

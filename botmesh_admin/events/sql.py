@@ -69,6 +69,7 @@ from .base import (
     lease_expired_error,
     not_replayable,
     now_ms,
+    validate_batch_limit,
     validate_channel,
     validate_envelope,
     validate_envelopes,
@@ -79,6 +80,7 @@ from .base import (
     validate_lease,
     validate_list_args,
     validate_prune_args,
+    validate_settlements,
     validate_time,
     validate_token,
 )
@@ -224,6 +226,42 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
             " NULL::text AS old_state",
             rows="many",
         )
+        # claim_many: the claim above with LIMIT :limit. The tokens are drawn in claim order in
+        # ``k`` (nextval over the rows sorted by an OFFSET-0 sub-select: the projection runs in its
+        # order), so a batch's tokens grow as one record's claims after another's would; ``ready_at``
+        # (the row's available_at when chosen) gives back the claim order RETURNING does not keep.
+        sql["claim_many"] = _counted(
+            t,
+            f"UPDATE {t} e SET {claim_set.format(token='k.token')} FROM k WHERE e.id = k.id"
+            f" RETURNING {ecols}, k.state AS old_state, k.available_at AS ready_at",
+            first="c AS MATERIALIZED ("
+            + ready.replace("SELECT id", "SELECT id, state, available_at", 1).replace("LIMIT 1", "LIMIT :limit")
+            + f" FOR UPDATE SKIP LOCKED), k AS MATERIALIZED (SELECT id, state, available_at, nextval('{t}_fence')"
+            " AS token FROM (SELECT * FROM c ORDER BY available_at, id OFFSET 0) o)",
+            result=f"{COLS}, ready_at",
+            rows="many",
+        )
+        # ack_many / fail_many: the claims as arrays joined to their rows; the token check is
+        # each row's condition in the one UPDATE.
+        settle_many = (
+            f" FROM unnest(:ids::text[], :tokens::bigint[], :factors::float8[], :errors::text[])"
+            " AS s(id, token, factor, error)"
+            " WHERE e.id = s.id AND e.state = 'leased' AND e.fencing_token = s.token AND e.leased_until > :now"
+            f" RETURNING {ecols}, 'leased'::text AS old_state"
+        )
+        many_backoff = backoff.replace("attempts", "e.attempts").replace(":factor::float8", "s.factor")
+        sql["ack_many"] = _counted(
+            t,
+            f"UPDATE {t} e SET state = 'done', leased_until = NULL, available_at = :now{settle_many}",
+            rows="many",
+        )
+        sql["fail_many"] = _counted(
+            t,
+            f"UPDATE {t} e SET state = CASE WHEN e.attempts >= :max THEN 'dead' ELSE 'pending' END,"
+            f" available_at = CASE WHEN e.attempts >= :max THEN :now ELSE :now + {many_backoff} END,"
+            f" leased_until = NULL, last_error = s.error{settle_many}",
+            rows="many",
+        )
         sql["by_keys"] = (
             f"SELECT {COLS} FROM {t} WHERE (tenant, idempotency_key) IN"
             " (SELECT * FROM unnest(:tenants::text[], :keys::text[]))"
@@ -246,6 +284,30 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         sql["ready"] = ready
         sql["bump"] = f"UPDATE {t}_fence SET value = value + 1 WHERE one = 1 RETURNING value"
         sql["claim"] = f"UPDATE {t} AS e SET {claim_set.format(token=':token')} WHERE e.id = :id RETURNING {COLS}"
+        # claim_many: the ready rows numbered in claim order get tokens :base + 1, :base + 2, …; the
+        # same transaction then moves the counter past the last one (``fence_add``).
+        sql["fence_value"] = f"SELECT value FROM {t}_fence WHERE one = 1"
+        sql["fence_add"] = f"UPDATE {t}_fence SET value = value + :count WHERE one = 1"
+        sql["claim_many"] = (
+            f"UPDATE {t} AS e SET {claim_set.format(token=':base + c.n')}"
+            f" FROM (SELECT id AS cid, row_number() OVER (ORDER BY available_at, id) AS n"
+            f" FROM ({ready.replace('SELECT id', 'SELECT id, available_at', 1).replace('LIMIT 1', 'LIMIT :limit')}))"
+            f" AS c WHERE e.id = c.cid RETURNING {COLS}"
+        )
+        # SQLite's RETURNING names only the updated table's columns: the joined ones are named apart.
+        settle_many = (
+            " FROM (SELECT value ->> 0 AS sid, value ->> 1 AS stoken, value ->> 2 AS sfactor,"
+            " value ->> 3 AS serror FROM json_each(:items)) AS s"
+            " WHERE e.id = s.sid AND e.state = 'leased' AND e.fencing_token = s.stoken AND e.leased_until > :now"
+            f" RETURNING {COLS}"
+        )
+        many_backoff = backoff.replace("attempts", "e.attempts").replace(":factor", "s.sfactor")
+        sql["ack_many"] = f"UPDATE {t} AS e SET state = 'done', leased_until = NULL, available_at = :now{settle_many}"
+        sql["fail_many"] = (
+            f"UPDATE {t} AS e SET state = CASE WHEN e.attempts >= :max THEN 'dead' ELSE 'pending' END,"
+            f" available_at = CASE WHEN e.attempts >= :max THEN :now ELSE :now + {many_backoff} END,"
+            f" leased_until = NULL, last_error = s.serror{settle_many}"
+        )
         sql["replay"] = (
             f"UPDATE {t} SET state = 'pending', attempts = 0, leased_until = NULL,"
             " available_at = :now, fencing_token = :token"
@@ -659,6 +721,90 @@ class SqlEventJournal:
             token = conn.execute(self._sql["bump"]).fetchone()[0]
             rows = conn.execute(self._sql["claim"], {**params, "id": row[0], "token": token})
             return _record(rows.fetchone())
+
+    def claim_many(
+        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+    ) -> builtins.list[EventRecord]:
+        """Lease up to ``limit`` oldest ready records of ``channel``, oldest first, in one statement.
+
+        PostgreSQL: the ``claim`` statement with ``LIMIT`` (one ``nextval`` per
+        row, in claim order). SQLite: one ``BEGIN IMMEDIATE`` transaction (the
+        write lock) — read the counter, lease the ready rows numbered from it
+        in one ``UPDATE``, move the counter past them.
+        A statement that dead-lettered expired last attempts is followed by
+        another for the places they took.
+        """
+        validate_lease(now, lease_ms)
+        want = validate_batch_limit(limit)
+        params: dict[str, Any] = {
+            "channel": validate_channel(channel, "channel") or "",
+            "now": now,
+            "until": now + lease_ms,
+            "max": self.policy.max_attempts,
+            "lease_error": lease_expired_error(self.policy.max_attempts),
+        }
+        claimed: builtins.list[EventRecord] = []
+        while len(claimed) < want:
+            rows = self._claim_many_once({**params, "limit": want - len(claimed)})
+            leased = [r for r in rows if r.state == "leased"]
+            claimed += leased
+            if len(leased) == len(rows):  # nothing dead-lettered: no more are ready
+                break
+        return claimed
+
+    def _claim_many_once(self, params: dict[str, Any]) -> builtins.list[EventRecord]:
+        if isinstance(self._db, _Postgres):
+            rows = self._db.run(self._sql["claim_many"], {**params, "slot": random.randrange(COUNT_SLOTS)})
+            rows.sort(key=lambda row: (row[13], row[0]))  # ready_at, id: the claim order
+            return [_record(row) for row in rows]
+        with self._db.transaction() as conn:
+            base = conn.execute(self._sql["fence_value"]).fetchone()[0]
+            rows = conn.execute(self._sql["claim_many"], {**params, "base": base}).fetchall()
+            conn.execute(self._sql["fence_add"], {"count": len(rows)})
+        records = [_record(row) for row in rows]
+        records.sort(key=lambda r: r.fencing_token)  # tokens were numbered in claim order
+        return records
+
+    def ack_many(self, now: int, claims: Sequence[tuple[str, int]]) -> builtins.list[EventRecord | None]:
+        """``ack`` every live claim in one ``UPDATE``; ``None`` for a refused one."""
+        items = validate_settlements(now, claims, "claims", errors=False)
+        return self._settle_many("ack_many", now, items, [0.0] * len(items))
+
+    def fail_many(self, now: int, failures: Sequence[tuple[str, int, str]]) -> builtins.list[EventRecord | None]:
+        """``fail`` every live claim in one ``UPDATE`` (each its own jitter); ``None`` for a refused one."""
+        items = validate_settlements(now, failures, "failures", errors=True)
+        factors = [self.policy.jitter_factor() for _ in items]
+        p = self.policy
+        return self._settle_many(
+            "fail_many", now, items, factors, max=p.max_attempts, cap=p.max_delay_ms, base=p.base_delay_ms
+        )
+
+    def _settle_many(
+        self,
+        name: str,
+        now: int,
+        items: builtins.list[tuple[str, int, str]],
+        factors: builtins.list[float],
+        **params: Any,
+    ) -> builtins.list[EventRecord | None]:
+        if not items:
+            return []
+        params["now"] = now
+        if self._db.pg:
+            params["ids"] = [i[0] for i in items]
+            params["tokens"] = [i[1] for i in items]
+            params["factors"] = factors
+            params["errors"] = [i[2] for i in items]
+            params["slot"] = random.randrange(COUNT_SLOTS)
+        else:
+            params["items"] = json.dumps(
+                [
+                    [event_id, token, factor, error]
+                    for (event_id, token, error), factor in zip(items, factors, strict=True)
+                ]
+            )
+        by_id = {record.id: record for record in map(_record, self._db.run(self._sql[name], params))}
+        return [by_id.get(event_id) for event_id, _, _ in items]
 
     def _settle(self, name: str, event_id: str, now: int, fencing_token: int, **params: Any) -> EventRecord:
         validate_event_id(event_id)

@@ -9,7 +9,7 @@ import pytest
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.events import Envelope, EventJournal, RetryPolicy, StaleLeaseError
-from botmesh_admin.events.base import MAX_PAYLOAD_BYTES
+from botmesh_admin.events.base import MAX_BATCH, MAX_PAYLOAD_BYTES
 
 from .conftest import FakeClock
 
@@ -366,6 +366,136 @@ def test_an_expired_last_attempt_dead_letters_on_the_next_claim(journal: EventJo
     assert journal.claim(clock.now, LEASE) is None  # the poison record went to the DLQ
     dead = journal.get(poison.id)
     assert dead.state == "dead" and "lease expired" in dead.last_error
+
+
+# -- batched: claim_many / ack_many / fail_many ---------------------------------------------------
+
+
+def test_claim_many_leases_the_oldest_ready_records_of_a_channel_each_with_its_own_token(
+    journal: EventJournal, clock: FakeClock
+) -> None:
+    made = []
+    for i in range(7):
+        made.append(journal.append(env(f"k{i}", channel="inbound")))
+        clock.advance(1)
+    journal.append(env("other", channel="outbox"))
+    journal.append(env("later", channel="inbound", created_at=clock.now))
+    now = clock.now - 1  # "later" is not ready yet
+    claimed = journal.claim_many(now, LEASE, "inbound", 5)
+    assert [r.id for r in claimed] == [r.id for r in made[:5]]  # oldest first
+    assert all((r.state, r.attempts, r.leased_until) == ("leased", 1, now + LEASE) for r in claimed)
+    tokens = [r.fencing_token for r in claimed]
+    assert len(set(tokens)) == 5 and min(tokens) >= 1
+    assert [journal.get(r.id) for r in claimed] == claimed
+    rest = journal.claim_many(now, LEASE, "inbound", 100)
+    assert [r.id for r in rest] == [r.id for r in made[5:]]
+    assert min(r.fencing_token for r in rest) > max(tokens)
+    assert journal.claim_many(now, LEASE, "inbound", 100) == []
+    assert journal.claim_many(now, LEASE, None, 10) == []
+    assert journal.counts("acme") == {("leased", "inbound"): 7, ("pending", "inbound"): 1, ("pending", "outbox"): 1}
+    for bad, field in ((0, "limit"), (MAX_BATCH + 1, "limit"), (True, "limit")):
+        with pytest.raises(ValidationError) as info:
+            journal.claim_many(now, LEASE, "inbound", bad)
+        assert info.value.field == field
+
+
+def test_claim_many_takes_expired_leases_and_dead_letters_expired_last_attempts(
+    journal: EventJournal, clock: FakeClock
+) -> None:
+    poison = journal.append(env("poison"))
+    for _ in range(3):  # claimed and abandoned three times (max_attempts)
+        assert [r.id for r in journal.claim_many(clock.advance(LEASE), LEASE)] == [poison.id]
+    clock.advance(LEASE)  # the third lease has just expired
+    healthy = []
+    for i in range(3):
+        healthy.append(journal.append(env(f"h{i}")))
+        clock.advance(1)
+    again = journal.claim_many(clock.now, LEASE, None, 3)  # the poison record is first in line
+    assert [r.id for r in again] == [r.id for r in healthy]  # the poison record took no place
+    dead = journal.get(poison.id)
+    assert dead.state == "dead" and "lease expired" in dead.last_error
+    expired = journal.claim_many(clock.advance(LEASE), LEASE, None, 10)  # the healthy leases expired
+    assert [(r.id, r.attempts) for r in expired] == [(r.id, 2) for r in healthy]
+    assert all(b.fencing_token > a.fencing_token for a, b in zip(again, expired, strict=True))
+
+
+def test_claim_many_never_hands_one_record_to_two_threads(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append_many([env(f"k{i}") for i in range(150)])
+    claimed: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while records := journal.claim_many(clock.now, LEASE, None, 7):
+            with lock:
+                claimed.extend((r.id, r.fencing_token) for r in records)
+
+    threads = [threading.Thread(target=drain) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(claimed) == 150 and len({i for i, _ in claimed}) == 150
+    assert len({tok for _, tok in claimed}) == 150
+
+
+def test_ack_many_settles_live_claims_and_refuses_each_stale_one_alone(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append_many([env(f"k{i}") for i in range(4)])
+    a, b, c, d = journal.claim_many(clock.now, LEASE, None, 4)
+    superseded = (b.id, b.fencing_token - 1 if b.fencing_token > 1 else b.fencing_token + 100)
+    now = clock.advance(5)
+    results = journal.ack_many(now, [(a.id, a.fencing_token), superseded, (c.id, c.fencing_token), ("ev_gone", 3)])
+    assert [r.state if r else None for r in results] == ["done", None, "done", None]
+    assert results[0] == journal.get(a.id) and results[0].available_at == now and results[0].leased_until is None
+    assert journal.get(b.id).state == "leased"  # a refused claim changes nothing
+    assert journal.ack_many(now, [(a.id, a.fencing_token)]) == [None]  # done already
+    late = clock.advance(LEASE)  # d's lease expired: its ack is refused
+    assert journal.ack_many(late, [(d.id, d.fencing_token), (b.id, b.fencing_token)]) == [None, None]
+    assert journal.counts("acme") == {("done", None): 2, ("leased", None): 2}
+    assert journal.ack_many(late, []) == []
+
+
+def test_fail_many_retries_with_backoff_or_dead_letters_each_record(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append_many([env("once"), env("last")])
+    last = journal.get(journal.list()[0].id if journal.list()[0].idempotency_key == "last" else journal.list()[1].id)
+    for _ in range(2):  # "last" uses two of its three attempts
+        leased = [r for r in journal.claim_many(clock.advance(LEASE), LEASE, None, 2) if r.id == last.id][0]
+        journal.fail(leased.id, clock.now, leased.fencing_token, "boom")
+    now = clock.advance(60_000)
+    claimed = {r.idempotency_key: r for r in journal.claim_many(now, LEASE, None, 2)}
+    assert {k: r.attempts for k, r in claimed.items()} == {"once": 3, "last": 3}  # "once" expired twice too
+    results = journal.fail_many(
+        now,
+        [
+            (claimed["once"].id, claimed["once"].fencing_token + 100, "stale"),
+            (claimed["last"].id, claimed["last"].fencing_token, "x" * 5000),
+        ],
+    )
+    assert results[0] is None and journal.get(claimed["once"].id).state == "leased"
+    assert results[1].state == "dead" and results[1].last_error.endswith("…") and len(results[1].last_error) == 2000
+    journal.append(env("fresh"))
+    fresh = journal.claim_many(now, LEASE, None, 5)
+    assert [r.idempotency_key for r in fresh] == ["fresh"]
+    (retried,) = journal.fail_many(now, [(fresh[0].id, fresh[0].fencing_token, "boom")])
+    assert (retried.state, retried.available_at, retried.last_error) == ("pending", now + 1000, "boom")
+    assert journal.get(retried.id) == retried
+
+
+def test_batched_settlements_refuse_malformed_input_naming_the_item(journal: EventJournal, clock: FakeClock) -> None:
+    journal.append(env())
+    (leased,) = journal.claim_many(clock.now, LEASE, None, 1)
+    good = (leased.id, leased.fencing_token)
+    for call, items, field in (
+        (journal.ack_many, [good, (leased.id, leased.fencing_token)], "claims[1]"),
+        (journal.ack_many, [good, ("bad id!", 1)], "claims[1].event_id"),
+        (journal.ack_many, [good, (leased.id, 0)], "claims[1].fencing_token"),
+        (journal.ack_many, [good, (leased.id,)], "claims[1]"),
+        (journal.ack_many, "not a list", "claims"),
+        (journal.fail_many, [(*good, "e"), good], "failures[1]"),
+    ):
+        with pytest.raises(ValidationError) as info:
+            call(clock.now, items)  # type: ignore[operator]
+        assert info.value.field == field
+    assert journal.get(leased.id) == leased  # nothing changed
 
 
 # -- replay --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Hypothesis stateful test: every backend behaves exactly like the memory reference journal.
 
 Random sequences of append / claim / ack / fail / release / replay / prune /
-clock moves run against a backend and a ``MemoryEventJournal`` side by side,
+clock moves, and their batched forms (append_many, claim_many, ack_many,
+fail_many), run against a backend and a ``MemoryEventJournal`` side by side,
 with the same clock and a jitter-free policy; every answer (record or error
 class) and every listing, filtered and paged, must be equal — fencing tokens
 included.
@@ -106,6 +107,46 @@ def test_backend_matches_the_memory_reference(backend: str, request: pytest.Fixt
                 self.both(lambda j: j.extend(event_id, now, token, 500))
             else:
                 self.both(lambda j: j.release(event_id, now, token))
+
+        @rule(
+            batch=st.lists(
+                st.tuples(st.sampled_from(TENANTS), st.integers(0, 5), st.sampled_from(CHANNELS), st.integers(0, 6)),
+                max_size=4,
+            )
+        )
+        def append_many(self, batch: list[tuple[str, int, str | None, int]]) -> None:
+            envelopes = [
+                Envelope(
+                    type="test.event",
+                    tenant=tenant,
+                    payload={"k": key},
+                    idempotency_key=f"k{key}",
+                    channel=channel,
+                    id=f"ev{id_number}",
+                )  # fmt: skip
+                for tenant, key, channel, id_number in batch
+            ]
+            self.both(lambda j: j.append_many(envelopes))
+
+        @rule(channel=st.sampled_from(CHANNELS), lease=st.sampled_from((50, 500)), limit=st.sampled_from((1, 2, 5)))
+        def claim_many(self, channel: str | None, lease: int, limit: int) -> None:
+            records = self.both(lambda j: j.claim_many(self.clock.now, lease, channel, limit))
+            if not isinstance(records, str):
+                for record in records:
+                    self.tokens[record.id] = record.fencing_token
+
+        @rule(data=st.data(), action=st.sampled_from(("ack_many", "fail_many")))
+        def settle_many(self, data: st.DataObject, action: str) -> None:
+            if not self.tokens:
+                return
+            ids = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), unique=True, max_size=4))
+            offsets = data.draw(st.lists(st.sampled_from((0, 0, -1)), min_size=len(ids), max_size=len(ids)))
+            claims = [(i, max(self.tokens[i] + o, 1)) for i, o in zip(ids, offsets, strict=True)]
+            now = self.clock.now
+            if action == "ack_many":
+                self.both(lambda j: j.ack_many(now, claims))
+            else:
+                self.both(lambda j: j.fail_many(now, [(i, token, "boom") for i, token in claims]))
 
         @rule(id_number=st.integers(0, 6))
         def replay(self, id_number: int) -> None:
