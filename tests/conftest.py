@@ -26,6 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
         _cluster = services.start_cluster_if_possible()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true", help="the quick profile (./dev test --quick): see tests/quick.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests import quick
+
+    quick.deselect(config, items)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _cluster is not None:
         _cluster.stop()
