@@ -31,9 +31,22 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> float:
+    """Return milliseconds on a clock that never goes back, for deadlines and leases.
+
+    ``time.monotonic()`` in ms, or, inside ``use_clock``, that clock's epoch ms, so a
+    test moves lease deadlines with ``FakeClock.advance`` as it moves ``now_ms()``.
+    Only differences between two readings mean anything.
+    """
+    clock = _clock
+    if clock is not None:
+        return float(clock())
+    return time.monotonic_ns() / 1_000_000
+
+
 @contextmanager
 def use_clock(clock: C) -> Iterator[C]:
-    """Make ``now_ms()`` answer ``clock()`` (epoch ms) in every thread for the duration of the block."""
+    """Make ``now_ms()`` and ``monotonic_ms()`` answer ``clock()`` (epoch ms) in every thread for the block."""
     global _clock
     previous, _clock = _clock, clock
     try:
@@ -74,4 +87,4 @@ class FakeClock:
         return f"FakeClock({self._now})"
 
 
-__all__ = ["FakeClock", "now_ms", "use_clock", "wall_ms"]
+__all__ = ["FakeClock", "monotonic_ms", "now_ms", "use_clock", "wall_ms"]

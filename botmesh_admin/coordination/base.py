@@ -18,7 +18,8 @@ refused once a later holder has written.
 Turns and leaderships are *leases* of ``lease_ms`` renewed by the coordinator's
 background thread every ``lease_ms/3``. A handle stays valid locally only until
 ``LOCAL_VALIDITY`` of ``lease_ms`` after the last successful renewal was *sent*
-(a monotonic clock), so a replica frozen for most of ``lease_ms`` gives its
+(a monotonic clock, ``botmesh_admin.clock.monotonic_ms``: a test's
+``use_clock(FakeClock())`` moves it), so a replica frozen for most of ``lease_ms`` gives its
 leases up before the service expires them, and never acts on a lease another
 replica may already hold. Each coordinator instance has an *incarnation* nonce:
 a restarted replica with the same ``replica_id`` never inherits the turns of

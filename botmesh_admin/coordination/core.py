@@ -5,6 +5,13 @@ shared state and applies each primitive atomically — take a ticket, grant,
 renew, release, lock — so that ``Coordinator`` here only holds what one replica
 knows: its identity, the leases it holds and their local deadlines, the
 background renewal thread and the subscribers to its events.
+
+Lease time comes from the kernel clock: local deadlines from
+``botmesh_admin.clock.monotonic_ms`` and event times from ``now_ms``, so a test
+under ``use_clock(FakeClock(...))`` moves every lease with ``advance`` instead of
+sleeping. How long ``acquire_turn`` blocks (``wait_ms``) and how often the
+background thread renews (every ``lease_ms/3``) stay real time: they are waits,
+not lease arithmetic.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from botmesh_admin.clock import monotonic_ms, now_ms
 
 from .base import (
     LOCAL_VALIDITY,
@@ -153,10 +162,6 @@ def default_replica_id() -> str:
     return f"{host[:100]}-{os.getpid()}"
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Lease:
     """A held turn (``kind="turn"``) or leadership (``kind="lead"``); see ``base.LeaseHandle``."""
 
@@ -176,7 +181,7 @@ class Lease:
         self.ticket = ticket
         self.fence = fence
         self.previous_holder = previous_holder
-        self._deadline = deadline  # time.monotonic() seconds
+        self._deadline = deadline  # monotonic_ms() milliseconds
         self._state = "held"  # held | released | lost
 
     def __repr__(self) -> str:
@@ -196,19 +201,19 @@ class Lease:
     @property
     def state(self) -> str:
         """``held``, ``released`` or ``lost`` (an expired local deadline reads as ``lost``)."""
-        if self._state == "held" and time.monotonic() >= self._deadline:
+        if self._state == "held" and monotonic_ms() >= self._deadline:
             return "lost"
         return self._state
 
     def valid(self) -> bool:
         """Return True while held and before the local deadline (monotonic clock)."""
-        return self._state == "held" and time.monotonic() < self._deadline
+        return self._state == "held" and monotonic_ms() < self._deadline
 
     def remaining_ms(self) -> int:
         """Return milliseconds until the local deadline, 0 once invalid."""
         if self._state != "held":
             return 0
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        return max(0, int(self._deadline - monotonic_ms()))
 
     def release(self) -> bool:
         """Give the lease up; True if the service still had it."""
@@ -233,7 +238,7 @@ class Coordinator:
         self.owner = f"{self.replica_id}/{self.incarnation}"
         self.role = role
         self.host = socket.gethostname()
-        self._started_ms = wall_ms()
+        self._started_ms = now_ms()
         self._lock = threading.Lock()
         self._leases: dict[int, Lease] = {}
         self._leads: dict[str, Lease] = {}
@@ -260,9 +265,9 @@ class Coordinator:
 
             raise ValidationError("wait_ms", "must be a non-negative integer number of milliseconds")
         self._check_open()
-        give_up = time.monotonic() + wait_ms / 1000
+        give_up = time.monotonic() + wait_ms / 1000  # real time: how long the caller blocks
         poll_s = self.lease_ms / 3000
-        sent = time.monotonic()
+        sent = monotonic_ms()
         reply = self._backend.turn_acquire(key, self.owner, None, self.lease_ms)
         while isinstance(reply, Queued):
             remaining = give_up - time.monotonic()
@@ -270,7 +275,7 @@ class Coordinator:
                 self._backend.turn_withdraw(key, reply.ticket)
                 return None
             self._backend.turn_wait(key, reply.ticket, min(remaining, poll_s))
-            sent = time.monotonic()
+            sent = monotonic_ms()
             reply = self._backend.turn_acquire(key, self.owner, reply.ticket, self.lease_ms)
         lease = Lease(self, "turn", key, reply.ticket, reply.fence, reply.previous, self._deadline(sent))
         with self._lock:
@@ -293,7 +298,7 @@ class Coordinator:
                 return current
             self._lead_seq += 1
             ticket = f"{self.owner}#{self._lead_seq}"
-        sent = time.monotonic()
+        sent = monotonic_ms()
         reply = self._backend.lead_acquire(name, self.owner, ticket, self.lease_ms)
         if isinstance(reply, Held):
             with self._lock:
@@ -423,7 +428,8 @@ class Coordinator:
             raise RuntimeError(f"{self!r} is closed")
 
     def _deadline(self, sent: float) -> float:
-        return sent + self.lease_ms * LOCAL_VALIDITY / 1000
+        """Return the local deadline (``monotonic_ms``) of a lease whose grant or renewal was sent at ``sent``."""
+        return sent + self.lease_ms * LOCAL_VALIDITY
 
     def _release_lease(self, lease: Lease) -> bool:
         with self._lock:
@@ -456,7 +462,7 @@ class Coordinator:
             replica_id=self.replica_id,
             incarnation=self.incarnation,
             fence=fence,
-            at_ms=wall_ms(),
+            at_ms=now_ms(),
             previous=previous,
             detail=detail,
         )
@@ -514,7 +520,7 @@ class Coordinator:
     def _renew_once(self) -> None:
         with self._lock:
             leases = [lease for lease in self._leases.values() if lease._state == "held"]
-        now = time.monotonic()
+        now = monotonic_ms()
         live = []
         for lease in leases:
             if now >= lease._deadline:
@@ -522,7 +528,7 @@ class Coordinator:
             else:
                 live.append(lease)
         if live:
-            sent = time.monotonic()
+            sent = monotonic_ms()
             try:
                 results = self._backend.renew([(lease.kind, lease.key, lease.ticket) for lease in live], self.lease_ms)
             except Exception:  # noqa: BLE001 (the deadline decides; retried next tick)
@@ -535,7 +541,7 @@ class Coordinator:
                         self._lose(lease, "the service no longer holds it")
                         continue
                     with self._lock:
-                        late = lease._state == "held" and time.monotonic() >= lease._deadline
+                        late = lease._state == "held" and monotonic_ms() >= lease._deadline
                         if lease._state == "held" and not late:
                             lease._deadline = deadline
                     if late:

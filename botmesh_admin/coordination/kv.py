@@ -48,7 +48,8 @@ is the queue's ``seq`` after incrementing it; a leadership ticket is
 is live while its ``deadline_ms`` > now (its waiter touches it, setting it to
 now + ``lease_ms``, at least every ``lease_ms/2``); a dead one is skipped.
 
-Times are **wall-clock epoch milliseconds of the writing host**. Hosts that
+Times are **wall-clock epoch milliseconds of the writing host** (``botmesh_admin.clock.now_ms``,
+which a test's ``use_clock(FakeClock())`` moves). Hosts that
 share a PostgreSQL Kv must keep their clocks synchronised (NTP) to well within
 ``lease_ms``; a replica also gives its leases up locally after
 ``LOCAL_VALIDITY`` × ``lease_ms`` on its monotonic clock (``core.Lease``),
@@ -104,6 +105,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 from botmesh_admin.kv import ABSENT, Add, ConflictError, Delete, DurableKv, Entry, Op, Put
 from botmesh_admin.kv.cas import cas_retry
@@ -118,7 +120,7 @@ from .base import (
     heartbeat_int,
     replica_status_from_info,
 )
-from .core import Coordinator, Granted, Held, Queued, wall_ms
+from .core import Coordinator, Granted, Held, Queued
 
 T = TypeVar("T")
 
@@ -320,7 +322,7 @@ class KvBackend:
 
         def attempt(inline: bool) -> Granted | Queued:
             q_entry, h_entry, fence_entry = self.kv.get_many(self.table, [q_key, h_key, "fence"])
-            now = wall_ms()
+            now = now_ms()
             queue: dict[str, Any] = dict(q_entry.value) if q_entry is not None else {"seq": 0, "tickets": []}
             tickets: list[list[Any]] = [list(t) for t in queue["tickets"]]
             record = dict(h_entry.value) if h_entry is not None else _empty_holder()
@@ -392,7 +394,7 @@ class KvBackend:
             record, version = known
             try:
                 self._put_holder(record_key, {**record, "holder": None}, version)
-                return int(record["holder"]["expires_ms"]) > wall_ms()
+                return int(record["holder"]["expires_ms"]) > now_ms()
             except ConflictError:
                 pass  # written by another replica since: read it
 
@@ -402,7 +404,7 @@ class KvBackend:
             if entry is None or holder is None or holder["ticket"] != ticket:
                 return False
             self._put_holder(record_key, {**entry.value, "holder": None}, entry.version)
-            return int(holder["expires_ms"]) > wall_ms()
+            return int(holder["expires_ms"]) > now_ms()
 
         return self._cas(attempt)
 
@@ -410,7 +412,7 @@ class KvBackend:
         known = self._own_record(record_key, ticket)
         if known is not None:
             record, version = known
-            now = wall_ms()
+            now = now_ms()
             if int(record["holder"]["expires_ms"]) <= now:
                 return False  # expired: another replica may hold it now
             try:
@@ -425,7 +427,7 @@ class KvBackend:
             entry = self.kv.get(self.table, record_key)
             if entry is None:
                 return False
-            now = wall_ms()
+            now = now_ms()
             holder = _live_holder(entry.value, now)
             if holder is None or holder["ticket"] != ticket:
                 return False
@@ -443,7 +445,7 @@ class KvBackend:
 
         def attempt(inline: bool) -> Granted | Held:
             entry, fence_entry = self.kv.get_many(self.table, [record_key, "fence"])
-            now = wall_ms()
+            now = now_ms()
             record = dict(entry.value) if entry is not None else _empty_holder()
             holder = _live_holder(record, now)
             if holder is not None and holder["owner"] != owner:
@@ -470,7 +472,7 @@ class KvBackend:
 
         def attempt(inline: bool) -> int | None:
             entry, fence_entry = self.kv.get_many(self.table, [record_key, "fence"])
-            now = wall_ms()
+            now = now_ms()
             record = dict(entry.value) if entry is not None else _empty_holder()
             if _live_holder(record, now) is not None:
                 return None
@@ -489,14 +491,14 @@ class KvBackend:
     def lock_ttl_ms(self, key: str) -> int | None:
         """Return the lock's remaining milliseconds, or None if it is free (tests, dashboard)."""
         entry = self.kv.get(self.table, f"k/{hashed(key)}")
-        now = wall_ms()
+        now = now_ms()
         holder = _live_holder(entry.value, now) if entry is not None else None
         return None if holder is None else int(holder["expires_ms"]) - now
 
     # -- replicas, events ----------------------------------------------------
 
     def heartbeat(self, owner: str, info: dict[str, Any]) -> None:
-        value = {**info, "beat_ms": wall_ms(), "lease_ms": self.lease_ms}
+        value = {**info, "beat_ms": now_ms(), "lease_ms": self.lease_ms}
         ttl_ms = max(REPLICA_TTL_MS_MIN, 30 * self.lease_ms)
         self.kv.commit(self.table, [Put(f"r/{owner}", value, ttl_ms=ttl_ms)])
 
@@ -525,7 +527,7 @@ class KvBackend:
 
         Reads O(replicas + leaderships + ``EVENTS_KEPT``) entries, never a turn or lock record.
         """
-        now = wall_ms()
+        now = now_ms()
         replicas = []
         for entry in self._scan_all("r/", MAX_LISTED):
             info = entry.value

@@ -6,17 +6,18 @@ a ticket queue and a holder per turn key, a holder per leadership, locks with a
 TTL, and one fence counter for the whole hub, so fences stay monotonic when a
 key is evicted. Keys that are idle (no live holder, no live ticket) are evicted
 least-recently-used first beyond ``max_idle_keys``; a recreated key reports
-``previous_holder=None``. Expiry uses the monotonic clock.
+``previous_holder=None``. Expiry uses the monotonic clock of the kernel
+(``botmesh_admin.clock.monotonic_ms``), which a test's ``use_clock(FakeClock())`` moves.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from botmesh_admin.clock import monotonic_ms
 from botmesh_admin.errors import ValidationError
 
 from .base import (
@@ -31,10 +32,6 @@ from .core import Coordinator, Granted, Held, Queued
 
 EVICTION_SCAN = 64  # keys visited per eviction pass at most (keeps every call O(1) amortised)
 EVENTS_KEPT = 200
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000
 
 
 @dataclass
@@ -122,7 +119,7 @@ class MemoryCoordinationHub:
 
     def turn_acquire(self, key: str, owner: str, ticket: str | None, lease_ms: int) -> Granted | Queued:
         with self._lock:
-            now = _now_ms()
+            now = monotonic_ms()
             state = self._state("t", key, now)
             if ticket is None or ticket not in state.queue:
                 # A new ticket, or one skipped as dead while its owner was away: the back of the queue.
@@ -153,7 +150,7 @@ class MemoryCoordinationHub:
 
     def turn_release(self, key: str, ticket: str) -> bool:
         with self._changed:
-            now = _now_ms()
+            now = monotonic_ms()
             state = self._keys.get(("t", key))
             holder = state.live_holder(now) if state is not None else None
             if holder is None or holder.ticket != ticket:
@@ -167,7 +164,7 @@ class MemoryCoordinationHub:
 
     def lead_acquire(self, name: str, owner: str, ticket: str, lease_ms: int) -> Granted | Held:
         with self._lock:
-            now = _now_ms()
+            now = monotonic_ms()
             state = self._state("l", name, now)
             holder = state.live_holder(now)
             if holder is not None and holder.owner != owner:
@@ -177,7 +174,7 @@ class MemoryCoordinationHub:
     def lead_release(self, name: str, ticket: str) -> bool:
         with self._lock:
             state = self._keys.get(("l", name))
-            holder = state.live_holder(_now_ms()) if state is not None else None
+            holder = state.live_holder(monotonic_ms()) if state is not None else None
             if holder is None or holder.ticket != ticket:
                 return False
             state.holder = None  # type: ignore[union-attr]
@@ -186,7 +183,7 @@ class MemoryCoordinationHub:
     def renew(self, items: list[tuple[str, str, str]], lease_ms: int) -> list[bool]:
         results = []
         with self._lock:
-            now = _now_ms()
+            now = monotonic_ms()
             for kind, key, ticket in items:
                 state = self._keys.get(("t" if kind == "turn" else "l", key))
                 holder = state.live_holder(now) if state is not None else None
@@ -201,7 +198,7 @@ class MemoryCoordinationHub:
 
     def lock_acquire(self, key: str, token: str, ttl_ms: int) -> int | None:
         with self._lock:
-            now = _now_ms()
+            now = monotonic_ms()
             state = self._state("k", key, now)
             if state.live_holder(now) is not None:
                 return None
@@ -210,16 +207,16 @@ class MemoryCoordinationHub:
     def lock_renew(self, key: str, token: str, ttl_ms: int) -> bool:
         with self._lock:
             state = self._keys.get(("k", key))
-            holder = state.live_holder(_now_ms()) if state is not None else None
+            holder = state.live_holder(monotonic_ms()) if state is not None else None
             if holder is None or holder.ticket != token:
                 return False
-            holder.expires = _now_ms() + ttl_ms
+            holder.expires = monotonic_ms() + ttl_ms
             return True
 
     def lock_release(self, key: str, token: str) -> bool:
         with self._lock:
             state = self._keys.get(("k", key))
-            holder = state.live_holder(_now_ms()) if state is not None else None
+            holder = state.live_holder(monotonic_ms()) if state is not None else None
             if holder is None or holder.ticket != token:
                 return False
             state.holder = None  # type: ignore[union-attr]
@@ -229,14 +226,14 @@ class MemoryCoordinationHub:
         """Return the remaining milliseconds of lock ``key``, or None if it is free (tests, dashboard)."""
         with self._lock:
             state = self._keys.get(("k", key))
-            holder = state.live_holder(_now_ms()) if state is not None else None
-            return None if holder is None else int(holder.expires - _now_ms())
+            holder = state.live_holder(monotonic_ms()) if state is not None else None
+            return None if holder is None else int(holder.expires - monotonic_ms())
 
     # -- replicas, events ----------------------------------------------------
 
     def heartbeat(self, owner: str, info: dict[str, Any]) -> None:
         with self._lock:
-            self._replicas[owner] = (_now_ms(), dict(info))
+            self._replicas[owner] = (monotonic_ms(), dict(info))
 
     def unregister(self, owner: str) -> None:
         with self._lock:
@@ -248,7 +245,7 @@ class MemoryCoordinationHub:
 
     def snapshot(self, live_ms: int) -> CoordinationSnapshot:
         with self._lock:
-            now = _now_ms()
+            now = monotonic_ms()
             replicas = []
             for owner, (beat, info) in list(self._replicas.items()):
                 if now - beat > live_ms:

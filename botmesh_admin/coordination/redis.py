@@ -17,7 +17,10 @@ tag, so each script touches one cluster slot):
 ``{P}:leads``, ``{P}:events`` leadership names; recent events (JSON, capped)
 ===========================  ======================================================
 
-Times are the Redis server's clock (``TIME``), in milliseconds.
+Times are the Redis server's clock (``TIME``), in milliseconds: leases, queued
+tickets and locks expire in Redis' real time, which ``botmesh_admin.clock.use_clock``
+does not move, so tests of the Redis coordinator wait in real time (only the
+replica's local deadlines, ``core.Lease``, follow the kernel clock).
 
 **Fences** come from one counter per prefix and are checked per key (a grant
 never carries a fence at or below the key's last one). The counter may not

@@ -4,14 +4,23 @@
 the two that coordinate processes (an SQLite file, PostgreSQL). Each
 coordinator of a Kv deployment opens its own connection, as separate
 processes would.
+
+Every deployment but Redis runs on a fake clock (``Deployment.clock``): its
+leases live in the coordinator's own arithmetic (the memory hub's monotonic ms,
+the Kv records' ``expires_ms``), so a test moves them with ``advance`` instead
+of sleeping. Redis expires leases on its server's clock, which no test can move:
+there ``clock`` is None and ``elapse`` sleeps.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
 
+from botmesh_admin.clock import FakeClock, use_clock
 from botmesh_admin.coordination.core import Coordinator
 from botmesh_admin.coordination.memory import MemoryCoordinationHub, MemoryCoordinator
 from botmesh_admin.kv import DurableKv
@@ -41,6 +50,28 @@ class Deployment:
             self.url = kv_url(name[3:], request)
         self.shared_kv: DurableKv | None = self.fence_kv if name == "kv-memory" else None
         self.made: list[Coordinator] = []
+        # None on Redis: its leases expire in the server's real time.
+        self.clock: FakeClock | None = None if name.startswith("redis") else FakeClock()
+
+    def elapse(self, ms: int) -> None:
+        """Let ``ms`` of lease time pass: advance the fake clock, or (Redis) sleep that long."""
+        if self.clock is not None:
+            self.clock.advance(ms)
+        else:
+            time.sleep(ms / 1000)
+
+    def queued(self, coordinator: Coordinator, key: str) -> int:
+        """Return how many tickets wait in the queue of turn ``key`` (live or not), read from the shared state."""
+        backend = coordinator._backend
+        if self.name == "memory":
+            state = backend._keys.get(("t", key))  # type: ignore[attr-defined]
+            return 0 if state is None else len(state.queue)
+        if self.name.startswith("kv-"):
+            from botmesh_admin.coordination.kv import hashed
+
+            entry = backend.kv.get(backend.table, f"t/{hashed(key)}/q")  # type: ignore[attr-defined]
+            return 0 if entry is None else len(entry.value["tickets"])
+        return int(backend.client.zcard(backend._turn_keys(key)[0][0]))  # type: ignore[attr-defined]
 
     def make(self, replica_id: str | None = None, lease_ms: int = LEASE_MS, role: str = "web") -> Coordinator:
         if self.name == "memory":
@@ -74,5 +105,8 @@ class Deployment:
 def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     """A fresh namespace on each coordination backend in turn."""
     dep = Deployment(request.param, request)
-    yield dep
-    dep.close()
+    with ExitStack() as stack:
+        if dep.clock is not None:
+            stack.enter_context(use_clock(dep.clock))  # before the first coordinator, until the last is closed
+        yield dep
+        dep.close()

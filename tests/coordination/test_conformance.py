@@ -1,4 +1,9 @@
-"""The Coordinator contract, run on every backend (memory hub, Redis, Redis Cluster)."""
+"""The Coordinator contract, run on every backend (memory hub, Redis, Redis Cluster, the Kv coordinator).
+
+Lease time is ordered on a fake clock (``Deployment.clock``, ``elapse``) on every
+backend but Redis, whose leases expire on the server's real clock; threads are
+ordered by what the shared state shows (``wait_until`` a ticket is queued), never by sleeping.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import pytest
 
 from botmesh_admin.coordination import CoordinationEvent
 from botmesh_admin.coordination import Coordinator as CoordinatorProtocol
+from botmesh_admin.coordination.base import LOCAL_VALIDITY
 from botmesh_admin.errors import ValidationError
+from tests.polling import wait_until
 
 from .conftest import LEASE_MS, Deployment
 
@@ -49,7 +56,7 @@ def test_turns_are_granted_in_ticket_order(deployment: Deployment) -> None:
     assert first is not None
     order: list[str] = []
     threads = []
-    for name in ("w1", "w2", "w3", "w4"):
+    for n, name in enumerate(("w1", "w2", "w3", "w4"), start=1):
         coordinator = deployment.make(name)
 
         def wait(c=coordinator, n=name) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +69,8 @@ def test_turns_are_granted_in_ticket_order(deployment: Deployment) -> None:
         thread = threading.Thread(target=wait, daemon=True)
         thread.start()
         threads.append(thread)
-        time.sleep(0.08)  # the ticket is taken before the next waiter starts
+        # the ticket is taken before the next waiter starts
+        wait_until(lambda n=n: deployment.queued(holder, "chat:fifo") == n, f"{name}'s ticket", timeout_s=15)
     first.release()
     for thread in threads:
         thread.join(timeout=15)
@@ -123,7 +131,13 @@ def test_a_held_turn_is_renewed_past_its_lease(deployment: Deployment) -> None:
     a, b = deployment.make("a"), deployment.make("b")
     turn = a.acquire_turn("chat:long", 0)
     assert turn is not None
-    time.sleep(2.5 * L)
+    if deployment.clock is None:  # Redis: the lease runs on the server's real clock
+        time.sleep(2.5 * L)
+    else:  # 2.5 leases in five steps, each renewed by the background thread before the next
+        full = int(LEASE_MS * LOCAL_VALIDITY)
+        for step in range(5):
+            deployment.clock.advance(LEASE_MS // 2)
+            wait_until(lambda: turn.remaining_ms() == full, f"renewal {step + 1}", timeout_s=10 * L)
     assert turn.valid()
     assert b.acquire_turn("chat:long", 0) is None
     assert a.held_turns() == 1
@@ -135,9 +149,17 @@ def test_a_dead_holders_turn_passes_on_after_the_lease(deployment: Deployment) -
     turn = a.acquire_turn("chat:dead", 0)
     assert turn is not None
     a.close(release=False)  # crash: no release, no more renewals
-    started = time.monotonic()
-    taken = b.acquire_turn("chat:dead", int(4 * LEASE_MS))
-    waited = time.monotonic() - started
+    if deployment.clock is None:  # Redis: wait in the server's real time
+        started = time.monotonic()
+        taken = b.acquire_turn("chat:dead", int(4 * LEASE_MS))
+        waited = time.monotonic() - started
+    else:  # still held half a lease later; free once the lease has run out (waited on the fake clock)
+        started_ms = deployment.clock()
+        deployment.clock.advance(LEASE_MS // 2)
+        assert b.acquire_turn("chat:dead", 0) is None
+        deployment.clock.advance(LEASE_MS - LEASE_MS // 2)
+        taken = b.acquire_turn("chat:dead", 0)
+        waited = (deployment.clock() - started_ms) / 1000
     assert taken is not None and taken.fence > turn.fence
     assert taken.previous_holder == a.owner
     assert 0.5 * L <= waited <= 2.5 * L
@@ -151,8 +173,10 @@ def test_queued_tickets_of_a_dead_replica_are_skipped(deployment: Deployment) ->
     # A replica that took a ticket and died: its ticket sits in the queue, untouched.
     a._backend.turn_acquire("chat:ghost", "ghost/dead", None, LEASE_MS)
     thread, box = _in_thread(lambda: c.acquire_turn("chat:ghost", int(5 * LEASE_MS)))
-    time.sleep(0.1)
+    wait_until(lambda: deployment.queued(a, "chat:ghost") == 2, "c's ticket behind the ghost's", timeout_s=10)
     turn.release()
+    if deployment.clock is not None:  # the ghost's ticket dies a lease after it was taken (Redis: in real time)
+        deployment.clock.advance(LEASE_MS + 1)
     thread.join(timeout=10)
     granted = box.get("result")
     assert granted is not None and granted.previous_holder == a.owner  # type: ignore[attr-defined]
@@ -167,6 +191,8 @@ def test_a_restarted_replica_never_inherits_its_old_turns(deployment: Deployment
     new = deployment.make("replica-1", lease_ms=3000)
     assert new.replica_id == old.replica_id and new.incarnation != old.incarnation
     assert new.acquire_turn("chat:inc", 0) is None
+    if deployment.clock is not None:  # the old turn's lease (3000 ms) runs out; Redis waits for it below
+        deployment.clock.advance(3000)
     taken = new.acquire_turn("chat:inc", 12_000)
     assert taken is not None and taken.previous_holder == old.owner and taken.fence > turn.fence
 
@@ -180,7 +206,7 @@ def test_waiting_gives_up_after_wait_ms_and_withdraws_the_ticket(deployment: Dep
     assert b.acquire_turn("chat:w", 200) is None
     assert 0.15 <= time.monotonic() - started <= 0.3 + L / 3
     thread, box = _in_thread(lambda: c.acquire_turn("chat:w", 5000))
-    time.sleep(0.05)
+    wait_until(lambda: deployment.queued(a, "chat:w") == 1, "c's ticket (b's withdrawn)", timeout_s=10)
     released_at = time.monotonic()
     turn.release()
     thread.join(timeout=6)
@@ -219,7 +245,7 @@ def test_leadership_hands_over_with_a_higher_fence(deployment: Deployment) -> No
     assert events[-1].previous == a.owner
     b.close(release=False)
     assert a.try_lead("scheduler") is None
-    time.sleep(1.2 * L)
+    deployment.elapse(int(1.2 * LEASE_MS))
     lead_a2 = a.try_lead("scheduler")
     assert lead_a2 is not None and lead_a2.fence > lead_b.fence
 
@@ -230,7 +256,7 @@ def test_a_handover_says_why_the_previous_holder_let_go(deployment: Deployment) 
     lead_a = a.try_lead("provider:main")
     assert lead_a is not None
     a.close(release=False)  # kill -9: no release, no more renewals
-    time.sleep(1.3 * L)
+    deployment.elapse(int(1.3 * LEASE_MS))
     assert b.try_lead("provider:main") is not None
     handover = [e for e in b.snapshot().events if e.kind == "handover"][0]
     assert handover.previous == a.owner and handover.replica_id == "b"
@@ -256,9 +282,13 @@ def test_a_stalled_replica_gives_up_before_the_service_expires_its_lease(deploym
     assert lead is not None
     a._stop.set()  # the renewal thread stops: a stall
     a._thread.join(timeout=5)
-    time.sleep(max(0.0, sent + 0.82 * lease_s - time.monotonic()))
+    if deployment.clock is not None:  # exactly 0.82 of the lease later: the service's lease has 0.18 left
+        deployment.clock.advance(int(0.82 * 3000))
+    else:
+        time.sleep(max(0.0, sent + 0.82 * lease_s - time.monotonic()))
     assert not lead.valid() and lead.state == "lost"  # given up locally at 0.8 of the lease
-    if time.monotonic() - sent < 0.97 * lease_s:  # (a heavily loaded machine may overshoot)
+    # On the fake clock this always holds; Redis' lease runs in real time (a loaded machine may overshoot).
+    if deployment.clock is not None or time.monotonic() - sent < 0.97 * lease_s:
         assert b.try_lead("scheduler") is None  # ... while the service still holds it
     a._renew_once()  # the stalled thread wakes up: it reports the loss instead of renewing
     assert [e.name for e in lost] == ["scheduler"]
@@ -275,9 +305,7 @@ def test_lease_lost_when_the_service_no_longer_holds_it(deployment: Deployment) 
     assert turn is not None
     a._backend.turn_release("chat:stolen", turn.ticket)  # e.g. an operator cleared it
     assert b.acquire_turn("chat:stolen", 0) is not None
-    deadline = time.monotonic() + 2 * L
-    while (turn.valid() or "lease-lost" not in lost) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: not turn.valid() and "lease-lost" in lost, "the next renewal's lease-lost", timeout_s=2 * L)
     assert not turn.valid() and "lease-lost" in lost
 
 
@@ -318,7 +346,7 @@ def test_an_expired_lock_cannot_be_renewed_and_is_taken_over(deployment: Deploym
     a, b = deployment.make("a"), deployment.make("b")
     got = a.acquire_lock_fenced("lock:exp", 150)
     assert got is not None
-    time.sleep(0.25)
+    deployment.elapse(250)
     taken = b.acquire_lock_fenced("lock:exp", 1000)
     assert taken is not None and taken[1] > got[1]
     assert a.renew_lock("lock:exp", got[0], 1000) is False

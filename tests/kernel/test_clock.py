@@ -47,3 +47,17 @@ def test_the_old_now_ms_names_are_the_kernel_clock() -> None:
     with use_clock(FakeClock(42)):
         assert validation.now_ms() == 42
     assert clock.wall_ms() > 1_600_000_000_000
+
+
+def test_monotonic_ms_follows_time_monotonic_and_the_fake_clock() -> None:
+    """Lease deadlines (coordination) read ``monotonic_ms``: real monotonic ms, or the ``use_clock`` clock's."""
+    from botmesh_admin.clock import monotonic_ms
+
+    before = time.monotonic() * 1000
+    assert before <= monotonic_ms() <= time.monotonic() * 1000
+    fake = FakeClock(7_000)
+    with use_clock(fake):
+        assert monotonic_ms() == 7_000.0
+        fake.advance(1_500)
+        assert monotonic_ms() == 8_500.0
+    assert monotonic_ms() < 1_600_000_000_000  # back on time.monotonic, not the epoch
