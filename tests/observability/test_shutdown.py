@@ -1,4 +1,9 @@
-"""SIGTERM drains in-flight sends, marks /readyz stopping, then exits — in a real process."""
+"""SIGTERM drains in-flight sends, marks /readyz stopping, then exits — in a real process.
+
+The (fake) provider call of a send answers when the test says so (a line on the
+server's stdin, a mark in the worker's Kv), never after a sleep: the SIGTERM
+provably lands while the send is in flight.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from django.test import RequestFactory
 
-from botmesh_admin.kv import connect
+from botmesh_admin.kv import Put, connect
 from botmesh_admin.observability import health, metrics, shutdown
 from botmesh_admin.observability.stores.kv import KvCounterStore
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,21 +33,26 @@ django.setup()
 from django.test import RequestFactory
 from botmesh_admin.observability import health, metrics, shutdown
 
-send_s, timeout_s = float(sys.argv[1]), float(sys.argv[2])
+timeout_s = float(sys.argv[1])
 shutdown.install(timeout_s=timeout_s)
+answered = threading.Event()       # the (fake) provider answers when the test writes "answer"
+
+def provider():
+    if sys.stdin.readline().strip() == "answer":  # not at EOF: communicate() closes stdin
+        answered.set()
 
 def send():
     with shutdown.inflight():
         print("send-started", flush=True)
-        time.sleep(send_s)          # a slow (fake) provider call
+        answered.wait()             # a slow (fake) provider call
         metrics.count("messages.out")  # the send is recorded once it completed
         print("send-done", flush=True)
 
 def watch_readiness():
-    while not health._stopping.is_set():
-        time.sleep(0.01)
+    health._stopping.wait()
     print("readyz", health.readyz(RequestFactory().get("/readyz")).status_code, flush=True)
 
+threading.Thread(target=provider, daemon=True).start()
 threading.Thread(target=send).start()
 threading.Thread(target=watch_readiness, daemon=True).start()
 idle = threading.Event()
@@ -50,7 +61,7 @@ while True:                        # the main thread polls, like a server loop (
 """
 
 
-def run_server(tmp_path: Path, send_s: float, timeout_s: float) -> tuple[subprocess.Popen[str], str]:
+def run_server(tmp_path: Path, timeout_s: float) -> tuple[subprocess.Popen[str], str]:
     url = f"sqlite:///{tmp_path}/kv.sqlite3"
     env = {
         **os.environ,
@@ -60,15 +71,25 @@ def run_server(tmp_path: Path, send_s: float, timeout_s: float) -> tuple[subproc
         "OTEL_SDK_DISABLED": "true",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(send_s), str(timeout_s)],
+        [sys.executable, "-c", SERVER, str(timeout_s)],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "send-started"
     return proc, url
+
+
+def read_until(proc: subprocess.Popen[str], line: str) -> str:
+    """Return the server's output up to and including ``line`` (or all of it, if it exits first)."""
+    assert proc.stdout is not None
+    seen = []
+    while (got := proc.stdout.readline()) and got.strip() != line:
+        seen.append(got)
+    return "".join(seen) + got
 
 
 def sends_recorded(url: str) -> int:
@@ -80,10 +101,19 @@ def sends_recorded(url: str) -> int:
 
 
 def test_sigterm_waits_for_the_in_flight_send_then_exits(tmp_path: Path) -> None:
-    proc, url = run_server(tmp_path, send_s=1.5, timeout_s=20)
+    proc, url = run_server(tmp_path, timeout_s=20)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    try:
+        stopping = read_until(proc, "readyz 503")  # stopping, while the send still waits for its provider
+        assert proc.stdin is not None
+        proc.stdin.write("answer\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=30)
+        out = stopping + out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0
     lines = out.split()
     assert "send-done" in lines
@@ -93,10 +123,14 @@ def test_sigterm_waits_for_the_in_flight_send_then_exits(tmp_path: Path) -> None
 
 
 def test_sigterm_gives_up_after_the_drain_timeout(tmp_path: Path) -> None:
-    proc, url = run_server(tmp_path, send_s=60, timeout_s=0.5)
+    proc, url = run_server(tmp_path, timeout_s=0.5)  # the provider never answers
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert time.monotonic() - started < 10
     assert proc.returncode == 1  # sends were cut off
     assert "send-done" not in out
@@ -119,18 +153,26 @@ def test_readyz_answers_503_with_the_reason_while_stopping(db: None, not_stoppin
 
 def test_drain_waits_for_every_in_flight_send(not_stopping: None) -> None:
     finished: list[int] = []
+    answered = threading.Event()  # the sends' provider answers when the test says so
 
     def send(i: int) -> None:
         with shutdown.inflight():
-            time.sleep(0.2)
+            answered.wait(10)
             finished.append(i)
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.05)
+    wait_until(lambda: shutdown.inflight_count() == 3, "three sends in flight", timeout_s=10)
     assert shutdown.inflight_count() == 3
-    assert shutdown.drain(5) is True
+    drained: list[bool] = []
+    drainer = threading.Thread(target=lambda: drained.append(shutdown.drain(5)))
+    drainer.start()
+    drainer.join(0.2)
+    assert drainer.is_alive() and finished == []  # drain waits while the sends are in flight
+    answered.set()
+    drainer.join(10)
+    assert drained == [True]  # shutdown.drain(5) is True
     assert sorted(finished) == [0, 1, 2] and shutdown.inflight_count() == 0
     with shutdown.inflight():
         assert shutdown.drain(0.05) is False
@@ -205,17 +247,22 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
     broker = Connection(redis_url, transport_options={"global_keyprefix": prefix + ":"})
     kv = connect(url)
     try:
-        deadline = time.monotonic() + 90
-        while "ready." not in log.read_text():  # a message sent before the queue exists is dropped
-            assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the worker never got ready:\n" + log.read_text()
-            time.sleep(0.1)
-        producer.send_task("tests.observability.slow_send", args=[2.0], queue=queue, connection=broker)
-        while kv.get("obs-proof/marks", "started") is None:
-            assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the send never started:\n" + log.read_text()
-            time.sleep(0.1)
+
+        def alive(ready: Callable[[], bool]) -> Callable[[], bool]:
+            def check() -> bool:
+                assert worker.poll() is None, log.read_text()
+                return ready()
+
+            return check
+
+        # a message sent before the queue exists is dropped
+        wait_until(alive(lambda: "ready." in log.read_text()), "the worker to get ready", timeout_s=90)
+        producer.send_task("tests.observability.slow_send", args=[60.0], queue=queue, connection=broker)
+        wait_until(alive(lambda: kv.get("obs-proof/marks", "started") is not None), "the send to start", timeout_s=90)
         worker.send_signal(signal.SIGTERM)
+        # the warm shutdown has begun while the send still waits for its provider; then it answers
+        wait_until(lambda: "Warm shutdown" in log.read_text(), "the warm shutdown", timeout_s=30)
+        kv.commit("obs-proof/marks", [Put("answer", 1)])
         assert worker.wait(timeout=60) == 0, log.read_text()
         assert KvCounterStore(kv).read().get("messages.out", 0) == 1, log.read_text()
         names = [t.name for t in KvTraceStore(kv).list(None, kind="task")[0]]

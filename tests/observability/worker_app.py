@@ -25,8 +25,11 @@ app.conf.broker_transport_options = {"global_keyprefix": os.environ["OBS_PREFIX"
 
 @app.task(name="tests.observability.slow_send")
 def slow_send(seconds: float) -> None:
-    """Mark the send started, take ``seconds`` (the provider call), then record it."""
+    """Mark the send started, wait for the test's ``answer`` mark (the provider call; at most ``seconds``), count it."""
     with shutdown.inflight():
-        default_kv().commit("obs-proof/marks", [Put("started", os.getpid())])
-        time.sleep(seconds)
+        kv = default_kv()
+        kv.commit("obs-proof/marks", [Put("started", os.getpid())])
+        give_up = time.monotonic() + seconds
+        while kv.get("obs-proof/marks", "answer") is None and time.monotonic() < give_up:
+            time.sleep(0.02)
         metrics.count("messages.out")
