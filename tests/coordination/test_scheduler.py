@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from botmesh_admin.clock import FakeClock, use_clock
 from botmesh_admin.coordination import StaleFence, services
 from botmesh_admin.coordination.beat import FileElector, LeaderScheduler
 from botmesh_admin.coordination.domain import JobSettings, JobSpec, JobState, Schedule
@@ -60,35 +61,38 @@ def occurrences(journal) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_two_racing_leaders_record_each_occurrence_once(hub, journal) -> None:  # type: ignore[no-untyped-def]
     """A deposed leader that still ticks records nothing twice, and its state write is refused."""
-    a, b = (
-        MemoryCoordinator(hub, "beat-a", lease_ms=5000),
-        MemoryCoordinator(hub, "beat-b", lease_ms=5000),
-    )
-    store, sent_a, sent_b = MemoryJobStore(), Sent(), Sent()
-    lead_a = a.try_lead("scheduler")
-    services.scheduler_tick(specs=[spec()], lease=lead_a, send=sent_a, at_ms=T0, store=store, journal=journal)
-    a._stop.set()  # beat-a freezes: no renewals; beat-b takes over after the lease
-    lead_b = None
-    while lead_b is None:
-        time.sleep(0.2)
-        lead_b = b.try_lead("scheduler")
-    services.scheduler_tick(specs=[spec()], lease=lead_b, send=sent_b, at_ms=T0 + 10_000, store=store, journal=journal)
-    # beat-a wakes up believing it still leads, with its old view of the state (none).
-    still_valid = type("Paused", (), {"fence": lead_a.fence, "valid": lambda self: True})()
-    with pytest.raises(StaleFence):
-        services.scheduler_tick(
-            specs=[spec(catch_up="all")],
-            lease=still_valid,
-            send=sent_a,
-            at_ms=T0 + 10_000,
-            store=_same_fences(store),
-            journal=journal,
+    with use_clock(FakeClock(T0)) as clock:  # the lease runs out on the fake clock, not by sleeping
+        a, b = (
+            MemoryCoordinator(hub, "beat-a", lease_ms=5000),
+            MemoryCoordinator(hub, "beat-b", lease_ms=5000),
         )
-    assert occurrences(journal) == [f"count@{T0}", f"count@{T0 + 10_000}"]
-    assert sent_a == [("jobs.run", {"channel": "jobs-5s"})]  # the refused tick sent nothing
-    assert sent_b == [("jobs.run", {"channel": "jobs-5s"})]
-    a.close(release=False)
-    b.close()
+        store, sent_a, sent_b = MemoryJobStore(), Sent(), Sent()
+        lead_a = a.try_lead("scheduler")
+        services.scheduler_tick(specs=[spec()], lease=lead_a, send=sent_a, at_ms=T0, store=store, journal=journal)
+        a._stop.set()  # beat-a freezes: no renewals; beat-b takes over after the lease
+        assert b.try_lead("scheduler") is None
+        clock.advance(5000)
+        lead_b = b.try_lead("scheduler")
+        assert lead_b is not None
+        services.scheduler_tick(
+            specs=[spec()], lease=lead_b, send=sent_b, at_ms=T0 + 10_000, store=store, journal=journal
+        )
+        # beat-a wakes up believing it still leads, with its old view of the state (none).
+        still_valid = type("Paused", (), {"fence": lead_a.fence, "valid": lambda self: True})()
+        with pytest.raises(StaleFence):
+            services.scheduler_tick(
+                specs=[spec(catch_up="all")],
+                lease=still_valid,
+                send=sent_a,
+                at_ms=T0 + 10_000,
+                store=_same_fences(store),
+                journal=journal,
+            )
+        assert occurrences(journal) == [f"count@{T0}", f"count@{T0 + 10_000}"]
+        assert sent_a == [("jobs.run", {"channel": "jobs-5s"})]  # the refused tick sent nothing
+        assert sent_b == [("jobs.run", {"channel": "jobs-5s"})]
+        a.close(release=False)
+        b.close()
 
 
 def _same_fences(store: MemoryJobStore) -> MemoryJobStore:
@@ -136,24 +140,25 @@ def test_an_occurrence_runs_once_even_when_the_message_is_redelivered(hub, journ
 
 def test_a_run_whose_worker_died_is_retried_not_duplicated(hub, journal) -> None:  # type: ignore[no-untyped-def]
     """A claim whose worker vanished is claimed again after its lease and completed once."""
-    coordinator = MemoryCoordinator(hub, "beat", lease_ms=5000)
-    lease = coordinator.try_lead("scheduler")
-    services.scheduler_tick(
-        specs=[spec(lease_s=1)],
-        lease=lease,
-        send=Sent(),
-        at_ms=T0,
-        store=MemoryJobStore(),
-        journal=journal,
-    )
-    dead = journal.claim(services.now_ms(), 1000, "jobs-1s")  # a worker claims it, then dies
-    assert dead is not None
-    assert services.jobs_drain("jobs-1s", journal=journal)["processed"] == 0  # still leased
-    time.sleep(1.05)
-    assert services.jobs_drain("jobs-1s", journal=journal)["processed"] == 1
-    assert len(jobtasks.RUNS) == 1 and jobtasks.RUNS[0]["attempt"] == 2
-    assert jobtasks.RUNS[0]["fencing_token"] > dead.fencing_token
-    coordinator.close()
+    with use_clock(FakeClock(T0)) as clock:
+        coordinator = MemoryCoordinator(hub, "beat", lease_ms=5000)
+        lease = coordinator.try_lead("scheduler")
+        services.scheduler_tick(
+            specs=[spec(lease_s=1)],
+            lease=lease,
+            send=Sent(),
+            at_ms=T0,
+            store=MemoryJobStore(),
+            journal=journal,
+        )
+        dead = journal.claim(services.now_ms(), 1000, "jobs-1s")  # a worker claims it, then dies
+        assert dead is not None
+        assert services.jobs_drain("jobs-1s", journal=journal)["processed"] == 0  # still leased
+        clock.advance(1050)  # past the claim's 1 s lease
+        assert services.jobs_drain("jobs-1s", journal=journal)["processed"] == 1
+        assert len(jobtasks.RUNS) == 1 and jobtasks.RUNS[0]["attempt"] == 2
+        assert jobtasks.RUNS[0]["fencing_token"] > dead.fencing_token
+        coordinator.close()
 
 
 def test_a_failing_job_is_recorded_with_its_error(hub, journal) -> None:  # type: ignore[no-untyped-def]

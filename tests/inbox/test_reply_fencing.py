@@ -6,10 +6,9 @@ here the two ways a claim is lost, driven by the journal's clock.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from botmesh_admin.clock import FakeClock, use_clock
 from botmesh_admin.events import StaleLeaseError, default_journal
 from botmesh_admin.events.base import now_ms
 from botmesh_admin.events.worker import Claim
@@ -41,8 +40,8 @@ def test_a_claim_whose_lease_lapsed_sends_nothing_and_leaves_the_reply_queued_fo
     assert shop.fake.count(RECIPIENT) == 0
     reply = selectors.message_get(shop.tenant, message_id).reply
     assert (reply.state, reply.attempts) == ("queued", 0)  # known not sent: not "not confirmed"
-    time.sleep(0.3)  # the lapsed lease is over on the wall clock too
-    drain("outbox")  # the next claim sends it
+    with use_clock(FakeClock(now + 300)):  # the lapsed lease is over on the (kernel) clock too
+        drain("outbox")  # the next claim sends it
     assert shop.fake.count(RECIPIENT) == 1
     assert selectors.message_get(shop.tenant, message_id).reply.state == "accepted"
 
