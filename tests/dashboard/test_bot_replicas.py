@@ -7,9 +7,12 @@ share an in-process hub per prefix (the page reads it through
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.test import Client
 
+from botmesh_admin.clock import FakeClock, now_ms, use_clock
 from botmesh_admin.coordination.base import bot_prefix
 from botmesh_admin.coordination.bots import use_bot_backends
 from botmesh_admin.coordination.core import key_digest
@@ -20,6 +23,14 @@ from botmesh_admin.tenancy import services as tenancy
 from .conftest import BotHubs, client_for
 
 pytestmark = pytest.mark.usefixtures("members", "isolated")
+
+
+@pytest.fixture
+def clock() -> Iterator[FakeClock]:
+    """Lease and heartbeat time on a fake clock (request it before ``bots``: it outlives their replicas)."""
+    with use_clock(FakeClock(now_ms())) as fake:
+        yield fake
+
 
 CHAT = "whatsapp:573001112233"
 
@@ -85,10 +96,8 @@ def test_a_tenant_without_bots_says_how_one_appears(bots: BotHubs) -> None:
     assert 'data-testid="no-bots"' in html and "pushes metrics" in html
 
 
-def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(bots: BotHubs) -> None:
+def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(clock: FakeClock, bots: BotHubs) -> None:
     """Silent past its lease: listed as not responding, its expired turns not counted; gone after 3 leases."""
-    import time
-
     client, api = client_for("bob"), _api("tienda")
     _push("tienda", "tienda-bot", "gone-1")
     # Warm up first (a process's first request imports the views): a slow request must not eat the window below.
@@ -99,8 +108,8 @@ def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(bots:
     assert gone.acquire_turn(CHAT, 0) is not None and gone.try_lead("provider:wa-main") is not None
     gone._beat()
     gone.close(release=False)  # SIGKILL: its heartbeat stops; the hub keeps the last one
-    silent_since = time.monotonic()
-    time.sleep(2.2)  # past its lease, well within 3 of them (6 s)
+    silent_since = clock()
+    clock.advance(2200)  # past its lease, well within 3 of them (6 s)
     section = client.get("/t/tienda/replicas/").content.decode().split('data-bot="tienda-bot"')[1]
     row = section.split('data-bot-replica="gone-1"')[1].split("</tr>")[0]
     assert 'class="silent"' in row and "not responding" in row and key_digest(CHAT) not in row
@@ -109,15 +118,15 @@ def test_a_silent_replica_is_not_responding_then_leaves_after_three_leases(bots:
     by_id = {r["replica_id"]: r for r in body["replicas"]}
     assert by_id["gone-1"]["responding"] is False and by_id["gone-1"]["turns"] == 0 and by_id["gone-1"]["leads"] == {}
     assert by_id["alive-1"]["responding"] is True and body["turns"] == 0 and body["leaders"] == []
-    time.sleep(max(0.0, 6.1 - (time.monotonic() - silent_since)))  # past 3 × 2000 ms
+    clock.advance(max(0, 6100 - (clock() - silent_since)))  # past 3 × 2000 ms
     assert 'data-bot-replica="gone-1"' not in client.get("/t/tienda/replicas/").content.decode()
     assert alive.snapshot()
 
 
-def test_a_killed_leader_is_not_responding_and_the_handover_says_its_lease_expired(bots: BotHubs) -> None:
+def test_a_killed_leader_is_not_responding_and_the_handover_says_its_lease_expired(
+    clock: FakeClock, bots: BotHubs
+) -> None:
     """``./dev run``, kill -9 of the provider leader: 2 live replicas, 1 not responding, and why it handed over."""
-    import time
-
     client, api = client_for("bob"), _api("tienda")
     for i in (1, 2, 3):
         _push("tienda", "tienda-bot", f"tienda-bot-{i}")
@@ -129,7 +138,7 @@ def test_a_killed_leader_is_not_responding_and_the_handover_says_its_lease_expir
     assert a.try_lead("provider:main") is not None and b.try_lead("provider:main") is None
     a._beat()
     a.close(release=False)  # SIGKILL: no release, no more renewals or heartbeats
-    time.sleep(2.3)  # past its 2000 ms lease, within 3 of them (6 s)
+    clock.advance(2300)  # past its 2000 ms lease, within 3 of them (6 s)
     assert b.try_lead("provider:main") is not None
     for replica in (b, c):
         replica._beat()
