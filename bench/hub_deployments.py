@@ -105,7 +105,7 @@ def main() -> None:
         flip[0] = not flip[0]
         (hub.plugin_enable if flip[0] else hub.plugin_disable)(tenant, inst.plugin_id, actor="bench")
 
-    record = hub_selectors.plugin_get(tenant, inst.plugin_id).as_record()
+    record = hub_selectors.plugin_get(tenant, inst.plugin_id).to_json()
     baseline = raw_cas(kv, f"bench/{tenant}/raw", "plugin/acme.order-status", record)
     ours, base = compare(toggle, baseline, args.seconds)
     results.append(("plugin enable/disable", ours, "kv get + CAS put", base))
@@ -132,7 +132,7 @@ def main() -> None:
         deployments.deployment_activate(tenant, "tienda-bot", specs[turn[0]]["version"], actor="bench")
 
     switch()
-    pointer = deployment_selectors.deployment_active(tenant, "tienda-bot").as_record()
+    pointer = deployment_selectors.deployment_active(tenant, "tienda-bot").to_json()
     baseline = raw_cas(kv, f"bench/{tenant}/raw", "active/tienda-bot", pointer)
     ours, base = compare(switch, baseline, args.seconds)
     results.append(("activate (alternating)", ours, "kv get + CAS put", base))

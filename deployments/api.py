@@ -153,7 +153,7 @@ def version_out(v: BotVersion, active: ActivePointer | None, now: int) -> dict[s
         "artifact": spec["artifact"],
         "notes": spec["notes"],
         "createdBy": spec["createdBy"],
-        "gates": [g.as_record() for g in v.gates],
+        "gates": [g.to_json() for g in v.gates],
         "gate_status": v.gate_summary(now),
         "active": bool(active and active.version == v.version),
         "published_at": v.published_at,
@@ -164,7 +164,7 @@ def version_out(v: BotVersion, active: ActivePointer | None, now: int) -> dict[s
 
 def active_out(pointer: ActivePointer) -> dict[str, Any]:
     """Return the API shape of the active pointer."""
-    return {**pointer.as_record(), "revision": pointer.revision}
+    return {**pointer.to_json(), "revision": pointer.revision}
 
 
 def run_out(run: GateRun) -> dict[str, Any]:
@@ -335,6 +335,6 @@ def deployment_audit(request: HttpRequest, tenant: str, bot: str, page: Query[De
     """Every publish, gate run, activation, rollback and prune of the bot, newest first."""
     items = selectors.deployment_audit_list(tenant, bot, limit=page.limit, after=page.after)
     return {
-        "items": [e.as_record() for e in items],
+        "items": [e.to_json() for e in items],
         "next": items[-1].id if len(items) == page.limit else None,
     }

@@ -22,7 +22,7 @@ from botmesh_admin.errors import BadType, Conflict, ValidationError
 from botmesh_admin.ids import new_audit_id as new_audit_id
 from botmesh_admin.jsonbody import json_type
 from botmesh_admin.kv.tenant import validate_id
-from botmesh_admin.validation import json_string
+from botmesh_admin.validation import validate_text
 
 GATE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -85,7 +85,7 @@ def _string(data: Mapping[str, Any], key: str, path: str, *, max_len: int, requi
         if required:
             raise ValidationError(path, "is required")
         return None
-    return json_string(data[key], path, max_len=max_len)
+    return validate_text(data[key], path, max_len=max_len, blank=True, json=True)
 
 
 def _unknown_keys(data: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
@@ -245,7 +245,7 @@ class GateState:
         """Return True if a run holds an unexpired reservation at ``now``."""
         return self.status == RUNNING and self.expires_at is not None and self.expires_at > now
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
             "name": self.name,
@@ -260,8 +260,8 @@ class GateState:
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> GateState:
-        """Rebuild from ``as_record()`` output."""
+    def from_json(cls, data: Mapping[str, Any]) -> GateState:
+        """Rebuild from ``to_json()`` output."""
         return cls(**data)
 
 
@@ -312,7 +312,7 @@ class BotVersion:
         """True if any gate holds an unexpired reservation at ``now``."""
         return any(g.running_at(now) for g in self.gates)
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists (``revision`` is the store's own)."""
         return {
             "spec": self.spec.as_dict(),
@@ -320,19 +320,19 @@ class BotVersion:
             "digest": self.digest,
             "published_at": self.published_at,
             "published_by": self.published_by,
-            "gates": [g.as_record() for g in self.gates],
+            "gates": [g.to_json() for g in self.gates],
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any], revision: int) -> BotVersion:
-        """Rebuild from ``as_record()`` output and the store's revision."""
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> BotVersion:
+        """Rebuild from ``to_json()`` output and the store's revision."""
         return cls(
             spec=VersionSpec.from_stored(data["spec"]),
             seq=int(data["seq"]),
             digest=data["digest"],
             published_at=int(data["published_at"]),
             published_by=data["published_by"],
-            gates=tuple(GateState.from_record(g) for g in data["gates"]),
+            gates=tuple(GateState.from_json(g) for g in data["gates"]),
             revision=revision,
         )
 
@@ -351,7 +351,7 @@ class ActivePointer:
     previous_version: str | None = None
     revision: int = 0
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists."""
         return {
             "bot": self.bot,
@@ -364,8 +364,8 @@ class ActivePointer:
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any], revision: int) -> ActivePointer:
-        """Rebuild from ``as_record()`` output and the store's revision."""
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> ActivePointer:
+        """Rebuild from ``to_json()`` output and the store's revision."""
         return cls(**data, revision=revision)
 
 
@@ -398,7 +398,7 @@ class AuditEvent:
     version: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists."""
         return {
             "id": self.id,
@@ -411,8 +411,8 @@ class AuditEvent:
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> AuditEvent:
-        """Rebuild from ``as_record()`` output."""
+    def from_json(cls, data: Mapping[str, Any]) -> AuditEvent:
+        """Rebuild from ``to_json()`` output."""
         return cls(
             id=data["id"],
             at=int(data["at"]),

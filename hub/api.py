@@ -118,7 +118,7 @@ def plugin_out(installation: Installation, runtime: RuntimeInfo) -> dict[str, An
 
 def audit_out(event: AuditEvent) -> dict[str, Any]:
     """Return the API shape of an audit event."""
-    return event.as_record()
+    return event.to_json()
 
 
 def _page(items: list[Any], limit: int, cursor: str | None) -> str | None:

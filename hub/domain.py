@@ -28,7 +28,7 @@ import semver
 from botmesh_admin.errors import BadType, Conflict, ValidationError
 from botmesh_admin.ids import new_audit_id as new_audit_id
 from botmesh_admin.jsonbody import json_load_object, json_type
-from botmesh_admin.validation import json_string
+from botmesh_admin.validation import validate_text
 
 # ---------------------------------------------------------------- the runtime
 # The default is a copy of ``fixtures/hub/runtime.json`` shipped with the package. Override it with
@@ -59,7 +59,7 @@ class RuntimeInfo:
     known_permissions: tuple[str, ...]
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "runtime") -> RuntimeInfo:
+    def from_json(cls, data: Any, *, source: str = "runtime") -> RuntimeInfo:
         """Build from ``{"runtime_version": str, "known_permissions": [str, ...]}``."""
         if not isinstance(data, dict):
             raise ValidationError(source, "not a JSON object")
@@ -88,7 +88,7 @@ def current_runtime() -> RuntimeInfo:
     path = _setting("BOTMESH_HUB_RUNTIME_FILE")
     if path:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    info = RuntimeInfo.from_dict(data, source="BOTMESH_HUB_RUNTIME_FILE" if path else "runtime")
+    info = RuntimeInfo.from_json(data, source="BOTMESH_HUB_RUNTIME_FILE" if path else "runtime")
     version = _setting("BOTMESH_HUB_RUNTIME_VERSION")
     if version:
         if not semver.Version.is_valid(version):
@@ -228,7 +228,7 @@ def _text(data: Mapping[str, Any], key: str, path: str, *, max_len: int, require
         if required:
             raise ValidationError(path, "is required")
         return None
-    return json_string(data[key], path, max_len=max_len, blank=False)
+    return validate_text(data[key], path, max_len=max_len, blank=False, json=True)
 
 
 def validate_runtime_range(value: str, path: str) -> str:
@@ -441,7 +441,7 @@ class Installation:
             )
         return None
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists (``revision`` is the store's own)."""
         return {
             "plugin_id": self.plugin_id,
@@ -457,8 +457,8 @@ class Installation:
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any], revision: int) -> Installation:
-        """Rebuild from ``as_record()`` output and the store's revision."""
+    def from_json(cls, data: Mapping[str, Any], revision: int) -> Installation:
+        """Rebuild from ``to_json()`` output and the store's revision."""
         return cls(
             plugin_id=data["plugin_id"],
             manifest=Manifest.from_stored(data["manifest"]),
@@ -510,7 +510,7 @@ class AuditEvent:
     plugin_id: str
     detail: dict[str, Any] = field(default_factory=dict)
 
-    def as_record(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists."""
         return {
             "id": self.id,
@@ -522,8 +522,8 @@ class AuditEvent:
         }
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> AuditEvent:
-        """Rebuild from ``as_record()`` output."""
+    def from_json(cls, data: Mapping[str, Any]) -> AuditEvent:
+        """Rebuild from ``to_json()`` output."""
         return cls(
             id=data["id"],
             at=int(data["at"]),

@@ -52,7 +52,7 @@ def version_key(bot: str, seq: int) -> str:
 
 
 def _audit_ops(audit: Sequence[AuditEvent]) -> list[Op]:
-    return [Put(f"audit/{e.bot}/{e.id}", e.as_record(), expect=ABSENT) for e in audit]
+    return [Put(f"audit/{e.bot}/{e.id}", e.to_json(), expect=ABSENT) for e in audit]
 
 
 class KvDeploymentStore:
@@ -86,7 +86,7 @@ class KvDeploymentStore:
             ops: list[Op] = [
                 Put(counter_key, {"next_seq": seq + 1}, expect=counter.version if counter else ABSENT),
                 Put(index_key, {"seq": seq, "digest": stored.digest, "pruned": False}, expect=ABSENT),
-                Put(version_key(bot, seq), stored.as_record(), expect=ABSENT),
+                Put(version_key(bot, seq), stored.to_json(), expect=ABSENT),
                 *_audit_ops(audit(stored)),
             ]
             try:
@@ -119,7 +119,7 @@ class KvDeploymentStore:
         if index is None or index.pruned:
             return None
         entry = self.kv.get(self._table(tenant), version_key(bot, index.seq))
-        return BotVersion.from_record(entry.value, entry.version) if entry else None
+        return BotVersion.from_json(entry.value, entry.version) if entry else None
 
     def list_versions(
         self, tenant: str, bot: str, *, limit: int = 50, after_seq: int | None = None
@@ -127,7 +127,7 @@ class KvDeploymentStore:
         """Return retained versions by descending seq."""
         after = version_key(bot, after_seq) if after_seq is not None else None
         entries = self.kv.scan(self._table(tenant), prefix=f"version/{bot}/", after=after, limit=limit)
-        return [BotVersion.from_record(e.value, e.version) for e in entries]
+        return [BotVersion.from_json(e.value, e.version) for e in entries]
 
     def update_version(
         self,
@@ -139,7 +139,7 @@ class KvDeploymentStore:
     ) -> BotVersion:
         """Compare-and-set the version record."""
         ops: list[Op] = [
-            Put(version_key(version.bot, version.seq), version.as_record(), expect=expect_revision),
+            Put(version_key(version.bot, version.seq), version.to_json(), expect=expect_revision),
             *_audit_ops(audit),
         ]
         entry = self._commit(tenant, ops, f"version {version.version!r}")[0]
@@ -149,7 +149,7 @@ class KvDeploymentStore:
     def get_active(self, tenant: str, bot: str) -> ActivePointer | None:
         """Return the active pointer or ``None``."""
         entry = self.kv.get(self._table(tenant), f"active/{bot}")
-        return ActivePointer.from_record(entry.value, entry.version) if entry else None
+        return ActivePointer.from_json(entry.value, entry.version) if entry else None
 
     def set_active(
         self,
@@ -164,17 +164,17 @@ class KvDeploymentStore:
         ops: list[Op] = [
             Put(
                 f"active/{pointer.bot}",
-                pointer.as_record(),
+                pointer.to_json(),
                 expect=ABSENT if expect_revision is None else expect_revision,
             ),
             Check(version_key(version.bot, version.seq), expect=version.revision),
             *_audit_ops(audit),
         ]
-        change = RecordChange(ACTIVE, f"active/{pointer.bot}", None, pointer.as_record())
+        change = RecordChange(ACTIVE, f"active/{pointer.bot}", None, pointer.to_json())
         what = f"the active deployment of {pointer.bot!r}"
         entry = self._commit(tenant, ops, what, [change])[0]
         assert entry is not None
-        return ActivePointer.from_record(pointer.as_record(), entry.version)
+        return ActivePointer.from_json(pointer.to_json(), entry.version)
 
     def list_active(self, tenant: str, *, limit: int = 50, after: str | None = None) -> list[ActivePointer]:
         """Return active pointers by bot id (one scan of ``active/``)."""
@@ -184,7 +184,7 @@ class KvDeploymentStore:
             after=f"active/{after}" if after else None,
             limit=limit,
         )
-        return [ActivePointer.from_record(e.value, e.version) for e in entries]
+        return [ActivePointer.from_json(e.value, e.version) for e in entries]
 
     def count_active(self, tenant: str) -> int:
         """Return the ``live`` counter."""
@@ -221,7 +221,7 @@ class KvDeploymentStore:
         """Return the bot's audit events newest first."""
         prefix = f"audit/{bot}/"
         entries = self.kv.scan(self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit)
-        return [AuditEvent.from_record(e.value) for e in entries]
+        return [AuditEvent.from_json(e.value) for e in entries]
 
     def drop_tenant(self, tenant: str) -> None:
         """Drop the tenant's table."""

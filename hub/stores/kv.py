@@ -46,7 +46,7 @@ class KvPluginStore:
     def get(self, tenant: str, plugin_id: str) -> Installation | None:
         """Return the installation or ``None``."""
         entry = self.kv.get(self._table(tenant), f"plugin/{plugin_id}")
-        return Installation.from_record(entry.value, entry.version) if entry else None
+        return Installation.from_json(entry.value, entry.version) if entry else None
 
     def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
@@ -56,13 +56,13 @@ class KvPluginStore:
             after=f"plugin/{after}" if after else None,
             limit=limit,
         )
-        return [Installation.from_record(e.value, e.version) for e in entries]
+        return [Installation.from_json(e.value, e.version) for e in entries]
 
     @staticmethod
     def _audit_ops(audit: Sequence[AuditEvent]) -> builtins.list[Op]:
         ops: builtins.list[Op] = []
         for event in audit:
-            record = event.as_record()
+            record = event.to_json()
             ops.append(Put(f"audit/{event.id}", record, expect=ABSENT))
             ops.append(Put(f"plugin-audit/{event.plugin_id}/{event.id}", record, expect=ABSENT))
         return ops
@@ -76,7 +76,7 @@ class KvPluginStore:
         self, tenant: str, plugin_id: str, ops: builtins.list[Op], new: Installation | None
     ) -> builtins.list[Entry | None]:
         key = f"plugin/{plugin_id}"
-        change = RecordChange(PLUGIN, key, None, None if new is None else new.as_record())
+        change = RecordChange(PLUGIN, key, None, None if new is None else new.to_json())
         try:
             return self.layout.commit(self._table(tenant), ops, [change])
         except ConflictError as exc:
@@ -95,7 +95,7 @@ class KvPluginStore:
         """Compare-and-set the record and store ``audit`` in the same batch."""
         put = Put(
             f"plugin/{installation.plugin_id}",
-            installation.as_record(),
+            installation.to_json(),
             expect=ABSENT if expect_revision is None else expect_revision,
         )
         ops = [put, *self._audit_ops(audit)]
@@ -122,7 +122,7 @@ class KvPluginStore:
         """Return audit events newest first."""
         prefix = "audit/" if plugin_id is None else f"plugin-audit/{plugin_id}/"
         entries = self.kv.scan(self._table(tenant), prefix=prefix, after=prefix + after if after else None, limit=limit)
-        return [AuditEvent.from_record(e.value) for e in entries]
+        return [AuditEvent.from_json(e.value) for e in entries]
 
     def drop_tenant(self, tenant: str) -> None:
         """Drop the tenant's table."""

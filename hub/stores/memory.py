@@ -34,7 +34,7 @@ class MemoryPluginStore:
         """Return the installation or ``None``."""
         with self._lock:
             found = self._tenant(tenant).plugins.get(plugin_id)
-        return Installation.from_record(found[0], found[1]) if found else None
+        return Installation.from_json(found[0], found[1]) if found else None
 
     def list(self, tenant: str, *, limit: int = 50, after: str | None = None) -> builtins.list[Installation]:
         """Return installations by plugin id after ``after``."""
@@ -42,7 +42,7 @@ class MemoryPluginStore:
             plugins = self._tenant(tenant).plugins
             ids = sorted(p for p in plugins if after is None or p > after)[:limit]
             rows = [plugins[p] for p in ids]
-        return [Installation.from_record(record, rev) for record, rev in rows]
+        return [Installation.from_json(record, rev) for record, rev in rows]
 
     def counts(self, tenant: str) -> PluginCounts:
         """Count the installations and the enabled ones (the reference: a walk)."""
@@ -78,7 +78,7 @@ class MemoryPluginStore:
             t = self._tenant(tenant)
             current = self._check(t, installation.plugin_id, expect_revision)
             revision = (current or 0) + 1
-            t.plugins[installation.plugin_id] = (installation.as_record(), revision)
+            t.plugins[installation.plugin_id] = (installation.to_json(), revision)
             self._append_audit(t, audit)
         return installation.evolve(revision=revision)
 
