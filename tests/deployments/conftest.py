@@ -16,23 +16,12 @@ from deployments.stores import use_store
 from deployments.stores.base import DeploymentStore
 from deployments.stores.kv import KvDeploymentStore
 from deployments.stores.memory import MemoryDeploymentStore
-from tests import backends
+from tests.stores import store_fixture
 
-STORES = ["memory-store", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
 GATES = ("unit-tests", "conversation-replay", "manual-approval")
 
 
-def open_store(name: str, request: pytest.FixtureRequest) -> DeploymentStore:
-    """Return a fresh store: the reference memory store, or the Kv store on one backend."""
-    if name == "memory-store":
-        return MemoryDeploymentStore()
-    return KvDeploymentStore(backends.open_kv(name.removeprefix("kv-"), request))
-
-
-@pytest.fixture(params=STORES)
-def deployment_store(request: pytest.FixtureRequest) -> DeploymentStore:
-    """A fresh DeploymentStore of each implementation in turn (use the ``tenant_id`` fixture)."""
-    return open_store(request.param, request)
+deployment_store = store_fixture("deployment_store", memory=MemoryDeploymentStore, kv=KvDeploymentStore)
 
 
 @pytest.fixture

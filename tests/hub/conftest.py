@@ -14,9 +14,8 @@ from hub.stores import use_store
 from hub.stores.base import PluginStore
 from hub.stores.kv import KvPluginStore
 from hub.stores.memory import MemoryPluginStore
-from tests import backends
+from tests.stores import store_fixture
 
-STORES = ["memory-store", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
 RUNTIME = RuntimeInfo(
     version="1.6.2",
     known_permissions=(
@@ -32,17 +31,7 @@ RUNTIME = RuntimeInfo(
 )
 
 
-def open_store(name: str, request: pytest.FixtureRequest) -> PluginStore:
-    """Return a fresh store: the reference memory store, or the Kv store on one backend."""
-    if name == "memory-store":
-        return MemoryPluginStore()
-    return KvPluginStore(backends.open_kv(name.removeprefix("kv-"), request))
-
-
-@pytest.fixture(params=STORES)
-def plugin_store(request: pytest.FixtureRequest) -> PluginStore:
-    """A fresh PluginStore of each implementation in turn (use the ``tenant_id`` fixture)."""
-    return open_store(request.param, request)
+plugin_store = store_fixture("plugin_store", memory=MemoryPluginStore, kv=KvPluginStore)
 
 
 @pytest.fixture
