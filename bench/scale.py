@@ -27,7 +27,7 @@ The tenant (deterministic from its index ``i``; the same rows on both sides):
   dropped, pending, cancelled, in doubt).
 
 Ours is written **through the stores' own write path** — ``contact_insert``,
-``write(Change)`` of the inbox store, ``Inbox.mark_read``, ``slots_add`` — so
+``write(Change)`` of the inbox store, ``read_marker_set``, ``slots_add`` — so
 every index a store maintains is maintained, by ``--jobs`` processes whose Kv
 (``WriteBackKv``) merges consecutive store commits into one Kv commit of about
 800 operations (the content is exactly what one commit per write leaves; a read
@@ -921,14 +921,12 @@ class Builder:
         return {"conversation": [peer_conversation_row(spec, i) for i in items]}
 
     def _markers(self, spec: Spec, items: range, careful: bool) -> dict[str, list[tuple[Any, ...]]]:
-        from inbox.services import Inbox
-        from inbox.stores import default_store
+        from inbox.services import read_marker_set
 
-        inbox = Inbox(default_store())  # the service: a marker moves only forward, so a redo is harmless
-        rows = []
+        rows = []  # through the service: a marker moves only forward, so a redo is harmless
         for i in items:
             for agent, message_id, read in markers_of(i):
-                inbox.mark_read(spec.tenant, conversation_id_of(i), agent=agent, message_id=message_id)
+                read_marker_set(spec.tenant, conversation_id_of(i), agent=agent, message_id=message_id)
                 rows.append((conversation_id_of(i), agent, read))
         return {"readmarker": rows}
 

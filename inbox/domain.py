@@ -31,12 +31,12 @@ import hashlib
 import re
 import secrets
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from typing import Any
 
 from botmesh_admin.channels.domain import CHANNEL_KINDS, message_time_ms
+from botmesh_admin.clock import now_ms as now_ms  # re-exported: the kernel clock (use_clock in tests)
 from botmesh_admin.errors import BadType, ValidationError
 
 DIRECTIONS = ("in", "out")
@@ -68,11 +68,6 @@ TELEGRAM_CHAT_RE = re.compile(r"^telegram:-?[0-9]{1,20}(:[0-9]{1,20})?$")
 MAX_MS = 2**53
 
 
-def now_ms() -> int:
-    """Return the wall-clock time in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
-
-
 def new_conversation_id() -> str:
     """Return a fresh conversation id: ``cv_`` + 20 hex digits (a new id after each erasure)."""
     return f"cv_{secrets.token_hex(10)}"
@@ -80,6 +75,20 @@ def new_conversation_id() -> str:
 
 _sequence_lock = threading.Lock()
 _sequence = [0, 0]  # last ms, counter within that ms
+
+
+def reply_id(tenant: str, conversation_id: str, idempotency_key: str) -> str:
+    """Return the message id of the reply queued with ``idempotency_key``: ``r_`` + 24 hex digits.
+
+    The same key in the same conversation names the same reply (a client's retry).
+    """
+    digest = hashlib.sha256(f"{tenant}/{conversation_id}/{idempotency_key}".encode()).hexdigest()
+    return f"r_{digest[:24]}"
+
+
+def bot_reply_id(tenant: str, conversation_id: str, *, bot: str, in_reply_to: str) -> str:
+    """Return the message id of ``bot``'s reply to the inbound message ``in_reply_to`` (one reply per message)."""
+    return reply_id(tenant, conversation_id, f"bot:{bot}:{in_reply_to}")
 
 
 def new_note_id(at_ms: int) -> str:
@@ -885,6 +894,8 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "bot_reply_id",
+    "reply_id",
     "Conversation",
     "Edit",
     "Handoff",

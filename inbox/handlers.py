@@ -72,7 +72,7 @@ def _reported(record: EventRecord, what: str) -> Iterator[None]:
 def project_ledger_record(record: EventRecord) -> None:
     """Project one bot ledger record into its tenant's inbox."""
     with _reported(record, "project"):
-        result = services.default_inbox().project_message(record.payload["record"], tenant=record.tenant)
+        result = services.message_project(record.tenant, record.payload["record"])
         _file_under(result.conversation_id, [result.message_id])
 
 
@@ -80,10 +80,9 @@ def _project_events(record: EventRecord) -> None:
     from botmesh_admin.channels.domain import event_from_dict
 
     with _reported(record, "project"):
-        inbox = services.default_inbox()
         conversation, messages = None, []
         for data in record.payload.get("events", []):
-            result = inbox.project_event(record.tenant, event_from_dict(data))
+            result = services.event_project(record.tenant, event_from_dict(data))
             if result is not None:
                 conversation = conversation or result.conversation_id
                 messages.append(result.message_id)

@@ -21,6 +21,7 @@ from .domain import (
     Message,
     Note,
     ReadMarker,
+    bot_reply_id,
     check_agent,
     check_chat_key,
     check_conversation_id,
@@ -105,6 +106,12 @@ def unread_count(tenant: str, conversation: Conversation, *, agent: str, store: 
     """
     store = store or default_store()
     return _unread(tenant, conversation, store.marker_get(tenant, conversation.id, agent), store)
+
+
+def conversation_unread(tenant: str, conversation_id: str, *, agent: str, store: InboxStore | None = None) -> int:
+    """Return ``agent``'s unread inbound messages in the conversation (``unread_count``); ``NotFound`` if absent."""
+    store = store or default_store()
+    return unread_count(tenant, conversation_get(tenant, conversation_id, store=store), agent=agent, store=store)
 
 
 def _check_view(view: object) -> str:
@@ -682,8 +689,6 @@ def bot_inbound_page(
     changes during a sweep moves to the top, which a later sweep reads. Raise
     ``ValidationError`` naming ``since_ms``, ``limit`` or ``after``.
     """
-    from .services.replies import bot_reply_id
-
     store = store or default_store()
     if isinstance(since_ms, bool) or not isinstance(since_ms, int) or since_ms < 0:
         raise ValidationError("since_ms", "must be a non-negative integer (epoch ms)")

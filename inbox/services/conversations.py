@@ -1,8 +1,8 @@
 """Inbox writes: projection entry points, assignment, handoff, status, notes, read markers, erasure.
 
-``Inbox(store)`` is the package's object (ARCHITECTURE §5); the module-level
-functions (``conversation_assign(tenant, conversation_id, *, ...)``…) are the
-services the API, views and tasks call, over ``default_store()``. Every write
+The module-level functions (``conversation_assign(tenant, conversation_id, *, ...)``…)
+are the one public surface the API, views and tasks call, over ``default_store()``
+and the kernel clock (``botmesh_admin.clock.now_ms``). Every write
 is validated before it reaches the store; conversations changed by several
 writers at once are updated by read → compare-and-set → retry. Replies through
 the outbox live in ``inbox.services.replies``.
@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 
 from .. import selectors
@@ -36,7 +37,6 @@ from ..domain import (
     conversation_events,
     inbound_event_problem,
     new_note_id,
-    now_ms,
     replace,
     unify_line_breaks,
     validate_conversation,
@@ -54,325 +54,130 @@ RETRIES = 50
 PURGE_BATCH = 500
 
 
-class Inbox:
-    """The inbox over one store: projection and agent actions. ``clock`` returns epoch ms."""
-
-    def __init__(self, store: InboxStore, *, clock: Callable[[], int] = now_ms) -> None:
-        self.store = store
-        self.clock = clock
-
-    # -- projection -------------------------------------------------------------
-
-    def project_message(self, message: StoredMessage | Mapping[str, Any], *, tenant: str | None = None) -> Projected:
-        """Project a bot's ledger record (a ``StoredMessage`` or its JSON object).
-
-        Without an explicit tenant the record's ``tenantId`` is used; a record
-        naming another tenant than ``tenant`` is refused (``ValidationError`` on
-        ``record.tenantId``). Idempotent by message id.
-        """
-        record = message if isinstance(message, StoredMessage) else StoredMessage.from_record(message)
-        target = tenant or record.tenant_id
-        if target is None:
-            raise ValidationError("record.tenantId", "is required when no tenant is given")
-        if record.tenant_id is not None and record.tenant_id != target:
-            raise ValidationError("record.tenantId", "names another tenant")
-        return projection.project_stored(self, target, record)
-
-    def project_event(self, tenant: str, event: Any) -> Projected:
-        """Project a channel event (``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``).
-
-        An event whose ids the inbox can never store (``inbound_event_problem``;
-        journaled before the webhook refused them) is skipped with a log line
-        (``ignored``) rather than failing its whole record into the dead letters.
-        """
-        problem = inbound_event_problem(event)
-        if problem is not None:
-            log.warning("inbox event skipped, it can never be stored: %s", problem.message)
-            return Projected("ignored")
-        kind = getattr(event, "kind", None)
-        if kind == "message":
-            return projection.project_inbound(self, tenant, event)
-        if kind == "status":
-            return projection.project_status(self, tenant, event)
-        if kind == "member":
-            return projection.project_member(self, tenant, event)
-        raise ValidationError("event.kind", "must be message, status or member")
-
-    # -- conversation changes ---------------------------------------------------
-
-    def _change(
-        self,
-        tenant: str,
-        conversation_id: str,
-        change: Callable[[Conversation], Conversation | None],
-        *,
-        expected_version: int | None = None,
-        actor: str | None = None,
-    ) -> Conversation:
-        """Apply ``change`` by compare-and-set, retrying while only the store revision moved.
-
-        With ``expected_version`` the agent-facing version must still match,
-        else ``Conflict`` carries ``current_version`` and the current assignee.
-        What changed (assignee, handoff, status) is recorded in the same write
-        as the conversation's events, by ``actor`` (``None``: the system).
-        """
-        for _ in range(RETRIES):
-            conv = selectors.conversation_get(tenant, conversation_id, store=self.store)
-            if expected_version is not None and conv.version != expected_version:
-                raise Conflict(
-                    f"conversation changed: expected version {expected_version}, found {conv.version}",
-                    current_version=conv.version,
-                    assignee=conv.assignee,
-                    status=conv.status,
-                )
-            new = change(conv)
-            if new is None:
-                return conv
-            at = self.clock()
-            new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=at))
-            events = conversation_events(conv, new, actor=actor, at_ms=at)
-            try:
-                written = self.store.write(tenant, Change(conversation=new, previous=conv, events=events))
-                return written.conversation or new
-            except Conflict:
-                continue
-        raise Conflict("conversation is too busy; try again")
-
-    def assign(
-        self,
-        tenant: str,
-        conversation_id: str,
-        agent: str | None,
-        expected_version: int,
-        *,
-        actor: str | None = None,
-    ) -> Conversation:
-        """Assign the conversation to ``agent`` (``None``: unassign) if its version is ``expected_version``.
-
-        Compare-and-set: a stale version raises ``Conflict`` (HTTP 409) with the
-        current ``version`` and ``assignee``. Return the conversation at its new version.
-        ``actor``: who assigned it (the thread's event names them).
-        """
-        if agent is not None:
-            check_agent(agent, "agent")
-        check_version(expected_version, "expected_version")
-        conv = self._change(
-            tenant,
-            conversation_id,
-            lambda c: replace(c, assignee=agent),
-            expected_version=expected_version,
-            actor=actor,
-        )
-        log.info("inbox assign conversation=%s version=%s", conversation_id, conv.version)
-        return conv
-
-    def handoff(
-        self, tenant: str, conversation_id: str, *, active: bool, actor: str, expected_version: int | None = None
-    ) -> Conversation:
-        """Take the chat from the bot (``active``) or give it back; stored with who and when.
-
-        Taking an unassigned conversation assigns it to ``actor``. Taking a chat
-        that is already handed off, or giving back one that is not, changes nothing.
-        """
-        check_agent(actor, "actor")
-
-        def change(c: Conversation) -> Conversation | None:
-            if active == c.handed_off:
-                return None
-            at = self.clock()
-            if active:
-                return replace(c, handoff=Handoff(True, actor, at), assignee=c.assignee or actor)
-            assert c.handoff is not None
-            return replace(c, handoff=replace(c.handoff, active=False, released_by=actor, released_at_ms=at))
-
-        conv = self._change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
-        log.info("inbox handoff conversation=%s active=%s", conversation_id, active)
-        return conv
-
-    def set_status(
-        self,
-        tenant: str,
-        conversation_id: str,
-        *,
-        status: str,
-        snoozed_until_ms: int | None = None,
-        expected_version: int | None = None,
-        actor: str | None = None,
-    ) -> Conversation:
-        """Set open / pending / resolved; ``snoozed_until_ms`` (pending only) reopens it at that time.
-
-        ``actor``: who set it (the thread's event names them).
-        """
-        check_choice(status, "status", CONVERSATION_STATUSES)
-        if snoozed_until_ms is not None:
-            check_ms(snoozed_until_ms, "snoozed_until_ms")
-            if status != "pending":
-                raise ValidationError("snoozed_until_ms", "only a pending conversation can be snoozed")
-            if snoozed_until_ms <= self.clock():
-                raise ValidationError("snoozed_until_ms", "must be in the future (epoch milliseconds)")
-
-        def change(c: Conversation) -> Conversation | None:
-            if c.status == status and c.snoozed_until_ms == snoozed_until_ms:
-                return None
-            return replace(c, status=status, snoozed_until_ms=snoozed_until_ms)
-
-        return self._change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
-
-    # -- notes and read markers -------------------------------------------------
-
-    def add_note(self, tenant: str, conversation_id: str, *, author: str, text: str) -> Note:
-        """Add a private note; return it. Raise ``ValidationError`` (``note.text``) or ``NotFound``."""
-        check_conversation_id(conversation_id)
-        text = unify_line_breaks(text)
-        note = validate_note(Note(new_note_id(self.clock()), conversation_id, author, text, self.clock()))
-        return self.store.note_add(tenant, note)
-
-    def list_notes(
-        self, tenant: str, conversation_id: str, limit: int = 50, after: str | None = None
-    ) -> tuple[list[Note], str | None]:
-        """Return a page of notes and the id to pass as ``after`` for the next page (``None``: last page)."""
-        return selectors.note_list(tenant, conversation_id, limit=limit, after=after, store=self.store)
-
-    def mark_read(self, tenant: str, conversation_id: str, *, agent: str, message_id: str | None = None) -> ReadMarker:
-        """Move ``agent``'s read marker to ``message_id`` (default: the newest message); forward only.
-
-        A marker never moves back: marking an older message returns the marker
-        unchanged. Raise ``NotFound`` if the message is not in this conversation.
-        """
-        check_agent(agent, "agent")
-        for _ in range(RETRIES):
-            conv = selectors.conversation_get(tenant, conversation_id, store=self.store)
-            target = message_id or conv.last_message_id
-            if target is None:
-                raise NotFound("the conversation has no messages")
-            message = self.store.message_get(tenant, check_id(target, "message_id"))
-            if message is None or message.conversation_id != conversation_id:
-                raise NotFound(f"message {target} not found in this conversation")
-            current = self.store.marker_get(tenant, conversation_id, agent)
-            if current is not None and current.message_sort_key >= message.sort_key:
-                return current
-            marker = validate_marker(
-                ReadMarker(
-                    conversation_id,
-                    agent,
-                    message.id,
-                    message.sort_key,
-                    self.clock(),
-                    revision=0 if current is None else current.revision,
-                )
-            )
-            try:
-                return self.store.marker_put(tenant, marker)
-            except Conflict:
-                continue
-        raise Conflict("read marker is too busy; try again")
-
-    def unread(self, tenant: str, conversation_id: str, agent: str) -> int:
-        """Return ``agent``'s unread inbound messages in the conversation."""
-        conv = selectors.conversation_get(tenant, conversation_id, store=self.store)
-        return selectors.unread_count(tenant, conv, agent=agent, store=self.store)
-
-    # -- the wake-up job ---------------------------------------------------------
-
-    def wake_snoozed(self, tenant: str, *, at_ms: int | None = None, batch: int = 200) -> int:
-        """Store as ``open`` every pending conversation snoozed until ``at_ms`` (default: now); return how many.
-
-        The agent-facing ``version`` does not move: agents already see such a
-        conversation as open (``selectors.effective_status``), so an action
-        based on what they saw still applies. Reads O(woken) entries.
-        """
-        now = self.clock() if at_ms is None else at_ms
-        woken = 0
-        while True:
-            due = self.store.snoozed_due(tenant, now_ms=now, limit=batch)
-            moved = sum(self._wake(tenant, c, now) for c in due)
-            woken += moved
-            if len(due) < batch or not moved:
-                return woken
-
-    def _wake(self, tenant: str, conv: Conversation | None, now: int) -> int:
-        for _ in range(RETRIES):
-            if conv is None or conv.status != "pending" or conv.snoozed_until_ms is None or conv.snoozed_until_ms > now:
-                return 0
-            at = self.clock()
-            new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=at))
-            events = conversation_events(conv, new, actor=None, at_ms=at)  # the system reopened it
-            try:
-                self.store.write(tenant, Change(conversation=new, previous=conv, events=events))
-                return 1
-            except Conflict:
-                conv = self.store.conversation_get(tenant, conv.id)
-        raise Conflict("conversation is too busy; the wake-up job will try again")
-
-    def backfill_markers(self, tenant: str, *, batch: int = 200) -> int:
-        """Give read markers stored before unread counts existed their count; return the records changed."""
-        changed = 0
-        while (done := self.store.markers_backfill(tenant, limit=batch)) > 0:
-            changed += done
-        return changed
-
-    # -- erasure ----------------------------------------------------------------
-
-    def erase(self, tenant: str, conversation_id: str) -> int:
-        """Erase the conversation, its messages, notes and read markers; return the records removed.
-
-        The conversation goes first (new messages of the chat then start a new
-        conversation), then the rest in batches. A purge cut short is finished
-        by erasing again. Raise ``NotFound`` if there is nothing to erase.
-        """
-        check_conversation_id(conversation_id)
-        for _ in range(RETRIES):
-            conv = self.store.conversation_get(tenant, conversation_id)
-            if conv is None:
-                if not self.store.erasure_pending(tenant, conversation_id):
-                    raise NotFound(f"conversation {conversation_id} not found")
-                break
-            try:
-                self.store.conversation_delete(tenant, conv)
-                break
-            except Conflict:
-                continue
-        else:
-            raise Conflict("conversation is too busy; try again")
-        removed = 1
-        while (batch := self.store.conversation_purge(tenant, conversation_id, limit=PURGE_BATCH)) > 0:
-            removed += batch
-        log.info("inbox erased conversation=%s records=%d", conversation_id, removed)
-        return removed
-
-
-def default_inbox() -> Inbox:
-    """Return the ``Inbox`` over ``default_store()``."""
-    return Inbox(default_store())
-
-
-# -- the services, tenant first ---------------------------------------------------------
-
-
 def message_project(tenant: str | None, record: StoredMessage | Mapping[str, Any]) -> Projected:
-    """Project one ledger record (see ``Inbox.project_message``)."""
-    return default_inbox().project_message(record, tenant=tenant)
+    """Project a bot's ledger record (a ``StoredMessage`` or its JSON object).
+
+    Without an explicit tenant the record's ``tenantId`` is used; a record
+    naming another tenant than ``tenant`` is refused (``ValidationError`` on
+    ``record.tenantId``). Idempotent by message id.
+    """
+    message = record if isinstance(record, StoredMessage) else StoredMessage.from_record(record)
+    target = tenant or message.tenant_id
+    if target is None:
+        raise ValidationError("record.tenantId", "is required when no tenant is given")
+    if message.tenant_id is not None and message.tenant_id != target:
+        raise ValidationError("record.tenantId", "names another tenant")
+    return projection.project_stored(target, message)
 
 
 def event_project(tenant: str, event: Any) -> Projected:
-    """Project one channel event (see ``Inbox.project_event``)."""
-    return default_inbox().project_event(tenant, event)
+    """Project a channel event (``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``).
+
+    An event whose ids the inbox can never store (``inbound_event_problem``;
+    journaled before the webhook refused them) is skipped with a log line
+    (``ignored``) rather than failing its whole record into the dead letters.
+    """
+    problem = inbound_event_problem(event)
+    if problem is not None:
+        log.warning("inbox event skipped, it can never be stored: %s", problem.message)
+        return Projected("ignored")
+    kind = getattr(event, "kind", None)
+    if kind == "message":
+        return projection.project_inbound(tenant, event)
+    if kind == "status":
+        return projection.project_status(tenant, event)
+    if kind == "member":
+        return projection.project_member(tenant, event)
+    raise ValidationError("event.kind", "must be message, status or member")
+
+
+# -- conversation changes ---------------------------------------------------------------
+
+
+def _conversation_change(
+    tenant: str,
+    conversation_id: str,
+    change: Callable[[Conversation], Conversation | None],
+    *,
+    expected_version: int | None = None,
+    actor: str | None = None,
+) -> Conversation:
+    """Apply ``change`` by compare-and-set, retrying while only the store revision moved.
+
+    With ``expected_version`` the agent-facing version must still match,
+    else ``Conflict`` carries ``current_version`` and the current assignee.
+    What changed (assignee, handoff, status) is recorded in the same write
+    as the conversation's events, by ``actor`` (``None``: the system).
+    """
+    store = default_store()
+    for _ in range(RETRIES):
+        conv = selectors.conversation_get(tenant, conversation_id, store=store)
+        if expected_version is not None and conv.version != expected_version:
+            raise Conflict(
+                f"conversation changed: expected version {expected_version}, found {conv.version}",
+                current_version=conv.version,
+                assignee=conv.assignee,
+                status=conv.status,
+            )
+        new = change(conv)
+        if new is None:
+            return conv
+        at = now_ms()
+        new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=at))
+        events = conversation_events(conv, new, actor=actor, at_ms=at)
+        try:
+            written = store.write(tenant, Change(conversation=new, previous=conv, events=events))
+            return written.conversation or new
+        except Conflict:
+            continue
+    raise Conflict("conversation is too busy; try again")
 
 
 def conversation_assign(
     tenant: str, conversation_id: str, *, agent: str | None, expected_version: int, actor: str | None = None
 ) -> Conversation:
-    """Compare-and-set the assignee (see ``Inbox.assign``)."""
-    return default_inbox().assign(tenant, conversation_id, agent, expected_version, actor=actor)
+    """Assign the conversation to ``agent`` (``None``: unassign) if its version is ``expected_version``.
+
+    Compare-and-set: a stale version raises ``Conflict`` (HTTP 409) with the
+    current ``version`` and ``assignee``. Return the conversation at its new version.
+    ``actor``: who assigned it (the thread's event names them).
+    """
+    if agent is not None:
+        check_agent(agent, "agent")
+    check_version(expected_version, "expected_version")
+    conv = _conversation_change(
+        tenant,
+        conversation_id,
+        lambda c: replace(c, assignee=agent),
+        expected_version=expected_version,
+        actor=actor,
+    )
+    log.info("inbox assign conversation=%s version=%s", conversation_id, conv.version)
+    return conv
 
 
 def conversation_handoff(
     tenant: str, conversation_id: str, *, active: bool, actor: str, expected_version: int | None = None
 ) -> Conversation:
-    """Take the chat from the bot or give it back (see ``Inbox.handoff``)."""
-    return default_inbox().handoff(
-        tenant, conversation_id, active=active, actor=actor, expected_version=expected_version
-    )
+    """Take the chat from the bot (``active``) or give it back; stored with who and when.
+
+    Taking an unassigned conversation assigns it to ``actor``. Taking a chat
+    that is already handed off, or giving back one that is not, changes nothing.
+    """
+    check_agent(actor, "actor")
+
+    def change(c: Conversation) -> Conversation | None:
+        if active == c.handed_off:
+            return None
+        at = now_ms()
+        if active:
+            return replace(c, handoff=Handoff(True, actor, at), assignee=c.assignee or actor)
+        assert c.handoff is not None
+        return replace(c, handoff=replace(c.handoff, active=False, released_by=actor, released_at_ms=at))
+
+    conv = _conversation_change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
+    log.info("inbox handoff conversation=%s active=%s", conversation_id, active)
+    return conv
 
 
 def conversation_status_set(
@@ -384,30 +189,112 @@ def conversation_status_set(
     expected_version: int | None = None,
     actor: str | None = None,
 ) -> Conversation:
-    """Set the status (see ``Inbox.set_status``)."""
-    return default_inbox().set_status(
-        tenant,
-        conversation_id,
-        status=status,
-        snoozed_until_ms=snoozed_until_ms,
-        expected_version=expected_version,
-        actor=actor,
-    )
+    """Set open / pending / resolved; ``snoozed_until_ms`` (pending only) reopens it at that time.
+
+    ``actor``: who set it (the thread's event names them).
+    """
+    check_choice(status, "status", CONVERSATION_STATUSES)
+    if snoozed_until_ms is not None:
+        check_ms(snoozed_until_ms, "snoozed_until_ms")
+        if status != "pending":
+            raise ValidationError("snoozed_until_ms", "only a pending conversation can be snoozed")
+        if snoozed_until_ms <= now_ms():
+            raise ValidationError("snoozed_until_ms", "must be in the future (epoch milliseconds)")
+
+    def change(c: Conversation) -> Conversation | None:
+        if c.status == status and c.snoozed_until_ms == snoozed_until_ms:
+            return None
+        return replace(c, status=status, snoozed_until_ms=snoozed_until_ms)
+
+    return _conversation_change(tenant, conversation_id, change, expected_version=expected_version, actor=actor)
+
+
+# -- notes and read markers ---------------------------------------------------------------
 
 
 def note_add(tenant: str, conversation_id: str, *, author: str, text: str) -> Note:
-    """Add a private note (see ``Inbox.add_note``)."""
-    return default_inbox().add_note(tenant, conversation_id, author=author, text=text)
+    """Add a private note; return it. Raise ``ValidationError`` (``note.text``) or ``NotFound``."""
+    check_conversation_id(conversation_id)
+    text = unify_line_breaks(text)
+    note = validate_note(Note(new_note_id(now_ms()), conversation_id, author, text, now_ms()))
+    return default_store().note_add(tenant, note)
 
 
 def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id: str | None = None) -> ReadMarker:
-    """Move an agent's read marker forward (see ``Inbox.mark_read``)."""
-    return default_inbox().mark_read(tenant, conversation_id, agent=agent, message_id=message_id)
+    """Move ``agent``'s read marker to ``message_id`` (default: the newest message); forward only.
+
+    A marker never moves back: marking an older message returns the marker
+    unchanged. Raise ``NotFound`` if the message is not in this conversation.
+    """
+    check_agent(agent, "agent")
+    store = default_store()
+    for _ in range(RETRIES):
+        conv = selectors.conversation_get(tenant, conversation_id, store=store)
+        target = message_id or conv.last_message_id
+        if target is None:
+            raise NotFound("the conversation has no messages")
+        message = store.message_get(tenant, check_id(target, "message_id"))
+        if message is None or message.conversation_id != conversation_id:
+            raise NotFound(f"message {target} not found in this conversation")
+        current = store.marker_get(tenant, conversation_id, agent)
+        if current is not None and current.message_sort_key >= message.sort_key:
+            return current
+        marker = validate_marker(
+            ReadMarker(
+                conversation_id,
+                agent,
+                message.id,
+                message.sort_key,
+                now_ms(),
+                revision=0 if current is None else current.revision,
+            )
+        )
+        try:
+            return store.marker_put(tenant, marker)
+        except Conflict:
+            continue
+    raise Conflict("read marker is too busy; try again")
+
+
+def read_markers_backfill(tenant: str, *, batch: int = 200) -> int:
+    """Give read markers stored before unread counts existed their count; return the records changed."""
+    store = default_store()
+    changed = 0
+    while (done := store.markers_backfill(tenant, limit=batch)) > 0:
+        changed += done
+    return changed
+
+
+# -- erasure ------------------------------------------------------------------------------
 
 
 def conversation_erase(tenant: str, conversation_id: str) -> int:
-    """Erase a conversation and everything in it (see ``Inbox.erase``)."""
-    return default_inbox().erase(tenant, conversation_id)
+    """Erase the conversation, its messages, notes and read markers; return the records removed.
+
+    The conversation goes first (new messages of the chat then start a new
+    conversation), then the rest in batches. A purge cut short is finished
+    by erasing again. Raise ``NotFound`` if there is nothing to erase.
+    """
+    check_conversation_id(conversation_id)
+    store = default_store()
+    for _ in range(RETRIES):
+        conv = store.conversation_get(tenant, conversation_id)
+        if conv is None:
+            if not store.erasure_pending(tenant, conversation_id):
+                raise NotFound(f"conversation {conversation_id} not found")
+            break
+        try:
+            store.conversation_delete(tenant, conv)
+            break
+        except Conflict:
+            continue
+    else:
+        raise Conflict("conversation is too busy; try again")
+    removed = 1
+    while (batch := store.conversation_purge(tenant, conversation_id, limit=PURGE_BATCH)) > 0:
+        removed += batch
+    log.info("inbox erased conversation=%s records=%d", conversation_id, removed)
+    return removed
 
 
 def conversation_channels_assign(
@@ -495,9 +382,37 @@ TICK_EVERY_S = 60
 """The period of ``inbox.tick``: how late a snoozed conversation may reach the ``open`` list and counts."""
 
 
-def conversations_wake(tenant: str, *, at_ms: int | None = None) -> int:
-    """Reopen the snoozed conversations of ``tenant`` whose time has come (see ``Inbox.wake_snoozed``)."""
-    return default_inbox().wake_snoozed(tenant, at_ms=at_ms)
+def conversations_wake(tenant: str, *, at_ms: int | None = None, batch: int = 200) -> int:
+    """Store as ``open`` every pending conversation snoozed until ``at_ms`` (default: now); return how many.
+
+    The agent-facing ``version`` does not move: agents already see such a
+    conversation as open (``selectors.effective_status``), so an action
+    based on what they saw still applies. Reads O(woken) entries.
+    """
+    store = default_store()
+    now = now_ms() if at_ms is None else at_ms
+    woken = 0
+    while True:
+        due = store.snoozed_due(tenant, now_ms=now, limit=batch)
+        moved = sum(_conversation_wake(store, tenant, c, now) for c in due)
+        woken += moved
+        if len(due) < batch or not moved:
+            return woken
+
+
+def _conversation_wake(store: InboxStore, tenant: str, conv: Conversation | None, now: int) -> int:
+    for _ in range(RETRIES):
+        if conv is None or conv.status != "pending" or conv.snoozed_until_ms is None or conv.snoozed_until_ms > now:
+            return 0
+        at = now_ms()
+        new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=at))
+        events = conversation_events(conv, new, actor=None, at_ms=at)  # the system reopened it
+        try:
+            store.write(tenant, Change(conversation=new, previous=conv, events=events))
+            return 1
+        except Conflict:
+            conv = store.conversation_get(tenant, conv.id)
+    raise Conflict("conversation is too busy; the wake-up job will try again")
 
 
 def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:
@@ -511,12 +426,11 @@ def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:
     from botmesh_admin.kv.indexes import IndexNotBuilt
     from botmesh_admin.tenancy.selectors import tenant_ids
 
-    inbox = default_inbox()
     counts = {"woken": 0, "backfilled": 0, "skipped": 0}
     for tenant in tenant_ids():
         try:
-            counts["woken"] += inbox.wake_snoozed(tenant, at_ms=at_ms)
-            counts["backfilled"] += inbox.backfill_markers(tenant)
+            counts["woken"] += conversations_wake(tenant, at_ms=at_ms)
+            counts["backfilled"] += read_markers_backfill(tenant)
         except IndexNotBuilt:
             counts["skipped"] += 1
     if counts["skipped"]:

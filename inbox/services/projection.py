@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, DomainError, NotFound
 
 from ..domain import (
@@ -54,12 +55,12 @@ from ..domain import (
     validate_conversation,
     validate_message,
 )
+from ..stores import default_store
 from ..stores.base import Change
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
 
-    from .conversations import Inbox
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +110,16 @@ def _new_conversation(chat_key: str, channel: str, at_ms: int, channel_name: str
 
 
 def _conversation_of(
-    inbox: Inbox, tenant: str, chat_key: str, channel: str, channel_name: str | None
+    tenant: str, chat_key: str, channel: str, channel_name: str | None
 ) -> tuple[Conversation | None, Conversation]:
     """Return ``(stored, conversation)`` of the chat on ``channel_name`` (a new one if none is stored).
 
     A conversation stored before conversations belonged to a channel is
     assigned the channel that now hears from it.
     """
-    stored = inbox.store.conversation_by_chat(tenant, chat_key, channel_name=channel_name)
+    stored = default_store().conversation_by_chat(tenant, chat_key, channel_name=channel_name)
     if stored is None:
-        return None, _new_conversation(chat_key, channel, inbox.clock(), channel_name)
+        return None, _new_conversation(chat_key, channel, now_ms(), channel_name)
     if stored.channel_name is None and channel_name is not None:
         return stored, replace(stored, channel_name=channel_name)
     return stored, stored
@@ -184,7 +185,6 @@ def _merge_placeholder(m: Message, placeholder: Message) -> Message:
 
 
 def ingest(
-    inbox: Inbox,
     tenant: str,
     message: Message,
     *,
@@ -201,7 +201,7 @@ def ingest(
     replaces a placeholder takes over its status and reactions. ``contact``
     (called outside the write) returns the CRM contact id for the conversation.
     """
-    store = inbox.store
+    store = default_store()
     pid = message.provider_message_id
     for attempt in range(RETRIES):
         _backoff(attempt)
@@ -215,7 +215,7 @@ def ingest(
         if twin is not None and (twin.id == message.id or message.id in twin.aliases):
             if not twin.placeholder or message.placeholder:
                 return Projected("duplicate", twin.conversation_id, twin.id)
-        stored, conv = _conversation_of(inbox, tenant, chat_key, channel, channel_name)
+        stored, conv = _conversation_of(tenant, chat_key, channel, channel_name)
         m = replace(message, conversation_id=conv.id)
         removed: Message | None = None
         if twin is not None and not twin.placeholder:
@@ -236,7 +236,7 @@ def ingest(
             contact_id = contact(conv)
             if contact_id and contact_id != conv.contact_id:
                 conv = replace(conv, contact_id=contact_id)
-        new_conv = validate_conversation(_after_message(conv, validate_message(m), inbox.clock(), removed))
+        new_conv = validate_conversation(_after_message(conv, validate_message(m), now_ms(), removed))
         try:
             store.write(
                 tenant,
@@ -256,7 +256,6 @@ def ingest(
 
 
 def update_message(
-    inbox: Inbox,
     tenant: str,
     find: Callable[[], Message | None],
     change: Callable[[Message], Message | None],
@@ -269,10 +268,11 @@ def update_message(
     (an event's own id) is claimed for the message in the same write, so a
     redelivered event is recognised as a duplicate.
     """
+    store = default_store()
     for attempt in range(RETRIES):
         _backoff(attempt)
         if alias is not None:
-            seen = inbox.store.message_get(tenant, alias)
+            seen = store.message_get(tenant, alias)
             if seen is not None:
                 return Projected("duplicate", seen.conversation_id, seen.id)
         current = find()
@@ -287,7 +287,7 @@ def update_message(
             new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, alias))))
             aliases = ((alias, new),)
         try:
-            inbox.store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
+            store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
         except Conflict:
             continue
         return Projected("updated", current.conversation_id, current.id)
@@ -297,7 +297,7 @@ def update_message(
 # -- ledger records -------------------------------------------------------------------
 
 
-def project_stored(inbox: Inbox, tenant: str, record: StoredMessage) -> Projected:
+def project_stored(tenant: str, record: StoredMessage) -> Projected:
     """Project one bot ledger record into ``tenant`` (the caller checked the record's tenant)."""
     message = Message(
         id=record.id,
@@ -315,7 +315,6 @@ def project_stored(inbox: Inbox, tenant: str, record: StoredMessage) -> Projecte
         status_at_ms=record.timestamp_ms if record.direction == "out" and record.provider_message_id else None,
     )
     result = ingest(
-        inbox,
         tenant,
         message,
         chat_key=record.chat_id,
@@ -356,7 +355,7 @@ def _media(event: InboundMessage) -> dict[str, Any] | None:
     }
 
 
-def _placeholder(inbox: Inbox, provider_id: str, at_ms: int, **fields: Any) -> Message:
+def _placeholder(provider_id: str, at_ms: int, **fields: Any) -> Message:
     return Message(
         id=check_id(provider_id, "event.provider_message_id"),
         conversation_id=UNPLACED,
@@ -370,7 +369,7 @@ def _placeholder(inbox: Inbox, provider_id: str, at_ms: int, **fields: Any) -> M
     )
 
 
-def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+def project_inbound(tenant: str, event: InboundMessage) -> Projected:
     """Project a webhook ``InboundMessage`` (a message, a reaction, a button reply or an edit).
 
     What the customer wrote is kept even when it cannot be stored as it is
@@ -380,9 +379,9 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
         event, text=received_text(event.text, MAX_TEXT), sender_name=received_text(event.sender_name, 200)
     )
     if event.reaction is not None:
-        return _project_reaction(inbox, tenant, event)
+        return _project_reaction(tenant, event)
     if event.edit_of is not None:
-        return _project_edit(inbox, tenant, event)
+        return _project_edit(tenant, event)
     message = Message(
         id=check_id(event.provider_message_id, "event.provider_message_id"),
         conversation_id=UNPLACED,
@@ -413,7 +412,6 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
         },
     )
     result = ingest(
-        inbox,
         tenant,
         message,
         chat_key=event.chat_key,
@@ -426,7 +424,7 @@ def project_inbound(inbox: Inbox, tenant: str, event: InboundMessage) -> Project
     return result
 
 
-def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+def _project_reaction(tenant: str, event: InboundMessage) -> Projected:
     assert event.reaction is not None
     target_id, emoji = event.reaction.target_message_id, event.reaction.emoji
     reaction = MessageReaction(sender_id=event.sender_id, emoji=emoji, at_ms=event.timestamp_ms)
@@ -439,26 +437,24 @@ def _project_reaction(inbox: Inbox, tenant: str, event: InboundMessage) -> Proje
         return replace(m, reactions=others + ((reaction,) if emoji else ()))
 
     done = update_message(
-        inbox,
         tenant,
-        lambda: inbox.store.message_by_provider_id(tenant, target_id),
+        lambda: default_store().message_by_provider_id(tenant, target_id),
         react,
         alias=event.provider_message_id,
     )
     if done is not None:
         return done
     placeholder = _placeholder(
-        inbox,
         target_id,
         event.timestamp_ms,
         reactions=(reaction,) if emoji else (),
         aliases=(event.provider_message_id,),
     )
     result = ingest(
-        inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
+        tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
     )
     if result.outcome == "duplicate":  # the target arrived meanwhile: attach to it
-        return project_inbound(inbox, tenant, event)
+        return project_inbound(tenant, event)
     return result
 
 
@@ -507,7 +503,7 @@ def _edit_placeholder(event: InboundMessage) -> Message:
     )
 
 
-def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected:
+def _project_edit(tenant: str, event: InboundMessage) -> Projected:
     """Apply an edit to the message it names, whatever the order the two arrive in.
 
     Found: the edit joins its history (``_with_edit``). Not found: the edit is
@@ -521,16 +517,14 @@ def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected
     for attempt in range(RETRIES):
         _backoff(attempt)
         done = update_message(
-            inbox,
             tenant,
-            lambda: inbox.store.message_by_provider_id(tenant, target),
+            lambda: default_store().message_by_provider_id(tenant, target),
             lambda m: _with_edit(m, event.text, event.timestamp_ms, media),
             alias=event.provider_message_id,
         )
         if done is not None:
             return done
         result = ingest(
-            inbox,
             tenant,
             _edit_placeholder(event),
             chat_key=event.chat_key,
@@ -543,7 +537,7 @@ def _project_edit(inbox: Inbox, tenant: str, event: InboundMessage) -> Projected
     raise Conflict(f"message {_hash(target)} is too busy; the record will be retried")
 
 
-def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
+def project_status(tenant: str, event: StatusUpdate) -> Projected:
     """Apply a delivery status to the outbound message with that provider id (forward only)."""
     rank = DELIVERY_RANK.get(event.status)
     if rank is None:
@@ -559,7 +553,7 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
         return replace(m, **changes)
 
     pid = event.provider_message_id
-    done = update_message(inbox, tenant, lambda: inbox.store.message_by_provider_id(tenant, pid), advance)
+    done = update_message(tenant, lambda: default_store().message_by_provider_id(tenant, pid), advance)
     if done is not None:
         if done.outcome == "updated" and event.status == "failed":
             _count("messages.out_failed")
@@ -568,7 +562,6 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
         log.info("inbox status for unknown message %s and no chat; ignored", _hash(pid))
         return Projected("ignored")
     placeholder = _placeholder(
-        inbox,
         pid,
         event.timestamp_ms,
         status=event.status,
@@ -577,14 +570,14 @@ def project_status(inbox: Inbox, tenant: str, event: StatusUpdate) -> Projected:
         error_title=event.error_title if event.status == "failed" else None,
     )
     result = ingest(
-        inbox, tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
+        tenant, placeholder, chat_key=event.chat_key, channel=event.channel, channel_name=event.channel_name
     )
     if result.outcome == "duplicate":
-        return project_status(inbox, tenant, event)
+        return project_status(tenant, event)
     return result
 
 
-def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
+def project_member(tenant: str, event: MemberUpdate) -> Projected:
     """Record that the user blocked (``kicked``/``left``) or unblocked (``member``) the bot."""
     evidence = (
         f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} at {event.timestamp_ms} ms"
@@ -592,7 +585,7 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
     contact_id: str | None = None
     for attempt in range(RETRIES):
         _backoff(attempt)
-        stored, conv = _conversation_of(inbox, tenant, event.chat_key, event.channel, event.channel_name)
+        stored, conv = _conversation_of(tenant, event.chat_key, event.channel, event.channel_name)
         if stored is None:
             conv = replace(conv, last_activity_ms=event.timestamp_ms)
         if contact_id is None and event.sender_id and conv.contact_id is None:
@@ -609,11 +602,9 @@ def project_member(inbox: Inbox, tenant: str, event: MemberUpdate) -> Projected:
             new = replace(conv, blocked=False, blocked_at_ms=event.timestamp_ms, blocked_evidence=evidence)
         else:
             return Projected("ignored", conv.id if conv.revision else None)
-        new = replace(
-            new, version=conv.version + 1, updated_at_ms=inbox.clock(), contact_id=conv.contact_id or contact_id
-        )
+        new = replace(new, version=conv.version + 1, updated_at_ms=now_ms(), contact_id=conv.contact_id or contact_id)
         try:
-            inbox.store.write(
+            default_store().write(
                 tenant,
                 Change(
                     conversation=validate_conversation(new),

@@ -43,6 +43,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.channels.domain import SendOutcome, SendResult, blocked_identity
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, DomainError, NotFound, ValidationError
 
 from .. import selectors
@@ -60,12 +61,14 @@ from ..domain import (
     conversation_events,
     preview,
     replace,
+    reply_id,
     unify_line_breaks,
     validate_conversation,
     validate_message,
 )
+from ..stores import default_store
 from ..stores.base import Change
-from .conversations import Inbox, default_inbox, drain_soon
+from .conversations import drain_soon
 from .projection import RETRIES, _after_message, _merge_placeholder
 
 if TYPE_CHECKING:
@@ -83,11 +86,6 @@ class RetryLater(Exception):
     """The provider asked to slow down; the journal retries the record after its backoff."""
 
 
-def _reply_id(tenant: str, conversation_id: str, idempotency_key: str) -> str:
-    digest = hashlib.sha256(f"{tenant}/{conversation_id}/{idempotency_key}".encode()).hexdigest()
-    return f"r_{digest[:24]}"
-
-
 def reply_create(
     tenant: str,
     conversation_id: str,
@@ -97,7 +95,6 @@ def reply_create(
     idempotency_key: str | None = None,
     admin: bool = False,
     assign: bool = False,
-    inbox: Inbox | None = None,
 ) -> Message:
     """Queue an agent's reply; return its message (state ``queued``).
 
@@ -117,21 +114,21 @@ def reply_create(
     sends nothing new; with another text it is refused (``reply.idempotency_key``).
     Raise ``ValidationError`` (``reply.text``…) or ``NotFound``.
     """
-    inbox = inbox or default_inbox()
+    store = default_store()
     check_agent(author, "author")
     text = check_typed_text(unify_line_breaks(text), "reply.text", MAX_REPLY, required=True) or ""
-    at = inbox.clock()
+    at = now_ms()
     key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
     check_text(key, "reply.idempotency_key", 200, required=True)
-    message_id = _reply_id(tenant, conversation_id, key)
+    message_id = reply_id(tenant, conversation_id, key)
     for _ in range(RETRIES):
-        existing = inbox.store.message_get(tenant, message_id)
+        existing = store.message_get(tenant, message_id)
         if existing is not None:
             if existing.text != text:  # a key names one reply: reused for another text is a client bug
                 raise ValidationError("reply.idempotency_key", "was already used for a reply with another text")
             return existing
-        conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
-        settings = inbox.store.settings_get(tenant)
+        conv = selectors.conversation_get(tenant, conversation_id, store=store)
+        settings = store.settings_get(tenant)
         if conv.assignee not in (None, author) and not (admin or assign or settings.reply_to_others):
             raise Conflict(
                 f"conversation is assigned to {conv.assignee}; assign it to yourself to reply",
@@ -156,7 +153,7 @@ def reply_create(
         new_conv = validate_conversation(_after_message(taken, message, at))
         try:
             events = conversation_events(conv, taken, actor=author, at_ms=at)  # the reply's takeover, if any
-            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
+            store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")
@@ -166,7 +163,7 @@ def reply_create(
             conv.id,
             new_conv.handed_off and not conv.handed_off,
         )
-        return inbox.store.message_get(tenant, message_id) or message
+        return store.message_get(tenant, message_id) or message
     raise Conflict("conversation is too busy; try again")
 
 
@@ -204,33 +201,35 @@ def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:
     drain_soon(OUTBOX_CHANNEL)
 
 
-def _set_reply(inbox: Inbox, tenant: str, message: Message, **changes: Any) -> Message:
+def _set_reply(tenant: str, message: Message, **changes: Any) -> Message:
     """Compare-and-set the reply state of ``message``; raise ``Conflict`` if it changed meanwhile."""
     assert message.reply is not None
+    store = default_store()
     message_changes = changes.pop("fields", {})
-    reply = replace(message.reply, updated_at_ms=inbox.clock(), **changes)
+    reply = replace(message.reply, updated_at_ms=now_ms(), **changes)
     new = validate_message(replace(message, reply=reply, **message_changes))
-    return inbox.store.write(tenant, Change(messages=(new,))).messages[0]
+    return store.write(tenant, Change(messages=(new,))).messages[0]
 
 
-def _record_outcome(inbox: Inbox, tenant: str, message: Message, **changes: Any) -> Message:
+def _record_outcome(tenant: str, message: Message, **changes: Any) -> Message:
     """Record what the provider answered, even if the reply moved meanwhile.
 
     If a slow answer arrives after another worker marked the reply
     ``not_confirmed``, the answer wins: now it is known.
     """
+    store = default_store()
     for _ in range(RETRIES):
         try:
-            return _set_reply(inbox, tenant, message, **dict(changes, fields=dict(changes.get("fields", {}))))
+            return _set_reply(tenant, message, **dict(changes, fields=dict(changes.get("fields", {}))))
         except Conflict:
-            current = inbox.store.message_get(tenant, message.id)
+            current = store.message_get(tenant, message.id)
             if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
                 return current or message
             message = current
     raise Conflict("reply is too busy; the record will be retried")
 
 
-def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_message_id: str) -> Message:
+def _record_accepted(tenant: str, message: Message, *, provider_message_id: str) -> Message:
     """Record an accepted send: its provider message id, ``sent``, and what webhooks already said of it.
 
     Meta may post a wamid's ``sent``/``delivered`` statuses before the Graph
@@ -243,27 +242,28 @@ def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_me
     As ``_record_outcome``, the answer wins over a ``not_confirmed`` set meanwhile.
     """
     pid = provider_message_id
+    store = default_store()
     for _ in range(RETRIES):
         assert message.reply is not None
-        at = inbox.clock()
+        at = now_ms()
         reply = replace(
             message.reply, state="accepted", error_code=None, error_title=None, retry_at_ms=None, updated_at_ms=at
         )
         new = replace(message, reply=reply, provider_message_id=pid, status="sent", status_at_ms=at)
-        holder = inbox.store.message_get(tenant, pid)
+        holder = store.message_get(tenant, pid)
         stored: Conversation | None = None
         removed: tuple[Message, ...] = ()
         claims: tuple[tuple[str, Message], ...] = ()
         if holder is not None and holder.placeholder and holder.conversation_id == message.conversation_id:
             removed, new = (holder,), _merge_placeholder(new, holder)
-            stored = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
+            stored = selectors.conversation_get(tenant, message.conversation_id, store=store)
         elif holder is not None and holder.id != message.id:
             log.warning("inbox reply %s: provider id already names message %s; not claimed", message.id, holder.id)
         if holder is None or removed:
             new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, pid))))
             claims = ((pid, new),)
         try:
-            return inbox.store.write(
+            return store.write(
                 tenant,
                 Change(
                     conversation=None if stored is None else _without(stored, removed[0], new, at),
@@ -274,7 +274,7 @@ def _record_accepted(inbox: Inbox, tenant: str, message: Message, *, provider_me
                 ),
             ).messages[0]
         except Conflict:
-            current = inbox.store.message_get(tenant, message.id)
+            current = store.message_get(tenant, message.id)
             if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
                 return current or message
             message = current
@@ -325,7 +325,6 @@ def reply_send(
     message_id: str,
     *,
     claim: Claim | None = None,
-    inbox: Inbox | None = None,
     sleep: Any = time.sleep,
 ) -> Message | None:
     """Send a queued reply (the outbox handler); return the message in its new state.
@@ -341,8 +340,8 @@ def reply_send(
     from botmesh_admin.channels.domain import OutboundMessage
     from botmesh_admin.observability.shutdown import inflight
 
-    inbox = inbox or default_inbox()
-    message = inbox.store.message_get(tenant, message_id)
+    store = default_store()
+    message = store.message_get(tenant, message_id)
     if message is None or message.reply is None:
         return None  # erased meanwhile: nothing to send
     state = message.reply.state
@@ -351,49 +350,47 @@ def reply_send(
     if state == "sending":
         log.warning("inbox reply %s found sending after a restart: not confirmed, not resent", message_id)
         return _set_reply(
-            inbox,
             tenant,
             message,
             state="not_confirmed",
             error_title="the worker stopped before the provider answered; it may or may not have been delivered",
         )
-    conv = selectors.conversation_get(tenant, message.conversation_id, store=inbox.store)
+    conv = selectors.conversation_get(tenant, message.conversation_id, store=store)
     provider = _provider_for(tenant, conv)
     while True:
-        wait = (message.reply.retry_at_ms or 0) - inbox.clock()
+        wait = (message.reply.retry_at_ms or 0) - now_ms()
         if wait > MAX_INLINE_WAIT_MS:
             raise RetryLater(f"rate limited for {wait} ms more")
         if wait > 0:
             sleep(wait / 1000)
         # Durably "sending" before the request: a crash from here on can never lead to a second send.
-        message = _set_reply(inbox, tenant, message, state="sending", attempts=message.reply.attempts + 1)
+        message = _set_reply(tenant, message, state="sending", attempts=message.reply.attempts + 1)
         assert message.reply is not None  # _set_reply keeps it
         outbound = OutboundMessage(
             chat_key=conv.chat_key, text=message.text, idempotency_key=message.reply.idempotency_key
         )
         if claim is not None:
-            _check_claim(inbox, tenant, message, claim)
+            _check_claim(tenant, message, claim)
         with inflight():  # a SIGTERM's drain waits for the request and its record
             result = provider.send(outbound)
             if result.outcome is SendOutcome.ACCEPTED:
                 from botmesh_admin.observability.metrics import count
 
                 count("messages.out")
-                return _record_accepted(inbox, tenant, message, provider_message_id=result.provider_message_id)
+                return _record_accepted(tenant, message, provider_message_id=result.provider_message_id)
             if result.outcome is SendOutcome.NO_ANSWER:
                 # No answer at all: the request may have arrived. Never guess: let the agent decide.
-                return _record_outcome(inbox, tenant, message, state="not_confirmed", error_title=result.error_title)
+                return _record_outcome(tenant, message, state="not_confirmed", error_title=result.error_title)
             if result.outcome is SendOutcome.RATE_LIMITED or (result.retryable and result.retry_after_ms):
                 delay = result.retry_after_ms or 1000
                 log.info("inbox reply %s rate limited (%s); retry in %d ms", message_id, result.error_code, delay)
                 message = _set_reply(
-                    inbox,
                     tenant,
                     message,
                     state="queued",
                     error_code=result.error_code,
                     error_title=result.error_title,
-                    retry_at_ms=inbox.clock() + delay,
+                    retry_at_ms=now_ms() + delay,
                 )
                 continue
             from botmesh_admin.observability.metrics import count
@@ -401,7 +398,6 @@ def reply_send(
             count("messages.out_failed")
             log.info("inbox reply %s failed with code %s (%s)", message_id, result.error_code, result.outcome)
             failed = _record_outcome(
-                inbox,
                 tenant,
                 message,
                 state="failed",
@@ -438,7 +434,7 @@ def _blocked_us(tenant: str, conv: Conversation, message_id: str, result: SendRe
         count("errors")
 
 
-def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> None:
+def _check_claim(tenant: str, message: Message, claim: Claim) -> None:
     """Check the outbox record's claim before the request; if it was lost, undo ``sending`` and raise.
 
     The reply was not sent: it goes back to ``queued`` (compare-and-set on the
@@ -459,15 +455,13 @@ def _check_claim(inbox: Inbox, tenant: str, message: Message, claim: Claim) -> N
             claim.fencing_token,
         )
         try:
-            _set_reply(inbox, tenant, message, state="queued", attempts=max(message.reply.attempts - 1, 0))
+            _set_reply(tenant, message, state="queued", attempts=max(message.reply.attempts - 1, 0))
         except Conflict:
             pass  # another worker moved the reply on: it decides now
         raise
 
 
-def reply_resend(
-    tenant: str, message_id: str, *, conversation_id: str, actor: str, inbox: Inbox | None = None
-) -> Message:
+def reply_resend(tenant: str, message_id: str, *, conversation_id: str, actor: str) -> Message:
     """Queue a ``not_confirmed`` (or ``failed``) reply of ``conversation_id`` again, at the agent's request.
 
     The resend uses a new idempotency key, so the provider treats it as a new
@@ -476,9 +470,9 @@ def reply_resend(
     agent acting on conversation A never resends conversation B's reply) and
     ``ValidationError`` (``reply.state``) if it is not resendable.
     """
-    inbox = inbox or default_inbox()
+    store = default_store()
     check_agent(actor, "actor")
-    message = inbox.store.message_get(tenant, message_id)
+    message = store.message_get(tenant, message_id)
     if message is None or message.reply is None or message.conversation_id != conversation_id:
         raise NotFound(f"reply {message_id} not found in conversation {conversation_id}")
     if message.reply.state not in ("not_confirmed", "failed"):
@@ -488,7 +482,7 @@ def reply_resend(
     attempt = message.reply.attempts + 1
     key = f"{message.reply.idempotency_key[:180]}:resend{attempt}"
     queued = _set_reply(
-        inbox, tenant, message, state="queued", idempotency_key=key, error_code=None, error_title=None, retry_at_ms=None
+        tenant, message, state="queued", idempotency_key=key, error_code=None, error_title=None, retry_at_ms=None
     )
     _enqueue(tenant, message_id, f"reply:{message_id}:resend{attempt}")
     log.info("inbox reply %s resent by agent", message_id)
@@ -499,11 +493,6 @@ def reply_resend(
 
 BOT_FENCES = "bot_fences"
 """The tenant's Kv collection of the highest turn fence that replied in each chat, per bot."""
-
-
-def bot_reply_id(tenant: str, conversation_id: str, *, bot: str, in_reply_to: str) -> str:
-    """Return the message id of ``bot``'s reply to the inbound message ``in_reply_to`` (one reply per message)."""
-    return _reply_id(tenant, conversation_id, f"bot:{bot}:{in_reply_to}")
 
 
 MAX_FENCE = 2**53
@@ -531,7 +520,6 @@ def bot_reply_create(
     in_reply_to: str,
     text: str,
     fence: int,
-    inbox: Inbox | None = None,
 ) -> tuple[Message, bool]:
     """Queue ``bot``'s answer to the inbound message ``in_reply_to``; return ``(message, created)``.
 
@@ -567,25 +555,25 @@ def bot_reply_create(
     from botmesh_admin.kv import TenantKv
     from botmesh_admin.kv.runtime import default_kv
 
-    inbox = inbox or default_inbox()
+    store = default_store()
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 < fence < MAX_FENCE:
         raise ValidationError("fence", "must be an integer with 0 < fence < 2**53 (the fence of the replica's turn)")
     text = check_typed_text(unify_line_breaks(text), "text", MAX_REPLY, required=True) or ""
     check_conversation_id(conversation_id, "conversation_id")
     check_id(in_reply_to, "in_reply_to")
-    conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
-    inbound = inbox.store.message_get(tenant, in_reply_to)
+    conv = selectors.conversation_get(tenant, conversation_id, store=store)
+    inbound = store.message_get(tenant, in_reply_to)
     if inbound is None or inbound.conversation_id != conv.id:
         raise NotFound(f"message {in_reply_to!r} of this conversation not found")
     if inbound.direction != "in":
         raise ValidationError("in_reply_to", "must be an inbound message")
     key = f"bot:{bot}:{in_reply_to}"
-    message_id = _reply_id(tenant, conversation_id, key)
+    message_id = reply_id(tenant, conversation_id, key)
     kv = default_kv()
     guard = FenceGuard(kv, TenantKv(kv, "inbox").table(tenant, BOT_FENCES))
     resource = f"{hashlib.sha256(bot.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}/{conv.id}"
     for _ in range(RETRIES):
-        existing = inbox.store.message_get(tenant, message_id)
+        existing = store.message_get(tenant, message_id)
         if existing is not None:
             if guard.highest(resource) > fence:  # the late replica is told, even if the answer went out
                 raise StaleFence(
@@ -593,10 +581,10 @@ def bot_reply_create(
                     current_version=guard.highest(resource),
                 )
             return existing, False
-        conv = selectors.conversation_get(tenant, conversation_id, store=inbox.store)
+        conv = selectors.conversation_get(tenant, conversation_id, store=store)
         if conv.handed_off:
             raise HandedOff(f"a human ({conv.handoff.taken_by if conv.handoff else '?'}) holds this chat")
-        at = inbox.clock()
+        at = now_ms()
         author = bot if AGENT_RE.fullmatch(bot) else "bot"
         message = validate_message(
             Message(
@@ -619,12 +607,12 @@ def bot_reply_create(
         # one stale for every later reply too (the fence entry only grows).
         guard.commit(resource, fence)
         try:
-            inbox.store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
+            store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
         except Conflict:
             continue
         _enqueue(tenant, message_id, f"reply:{message_id}")
         log.info("inbox bot reply %s queued conversation=%s fence=%s", message_id, conv.id, fence)
-        return inbox.store.message_get(tenant, message_id) or message, True
+        return store.message_get(tenant, message_id) or message, True
     raise Conflict("conversation is too busy; try again")
 
 

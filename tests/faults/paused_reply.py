@@ -24,8 +24,8 @@ PAUSE_LIMIT_S = 60.0
 _set_reply = replies._set_reply
 
 
-def _paused_set_reply(inbox: Any, tenant: str, message: Any, **changes: Any) -> Any:
-    written = _set_reply(inbox, tenant, message, **changes)
+def _paused_set_reply(tenant: str, message: Any, **changes: Any) -> Any:
+    written = _set_reply(tenant, message, **changes)
     if changes.get("state") == "sending":
         directory = Path(os.environ["FAULTS_DIR"])
         with open(directory / "paused.log", "a", encoding="utf-8") as out:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import sys
 
+from inbox.stores import default_store
+
 
 def setup(args: dict) -> dict:
     from inbox.services import replies
@@ -36,13 +38,13 @@ def setup(args: dict) -> dict:
 
 def takeover(args: dict) -> dict:
     from botmesh_admin.events.services import journal_drain
-    from inbox.services import default_inbox, replies
+    from inbox.services import replies
 
     if args.get("wait_go"):
         print("READY", flush=True)
         sys.stdin.readline()
     drained = journal_drain(channel="outbox", lease_ms=args.get("lease_ms", 1500))
-    message = default_inbox().store.message_get(args["tenant"], args["message_id"])
+    message = default_store().message_get(args["tenant"], args["message_id"])
     assert message is not None and message.reply is not None
     out = {"drained": drained, "found": message.reply.state}
     if message.reply.state == "not_confirmed":

@@ -1,13 +1,13 @@
-"""Inbox fixtures: the store contract over the memory store and the Kv store on every backend."""
+"""InboxStore fixtures: the store contract over the memory store and the Kv store on every backend."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from botmesh_admin.demo import fixtures_dir
-from inbox.services import Inbox
 from inbox.stores import use_store
 from inbox.stores.base import InboxStore
 from inbox.stores.kv import KvInboxStore
@@ -31,9 +31,10 @@ def inbox_store(request: pytest.FixtureRequest) -> InboxStore:
 
 
 @pytest.fixture
-def inbox(inbox_store: InboxStore) -> Inbox:
-    """An ``Inbox`` over each store in turn."""
-    return Inbox(inbox_store)
+def inbox(inbox_store: InboxStore) -> Iterator[InboxStore]:
+    """Each store in turn as the services' default (``use_store``): the services act on it."""
+    with use_store(inbox_store):
+        yield inbox_store
 
 
 @pytest.fixture

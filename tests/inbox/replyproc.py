@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import sys
 
+from inbox.stores import default_store
+
 
 def setup(args: dict) -> dict:
     from django.contrib.auth import get_user_model
@@ -27,7 +29,7 @@ def setup(args: dict) -> dict:
     from botmesh_admin.demo import fixtures_dir
     from botmesh_admin.events.services import journal_drain
     from botmesh_admin.tenancy import services as tenancy
-    from inbox.services import default_inbox, replies
+    from inbox.services import replies
 
     call_command("migrate", verbosity=0, interactive=False)
     tenant = args["tenant"]
@@ -53,7 +55,7 @@ def setup(args: dict) -> dict:
     )
     assert response.status_code == 200, response.content
     assert journal_drain(channel="inbound")["processed"] == 1
-    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
+    conversation = default_store().conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
     assert conversation is not None
     reply = replies.reply_create(tenant, conversation.id, author="ana", text="¿Le llegó el pedido?")
     return {"conversation_id": conversation.id, "message_id": reply.id}

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from inbox import services
+from inbox.stores import default_store
 
 from .test_api import api  # noqa: F401  (the fixture)
 from .test_search import PEOPLE, seed
 
 
 def test_conversations_q_searches_names_and_phones_and_pages(api) -> None:  # noqa: F811
-    seed(services.default_inbox(), api.tenant)
+    seed(default_store(), api.tenant)
     status, body = api.call("get", "conversations?q=ana")
     assert status == 200 and sorted(c["display_name"] for c in body["items"]) == ["Ana García", "Ana Sofía Ruiz"]
     status, body = api.call("get", "conversations?q=%2B57%20300%20999")
@@ -26,7 +26,7 @@ def test_conversations_q_searches_names_and_phones_and_pages(api) -> None:  # no
 
 
 def test_events_list_who_changed_the_conversation(api) -> None:  # noqa: F811
-    ids = seed(services.default_inbox(), api.tenant)
+    ids = seed(default_store(), api.tenant)
     cid = ids["whatsapp:573001112233"]
     status, conv = api.call("get", f"conversations/{cid}")
     assert (

@@ -14,6 +14,7 @@ from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
 from inbox import services
+from inbox.stores import default_store
 from tests.backends import unique_id
 from tests.conftest import login
 
@@ -113,7 +114,7 @@ def test_agent_assigns_and_replies(page, shop, screenshot_dir) -> None:
 def test_reply_in_another_agents_chat_offers_assign_to_me_and_takes_it_from_the_bot(page, shop, screenshot_dir):
     """Issue 15, item 4: who may reply and what replying does, as the agent sees it."""
     from inbox.selectors import conversations_of_chat
-    from inbox.services import conversation_assign, default_inbox
+    from inbox.services import conversation_assign
 
     tenant, fake = shop
     (conv,) = conversations_of_chat(tenant, "whatsapp:573001112233")
@@ -133,7 +134,7 @@ def test_reply_in_another_agents_chat_offers_assign_to_me_and_takes_it_from_the_
     assert page.get_by_role("button", name="Send").count() == 1  # hers now: a plain reply
     assert page.locator(".inbox-reply-hint").count() == 0  # already taken from the bot
     page.screenshot(path=str(screenshot_dir / "inbox-assign-and-reply.png"))
-    state = default_inbox().store.conversation_get(tenant, conv.id)
+    state = default_store().conversation_get(tenant, conv.id)
     assert (state.assignee, state.handoff.taken_by) == ("sofia", "sofia")
     drain("outbox")
     assert fake.count("573001112233") == 1

@@ -13,6 +13,8 @@ time), and ``IndexedTable.check`` finds no drift in any index.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +22,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from botmesh_admin.clock import use_clock, wall_ms
 from botmesh_admin.errors import Conflict, ValidationError
 from botmesh_admin.kv.memory import MemoryKv
 from inbox import selectors
-from inbox.domain import Conversation, chat_hash, now_ms
-from inbox.services import Inbox
+from inbox.domain import Conversation, chat_hash
+from inbox.selectors import conversation_unread
+from inbox.services import (
+    conversation_assign,
+    conversation_erase,
+    conversation_status_set,
+    conversations_wake,
+    message_project,
+    read_marker_set,
+)
+from inbox.stores import use_store
 from inbox.stores.base import InboxStore
 from inbox.stores.kv import CONVERSATIONS, KvInboxStore
 from inbox.stores.memory import MemoryInboxStore
@@ -133,12 +145,12 @@ def check_indexes(store: InboxStore) -> None:
 class World:
     """The inbox under test and what the history has done so far."""
 
-    inbox: Inbox
+    inbox: InboxStore
     clock: list[int]
     ids: list[str] = field(default_factory=list)
 
     def conversation(self, chat: int) -> Conversation | None:
-        return self.inbox.store.conversation_by_chat(TENANT, CHATS[chat])
+        return self.inbox.conversation_by_chat(TENANT, CHATS[chat])
 
 
 chat_i = st.integers(0, len(CHATS) - 1)
@@ -169,12 +181,19 @@ steps = st.tuples(st.lists(message, min_size=3, max_size=12), mixed).map(lambda 
 
 
 def apply(world: World, step: tuple[Any, ...]) -> None:
+    """Run one step through the services over the world's store, at the world's clock."""
+    with use_store(world.inbox), use_clock(lambda: world.clock[0]):
+        _apply(world, step)
+
+
+def _apply(world: World, step: tuple[Any, ...]) -> None:
     inbox, kind = world.inbox, step[0]
     if kind == "message":
         _, chat, direction, ts, n = step
         channel = CHATS[chat].split(":")[0]
         # A small id space: the same id again is a redelivery (ignored, whatever its timestamp).
-        inbox.project_message(
+        message_project(
+            None,
             {
                 "id": f"m{chat}-{n}",
                 "tenantId": TENANT,
@@ -185,32 +204,32 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
                 "type": "text",
                 "body": "hola",
                 "timestamp": world.clock[0] + ts * 1000,
-            }
+            },
         )
         return
     if kind == "wake":
-        inbox.wake_snoozed(TENANT, at_ms=now_ms())
+        conversations_wake(TENANT, at_ms=wall_ms())
         return
     conv = world.conversation(step[1])
     if conv is None:
         return
     if kind == "read":
-        messages = inbox.store.message_page(TENANT, conv.id, limit=5000)
+        messages = inbox.message_page(TENANT, conv.id, limit=5000)
         if messages:
             target = None if step[3] < 0 else messages[step[3] % len(messages)].id
-            inbox.mark_read(TENANT, conv.id, agent=step[2], message_id=target)
+            read_marker_set(TENANT, conv.id, agent=step[2], message_id=target)
     elif kind == "assign":
-        inbox.assign(TENANT, conv.id, step[2], conv.version)
+        conversation_assign(TENANT, conv.id, agent=step[2], expected_version=conv.version)
     elif kind == "status":
         status = step[2]
         if status.startswith("snooze"):
             # Due: between the inbox's clock and now (selectors judge by the wall clock); later: tomorrow.
-            until = world.clock[0] + 1000 if status == "snooze-due" else now_ms() + DAY_MS
-            inbox.set_status(TENANT, conv.id, status="pending", snoozed_until_ms=until)
+            until = world.clock[0] + 1000 if status == "snooze-due" else wall_ms() + DAY_MS
+            conversation_status_set(TENANT, conv.id, status="pending", snoozed_until_ms=until)
         else:
-            inbox.set_status(TENANT, conv.id, status=status)
+            conversation_status_set(TENANT, conv.id, status=status)
     elif kind == "erase":
-        inbox.erase(TENANT, conv.id)
+        conversation_erase(TENANT, conv.id)
 
 
 @pytest.mark.parametrize("kind", ["memory", "kv-memory"])
@@ -218,13 +237,13 @@ def apply(world: World, step: tuple[Any, ...]) -> None:
 @given(history=steps)
 def test_lists_counts_and_unread_totals_match_a_full_scan(kind: str, history: list[tuple[Any, ...]]) -> None:
     """Every count equals the definition after every step; every list and index at the end."""
-    clock = [now_ms() - 3_600_000]  # an hour ago: snoozes can be due by the wall clock
-    world = World(Inbox(open_store(kind), clock=lambda: clock[0]), clock)
+    clock = [wall_ms() - 3_600_000]  # an hour ago: snoozes can be due by the wall clock
+    world = World(open_store(kind), clock)
     for step in history:
         apply(world, step)
-        check_totals(world.inbox.store)
-    store = world.inbox.store
-    now = now_ms()
+        check_totals(world.inbox)
+    store = world.inbox
+    now = wall_ms()
     for agent in AGENTS:
         for view in VIEWS:
             for status in STATUSES:
@@ -256,84 +275,86 @@ def ledger(mid: str, ts: int, direction: str = "in", chat: str = CHATS[0]) -> di
 
 
 @pytest.fixture(params=["memory", "kv-memory"])
-def local_inbox(request: pytest.FixtureRequest) -> Inbox:
-    """An ``Inbox`` over the in-memory store and over the Kv store on the memory Kv."""
-    return Inbox(open_store(request.param))
+def local_inbox(request: pytest.FixtureRequest) -> Iterator[InboxStore]:
+    """The in-memory store and the Kv store on the memory Kv, in turn, as the services' default."""
+    with use_store(open_store(request.param)) as store:
+        yield store
 
 
-def test_a_late_inbound_message_counts_as_read_for_markers_after_it(local_inbox: Inbox) -> None:
+def test_a_late_inbound_message_counts_as_read_for_markers_after_it(local_inbox: InboxStore) -> None:
     """A message older than an agent's marker is not unread for that agent; newer markers are not touched."""
     inbox = local_inbox
     for i, ts in enumerate((10, 20, 30)):
-        cid = inbox.project_message(ledger(f"m{i}", ts)).conversation_id
+        cid = message_project(None, ledger(f"m{i}", ts)).conversation_id
     assert cid is not None
-    inbox.mark_read(TENANT, cid, agent="ana")  # at 30, the newest
-    inbox.mark_read(TENANT, cid, agent="bob", message_id="m0")  # at 10
-    inbox.project_message(ledger("late", 15))
-    assert inbox.unread(TENANT, cid, "ana") == 0
-    assert inbox.unread(TENANT, cid, "bob") == 3  # 15, 20 and 30
-    assert selectors.unread_total(TENANT, agent="ana", store=inbox.store) == 0
-    assert selectors.unread_total(TENANT, agent="bob", store=inbox.store) == 3
-    marker = inbox.store.marker_get(TENANT, cid, "ana")
+    read_marker_set(TENANT, cid, agent="ana")  # at 30, the newest
+    read_marker_set(TENANT, cid, agent="bob", message_id="m0")  # at 10
+    message_project(None, ledger("late", 15))
+    assert conversation_unread(TENANT, cid, agent="ana") == 0
+    assert conversation_unread(TENANT, cid, agent="bob") == 3  # 15, 20 and 30
+    assert selectors.unread_total(TENANT, agent="ana", store=inbox) == 0
+    assert selectors.unread_total(TENANT, agent="bob", store=inbox) == 3
+    marker = inbox.marker_get(TENANT, cid, "ana")
     assert marker is not None and marker.seen_inbound == 4
 
 
-def test_unread_totals_follow_reassignment_and_erasure(local_inbox: Inbox) -> None:
+def test_unread_totals_follow_reassignment_and_erasure(local_inbox: InboxStore) -> None:
     """The per-view totals move with the assignee, and an erased conversation leaves every count."""
     inbox = local_inbox
-    a = inbox.project_message(ledger("a1", 1, chat=CHATS[0])).conversation_id
-    inbox.project_message(ledger("a2", 2, chat=CHATS[0]))
-    b = inbox.project_message(ledger("b1", 3, chat=CHATS[2])).conversation_id
+    a = message_project(None, ledger("a1", 1, chat=CHATS[0])).conversation_id
+    message_project(None, ledger("a2", 2, chat=CHATS[0]))
+    b = message_project(None, ledger("b1", 3, chat=CHATS[2])).conversation_id
     assert a is not None and b is not None
-    inbox.mark_read(TENANT, a, agent="ana", message_id="a1")
-    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox.store) for v in VIEWS}
+    read_marker_set(TENANT, a, agent="ana", message_id="a1")
+    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox) for v in VIEWS}
     assert total == {"all": 2, "mine": 0, "unassigned": 2}
-    inbox.assign(TENANT, a, "ana", 1)
-    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox.store) for v in VIEWS}
+    conversation_assign(TENANT, a, agent="ana", expected_version=1)
+    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox) for v in VIEWS}
     assert total == {"all": 2, "mine": 1, "unassigned": 1}
-    counts = selectors.conversation_counts(TENANT, agent="ana", store=inbox.store)
+    counts = selectors.conversation_counts(TENANT, agent="ana", store=inbox)
     assert counts["mine"] == {"open": 1, "pending": 0, "resolved": 0}
     assert counts["all"]["open"] == 2
-    inbox.erase(TENANT, a)
-    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox.store) for v in VIEWS}
+    conversation_erase(TENANT, a)
+    total = {v: selectors.unread_total(TENANT, agent="ana", view=v, store=inbox) for v in VIEWS}
     assert total == {"all": 1, "mine": 0, "unassigned": 1}
-    assert selectors.conversation_count(TENANT, agent="ana", store=inbox.store) == 1
+    assert selectors.conversation_count(TENANT, agent="ana", store=inbox) == 1
 
 
-def test_a_due_snooze_leaves_pending_at_once_and_joins_open_when_woken(local_inbox: Inbox) -> None:
+def test_a_due_snooze_leaves_pending_at_once_and_joins_open_when_woken(local_inbox: InboxStore) -> None:
     """Rows show ``open`` as soon as the time comes; the wake-up stores it, without a new version."""
-    clock = [now_ms() - 60_000]
-    inbox = Inbox(local_inbox.store, clock=lambda: clock[0])
-    cid = inbox.project_message(ledger("m1", 1)).conversation_id
-    assert cid is not None
-    snoozed = inbox.set_status(TENANT, cid, status="pending", snoozed_until_ms=clock[0] + 1000)
+    clock = [wall_ms() - 60_000]
+    inbox = local_inbox
+    with use_clock(lambda: clock[0]):
+        cid = message_project(None, ledger("m1", 1)).conversation_id
+        assert cid is not None
+        snoozed = conversation_status_set(TENANT, cid, status="pending", snoozed_until_ms=clock[0] + 1000)
 
     def ids(status: str) -> list[str]:
-        rows, _ = selectors.conversation_list(TENANT, agent="ana", status=status, store=inbox.store)
+        rows, _ = selectors.conversation_list(TENANT, agent="ana", status=status, store=inbox)
         return [r.conversation.id for r in rows]
 
     assert ids("pending") == [] and ids("open") == []  # due by the wall clock, not woken yet
-    assert selectors.conversation_counts(TENANT, agent="ana", store=inbox.store)["all"]["pending"] == 1
-    assert inbox.wake_snoozed(TENANT, at_ms=now_ms()) == 1
+    assert selectors.conversation_counts(TENANT, agent="ana", store=inbox)["all"]["pending"] == 1
+    assert conversations_wake(TENANT, at_ms=wall_ms()) == 1
     assert ids("open") == [cid]
-    woken = inbox.store.conversation_get(TENANT, cid)
+    woken = inbox.conversation_get(TENANT, cid)
     assert woken is not None and woken.status == "open" and woken.snoozed_until_ms is None
     assert woken.version == snoozed.version  # agents saw it open already: their actions still apply
-    assert selectors.conversation_counts(TENANT, agent="ana", store=inbox.store)["all"]["open"] == 1
-    assert inbox.wake_snoozed(TENANT, at_ms=now_ms()) == 0
+    assert selectors.conversation_counts(TENANT, agent="ana", store=inbox)["all"]["open"] == 1
+    assert conversations_wake(TENANT, at_ms=wall_ms()) == 0
 
 
-def test_a_list_cursor_is_the_same_position_under_any_filter(local_inbox: Inbox) -> None:
+def test_a_list_cursor_is_the_same_position_under_any_filter(local_inbox: InboxStore) -> None:
     """Cursors are ``<activity ms>/<conversation id>``; a malformed one is refused naming ``after``."""
     inbox = local_inbox
     for i, chat in enumerate(CHATS):
-        inbox.project_message(ledger(f"m{i}", i, chat=chat))
-    rows, cursor = selectors.conversation_list(TENANT, agent="ana", limit=1, store=inbox.store)
+        message_project(None, ledger(f"m{i}", i, chat=chat))
+    rows, cursor = selectors.conversation_list(TENANT, agent="ana", limit=1, store=inbox)
     assert cursor == f"{rows[0].conversation.last_activity_ms}/{rows[0].conversation.id}"
-    rest, _ = selectors.conversation_list(TENANT, agent="ana", channel="whatsapp", after=cursor, store=inbox.store)
+    rest, _ = selectors.conversation_list(TENANT, agent="ana", channel="whatsapp", after=cursor, store=inbox)
     assert [r.conversation.chat_key for r in rest] == [CHATS[1], CHATS[0]]
     with pytest.raises(ValidationError) as err:
-        selectors.conversation_list(TENANT, agent="ana", after="a/8235510399999/cv_0123", store=inbox.store)
+        selectors.conversation_list(TENANT, agent="ana", after="a/8235510399999/cv_0123", store=inbox)
     assert err.value.field == "after"
 
 
@@ -375,17 +396,17 @@ class CountingKv:
 def tenant_of(size: int) -> tuple[CountingKv, KvInboxStore]:
     kv = CountingKv()
     store = KvInboxStore(kv)  # type: ignore[arg-type]
-    inbox = Inbox(store)
-    for i in range(size):
-        chat = f"whatsapp:5730011{i:05d}" if i % 3 else f"telegram:70000{i:04d}"
-        cid = inbox.project_message(ledger(f"m{i}", i * 10, chat=chat)).conversation_id
-        assert cid is not None
-        if i % 5 == 0:
-            inbox.assign(TENANT, cid, "ana", 1)
-        if i % 2 == 0:
-            inbox.mark_read(TENANT, cid, agent="ana")
-        if i % 7 == 0:
-            inbox.set_status(TENANT, cid, status="resolved" if i % 2 else "pending")
+    with use_store(store):
+        for i in range(size):
+            chat = f"whatsapp:5730011{i:05d}" if i % 3 else f"telegram:70000{i:04d}"
+            cid = message_project(None, ledger(f"m{i}", i * 10, chat=chat)).conversation_id
+            assert cid is not None
+            if i % 5 == 0:
+                conversation_assign(TENANT, cid, agent="ana", expected_version=1)
+            if i % 2 == 0:
+                read_marker_set(TENANT, cid, agent="ana")
+            if i % 7 == 0:
+                conversation_status_set(TENANT, cid, status="resolved" if i % 2 else "pending")
     return kv, store
 
 
@@ -440,9 +461,11 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
 
     store = KvInboxStore(backends.open_kv(backend, request))
     tenant = backends.unique_id()
-    inbox = Inbox(store)
+    stack = contextlib.ExitStack()
+    request.addfinalizer(stack.close)
+    stack.enter_context(use_store(store))  # the services' default for the test, the threads included
     cids = [
-        inbox.project_message(dict(ledger(f"seed{i}", 1000, chat=chat), tenantId=tenant)).conversation_id
+        message_project(None, dict(ledger(f"seed{i}", 1000, chat=chat), tenantId=tenant)).conversation_id
         for i, chat in enumerate(CHATS[:2])
     ]
     errors: list[BaseException] = []
@@ -457,19 +480,19 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
 
     def messages(rng: random.Random, n: int, who: int = 0) -> None:
         chat = rng.choice(CHATS[:2])
-        inbox.project_message(dict(ledger(f"w{who}-{n}", rng.randint(0, 2000), chat=chat), tenantId=tenant))
+        message_project(None, dict(ledger(f"w{who}-{n}", rng.randint(0, 2000), chat=chat), tenantId=tenant))
 
     def reads(rng: random.Random, n: int) -> None:
         cid = rng.choice(cids)
         page = store.message_page(tenant, cid, limit=5000)
-        inbox.mark_read(tenant, cid, agent=rng.choice(AGENTS), message_id=rng.choice(page).id)
+        read_marker_set(tenant, cid, agent=rng.choice(AGENTS), message_id=rng.choice(page).id)
 
     def assigns(rng: random.Random, n: int) -> None:
         cid = rng.choice(cids)
         conv = store.conversation_get(tenant, cid)
         assert conv is not None
         try:
-            inbox.assign(tenant, cid, rng.choice((*AGENTS, None)), conv.version)
+            conversation_assign(tenant, cid, agent=rng.choice((*AGENTS, None)), expected_version=conv.version)
         except Conflict:
             pass  # the version moved between the read and the assign: that is the compare-and-set
 

@@ -11,7 +11,8 @@ from django.test import Client
 from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
 from inbox import services
-from inbox.services import default_inbox
+from inbox.selectors import conversation_unread
+from inbox.stores import default_store
 from tests.backends import unique_id
 
 from .conftest import ledger_records
@@ -32,7 +33,7 @@ def agent(db):
 
 
 def first_conversation(tenant: str):
-    page, _ = default_inbox().store.conversation_page(tenant, limit=1)
+    page, _ = default_store().conversation_page(tenant, limit=1)
     return page[0]
 
 
@@ -53,7 +54,7 @@ def test_conversation_page_shows_the_thread_and_marks_it_read(agent):
     assert response.status_code == 200
     html = response.content.decode()
     assert conv.last_text.split()[0] in html
-    assert default_inbox().unread(tenant, conv.id, username) == 0
+    assert conversation_unread(tenant, conv.id, agent=username) == 0
 
 
 def test_actions_work_without_javascript(agent):
@@ -62,14 +63,14 @@ def test_actions_work_without_javascript(agent):
     base = f"/t/{tenant}/inbox/{conv.id}"
     response = client.post(f"{base}/assign", {"agent": username, "expected_version": conv.version})
     assert response.status_code == 302
-    assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
+    assert default_store().conversation_get(tenant, conv.id).assignee == username
     # the same stale version again: a conflict message, nothing changed
     response = client.post(f"{base}/assign", {"agent": "", "expected_version": conv.version}, follow=True)
     assert "Someone changed this conversation meanwhile." in response.content.decode()
     client.post(f"{base}/handoff", {"active": "1"})
     client.post(f"{base}/note", {"text": "llamar mañana"})
     client.post(f"{base}/status", {"status": "resolved"})
-    after = default_inbox().store.conversation_get(tenant, conv.id)
+    after = default_store().conversation_get(tenant, conv.id)
     assert after.handed_off and after.status == "resolved"
     html = client.get(f"{base}/").content.decode()
     assert "llamar mañana" in html and "Private note" in html
@@ -121,7 +122,7 @@ def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
     assert 'class="error-box"' in html and "Someone changed this conversation meanwhile." in html
     assert f"It is now assigned to @{username} and open" in html and "expected version" not in html
     assert "inbox-composer" in html  # the thread is still there, with the current state
-    assert default_inbox().store.conversation_get(tenant, conv.id).assignee == username
+    assert default_store().conversation_get(tenant, conv.id).assignee == username
 
 
 def test_pages_tell_htmx_to_show_error_answers(db):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,8 +13,9 @@ from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.errors import ValidationError
 from inbox import selectors
 from inbox.domain import StoredMessage
-from inbox.services import Inbox
-from inbox.stores.memory import MemoryInboxStore
+from inbox.services import event_project, message_project
+from inbox.stores import use_store
+from inbox.stores.base import InboxStore
 
 from .conftest import ledger_records, open_store
 
@@ -28,28 +30,29 @@ def telegram_events(name: str) -> list:
     return telegram.parse_update(json.loads((fixtures_dir() / "telegram" / name).read_text()), now_ms=1764489671000)
 
 
-def thread(inbox: Inbox, tenant: str, chat_key: str) -> list:
-    conv = inbox.store.conversation_by_chat(tenant, chat_key)
+def thread(inbox: InboxStore, tenant: str, chat_key: str) -> list:
+    conv = inbox.conversation_by_chat(tenant, chat_key)
     assert conv is not None, chat_key
-    return selectors.message_latest(tenant, conv.id, store=inbox.store)
+    return selectors.message_latest(tenant, conv.id, store=inbox)
 
 
-def project_ledger(inbox: Inbox, tenant: str, records: list[dict]) -> None:
+def project_ledger(inbox: InboxStore, tenant: str, records: list[dict]) -> None:
     for record in records:
-        inbox.project_message(record, tenant=tenant)
+        message_project(tenant, record)
 
 
 @pytest.fixture(params=["memory", "kv-postgresql"])
-def full_inbox(request: pytest.FixtureRequest) -> Inbox:
+def full_inbox(request: pytest.FixtureRequest) -> Iterator[InboxStore]:
     """The whole ledger runs on the reference store and the production backend (the rest: a sample)."""
-    return Inbox(open_store(request.param, request))
+    with use_store(open_store(request.param, request)) as store:
+        yield store
 
 
 def test_ledger_sample_counts_on_every_store(inbox, tenant_id):
     records = [dict(r, tenantId=None) for r in ledger_records()[:80]]
     project_ledger(inbox, tenant_id, records)
     distinct = {r["id"]: r for r in records}
-    rows, _ = selectors.conversation_list(tenant_id, agent="ana", limit=200, store=inbox.store)
+    rows, _ = selectors.conversation_list(tenant_id, agent="ana", limit=200, store=inbox)
     assert len(rows) == len({r["chatId"] for r in records})
     assert sum(r.conversation.message_count for r in rows) == len(distinct)
     assert sum(r.conversation.inbound_count for r in rows) == sum(r["direction"] == "in" for r in distinct.values())
@@ -63,7 +66,7 @@ def test_ledger_fixture_gives_the_documented_conversations_and_messages(full_inb
         mine = [dict(r, tenantId=None) for r in records if r["tenantId"] == tenant]
         project_ledger(inbox, f"{tenant_id}-{tenant}", mine)
     rows = {
-        t: selectors.conversation_list(f"{tenant_id}-{t}", agent="ana", limit=200, store=inbox.store)[0]
+        t: selectors.conversation_list(f"{tenant_id}-{t}", agent="ana", limit=200, store=inbox)[0]
         for t in ("tienda", "soporte")
     }
     assert len(rows["tienda"]) == 40 and len(rows["soporte"]) == 38
@@ -78,20 +81,20 @@ def test_ledger_fixture_gives_the_documented_conversations_and_messages(full_inb
 
 def test_redelivered_record_changes_nothing(inbox, tenant_id):
     record = dict(ledger_records()[10], tenantId=None)
-    first = inbox.project_message(record, tenant=tenant_id)
-    conv = inbox.store.conversation_get(tenant_id, first.conversation_id)
-    second = inbox.project_message(record, tenant=tenant_id)
+    first = message_project(tenant_id, record)
+    conv = inbox.conversation_get(tenant_id, first.conversation_id)
+    second = message_project(tenant_id, record)
     assert (first.outcome, second.outcome) == ("created", "duplicate")
-    assert inbox.store.conversation_get(tenant_id, first.conversation_id) == conv
+    assert inbox.conversation_get(tenant_id, first.conversation_id) == conv
 
 
-def test_late_record_is_placed_by_timestamp():
+def test_late_record_is_placed_by_timestamp(default_inbox_store):
     """``msg_late`` (fixtures/README) is older than the records around it: it sorts before them."""
-    inbox = Inbox(MemoryInboxStore())
+    inbox = default_inbox_store
     records = ledger_records()
     late = next(r for r in records if r["id"] == "msg_late")
     for record in records:
-        inbox.project_message(record)
+        message_project(None, record)
     ids = [m.id for m in thread(inbox, "soporte", late["chatId"])]
     stamps = [m.timestamp_ms for m in thread(inbox, "soporte", late["chatId"])]
     assert stamps == sorted(stamps)
@@ -102,7 +105,7 @@ def test_late_record_is_placed_by_timestamp():
 def test_record_tenant_must_match(inbox, tenant_id):
     record = dict(ledger_records()[0], tenantId="soporte")
     with pytest.raises(ValidationError) as err:
-        inbox.project_message(record, tenant=tenant_id)
+        message_project(tenant_id, record)
     assert err.value.field == "record.tenantId"
 
 
@@ -125,7 +128,7 @@ def test_bad_record_names_the_field(change, field):
 def test_whatsapp_fixtures_project_with_their_details(inbox, tenant_id):
     for name in sorted(p.name for p in (fixtures_dir() / "whatsapp" / "raw").glob("0*.json")):
         for event in whatsapp_events(name):
-            inbox.project_event(tenant_id, event)
+            event_project(tenant_id, event)
     ana = thread(inbox, tenant_id, "whatsapp:573001112233")
     by_id = {m.id: m for m in ana}
     bot = by_id["wamid.HBgM9C4C9375A2A8FD488DD06113"]
@@ -155,28 +158,28 @@ def test_whatsapp_fixtures_project_with_their_details(inbox, tenant_id):
         }
     ]
     assert len(batch) == 3
-    conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
+    conv = inbox.conversation_by_chat(tenant_id, "whatsapp:573001112233")
     assert conv.contact_id and conv.display_name == "Ana García"
 
 
 def test_statuses_only_move_forward_and_failed_is_final(inbox, tenant_id):
     events = whatsapp_events("06_statuses.json")
     for event in reversed(events):  # read first, then delivered, then sent
-        inbox.project_event(tenant_id, event)
-    m = inbox.store.message_by_provider_id(tenant_id, events[0].provider_message_id)
+        event_project(tenant_id, event)
+    m = inbox.message_by_provider_id(tenant_id, events[0].provider_message_id)
     assert m.status == "read"
     failed = whatsapp_events("07_status_failed.json")[0]
-    inbox.project_event(tenant_id, failed)
+    event_project(tenant_id, failed)
     from dataclasses import replace
 
-    inbox.project_event(tenant_id, replace(failed, status="read", timestamp_ms=failed.timestamp_ms + 1))
-    m = inbox.store.message_by_provider_id(tenant_id, failed.provider_message_id)
+    event_project(tenant_id, replace(failed, status="read", timestamp_ms=failed.timestamp_ms + 1))
+    m = inbox.message_by_provider_id(tenant_id, failed.provider_message_id)
     assert (m.status, m.error_code) == ("failed", 131047)
 
 
 def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_id):
     status = whatsapp_events("06_statuses.json")[2]  # read
-    inbox.project_event(tenant_id, status)
+    event_project(tenant_id, status)
     record = {
         "id": "msg_bot_1",
         "channel": "whatsapp",
@@ -188,18 +191,18 @@ def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_i
         "timestamp": 1764489600500,
         "providerMessageId": status.provider_message_id,
     }
-    inbox.project_message(record, tenant=tenant_id)
+    message_project(tenant_id, record)
     messages = thread(inbox, tenant_id, "whatsapp:573001112233")
     assert [(m.id, m.text, m.status, m.placeholder) for m in messages] == [
         ("msg_bot_1", "¿Te ayudo con algo más?", "read", False)
     ]
-    conv = inbox.store.conversation_by_chat(tenant_id, "whatsapp:573001112233")
+    conv = inbox.conversation_by_chat(tenant_id, "whatsapp:573001112233")
     assert conv.message_count == 1
 
 
 def test_same_message_from_webhook_and_ledger_is_one_message(inbox, tenant_id):
     event = whatsapp_events("01_text.json")[0]
-    inbox.project_event(tenant_id, event)
+    event_project(tenant_id, event)
     record = {
         "id": "msg_in_1",
         "channel": "whatsapp",
@@ -211,8 +214,8 @@ def test_same_message_from_webhook_and_ledger_is_one_message(inbox, tenant_id):
         "timestamp": event.timestamp_ms,
         "providerMessageId": event.provider_message_id,
     }
-    assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
-    assert inbox.project_message(record, tenant=tenant_id).outcome == "duplicate"
+    assert message_project(tenant_id, record).outcome == "duplicate"
+    assert message_project(tenant_id, record).outcome == "duplicate"
     assert len(thread(inbox, tenant_id, event.chat_key)) == 1
 
 
@@ -228,7 +231,7 @@ def test_telegram_fixtures(inbox, tenant_id):
         "04_edited.json",
     ):
         for event in telegram_events(name):
-            inbox.project_event(tenant_id, event)
+            event_project(tenant_id, event)
     sofia = {m.id: m for m in thread(inbox, tenant_id, "telegram:700000001")}
     edited = sofia["700000001:2"]
     assert edited.text == "Quiero cambiar mi dirección de entrega, por favor"
@@ -262,12 +265,12 @@ def test_edits_in_any_order_show_the_last_and_keep_every_previous_text(inbox, te
     second, first, original = update(3, "v3", 20), update(2, "v2", 10), update(1, "v1", None)
     for events in (second, first, original, first, second):  # the newest edit first; then redeliveries
         for event in events:
-            inbox.project_event(tenant_id, event)
+            event_project(tenant_id, event)
     (message,) = thread(inbox, tenant_id, "telegram:700000009")
     assert (message.text, [e.text for e in message.edits]) == ("v3", ["v1", "v2"])
     assert [e.replaced_at_ms for e in message.edits] == [1764489610000, 1764489620000]
     assert message.timestamp_ms == 1764489600000 and not message.placeholder
-    conv = inbox.store.conversation_by_chat(tenant_id, "telegram:700000009")
+    conv = inbox.conversation_by_chat(tenant_id, "telegram:700000009")
     assert (conv.message_count, conv.inbound_count) == (1, 1)
 
 
@@ -278,8 +281,8 @@ def test_blocked_bot_marks_conversation_and_denies_consent(inbox, tenant_id):
     tenant_create(tenant_id, name="Blocked test")
     for name in ("02_text.json", "08_blocked.json", "08_blocked.json"):
         for event in telegram_events(name):
-            inbox.project_event(tenant_id, event)
-    conv = inbox.store.conversation_by_chat(tenant_id, "telegram:700000001")
+            event_project(tenant_id, event)
+    conv = inbox.conversation_by_chat(tenant_id, "telegram:700000001")
     assert conv.blocked and "kicked" in conv.blocked_evidence
     contact = contact_get(tenant_id, conv.contact_id)
     assert contact.consent_status("telegram") == "denied"
@@ -301,20 +304,20 @@ def test_handoff_dropped_bot_message_is_projected_and_counted(inbox, tenant_id):
         "providerMessageId": None,
         "dropped": "handoff",
     }
-    inbox.project_message(record, tenant=tenant_id)
-    inbox.project_message(record, tenant=tenant_id)
+    message_project(tenant_id, record)
+    message_project(tenant_id, record)
     assert thread(inbox, tenant_id, "whatsapp:573001112233")[0].dropped == "handoff"
     assert snapshot()["dropped"]["handoff"] == before + 1
 
 
-def test_counts_by_direction_per_tenant_match_the_fixture():
-    inbox = Inbox(MemoryInboxStore())
+def test_counts_by_direction_per_tenant_match_the_fixture(default_inbox_store):
+    inbox = default_inbox_store
     for record in ledger_records():
-        inbox.project_message(record)
+        message_project(None, record)
     counts = Counter()
     for tenant in ("tienda", "soporte"):
-        rows, _ = selectors.conversation_list(tenant, agent="ana", limit=200, store=inbox.store)
+        rows, _ = selectors.conversation_list(tenant, agent="ana", limit=200, store=inbox)
         for row in rows:
-            for m in selectors.message_latest(tenant, row.conversation.id, limit=1000, store=inbox.store):
+            for m in selectors.message_latest(tenant, row.conversation.id, limit=1000, store=inbox):
                 counts[(tenant, m.direction)] += 1
     assert counts == {("tienda", "in"): 305, ("tienda", "out"): 175, ("soporte", "in"): 71, ("soporte", "out"): 50}

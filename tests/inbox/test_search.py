@@ -7,6 +7,7 @@ import pytest
 
 from botmesh_admin.errors import ValidationError
 from inbox import selectors
+from inbox.services import message_project
 
 from .test_services import record
 
@@ -24,7 +25,7 @@ def seed(inbox, tenant: str) -> dict[str, str]:
     ids = {}
     for i, (chat, name, text) in enumerate(PEOPLE):
         extra = {"senderName": name} if name else {}
-        result = inbox.project_message(record(f"s{i}", 1000 * i, chat=chat, body=text, **extra), tenant=tenant)
+        result = message_project(tenant, record(f"s{i}", 1000 * i, chat=chat, body=text, **extra))
         ids[chat] = result.conversation_id
     return ids
 
@@ -35,7 +36,7 @@ def names(rows) -> list[str]:
 
 def test_search_by_name_words_accents_and_prefixes(inbox, tenant_id):
     seed(inbox, tenant_id)
-    search = lambda q, **kw: selectors.conversation_search(tenant_id, q, agent="ana", store=inbox.store, **kw)  # noqa: E731
+    search = lambda q, **kw: selectors.conversation_search(tenant_id, q, agent="ana", store=inbox, **kw)  # noqa: E731
     assert names(search("ana")[0]) == ["Ana García", "Ana Sofía Ruiz"]
     assert names(search("GARCIA")[0]) == ["Ana García"]
     assert names(search("an")[0]) == ["Ana García", "Ana Sofía Ruiz", "Andrés Pérez"]
@@ -45,7 +46,7 @@ def test_search_by_name_words_accents_and_prefixes(inbox, tenant_id):
 
 def test_search_by_phone_in_international_or_national_form_and_telegram_id(inbox, tenant_id):
     seed(inbox, tenant_id)
-    search = lambda q: names(selectors.conversation_search(tenant_id, q, agent="ana", store=inbox.store)[0])  # noqa: E731
+    search = lambda q: names(selectors.conversation_search(tenant_id, q, agent="ana", store=inbox)[0])  # noqa: E731
     assert search("+57 300 111") == ["Ana García"]
     assert search("3009998877") == ["Andrés Pérez"]
     assert search("5491122") == ["whatsapp:5491122334455"]
@@ -54,16 +55,16 @@ def test_search_by_phone_in_international_or_national_form_and_telegram_id(inbox
 
 def test_search_pages_with_a_cursor_and_applies_the_list_filters(inbox, tenant_id):
     ids = seed(inbox, tenant_id)
-    first, cursor = selectors.conversation_search(tenant_id, "an", agent="ana", limit=2, store=inbox.store)
+    first, cursor = selectors.conversation_search(tenant_id, "an", agent="ana", limit=2, store=inbox)
     assert len(first) == 2 and cursor is not None
-    rest, end = selectors.conversation_search(tenant_id, "an", agent="ana", limit=2, after=cursor, store=inbox.store)
+    rest, end = selectors.conversation_search(tenant_id, "an", agent="ana", limit=2, after=cursor, store=inbox)
     assert end is None and len(rest) == 1
     assert {r.conversation.id for r in first + rest} == {ids[c] for c, n, _ in PEOPLE if n}
-    assert names(
-        selectors.conversation_search(tenant_id, "ana", agent="ana", channel="telegram", store=inbox.store)[0]
-    ) == ["Ana Sofía Ruiz"]
+    assert names(selectors.conversation_search(tenant_id, "ana", agent="ana", channel="telegram", store=inbox)[0]) == [
+        "Ana Sofía Ruiz"
+    ]
     with pytest.raises(ValidationError, match="after"):
-        selectors.conversation_search(tenant_id, "zz", agent="ana", after=cursor, store=inbox.store)
+        selectors.conversation_search(tenant_id, "zz", agent="ana", after=cursor, store=inbox)
 
 
 def test_a_renamed_conversation_is_found_by_its_new_name_only(inbox, tenant_id):
@@ -73,18 +74,18 @@ def test_a_renamed_conversation_is_found_by_its_new_name_only(inbox, tenant_id):
     from inbox.stores.base import Change
 
     ids = seed(inbox, tenant_id)
-    conv = inbox.store.conversation_get(tenant_id, ids["whatsapp:573001112233"])
-    inbox.store.write(tenant_id, Change(conversation=replace(conv, display_name="Anita Gómez"), previous=conv))
-    search = lambda q: names(selectors.conversation_search(tenant_id, q, agent="ana", store=inbox.store)[0])  # noqa: E731
+    conv = inbox.conversation_get(tenant_id, ids["whatsapp:573001112233"])
+    inbox.write(tenant_id, Change(conversation=replace(conv, display_name="Anita Gómez"), previous=conv))
+    search = lambda q: names(selectors.conversation_search(tenant_id, q, agent="ana", store=inbox)[0])  # noqa: E731
     assert search("garcia") == [] and search("gomez") == ["Anita Gómez"]
 
 
 def test_message_text_search_is_a_bounded_scan_of_recent_conversations(inbox, tenant_id):
     seed(inbox, tenant_id)
-    hits, scanned = selectors.message_search(tenant_id, "ENVIO", agent="ana", store=inbox.store)
+    hits, scanned = selectors.message_search(tenant_id, "ENVIO", agent="ana", store=inbox)
     assert sorted(m.text for _, m in hits) == ["precio del envío", "¿tienen envíos a Medellín?"]
     assert scanned == len(PEOPLE) <= selectors.TEXT_SCAN_CONVERSATIONS
-    assert selectors.message_search(tenant_id, "", agent="ana", store=inbox.store) == ([], 0)
+    assert selectors.message_search(tenant_id, "", agent="ana", store=inbox) == ([], 0)
 
 
 @pytest.mark.browser
@@ -93,7 +94,7 @@ def test_agent_searches_the_inbox_by_name_phone_and_message_text(page, screensho
     from django.contrib.auth import get_user_model
 
     from botmesh_admin.tenancy import services as tenancy
-    from inbox.services import default_inbox
+    from inbox.stores import default_store
     from tests.backends import unique_id
     from tests.conftest import login
 
@@ -101,7 +102,7 @@ def test_agent_searches_the_inbox_by_name_phone_and_message_text(page, screensho
     tenancy.tenant_create(tenant, name="Busca")
     get_user_model().objects.create_user("sofia", password="sofia-password-1")
     tenancy.membership_set(tenant, username="sofia", role="agent")
-    seed(default_inbox(), tenant)
+    seed(default_store(), tenant)
     login(page, "sofia", "sofia-password-1")
     page.goto(f"/t/{tenant}/inbox/")
     page.fill("#f-q", "garcia")

@@ -6,9 +6,20 @@ import threading
 
 import pytest
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from inbox import selectors
-from inbox.services import Inbox
+from inbox.selectors import conversation_unread, note_list
+from inbox.services import (
+    conversation_assign,
+    conversation_erase,
+    conversation_handoff,
+    conversation_status_set,
+    message_project,
+    note_add,
+    read_marker_set,
+)
+from inbox.stores.base import InboxStore
 
 CHAT = "whatsapp:573001112233"
 T0 = 1_764_489_600_000  # 2025-11-30: a ledger refuses times before 2000
@@ -29,15 +40,13 @@ def record(mid: str, ts: int, direction: str = "in", chat: str = CHAT, **kw) -> 
     }
 
 
-def seeded(inbox: Inbox, tenant: str, n_in: int = 3, n_out: int = 2, chat: str = CHAT) -> str:
+def seeded(inbox: InboxStore, tenant: str, n_in: int = 3, n_out: int = 2, chat: str = CHAT) -> str:
     """Project ``n_in`` inbound then ``n_out`` outbound messages (no CRM: unknown channel prefix)."""
     result = None
     for i in range(n_in):
-        result = inbox.project_message(record(f"{chat}-i{i}".replace(":", "_"), 1000 + i, chat=chat), tenant=tenant)
+        result = message_project(tenant, record(f"{chat}-i{i}".replace(":", "_"), 1000 + i, chat=chat))
     for i in range(n_out):
-        result = inbox.project_message(
-            record(f"{chat}-o{i}".replace(":", "_"), 2000 + i, "out", chat=chat), tenant=tenant
-        )
+        result = message_project(tenant, record(f"{chat}-o{i}".replace(":", "_"), 2000 + i, "out", chat=chat))
     assert result is not None
     return result.conversation_id
 
@@ -49,160 +58,158 @@ def _db(db):
 
 def test_assign_is_compare_and_set(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
-    conv = inbox.store.conversation_get(tenant_id, cid)
-    assigned = inbox.assign(tenant_id, cid, "ana", conv.version)
+    conv = inbox.conversation_get(tenant_id, cid)
+    assigned = conversation_assign(tenant_id, cid, agent="ana", expected_version=conv.version)
     assert assigned.assignee == "ana" and assigned.version == conv.version + 1
 
 
 def test_assign_with_stale_version_conflicts_with_current_assignee(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
-    v = inbox.store.conversation_get(tenant_id, cid).version
-    inbox.assign(tenant_id, cid, "ana", v)
+    v = inbox.conversation_get(tenant_id, cid).version
+    conversation_assign(tenant_id, cid, agent="ana", expected_version=v)
     with pytest.raises(Conflict) as err:
-        inbox.assign(tenant_id, cid, "bob", v)
+        conversation_assign(tenant_id, cid, agent="bob", expected_version=v)
     assert err.value.current_version == v + 1
     assert err.value.details["assignee"] == "ana"
-    assert inbox.store.conversation_get(tenant_id, cid).assignee == "ana"
+    assert inbox.conversation_get(tenant_id, cid).assignee == "ana"
 
 
 def test_new_message_does_not_make_assign_stale(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
-    v = inbox.store.conversation_get(tenant_id, cid).version
-    inbox.project_message(record("late-in", 5000), tenant=tenant_id)
-    assert inbox.assign(tenant_id, cid, "ana", v).assignee == "ana"
+    v = inbox.conversation_get(tenant_id, cid).version
+    message_project(tenant_id, record("late-in", 5000))
+    assert conversation_assign(tenant_id, cid, agent="ana", expected_version=v).assignee == "ana"
 
 
 def test_assign_validates_agent_and_finds_only_own_tenant(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
     with pytest.raises(ValidationError) as err:
-        inbox.assign(tenant_id, cid, "not an agent!", 1)
+        conversation_assign(tenant_id, cid, agent="not an agent!", expected_version=1)
     assert err.value.field == "agent"
     with pytest.raises(NotFound):
-        inbox.assign(tenant_id + "-other", cid, "ana", 1)
+        conversation_assign(tenant_id + "-other", cid, agent="ana", expected_version=1)
 
 
 def test_handoff_is_stored_with_who_and_when_and_given_back(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
-    taken = inbox.handoff(tenant_id, cid, active=True, actor="ana")
+    taken = conversation_handoff(tenant_id, cid, active=True, actor="ana")
     assert taken.handed_off and taken.handoff.taken_by == "ana" and taken.handoff.taken_at_ms > 0
     assert taken.assignee == "ana"
-    state = selectors.handoff_get(tenant_id, CHAT, store=inbox.store)
+    state = selectors.handoff_get(tenant_id, CHAT, store=inbox)
     assert state.handed_off and state.taken_by == "ana"
-    back = inbox.handoff(tenant_id, cid, active=False, actor="bob")
+    back = conversation_handoff(tenant_id, cid, active=False, actor="bob")
     assert not back.handed_off and back.handoff.released_by == "bob" and back.handoff.taken_by == "ana"
-    assert not selectors.handoff_get(tenant_id, CHAT, store=inbox.store).handed_off
-    assert not selectors.handoff_get(tenant_id, "telegram:1", store=inbox.store).handed_off
+    assert not selectors.handoff_get(tenant_id, CHAT, store=inbox).handed_off
+    assert not selectors.handoff_get(tenant_id, "telegram:1", store=inbox).handed_off
 
 
 def test_status_snooze_and_reopen_on_new_inbound_message(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
-    resolved = inbox.set_status(tenant_id, cid, status="resolved")
+    resolved = conversation_status_set(tenant_id, cid, status="resolved")
     assert selectors.effective_status(resolved) == "resolved"
-    inbox.project_message(record("again", 9000), tenant=tenant_id)
-    assert inbox.store.conversation_get(tenant_id, cid).status == "open"
+    message_project(tenant_id, record("again", 9000))
+    assert inbox.conversation_get(tenant_id, cid).status == "open"
     with pytest.raises(ValidationError) as past:
-        inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=1)
+        conversation_status_set(tenant_id, cid, status="pending", snoozed_until_ms=1)
     assert past.value.field == "snoozed_until_ms" and "future" in past.value.message
-    until = inbox.clock() + 60_000
-    snoozed = inbox.set_status(tenant_id, cid, status="pending", snoozed_until_ms=until)
+    until = now_ms() + 60_000
+    snoozed = conversation_status_set(tenant_id, cid, status="pending", snoozed_until_ms=until)
     assert selectors.effective_status(snoozed) == "pending"
     assert selectors.effective_status(snoozed, now=until) == "open"  # its time has come
     with pytest.raises(ValidationError):
-        inbox.set_status(tenant_id, cid, status="resolved", snoozed_until_ms=until)
+        conversation_status_set(tenant_id, cid, status="resolved", snoozed_until_ms=until)
     with pytest.raises(ValidationError):
-        inbox.set_status(tenant_id, cid, status="closed")
+        conversation_status_set(tenant_id, cid, status="closed")
 
 
 def test_notes_paginate_by_last_note_id(inbox, tenant_id):
     cid = seeded(inbox, tenant_id)
     for i in range(5):
-        inbox.add_note(tenant_id, cid, author="ana", text=f"note {i}")
-    page, after = inbox.list_notes(tenant_id, cid, limit=2)
+        note_add(tenant_id, cid, author="ana", text=f"note {i}")
+    page, after = note_list(tenant_id, cid, limit=2)
     seen = [n.text for n in page]
     while after is not None:
-        page, after = inbox.list_notes(tenant_id, cid, limit=2, after=after)
+        page, after = note_list(tenant_id, cid, limit=2, after=after)
         seen += [n.text for n in page]
     assert seen == [f"note {i}" for i in range(5)]
     assert all(n.author == "ana" for n in page)
     with pytest.raises(ValidationError) as err:
-        inbox.add_note(tenant_id, cid, author="ana", text="   ")
+        note_add(tenant_id, cid, author="ana", text="   ")
     assert err.value.field == "note.text"
 
 
 def test_unread_is_exact_per_agent_and_only_moves_forward(inbox, tenant_id):
     cid = seeded(inbox, tenant_id, n_in=3, n_out=2)
-    assert inbox.unread(tenant_id, cid, "ana") == 3
-    inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i1")
-    assert inbox.unread(tenant_id, cid, "ana") == 1
-    assert inbox.unread(tenant_id, cid, "bob") == 3
+    assert conversation_unread(tenant_id, cid, agent="ana") == 3
+    read_marker_set(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i1")
+    assert conversation_unread(tenant_id, cid, agent="ana") == 1
+    assert conversation_unread(tenant_id, cid, agent="bob") == 3
     # marking an older message does not move the marker back
-    inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i0")
-    assert inbox.unread(tenant_id, cid, "ana") == 1
-    inbox.mark_read(tenant_id, cid, agent="ana")  # the newest
-    assert inbox.unread(tenant_id, cid, "ana") == 0
-    inbox.project_message(record("new-in", 3000), tenant=tenant_id)
-    inbox.project_message(record("new-out", 3001, "out"), tenant=tenant_id)
-    assert inbox.unread(tenant_id, cid, "ana") == 1
+    read_marker_set(tenant_id, cid, agent="ana", message_id="whatsapp_573001112233-i0")
+    assert conversation_unread(tenant_id, cid, agent="ana") == 1
+    read_marker_set(tenant_id, cid, agent="ana")  # the newest
+    assert conversation_unread(tenant_id, cid, agent="ana") == 0
+    message_project(tenant_id, record("new-in", 3000))
+    message_project(tenant_id, record("new-out", 3001, "out"))
+    assert conversation_unread(tenant_id, cid, agent="ana") == 1
     other = seeded(inbox, tenant_id, n_in=2, n_out=0, chat="whatsapp:573009998877")
-    assert selectors.unread_total(tenant_id, agent="ana", store=inbox.store) == 3
-    rows, _ = selectors.conversation_list(tenant_id, agent="ana", unread_only=True, store=inbox.store)
+    assert selectors.unread_total(tenant_id, agent="ana", store=inbox) == 3
+    rows, _ = selectors.conversation_list(tenant_id, agent="ana", unread_only=True, store=inbox)
     assert {r.conversation.id: r.unread for r in rows} == {cid: 1, other: 2}
     with pytest.raises(NotFound):
-        inbox.mark_read(tenant_id, cid, agent="ana", message_id="whatsapp_573009998877-i0")
+        read_marker_set(tenant_id, cid, agent="ana", message_id="whatsapp_573009998877-i0")
 
 
 def test_list_filters(inbox, tenant_id):
     a = seeded(inbox, tenant_id, chat="whatsapp:573000000001")
     b = seeded(inbox, tenant_id, chat="telegram:700000001")
     c = seeded(inbox, tenant_id, chat="whatsapp:573000000002")
-    inbox.assign(tenant_id, a, "ana", 1)
-    inbox.assign(tenant_id, b, "bob", 1)
-    inbox.set_status(tenant_id, c, status="resolved")
+    conversation_assign(tenant_id, a, agent="ana", expected_version=1)
+    conversation_assign(tenant_id, b, agent="bob", expected_version=1)
+    conversation_status_set(tenant_id, c, status="resolved")
 
     def ids(**kw):
-        return {
-            r.conversation.id for r in selectors.conversation_list(tenant_id, agent="ana", store=inbox.store, **kw)[0]
-        }
+        return {r.conversation.id for r in selectors.conversation_list(tenant_id, agent="ana", store=inbox, **kw)[0]}
 
     assert ids(view="mine") == {a}
     assert ids(view="unassigned") == {c}
     assert ids(status="resolved") == {c}
     assert ids(channel="telegram") == {b}
     assert ids() == {a, b, c}
-    first, cursor = selectors.conversation_list(tenant_id, agent="ana", limit=2, store=inbox.store)
-    rest, end = selectors.conversation_list(tenant_id, agent="ana", limit=2, after=cursor, store=inbox.store)
+    first, cursor = selectors.conversation_list(tenant_id, agent="ana", limit=2, store=inbox)
+    rest, end = selectors.conversation_list(tenant_id, agent="ana", limit=2, after=cursor, store=inbox)
     assert len(first) == 2 and len(rest) == 1 and end is None
     assert {r.conversation.id for r in first + rest} == {a, b, c}
 
 
 def test_erase_removes_conversation_messages_notes_and_markers(inbox, tenant_id):
     cid = seeded(inbox, tenant_id, n_in=4, n_out=3)
-    inbox.add_note(tenant_id, cid, author="ana", text="call back tomorrow")
-    inbox.mark_read(tenant_id, cid, agent="ana")
-    removed = inbox.erase(tenant_id, cid)
+    note_add(tenant_id, cid, author="ana", text="call back tomorrow")
+    read_marker_set(tenant_id, cid, agent="ana")
+    removed = conversation_erase(tenant_id, cid)
     assert removed == 1 + 7 + 1 + 1
     with pytest.raises(NotFound):
-        selectors.conversation_get(tenant_id, cid, store=inbox.store)
-    assert inbox.store.message_get(tenant_id, "whatsapp_573001112233-i0") is None
-    assert inbox.store.note_page(tenant_id, cid) == []
-    assert inbox.store.marker_get(tenant_id, cid, "ana") is None
+        selectors.conversation_get(tenant_id, cid, store=inbox)
+    assert inbox.message_get(tenant_id, "whatsapp_573001112233-i0") is None
+    assert inbox.note_page(tenant_id, cid) == []
+    assert inbox.marker_get(tenant_id, cid, "ana") is None
     with pytest.raises(NotFound):
-        inbox.erase(tenant_id, cid)
+        conversation_erase(tenant_id, cid)
     # the same chat writing again starts a fresh conversation
-    again = inbox.project_message(record("after-erase", 9999), tenant=tenant_id)
+    again = message_project(tenant_id, record("after-erase", 9999))
     assert again.conversation_id != cid
 
 
 def test_concurrent_assign_with_one_version_has_one_winner(inbox, tenant_id):
     cid = seeded(inbox, tenant_id, n_in=1, n_out=0)
-    version = inbox.store.conversation_get(tenant_id, cid).version
+    version = inbox.conversation_get(tenant_id, cid).version
     winners, losers = [], []
     barrier = threading.Barrier(6)
 
     def attempt(agent: str) -> None:
         barrier.wait(timeout=10)
         try:
-            winners.append(inbox.assign(tenant_id, cid, agent, version).assignee)
+            winners.append(conversation_assign(tenant_id, cid, agent=agent, expected_version=version).assignee)
         except Conflict:
             losers.append(agent)
 
@@ -212,7 +219,7 @@ def test_concurrent_assign_with_one_version_has_one_winner(inbox, tenant_id):
     for t in threads:
         t.join(timeout=30)
     assert len(winners) == 1 and len(losers) == 5
-    assert inbox.store.conversation_get(tenant_id, cid).assignee == winners[0]
+    assert inbox.conversation_get(tenant_id, cid).assignee == winners[0]
 
 
 def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(inbox, tenant_id):
@@ -225,7 +232,7 @@ def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(
         try:
             # every worker projects every record (redeliveries), in a different order
             for r in records[offset:] + records[:offset]:
-                inbox.project_message(r, tenant=tenant_id)
+                message_project(tenant_id, r)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -235,8 +242,8 @@ def test_concurrent_projection_of_one_chat_loses_nothing_and_duplicates_nothing(
     for t in threads:
         t.join(timeout=60)
     assert not errors
-    conv = inbox.store.conversation_by_chat(tenant_id, CHAT)
-    messages = selectors.message_latest(tenant_id, conv.id, limit=100, store=inbox.store)
+    conv = inbox.conversation_by_chat(tenant_id, CHAT)
+    messages = selectors.message_latest(tenant_id, conv.id, limit=100, store=inbox)
     assert [m.id for m in messages] == [r["id"] for r in records]
     assert conv.message_count == 24 and conv.inbound_count == sum(r["direction"] == "in" for r in records)
 
@@ -245,23 +252,23 @@ def test_thread_view_reads_the_newest_messages_without_reading_a_long_conversati
     """600 messages over 25 days: the newest 40, in order, from a window of the last days only."""
     records = [record(f"m{i:04d}", i * 3_600_000, "in" if i % 3 else "out") for i in range(600)]
     for r in records:
-        inbox.project_message(r, tenant=tenant_id)
-    conv = inbox.store.conversation_by_chat(tenant_id, CHAT)
+        message_project(tenant_id, r)
+    conv = inbox.conversation_by_chat(tenant_id, CHAT)
     read: list[int] = []
-    page = inbox.store.message_page
+    page = inbox.message_page
 
     def counting_page(*args, **kwargs):
         got = page(*args, **kwargs)
         read.append(len(got))
         return got
 
-    inbox.store.message_page = counting_page
+    inbox.message_page = counting_page
     try:
-        newest = selectors.message_latest(tenant_id, conv.id, limit=40, store=inbox.store)
+        newest = selectors.message_latest(tenant_id, conv.id, limit=40, store=inbox)
         read_for_newest = sum(read)
-        everything = selectors.message_latest(tenant_id, conv.id, limit=1000, store=inbox.store)
+        everything = selectors.message_latest(tenant_id, conv.id, limit=1000, store=inbox)
     finally:
-        del inbox.store.message_page
+        del inbox.message_page
     assert [m.id for m in newest] == [r["id"] for r in records[-40:]]
     assert [m.id for m in everything] == [r["id"] for r in records]
     # windows of 1, 8 and 64 hours: 2 + 9 + 65 messages read instead of 600
@@ -271,19 +278,19 @@ def test_thread_view_reads_the_newest_messages_without_reading_a_long_conversati
 def test_assign_retries_when_a_message_lands_between_its_read_and_its_write(inbox, tenant_id):
     """A projection moves the stored conversation (not its agent-facing version): the assignment is redone."""
     cid = seeded(inbox, tenant_id)
-    version = inbox.store.conversation_get(tenant_id, cid).version
-    write, raced = inbox.store.write, []
+    version = inbox.conversation_get(tenant_id, cid).version
+    write, raced = inbox.write, []
 
     def racing_write(tenant, change):
         if not raced and change.conversation is not None and not change.messages:
-            raced.append(inbox.project_message(record("late-1", 5000), tenant=tenant).outcome)
+            raced.append(message_project(tenant, record("late-1", 5000)).outcome)
         return write(tenant, change)
 
-    inbox.store.write = racing_write
+    inbox.write = racing_write
     try:
-        assigned = inbox.assign(tenant_id, cid, "ana", version)
+        assigned = conversation_assign(tenant_id, cid, agent="ana", expected_version=version)
     finally:
-        del inbox.store.write
+        del inbox.write
     assert raced == ["created"]
     assert (assigned.assignee, assigned.version, assigned.message_count) == ("ana", version + 1, 6)
-    assert inbox.store.conversation_get(tenant_id, cid).assignee == "ana"
+    assert inbox.conversation_get(tenant_id, cid).assignee == "ana"

@@ -18,7 +18,7 @@ from botmesh_admin.channels import whatsapp
 from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.events import default_journal
 from inbox import selectors
-from inbox.services import default_inbox
+from inbox.stores import default_store
 
 from .test_webhooks_and_replies import drain, shop  # noqa: F401 - the fixture
 
@@ -74,7 +74,7 @@ def test_a_sender_that_is_no_phone_number_is_stored(shop):  # noqa: F811
     assert (status, answer) == (200, {"received": 3, "event_id": answer["event_id"]})
     drain()
     assert default_journal().counts(shop.tenant) == {("done", "inbound"): 1}
-    conv = default_inbox().store.conversation_by_chat(shop.tenant, "whatsapp:abc", channel_name="main")
+    conv = default_store().conversation_by_chat(shop.tenant, "whatsapp:abc", channel_name="main")
     assert conv is not None and conv.message_count == 1
 
 

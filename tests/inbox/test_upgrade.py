@@ -18,7 +18,9 @@ from botmesh_admin.kv import indexes as kv_indexes
 from botmesh_admin.kv.indexes import IndexNotBuilt, declared
 from botmesh_admin.kv.runtime import default_kv
 from inbox import selectors, services
-from inbox.services import Inbox
+from inbox.services import conversation_assign, message_project, read_marker_set
+from inbox.stores import use_store
+from inbox.stores.base import InboxStore
 from inbox.stores.kv import CONVERSATIONS, KvInboxStore, activity_key
 
 pytestmark = pytest.mark.django_db
@@ -61,34 +63,35 @@ def make_legacy(store: KvInboxStore, tenant: str) -> None:
 
 
 @pytest.fixture
-def legacy(tenant_id: str) -> tuple[Inbox, str]:
+def legacy(tenant_id: str) -> tuple[InboxStore, str]:
     from botmesh_admin.tenancy.models import Tenant
 
     Tenant.objects.create(id=tenant_id, name="Legacy")
-    inbox = Inbox(KvInboxStore(default_kv()))
-    for i in range(12):
-        inbox.project_message(ledger(tenant_id, f"m{i}", i * 10, CHATS[i % 3], "in" if i % 4 else "out"))
-    for n, chat in enumerate(CHATS):
-        conv = inbox.store.conversation_by_chat(tenant_id, chat)
-        assert conv is not None
-        inbox.mark_read(tenant_id, conv.id, agent="ana", message_id=f"m{n}")
-        if n == 0:
-            inbox.assign(tenant_id, conv.id, "ana", conv.version)
-    inbox.project_message(ledger(tenant_id, "late", 5, CHATS[1]))  # before ana's marker there
-    make_legacy(inbox.store, tenant_id)  # type: ignore[arg-type]
+    inbox = KvInboxStore(default_kv())
+    with use_store(inbox):
+        for i in range(12):
+            message_project(None, ledger(tenant_id, f"m{i}", i * 10, CHATS[i % 3], "in" if i % 4 else "out"))
+        for n, chat in enumerate(CHATS):
+            conv = inbox.conversation_by_chat(tenant_id, chat)
+            assert conv is not None
+            read_marker_set(tenant_id, conv.id, agent="ana", message_id=f"m{n}")
+            if n == 0:
+                conversation_assign(tenant_id, conv.id, agent="ana", expected_version=conv.version)
+        message_project(None, ledger(tenant_id, "late", 5, CHATS[1]))  # before ana's marker there
+    make_legacy(inbox, tenant_id)  # type: ignore[arg-type]
     return inbox, tenant_id
 
 
-def unread_definition(inbox: Inbox, tenant: str, view: str) -> int:
+def unread_definition(inbox: InboxStore, tenant: str, view: str) -> int:
     total = 0
     for chat in CHATS:
-        conv = inbox.store.conversation_by_chat(tenant, chat)
+        conv = inbox.conversation_by_chat(tenant, chat)
         assert conv is not None
         if view == "mine" and conv.assignee != "ana" or view == "unassigned" and conv.assignee is not None:
             continue
-        marker = inbox.store.marker_get(tenant, conv.id, "ana")
+        marker = inbox.marker_get(tenant, conv.id, "ana")
         after = "" if marker is None else marker.message_sort_key
-        messages = inbox.store.message_page(tenant, conv.id, limit=1000)
+        messages = inbox.message_page(tenant, conv.id, limit=1000)
         total += sum(1 for m in messages if m.direction == "in" and m.sort_key > after)
     return total
 
@@ -100,11 +103,11 @@ def test_the_inbox_declares_its_collection_and_its_tick() -> None:
     assert job.defaults.schedule.every_s == services.TICK_EVERY_S and job.durable
 
 
-def test_reindex_then_tick_upgrade_a_legacy_inbox_exactly(legacy: tuple[Inbox, str]) -> None:
+def test_reindex_then_tick_upgrade_a_legacy_inbox_exactly(legacy: tuple[InboxStore, str]) -> None:
     """Before the reindex the lists say which command to run; after it every count is exact."""
     inbox, tenant = legacy
     with pytest.raises(IndexNotBuilt) as err:
-        selectors.conversation_list(tenant, agent="ana", store=inbox.store)
+        selectors.conversation_list(tenant, agent="ana", store=inbox)
     assert "botmesh_reindex" in str(err.value)
     out = io.StringIO()
     call_command("botmesh_reindex", "--tenant", tenant, stdout=out)
@@ -112,18 +115,18 @@ def test_reindex_then_tick_upgrade_a_legacy_inbox_exactly(legacy: tuple[Inbox, s
     expected = {v: unread_definition(inbox, tenant, v) for v in ("all", "mine", "unassigned")}
     assert expected["all"] > 0
     # Markers without a count yet: rows and totals are counted by reading the messages (exact).
-    assert inbox.store.unread_sum(tenant, agent="ana") is None
+    assert inbox.unread_sum(tenant, agent="ana") is None
     for view, total in expected.items():
-        assert selectors.unread_total(tenant, agent="ana", view=view, store=inbox.store) == total
-    rows, _ = selectors.conversation_list(tenant, agent="ana", store=inbox.store)
+        assert selectors.unread_total(tenant, agent="ana", view=view, store=inbox) == total
+    rows, _ = selectors.conversation_list(tenant, agent="ana", store=inbox)
     assert len(rows) == 3
     counts = services.inbox_tick()
     assert counts["backfilled"] == 3 + 3  # three markers counted, three activity copies removed
-    table = inbox.store._table(tenant)  # type: ignore[attr-defined]
+    table = inbox._table(tenant)  # type: ignore[attr-defined]
     assert default_kv().scan(table, prefix="a/", limit=10) == []
     for view, total in expected.items():
-        assert inbox.store.unread_sum(tenant, agent="ana", view=view) == total
-        assert selectors.unread_total(tenant, agent="ana", view=view, store=inbox.store) == total
+        assert inbox.unread_sum(tenant, agent="ana", view=view) == total
+        assert selectors.unread_total(tenant, agent="ana", view=view, store=inbox) == total
     layout = CONVERSATIONS.layout(default_kv())
     assert {n: layout.check(table, n) for n in layout.index_names()} == {
         n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()

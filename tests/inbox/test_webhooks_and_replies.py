@@ -16,7 +16,8 @@ from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
 from inbox import selectors
-from inbox.services import default_inbox, replies
+from inbox.services import replies
+from inbox.stores import default_store
 from tests.backends import unique_id
 
 PHONE_NUMBER_ID = "106540352242922"
@@ -102,7 +103,7 @@ def post_telegram(shop: Shop, name: str) -> int:
 def conversation(shop: Shop, chat_key: str):
     # Each fixture chat is on the channel that received it: "main" (the number) or "bot".
     channel_name = "main" if chat_key.startswith("whatsapp:") else "bot"
-    conv = default_inbox().store.conversation_by_chat(shop.tenant, chat_key, channel_name=channel_name)
+    conv = default_store().conversation_by_chat(shop.tenant, chat_key, channel_name=channel_name)
     assert conv is not None
     return conv
 

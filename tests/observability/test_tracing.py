@@ -13,6 +13,7 @@ from botmesh_admin.kv import DurableKv
 from botmesh_admin.observability import selectors, tracing
 from botmesh_admin.observability.guard import hash_id
 from botmesh_admin.observability.tracing import extract_context, inject_context, span
+from inbox.stores import default_store
 
 from .conftest import TenantClient
 
@@ -390,9 +391,8 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     assert projection.context.trace_id == accepted.context.trace_id
     assert projection.parent.span_id == accepted.context.span_id
     # the trace is found from its conversation (the traces page's conversation filter)
-    from inbox.services import default_inbox
 
-    conversation = default_inbox().store.conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
+    conversation = default_store().conversation_by_chat(tenant, "whatsapp:573001112233", channel_name="main")
     assert projection.attributes["botmesh.conversation_id"] == conversation.id
     flush_to_kv()
     found = selectors.trace_list(tenant, conversation=conversation.id)[0]
