@@ -359,12 +359,10 @@ def contact_import(request: HttpRequest, tenant: str) -> Status:
     A malformed upload is 400 (unreadable multipart) or 422 ``file`` (no such field, a file that is
     not text in an accepted encoding), another content type 415 ``file``; never a 500.
     """
-    from .tasks import dispatch_import
-
     p = principal(request)
     filename, data = _import_upload(request)
     job = services.contact_import_start(tenant, filename=filename, data=data, created_by=p.actor)
-    dispatch_import(tenant, job.id)
+    services.contact_import_queue(tenant, job.id)
     return Status(202, job_out(selectors.import_job_get(tenant, job.id)))
 
 

@@ -26,7 +26,6 @@ from botmesh_admin.tenancy.decorators import page_principal, render_error, tenan
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, normalize_identities, validate_attributes, validate_name
 from .selectors import tenant_region
-from .tasks import dispatch_import
 
 MAX_TRAIL = 50  # earlier pages a contacts link remembers for "Previous" (past that, "First page")
 
@@ -339,7 +338,7 @@ def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpRes
 
 @tenant_page("admin")
 def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
-    """Upload a CSV (the import runs as a Celery task) and list recent imports."""
+    """Upload a CSV (the import runs as a journal event, ``crm.import``) and list recent imports."""
     if request.method == "POST":
         upload = request.FILES.get("file")
         try:
@@ -351,7 +350,7 @@ def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
         except ValidationError as exc:
             messages.error(request, error_text(exc))
         else:
-            dispatch_import(tenant, job.id)
+            services.contact_import_queue(tenant, job.id)
             return redirect("crm:import-job", tenant=tenant, job_id=job.id)
     return render(request, "crm/import.html", {"tenant": tenant, "jobs": selectors.import_job_list(tenant)})
 

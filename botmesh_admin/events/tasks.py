@@ -16,8 +16,9 @@ from typing import Any
 
 from celery import shared_task
 
-CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo")
-"""The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends, the demo's fault."""
+CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo", "crm-import")
+"""The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends, the demo's fault,
+CSV imports (``crm.handlers``)."""
 SAFETY_NET_S = 5.0
 PRUNE_EVERY_S = 3600.0
 DRAIN_BUDGET_S = 10.0

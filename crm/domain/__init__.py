@@ -773,6 +773,9 @@ def search_match(terms: Iterable[str], keys: Iterable[str]) -> bool:
 class ImportJob:
     """A CSV import and its report. ``status``: queued → running → done (or failed).
 
+    It runs as the journal event ``crm.import`` (``crm.services.imports``): a
+    ``failed`` job runs again when that event is replayed from the dead-letter queue.
+
     ``errors`` lists ``{"row", "field", "message"}`` where ``row`` is the row as a
     spreadsheet numbers it (the header is row 1, the first contact row 2);
     ``merges`` lists ``{"row", "contact_id", "name"}`` for each row merged into
@@ -792,6 +795,7 @@ class ImportJob:
     merges: tuple[Mapping[str, Any], ...] = ()
     message: str | None = None
     created_by: str = ""
+    event_id: str | None = None  # the journal event (``crm.import``) of the run that last started it
     version: int = 0
     created_at: int = 0
     updated_at: int = 0
@@ -818,6 +822,7 @@ IMPORT_FIELDS = (
     "failed_rows",
     "message",
     "created_by",
+    "event_id",
     "created_at",
     "updated_at",
 )

@@ -11,6 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.events import default_journal
+from botmesh_admin.events.base import EventRecord, StaleLeaseError
+from botmesh_admin.events.services import event_publish
+from botmesh_admin.events.worker import Claim
 from crm.domain import (
     Consent,
     Contact,
@@ -31,7 +35,10 @@ log = logging.getLogger(__name__)
 
 MAX_REPORTED_ERRORS = 1000
 PROGRESS_EVERY_ROWS = 25
-STALE_RUN_MS = 120_000
+IMPORT_EVENT = "crm.import"
+"""The journal event type of an import's run (payload ``{"job_id": <import id>}``)."""
+IMPORT_CHANNEL = "crm-import"
+"""Its journal channel (a channel id is ``[a-z0-9_-]``, so not ``crm.import``)."""
 
 
 def contact_import_start(tenant: str, *, filename: str, data: bytes | str, created_by: str = "") -> ImportJob:
@@ -99,23 +106,69 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
     raise Conflict("the row's contacts are changing too fast; try again")
 
 
-def contact_import_run(tenant: str, job_id: str) -> ImportJob:
+def contact_import_queue(tenant: str, job_id: str) -> EventRecord:
+    """Journal the run of import ``job_id``: event ``crm.import`` on channel ``crm-import``, payload ``{"job_id"}``.
+
+    A drain of the channel runs it after the enclosing transaction commits (a
+    Celery ``events.drain``, beat's safety net every 5 s, or a
+    ``botmesh_events_worker --channel crm-import``), under the journal's fenced
+    lease: its heartbeat keeps a live run's lease, a killed run's lease lapses
+    and another worker resumes the job; a run that keeps failing is retried with
+    backoff and then dead-lettered. Idempotent per job (key ``crm.import:<job id>``).
+    """
+    return event_publish(
+        tenant,
+        type=IMPORT_EVENT,
+        channel=IMPORT_CHANNEL,
+        payload={"job_id": job_id},
+        idempotency_key=f"{IMPORT_EVENT}:{job_id}",
+    )
+
+
+def _held_elsewhere(job: ImportJob) -> bool:
+    """Return True while a journal worker holds a live lease on the event running ``job``."""
+    if job.status != "running" or not job.event_id:
+        return False
+    record = default_journal().get(job.event_id)
+    return record is not None and record.state == "leased" and (record.leased_until or 0) > now_ms()
+
+
+def contact_import_run(tenant: str, job_id: str, *, claim: Claim | None = None, will_retry: bool = False) -> ImportJob:
     """Run (or resume) an import job: every row is created or merged by identity.
 
     Bad rows are reported by row number and field, and the import keeps going.
     Progress is saved every few rows, so a job killed mid-run resumes after the
-    last saved row (merging is idempotent by identity). A job that another
-    worker is running (updated within two minutes) is left alone.
+    last saved row (merging is idempotent by identity).
+
+    ``claim`` is the journal claim of its ``crm.import`` event (the handler in
+    ``crm.handlers`` passes it): every progress save first renews it
+    (``Claim.check``), so a run whose lease another worker took over stops with
+    ``StaleLeaseError`` and writes nothing more; a claimed run also resumes a
+    ``failed`` job (the event was replayed from the dead-letter queue). Without
+    a claim (a direct call) a finished job, or one whose event a worker holds,
+    is returned as it is. When the run raises, the job is marked ``failed``
+    unless ``will_retry`` (the journal has attempts left): then it stays
+    ``running`` with a message saying it is retried.
     """
     store = default_store()
     found = store.import_job_get(tenant, job_id)
     if found is None:
         raise NotFound(f"import {job_id} not found")
     job = found
-    if job.finished or (job.status == "running" and now_ms() - job.updated_at < STALE_RUN_MS):
+    if job.status == "done" or (claim is None and (job.finished or _held_elsewhere(job))):
         return job
+    if claim is not None:
+        claim.check()
     job = store.import_job_replace(
-        tenant, replace(job, status="running", updated_at=now_ms()), expected_version=job.version
+        tenant,
+        replace(
+            job,
+            status="running",
+            message=None,
+            event_id=claim.event_id if claim is not None else job.event_id,
+            updated_at=now_ms(),
+        ),
+        expected_version=job.version,
     )
     text = store.import_data_get(tenant, job_id)
     if text is None:
@@ -125,7 +178,6 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
             expected_version=job.version,
         )
     region = tenant_region(tenant)
-    header, rows = csvio.read_rows(text)
     errors = list(job.errors)
     notices = list(job.notices)
     merges = list(job.merges)
@@ -135,10 +187,10 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
         "merged": job.merged,
         "failed_rows": job.failed_rows,
     }
-    if not job.processed:
-        errors += [e.as_dict() for e in header.errors]
 
     def save(**extra: Any) -> ImportJob:
+        if claim is not None:
+            claim.check()  # the lease is still ours (and renewed): else StaleLeaseError, nothing written
         return store.import_job_replace(
             tenant,
             replace(
@@ -154,6 +206,9 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
         )
 
     try:
+        header, rows = csvio.read_rows(text)  # a stored file that does not parse stops the run (and is retried)
+        if not job.processed:
+            errors += [e.as_dict() for e in header.errors]
         for index, (number, cells) in enumerate(rows):
             if index < job.processed:
                 continue
@@ -174,9 +229,15 @@ def contact_import_run(tenant: str, job_id: str) -> ImportJob:
             counts["processed"] = index + 1
             if counts["processed"] % PROGRESS_EVERY_ROWS == 0:
                 job = save()
+    except StaleLeaseError:
+        log.warning("crm import lost its lease tenant=%s import=%s; another worker continues it", tenant, job_id)
+        raise
     except Exception as exc:
         log.exception("crm import failed tenant=%s import=%s", tenant, job_id)
-        save(status="failed", message=f"the import stopped: {type(exc).__name__}")
+        if will_retry:
+            save(message=f"the import stopped ({type(exc).__name__}); it is retried")
+        else:
+            save(status="failed", message=f"the import stopped: {type(exc).__name__}")
         raise
     job = save(status="done", total_rows=counts["processed"])
     store.import_data_delete(tenant, job_id)

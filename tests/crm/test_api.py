@@ -37,8 +37,12 @@ class Api:
 
 
 @pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """Run Celery tasks in the calling thread (no worker in these tests)."""
+def eager_celery(transactional_db: None) -> Iterator[None]:
+    """Run Celery tasks in the calling thread (no worker in these tests).
+
+    Without a test transaction around it, the journal's drain queued after a
+    commit (an import's ``crm.import`` event) runs at once, as in a request.
+    """
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield

@@ -7,11 +7,12 @@ import io
 
 import pytest
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.demo import fixtures_dir
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.events import connect_journal, use_journal
 from crm import selectors, services
 from crm.domain import IdentityTaken
-from crm.services.imports import STALE_RUN_MS
 from crm.stores import default_store
 from crm.stores.base import ContactStore
 
@@ -268,7 +269,7 @@ def test_contact_list_filters_and_pages(memory_crm: str) -> None:
 
 
 def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str) -> None:
-    """A worker killed mid-import leaves the job "running"; once stale, a new run resumes it."""
+    """A worker killed mid-import leaves the job "running"; once its lease is gone, a new run resumes it."""
     from dataclasses import replace
 
     text = FIXTURE.read_text(encoding="utf-8")
@@ -279,7 +280,7 @@ def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str)
     store = default_store()
     store.import_job_replace(
         memory_crm,
-        replace(job, status="running", processed=50, created=50, updated_at=job.updated_at - STALE_RUN_MS - 1),
+        replace(job, status="running", processed=50, created=50),  # no journal lease holds it any more
         expected_version=job.version,
     )
     busy = store.import_job_get(memory_crm, job.id)
@@ -290,11 +291,17 @@ def test_an_interrupted_import_resumes_after_its_last_saved_row(memory_crm: str)
     assert busy.status == "running"
 
 
-def test_a_job_another_worker_is_running_is_left_alone(memory_crm: str) -> None:
+def test_a_job_another_worker_is_running_is_left_alone(memory_crm: str, db: None) -> None:
     from dataclasses import replace
 
     job = services.contact_import_start(memory_crm, filename="a.csv", data="name,phone\nA,3001112233\n")
     store = default_store()
-    store.import_job_replace(memory_crm, replace(job, status="running"), expected_version=job.version)
-    assert services.contact_import_run(memory_crm, job.id).status == "running"
+    with use_journal(connect_journal("memory://")) as journal:
+        event = services.contact_import_queue(memory_crm, job.id)
+        held = journal.claim(now_ms(), 60_000, event.channel)  # another worker's live lease
+        assert held is not None and held.id == event.id
+        store.import_job_replace(
+            memory_crm, replace(job, status="running", event_id=held.id), expected_version=job.version
+        )
+        assert services.contact_import_run(memory_crm, job.id).status == "running"
     assert list(selectors.contact_iter(memory_crm)) == []

@@ -40,7 +40,7 @@ def agent(tenant: str) -> Client:
 
 
 @pytest.fixture
-def eager_celery():
+def eager_celery(transactional_db):  # no test transaction: the journal drain queued after commit runs at once
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield

@@ -34,3 +34,26 @@ def upsert_in_process(kv_url: str, tenant: str, address: str) -> str:
             return services.contact_upsert_identity(tenant, channel="whatsapp", address=address, source="inbox").id
     finally:
         kv.close()
+
+
+def import_worker(kv_url: str, journal_url: str, tenant: str, lease_ms: int) -> None:
+    """A journal worker of the ``crm-import`` channel over ``kv_url`` and ``journal_url``, until killed."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botmesh_admin.settings")
+    import django
+
+    django.setup()
+    from botmesh_admin.events import connect_journal, use_journal
+    from botmesh_admin.events.handlers import dispatch
+    from botmesh_admin.events.worker import EventWorker
+    from botmesh_admin.kv import connect
+    from crm import selectors
+    from crm.services.imports import IMPORT_CHANNEL
+    from crm.stores import use_store
+    from crm.stores.kv import KvContactStore
+
+    selectors._regions[tenant] = ("CO", float("inf"))  # this process has no migrated database
+    kv, journal = connect(kv_url), connect_journal(journal_url)
+    with use_store(KvContactStore(kv)), use_journal(journal):
+        EventWorker(journal, lease_ms=lease_ms, channel=IMPORT_CHANNEL, max_backoff_ms=200).run_forever(
+            dispatch, idle_ms=20
+        )

@@ -238,7 +238,14 @@ def test_one_drain_task_takes_a_whole_backlog_batch_after_batch(world: World) ->
 
 def test_beat_drains_every_channel_as_a_safety_net() -> None:
     entries = beat_entries()
-    assert {e["kwargs"]["channel"] for e in entries.values()} == {None, "inbound", "ledger", "outbox", "demo"}
+    assert {e["kwargs"]["channel"] for e in entries.values()} == {
+        None,
+        "inbound",
+        "ledger",
+        "outbox",
+        "demo",
+        "crm-import",
+    }
     assert all(e["task"] == "events.drain" and e["schedule"] <= 10 for e in entries.values())
     assert set(entries) <= set(celery_app.conf.beat_schedule)
 
