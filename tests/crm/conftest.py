@@ -11,22 +11,9 @@ from crm.stores import use_store
 from crm.stores.base import ContactStore
 from crm.stores.kv import KvContactStore
 from crm.stores.memory import MemoryContactStore
-from tests import backends
+from tests.stores import store_fixture
 
-STORES = ["memory-store", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
-
-
-def open_store(name: str, request: pytest.FixtureRequest) -> ContactStore:
-    """Return a fresh store: the reference memory store, or the Kv store on one backend."""
-    if name == "memory-store":
-        return MemoryContactStore()
-    return KvContactStore(backends.open_kv(name.removeprefix("kv-"), request))
-
-
-@pytest.fixture(params=STORES)
-def contact_store(request: pytest.FixtureRequest) -> ContactStore:
-    """A fresh ContactStore of each implementation in turn (use the ``tenant_id`` fixture)."""
-    return open_store(request.param, request)
+contact_store = store_fixture("contact_store", memory=MemoryContactStore, kv=KvContactStore)
 
 
 @pytest.fixture

@@ -611,7 +611,7 @@ def _check_reads(tenant: str, rules_list: list[dict[str, Any]]) -> None:
     assert selectors.segment_counts(tenant, segments) == expected
 
 
-@pytest.mark.parametrize("store_name", ["kv-memory", "memory-store"])
+@pytest.mark.parametrize("store_name", ["kv-memory", "memory"])
 @given(
     ops=st.lists(op_st, min_size=1, max_size=40),
     rules_list=st.lists(rules_st, min_size=1, max_size=4),
