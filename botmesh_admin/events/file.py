@@ -15,8 +15,8 @@ import dataclasses
 import fcntl
 import json
 import os
-from pathlib import Path
 
+from botmesh_admin.atomicfile import write_atomic
 from botmesh_admin.errors import StoreUnavailable
 from botmesh_admin.kv.file import path_from_url
 
@@ -82,16 +82,7 @@ class FileEventJournal(MemoryEventJournal):
         }
         data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(self._tmp, self.path)
-            _fsync_dir(self.path.parent)
+            write_atomic(self.path, data, tmp=self._tmp)
         except OSError as exc:
             self._load()
             raise StoreUnavailable(f"cannot write {self.path}: {exc}") from exc
@@ -102,11 +93,3 @@ class FileEventJournal(MemoryEventJournal):
             super().close()
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

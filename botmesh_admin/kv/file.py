@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from botmesh_admin.atomicfile import write_atomic
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
 from .base import Entry, Op
@@ -145,20 +146,7 @@ class FileKv(MemoryKv):
         chunks = [self._chunk(t) for t, rows in self._tables.items() if rows]
         data = f'{{"format":"{FORMAT}","tables":{{{",".join(chunks)}}}}}'.encode()
         try:
-            fd = os.open(self._tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(self._tmp_path, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomic(self.path, data, tmp=self._tmp_path)
         except OSError as exc:
             # Whatever reached the disk is the truth: reload it so memory never runs ahead.
             self._load()
