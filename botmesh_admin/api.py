@@ -34,11 +34,11 @@ from botmesh_admin.errors import (
 )
 from botmesh_admin.httperrors import GUNICORN_REQUEST_LINE_BYTES, too_large_body, unreadable_request
 from botmesh_admin.jsonbody import json_load, json_type
+from botmesh_admin.pagination import MAX_PAGE
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
 T = TypeVar("T")
-MAX_PAGE = 200
 log = logging.getLogger("botmesh.api")
 
 

@@ -42,6 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 from botmesh_admin.clock import now_ms as now_ms  # re-exported: the default journal clock
 from botmesh_admin.errors import BadType, Conflict, DomainError, ValidationError
 from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.pagination import validate_limit
 
 Clock = Callable[[], int]
 
@@ -383,8 +384,7 @@ class TenantErasure(Protocol):
 def validate_erase_args(tenant: object, limit: object) -> str:
     """Check the arguments of ``erase_tenant``; return the tenant id."""
     validate_id(tenant, "tenant")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
-        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+    validate_limit(limit, maximum=MAX_EXPORT)
     return str(tenant)
 
 
@@ -559,8 +559,7 @@ def validate_list_args(tenant: object, state: object, channel: object, limit: ob
         raise ValidationError("state", f"must be one of {', '.join(STATES)}")
     if channel not in (None, ""):
         validate_id(channel, "channel")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST:
-        raise ValidationError("limit", f"must be 1..{MAX_LIST}")
+    validate_limit(limit, maximum=MAX_LIST)
     if after is not None and (not isinstance(after, str) or len(after) > 64):
         raise ValidationError("after", "not an event id")
 
@@ -585,15 +584,13 @@ def validate_export_args(after: object, limit: object) -> None:
     """Check the arguments of ``export_records``."""
     if after is not None and (not isinstance(after, str) or len(after) > 64):
         raise ValidationError("after", "not an event id")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
-        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+    validate_limit(limit, maximum=MAX_EXPORT)
 
 
 def validate_prune_args(before: object, limit: object) -> None:
     """Check the arguments of ``prune``."""
     validate_time(before, "before")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_EXPORT:
-        raise ValidationError("limit", f"must be 1..{MAX_EXPORT}")
+    validate_limit(limit, maximum=MAX_EXPORT)
 
 
 def validate_imported(records: object, fencing_counter: object) -> list[EventRecord]:

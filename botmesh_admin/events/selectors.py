@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound
 from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.pagination import cursor_check, page_of
 
 from .base import MAX_LIST, STATES, EventRecord, validate_event_id
 from .runtime import default_journal
@@ -42,9 +42,10 @@ def event_list(
     after = cursor_check(after, EVENT_CURSOR)
     fetch = min(limit + 1, MAX_LIST)  # one more than asked tells whether a next page exists
     rows = default_journal().list(tenant=tenant, state=state, channel=channel, limit=fetch, after=after)
-    page = rows[:limit]
-    more = len(rows) > limit or (len(rows) == limit == MAX_LIST)
-    return page, (page[-1].id if more and page else None)
+    if len(rows) == limit == MAX_LIST:  # a full page of the most the journal lists: there may be more
+        return rows, rows[-1].id
+    page = page_of(rows, limit, cursor=lambda record: record.id)
+    return page.items, page.next
 
 
 @dataclass(frozen=True)
