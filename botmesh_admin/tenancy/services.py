@@ -92,7 +92,7 @@ def token_create(
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise ValidationError("token.name", "must be 1-100 characters")
-    validate_text(name, "token.name", 100, allowed_controls="")
+    validate_text(name, "token.name", max_len=100, blank=True, allowed_controls="")
     if role not in Role.values:
         raise ValidationError("token.role", f"must be one of {', '.join(Role.values)}")
     if role == Role.BOT:
