@@ -122,9 +122,9 @@ def demo_loaded() -> dict[str, Any] | None:
 
 def mark_demo_loaded(summaries: list[str]) -> None:
     """Remember that the demo data is in, so the next start does not load it over the user's edits."""
+    from botmesh_admin.clock import now_ms
     from botmesh_admin.kv import Put
     from botmesh_admin.kv.runtime import default_kv
-    from botmesh_admin.kv.validation import now_ms
 
     default_kv().commit(MARKER_TABLE, [Put(MARKER_KEY, {"at": now_ms(), "summaries": summaries})])
 

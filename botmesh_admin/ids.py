@@ -7,7 +7,7 @@ import os
 import secrets
 import threading
 
-from botmesh_admin.kv.validation import now_ms
+from botmesh_admin.clock import now_ms
 
 _id_lock = threading.Lock()
 _id_last = [0, 0]  # last ms, sequence inside it

@@ -17,12 +17,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from botmesh_admin.atomicfile import write_atomic
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import StoreUnavailable, ValidationError
 
 from .base import Entry, Op
 from .encoding import dump_value
 from .memory import MemoryKv
-from .validation import is_live, now_ms
+from .validation import is_live
 
 FORMAT = "botmesh-kv/1"
 

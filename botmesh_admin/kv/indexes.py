@@ -889,7 +889,7 @@ def _scan_all(kv: DurableKv, table: str, prefix: str) -> Iterator[Entry]:
 
 def _with_ttl(ops: list[Op], rows: Sequence[Entry]) -> list[Op]:
     """Give the value-index entries of TTL records the records' remaining TTL."""
-    from .validation import now_ms
+    from botmesh_admin.clock import now_ms
 
     now = now_ms()
     left = {r.key: max(1, r.expires_at - now) for r in rows if r.expires_at is not None}

@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import BadType, ValidationError
-from botmesh_admin.kv.validation import now_ms
 from botmesh_admin.processlocal import ProcessLocal
 
 from .domain import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.kv.tenant import validate_id
-from botmesh_admin.kv.validation import now_ms
 
 from . import stores
 from .domain import snapshot_from_json, validate_bot_id, validate_replica_id

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import BadRequest, DomainError, NotFound, ValidationError, bounded
-from botmesh_admin.kv.validation import now_ms
 from botmesh_admin.tenancy.decorators import list_query_checked, render_error, tenant_page
 
 from . import metrics, prometheus, selectors

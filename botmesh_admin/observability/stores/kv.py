@@ -236,7 +236,7 @@ class KvBotMetricsStore:
         pushed_at_ms: int | None = None,
         limits: PushLimits | None = None,
     ) -> BotSample:
-        from botmesh_admin.kv.validation import now_ms
+        from botmesh_admin.clock import now_ms
 
         table = self.tables.table(tenant, "bot_metrics")
         pair = self._pair(bot, replica)
@@ -364,7 +364,7 @@ class KvTraceStore:
         clock: Callable[[], int] | None = None,
         system_table: str = SYSTEM_TRACES,
     ) -> None:
-        from botmesh_admin.kv.validation import now_ms
+        from botmesh_admin.clock import now_ms
 
         self.kv = kv
         self.tables = TenantKv(kv, PACKAGE)

@@ -7,8 +7,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.kv.tenant import validate_id
-from botmesh_admin.kv.validation import now_ms
 
 from .. import trace_records
 from .base import BotSample, PushLimits, TraceSummary
