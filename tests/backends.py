@@ -8,10 +8,12 @@ tenant ids) unique to the test — ``unique_id()`` gives one.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
-from botmesh_admin.kv import DurableKv, connect
+from botmesh_admin.kv import DurableKv, Entry, connect
+from botmesh_admin.kv.memory import MemoryKv
 
 KV_BACKENDS = ["memory", "file", "sqlite", "postgresql", "redis", "redis-cluster"]
 
@@ -42,3 +44,26 @@ def open_kv(name: str, request: pytest.FixtureRequest) -> DurableKv:
     kv = connect(kv_url(name, request))
     request.addfinalizer(kv.close)
     return kv
+
+
+class CountingKv(MemoryKv):
+    """A MemoryKv that counts the entries its reads return or look up (what a page read touches).
+
+    Set ``touched = 0``, run one read, and compare ``touched`` with the page size:
+    a read that stays O(page) touches about one page of entries however many the table holds.
+    """
+
+    touched = 0
+
+    def get(self, table: str, key: str) -> Entry | None:
+        self.touched += 1
+        return super().get(table, key)
+
+    def get_many(self, table: str, keys: Any) -> list[Entry | None]:
+        self.touched += len(keys)
+        return super().get_many(table, keys)
+
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
+        page = super().scan(table, prefix, after, limit)
+        self.touched += max(1, len(page))
+        return page

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,6 +16,9 @@ from deployments.stores.base import DeploymentStore
 from deployments.stores.kv import KvDeploymentStore
 from deployments.stores.memory import MemoryDeploymentStore
 from tests.stores import store_fixture
+from tests.tenants import World, bearer, world
+
+__all__ = ["World", "bearer", "world"]  # re-exported: pytest finds the fixture here, the tests import World from here
 
 GATES = ("unit-tests", "conversation-replay", "manual-approval")
 
@@ -50,42 +52,3 @@ def pass_gates(tenant: str, version: str, result: str = "succeeded") -> None:
     for gate in GATES:
         run = services.gate_run_start(tenant, "tienda-bot", version, gate, actor="ci")
         services.gate_run_finish(tenant, "tienda-bot", version, gate, run_id=run.run_id, result=result, actor="ci")
-
-
-@dataclass
-class World:
-    """Tenant ``a`` (admin + agent tokens, users ``ana`` admin / ``bo`` agent) and tenant ``b`` (admin token)."""
-
-    a: str
-    b: str
-    admin: dict[str, str]
-    agent: dict[str, str]
-    b_admin: dict[str, str]
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-
-
-@pytest.fixture
-def world(db, tenant_id: str) -> World:
-    """Two fresh tenants with tokens (the Kv is per process, so the ids are unique per test)."""
-    from django.contrib.auth import get_user_model
-
-    from botmesh_admin.tenancy import services
-
-    a, b = tenant_id, tenant_id + "-b"
-    users = get_user_model()
-    users.objects.create_user("ana", password="ana-password-1")
-    users.objects.create_user("bo", password="bo-password-1")
-    services.tenant_create(a, name="Tenant A")
-    services.tenant_create(b, name="Tenant B")
-    services.membership_set(a, username="ana", role="admin")
-    services.membership_set(a, username="bo", role="agent")
-    return World(
-        a=a,
-        b=b,
-        admin=bearer(services.token_create(a, name="ci", role="admin")[1]),
-        agent=bearer(services.token_create(a, name="bot", role="agent")[1]),
-        b_admin=bearer(services.token_create(b, name="ci", role="admin")[1]),
-    )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from botmesh_admin.errors import Conflict
-from botmesh_admin.kv import Entry, Put
+from botmesh_admin.kv import Put
 from botmesh_admin.kv.indexes import IndexNotBuilt
 from botmesh_admin.kv.memory import MemoryKv
 from deployments import selectors, services
@@ -150,28 +150,9 @@ def test_a_registry_from_before_the_count_index_needs_the_reindex(
     assert selectors.deployment_active_count(tenant_id) == 2
 
 
-class CountingKv(MemoryKv):
-    """A MemoryKv counting the entries its reads return or look up."""
-
-    touched = 0
-
-    def get(self, table: str, key: str) -> Entry | None:
-        self.touched += 1
-        return super().get(table, key)
-
-    def get_many(self, table: str, keys: Any) -> list[Entry | None]:
-        self.touched += len(keys)
-        return super().get_many(table, keys)
-
-    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
-        page = super().scan(table, prefix, after, limit)
-        self.touched += max(1, len(page))
-        return page
-
-
 @pytest.mark.parametrize("size", [30, 300])
 def test_each_deployments_read_touches_one_page(size: int, request: pytest.FixtureRequest, tenant_id: str) -> None:
-    kv = CountingKv()
+    kv = backends.CountingKv()
     _use(request, KvDeploymentStore(kv))
     for n in range(size):
         publish_and_activate(tenant_id, f"bot-{n:04d}", "1.0.0")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,20 +15,12 @@ from hub.stores.base import PluginStore
 from hub.stores.kv import KvPluginStore
 from hub.stores.memory import MemoryPluginStore
 from tests.stores import store_fixture
+from tests.tenants import World, bearer, world
 
-RUNTIME = RuntimeInfo(
-    version="1.6.2",
-    known_permissions=(
-        "messages:read",
-        "messages:send",
-        "contacts:read",
-        "contacts:write",
-        "http:fetch",
-        "storage:read",
-        "storage:write",
-        "schedule:write",
-    ),
-)
+__all__ = ["World", "bearer", "world"]  # re-exported: pytest finds the fixture here, the tests import World from here
+
+RUNTIME = RuntimeInfo.from_json(json.loads((fixtures_dir() / "hub" / "runtime.json").read_text()))
+"""The fixture runtime, 1.6.2 with the eight permissions (the shipped default is a copy of it)."""
 
 
 plugin_store = store_fixture("plugin_store", memory=MemoryPluginStore, kv=KvPluginStore)
@@ -57,43 +49,3 @@ def order_status(hub_fixtures: Path) -> bytes:
 def order_status_more(hub_fixtures: Path) -> bytes:
     """order-status 1.5.0: 1.4.0's permissions plus contacts:write."""
     return (hub_fixtures / "valid" / "order-status-1.5.0-more-perms.json").read_bytes()
-
-
-@dataclass
-class World:
-    """Tenant ``a`` (admin + agent tokens, users ``ana`` admin / ``bo`` agent) and tenant ``b`` (admin token)."""
-
-    a: str
-    b: str
-    admin: dict[str, str]
-    agent: dict[str, str]
-    b_admin: dict[str, str]
-
-
-def bearer(token: str) -> dict[str, str]:
-    """Return the Django test client kwargs of an API token."""
-    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-
-
-@pytest.fixture
-def world(db, tenant_id: str) -> World:
-    """Two fresh tenants with tokens (the Kv is per process, so the ids are unique per test)."""
-    from django.contrib.auth import get_user_model
-
-    from botmesh_admin.tenancy import services
-
-    a, b = tenant_id, tenant_id + "-b"
-    users = get_user_model()
-    users.objects.create_user("ana", password="ana-password-1")
-    users.objects.create_user("bo", password="bo-password-1")
-    services.tenant_create(a, name="Tenant A")
-    services.tenant_create(b, name="Tenant B")
-    services.membership_set(a, username="ana", role="admin")
-    services.membership_set(a, username="bo", role="agent")
-    return World(
-        a=a,
-        b=b,
-        admin=bearer(services.token_create(a, name="ci", role="admin")[1]),
-        agent=bearer(services.token_create(a, name="bot", role="agent")[1]),
-        b_admin=bearer(services.token_create(b, name="ci", role="admin")[1]),
-    )

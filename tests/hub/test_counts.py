@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from typing import Any
 
 import pytest
 
 from botmesh_admin.errors import Conflict, NotFound
-from botmesh_admin.kv import Entry, Put
+from botmesh_admin.kv import Put
 from botmesh_admin.kv.indexes import IndexNotBuilt
 from botmesh_admin.kv.memory import MemoryKv
 from hub import selectors, services
@@ -25,6 +24,7 @@ from hub.domain import PluginCounts
 from hub.stores import use_store
 from hub.stores.base import PluginStore
 from hub.stores.kv import PLUGINS, KvPluginStore
+from tests import backends
 
 from .test_services import ADMIN, FOUR
 
@@ -81,8 +81,6 @@ def test_a_refused_write_changes_no_count(hub: PluginStore, tenant_id: str, orde
 def test_concurrent_writers_leave_the_count_index_exact(
     backend: str, request: pytest.FixtureRequest, tenant_id: str, order_status: bytes
 ) -> None:
-    from tests import backends
-
     kv = backends.open_kv(backend, request)
     store = KvPluginStore(kv)
     stack = contextlib.ExitStack()
@@ -139,30 +137,11 @@ def test_a_table_from_before_the_count_index_needs_the_reindex(tenant_id: str, o
         assert selectors.plugin_counts(tenant_id) == PluginCounts(installed=3, enabled=1)
 
 
-class CountingKv(MemoryKv):
-    """A MemoryKv counting the entries its reads return or look up."""
-
-    touched = 0
-
-    def get(self, table: str, key: str) -> Entry | None:
-        self.touched += 1
-        return super().get(table, key)
-
-    def get_many(self, table: str, keys: Any) -> list[Entry | None]:
-        self.touched += len(keys)
-        return super().get_many(table, keys)
-
-    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
-        page = super().scan(table, prefix, after, limit)
-        self.touched += max(1, len(page))
-        return page
-
-
 @pytest.mark.parametrize("size", [30, 300])
 def test_each_hub_read_touches_one_page(
     size: int, request: pytest.FixtureRequest, tenant_id: str, order_status: bytes
 ) -> None:
-    kv = CountingKv()
+    kv = backends.CountingKv()
     stack = contextlib.ExitStack()
     stack.enter_context(use_store(KvPluginStore(kv)))
     request.addfinalizer(stack.close)

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from botmesh_admin.kv import ABSENT, DurableKv, Entry, Op, Put
-from botmesh_admin.kv.memory import MemoryKv
+from botmesh_admin.kv import ABSENT, DurableKv, Op, Put
 from botmesh_admin.observability import trace_records
 from botmesh_admin.observability.stores.base import TraceStore
 from botmesh_admin.observability.stores.kv import TRACES, KvTraceStore
 from botmesh_admin.observability.stores.memory import MemoryTraceStore
+from tests import backends
 
 from .test_store_contract import STORE_KINDS, kv_of, span, tid
 
@@ -178,28 +178,9 @@ def test_a_trace_table_from_before_the_indexes_lists_right_at_once(
         assert layout.check(table, name) == {"missing": 0, "extra": 0, "wrong": 0}
 
 
-class CountingKv(MemoryKv):
-    """A MemoryKv that counts the entries its reads return or look up (what a page touches)."""
-
-    touched = 0
-
-    def get(self, table: str, key: str) -> Entry | None:
-        self.touched += 1
-        return super().get(table, key)
-
-    def get_many(self, table: str, keys: Any) -> list[Entry | None]:
-        self.touched += len(keys)
-        return super().get_many(table, keys)
-
-    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
-        page = super().scan(table, prefix, after, limit)
-        self.touched += max(1, len(page))
-        return page
-
-
 @pytest.mark.parametrize("size", [300, 1200])
 def test_a_trace_page_touches_one_page_of_entries_whatever_the_table_holds(size: int, tenant_id: str) -> None:
-    kv = CountingKv()
+    kv = backends.CountingKv()
     store = KvTraceStore(kv, max_traces=size, prune_every=size, clock=ticking())
     store.record_many(tenant_id, [
         [root(n, "message" if n % 100 == 0 else "http", "rare" if n % 300 == 0 else None)]
