@@ -12,22 +12,15 @@ from inbox.stores import use_store
 from inbox.stores.base import InboxStore
 from inbox.stores.kv import KvInboxStore
 from inbox.stores.memory import MemoryInboxStore
-from tests import backends
+from tests import stores
+from tests.stores import store_fixture
 
-STORES = ["memory", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
-
-
-def open_store(name: str, request: pytest.FixtureRequest) -> InboxStore:
-    """Return a fresh inbox store: ``memory`` or ``kv-<backend>``."""
-    if name == "memory":
-        return MemoryInboxStore()
-    return KvInboxStore(backends.open_kv(name.removeprefix("kv-"), request))
+inbox_store = store_fixture("inbox_store", memory=MemoryInboxStore, kv=KvInboxStore)
 
 
-@pytest.fixture(params=STORES)
-def inbox_store(request: pytest.FixtureRequest) -> InboxStore:
-    """An inbox store of each kind in turn (use ``tenant_id`` for a tenant unique to the test)."""
-    return open_store(request.param, request)
+def open_store(kind: str, request: pytest.FixtureRequest) -> InboxStore:
+    """Return a fresh inbox store of ``kind``: ``memory`` or ``kv-<backend>`` (``tests.stores``)."""
+    return stores.open_store(kind, request, memory=MemoryInboxStore, kv=KvInboxStore)
 
 
 @pytest.fixture
