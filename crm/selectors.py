@@ -15,10 +15,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, TypeAlias
 
-from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.pagination import Page, cursor_check, page_of, validate_limit
 
 from .domain import (
     ALL,
@@ -146,16 +146,17 @@ def _parse_consent_filter(consent: str) -> tuple[str, str]:
     return channel, status
 
 
-class ContactPage(NamedTuple):
-    """One page of contacts; pass ``next`` back as ``after`` for the following page.
+ContactPage: TypeAlias = Page[Contact]
+"""One page of contacts; pass ``next`` back as ``after`` for the following page.
 
-    A page may hold fewer than ``limit`` contacts (even none) and still have a
-    ``next``: a filtered read stops after ``page_budget(limit)`` index entries
-    so that no request reads more than that; ``next`` is ``None`` only at the end.
-    """
+A page may hold fewer than ``limit`` contacts (even none) and still have a
+``next``: a filtered read stops after ``page_budget(limit)`` index entries
+so that no request reads more than that; ``next`` is ``None`` only at the end.
+"""
 
-    items: list[Contact]
-    next: str | None
+
+def _contact_id(contact: Contact) -> str:
+    return contact.id
 
 
 def page_budget(limit: int) -> int:
@@ -288,8 +289,7 @@ def contact_list(
     at most ``page_budget(limit)`` entries of the list it reads (10 per item,
     at least 200) and returns ``next`` where it stopped.
     """
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    validate_limit(limit)
     after = cursor_check(after, CONTACT_CURSOR)
     store = default_store()
     if identity:
@@ -318,8 +318,7 @@ def contact_list(
                 raise _bad_cursor()
             prefix = _text_prefix(store, tenant, text, limit)
             return _text_page(store, tenant, filters, [], [], prefix, None, limit)
-        page = store.contact_scan(tenant, after=after, limit=limit + 1)
-        return ContactPage(page[:limit], page[limit - 1].id if len(page) > limit else None)
+        return page_of(store.contact_scan(tenant, after=after, limit=limit + 1), limit, _contact_id)
     if len(required) == 1 and not forbidden and text is None:
         # One posting list and nothing to choose: it drives, and no counter needs reading.
         return _term_page(store, tenant, filters, required[0], [], [], after, limit)
@@ -395,7 +394,7 @@ def _term_page(
                 continue  # erased or changed since the index entry was read
             items.append(contact)
             if len(items) > limit:
-                return ContactPage(items[:limit], items[limit - 1].id)
+                return page_of(items, limit, _contact_id)
         if len(ids) < size:
             return ContactPage(items, None)
         cursor = ids[-1]
@@ -436,7 +435,8 @@ def _text_page(
                 continue  # listed under an earlier key of this contact (or no longer under this one)
             items.append((contact, hit))
             if len(items) > limit:
-                return ContactPage([c for c, _ in items[:limit]], _text_cursor(prefix, items[limit - 1][1]))
+                page = page_of(items, limit, lambda item: _text_cursor(prefix, item[1]))
+                return ContactPage([c for c, _ in page.items], page.next)
         if len(hits) < size:
             return ContactPage([c for c, _ in items], None)
     assert cursor is not None
@@ -708,8 +708,7 @@ def segment_preview(
     count costs what ``segment_count`` costs and the sample walks the same
     posting list until ``limit`` members are found.
     """
-    if not 0 <= limit <= 200:
-        raise ValidationError("limit", "must be 0..200")
+    validate_limit(limit, minimum=0)
     store = default_store()
     saved = _saved(tenant, segment_id_or_rules)
     if saved is not None:
@@ -818,6 +817,5 @@ def import_job_get(tenant: str, job_id: str) -> ImportJob:
 
 def import_job_list(tenant: str, *, limit: int = 20) -> list[ImportJob]:
     """Return the ``limit`` (1..200) most recent import jobs, newest first (one index page)."""
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    validate_limit(limit)
     return default_store().import_job_newest(tenant, limit=limit)

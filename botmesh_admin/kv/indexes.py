@@ -54,8 +54,6 @@ no count index: an expiry is not a change this module sees.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -78,6 +76,7 @@ from .base import (
 )
 from .cas import cas_retry
 from .encoding import prefix_end
+from .tablecache import TableCache
 
 __all__ = [
     "Desc",
@@ -425,7 +424,7 @@ class _State:
 
 
 class _StateCache:
-    """Per-process cache of a table's built indexes and its epoch version (bounded LRU).
+    """Per-process cache of a table's built indexes and its epoch version (a ``TableCache``).
 
     Per table: the epoch's version and the built indexes' state versions, read
     in one snapshot (``IndexedTable._states``); states other than built are
@@ -433,24 +432,14 @@ class _StateCache:
     """
 
     def __init__(self, size: int = 50_000) -> None:
-        self._lock = threading.Lock()
-        self._size = size
-        self._items: OrderedDict[tuple[str, str], tuple[int | None, dict[str, int]]] = OrderedDict()
+        self._tables: TableCache[tuple[int | None, dict[str, int]]] = TableCache(size)
 
     def table(self, kv: DurableKv, table: str) -> tuple[int | None, dict[str, int]] | None:
         """Return ``(epoch version or None if absent, {built index: state version})`` or ``None``."""
-        with self._lock:
-            key = (str(id(kv)), table)
-            item = self._items.get(key)
-            if item is not None:
-                self._items.move_to_end(key)
-            return item
+        return self._tables.get(kv, table)
 
     def put_table(self, kv: DurableKv, table: str, epoch: int | None, built: dict[str, int]) -> None:
-        with self._lock:
-            self._items[(str(id(kv)), table)] = (epoch, dict(built))
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+        self._tables.put(kv, table, (epoch, dict(built)))
 
     def get(self, kv: DurableKv, table: str, index: str) -> int | None:
         """Return the cached version of ``index``'s built state (``None``: not cached as built)."""
@@ -458,8 +447,7 @@ class _StateCache:
         return None if item is None else item[1].get(index)
 
     def forget(self, kv: DurableKv, table: str, index: str | None = None) -> None:
-        with self._lock:
-            self._items.pop((str(id(kv)), table), None)
+        self._tables.forget(kv, table)
 
 
 _built = _StateCache()

@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.validation import validate_text
 from crm.domain import (
     CHANNELS,
@@ -45,12 +44,14 @@ from crm.stores import default_store
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 200
+CONTENDED_ATTEMPTS = 200
+"""``cas_retry``'s bound for one contact: the inbox, an import and agents may all write it at once."""
 UNSET: Any = object()
 
 
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+def _version_miss(exc: Conflict) -> bool:
+    """True for a contact store's compare-and-set miss (another version was found), not a domain refusal."""
+    return not isinstance(exc, IdentityTaken) and exc.current_version is not None
 
 
 def identity_hash(identity: Identity) -> str:
@@ -103,7 +104,8 @@ def _mutate(
     ``change`` returns the new contact, or ``None`` when nothing changes.
     """
     store = default_store()
-    for attempt in range(MAX_ATTEMPTS):
+
+    def attempt() -> Contact:
         current = store.contact_get(tenant, contact_id)
         if current is None:
             raise NotFound(f"contact {contact_id} not found")
@@ -111,18 +113,16 @@ def _mutate(
         if changed is None or changed == current:
             return current
         changed = validate_contact(replace(changed, updated_at=now_ms()))
-        try:
-            return store.contact_replace(
-                tenant,
-                changed,
-                expected_version=current.version,
-                release_suppressions=release(current, changed) if release else (),
-            )
-        except Conflict as exc:
-            if isinstance(exc, IdentityTaken) or exc.current_version is None:
-                raise
-            _backoff(attempt)
-    raise Conflict(f"contact {contact_id} is changing too fast; try again")
+        return store.contact_replace(
+            tenant,
+            changed,
+            expected_version=current.version,
+            release_suppressions=release(current, changed) if release else (),
+        )
+
+    return cas_retry(
+        attempt, what=f"contact {contact_id}", attempts=CONTENDED_ATTEMPTS, retry_on=Conflict, retry_if=_version_miss
+    )
 
 
 def _new_contact(
@@ -165,20 +165,19 @@ def contact_upsert_identity(
     except ValidationError:
         name = None  # a profile name we cannot store must not lose the message's contact
     store = default_store()
-    for attempt in range(MAX_ATTEMPTS):
+
+    def attempt() -> Contact:
         found = store.contact_find(tenant, identity)
         if found is not None:
             if name and not found.name:
                 return _mutate(tenant, found.id, lambda c: None if c.name else replace(c, name=name))
             return found
         contact = validate_contact(_new_contact(tenant, identities=(identity,), name=name, source=source))
-        try:
-            created = store.contact_insert(tenant, contact)
-            log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
-            return created
-        except IdentityTaken:
-            _backoff(attempt)  # another writer created it first: read theirs
-    raise Conflict("identity is changing too fast; try again")
+        created = store.contact_insert(tenant, contact)  # IdentityTaken: another writer created it first
+        log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
+        return created
+
+    return cas_retry(attempt, what="identity", attempts=CONTENDED_ATTEMPTS, retry_on=IdentityTaken)
 
 
 def contact_create(
@@ -386,7 +385,8 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
     same phone does not revive marketing consent. Raise ``NotFound``.
     """
     store = default_store()
-    for attempt in range(MAX_ATTEMPTS):
+
+    def attempt() -> tuple[Contact, dict[str, dict[str, Any]]]:
         contact = store.contact_get(tenant, contact_id)
         if contact is None:
             raise NotFound(f"contact {contact_id} not found")
@@ -400,24 +400,26 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
                     "at": consent.at,
                     "erased_at": now_ms(),
                 }
-        try:
-            store.contact_delete(tenant, contact_id, expected_version=contact.version, suppressions=suppressions)
-        except Conflict as exc:
-            if exc.current_version is None:
-                raise
-            _backoff(attempt)
-            continue
-        log.info("crm contact erased tenant=%s contact=%s", tenant, contact_id)
-        return ErasureReport(
-            contact_id=contact_id,
-            identities=len(contact.identities),
-            channels=tuple(dict.fromkeys(i.channel for i in contact.identities)),
-            tags=len(contact.tags),
-            attributes=len(contact.attributes),
-            consent_records=len(contact.consent_history),
-            suppressed_channels=tuple(dict.fromkeys(r["channel"] for r in suppressions.values())),
-        )
-    raise Conflict(f"contact {contact_id} is changing too fast; try again")
+        store.contact_delete(tenant, contact_id, expected_version=contact.version, suppressions=suppressions)
+        return contact, suppressions
+
+    contact, suppressions = cas_retry(
+        attempt,
+        what=f"contact {contact_id}",
+        attempts=CONTENDED_ATTEMPTS,
+        retry_on=Conflict,
+        retry_if=lambda exc: exc.current_version is not None,
+    )
+    log.info("crm contact erased tenant=%s contact=%s", tenant, contact_id)
+    return ErasureReport(
+        contact_id=contact_id,
+        identities=len(contact.identities),
+        channels=tuple(dict.fromkeys(i.channel for i in contact.identities)),
+        tags=len(contact.tags),
+        attributes=len(contact.attributes),
+        consent_records=len(contact.consent_history),
+        suppressed_channels=tuple(dict.fromkeys(r["channel"] for r in suppressions.values())),
+    )
 
 
 erase = contact_erase

@@ -15,6 +15,7 @@ from botmesh_admin.events import default_journal
 from botmesh_admin.events.base import EventRecord, StaleLeaseError
 from botmesh_admin.events.services import event_publish
 from botmesh_admin.events.worker import Claim
+from botmesh_admin.kv.cas import cas_retry
 from crm.domain import (
     Consent,
     Contact,
@@ -29,7 +30,7 @@ from crm.domain import (
 from crm.selectors import tenant_region
 from crm.stores import default_store
 
-from .contacts import _apply_suppressions, _backoff, _mutate, _new_contact
+from .contacts import _apply_suppressions, _mutate, _new_contact
 
 log = logging.getLogger(__name__)
 
@@ -87,23 +88,22 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
             contact = contact.with_consent(Consent(channel, status, now_ms(), "import", evidence))
         return contact
 
-    for attempt in range(20):
+    def attempt() -> tuple[str, list[str], Contact | None]:
         owners = {c.id: c for i in row.identities if (c := store.contact_find(tenant, i)) is not None}
         if len(owners) > 1:
             raise ValidationError(
                 "phone", "the row's identities belong to different contacts: " + ", ".join(sorted(owners))
             )
-        try:
-            if owners:
-                (owner,) = owners.values()
-                merged = _mutate(tenant, owner.id, with_row)
-                return "merged", list(notices), merged
-            contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
-            store.contact_insert(tenant, validate_contact(contact))
-            return "created", list(notices), None
-        except (IdentityTaken, NotFound):
-            _backoff(attempt)  # a concurrent writer claimed an identity or erased the owner: re-read
-    raise Conflict("the row's contacts are changing too fast; try again")
+        if owners:
+            (owner,) = owners.values()
+            merged = _mutate(tenant, owner.id, with_row)
+            return "merged", list(notices), merged
+        contact = with_row(_new_contact(tenant, identities=(), name=None, source="import"))
+        store.contact_insert(tenant, validate_contact(contact))
+        return "created", list(notices), None
+
+    # A concurrent writer claimed one of the identities or erased the owner: read again.
+    return cas_retry(attempt, what="the row's contacts", retry_on=(IdentityTaken, NotFound))
 
 
 def contact_import_queue(tenant: str, job_id: str) -> EventRecord:

@@ -7,19 +7,27 @@ the store. Times are epoch milliseconds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.kv.cas import cas_retry
 from crm.domain import Segment, new_id, now_ms, segment_rules_from_input, validate_segment_name
 from crm.selectors import segment_list
 from crm.stores import default_store
 from crm.stores.base import MAX_SCAN
 
+log = logging.getLogger(__name__)
+
 
 def _segments_all(tenant: str) -> list[Segment]:
     return segment_list(tenant, limit=MAX_SCAN)
+
+
+class _SegmentsMoved(Exception):
+    """The tenant's segments changed while their membership definitions were written."""
 
 
 def segment_membership_sync(tenant: str) -> list[str]:
@@ -31,14 +39,17 @@ def segment_membership_sync(tenant: str) -> list[str]:
     two concurrent segment writes both end up defined.
     """
     store = default_store()
-    for _ in range(20):
+
+    def attempt() -> None:
         segments = _segments_all(tenant)
-        try:
-            store.membership_sync(tenant, segments)
-        except Conflict:
-            continue
-        if [(s.id, s.rules) for s in segments] == [(s.id, s.rules) for s in _segments_all(tenant)]:
-            break  # no segment was saved or deleted while we wrote (else its own sync may have lost)
+        store.membership_sync(tenant, segments)
+        if [(s.id, s.rules) for s in segments] != [(s.id, s.rules) for s in _segments_all(tenant)]:
+            raise _SegmentsMoved  # a segment was saved or deleted while we wrote: its own sync may have lost
+
+    try:
+        cas_retry(attempt, what="segment definitions", retry_on=(Conflict, _SegmentsMoved))
+    except Conflict:
+        log.warning("crm segment definitions keep changing tenant=%s; the next build syncs them", tenant)
     return [sid for sid in store.membership_pending(tenant) if sid != "sweep"]
 
 

@@ -32,16 +32,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from botmesh_admin.errors import ValidationError
 from crm.domain import MEMBER, Contact, Group, Identity, ImportJob, Segment, SegmentRules, Term
 
 MAX_SCAN = 5000
-
-
-def check_scan_limit(limit: int) -> None:
-    """Raise ``ValidationError`` (field ``limit``) unless ``1 <= limit <= MAX_SCAN``."""
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+"""The largest ``limit`` of a store scan (checked with ``pagination.validate_limit``)."""
 
 
 @runtime_checkable

@@ -52,8 +52,6 @@ constraint, written by hand with ``ABSENT`` puts in the same commit.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +69,7 @@ from botmesh_admin.kv import (
     Put,
     TenantKv,
 )
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.indexes import (
     CountIndex,
     RecordChange,
@@ -81,7 +80,9 @@ from botmesh_admin.kv.indexes import (
     encode,
     encode_component,
 )
+from botmesh_admin.kv.tablecache import TableCache
 from botmesh_admin.kv.validation import MAX_GET_MANY
+from botmesh_admin.pagination import validate_limit
 from crm.domain import (
     ALL,
     MEMBER,
@@ -108,7 +109,7 @@ from crm.domain import (
     version_mismatch,
 )
 
-from .base import check_scan_limit
+from .base import MAX_SCAN
 
 CHUNK_CHARS = 1_000_000
 TEXT_BASE = "x/by_text/"
@@ -223,35 +224,8 @@ class _Defs:
         )
 
 
-class _DefsCache:
-    """Per-process cache of each table's definitions (bounded LRU); a commit checks the version."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._lock = threading.Lock()
-        self._size = size
-        self._items: OrderedDict[tuple[int, str], _Defs] = OrderedDict()
-
-    def get(self, kv: DurableKv, table: str) -> _Defs:
-        key = (id(kv), table)
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-                return found
-        defs = _Defs.of(kv.get(table, DEFS_KEY))
-        with self._lock:
-            self._items[key] = defs
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return defs
-
-    def forget(self, kv: DurableKv, table: str) -> None:
-        with self._lock:
-            self._items.pop((id(kv), table), None)
-
-
-_defs_cache = _DefsCache()
-MEMBERSHIP_RETRIES = 20
+# Per process, each table's definitions; a commit checks their version (forgotten when it moved).
+_defs_cache: TableCache[_Defs] = TableCache(10_000)
 
 
 def _build_state(entry: Entry | None) -> dict[str, Any]:
@@ -298,19 +272,22 @@ class KvContactStore:
         definitions or on a membership record (the builder passed) retries,
         any other ``ConflictError`` is raised.
         """
-        for _ in range(MEMBERSHIP_RETRIES):
-            defs = _defs_cache.get(self.kv, table)
+
+        def commit() -> list[Entry | None]:
+            defs = _defs_cache.load(self.kv, table, lambda: _Defs.of(self.kv.get(table, DEFS_KEY)))
             ops, changes = attempt(defs)
             try:
                 return self.contacts.commit(table, [*ops, defs.check()], changes)
             except ConflictError as exc:
                 if exc.key == DEFS_KEY:
                     _defs_cache.forget(self.kv, table)
-                    continue
-                if exc.key.startswith("m/"):
-                    continue
                 raise
-        raise Conflict("segment definitions kept changing; try again")
+
+        return cas_retry(
+            commit,
+            what="segment definitions",
+            retry_if=lambda exc: exc.key == DEFS_KEY or exc.key.startswith("m/"),
+        )
 
     # contacts
 
@@ -444,14 +421,14 @@ class KvContactStore:
             raise version_mismatch("contact", exc.current_version, expected_version) from None
 
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
         return [contact_from_json(e.value, e.version) for e in entries]
 
     def contact_scan_matching(
         self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
     ) -> tuple[list[Contact], str | None]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
         # Test the rules on the stored JSON: only members are decoded into Contacts.
         matches = [contact_from_json(e.value, e.version) for e in entries if rules_match_json(rules, e.value)]
@@ -478,7 +455,7 @@ class KvContactStore:
         return out
 
     def contact_term_scan(self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000) -> list[str]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         cursor = f"{TERM_BASE}{encode(term)}c/{after}" if after is not None else None
         entries = self.contacts.scan(self._contacts(tenant), "by_term", term, after=cursor, limit=limit)
         return [e.value["pk"][2:] for e in entries]
@@ -496,7 +473,7 @@ class KvContactStore:
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
     ) -> list[tuple[str, str]]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         cursor = f"{TEXT_BASE}{encode_component(after[0])}c/{after[1]}" if after is not None else None
         entries = self.contacts.scan(
             self._contacts(tenant), "by_text", (), text_prefix=prefix, after=cursor, limit=limit
@@ -560,7 +537,7 @@ class KvContactStore:
         return True
 
     def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self.tables.table(tenant, "segments"), after=after, limit=limit)
         return [segment_from_json(e.value, e.version) for e in entries]
 
@@ -579,7 +556,8 @@ class KvContactStore:
         """
         table = self._contacts(tenant)
         want = {s.id: {"rules": s.rules.to_json(), "key": segment_rules_key(s.rules)} for s in segments}
-        for _ in range(MEMBERSHIP_RETRIES):
+
+        def attempt() -> None:
             defs_entry, build_entry, counter = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY, ALL_COUNTER])
             have = dict(defs_entry.value.get("s") or {}) if defs_entry is not None else {}
             if have == want:
@@ -597,13 +575,10 @@ class KvContactStore:
                 Put(BUILD_KEY, state, ABSENT if build_entry is None else build_entry.version),
                 Check(ALL_COUNTER, ABSENT if counter is None else counter.version),
             ]
-            try:
-                self.kv.commit(table, ops)
-            except ConflictError:
-                continue
+            self.kv.commit(table, ops)
             _defs_cache.forget(self.kv, table)
-            return
-        raise Conflict("segment membership kept changing; try again")
+
+        cas_retry(attempt, what="segment membership")
 
     def membership_pending(self, tenant: str) -> list[str]:
         """Return the ids of the segments whose membership is not built (and ``"sweep"`` if one is due)."""
@@ -659,14 +634,13 @@ class KvContactStore:
     def membership_rebuild(self, tenant: str) -> int:
         """Mark every segment not built and build the membership of every contact again (``--repair``)."""
         table = self._contacts(tenant)
-        while True:
+
+        def attempt() -> None:
             entry = self.kv.get(table, BUILD_KEY)
             state: dict[str, Any] = {"built": {}, "pass": None, "sweep": True}
-            try:
-                self.kv.commit(table, [Put(BUILD_KEY, state, ABSENT if entry is None else entry.version)])
-                break
-            except ConflictError:
-                continue
+            self.kv.commit(table, [Put(BUILD_KEY, state, ABSENT if entry is None else entry.version)])
+
+        cas_retry(attempt, what="segment membership")
         return self.membership_build(tenant)
 
     def _built_keys(self, table: str, segments: Sequence[Segment]) -> dict[str, str]:
@@ -690,7 +664,7 @@ class KvContactStore:
     def membership_scan(
         self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
     ) -> list[str] | None:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._contacts(tenant)
         key = self._built_keys(table, [segment]).get(segment.id)
         if key is None:
@@ -763,12 +737,12 @@ class KvContactStore:
         return import_job_from_json(entry.value, entry.version)
 
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._imports(tenant), prefix="j/", after=f"j/{after}" if after else None, limit=limit)
         return [import_job_from_json(e.value, e.version) for e in entries]
 
     def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._imports(tenant)
         entries = self.imports.scan(table, "job_newest", limit=limit)
         return [import_job_from_json(e.value, e.version) for e in self.imports.fetch(table, entries) if e]

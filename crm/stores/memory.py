@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, ValidationError
+from botmesh_admin.pagination import validate_limit
 from crm.domain import (
     ALL,
     MEMBER,
@@ -33,7 +34,7 @@ from crm.domain import (
     version_mismatch,
 )
 
-from .base import check_scan_limit
+from .base import MAX_SCAN
 
 
 @dataclass
@@ -47,7 +48,7 @@ class _Tenant:
 
 
 def _page(items: dict[str, Any], after: str | None, limit: int) -> list[Any]:
-    check_scan_limit(limit)
+    validate_limit(limit, maximum=MAX_SCAN)
     keys = sorted(k for k in items if after is None or k > after)[:limit]
     return [items[k] for k in keys]
 
@@ -168,7 +169,7 @@ class MemoryContactStore:
             return [len(t.contacts) if term == ALL else sum(term in ts for ts in listed.values()) for term in terms]
 
     def contact_term_scan(self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000) -> list[str]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             listed = self._terms(self._t(tenant))
         ids = sorted(cid for cid, ts in listed.items() if term in ts and (after is None or cid > after))
@@ -183,7 +184,7 @@ class MemoryContactStore:
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
     ) -> list[tuple[str, str]]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         if after is not None and not after[0].startswith(prefix):
             raise ValidationError("after", "not a cursor of this list")
         with self._lock:
@@ -268,7 +269,7 @@ class MemoryContactStore:
     def membership_scan(
         self, tenant: str, segment: Segment, group: Group = MEMBER, *, after: str | None = None, limit: int = 100
     ) -> list[str] | None:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         ids = sorted(
             i for i, gs in self._groups(tenant, segment).items() if group in gs and (after is None or i > after)
         )
@@ -307,7 +308,7 @@ class MemoryContactStore:
             return _page(self._t(tenant).jobs, after, limit)
 
     def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:
-        check_scan_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             jobs = self._t(tenant).jobs
             return [jobs[k] for k in sorted(jobs, reverse=True)[:limit]]
