@@ -282,7 +282,8 @@ def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[st
     except ValueError:
         raise ValidationError("channel", "not a jobs channel") from None
     journal = journal or default_journal()
-    worker = EventWorker(journal, lease_ms=lease_s * 1000, channel=channel)
+    # One at a time: a run may take its whole lease, and a held occurrence is one no other worker runs.
+    worker = EventWorker(journal, lease_ms=lease_s * 1000, channel=channel, claim_batch=1)
     return worker.run_batch(lambda record: job_occurrence_run(record, journal=journal), limit)
 
 

@@ -36,6 +36,10 @@ logger = logging.getLogger("botmesh.events")
 DEFAULT_LEASE_MS = 30_000
 DAY_MS = 24 * 3600 * 1000
 PRUNE_BATCH = 1000
+CLAIM_BATCH: dict[str | None, int] = {"outbox": 1}
+"""Records a drain claims at a time per channel (``EventWorker.claim_batch``; others: its default).
+A reply send waits on the provider: a worker holding 20 sends behind one slow request would keep
+them from the other workers, so the outbox claims one at a time."""
 
 
 def _queue_drain(channel: str | None) -> None:
@@ -184,9 +188,12 @@ def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int
     Return ``{"processed", "failed", "stale"}`` (see ``EventWorker.run_batch``).
     """
     from .handlers import dispatch
-    from .worker import EventWorker
+    from .worker import DEFAULT_CLAIM_BATCH, EventWorker
 
-    worker = EventWorker(default_journal(), lease_ms=lease_ms, channel=validate_channel(channel, "channel"))
+    channel = validate_channel(channel, "channel")
+    worker = EventWorker(
+        default_journal(), lease_ms=lease_ms, channel=channel, claim_batch=CLAIM_BATCH.get(channel, DEFAULT_CLAIM_BATCH)
+    )
     return worker.run_batch(dispatch, limit)
 
 

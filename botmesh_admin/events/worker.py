@@ -1,7 +1,9 @@
 """EventWorker: claim, handle, settle — with fenced leases.
 
-A worker claims one record at a time with a lease of ``lease_ms``; the handler
-runs; the outcome is settled with the claim's fencing token:
+A worker claims a batch of records (``claim_many``, up to ``claim_batch``) with a
+lease of ``lease_ms`` each; the handler runs on each record in turn; the
+outcomes are settled with each claim's fencing token, the batch's acks in one
+``ack_many`` and its failures in one ``fail_many``:
 
 - the handler returned → ``ack`` (``processed``);
 - the handler raised → ``fail`` (``failed``): a retry after backoff, or the DLQ;
@@ -13,13 +15,15 @@ runs; the outcome is settled with the claim's fencing token:
   therefore be idempotent (deliveries are at least once; the fencing token tells
   a handler's side effects which claim they belong to).
 
-While a handler runs, a heartbeat thread renews its lease (``journal.extend``)
-every ``lease_ms / 3``, so a slow but live handler keeps its record; only a
+While a batch is held, a heartbeat thread renews the lease of every record
+of it not yet settled (``journal.extend``) every ``lease_ms / 3``, so a slow but
+live handler keeps its record and the records after it theirs; only a
 process that stops (killed, frozen, partitioned from the journal) lets the
 lease lapse and the record go to another worker.
 
 ``stop()`` (from a signal handler or another thread) lets the current record
-finish and then returns from ``run_batch`` / ``run_forever``; so does the
+finish and then returns from ``run_batch`` / ``run_forever`` (the batch's
+records that did not start are released, without spending an attempt); so does the
 process's stop (``shutdown.stopping()``: a SIGTERM to a Celery worker reaches
 its pool children too), so no new record (a reply send of the outbox) starts
 after a SIGTERM; the one in hand finishes and is settled.
@@ -54,6 +58,9 @@ logger = logging.getLogger("botmesh.events.worker")
 
 Handler = Callable[[EventRecord], None]
 
+DEFAULT_CLAIM_BATCH = 20
+"""Records claimed at a time (``claim_many``), handled one by one and settled together."""
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -83,8 +90,23 @@ def current_claim() -> Claim | None:
     return _current_claim.get()
 
 
+Settlement = tuple[EventRecord, str, str | None, Exception | None]
+"""``(record, action, outcome, failure)``: an ``ack`` / ``fail`` / ``release`` / ``return`` still to make.
+
+``return`` gives back a claimed record whose handler never ran (a stop
+between the records of a batch): a release that is not counted."""
+
+
 class EventWorker:
-    """Drain the records of one channel of ``journal`` (``channel=None``: the default channel)."""
+    """Drain the records of one channel of ``journal`` (``channel=None``: the default channel).
+
+    ``claim_batch`` records are claimed at a time (``claim_many``), handled one
+    by one in claim order — each in its own claim context, the heartbeat
+    renewing every record held — and settled together (``ack_many`` /
+    ``fail_many``) when the batch is done. ``claim_batch=1`` claims one record
+    at a time: for records whose handler may take its whole lease (a job run,
+    a provider send), so a worker never holds work another could do.
+    """
 
     def __init__(
         self,
@@ -94,19 +116,21 @@ class EventWorker:
         *,
         channel: str | None = None,
         max_backoff_ms: int = 5_000,
+        claim_batch: int = DEFAULT_CLAIM_BATCH,
     ) -> None:
         self.journal = journal
         self.lease_ms = lease_ms
         self.clock: Clock = clock or now_ms
         self.channel = channel
         self.max_backoff_ms = max_backoff_ms
+        self.claim_batch = max(1, claim_batch)
         self._stop = threading.Event()
-        # The record in hand, for the heartbeat: (event id, fencing token), or None between records.
-        self._in_hand: tuple[str, int] | None = None
+        # The records claimed and not yet settled, for the heartbeat: event id -> (fencing token, leased_until).
+        self._held: dict[str, tuple[int, int]] = {}
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_lock = threading.Lock()
-        # Settlements (record, "ack" | "fail" | "release", outcome, failure) an outage held back.
-        self._unsettled: list[tuple[EventRecord, str, str | None, Exception | None]] = []
+        # Settlements an outage held back, made first once the journal is back.
+        self._unsettled: list[Settlement] = []
 
     def stop(self) -> None:
         """Ask the worker to stop after the record it is handling (safe from a signal handler)."""
@@ -131,121 +155,171 @@ class EventWorker:
 
     def _run_batch(self, handler: Handler, limit: int, counts: dict[str, int]) -> None:
         """``run_batch`` counting into ``counts`` as it goes, so an outage mid-batch keeps what was settled."""
-        self._settle_kept(counts)
-        for _ in range(limit):
-            if self.stopping:
+        self._settle_all([], counts)  # what an outage held back, first
+        left = limit
+        while left > 0 and not self.stopping:
+            want = min(left, self.claim_batch)
+            batch = self.journal.claim_many(self.clock(), self.lease_ms, self.channel, want)
+            if not batch:
                 break
-            record = self.journal.claim(self.clock(), self.lease_ms, self.channel)
-            if record is None:
-                break
-            counts[self._handle(handler, record)] += 1
+            left -= len(batch)
+            self._run_claimed(handler, batch, counts)
+            if len(batch) < want:
+                break  # nothing more is ready
 
-    def _handle(self, handler: Handler, record: EventRecord) -> str:
+    def _run_claimed(self, handler: Handler, batch: list[EventRecord], counts: dict[str, int]) -> None:
+        """Handle the claimed ``batch`` in order, then settle it; on an outage settle what is known and raise."""
+        self._hold(batch)
+        settlements: list[Settlement] = []
+        try:
+            for i, record in enumerate(batch):
+                if self.stopping:  # the rest never started: give them back without spending an attempt
+                    settlements += [(r, "return", None, None) for r in batch[i:]]
+                    break
+                settlement, outage = self._handle(handler, record)
+                settlements.append(settlement)
+                if outage is not None:
+                    settlements += [(r, "return", None, None) for r in batch[i + 1 :]]
+                    self._settle_all(settlements, counts)
+                    raise outage
+            self._settle_all(settlements, counts)
+        finally:
+            self._release_held(batch)
+
+    def _handle(self, handler: Handler, record: EventRecord) -> tuple[Settlement, Exception | None]:
+        """Run ``handler`` on ``record``; return its settlement and the outage to raise (or ``None``)."""
         started = self.clock()
-        if record.leased_until is not None and started >= record.leased_until:
-            outcome = self._settle(record, "release", "stale")
+        leased_until = self._leased_until(record)
+        if leased_until is not None and started >= leased_until:
             logger.warning("event %s: lease expired before its handler started; released", record.id)
-            return outcome
+            return (record, "release", "stale", None), None
         failure: Exception | None = None
-        self._hold((record.id, record.fencing_token))
         claimed = _current_claim.set(Claim(self.journal, record.id, record.fencing_token, self.lease_ms, self.clock))
         try:
             handler(record)
         except Exception as exc:  # a handler's failure is data for the journal, not a crash
             failure = exc
-        finally:  # the lease is renewed only while the handler runs (a BaseException ends that too)
+        finally:
             _current_claim.reset(claimed)
-            self._hold(None)
         if failure is None:
-            return self._settle(record, "ack", "processed")
+            return (record, "ack", "processed", None), None
         unavailable = store_unavailable(failure)
         if unavailable is None:
-            return self._settle(record, "fail", "failed", failure)
+            return (record, "fail", "failed", failure), None
         # The store, not the record, is at fault: give it back without spending an attempt.
-        self._settle(record, "release", None)
-        if unavailable is failure:
-            raise failure
-        raise unavailable from failure
+        if unavailable is not failure:
+            unavailable.__cause__ = failure
+        return (record, "release", None, None), unavailable
 
-    def _settle(self, record: EventRecord, action: str, outcome: str | None, failure: Exception | None = None) -> str:
-        """``ack`` / ``fail`` / ``release`` the claim on ``record``; return ``outcome``.
+    def _settle_all(self, settlements: list[Settlement], counts: dict[str, int]) -> None:
+        """Make the kept settlements, then ``settlements``: acks and failures batched, releases one by one.
 
-        The outcome is ``stale`` if the lease was lost.
-
-        When the journal cannot be reached, the settlement is kept and made
-        first thing once it is back (so an outage costs a retry, not a whole
-        lease), and ``StoreUnavailable`` is raised.
+        When the journal cannot be reached, every settlement not yet made is
+        kept (made first once it is back: an outage costs a retry, not a whole
+        lease) and ``StoreUnavailable`` is raised.
         """
+        pending = self._unsettled + settlements
+        self._unsettled = []
         try:
-            return self._apply(record, action, outcome, failure)
+            self._apply_all(pending, counts)
         except Exception as exc:
             unavailable = store_unavailable(exc)
             if unavailable is None:
                 raise
-            self._unsettled.append((record, action, outcome, failure))
+            self._unsettled = pending  # what is left of it
             if unavailable is exc:
                 raise
             raise unavailable from exc
 
-    def _apply(self, record: EventRecord, action: str, outcome: str | None, failure: Exception | None) -> str:
-        token = record.fencing_token
-        try:
-            if action == "ack":
-                self.journal.ack(record.id, self.clock(), token)
-            elif action == "fail":
-                assert failure is not None
-                after = self.journal.fail(record.id, self.clock(), token, f"{type(failure).__name__}: {failure}")
-                logger.warning(
-                    "event %s (%s) failed on attempt %d: %s; now %s",
-                    record.id, record.type, record.attempts, type(failure).__name__, after.state,
-                )  # fmt: skip
-            else:
-                self.journal.release(record.id, self.clock(), token)
-        except StaleLeaseError:
-            if action == "ack":
-                logger.warning("event %s: handler outlived its lease; ack refused", record.id)
-            elif action == "fail":
-                logger.warning("event %s: handler failed after its lease was lost", record.id)
-            # release: somebody else claimed it meanwhile; nothing of ours to give back
-            return "stale"
-        return outcome or ""
+    def _apply_all(self, pending: list[Settlement], counts: dict[str, int]) -> None:
+        """Apply the settlements of ``pending``, removing each from it once made and counting its outcome."""
+        if not pending:
+            return
+        now = self.clock()
+        acks = [s for s in pending if s[1] == "ack"]
+        if acks:
+            done = self.journal.ack_many(now, [(r.id, r.fencing_token) for r, *_ in acks])
+            for settlement, after in zip(acks, done, strict=True):
+                record, _, outcome, _ = settlement
+                if after is None:
+                    logger.warning("event %s: handler outlived its lease; ack refused", record.id)
+                counts["stale" if after is None else outcome or "processed"] += 1
+                pending.remove(settlement)
+        fails = [s for s in pending if s[1] == "fail"]
+        if fails:
+            failures = [(r.id, r.fencing_token, f"{type(f).__name__}: {f}") for r, _, _, f in fails]
+            failed = self.journal.fail_many(now, failures)
+            for settlement, after in zip(fails, failed, strict=True):
+                record, _, outcome, failure = settlement
+                if after is None:
+                    logger.warning("event %s: handler failed after its lease was lost", record.id)
+                else:
+                    logger.warning(
+                        "event %s (%s) failed on attempt %d: %s; now %s",
+                        record.id, record.type, record.attempts, type(failure).__name__, after.state,
+                    )  # fmt: skip
+                counts["stale" if after is None else outcome or "failed"] += 1
+                pending.remove(settlement)
+        for settlement in list(pending):
+            record, action, outcome, _ = settlement
+            try:
+                self.journal.release(record.id, self.clock(), record.fencing_token)
+            except StaleLeaseError:  # somebody else claimed it meanwhile; nothing of ours to give back
+                outcome = "stale" if action == "release" else None
+            if outcome:
+                counts[outcome] += 1
+            pending.remove(settlement)
 
-    def _settle_kept(self, counts: dict[str, int]) -> None:
-        """Make the settlements an outage held back, oldest first (raise ``StoreUnavailable`` if still down)."""
-        while self._unsettled:
-            record, action, outcome, failure = self._unsettled[0]
-            result = self._apply(record, action, outcome, failure)
-            self._unsettled.pop(0)
-            if result:
-                counts[result] += 1
-
-    def _hold(self, record: tuple[str, int] | None) -> None:
-        """Set the record in hand (``(event id, fencing token)`` or ``None``); start a heartbeat if none runs."""
+    def _leased_until(self, record: EventRecord) -> int | None:
         with self._heartbeat_lock:
-            self._in_hand = record
-            if record is not None and self._heartbeat is None:
+            held = self._held.get(record.id)
+        return held[1] if held is not None and held[0] == record.fencing_token else record.leased_until
+
+    def _hold(self, records: list[EventRecord]) -> None:
+        """Hold ``records`` for the heartbeat; start one if none runs."""
+        with self._heartbeat_lock:
+            for record in records:
+                self._held[record.id] = (record.fencing_token, record.leased_until or 0)
+            if self._held and self._heartbeat is None:
                 self._heartbeat = threading.Thread(target=self._beat, name="events-lease-heartbeat", daemon=True)
                 self._heartbeat.start()
 
+    def _release_held(self, records: list[EventRecord]) -> None:
+        with self._heartbeat_lock:
+            for record in records:
+                if self._held.get(record.id, (None,))[0] == record.fencing_token:
+                    del self._held[record.id]
+
     def _beat(self) -> None:
-        """Renew the lease of the record in hand every ``lease_ms / 3``; end when no record is in hand."""
-        seen: tuple[str, int] | None = None
+        """Renew every held record's lease every ``lease_ms / 3``; end when no record is held.
+
+        A record is renewed once it has been held a whole period (a batch
+        settled within it costs no renewal).
+        """
+        seen: set[tuple[str, int]] = set()
         while True:
             time.sleep(self.lease_ms / 3000)
             with self._heartbeat_lock:
-                in_hand = self._in_hand
-                if in_hand is None:
-                    self._heartbeat = None  # the next record starts a new heartbeat
+                if not self._held:
+                    self._heartbeat = None  # the next batch starts a new heartbeat
                     return
-            if in_hand == seen:  # the same record for a whole period: renew its lease
+                held = {(event_id, token) for event_id, (token, _) in self._held.items()}
+            for event_id, token in sorted(held & seen):
                 try:
-                    self.journal.extend(in_hand[0], self.clock(), in_hand[1], self.lease_ms)
+                    after = self.journal.extend(event_id, self.clock(), token, self.lease_ms)
                 except StaleLeaseError:
-                    if self._in_hand == in_hand:  # not just finished: the lease was really lost
-                        logger.warning("event %s: lease lost while its handler runs", in_hand[0])
+                    with self._heartbeat_lock:
+                        still = self._held.get(event_id, (None,))[0] == token
+                    if still:  # not just settled: the lease was really lost
+                        logger.warning("event %s: lease lost while its handler runs", event_id)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - the journal may be briefly unreachable
-                    logger.warning("event %s: lease renewal failed: %s", in_hand[0], type(exc).__name__)
-            seen = in_hand
+                    logger.warning("event %s: lease renewal failed: %s", event_id, type(exc).__name__)
+                    continue
+                with self._heartbeat_lock:
+                    if self._held.get(event_id, (None,))[0] == token:
+                        self._held[event_id] = (token, after.leased_until or 0)
+            seen = held
 
     def run_forever(
         self,

@@ -122,6 +122,66 @@ def test_a_slow_live_handler_keeps_its_lease_by_heartbeat(journal: EventJournal)
     assert (record.state, record.attempts) == ("done", 1)
 
 
+class CountingJournal(MemoryEventJournal):
+    """The memory journal, counting the calls the worker makes of each kind."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.calls: dict[str, int] = {}
+
+    def __getattribute__(self, name: str) -> object:
+        if name in ("claim", "claim_many", "ack", "ack_many", "fail", "fail_many", "release"):
+            calls = object.__getattribute__(self, "calls")
+            calls[name] = calls.get(name, 0) + 1
+        return object.__getattribute__(self, name)
+
+
+def test_a_batch_is_claimed_acked_and_failed_in_a_few_calls_and_handled_one_by_one_in_order(
+    clock: FakeClock,
+) -> None:
+    journal = CountingJournal(clock=clock, policy=RetryPolicy(max_attempts=3, jitter=0.0))
+    for i in range(45):
+        journal.append(Envelope(type="test.event", tenant="acme", payload={"i": i}, idempotency_key=f"k{i}"))
+        clock.advance(1)
+    seen: list[int] = []
+
+    def handler(record: EventRecord) -> None:
+        seen.append(record.payload["i"])
+        if record.payload["i"] % 10 == 0:
+            raise ValueError("every tenth fails")
+
+    worker = EventWorker(journal, LEASE, clock, claim_batch=20)
+    assert worker.run_batch(handler, limit=100) == {"processed": 40, "failed": 5, "stale": 0}
+    assert seen == list(range(45))  # claim order, one at a time
+    # 20 + 20 + 5: three claims (the short third one says nothing more is ready), an ack and a fail per batch.
+    assert journal.calls == {"claim_many": 3, "ack_many": 3, "fail_many": 3}
+    failed = [r for r in journal.list(limit=200) if r.state == "pending"]
+    assert sorted(r.payload["i"] for r in failed) == [0, 10, 20, 30, 40]
+    assert all(r.last_error == "ValueError: every tenth fails" and r.attempts == 1 for r in failed)
+
+
+def test_the_heartbeat_keeps_the_leases_of_the_records_waiting_behind_a_slow_one(journal: EventJournal) -> None:
+    """Real time: the second record of a batch waits two leases behind the first and is not redelivered."""
+    import time
+
+    from botmesh_admin.events.base import now_ms
+
+    add(journal, 2)
+    lease_ms, taken, handled = 600, [], []
+
+    def handler(record: EventRecord) -> None:
+        handled.append(record.payload["i"])
+        if len(handled) == 1:
+            for _ in range(3):
+                time.sleep(lease_ms / 1000)
+                taken.append(journal.claim(now_ms(), lease_ms))  # another worker finds nothing to take
+
+    counts = EventWorker(journal, lease_ms, claim_batch=2).run_batch(handler, limit=2)
+    assert counts == {"processed": 2, "failed": 0, "stale": 0}
+    assert taken == [None, None, None] and sorted(handled) == [0, 1]
+    assert [(r.state, r.attempts) for r in journal.list()] == [("done", 1), ("done", 1)]
+
+
 def test_stop_finishes_the_record_in_hand_then_returns(journal: EventJournal, clock: FakeClock) -> None:
     add(journal, 5)
     worker = EventWorker(journal, LEASE, clock)

@@ -53,6 +53,18 @@ class SwitchableJournal(MemoryEventJournal):
         self._gate()
         return super().release(*args, **kwargs)
 
+    def claim_many(self, *args: Any, **kwargs: Any) -> list[EventRecord]:
+        self._gate()
+        return super().claim_many(*args, **kwargs)
+
+    def ack_many(self, *args: Any, **kwargs: Any) -> list[EventRecord | None]:
+        self._gate()
+        return super().ack_many(*args, **kwargs)
+
+    def fail_many(self, *args: Any, **kwargs: Any) -> list[EventRecord | None]:
+        self._gate()
+        return super().fail_many(*args, **kwargs)
+
 
 def add(journal: MemoryEventJournal, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
@@ -140,6 +152,9 @@ def test_a_handler_that_meets_an_outage_keeps_its_attempt_and_runs_once_the_stor
 def test_an_error_that_is_not_an_outage_still_ends_run_forever() -> None:
     class Broken(MemoryEventJournal):
         def claim(self, *args: Any, **kwargs: Any) -> EventRecord | None:
+            raise RuntimeError("a bug, not an outage")
+
+        def claim_many(self, *args: Any, **kwargs: Any) -> list[EventRecord]:
             raise RuntimeError("a bug, not an outage")
 
     with pytest.raises(RuntimeError, match="a bug"):
