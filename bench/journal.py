@@ -10,11 +10,18 @@ queue — claim one, run a no-op handler, ack — until it is empty. The clock r
 from the moment every worker is ready to the moment the last one finds the queue
 empty; the figure is events / second (each event = one append + claim + ack).
 
+The batched row runs the same workload through the batched journal (issue 21,
+item 1): ``append_many`` of 500 events, then ``EventWorker`` claiming 100 at a
+time (``claim_many``), running the handler on each and settling the batch with
+one ``ack_many``. Its ratio is printed against procrastinate when installed and
+always against the one-at-a-time journal of the same run.
+
 The peer baseline is procrastinate (``pip install procrastinate`` into the
 virtualenv; it is not a project dependency): ``task.defer()`` per job, then
 ``app.run_worker(wait=False, concurrency=1)`` per process, in its own schema on
 the same PostgreSQL database, with the same server settings (fsync on commit).
-Target: the PostgreSQL journal ≥ 1.0× procrastinate with one worker.
+Targets with one worker: the PostgreSQL journal ≥ 1.0× procrastinate, the
+batched PostgreSQL journal ≥ 10× procrastinate.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_RATIO = 1.0
+BATCHED_TARGET_RATIO = 10.0
+APPEND_BATCH = 500
+CLAIM_BATCH = 100
 PROCRASTINATE_SCHEMA = "botmesh_bench_procrastinate"
 # procrastinate warns that its App lives in __main__ (a bench script's choice); keep output clean.
 logging.getLogger("procrastinate").setLevel(logging.ERROR)
@@ -42,6 +52,7 @@ logging.getLogger("procrastinate").setLevel(logging.ERROR)
 
 
 def journal_worker(url: str, share: int, worker: int, ready: mp.Barrier, go: mp.Barrier) -> None:
+    """One at a time: ``append`` per event, then claim one, handle, ack (the journal before batching)."""
     from botmesh_admin.events import Envelope, connect_journal
     from botmesh_admin.events.worker import EventWorker
 
@@ -51,8 +62,30 @@ def journal_worker(url: str, share: int, worker: int, ready: mp.Barrier, go: mp.
     go.wait()
     for n in range(share):
         journal.append(Envelope(type="bench.event", tenant="bench", payload={"n": n}, idempotency_key=f"{worker}-{n}"))
-    drainer = EventWorker(journal, lease_ms=30_000)
+    drainer = EventWorker(journal, lease_ms=30_000, claim_batch=1)
     while any(drainer.run_batch(lambda record: None, 100).values()):
+        pass
+    journal.close()
+
+
+def journal_worker_batched(url: str, share: int, worker: int, ready: mp.Barrier, go: mp.Barrier) -> None:
+    """Batched: ``append_many`` of ``APPEND_BATCH``, ``claim_many`` of ``CLAIM_BATCH``, handled, one ``ack_many``."""
+    from botmesh_admin.events import Envelope, connect_journal
+    from botmesh_admin.events.worker import EventWorker
+
+    journal = connect_journal(url)
+    journal.ping()
+    ready.wait()
+    go.wait()
+    for start in range(0, share, APPEND_BATCH):
+        journal.append_many(
+            [
+                Envelope(type="bench.event", tenant="bench", payload={"n": n}, idempotency_key=f"{worker}-{n}")
+                for n in range(start, min(start + APPEND_BATCH, share))
+            ]
+        )
+    drainer = EventWorker(journal, lease_ms=30_000, claim_batch=CLAIM_BATCH)
+    while any(drainer.run_batch(lambda record: None, 1000).values()):
         pass
     journal.close()
 
@@ -164,7 +197,7 @@ def main() -> int:
             try:
                 rates.append(run(target, url, args.events, workers))
             finally:
-                drop_journal(url) if target is journal_worker else None
+                drop_journal(url) if target is not procrastinate_worker else None
         return statistics.median(rates)
 
     def journal_url(base: str) -> Callable[[], str]:
@@ -192,11 +225,22 @@ def main() -> int:
             if not base:
                 continue
             value = median(journal_url(base), journal_worker, workers)
-            ratio = f"{value / baseline:5.2f}x procrastinate" if baseline else "(no baseline)"
+            ratio = f"{value / baseline:5.2f}x procrastinate" if baseline else "(no procrastinate baseline)"
             verdict = ""
             if name == "postgresql" and workers == 1 and baseline:
                 verdict = "  target >= 1.0x: " + ("met" if value / baseline >= TARGET_RATIO else "MISSED")
-            print(f"  {workers} worker(s)  journal {name:<12} {value:8.0f}/s  {ratio}{verdict}")
+            print(f"  {workers} worker(s)  journal {name:<20} {value:8.0f}/s  {ratio}{verdict}")
+            batched = median(journal_url(base), journal_worker_batched, workers)
+            ratios = [f"{batched / value:5.2f}x the one-at-a-time journal"]
+            verdict = ""
+            if baseline:
+                ratios.insert(0, f"{batched / baseline:5.2f}x procrastinate")
+                if name == "postgresql" and workers == 1:
+                    met = batched / baseline >= BATCHED_TARGET_RATIO
+                    verdict = f"  target >= {BATCHED_TARGET_RATIO:.0f}x: " + ("met" if met else "MISSED")
+            print(
+                f"  {workers} worker(s)  journal {name + ' batched':<20} {batched:8.0f}/s  {', '.join(ratios)}{verdict}"
+            )
     return 0
 
 
