@@ -16,9 +16,10 @@ Times are epoch milliseconds; durations in the names' units.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from botmesh_admin.errors import BadType, ValidationError
 
@@ -292,3 +293,35 @@ def due_occurrences(
     if settings.catch_up == "latest" and missed and now_ms - missed[-1] <= settings.catch_up_window_s * 1000:
         return [missed[-1], *on_time], considered
     return on_time, considered
+
+
+# -- the occurrence ledger's names (read by the services, the selectors, the beat and the tasks) ------------
+
+OCCURRENCE_TYPE = "job.occurrence"
+JOBS_CHANNEL_PREFIX = "jobs-"
+SYSTEM_TENANT = "system"  # a reserved id (kv/tenant.py RESERVED_TENANT_IDS): no tenant can take it
+RUN_TASK = "jobs.run"
+
+
+class _SettingsSource(Protocol):
+    def settings_get(self, job_id: str) -> tuple[JobSettings, int] | None: ...
+
+
+def effective_job(spec: JobSpec, store: _SettingsSource) -> Job:
+    """Return ``spec`` with the operator's saved settings (``store.settings_get``) applied, if any."""
+    saved = store.settings_get(spec.id)
+    return Job(spec, spec.defaults) if saved is None else Job(spec, saved[0], saved[1])
+
+
+def jobs_channel(spec: JobSpec) -> str:
+    """Return the journal channel of ``spec``'s occurrences: one per lease length (``jobs-60s``).
+
+    A worker claims with the lease of the channel, so a run is retried only
+    after its own job's lease, never while it may still be running.
+    """
+    return f"{JOBS_CHANNEL_PREFIX}{spec.lease_s}s"
+
+
+def jobs_channels(specs: Iterable[JobSpec]) -> list[str]:
+    """Return the channels of the durable jobs among ``specs``."""
+    return sorted({jobs_channel(spec) for spec in specs if spec.durable})

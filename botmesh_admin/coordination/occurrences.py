@@ -119,7 +119,7 @@ def _now_ms() -> int:
 
 def run_log_table(kv: DurableKv) -> str:
     """Return the table of the run log in ``kv`` (the scheduler's own ``system`` table)."""
-    from .services import system_table
+    from .stores import system_table
 
     return str(system_table(kv))
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import DomainError, NotFound
 
 from .base import SHOWN_EVENT_KINDS, CoordinationEvent, CoordinationSnapshot, LeaderStatus, ReplicaStatus
-from .domain import Job, JobSpec, JobState, validate_job_id
+from .domain import OCCURRENCE_TYPE, SYSTEM_TENANT, Job, JobSpec, JobState, effective_job, jobs_channel, validate_job_id
 from .occurrences import SupersededRun, superseded_get_many
-from .services import OCCURRENCE_TYPE, SYSTEM_TENANT, effective_job, job_store, jobs_channel, now_ms
+from .stores import job_store, system_table
 from .stores.base import JobStore
 
 FILE_LEADER_LIVE_MS = 15_000
@@ -35,8 +36,6 @@ def coordination_snapshot() -> CoordinationSnapshot:
 
 def _with_file_leader(snapshot: CoordinationSnapshot) -> CoordinationSnapshot:
     from botmesh_admin.kv.runtime import default_kv
-
-    from .services import system_table
 
     kv = default_kv()
     table = system_table(kv)

@@ -25,40 +25,33 @@ from botmesh_admin.errors import NotFound, ValidationError
 from .base import LeaseHandle, LeaseLost
 from .domain import (
     CATCH_UP_POLICIES,
+    JOBS_CHANNEL_PREFIX,
+    OCCURRENCE_TYPE,
+    RUN_TASK,
+    SYSTEM_TENANT,
     Job,
     JobSettings,
     JobSpec,
     JobState,
     Schedule,
     due_occurrences,
+    effective_job,
+    jobs_channel,
+    jobs_channels,
     occurrence_id,
     validate_job_id,
 )
+from .stores import job_store, system_table
 from .stores.base import JobStore
+
+__all__ = [  # the names other modules (the beat, handlers, tests) read here; selectors read domain and stores
+    "JOBS_CHANNEL_PREFIX", "OCCURRENCE_TYPE", "RUN_TASK", "SYSTEM_TENANT", "effective_job", "job_store",
+    "jobs_channel", "jobs_channels", "system_table",
+]  # fmt: skip
 
 log = logging.getLogger("botmesh.coordination.jobs")
 
-OCCURRENCE_TYPE = "job.occurrence"
-JOBS_CHANNEL_PREFIX = "jobs-"
-SYSTEM_TENANT = "system"  # a reserved id (kv/tenant.py RESERVED_TENANT_IDS): no tenant can take it
-RUN_TASK = "jobs.run"
-
 Send = Callable[[str, dict[str, Any], dict[str, Any]], None]
-
-
-def job_store() -> JobStore:
-    """Return the JobStore over the configured Kv."""
-    from botmesh_admin.kv.runtime import default_kv
-
-    from .stores.kv import KvJobStore
-
-    return KvJobStore(default_kv())
-
-
-def effective_job(spec: JobSpec, store: JobStore) -> Job:
-    """Return ``spec`` with the operator's saved settings applied (if any)."""
-    saved = store.settings_get(spec.id)
-    return Job(spec, spec.defaults) if saved is None else Job(spec, saved[0], saved[1])
 
 
 def job_update(
@@ -256,20 +249,6 @@ def kv_sweep(*, limit: int = 1000, batch: int = SWEEP_BATCH, kv: Any = None) -> 
     return removed
 
 
-def jobs_channel(spec: JobSpec) -> str:
-    """Return the journal channel of ``spec``'s occurrences: one per lease length (``jobs-60s``).
-
-    A worker claims with the lease of the channel, so a run is retried only
-    after its own job's lease, never while it may still be running.
-    """
-    return f"{JOBS_CHANNEL_PREFIX}{spec.lease_s}s"
-
-
-def jobs_channels(specs: Iterable[JobSpec]) -> list[str]:
-    """Return the channels of the durable jobs among ``specs``."""
-    return sorted({jobs_channel(spec) for spec in specs if spec.durable})
-
-
 def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[str, int]:
     """Claim and run up to ``limit`` ready occurrences of ``channel``; return the worker's counts."""
     from botmesh_admin.events import default_journal
@@ -285,13 +264,6 @@ def jobs_drain(channel: str, *, limit: int = 20, journal: Any = None) -> dict[st
     # One at a time: a run may take its whole lease, and a held occurrence is one no other worker runs.
     worker = EventWorker(journal, lease_ms=lease_s * 1000, channel=channel, claim_batch=1)
     return worker.run_batch(lambda record: job_occurrence_run(record, journal=journal), limit)
-
-
-def system_table(kv: Any) -> str:
-    """Return the Kv table of the scheduler's own entries (presence, the file-locked leader), in ``kv``."""
-    from botmesh_admin.kv import TenantKv
-
-    return TenantKv(kv, "coordination").reserved_table(SYSTEM_TENANT, "jobs")
 
 
 def scheduler_leader_publish(replica_id: str, incarnation: str, fence: int, *, store_kv: Any = None) -> None:
