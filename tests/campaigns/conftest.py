@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from botmesh_admin.kv import DurableKv
 from campaigns.stores.base import CampaignStore, SlotStore
 from campaigns.stores.kv import KvCampaignStore, KvSlotStore
 from campaigns.stores.memory import MemoryCampaignStore, MemorySlotStore
-from tests import backends
-
-STORES = ["memory-store", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
+from tests.stores import store_fixture
 
 
-def open_stores(name: str, request: pytest.FixtureRequest) -> tuple[CampaignStore, SlotStore]:
-    """Return fresh stores: the reference memory stores, or the Kv stores on one backend."""
-    if name == "memory-store":
-        return MemoryCampaignStore(), MemorySlotStore()
-    kv = backends.open_kv(name.removeprefix("kv-"), request)
+def _memory_stores() -> tuple[CampaignStore, SlotStore]:
+    return MemoryCampaignStore(), MemorySlotStore()
+
+
+def _kv_stores(kv: DurableKv) -> tuple[CampaignStore, SlotStore]:
     return KvCampaignStore(kv), KvSlotStore(kv)
 
 
-@pytest.fixture(params=STORES)
-def stores(request: pytest.FixtureRequest) -> tuple[CampaignStore, SlotStore]:
-    """A fresh (CampaignStore, SlotStore) pair of each implementation in turn (use ``tenant_id``)."""
-    return open_stores(request.param, request)
+stores = store_fixture("stores", memory=_memory_stores, kv=_kv_stores)
+"""A fresh (CampaignStore, SlotStore) pair of each kind in turn (use ``tenant_id``)."""
 
 
 @pytest.fixture
