@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 
 from botmesh_admin.channels.domain import CHANNEL_KINDS
-from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.pagination import cursor_check, page_of, validate_limit
 
 from .domain import (
     CONVERSATION_STATUSES,
@@ -187,8 +187,7 @@ def conversation_list(
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
     if channel is not None and channel not in CHANNEL_KINDS:
         raise ValidationError("channel", f"must be one of {', '.join(CHANNEL_KINDS)}")
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     after = cursor_check(after, CONVERSATION_CURSOR)
     if channel_name is not None:
         from botmesh_admin.kv.tenant import validate_id
@@ -306,13 +305,12 @@ def message_list(
     """Return messages in order (timestamp, then id) after the cursor, and the next cursor."""
     store = store or default_store()
     conversation_get(tenant, conversation_id, store=store)
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     after = cursor_check(after, MESSAGE_CURSOR)
-    page = store.message_page(tenant, conversation_id, after=after, limit=limit + 1)
-    more = len(page) > limit
-    page = page[:limit]
-    return page, (page[-1].sort_key if more and page else None)
+    page = page_of(
+        store.message_page(tenant, conversation_id, after=after, limit=limit + 1), limit, lambda m: m.sort_key
+    )
+    return page.items, page.next
 
 
 LATEST_FIRST_WINDOW_MS = 3_600_000  # the thread view first reads the last hour of a conversation
@@ -378,13 +376,10 @@ def note_list(
     """Return notes oldest first; ``after`` is the id of the last note of the previous page."""
     store = store or default_store()
     conversation_get(tenant, conversation_id, store=store)
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     after = cursor_check(after, NOTE_CURSOR)
-    notes = store.note_page(tenant, conversation_id, after=after, limit=limit + 1)
-    more = len(notes) > limit
-    notes = notes[:limit]
-    return notes, (notes[-1].id if more and notes else None)
+    page = page_of(store.note_page(tenant, conversation_id, after=after, limit=limit + 1), limit, lambda n: n.id)
+    return page.items, page.next
 
 
 SEARCH_BUDGET = 2000  # index entries one search page reads at most (then it continues from a cursor)
@@ -430,8 +425,7 @@ def conversation_search(
 
     check_agent(agent)
     _check_view(view)
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     after = cursor_check(after, SEARCH_CURSOR)
     terms = search_terms(q or "")
     if not terms:
@@ -523,8 +517,7 @@ def event_list(
     ``since_ms``: only events at or after that time (the thread asks from its
     oldest shown message). One scan of at most ``limit`` (1..200) entries.
     """
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     if since_ms is not None:
         check_ms(since_ms, "since_ms")
     # Event ids start with their time (``new_event_id``): ``e_<ms - 1>`` sorts just before ``since_ms``.
@@ -692,8 +685,7 @@ def bot_inbound_page(
     store = store or default_store()
     if isinstance(since_ms, bool) or not isinstance(since_ms, int) or since_ms < 0:
         raise ValidationError("since_ms", "must be a non-negative integer (epoch ms)")
-    if not isinstance(limit, int) or not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     after = cursor_check(after, CONVERSATION_CURSOR)
     conversations, cursor = store.conversation_page(tenant, view="all", after=after, limit=limit)
     items: list[BotInbound] = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.kv.cas import cas_retry
 
 from .. import selectors
 from ..domain import (
@@ -44,13 +45,12 @@ from ..domain import (
     validate_note,
 )
 from ..stores import default_store
-from ..stores.base import Change, InboxStore
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
 from . import projection
 from .projection import Projected
 
 log = logging.getLogger(__name__)
 
-RETRIES = 50
 PURGE_BATCH = 500
 
 
@@ -110,7 +110,8 @@ def _conversation_change(
     as the conversation's events, by ``actor`` (``None``: the system).
     """
     store = default_store()
-    for _ in range(RETRIES):
+
+    def attempt() -> Conversation:
         conv = selectors.conversation_get(tenant, conversation_id, store=store)
         if expected_version is not None and conv.version != expected_version:
             raise Conflict(
@@ -125,12 +126,10 @@ def _conversation_change(
         at = now_ms()
         new = validate_conversation(replace(new, version=conv.version + 1, updated_at_ms=at))
         events = conversation_events(conv, new, actor=actor, at_ms=at)
-        try:
-            written = store.write(tenant, Change(conversation=new, previous=conv, events=events))
-            return written.conversation or new
-        except Conflict:
-            continue
-    raise Conflict("conversation is too busy; try again")
+        written = store.write(tenant, Change(conversation=new, previous=conv, events=events))
+        return written.conversation or new
+
+    return cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def conversation_assign(
@@ -228,7 +227,8 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
     """
     check_agent(agent, "agent")
     store = default_store()
-    for _ in range(RETRIES):
+
+    def attempt() -> ReadMarker:
         conv = selectors.conversation_get(tenant, conversation_id, store=store)
         target = message_id or conv.last_message_id
         if target is None:
@@ -249,11 +249,9 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
                 revision=0 if current is None else current.revision,
             )
         )
-        try:
-            return store.marker_put(tenant, marker)
-        except Conflict:
-            continue
-    raise Conflict("read marker is too busy; try again")
+        return store.marker_put(tenant, marker)
+
+    return cas_retry(attempt, what="read marker", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def read_markers_backfill(tenant: str, *, batch: int = 200) -> int:
@@ -277,19 +275,16 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
     """
     check_conversation_id(conversation_id)
     store = default_store()
-    for _ in range(RETRIES):
+
+    def delete() -> None:
         conv = store.conversation_get(tenant, conversation_id)
         if conv is None:
             if not store.erasure_pending(tenant, conversation_id):
                 raise NotFound(f"conversation {conversation_id} not found")
-            break
-        try:
-            store.conversation_delete(tenant, conv)
-            break
-        except Conflict:
-            continue
-    else:
-        raise Conflict("conversation is too busy; try again")
+            return  # deleted before, its purge cut short: finish it
+        store.conversation_delete(tenant, conv)
+
+    cas_retry(delete, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
     removed = 1
     while (batch := store.conversation_purge(tenant, conversation_id, limit=PURGE_BATCH)) > 0:
         removed += batch
@@ -325,20 +320,23 @@ def conversation_channels_assign(
         if name is None:
             counts["left"] += 1
             continue
-        for _ in range(RETRIES):
-            current = store.conversation_get(tenant, conv.id)
-            if current is None or current.channel_name is not None:
-                break
-            new = validate_conversation(replace(current, channel_name=name))
-            try:
-                store.write(tenant, Change(conversation=new, previous=current))
-            except Conflict:
-                continue
-            counts["assigned"] += 1
-            break
-        else:
-            raise Conflict(f"conversation {conv.id} is too busy; run the command again")
+        counts["assigned"] += cas_retry(
+            lambda: _channel_assign(store, tenant, conv.id, name),  # noqa: B023 - called at once
+            what=f"conversation {conv.id}",
+            retry_on=STALE,
+        )
     return counts, cursor
+
+
+def _channel_assign(store: InboxStore, tenant: str, conversation_id: str, name: str) -> int:
+    """Put the conversation on channel ``name`` unless it is gone or has a channel; return 1 if it changed."""
+    current = store.conversation_get(tenant, conversation_id)
+    if current is None or current.channel_name is not None:
+        return 0
+    store.write(
+        tenant, Change(conversation=validate_conversation(replace(current, channel_name=name)), previous=current)
+    )
+    return 1
 
 
 def inbox_settings_set(
@@ -357,25 +355,24 @@ def inbox_settings_set(
         if value is not None and not isinstance(value, bool):
             raise ValidationError(name, "must be true or false")
     store = store or default_store()
-    for _ in range(RETRIES):
+
+    def attempt() -> InboxSettings:
         current = store.settings_get(tenant)
         new = replace(
             current,
             reply_takes_over=current.reply_takes_over if reply_takes_over is None else reply_takes_over,
             reply_to_others=current.reply_to_others if reply_to_others is None else reply_to_others,
         )
-        try:
-            stored = store.settings_put(tenant, new)
-        except Conflict:
-            continue
-        log.info(
-            "inbox settings of %s: reply_takes_over=%s reply_to_others=%s",
-            tenant,
-            stored.reply_takes_over,
-            stored.reply_to_others,
-        )
-        return stored
-    raise Conflict("inbox settings are too busy; try again")
+        return store.settings_put(tenant, new)
+
+    stored = cas_retry(attempt, what="inbox settings", retry_on=STALE)
+    log.info(
+        "inbox settings of %s: reply_takes_over=%s reply_to_others=%s",
+        tenant,
+        stored.reply_takes_over,
+        stored.reply_to_others,
+    )
+    return stored
 
 
 TICK_EVERY_S = 60
@@ -401,18 +398,23 @@ def conversations_wake(tenant: str, *, at_ms: int | None = None, batch: int = 20
 
 
 def _conversation_wake(store: InboxStore, tenant: str, conv: Conversation | None, now: int) -> int:
-    for _ in range(RETRIES):
-        if conv is None or conv.status != "pending" or conv.snoozed_until_ms is None or conv.snoozed_until_ms > now:
+    """Reopen ``conv`` if it is still snoozed until ``now`` or earlier; return 1 if it was (0: nothing to do)."""
+    if conv is None:
+        return 0
+    read = [conv]  # the first attempt uses the conversation the due list gave
+
+    def attempt() -> int:
+        current = read.pop() if read else store.conversation_get(tenant, conv.id)
+        due = current is not None and current.status == "pending" and current.snoozed_until_ms is not None
+        if current is None or not due or (current.snoozed_until_ms or 0) > now:
             return 0
         at = now_ms()
-        new = validate_conversation(replace(conv, status="open", snoozed_until_ms=None, updated_at_ms=at))
-        events = conversation_events(conv, new, actor=None, at_ms=at)  # the system reopened it
-        try:
-            store.write(tenant, Change(conversation=new, previous=conv, events=events))
-            return 1
-        except Conflict:
-            conv = store.conversation_get(tenant, conv.id)
-    raise Conflict("conversation is too busy; the wake-up job will try again")
+        new = validate_conversation(replace(current, status="open", snoozed_until_ms=None, updated_at_ms=at))
+        events = conversation_events(current, new, actor=None, at_ms=at)  # the system reopened it
+        store.write(tenant, Change(conversation=new, previous=current, events=events))
+        return 1
+
+    return cas_retry(attempt, what="snoozed conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:

@@ -28,14 +28,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.clock import now_ms
-from botmesh_admin.errors import Conflict, DomainError, NotFound
+from botmesh_admin.errors import DomainError, NotFound
+from botmesh_admin.kv.cas import cas_retry
 
 from ..domain import (
     DELIVERY_RANK,
@@ -56,7 +55,7 @@ from ..domain import (
     validate_message,
 )
 from ..stores import default_store
-from ..stores.base import Change
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
@@ -64,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RETRIES = 50
 UNPLACED = "cv_" + "0" * 20  # the conversation id a message gets once it is placed
 
 
@@ -75,11 +73,6 @@ class Projected:
     outcome: str
     conversation_id: str | None = None
     message_id: str | None = None
-
-
-def _backoff(attempt: int) -> None:
-    if attempt:
-        time.sleep(min(0.05, 0.001 * (2 ** min(attempt, 6))) * random.random())
 
 
 def _hash(value: str | None) -> str:
@@ -203,8 +196,8 @@ def ingest(
     """
     store = default_store()
     pid = message.provider_message_id
-    for attempt in range(RETRIES):
-        _backoff(attempt)
+
+    def attempt() -> Projected:
         # A webhook message's id is its provider id: one read answers both questions.
         twin = store.message_by_provider_id(tenant, pid) if pid else None
         if twin is None or twin.id != message.id:
@@ -219,16 +212,14 @@ def ingest(
         m = replace(message, conversation_id=conv.id)
         removed: Message | None = None
         if twin is not None and not twin.placeholder:
-            try:  # the same message, known under another id (ledger and webhook): remember this id too
-                store.write(
-                    tenant,
-                    Change(
-                        messages=(replace(twin, aliases=(*twin.aliases, m.id)),),
-                        aliases=((m.id, twin),),
-                    ),
-                )
-            except Conflict:
-                continue
+            # The same message, known under another id (ledger and webhook): remember this id too.
+            store.write(
+                tenant,
+                Change(
+                    messages=(replace(twin, aliases=(*twin.aliases, m.id)),),
+                    aliases=((m.id, twin),),
+                ),
+            )
             return Projected("duplicate", twin.conversation_id, twin.id)
         if twin is not None and twin.conversation_id == conv.id and not m.placeholder:
             removed, m = twin, _merge_placeholder(m, twin)
@@ -237,22 +228,21 @@ def ingest(
             if contact_id and contact_id != conv.contact_id:
                 conv = replace(conv, contact_id=contact_id)
         new_conv = validate_conversation(_after_message(conv, validate_message(m), now_ms(), removed))
-        try:
-            store.write(
-                tenant,
-                Change(
-                    conversation=new_conv,
-                    messages=(m,),
-                    removed=(removed,) if removed else (),
-                    previous=stored,
-                ),
-            )
-        except Conflict:
-            continue
+        store.write(
+            tenant,
+            Change(
+                conversation=new_conv,
+                messages=(m,),
+                removed=(removed,) if removed else (),
+                previous=stored,
+            ),
+        )
         if conv.revision == 0:
             _count("conversations.started")
         return Projected("created", conv.id, m.id)
-    raise Conflict(f"conversation {_hash(chat_key)} is too busy; the record will be retried")
+
+    # Exhausted, the journal retries the record later.
+    return cas_retry(attempt, what=f"conversation {_hash(chat_key)}", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def update_message(
@@ -269,8 +259,8 @@ def update_message(
     redelivered event is recognised as a duplicate.
     """
     store = default_store()
-    for attempt in range(RETRIES):
-        _backoff(attempt)
+
+    def attempt() -> Projected | None:
         if alias is not None:
             seen = store.message_get(tenant, alias)
             if seen is not None:
@@ -286,12 +276,10 @@ def update_message(
         if alias is not None:
             new = replace(new, aliases=tuple(dict.fromkeys((*new.aliases, alias))))
             aliases = ((alias, new),)
-        try:
-            store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
-        except Conflict:
-            continue
+        store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
         return Projected("updated", current.conversation_id, current.id)
-    raise Conflict("message is too busy; the record will be retried")
+
+    return cas_retry(attempt, what="message", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 # -- ledger records -------------------------------------------------------------------
@@ -514,8 +502,8 @@ def _project_edit(tenant: str, event: InboundMessage) -> Projected:
     """
     assert event.edit_of is not None
     target, media = event.edit_of, _media(event)
-    for attempt in range(RETRIES):
-        _backoff(attempt)
+
+    def attempt() -> Projected:
         done = update_message(
             tenant,
             lambda: default_store().message_by_provider_id(tenant, target),
@@ -532,9 +520,15 @@ def _project_edit(tenant: str, event: InboundMessage) -> Projected:
             channel_name=event.channel_name,
             contact=lambda conv: _contact_for(tenant, conv, event.channel, event.sender_id, event.sender_name),
         )
-        if result.outcome != "duplicate":
-            return result  # ``messages.in`` counts the original when it replaces the placeholder
-    raise Conflict(f"message {_hash(target)} is too busy; the record will be retried")
+        if result.outcome == "duplicate":
+            raise _EditRaced  # the original (or another edit) was stored meanwhile: apply the edit to it
+        return result  # ``messages.in`` counts the original when it replaces the placeholder
+
+    return cas_retry(attempt, what=f"message {_hash(target)}", retry_on=_EditRaced, attempts=BUSY_CHAT_ATTEMPTS)
+
+
+class _EditRaced(Exception):
+    """An edit's placeholder lost to its message stored meanwhile (``_project_edit`` applies it again)."""
 
 
 def project_status(tenant: str, event: StatusUpdate) -> Projected:
@@ -583,8 +577,10 @@ def project_member(tenant: str, event: MemberUpdate) -> Projected:
         f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} at {event.timestamp_ms} ms"
     )
     contact_id: str | None = None
-    for attempt in range(RETRIES):
-        _backoff(attempt)
+    store = default_store()
+
+    def attempt() -> Conversation | Projected:
+        nonlocal contact_id
         stored, conv = _conversation_of(tenant, event.chat_key, event.channel, event.channel_name)
         if stored is None:
             conv = replace(conv, last_activity_ms=event.timestamp_ms)
@@ -603,19 +599,13 @@ def project_member(tenant: str, event: MemberUpdate) -> Projected:
         else:
             return Projected("ignored", conv.id if conv.revision else None)
         new = replace(new, version=conv.version + 1, updated_at_ms=now_ms(), contact_id=conv.contact_id or contact_id)
-        try:
-            default_store().write(
-                tenant,
-                Change(
-                    conversation=validate_conversation(new),
-                    previous=stored,
-                ),
-            )
-        except Conflict:
-            continue
-        break
-    else:
-        raise Conflict("conversation is too busy; the record will be retried")
+        store.write(tenant, Change(conversation=validate_conversation(new), previous=stored))
+        return new
+
+    done = cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    if isinstance(done, Projected):
+        return done
+    new = done
     if event.blocked and new.contact_id:
         _consent_denied(tenant, new.contact_id, event.channel, evidence)
     if event.blocked:

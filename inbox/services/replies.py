@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from botmesh_admin.channels.domain import SendOutcome, SendResult, blocked_identity
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, DomainError, NotFound, ValidationError
+from botmesh_admin.kv.cas import cas_retry
 
 from .. import selectors
 from ..domain import (
@@ -67,9 +68,9 @@ from ..domain import (
     validate_message,
 )
 from ..stores import default_store
-from ..stores.base import Change
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
 from .conversations import drain_soon
-from .projection import RETRIES, _after_message, _merge_placeholder
+from .projection import _after_message, _merge_placeholder
 
 if TYPE_CHECKING:
     from botmesh_admin.events.worker import Claim
@@ -121,7 +122,8 @@ def reply_create(
     key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
     check_text(key, "reply.idempotency_key", 200, required=True)
     message_id = reply_id(tenant, conversation_id, key)
-    for _ in range(RETRIES):
+
+    def attempt() -> Message:
         existing = store.message_get(tenant, message_id)
         if existing is not None:
             if existing.text != text:  # a key names one reply: reused for another text is a client bug
@@ -151,11 +153,8 @@ def reply_create(
         )
         taken = _replied_by(conv, author, at, takes_over=settings.reply_takes_over, assign=assign)
         new_conv = validate_conversation(_after_message(taken, message, at))
-        try:
-            events = conversation_events(conv, taken, actor=author, at_ms=at)  # the reply's takeover, if any
-            store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
-        except Conflict:
-            continue
+        events = conversation_events(conv, taken, actor=author, at_ms=at)  # the reply's takeover, if any
+        store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
         _enqueue(tenant, message_id, f"reply:{message_id}")
         log.info(
             "inbox reply %s queued conversation=%s handoff=%s",
@@ -164,7 +163,8 @@ def reply_create(
             new_conv.handed_off and not conv.handed_off,
         )
         return store.message_get(tenant, message_id) or message
-    raise Conflict("conversation is too busy; try again")
+
+    return cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, assign: bool) -> Conversation:
@@ -218,15 +218,31 @@ def _record_outcome(tenant: str, message: Message, **changes: Any) -> Message:
     ``not_confirmed``, the answer wins: now it is known.
     """
     store = default_store()
-    for _ in range(RETRIES):
+    latest = [message]
+
+    def attempt() -> Message:
         try:
-            return _set_reply(tenant, message, **dict(changes, fields=dict(changes.get("fields", {}))))
-        except Conflict:
-            current = store.message_get(tenant, message.id)
-            if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
-                return current or message
-            message = current
-    raise Conflict("reply is too busy; the record will be retried")
+            return _set_reply(tenant, latest[-1], **dict(changes, fields=dict(changes.get("fields", {}))))
+        except STALE:
+            return _moved_on(store, tenant, latest)
+
+    return cas_retry(attempt, what="reply", retry_on=_StillSending, attempts=BUSY_CHAT_ATTEMPTS)
+
+
+class _StillSending(Exception):
+    """The reply changed under an outcome being recorded but is still sending (or not confirmed): record it again."""
+
+
+def _moved_on(store: InboxStore, tenant: str, latest: list[Message]) -> Message:
+    """Return the reply as stored if another worker moved it past ``sending``; else raise ``_StillSending``.
+
+    ``latest[-1]`` becomes the stored reply, which the next attempt writes over.
+    """
+    current = store.message_get(tenant, latest[-1].id)
+    if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
+        return current or latest[-1]
+    latest.append(current)
+    raise _StillSending
 
 
 def _record_accepted(tenant: str, message: Message, *, provider_message_id: str) -> Message:
@@ -243,7 +259,10 @@ def _record_accepted(tenant: str, message: Message, *, provider_message_id: str)
     """
     pid = provider_message_id
     store = default_store()
-    for _ in range(RETRIES):
+    latest = [message]
+
+    def attempt() -> Message:
+        message = latest[-1]
         assert message.reply is not None
         at = now_ms()
         reply = replace(
@@ -273,12 +292,10 @@ def _record_accepted(tenant: str, message: Message, *, provider_message_id: str)
                     previous=stored,
                 ),
             ).messages[0]
-        except Conflict:
-            current = store.message_get(tenant, message.id)
-            if current is None or current.reply is None or current.reply.state not in ("sending", "not_confirmed"):
-                return current or message
-            message = current
-    raise Conflict("reply is too busy; the record will be retried")
+        except STALE:
+            return _moved_on(store, tenant, latest)
+
+    return cas_retry(attempt, what="reply", retry_on=_StillSending, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 def _without(conv: Conversation, placeholder: Message, reply: Message, now: int) -> Conversation:
@@ -572,7 +589,8 @@ def bot_reply_create(
     kv = default_kv()
     guard = FenceGuard(kv, TenantKv(kv, "inbox").table(tenant, BOT_FENCES))
     resource = f"{hashlib.sha256(bot.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}/{conv.id}"
-    for _ in range(RETRIES):
+
+    def attempt() -> tuple[Message, bool]:
         existing = store.message_get(tenant, message_id)
         if existing is not None:
             if guard.highest(resource) > fence:  # the late replica is told, even if the answer went out
@@ -606,14 +624,12 @@ def bot_reply_create(
         # StaleFence before anything is written; a later fence that replies meanwhile makes this
         # one stale for every later reply too (the fence entry only grows).
         guard.commit(resource, fence)
-        try:
-            store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
-        except Conflict:
-            continue
+        store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv))
         _enqueue(tenant, message_id, f"reply:{message_id}")
         log.info("inbox bot reply %s queued conversation=%s fence=%s", message_id, conv.id, fence)
         return store.message_get(tenant, message_id) or message, True
-    raise Conflict("conversation is too busy; try again")
+
+    return cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
 
 
 class HandedOff(Conflict):

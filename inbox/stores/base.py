@@ -11,7 +11,7 @@ Rules every implementation keeps:
   id claimed and every read marker the change moves apply together or not at all.
 - Each record carries a ``revision`` (the store's version). Writing a record
   expects its ``revision``: ``0`` means "must not exist yet", ``n`` means "must
-  still be at revision ``n``". A failed expectation raises ``Conflict`` and
+  still be at revision ``n``". A failed expectation raises ``StaleRevision`` (a ``Conflict``) and
   nothing is written. The result carries the new revisions.
 - A new message (revision 0) claims its id; an id already claimed by any
   message of the tenant (its own id or an alias) is a ``Conflict``. So two
@@ -47,8 +47,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from botmesh_admin.errors import ValidationError
+from botmesh_admin.errors import Conflict, ValidationError
+from botmesh_admin.kv.base import ConflictError
 from inbox.domain import Conversation, ConversationEvent, InboxSettings, Message, Note, ReadMarker
+
+
+class StaleRevision(Conflict):
+    """A write's expectation failed: the record changed, or was created, since it was read (HTTP 409).
+
+    Nothing was written. The services read again and retry
+    (``cas_retry(..., retry_on=STALE)``); every other ``Conflict`` is a refusal
+    the caller sees at once.
+    """
+
+
+STALE: tuple[type[Conflict], ...] = (StaleRevision, ConflictError)
+"""What an inbox compare-and-set retry runs again on: a store's revision miss (or the Kv's own)."""
+
+BUSY_CHAT_ATTEMPTS = 50
+"""The ``cas_retry`` bound of writes to one conversation (its messages, markers, status; 50 as before issue 14).
+
+One chat's writers contend harder than ``CAS_ATTEMPTS`` (8) absorbs: every
+replica's and worker's projection of a busy chat, read markers racing its
+messages, an agent acting meanwhile all compare-and-set the same record; with
+four workers projecting one chat 8 attempts lose records
+(``tests/inbox/test_services.py``, ``tests/inbox/test_indexed_reads.py``).
+"""
 
 MAX_SCAN = 5000
 INVERT = 10**13 - 1

@@ -84,7 +84,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound
 from botmesh_admin.kv import (
     ABSENT,
     ANY,
@@ -98,6 +98,7 @@ from botmesh_admin.kv import (
     TenantKv,
 )
 from botmesh_admin.kv.base import Entry, JsonValue
+from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.indexes import (
     CountIndex,
     IndexedTable,
@@ -109,6 +110,7 @@ from botmesh_admin.kv.indexes import (
     encode,
     encode_component,
 )
+from botmesh_admin.pagination import page_of, validate_limit
 from inbox.domain import (
     Conversation,
     ConversationEvent,
@@ -123,19 +125,13 @@ from inbox.domain import (
     replace,
 )
 
-from .base import INVERT, MAX_SCAN, STATUSES, Change, parse_cursor
+from .base import BUSY_CHAT_ATTEMPTS, INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor
 
 COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
 SETTINGS, SETTINGS_KEY = "settings", "inbox"
-RETRIES = 20
 MESSAGE_BATCH = 500
 FILTERS = ("assignee", "status", "channel")
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
 
 
 def activity_key(conversation_id: str, last_activity_ms: int) -> str:
@@ -161,8 +157,8 @@ def same_incarnation(conversation_id: str) -> Check:
     return Check(f"c/{conversation_id}", POINTER_VERSION)
 
 
-def _stale(what: str, exc: ConflictError) -> Conflict:
-    return Conflict(f"{what} changed concurrently", current_version=exc.current_version, key=exc.key)
+def _stale(what: str, exc: ConflictError) -> StaleRevision:
+    return StaleRevision(f"{what} changed concurrently", current_version=exc.current_version, key=exc.key)
 
 
 # -- the declared indexes ---------------------------------------------------------------
@@ -370,7 +366,7 @@ class KvInboxStore:
         channel_name: str | None = None,
         contact_id: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
         position = ""
         if after is not None:
@@ -397,13 +393,9 @@ class KvInboxStore:
             # Every prefix orders its entries by the same suffix: (-activity, record key).
             merged += [(e.key[len(prefix) :], e) for e in page]
         merged.sort(key=lambda item: item[0])
-        more = len(merged) > limit
-        entries = [e for _, e in merged[:limit]]
-        items = [Conversation.from_json(e.value, e.version) for e in self.layout.fetch(table, entries) if e is not None]
-        if not more or not entries:
-            return items, None
-        last = entries[-1].value
-        return items, f"{last['at']}/{last['id']}"
+        listed = page_of([e for _, e in merged], limit, lambda e: f"{e.value['at']}/{e.value['id']}")
+        fetched = self.layout.fetch(table, listed.items)
+        return [Conversation.from_json(e.value, e.version) for e in fetched if e is not None], listed.next
 
     def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
         views: dict[str, tuple[Any, ...]] = {"all": ("*",), "mine": ("a", agent), "unassigned": ("a", None)}
@@ -422,7 +414,7 @@ class KvInboxStore:
         return inbound - seen
 
     def snoozed_due(self, tenant: str, *, now_ms: int, limit: int = 200) -> list[Conversation]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
         entries = self.layout.scan(table, "conv_snoozed", limit=limit)
         due = []
@@ -456,7 +448,7 @@ class KvInboxStore:
     def message_page(
         self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 100
     ) -> list[Message]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         prefix = f"m/{conversation_id}/"
         entries = self.kv.scan(
             self._table(tenant), prefix=prefix, after=None if after is None else prefix + after, limit=limit
@@ -476,7 +468,9 @@ class KvInboxStore:
             return _indexed_of(previous)  # all the indexes read of the stored value (see _indexed)
         old = self.kv.get(table, key)
         if old is None or old.version != conversation.revision:
-            raise Conflict("conversation changed concurrently", current_version=None if old is None else old.version)
+            raise StaleRevision(
+                "conversation changed concurrently", current_version=None if old is None else old.version
+            )
         value: Mapping[str, Any] = old.value
         return value
 
@@ -614,7 +608,8 @@ class KvInboxStore:
         key = self._conversation_key(table, conversation_id)
         if key is None:
             raise NotFound("conversation not found")
-        for _ in range(RETRIES):
+
+        def attempt() -> list[Any]:
             entry = self.kv.get(table, key)
             if entry is None or entry.value.get("id") != conversation_id:
                 raise NotFound("conversation not found")
@@ -625,7 +620,9 @@ class KvInboxStore:
                     raise NotFound("conversation not found") from None
                 if exc.key != key:
                     raise _stale("record", exc) from None
-        raise Conflict("conversation too busy, try again")
+                raise  # only the conversation moved: read it again
+
+        return cas_retry(attempt, what="conversation", attempts=BUSY_CHAT_ATTEMPTS)
 
     def note_add(self, tenant: str, note: Note) -> Note:
         key = f"n/{note.conversation_id}/{note.id}"
@@ -633,7 +630,7 @@ class KvInboxStore:
         return note
 
     def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         prefix = f"n/{conversation_id}/"
         entries = self.kv.scan(
             self._table(tenant), prefix=prefix, after=None if after is None else prefix + after, limit=limit
@@ -643,7 +640,7 @@ class KvInboxStore:
     def conversation_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 200
     ) -> list[tuple[str, Conversation]]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
         cursor = None
         if after is not None:
@@ -662,7 +659,7 @@ class KvInboxStore:
     def event_page(
         self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
     ) -> list[ConversationEvent]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         prefix = f"v/{conversation_id}/"
         entries = self.kv.scan(
             self._table(tenant), prefix=prefix, after=None if after is None else prefix + after, limit=limit
@@ -719,14 +716,15 @@ class KvInboxStore:
         conversation_key = self._conversation_key(table, marker.conversation_id)
         if conversation_key is None:
             raise NotFound("conversation not found")
-        for _ in range(RETRIES):
+
+        def attempt() -> ReadMarker:
             entry = self.kv.get(table, conversation_key)
             if entry is None or entry.value.get("id") != marker.conversation_id:
                 raise NotFound("conversation not found")
             conversation = Conversation.from_json(entry.value, entry.version)
             current = self.kv.get(table, key)
             if (current.version if current is not None else 0) != marker.revision:
-                raise Conflict(
+                raise StaleRevision(
                     "read marker changed concurrently", current_version=None if current is None else current.version
                 )
             old = None if current is None else current.value
@@ -742,17 +740,18 @@ class KvInboxStore:
                 results = self.layout.commit(table, ops, [RecordChange(MARKER, key, old, data)])
             except ConflictError as exc:
                 if exc.key == conversation_key:
-                    continue
+                    raise  # a message arrived while counting: count again
                 if exc.key == f"c/{marker.conversation_id}":
                     raise NotFound("conversation not found") from None
                 raise _stale("read marker", exc) from None
             written = results[0]
             assert written is not None  # a Put returns its entry
             return replace(marker, revision=written.version, seen_inbound=seen)
-        raise Conflict("conversation too busy, try again")
+
+        return cas_retry(attempt, what="conversation", attempts=BUSY_CHAT_ATTEMPTS)
 
     def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
         changed = 0
         copies = self.kv.scan(table, prefix="a/", limit=limit)
@@ -766,7 +765,8 @@ class KvInboxStore:
     def _backfill(self, table: str, key: str) -> int:
         """Give the legacy marker at ``key`` its ``seen_inbound`` (exact); return 1 if it changed."""
         conversation_id = key.split("/")[1]
-        for _ in range(RETRIES):
+
+        def attempt() -> int:
             current = self.kv.get(table, key)
             if current is None or current.value.get("seen_inbound") is not None or current.value.get("erased"):
                 return 0
@@ -786,12 +786,13 @@ class KvInboxStore:
                     same_incarnation(conversation_id),
                     Add(f"r/{conversation_id}/{MARKER_GUARD}", 1),
                 ]
-            try:
-                self.layout.commit(table, ops, [RecordChange(MARKER, key, current.value, data)])
-            except ConflictError:
-                continue
+            self.layout.commit(table, ops, [RecordChange(MARKER, key, current.value, data)])
             return 1
-        return 0
+
+        try:
+            return cas_retry(attempt, what="read marker")
+        except Conflict:
+            return 0  # it keeps changing: the next tick backfills it
 
     # -- erasure ----------------------------------------------------------------
 
@@ -802,7 +803,7 @@ class KvInboxStore:
         if entry is None or entry.value.get("id") != conversation.id:
             raise NotFound("conversation not found")
         if entry.version != conversation.revision:
-            raise Conflict("conversation changed concurrently", current_version=entry.version)
+            raise StaleRevision("conversation changed concurrently", current_version=entry.version)
         ops: list[Op] = [
             Delete(key, conversation.revision),
             Delete(f"c/{conversation.id}", POINTER_VERSION),
@@ -828,14 +829,14 @@ class KvInboxStore:
         return self.kv.get(self._table(tenant), f"e/{conversation_id}") is not None
 
     def conversation_purge(self, tenant: str, conversation_id: str, *, limit: int = 500) -> int:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
         removed = 0
-        for prefix in (f"{kind}/{conversation_id}/" for kind in ("m", "n", "v", "r")):
-            while removed < limit:
-                entries = self.kv.scan(table, prefix=prefix, limit=min(100, limit - removed))
-                if not entries:
-                    break
+
+        def purge_batch(prefix: str, limit: int) -> int:
+            """Delete up to ``limit`` entries under ``prefix`` in one commit; return how many."""
+            entries = self.kv.scan(table, prefix=prefix, limit=limit)
+            if entries:
                 ops: dict[str, Op] = {}
                 changes: list[RecordChange] = []
                 for e in entries:
@@ -852,11 +853,17 @@ class KvInboxStore:
                             pointer = self.kv.get(table, f"p/{pid}")
                             if pointer is not None and pointer.value.get("c") == conversation_id:
                                 ops[f"p/{pid}"] = Delete(f"p/{pid}", pointer.version)
-                try:
-                    self.layout.commit(table, list(ops.values()), changes)
-                except ConflictError:
-                    continue  # a provider index or a marker moved meanwhile; scan again
-                removed += len(entries)
+                # A provider index or a marker moved meanwhile: ConflictError, and cas_retry scans again.
+                self.layout.commit(table, list(ops.values()), changes)
+            return len(entries)
+
+        for prefix in (f"{kind}/{conversation_id}/" for kind in ("m", "n", "v", "r")):
+            while removed < limit:
+                batch = min(100, limit - removed)
+                done = cas_retry(lambda: purge_batch(prefix, batch), what="conversation")  # noqa: B023 - called at once
+                if not done:
+                    break
+                removed += done
         if removed == 0:
             self.kv.commit(table, [Delete(f"e/{conversation_id}")])
         return removed

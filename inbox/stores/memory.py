@@ -6,7 +6,8 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import NotFound
+from botmesh_admin.pagination import validate_limit
 from inbox.domain import (
     Conversation,
     ConversationEvent,
@@ -20,12 +21,7 @@ from inbox.domain import (
     replace,
 )
 
-from .base import MAX_SCAN, STATUSES, Change, parse_cursor
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+from .base import MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor
 
 
 @dataclass
@@ -90,7 +86,7 @@ class MemoryInboxStore:
         channel_name: str | None = None,
         contact_id: str | None = None,
     ) -> tuple[list[Conversation], str | None]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             t = self._tenants[tenant]
             ordered = sorted(
@@ -145,7 +141,7 @@ class MemoryInboxStore:
             return sum(self._unread(t, c, agent) for c in t.conversations.values() if _in_view(c, view, agent))
 
     def snoozed_due(self, tenant: str, *, now_ms: int, limit: int = 200) -> list[Conversation]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             due = [
                 c
@@ -155,7 +151,7 @@ class MemoryInboxStore:
         return sorted(due, key=lambda c: (c.snoozed_until_ms or 0, chat_hash(c.chat_key)))[:limit]
 
     def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         return 0  # this store computes seen_inbound when it reads a marker
 
     def _at(self, t: _Tenant, pointer: tuple[str, str] | None) -> Message | None:
@@ -174,7 +170,7 @@ class MemoryInboxStore:
     def message_page(
         self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 100
     ) -> list[Message]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             messages = self._tenants[tenant].messages.get(conversation_id, {})
             keys = sorted(k for k in messages if after is None or k > after)[:limit]
@@ -217,13 +213,13 @@ class MemoryInboxStore:
             current = t.conversations.get(c.id)
             revision = 0 if current is None else current.revision
             if revision != c.revision:
-                raise Conflict("conversation changed concurrently", current_version=revision or None)
+                raise StaleRevision("conversation changed concurrently", current_version=revision or None)
             if c.revision == 0 and chat_hash(c.identity) in t.chats:
-                raise Conflict("chat key already has a conversation")
+                raise StaleRevision("chat key already has a conversation")
         for m in change.removed:
             stored = t.messages.get(m.conversation_id, {}).get(m.sort_key)
             if stored is None or stored.revision != m.revision:
-                raise Conflict("message changed concurrently")
+                raise StaleRevision("message changed concurrently")
         removed_ids = {i for m in change.removed for i in (m.id, *m.aliases)}
         for m in change.messages:
             stored = t.messages.get(m.conversation_id, {}).get(m.sort_key)
@@ -231,16 +227,16 @@ class MemoryInboxStore:
                 stored = None
             revision = 0 if stored is None else stored.revision
             if revision != m.revision:
-                raise Conflict("message changed concurrently", current_version=revision or None)
+                raise StaleRevision("message changed concurrently", current_version=revision or None)
             for message_id in (m.id, *m.aliases) if m.revision == 0 else ():
                 if message_id in t.ids and message_id not in removed_ids:
-                    raise Conflict(f"message id {message_id!r} already exists")
+                    raise StaleRevision(f"message id {message_id!r} already exists")
         for alias, _ in change.aliases:
             if alias in t.ids and alias not in removed_ids:
-                raise Conflict(f"message id {alias!r} already exists")
+                raise StaleRevision(f"message id {alias!r} already exists")
         for e in change.events:
             if e.id in t.events.get(e.conversation_id, {}):
-                raise Conflict(f"event {e.id!r} already exists")
+                raise StaleRevision(f"event {e.id!r} already exists")
 
     def _require(self, t: _Tenant, conversation_id: str) -> None:
         if conversation_id not in t.conversations:
@@ -251,12 +247,12 @@ class MemoryInboxStore:
             t = self._tenants[tenant]
             self._require(t, note.conversation_id)
             if note.id in t.notes[note.conversation_id]:
-                raise Conflict(f"note {note.id!r} already exists")
+                raise StaleRevision(f"note {note.id!r} already exists")
             t.notes[note.conversation_id][note.id] = note
             return note
 
     def note_page(self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50) -> list[Note]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             notes = self._tenants[tenant].notes.get(conversation_id, {})
             return [notes[k] for k in sorted(k for k in notes if after is None or k > after)[:limit]]
@@ -264,7 +260,7 @@ class MemoryInboxStore:
     def conversation_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 200
     ) -> list[tuple[str, Conversation]]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             conversations = list(self._tenants[tenant].conversations.values())
         hits = sorted(
@@ -282,7 +278,7 @@ class MemoryInboxStore:
     def event_page(
         self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 50
     ) -> list[ConversationEvent]:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             events = self._tenants[tenant].events.get(conversation_id, {})
             return [events[k] for k in sorted(k for k in events if after is None or k > after)[:limit]]
@@ -303,7 +299,7 @@ class MemoryInboxStore:
             current = t.markers.get((marker.conversation_id, marker.agent))
             revision = 0 if current is None else current.revision
             if revision != marker.revision:
-                raise Conflict("read marker changed concurrently", current_version=revision or None)
+                raise StaleRevision("read marker changed concurrently", current_version=revision or None)
             stored = replace(marker, revision=revision + 1, seen_inbound=None)
             t.markers[(marker.conversation_id, marker.agent)] = stored
             return replace(stored, seen_inbound=self._seen(t, marker.conversation_id, marker.message_sort_key))
@@ -315,7 +311,7 @@ class MemoryInboxStore:
             if current is None:
                 raise NotFound("conversation not found")
             if current.revision != conversation.revision:
-                raise Conflict("conversation changed concurrently", current_version=current.revision)
+                raise StaleRevision("conversation changed concurrently", current_version=current.revision)
             del t.conversations[conversation.id]
             t.chats.pop(chat_hash(current.identity), None)
             t.tombstones.add(conversation.id)
@@ -325,7 +321,7 @@ class MemoryInboxStore:
             return conversation_id in self._tenants[tenant].tombstones
 
     def conversation_purge(self, tenant: str, conversation_id: str, *, limit: int = 500) -> int:
-        _check_limit(limit)
+        validate_limit(limit, maximum=MAX_SCAN)
         with self._lock:
             t = self._tenants[tenant]
             removed = 0
@@ -363,7 +359,7 @@ class MemoryInboxStore:
         with self._lock:
             current = self._settings.get(tenant)
             if (current.revision if current else 0) != settings.revision:
-                raise Conflict(
+                raise StaleRevision(
                     "inbox settings changed concurrently", current_version=current.revision if current else 0
                 )
             stored = replace(settings, revision=settings.revision + 1)
