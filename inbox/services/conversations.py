@@ -582,15 +582,11 @@ def _name_on_span(attribute: str, value: int) -> None:
 
 
 def drain_soon(channel: str) -> None:
-    """Queue one drain of ``channel`` after the transaction commits (beat drains anyway if the broker is down)."""
-    from django.db import transaction
+    """Queue a drain of ``channel`` after the transaction commits: the journal's one (coalesced) wake-up.
 
-    def send() -> None:
-        from botmesh_admin.events.tasks import drain
+    ``events.services.event_drain_soon``; publishing through ``event_publish`` /
+    ``event_publish_many`` queues it by itself, so this goes once they do.
+    """
+    from botmesh_admin.events.services import event_drain_soon
 
-        try:
-            drain.delay(channel)
-        except Exception as exc:  # the broker is optional for correctness
-            log.warning("could not queue events.drain(%s): %s", channel, type(exc).__name__)
-
-    transaction.on_commit(send)
+    event_drain_soon(channel)
