@@ -45,6 +45,10 @@ ACTIVE_STATES = ("scheduled", "running", "paused")
 FINISHED_STATES = ("completed", "cancelled", "failed")
 EDITABLE_STATES = ("draft", "scheduled")
 CHANNELS = ("whatsapp", "telegram")
+RUN_EVENT = "campaigns.run"
+"""The journal event type of a campaign's run: ``payload = {"campaign_id": …}`` (``campaigns.handlers``)."""
+RUN_CHANNEL = "campaigns-run"
+"""The journal channel runs drain on, apart from webhooks and sends (a channel id has no dots)."""
 
 DELIVERY_STATES = (
     "pending",

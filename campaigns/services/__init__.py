@@ -12,12 +12,13 @@ from .definition import (
     campaign_delete,
     campaign_pause,
     campaign_resume,
+    campaign_run_dispatch,
     campaign_start,
     campaign_update,
     check_segment,
     delivery_resend,
 )
-from .running import bot_for, campaign_run, campaign_start_due, campaigns_tick, default_options
+from .running import bot_for, campaign_run, campaign_run_event, campaign_start_due, campaigns_tick, default_options
 
 __all__ = [
     "bot_for",
@@ -27,6 +28,8 @@ __all__ = [
     "campaign_pause",
     "campaign_resume",
     "campaign_run",
+    "campaign_run_dispatch",
+    "campaign_run_event",
     "campaign_start",
     "campaign_start_due",
     "campaign_update",

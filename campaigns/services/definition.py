@@ -4,8 +4,9 @@ Tenant first, the rest keyword-only. Every input is validated before it is
 written (``ValidationError`` names the field); a state change is a
 compare-and-set on the campaign's version, retried after a concurrent write,
 and refused with ``StateConflict`` (409) when the campaign is not in a state
-that allows it. Celery tasks are dispatched only after the write returned.
-The run itself is ``running.campaign_run``.
+that allows it. A run is published (``campaign_run_dispatch``: a ``campaigns.run``
+journal event) and a Celery task queued only after the write returned. The run
+itself is ``running.campaign_run``.
 
 Logs carry tenant and campaign ids and counts, never an address.
 """
@@ -19,10 +20,14 @@ from dataclasses import replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.events.base import EventRecord
+from botmesh_admin.events.services import event_publish
 
 from ..domain import (
     ACTIVE_STATES,
     EDITABLE_STATES,
+    RUN_CHANNEL,
+    RUN_EVENT,
     Campaign,
     StateConflict,
     message_from_input,
@@ -37,6 +42,7 @@ from ..domain import (
     validate_scheduled_at,
 )
 from ..stores import default_stores
+from ..tasks import campaign_start_due as campaign_start_due_task
 
 log = logging.getLogger("botmesh.campaigns")
 
@@ -197,6 +203,22 @@ def campaign_delete(tenant: str, campaign_id: str) -> None:
 # --------------------------------------------------------------------------- state changes
 
 
+def campaign_run_dispatch(tenant: str, campaign: Campaign, *, after: str = "") -> EventRecord:
+    """Publish the run of ``campaign``: a ``campaigns.run`` journal event on the ``campaigns-run`` channel.
+
+    Call it after the state change was written. The journal's worker runs it
+    (``running.campaign_run_event``) under a fenced lease with a heartbeat,
+    retried with backoff after a failure and dead-lettered after its last
+    attempt. Idempotent per campaign version and ``after`` (the event a
+    successor follows, or the tick's mark): pressing resume twice publishes one
+    run. Return the journal record (the existing one for a repeated key).
+    """
+    key = f"run:{campaign.id}:v{campaign.version}" + (f":{after}" if after else "")
+    return event_publish(
+        tenant, type=RUN_EVENT, channel=RUN_CHANNEL, payload={"campaign_id": campaign.id}, idempotency_key=key
+    )
+
+
 def _get(tenant: str, campaign_id: str) -> Campaign:
     campaigns, _ = default_stores()
     campaign = campaigns.campaign_get(tenant, campaign_id) if isinstance(campaign_id, str) else None
@@ -262,12 +284,11 @@ def campaign_start(tenant: str, campaign_id: str, *, scheduled_at: int | None = 
 
     campaign = _transition(tenant, campaign_id, change, index=_index_active(tenant))
     log.info("campaign %s tenant=%s campaign=%s by=%s", campaign.state, tenant, campaign_id, actor or "-")
-    from .. import tasks
-
     if campaign.state == "scheduled" and at is not None:
-        tasks.dispatch_start_due(tenant, campaign_id, at)
+        # Punctuality only: the ``campaigns.tick`` job is the guarantee.
+        campaign_start_due_task.apply_async((tenant, campaign_id), countdown=max(0.0, (at - now_ms()) / 1000))
     else:
-        tasks.dispatch_run(tenant, campaign_id)
+        campaign_run_dispatch(tenant, campaign)
     return campaign
 
 
@@ -298,9 +319,7 @@ def campaign_resume(tenant: str, campaign_id: str, *, actor: str = "") -> Campai
 
     campaign = _transition(tenant, campaign_id, change, index=_index_active(tenant))
     log.info("campaign resumed tenant=%s campaign=%s by=%s", tenant, campaign_id, actor or "-")
-    from .. import tasks
-
-    tasks.dispatch_run(tenant, campaign_id)
+    campaign_run_dispatch(tenant, campaign)
     return campaign
 
 
@@ -357,9 +376,7 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
 
     campaign = _transition(tenant, campaign_id, change, index=_index_active(tenant))
     if campaign.state == "running":
-        from .. import tasks
-
-        tasks.dispatch_run(tenant, campaign_id)
+        campaign_run_dispatch(tenant, campaign)
     return campaign
 
 

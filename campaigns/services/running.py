@@ -1,11 +1,16 @@
 """The campaign run and the scheduler's tick.
 
-The send itself is ``campaign_run`` (called by the ``campaigns.run`` task):
-it takes the campaign's runner lease, fixes the recipients on first run (one
-slot per recipient), and calls ``sending.send_campaign`` until no slot is
-open, or the campaign is paused or cancelled. Any number of runs of one
-campaign may overlap (a redelivered task, the tick, a person pressing
-resume): the slots make sure nobody gets the message twice.
+A run is a journal event (``campaigns.run`` on the ``campaigns-run`` channel,
+published by ``definition.campaign_run_dispatch``), so it has the journal's
+fenced lease, heartbeat, retries and dead-letter queue: a worker killed
+mid-run lets the lease lapse and the next worker's drain claims the event
+(a higher fencing token) and resumes from the slots. ``campaign_run_event``
+is the handler's body; ``campaign_run`` the send itself: it fixes the
+recipients on first run (one slot per recipient) and calls
+``sending.send_campaign`` until no slot is open, or the campaign is paused or
+cancelled, or (in a handler) the run's lease was lost. Runs of one campaign
+may overlap (a redelivered event, the tick, a person pressing resume): the
+slots make sure nobody gets the message twice.
 
 Logs carry tenant and campaign ids and counts, never an address.
 """
@@ -13,19 +18,22 @@ Logs carry tenant and campaign ids and counts, never an address.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from botmesh_admin.errors import NotFound
+from botmesh_admin.events.base import EventRecord, StaleLeaseError
+from botmesh_admin.events.runtime import default_journal
+from botmesh_admin.events.tasks import drain as drain_task
+from botmesh_admin.events.worker import Claim, current_claim
+from botmesh_admin.observability import shutdown
 
-from ..domain import ACTIVE_STATES, Campaign, Recipient, new_token, now_ms
+from ..domain import ACTIVE_STATES, RUN_CHANNEL, Campaign, Recipient, now_ms
 from ..domain.planning import Planner
 from ..stores import default_stores
-from .definition import _complete, _fail, _get, _index_active, _transition
+from .definition import _complete, _fail, _get, _index_active, _transition, campaign_run_dispatch
 from .planning import _materialize
 from .sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 
@@ -44,35 +52,27 @@ def setting(name: str, default: Any) -> Any:
 
 
 class _Control:
-    """Goes on while the campaign is ``running`` and (with a lease) this runner still holds it."""
+    """Goes on while the campaign is ``running`` and (in a journal handler) this run still holds the event's lease."""
 
-    def __init__(
-        self, tenant: str, campaign_id: str, owner: str, lease_ms: int | None, clock: Callable[[], int]
-    ) -> None:
-        self.tenant, self.campaign_id, self.owner, self.lease_ms, self.clock = (
-            tenant,
-            campaign_id,
-            owner,
-            lease_ms,
-            clock,
-        )
-        self.renewed = clock()
+    def __init__(self, tenant: str, campaign_id: str, claim: Claim | None, clock: Callable[[], int]) -> None:
+        self.tenant, self.campaign_id, self.claim, self.clock = tenant, campaign_id, claim, clock
+        self.checked = clock()
         self.stopped_by: str | None = None
 
     def keep_going(self) -> bool:
-        campaigns, slots = default_stores()
+        campaigns, _ = default_stores()
         current = campaigns.campaign_get(self.tenant, self.campaign_id)
         if current is None or current.state != "running":
             self.stopped_by = current.state if current else "deleted"
             return False
         now = self.clock()
-        if self.lease_ms and now - self.renewed >= self.lease_ms // 3:
-            if not slots.lease_acquire(
-                self.tenant, self.campaign_id, owner=self.owner, ttl_ms=self.lease_ms, now_ms=now
-            ):
+        if self.claim is not None and now - self.checked >= self.claim.lease_ms // 3:
+            try:
+                self.claim.check()  # the fence: another worker holds the event once our lease lapsed
+            except StaleLeaseError:
                 self.stopped_by = "lease_lost"
                 return False
-            self.renewed = now
+            self.checked = now
         return True
 
 
@@ -152,6 +152,28 @@ def _on_channel(tenant: str, channel_name: str) -> Callable[[Recipient, Any], st
     return hook
 
 
+def campaign_run_event(record: EventRecord, **run: Any) -> str:
+    """Run the campaign of a ``campaigns.run`` journal event (``campaign_run(**run)``); return its state.
+
+    A run the worker's shutdown (SIGTERM) stopped with the campaign still
+    ``running`` publishes its successor (the batch in flight was finished and
+    recorded), which the next worker's drain takes; this event is then done.
+    Raise what ``campaign_run`` raises (the journal retries, then dead-letters).
+    """
+    campaign_id = record.payload.get("campaign_id")
+    if not isinstance(campaign_id, str):
+        raise ValueError(f"event {record.id}: payload.campaign_id must be a campaign id")
+    campaign = campaign_run(record.tenant, campaign_id, **run)
+    if campaign.state == "running" and shutdown.stopping():
+        campaign_run_dispatch(record.tenant, campaign, after=record.id)
+        log.info(
+            "campaign %s tenant=%s: stopped by the worker's shutdown; requeued for the next worker",
+            campaign_id,
+            record.tenant,
+        )
+    return campaign.state
+
+
 def campaign_run(
     tenant: str,
     campaign_id: str,
@@ -159,42 +181,28 @@ def campaign_run(
     bot: CampaignBot | None = None,
     planner: Planner | None = None,
     options: SendOptions | None = None,
-    use_lease: bool = True,
     clock: Callable[[], int] = now_ms,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Campaign:
     """Send a ``running`` campaign until every recipient has an outcome, or it is paused or cancelled.
 
-    Return the campaign as the run left it. A campaign in another state, or
-    whose runner lease another live process holds, is returned untouched.
-    ``bot``, ``planner`` and ``options`` default to the campaign's channel
-    provider, the CRM and the settings. Raise ``NotFound``.
+    Return the campaign as the run left it. A campaign in another state is
+    returned untouched. In a journal handler the run stops once its event's
+    lease is lost (another worker took the event over). ``bot``, ``planner``
+    and ``options`` default to the campaign's channel provider, the CRM and
+    the settings. Raise ``NotFound``.
     """
-    campaigns, slots = default_stores()
-    owner = f"{socket.gethostname()}:{os.getpid()}:{new_token()[:8]}"
-    lease_ms = int(setting("BOTMESH_CAMPAIGN_LEASE_MS", 30_000)) if use_lease else None
+    control = _Control(tenant, campaign_id, current_claim(), clock)
     campaign = _get(tenant, campaign_id)
     for _ in range(5):  # after a stop, look again: a pause may have been resumed meanwhile
         if campaign.state != "running":
             return campaign
-        if lease_ms and not slots.lease_acquire(tenant, campaign_id, owner=owner, ttl_ms=lease_ms, now_ms=clock()):
-            log.info("campaign %s tenant=%s: another runner holds it", campaign_id, tenant)
+        campaign = _run_once(
+            tenant, campaign, bot=bot, planner=planner, options=options, control=control, clock=clock, sleep=sleep
+        )
+        if control.stopped_by == "lease_lost":
+            log.info("campaign %s tenant=%s: another worker took the run over", campaign_id, tenant)
             return campaign
-        try:
-            campaign = _run_once(
-                tenant,
-                campaign,
-                bot=bot,
-                planner=planner,
-                options=options,
-                owner=owner,
-                lease_ms=lease_ms,
-                clock=clock,
-                sleep=sleep,
-            )
-        finally:
-            if lease_ms:
-                slots.lease_release(tenant, campaign_id, owner=owner)
         if campaign.state != "running":
             campaign = _get(tenant, campaign_id)
     return campaign
@@ -207,8 +215,7 @@ def _run_once(
     bot: CampaignBot | None,
     planner: Planner | None,
     options: SendOptions | None,
-    owner: str,
-    lease_ms: int | None,
+    control: _Control,
     clock: Callable[[], int],
     sleep: Callable[[float], None],
 ) -> Campaign:
@@ -222,7 +229,7 @@ def _run_once(
         bot = bot or bot_for(tenant, campaign)
     except (NotFound, ValueError) as exc:
         return _fail(tenant, campaign.id, f"the campaign's channel cannot send: {exc}")
-    control = _Control(tenant, campaign.id, owner, lease_ms, clock)
+    control.stopped_by = None
     failures = 0
     while True:
         try:
@@ -285,33 +292,78 @@ def campaigns_tick(*, at_ms: int | None = None, dispatch: Callable[[str, str], N
 
     Called by the durable scheduled job ``campaigns.tick``; every step is
     idempotent, so an occurrence retried after a crash changes nothing twice.
-    Return ``{"started", "redispatched", "cleaned"}``.
+    Nobody sends a running campaign when it has no run event pending or leased
+    in the journal; when it has one (a retry waiting, a lease whose worker
+    died), the tick queues a drain of the ``campaigns-run`` channel, whose
+    worker claims it once it is due. One whose run was dead-lettered waits
+    for a person (Replay on the journal page). ``dispatch(tenant,
+    campaign_id)`` replaces the publish (tests). Return ``{"started",
+    "redispatched", "cleaned"}``.
     """
-    from .. import tasks
-
-    dispatch = dispatch or tasks.dispatch_run
     now = at_ms if at_ms is not None else now_ms()
-    campaigns, slots = default_stores()
+    campaigns, _ = default_stores()
     counts = {"started": 0, "redispatched": 0, "cleaned": 0}
+    runs: dict[tuple[str, str], str] | None = None  # read once, when a running campaign looks stalled
+    wake = False  # a stalled campaign's run event waits in the journal: queue a drain of the channel
     after: tuple[str, str] | None = None
     while True:
         entries = campaigns.index_scan(after=after, limit=500)
         for entry in entries:
-            campaign = campaigns.campaign_get(entry.tenant, entry.campaign_id)
+            tenant, campaign_id = entry.tenant, entry.campaign_id
+            campaign = campaigns.campaign_get(tenant, campaign_id)
             if campaign is None or campaign.state not in ACTIVE_STATES:
-                campaigns.index_delete(entry.tenant, entry.campaign_id)
+                campaigns.index_delete(tenant, campaign_id)
                 counts["cleaned"] += 1
             elif campaign.state == "scheduled" and (campaign.scheduled_at or 0) <= now:
-                if campaign_start_due(entry.tenant, entry.campaign_id, at_ms=now).state == "running":
-                    dispatch(entry.tenant, entry.campaign_id)
+                started = campaign_start_due(tenant, campaign_id, at_ms=now)
+                if started.state == "running":
+                    # The key of the version started: the start_due task's publish is the same event.
+                    if dispatch:
+                        dispatch(tenant, campaign_id)
+                    else:
+                        campaign_run_dispatch(tenant, started)
                     counts["started"] += 1
-            elif (
-                campaign.state == "running"
-                and now - campaign.updated_at >= STALLED_AFTER_MS
-                and slots.lease_holder(entry.tenant, entry.campaign_id, now_ms=now) is None
-            ):
-                dispatch(entry.tenant, entry.campaign_id)
-                counts["redispatched"] += 1
+            elif campaign.state == "running" and now - campaign.updated_at >= STALLED_AFTER_MS:
+                runs = _run_events() if runs is None else runs
+                state = runs.get((tenant, campaign_id))
+                if state is None:
+                    if dispatch:
+                        dispatch(tenant, campaign_id)
+                    else:
+                        campaign_run_dispatch(tenant, campaign, after=f"tick-{now}")
+                    counts["redispatched"] += 1
+                elif state != "dead":
+                    wake = True
         if len(entries) < 500:
-            return counts
+            break
         after = (entries[-1].tenant, entries[-1].campaign_id)
+    if wake and dispatch is None:
+        _wake_runs()
+    return counts
+
+
+def _run_events() -> dict[tuple[str, str], str]:
+    """Return ``{(tenant, campaign id): state}`` of the run events pending, leased or dead (O(those events)).
+
+    A campaign with several keeps the first found: pending, then leased, then dead.
+    """
+    journal = default_journal()
+    found: dict[tuple[str, str], str] = {}
+    for state in ("pending", "leased", "dead"):
+        last: str | None = None
+        while True:
+            page = journal.list(state=state, channel=RUN_CHANNEL, limit=200, after=last)
+            for r in page:
+                found.setdefault((r.tenant, str(r.payload.get("campaign_id"))), state)
+            if len(page) < 200:
+                break
+            last = page[-1].id
+    return found
+
+
+def _wake_runs() -> None:
+    """Queue an ``events.drain`` of the runs' channel (the broker may be down: the next tick tries again)."""
+    try:
+        drain_task.delay(channel=RUN_CHANNEL)
+    except Exception as exc:  # noqa: BLE001 - a broker outage is not the tick's failure
+        log.warning("could not queue the drain of %s: %s", RUN_CHANNEL, type(exc).__name__)

@@ -145,7 +145,7 @@ class CampaignStore(Protocol):
 
 @runtime_checkable
 class SlotStore(Protocol):
-    """Send slots, one per (tenant, campaign, recipient), and the campaign's runner lease."""
+    """Send slots, one per (tenant, campaign, recipient)."""
 
     def slots_add(self, tenant: str, campaign_id: str, deliveries: Sequence[Delivery]) -> int:
         """Add pending slots; a recipient that has a slot already keeps it. Return how many were added."""
@@ -264,19 +264,7 @@ class SlotStore(Protocol):
         ...
 
     def slots_drop_all(self, tenant: str, campaign_id: str) -> None:
-        """Delete every slot of the campaign and its lease."""
-        ...
-
-    def lease_acquire(self, tenant: str, campaign_id: str, *, owner: str, ttl_ms: int, now_ms: int) -> bool:
-        """Take (or renew) the campaign's runner lease for ``owner``; False if another owner holds it."""
-        ...
-
-    def lease_release(self, tenant: str, campaign_id: str, *, owner: str) -> None:
-        """Give the runner lease up if ``owner`` holds it."""
-        ...
-
-    def lease_holder(self, tenant: str, campaign_id: str, *, now_ms: int) -> str | None:
-        """Return the owner of the live runner lease, or ``None``."""
+        """Delete every slot of the campaign."""
         ...
 
 

@@ -8,8 +8,7 @@ Layout:
   slot, ``p/<recipient key>`` → ``{"contact"}`` (which contact the plan gave the
   recipient key to: the planner's exact dedupe, kept in the Kv so a 1,000,000
   recipient plan never holds its recipients in memory, and a re-run plan finds
-  its own), ``m/runner`` → the runner lease ``{"owner", "until"}``, and the
-  slots' indexes under ``x/`` (``DELIVERY``: counters per state and per
+  its own), and the slots' indexes under ``x/`` (``DELIVERY``: counters per state and per
   ``state:reason`` kept in each slot commit, so progress is O(1); value indexes
   by state, reason, state + reason and contact, so a filtered page is
   O(page)). One table per campaign, so a batch of slot changes is one atomic
@@ -64,7 +63,6 @@ from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
 SYSTEM = "system"  # the index's kernel namespace: campaigns/~system/index
 SLOT = "d/"
 PLAN = "p/"
-LEASE = "m/runner"
 SEP = "!"
 COMMIT_BATCH = 500
 CLAIM_BATCH = MAX_GET_MANY // 2  # a claim reads its plan record and its slot: one get_many per batch
@@ -508,37 +506,6 @@ class KvSlotStore(SlotRules):
 
     def slots_drop_all(self, tenant: str, campaign_id: str) -> None:
         self.kv.drop(self._table(tenant, campaign_id))
-
-    # --- runner lease
-
-    def lease_acquire(self, tenant: str, campaign_id: str, *, owner: str, ttl_ms: int, now_ms: int) -> bool:
-        table = self._table(tenant, campaign_id)
-        entry = self.kv.get(table, LEASE)
-        if entry is not None and entry.value["owner"] != owner and entry.value["until"] > now_ms:
-            return False
-        try:
-            self.kv.commit(
-                table,
-                [Put(LEASE, {"owner": owner, "until": now_ms + ttl_ms}, expect=entry.version if entry else ABSENT)],
-            )
-        except ConflictError:
-            return False
-        return True
-
-    def lease_release(self, tenant: str, campaign_id: str, *, owner: str) -> None:
-        table = self._table(tenant, campaign_id)
-        entry = self.kv.get(table, LEASE)
-        if entry is not None and entry.value["owner"] == owner:
-            try:
-                self.kv.commit(table, [Delete(LEASE, expect=entry.version)])
-            except ConflictError:
-                pass  # someone took it over meanwhile: theirs now
-
-    def lease_holder(self, tenant: str, campaign_id: str, *, now_ms: int) -> str | None:
-        entry = self.kv.get(self._table(tenant, campaign_id), LEASE)
-        if entry is None or entry.value["until"] <= now_ms:
-            return None
-        return str(entry.value["owner"])
 
 
 on_tenant_erase("campaigns due-index entries", lambda kv, tenant: KvCampaignStore(kv).index_erase(tenant))

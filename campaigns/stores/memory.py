@@ -110,7 +110,6 @@ class MemorySlotStore(SlotRules):
         self._lock = threading.Lock()
         self._slots: dict[tuple[str, str], dict[str, Delivery]] = {}
         self._claims: dict[tuple[str, str], dict[str, str]] = {}
-        self._leases: dict[tuple[str, str], tuple[str, int]] = {}
 
     def _table(self, tenant: str, campaign_id: str) -> dict[str, Delivery]:
         return self._slots.setdefault((tenant, campaign_id), {})
@@ -187,23 +186,3 @@ class MemorySlotStore(SlotRules):
         with self._lock:
             self._slots.pop((tenant, campaign_id), None)
             self._claims.pop((tenant, campaign_id), None)
-            self._leases.pop((tenant, campaign_id), None)
-
-    def lease_acquire(self, tenant: str, campaign_id: str, *, owner: str, ttl_ms: int, now_ms: int) -> bool:
-        with self._lock:
-            held = self._leases.get((tenant, campaign_id))
-            if held is not None and held[0] != owner and held[1] > now_ms:
-                return False
-            self._leases[(tenant, campaign_id)] = (owner, now_ms + ttl_ms)
-            return True
-
-    def lease_release(self, tenant: str, campaign_id: str, *, owner: str) -> None:
-        with self._lock:
-            held = self._leases.get((tenant, campaign_id))
-            if held is not None and held[0] == owner:
-                del self._leases[(tenant, campaign_id)]
-
-    def lease_holder(self, tenant: str, campaign_id: str, *, now_ms: int) -> str | None:
-        with self._lock:
-            held = self._leases.get((tenant, campaign_id))
-            return held[0] if held is not None and held[1] > now_ms else None

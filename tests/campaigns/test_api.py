@@ -40,8 +40,11 @@ class Api:
 
 
 @pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """Run Celery tasks in the calling thread (no worker in these tests)."""
+def eager_celery(transactional_db: None) -> Iterator[None]:
+    """Run Celery tasks in the calling thread (no worker in these tests).
+
+    Without a test transaction around the request: the run's journal event queues its drain on commit.
+    """
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield

@@ -29,7 +29,8 @@ class Ctx:
 
 
 @pytest.fixture
-def eager():
+def eager(transactional_db):
+    # No test transaction: a campaign run's journal event queues its (eager) drain on commit.
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield

@@ -89,7 +89,10 @@ def test_the_editor_previews_drop_counts_then_saves_a_draft(admin: Client, tenan
     assert 'data-testid="preview-recipients">4<' in detail and 'data-testid="start-now"' in detail
 
 
-def test_start_shows_progress_counts_and_the_deliveries_table(admin: Client, tenant: str, fake) -> None:
+def test_start_shows_progress_counts_and_the_deliveries_table(
+    transactional_db: None, admin: Client, tenant: str, fake
+) -> None:
+    # transactional_db: no test transaction, so the run's journal event queues its (eager) drain on commit.
     admin.post(f"/t/{tenant}/campaigns/new/", _form(tenant))
     (campaign,) = selectors.campaign_list(tenant).items
     fake.script("+573000000001", "window_closed")

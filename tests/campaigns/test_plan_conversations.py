@@ -50,7 +50,8 @@ def write_to_shop(t, user: int) -> None:
 
 
 @pytest.fixture
-def eager():
+def eager(transactional_db):
+    # No test transaction: a campaign run's journal event queues its (eager) drain on commit.
     from botmesh_admin.celery import app as celery_app
 
     previous = celery_app.conf.task_always_eager

@@ -229,7 +229,7 @@ def test_two_workers_started_at_once_send_nobody_twice(campaign, fake) -> None:
     """Both senders run without the runner lease: the send slots alone keep every recipient to one request."""
     url, tenant, campaign_id = campaign
     fake.set_delay(0.002)
-    workers = [spawn(url, tenant, campaign_id, fake.base_url, use_lease=False) for _ in range(2)]
+    workers = [spawn(url, tenant, campaign_id, fake.base_url) for _ in range(2)]
     go(*workers)
     results = [finish(w) for w in workers]
     assert results == ["DONE completed"] * 2
@@ -256,3 +256,67 @@ def test_pause_then_resume_with_real_workers_sends_nobody_twice(campaign, fake) 
     assert finish(later) == "DONE completed"
     got = assert_each_recipient_once(tenant, campaign_id, fake)
     assert {d.state for d in got.values()} == {"accepted"} and fake.count() == N
+
+
+def test_a_worker_killed_mid_run_is_resumed_by_another_through_the_journal_lease_nobody_twice(
+    shared, fake, tmp_path, db
+) -> None:
+    """The run is a journal event: the second worker cannot take it while the first holds its lease
+    (renewed by the heartbeat through a hung broadcast), claims it once the killed first's lease lapsed
+    (a higher fencing token, attempt 2), and sends the rest: nobody twice, nobody skipped."""
+    from botmesh_admin.events import connect_journal
+    from botmesh_admin.events.runtime import use_journal
+    from campaigns.domain import RUN_CHANNEL
+
+    url, kv, tenant, segment_id, ids = shared
+    n = 200
+    journal_url = f"sqlite:///{tmp_path}/journal.sqlite3"
+    journal = connect_journal(journal_url)
+    try:
+        with use_kv(kv), use_journal(journal):
+            c = services.campaign_create(
+                tenant,
+                name=unique_id("journal"),
+                segment_id=segment_id,
+                channel="whatsapp",
+                message={"template": "promo_nov", "language": "es"},
+                contact_ids=ids[:n],
+            )
+            services.campaign_start(tenant, c.id)  # publishes the run event into the workers' journal
+        (run,) = journal.list(tenant=tenant, channel=RUN_CHANNEL)
+        assert (run.type, run.state, run.payload) == ("campaigns.run", "pending", {"campaign_id": c.id})
+        for i in range(100, 108):  # the batch 100..124 hangs on its first eight requests
+            fake.script(ADDRESSES[i], "accepted", delay_s=20)
+        fake.set_delay(0.002)
+        first = spawn(url, tenant, c.id, fake.base_url, journal_url=journal_url)
+        second = spawn(url, tenant, c.id, fake.base_url, journal_url=journal_url)
+        try:
+            go(first)
+            wait_until(
+                lambda: all(fake.count(ADDRESSES[i]) for i in range(100, 108)), "the hung batch", interval_s=0.01
+            )
+            held = journal.get(run.id)
+            assert held is not None and held.state == "leased" and held.attempts == 1
+            go(second)
+            time.sleep(3 * 1.5)  # three lease periods: the first's heartbeat keeps the run its own
+            assert journal.get(run.id).fencing_token == held.fencing_token, "the second did not take a live lease"
+            with use_kv(kv):
+                assert selectors.campaign_get(tenant, c.id).state == "running"
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+            assert finish(second) == "DONE completed"
+        finally:
+            for proc in (first, second):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        done = journal.get(run.id)
+        assert done is not None and done.state == "done" and done.attempts == 2
+        assert done.fencing_token > held.fencing_token, "the second worker's claim fenced the first's"
+        with use_kv(kv):
+            got = assert_each_recipient_once(tenant, c.id, fake, n=n)
+            assert {r for r, d in got.items() if d.state == "in_doubt"} == set(ADDRESSES[100:125])
+            assert sum(d.state == "accepted" for d in got.values()) == n - 25
+            assert selectors.campaign_get(tenant, c.id).state == "completed"
+    finally:
+        journal.close()

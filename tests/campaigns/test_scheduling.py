@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from botmesh_admin.coordination.registry import declared_jobs
+from botmesh_admin.events import connect_journal
+from botmesh_admin.events.base import RetryPolicy
+from botmesh_admin.events.runtime import use_journal
 from campaigns import selectors, services
-from campaigns.domain import now_ms
+from campaigns.domain import RUN_CHANNEL, now_ms
 from campaigns.stores import default_stores
 from crm import services as crm
 
@@ -43,18 +46,37 @@ def test_a_due_campaign_starts_once_however_often_the_tick_runs(world: str) -> N
 
 
 def test_a_running_campaign_nobody_sends_is_dispatched_again(world: str) -> None:
-    campaign = _started(world)
-    campaigns, slots = default_stores()
-    seen: list[str] = []
-    services.campaigns_tick(at_ms=now_ms(), dispatch=lambda t, c: seen.append(c))
-    assert seen == [], "just started: its task is probably on its way"
-    later = now_ms() + 10_000
-    slots.lease_acquire(world, campaign.id, owner="busy-worker", ttl_ms=60_000, now_ms=later)
-    services.campaigns_tick(at_ms=later, dispatch=lambda t, c: seen.append(c))
-    assert seen == [], "a live runner holds it"
-    slots.lease_release(world, campaign.id, owner="busy-worker")
-    assert services.campaigns_tick(at_ms=later, dispatch=lambda t, c: seen.append(c))["redispatched"] == 1
-    assert seen == [campaign.id]
+    with use_journal(connect_journal("memory://")) as journal:
+        campaign = _started(world)
+        seen: list[str] = []
+        services.campaigns_tick(at_ms=now_ms(), dispatch=lambda t, c: seen.append(c))
+        assert seen == [], "just started: its task is probably on its way"
+        later = now_ms() + 10_000
+        run = journal.claim(later, 60_000, RUN_CHANNEL)  # a worker holds the campaign's run event
+        assert run is not None and run.payload == {"campaign_id": campaign.id}
+        services.campaigns_tick(at_ms=later, dispatch=lambda t, c: seen.append(c))
+        assert seen == [], "a live runner holds it"
+        journal.ack(run.id, later, run.fencing_token)
+        assert services.campaigns_tick(at_ms=later, dispatch=lambda t, c: seen.append(c))["redispatched"] == 1
+        assert seen == [campaign.id]
+
+
+def test_the_tick_publishes_a_run_and_leaves_a_dead_lettered_one_to_a_person(world: str) -> None:
+    """The tick's re-dispatch is a new run event; a run the journal dead-lettered is not retried behind its back."""
+    with use_journal(connect_journal("memory://", policy=RetryPolicy(max_attempts=1))) as journal:
+        campaign = _started(world)
+        later = now_ms() + 10_000
+        first = journal.claim(later, 60_000, RUN_CHANNEL)
+        assert first is not None
+        journal.ack(first.id, later, first.fencing_token)
+        assert services.campaigns_tick(at_ms=later)["redispatched"] == 1
+        assert services.campaigns_tick(at_ms=later)["redispatched"] == 0, "its new run event is pending"
+        second = journal.claim(later, 60_000, RUN_CHANNEL)
+        assert second is not None and second.payload == {"campaign_id": campaign.id} and second.id != first.id
+        assert journal.fail(second.id, later, second.fencing_token, "boom").state == "dead"
+        assert services.campaigns_tick(at_ms=later + 60_000)["redispatched"] == 0
+        journal.replay(second.id)
+        assert journal.claim(later + 60_000, 60_000, RUN_CHANNEL).id == second.id
 
 
 def test_the_tick_forgets_campaigns_that_ended(world: str) -> None:

@@ -9,7 +9,7 @@ of the test's own (SQLite Kv, filesystem broker) against a fake provider that
 answers in 2 s. SIGTERM goes to the worker's whole process group (as systemd
 sends it) while the first batch is out: no request leaves after it, the batch
 in flight is recorded (accepted, none in doubt), the worker exits 0, and the
-run is requeued; a second worker sends the rest, nobody twice.
+run is requeued (its successor journal event); a second worker sends the rest, nobody twice.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ from celery import Celery
 from kombu import Connection
 
 from botmesh_admin.channels.testing import FakeProviderServer
+from botmesh_admin.events import connect_journal
+from botmesh_admin.events.runtime import use_journal
 from botmesh_admin.kv import connect
 from botmesh_admin.kv.runtime import use_kv
 from campaigns import selectors, services
+from campaigns.domain import RUN_CHANNEL
 from crm import selectors as crm_selectors
 from crm import services as crm
 from crm.domain import Consent, Contact, Identity, new_id
@@ -92,11 +95,13 @@ def started_campaign(tmp_path: Path, *, drain_timeout_s: int = 20) -> tuple[Any,
             id=new_id("c"), identities=(Identity("whatsapp", address),), name=f"Cliente {i}", tags=("promo",),
             consent={"whatsapp": Consent("whatsapp", "granted", 1, "test")}, created_at=1, updated_at=1,
         ))  # fmt: skip
-    with use_kv(kv):
+    journal = connect_journal(f"sqlite:///{data}/journal.sqlite3")
+    with use_kv(kv), use_journal(journal):  # the run event goes into the workers' journal
         segment = crm.segment_create(tenant, name="Promo", rules={"tags_all": ["promo"]})
         campaign = services.campaign_create(tenant, name="drain", segment_id=segment.id, channel="whatsapp",
                                             message={"template": "promo_nov", "language": "es"})  # fmt: skip
         services.campaign_start(tenant, campaign.id)
+    journal.close()
     env = {**project_env(tmp_path), "CELERY_BROKER_URL": "filesystem://", "BOTMESH_KV_URL": kv_url,
            "BOTMESH_JOURNAL_URL": f"sqlite:///{data}/journal.sqlite3",
            "BOTMESH_DRAIN_TIMEOUT": str(drain_timeout_s)}  # fmt: skip
@@ -105,12 +110,11 @@ def started_campaign(tmp_path: Path, *, drain_timeout_s: int = 20) -> tuple[Any,
     return kv, tenant, campaign.id, env, argv
 
 
-def run_campaign(producer: Celery, tmp_path: Path, tenant: str, campaign_id: str, base_url: str) -> None:
-    """Queue the campaign's run (``tests.campaigns.drain_run``) in the filesystem broker under ``tmp_path``."""
+def run_campaign(producer: Celery, tmp_path: Path) -> None:
+    """Queue the drain of the campaign runs' journal channel in the filesystem broker under ``tmp_path``."""
     with Connection("filesystem://", transport=FILESYSTEM_TRANSPORT,
                     transport_options=broker_options(tmp_path / "data" / "broker")) as conn:  # fmt: skip
-        producer.send_task("tests.campaigns.drain_run", args=[tenant, campaign_id, base_url],
-                           connection=conn, retry=False)  # fmt: skip
+        producer.send_task("events.drain", kwargs={"channel": RUN_CHANNEL}, connection=conn, retry=False)
 
 
 def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_next_worker_sends_the_rest(
@@ -121,10 +125,11 @@ def test_sigterm_mid_campaign_finishes_the_batch_in_flight_starts_none_and_the_n
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path)
     producer = Celery("drain-producer", set_as_current=False)
     with FakeProviderServer(delay_s=2.0) as fake, Processes(tmp_path) as procs, use_kv(kv):
+        env = {**env, "DRAIN_PROVIDER_URL": fake.base_url}
         try:
             first = procs.start("worker-1", [*argv, "-n", "drain-1@%h"], env)
             wait_until(lambda: "ready." in procs.log("worker-1"), "the first worker", timeout_s=40)
-            run_campaign(producer, tmp_path, tenant, campaign_id, fake.base_url)
+            run_campaign(producer, tmp_path)
             wait_until(lambda: fake.count() >= BATCH, "the first batch to reach the provider", timeout_s=30)
             time.sleep(0.3)  # the batch is out (the provider answers in 2 s)
             at_sigterm = fake.count()

@@ -253,19 +253,6 @@ def test_concurrent_senders_reserve_each_slot_once(slot_store: SlotStore, tenant
         assert d.recipient in won[d.token]
 
 
-def test_runner_lease_has_one_owner_until_it_expires(slot_store: SlotStore, tenant_id: str) -> None:
-    assert slot_store.lease_acquire(tenant_id, CID, owner="a", ttl_ms=1000, now_ms=T0)
-    assert not slot_store.lease_acquire(tenant_id, CID, owner="b", ttl_ms=1000, now_ms=T0 + 999)
-    assert slot_store.lease_acquire(tenant_id, CID, owner="a", ttl_ms=1000, now_ms=T0 + 500), "renewal"
-    assert slot_store.lease_holder(tenant_id, CID, now_ms=T0 + 1400) == "a"
-    assert slot_store.lease_acquire(tenant_id, CID, owner="b", ttl_ms=1000, now_ms=T0 + 1500)
-    slot_store.lease_release(tenant_id, CID, owner="a")
-    assert slot_store.lease_holder(tenant_id, CID, now_ms=T0 + 1600) == "b", "a stale owner cannot release it"
-    slot_store.lease_release(tenant_id, CID, owner="b")
-    assert slot_store.lease_holder(tenant_id, CID, now_ms=T0 + 1600) is None
-    assert slot_store.slot_scan(tenant_id, CID) == [], "the lease is not a slot"
-
-
 def test_drop_all_deletes_the_campaigns_slots(slot_store: SlotStore, tenant_id: str) -> None:
     planned(slot_store, tenant_id, "+1", "+2")
     slot_store.slots_drop_all(tenant_id, CID)

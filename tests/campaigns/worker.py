@@ -1,12 +1,14 @@
 """A campaign sender run as a real process by the crash tests (SIGKILL, two at once, pause/resume).
 
 ``python -m tests.campaigns.worker '<json args>'``: runs ``services.campaign_run``
-— what the ``campaigns.run`` Celery task calls — against the fake provider at
-``base_url``, over the shared Kv at ``kv_url`` (``BOTMESH_KV_URL``), and calls it
-again while the campaign is ``running`` but another runner holds its lease
-(as the ``campaigns.tick`` job re-dispatches a stalled campaign). Prints
-``STARTED`` and then ``DONE <state>`` (flushed); with ``wait_go`` it waits for a
-line on stdin between the two.
+against the fake provider at ``base_url``, over the shared Kv at ``kv_url``
+(``BOTMESH_KV_URL``), and calls it again while the campaign is ``running`` (as
+the ``campaigns.tick`` job re-dispatches a stalled campaign). With
+``journal_url`` it is a journal worker instead: an ``EventWorker`` on the
+``campaigns-run`` channel of that journal, whose handler is the run event's
+(``services.campaign_run_event``), claiming the run once no live lease holds it.
+Prints ``STARTED`` and then ``DONE <state>`` (flushed); with ``wait_go`` it
+waits for a line on stdin between the two.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ def main(args: dict) -> None:
     import django
 
     django.setup()
-    from django.test import override_settings
-
     from botmesh_admin.channels.providers import TelegramProvider, WhatsAppProvider
     from campaigns import selectors, services
     from campaigns.services.sending import CampaignBot, SendOptions
@@ -45,14 +45,26 @@ def main(args: dict) -> None:
     if args.get("wait_go"):
         sys.stdin.readline()  # started ahead of time (Django takes seconds to load): wait for the word
     deadline = time.monotonic() + args.get("max_s", 60)
-    with override_settings(BOTMESH_CAMPAIGN_LEASE_MS=args["lease_ms"]):
+    bot = CampaignBot(provider)
+    if args.get("journal_url"):
+        from botmesh_admin.events import connect_journal
+        from botmesh_admin.events.base import EventRecord
+        from botmesh_admin.events.worker import EventWorker
+        from campaigns.domain import RUN_CHANNEL
+
+        def handler(record: EventRecord) -> None:
+            services.campaign_run_event(record, bot=bot, options=options)
+
+        worker = EventWorker(connect_journal(args["journal_url"]), lease_ms=args["lease_ms"], channel=RUN_CHANNEL)
+        while selectors.campaign_get(tenant, campaign_id).state == "running" and time.monotonic() < deadline:
+            worker.run_batch(handler, limit=1)
+            time.sleep(0.05)  # another worker's lease holds the run: claim it once that lease lapsed
+    else:
         while True:
-            campaign = services.campaign_run(
-                tenant, campaign_id, bot=CampaignBot(provider), options=options, use_lease=args.get("use_lease", True)
-            )
+            campaign = services.campaign_run(tenant, campaign_id, bot=bot, options=options)
             if campaign.state != "running" or time.monotonic() > deadline:
                 break
-            time.sleep(0.1)  # another runner holds the lease: try again once it may have expired
+            time.sleep(0.1)
     print("DONE", selectors.campaign_get(tenant, campaign_id).state, flush=True)
 
 

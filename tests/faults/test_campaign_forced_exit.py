@@ -40,9 +40,10 @@ def test_a_worker_forced_out_mid_campaign_exits_1_and_logs_the_sends_it_cut_off(
     kv, tenant, campaign_id, env, argv = started_campaign(tmp_path, drain_timeout_s=1)
     producer = Celery("forced-producer", set_as_current=False)
     with FakeProviderServer(delay_s=PROVIDER_S) as fake, Processes(tmp_path) as procs, use_kv(kv):
+        env = {**env, "DRAIN_PROVIDER_URL": fake.base_url}
         try:
             worker = procs.start("worker", [*argv, "-n", "forced@%h"], env)
-            run_campaign(producer, tmp_path, tenant, campaign_id, fake.base_url)
+            run_campaign(producer, tmp_path)
             wait_until(lambda: fake.count() >= BATCH, "the first batch to reach the provider", timeout_s=60)
             time.sleep(0.3)
             at_sigterm = fake.count()
