@@ -3,16 +3,52 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery, signals
+from kombu import Queue
 
 from botmesh_admin import config
+
+DEFAULT_QUEUE = "celery"
+"""Scheduled jobs, journal pruning and sweeps, the default and demo journal channels."""
+LIVE_QUEUE = "live"
+"""Live messages: the drains of the ``inbound`` (webhooks) and ``outbox`` (agent and bot replies) channels."""
+BULK_QUEUE = "bulk"
+"""Bulk work: ledger pushes, CSV imports, segment builds, campaign runs, and the drains of their channels."""
+LIVE_CHANNELS = frozenset({"inbound", "outbox"})
+DEFAULT_CHANNELS = frozenset({None, "", "demo"})
+BULK_TASKS = frozenset({"campaigns.run", "campaigns.start_due", "crm.contact_import", "crm.segment_membership_build"})
+
+
+def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict[str, str] | None:
+    """Return the queue of task ``name`` (a Celery router): live messages never wait behind bulk work.
+
+    ``events.drain`` goes by its journal channel (the ``channel`` keyword or the
+    first argument): ``inbound`` and ``outbox`` to ``live``; the default and the
+    demo channel to ``celery``; every other channel (``ledger``, ``crm.import``,
+    ``campaigns.run``, …) to ``bulk``. The tasks in ``BULK_TASKS`` go to ``bulk``;
+    the rest (``None``) to the default queue, ``celery``. A worker started
+    without ``-Q`` consumes all three (README, Production).
+    """
+    if name == "events.drain":
+        channel = (kwargs or {}).get("channel", args[0] if args else None)
+        if channel in LIVE_CHANNELS:
+            return {"queue": LIVE_QUEUE}
+        return {"queue": DEFAULT_QUEUE if channel in DEFAULT_CHANNELS else BULK_QUEUE}
+    if name in BULK_TASKS:
+        return {"queue": BULK_QUEUE}
+    return None
+
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botmesh_admin.settings")
 config.load_or_exit()
 
 app = Celery("botmesh_admin")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_default_queue = DEFAULT_QUEUE
+app.conf.task_queues = (Queue(DEFAULT_QUEUE), Queue(LIVE_QUEUE), Queue(BULK_QUEUE))
+app.conf.task_routes = (route_task,)
 app.autodiscover_tasks(
     [
         "botmesh_admin.events",

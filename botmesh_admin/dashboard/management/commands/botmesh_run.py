@@ -1,9 +1,11 @@
-"""``manage.py botmesh_run``: the embedded default — web, Celery worker, beat and the demo bot in one command.
+"""``manage.py botmesh_run``: the embedded default — web, Celery workers, beat and the demo bot in one command.
 
-Starts the three processes on the embedded backends (SQLite, filesystem broker),
-waits for ``/readyz``, loads the demo tenant through the real HTTP endpoints
-(``--no-demo`` to skip), prints the URL and the login, and on Ctrl-C (SIGINT)
-or SIGTERM stops all three, workers first draining what they hold.
+Starts web, a Celery worker for the ``celery`` and ``bulk`` queues, one for the
+``live`` queue (``worker-live``: inbound messages and replies) and beat on the
+embedded backends (SQLite, filesystem broker), waits for ``/readyz``, loads the
+demo tenant through the real HTTP endpoints (``--no-demo`` to skip), prints the
+URL and the login, and on Ctrl-C (SIGINT) or SIGTERM stops them all, workers
+first draining what they hold.
 
 Once the stack is up, a child that exits is started again, not the end of the
 stack: after ``RESTART_FIRST_S`` seconds, doubling on each crash up to
@@ -189,7 +191,7 @@ def _accepts(host: str, port: int) -> bool:
 
 
 class Command(BaseCommand):
-    help = "Run the admin (web + Celery worker + Celery beat) on the embedded default."
+    help = "Run the admin (web + Celery workers + Celery beat) on the embedded default."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
@@ -245,7 +247,27 @@ class Command(BaseCommand):
                 "2",
                 "-n",
                 "worker@%h",
+                "-Q",
+                "celery,bulk",
             ],
+            # Live messages (inbound webhooks, replies) have a worker of their own, so a campaign, an
+            # import or a ledger push never holds the processes a customer's message waits for.
+            "worker-live": [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "botmesh_admin",
+                "worker",
+                "-l",
+                "INFO",
+                "--concurrency",
+                "1",
+                "-n",
+                "live@%h",
+                "-Q",
+                "live",
+            ],  # fmt: skip
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files

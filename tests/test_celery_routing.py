@@ -1,0 +1,76 @@
+"""Celery routing: live messages (inbound webhooks, replies) have a queue of their own, bulk work another.
+
+The tasks are queued by the same calls the services make, onto the tests'
+in-memory broker (``memory://``), and read back from each queue there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kombu import Connection
+
+from botmesh_admin.celery import app
+
+QUEUES = ("celery", "live", "bulk")
+
+
+def _take_all(conn: Connection) -> dict[str, list[tuple[str, Any]]]:
+    """Return ``{queue: [(task name, channel or args)]}`` of what waits in each queue, removing it."""
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for name in QUEUES:
+        queue = conn.SimpleQueue(name, no_ack=True)
+        got = []
+        while True:
+            try:
+                message = queue.get(block=False)
+            except queue.Empty:
+                break
+            args, kwargs, _ = message.decode()
+            got.append((message.headers["task"], kwargs.get("channel", args[0] if args else None)))
+        queue.close()
+        out[name] = got
+    return out
+
+
+@pytest.fixture
+def broker():
+    if not app.conf.broker_url.startswith("memory://"):
+        pytest.skip("needs the tests' in-memory broker")
+    with app.connection_for_write() as conn:
+        _take_all(conn)  # what earlier tests of this process left
+        yield conn
+
+
+def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celery(broker: Connection) -> None:
+    from botmesh_admin.events.tasks import drain, prune
+    from campaigns.tasks import campaign_run
+    from crm.tasks import contact_import, segment_membership_build
+
+    drain.delay("inbound")  # what event_publish and the webhook's journal append queue
+    drain.delay(channel="outbox")  # an agent's or a bot's reply
+    drain.delay("ledger")  # a bot's ledger push
+    drain.delay(channel="campaigns.run")
+    drain.delay(None)
+    drain.delay("demo")
+    contact_import.delay("t", "j")
+    segment_membership_build.delay("t")
+    campaign_run.delay("t", "c")
+    prune.delay()
+
+    queued = _take_all(broker)
+    assert queued["live"] == [("events.drain", "inbound"), ("events.drain", "outbox")]
+    assert queued["bulk"] == [
+        ("events.drain", "ledger"),
+        ("events.drain", "campaigns.run"),
+        ("crm.contact_import", "t"),
+        ("crm.segment_membership_build", "t"),
+        ("campaigns.run", "t"),
+    ]
+    assert queued["celery"] == [("events.drain", None), ("events.drain", "demo"), ("events.prune", None)]
+
+
+def test_a_worker_started_without_q_consumes_every_queue() -> None:
+    assert set(app.amqp.queues) == set(QUEUES)
+    assert app.conf.task_default_queue == "celery"
