@@ -141,6 +141,7 @@ def setup_django(fake_url: str) -> dict[str, str]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+    call_command("botmesh_upgrade", verbosity=0, stdout=io.StringIO())
     from botmesh_admin.channels.services import channel_config_set
     from botmesh_admin.tenancy.services import tenant_create, token_create
 
@@ -155,6 +156,7 @@ def setup_django(fake_url: str) -> dict[str, str]:
         access_token="bench-token",
         api_base_url=fake_url,
     )
+    call_command("botmesh_reindex", stdout=io.StringIO())  # a fresh tenant's indexes start built
     _, admin = token_create(TENANT, name="bench", role="admin", created_by="bench")
     _, bot = token_create(TENANT, name=BOT, role="bot", created_by="bench")
     return {"admin": admin, "bot": bot}

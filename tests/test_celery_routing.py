@@ -46,15 +46,14 @@ def broker():
 def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celery(broker: Connection) -> None:
     from botmesh_admin.events.tasks import drain, prune
     from campaigns.tasks import campaign_run
-    from crm.tasks import contact_import, segment_membership_build
+    from crm.tasks import segment_membership_build
 
     drain.delay("inbound")  # what event_publish and the webhook's journal append queue
     drain.delay(channel="outbox")  # an agent's or a bot's reply
     drain.delay("ledger")  # a bot's ledger push
-    drain.delay(channel="campaigns.run")
+    drain.delay(channel="crm-import")  # a CSV import
     drain.delay(None)
     drain.delay("demo")
-    contact_import.delay("t", "j")
     segment_membership_build.delay("t")
     campaign_run.delay("t", "c")
     prune.delay()
@@ -63,8 +62,7 @@ def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celer
     assert queued["live"] == [("events.drain", "inbound"), ("events.drain", "outbox")]
     assert queued["bulk"] == [
         ("events.drain", "ledger"),
-        ("events.drain", "campaigns.run"),
-        ("crm.contact_import", "t"),
+        ("events.drain", "crm-import"),
         ("crm.segment_membership_build", "t"),
         ("campaigns.run", "t"),
     ]
