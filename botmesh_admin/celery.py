@@ -15,11 +15,11 @@ DEFAULT_QUEUE = "celery"
 LIVE_QUEUE = "live"
 """Live messages: the drains of the ``inbound`` (webhooks) and ``outbox`` (agent and bot replies) channels."""
 BULK_QUEUE = "bulk"
-"""Bulk work: the drains of ``ledger`` (bot ledger pushes), ``crm-import`` (CSV imports) and other channels, campaign
-runs, segment builds."""
+"""Bulk work: the drains of ``ledger`` (bot ledger pushes), ``crm-import`` (CSV imports), ``campaigns-run``
+(campaign runs) and other channels; segment builds."""
 LIVE_CHANNELS = frozenset({"inbound", "outbox"})
 DEFAULT_CHANNELS = frozenset({None, "", "demo"})
-BULK_TASKS = frozenset({"campaigns.run", "campaigns.start_due", "crm.segment_membership_build"})
+BULK_TASKS = frozenset({"campaigns.start_due", "crm.segment_membership_build"})
 
 
 def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict[str, str] | None:
@@ -28,7 +28,7 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
     ``events.drain`` goes by its journal channel (the ``channel`` keyword or the
     first argument): ``inbound`` and ``outbox`` to ``live``; the default and the
     demo channel to ``celery``; every other channel (``ledger``, ``crm-import``,
-    …) to ``bulk``. The tasks in ``BULK_TASKS`` go to ``bulk``;
+    ``campaigns-run``, …) to ``bulk``. The tasks in ``BULK_TASKS`` go to ``bulk``;
     the rest (``None``) to the default queue, ``celery``. A worker started
     without ``-Q`` consumes all three (README, Production).
     """

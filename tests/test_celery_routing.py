@@ -45,17 +45,18 @@ def broker():
 
 def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celery(broker: Connection) -> None:
     from botmesh_admin.events.tasks import drain, prune
-    from campaigns.tasks import campaign_run
+    from campaigns.tasks import campaign_start_due
     from crm.tasks import segment_membership_build
 
     drain.delay("inbound")  # what event_publish and the webhook's journal append queue
     drain.delay(channel="outbox")  # an agent's or a bot's reply
     drain.delay("ledger")  # a bot's ledger push
     drain.delay(channel="crm-import")  # a CSV import
+    drain.delay("campaigns-run")  # a campaign run
     drain.delay(None)
     drain.delay("demo")
     segment_membership_build.delay("t")
-    campaign_run.delay("t", "c")
+    campaign_start_due.delay("t", "c")
     prune.delay()
 
     queued = _take_all(broker)
@@ -63,8 +64,9 @@ def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celer
     assert queued["bulk"] == [
         ("events.drain", "ledger"),
         ("events.drain", "crm-import"),
+        ("events.drain", "campaigns-run"),
         ("crm.segment_membership_build", "t"),
-        ("campaigns.run", "t"),
+        ("campaigns.start_due", "t"),
     ]
     assert queued["celery"] == [("events.drain", None), ("events.drain", "demo"), ("events.prune", None)]
 
