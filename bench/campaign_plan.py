@@ -93,7 +93,7 @@ def seed(url: str, tenant: str, n: int, *, raw: bool = False) -> tuple[str, str]
     from campaigns import services
     from crm import selectors as crm_selectors
     from crm import services as crm
-    from crm.domain import Consent, Contact, Identity, contact_to_json, new_id
+    from crm.domain import Consent, Contact, Identity, new_id
     from crm.stores.kv import KvContactStore
 
     crm_selectors._regions[tenant] = ("CO", float("inf"))
@@ -123,7 +123,7 @@ def seed(url: str, tenant: str, n: int, *, raw: bool = False) -> tuple[str, str]
                     op
                     for c in batch
                     for op in (
-                        Put(f"c/{c.id}", contact_to_json(c), ABSENT),
+                        Put(f"c/{c.id}", c.to_json(), ABSENT),
                         *(Put(f"i/{i.key}", {"contact": c.id}, ABSENT) for i in c.identities),
                     )
                 ],

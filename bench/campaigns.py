@@ -49,7 +49,7 @@ from campaigns import selectors, services  # noqa: E402
 from campaigns.services.sending import CampaignBot, SendOptions  # noqa: E402
 from crm import selectors as crm_selectors  # noqa: E402
 from crm import services as crm  # noqa: E402
-from crm.domain import Consent, Contact, Identity, contact_to_json, new_id  # noqa: E402
+from crm.domain import Consent, Contact, Identity, new_id  # noqa: E402
 
 PHONE_NUMBER_ID = "106540352242922"
 
@@ -75,7 +75,7 @@ def seed_contacts(kv, tenant: str, n: int) -> None:
                 updated_at=1,
             )
             ops += [
-                Put(f"c/{c.id}", contact_to_json(c), expect=ABSENT),
+                Put(f"c/{c.id}", c.to_json(), expect=ABSENT),
                 Put(f"i/whatsapp:{address(i)}", {"contact": c.id}, expect=ABSENT),
             ]
         kv.commit(table, ops)

@@ -36,7 +36,6 @@ from .domain import (
     Term,
     attribute_term,
     consent_term,
-    contact_to_json,
     csvio,
     membership_groups,
     normalize_identity,
@@ -695,7 +694,7 @@ def _first_members(
         return None
     contacts = [c for c in store.contact_get_many(tenant, ids) if c is not None]
     # A contact written after its index entry was read is judged on the record as fetched.
-    return [c for c in contacts if group in membership_groups(segment.rules, contact_to_json(c))]
+    return [c for c in contacts if group in membership_groups(segment.rules, c.to_json())]
 
 
 def segment_preview(
@@ -798,7 +797,7 @@ def segment_reach(tenant: str, segment_id: str, *, channel: str, examples: int =
                 key=lambda c: c.id,
             )
         for contact in walked:
-            verdict = plan_verdict(segment.rules, contact_to_json(contact), channel) or "not_in_segment"
+            verdict = plan_verdict(segment.rules, contact.to_json(), channel) or "not_in_segment"
             if len(found.setdefault(verdict, [])) < examples:
                 found[verdict].append(contact)
     return SegmentReach(total, {v: verdicts[v] for v in PLAN_VERDICTS}, {k: v for k, v in found.items() if v})

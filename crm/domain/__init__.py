@@ -173,6 +173,16 @@ class Consent:
     source: str
     evidence: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form."""
+        return {"channel": self.channel, "status": self.status, "at": self.at, "source": self.source,
+                "evidence": self.evidence}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Consent:
+        """Return the ``Consent`` stored as ``data``."""
+        return cls(data["channel"], data["status"], int(data["at"]), data["source"], data.get("evidence"))
+
 
 def validate_consent(channel: object, status: object, source: object, evidence: object, field: str = "consent") -> None:
     """Raise ``ValidationError`` unless the consent fields are valid."""
@@ -180,9 +190,9 @@ def validate_consent(channel: object, status: object, source: object, evidence: 
         raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNELS)}")
     if status not in CONSENT_STATUSES:
         raise ValidationError(f"{field}.status", f"must be one of {', '.join(CONSENT_STATUSES)}")
-    validate_text(source, f"{field}.source", MAX_SOURCE, required=True)
+    validate_text(source, f"{field}.source", max_len=MAX_SOURCE)
     if evidence is not None:
-        validate_text(evidence, f"{field}.evidence", MAX_EVIDENCE)
+        validate_text(evidence, f"{field}.evidence", max_len=MAX_EVIDENCE, blank=True)
 
 
 # --------------------------------------------------------------------------- contact
@@ -222,12 +232,44 @@ class Contact:
         history = (*self.consent_history, consent)[-MAX_CONSENT_HISTORY:]
         return replace(self, consent={**self.consent, consent.channel: consent}, consent_history=history)
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``version``: the store owns it)."""
+        return {
+            "id": self.id,
+            "identities": [[i.channel, i.address] for i in self.identities],
+            "name": self.name,
+            "tags": list(self.tags),
+            "attributes": dict(self.attributes),
+            "consent": {ch: c.to_json() for ch, c in self.consent.items()},
+            "consent_history": [c.to_json() for c in self.consent_history],
+            "source": self.source,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = 0) -> Contact:
+        """Return the ``Contact`` stored as ``data`` at ``version``."""
+        return cls(
+            id=data["id"],
+            identities=tuple(Identity(ch, addr) for ch, addr in data["identities"]),
+            name=data.get("name"),
+            tags=tuple(data.get("tags", ())),
+            attributes=dict(data.get("attributes", {})),
+            consent={ch: Consent.from_json(c) for ch, c in data.get("consent", {}).items()},
+            consent_history=tuple(Consent.from_json(c) for c in data.get("consent_history", ())),
+            source=data.get("source"),
+            version=version,
+            created_at=int(data.get("created_at", 0)),
+            updated_at=int(data.get("updated_at", 0)),
+        )
+
 
 def validate_name(name: object, field: str = "contact.name") -> str | None:
     """Return the trimmed display name (``None`` if empty); raise ``ValidationError``."""
     if name is None:
         return None
-    text = validate_text(name, field, MAX_NAME).strip()
+    text = validate_text(name, field, max_len=MAX_NAME, blank=True).strip()
     return text or None
 
 
@@ -271,7 +313,7 @@ def validate_attribute_value(value: object, field: str) -> AttributeValue:
             raise ValidationError(field, "must be a finite number")
         return value
     if isinstance(value, str):
-        return validate_text(value, field, MAX_ATTRIBUTE_TEXT)
+        return validate_text(value, field, max_len=MAX_ATTRIBUTE_TEXT, blank=True)
     raise BadType(field, f"must be a string, number, boolean or null, not {type(value).__name__}")
 
 
@@ -332,47 +374,6 @@ def validate_contact(contact: Contact) -> Contact:
 
 
 # --------------------------------------------------------------------------- JSON shapes
-
-
-def consent_to_json(c: Consent) -> dict[str, Any]:
-    return {"channel": c.channel, "status": c.status, "at": c.at, "source": c.source, "evidence": c.evidence}
-
-
-def consent_from_json(d: Mapping[str, Any]) -> Consent:
-    return Consent(d["channel"], d["status"], int(d["at"]), d["source"], d.get("evidence"))
-
-
-def contact_to_json(contact: Contact) -> dict[str, Any]:
-    """Return the stored JSON shape of ``contact`` (without ``version``: the store owns it)."""
-    return {
-        "id": contact.id,
-        "identities": [[i.channel, i.address] for i in contact.identities],
-        "name": contact.name,
-        "tags": list(contact.tags),
-        "attributes": dict(contact.attributes),
-        "consent": {ch: consent_to_json(c) for ch, c in contact.consent.items()},
-        "consent_history": [consent_to_json(c) for c in contact.consent_history],
-        "source": contact.source,
-        "created_at": contact.created_at,
-        "updated_at": contact.updated_at,
-    }
-
-
-def contact_from_json(d: Mapping[str, Any], version: int) -> Contact:
-    """Return the ``Contact`` stored as ``d`` with ``version``."""
-    return Contact(
-        id=d["id"],
-        identities=tuple(Identity(ch, addr) for ch, addr in d["identities"]),
-        name=d.get("name"),
-        tags=tuple(d.get("tags", ())),
-        attributes=dict(d.get("attributes", {})),
-        consent={ch: consent_from_json(c) for ch, c in d.get("consent", {}).items()},
-        consent_history=tuple(consent_from_json(c) for c in d.get("consent_history", ())),
-        source=d.get("source"),
-        version=version,
-        created_at=int(d.get("created_at", 0)),
-        updated_at=int(d.get("updated_at", 0)),
-    )
 
 
 # --------------------------------------------------------------------------- segments
@@ -502,32 +503,33 @@ class Segment:
     created_at: int = 0
     updated_at: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``version``)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "rules": self.rules.to_json(),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = 0) -> Segment:
+        """Return the ``Segment`` stored as ``data`` at ``version``."""
+        r = data["rules"]
+        rules = SegmentRules(
+            tuple(r.get("tags_all", ())),
+            tuple(r.get("tags_any", ())),
+            tuple(r.get("tags_none", ())),
+            dict(r.get("attributes", {})),
+            r.get("consent_required"),
+        )
+        return cls(data["id"], data["name"], rules, version, int(data["created_at"]), int(data["updated_at"]))
+
 
 def validate_segment_name(name: object, field: str = "segment.name") -> str:
     """Return the trimmed segment name (1-200 characters)."""
-    return validate_text(name, field, MAX_NAME, required=True).strip()
-
-
-def segment_to_json(segment: Segment) -> dict[str, Any]:
-    return {
-        "id": segment.id,
-        "name": segment.name,
-        "rules": segment.rules.to_json(),
-        "created_at": segment.created_at,
-        "updated_at": segment.updated_at,
-    }
-
-
-def segment_from_json(d: Mapping[str, Any], version: int) -> Segment:
-    r = d["rules"]
-    rules = SegmentRules(
-        tuple(r.get("tags_all", ())),
-        tuple(r.get("tags_any", ())),
-        tuple(r.get("tags_none", ())),
-        dict(r.get("attributes", {})),
-        r.get("consent_required"),
-    )
-    return Segment(d["id"], d["name"], rules, version, int(d["created_at"]), int(d["updated_at"]))
+    return validate_text(name, field, max_len=MAX_NAME).strip()
 
 
 # --------------------------------------------------------------------------- segment membership
@@ -810,6 +812,26 @@ class ImportJob:
             return 100
         return int(100 * self.processed / self.total_rows) if self.total_rows else 0
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON form (without ``version``)."""
+        data = {name: getattr(self, name) for name in IMPORT_FIELDS}
+        data["errors"] = [dict(e) for e in self.errors]
+        data["notices"] = [dict(n) for n in self.notices]
+        data["merges"] = [dict(m) for m in self.merges]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = 0) -> ImportJob:
+        """Return the ``ImportJob`` stored as ``data`` at ``version`` (absent fields keep their defaults)."""
+        values = {name: data.get(name) for name in IMPORT_FIELDS}
+        return cls(
+            **{k: v for k, v in values.items() if v is not None},
+            errors=tuple(data.get("errors", ())),
+            notices=tuple(data.get("notices", ())),
+            merges=tuple(data.get("merges", ())),  # absent in jobs from before the merge report
+            version=version,
+        )
+
 
 IMPORT_FIELDS = (
     "id",
@@ -826,25 +848,6 @@ IMPORT_FIELDS = (
     "created_at",
     "updated_at",
 )
-
-
-def import_job_to_json(job: ImportJob) -> dict[str, Any]:
-    d = {name: getattr(job, name) for name in IMPORT_FIELDS}
-    d["errors"] = [dict(e) for e in job.errors]
-    d["notices"] = [dict(n) for n in job.notices]
-    d["merges"] = [dict(m) for m in job.merges]
-    return d
-
-
-def import_job_from_json(d: Mapping[str, Any], version: int) -> ImportJob:
-    values = {name: d.get(name) for name in IMPORT_FIELDS}
-    return ImportJob(
-        **{k: v for k, v in values.items() if v is not None},
-        errors=tuple(d.get("errors", ())),
-        notices=tuple(d.get("notices", ())),
-        merges=tuple(d.get("merges", ())),  # absent in jobs from before the merge report
-        version=version,
-    )
 
 
 class IdentityTaken(Conflict):

@@ -72,7 +72,7 @@ class RowError:
     field: str | None
     message: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"row": self.row, "field": self.field, "message": self.message}
 
 

@@ -66,7 +66,7 @@ def identity_hash(identity: Identity) -> str:
 
 
 def _source(source: object, field: str = "source") -> str:
-    return validate_text(source, field, 100, required=True).strip()
+    return validate_text(source, field, max_len=100).strip()
 
 
 def _apply_suppressions(tenant: str, contact: Contact, identities: Iterable[Identity]) -> Contact:

@@ -208,13 +208,13 @@ def contact_import_run(tenant: str, job_id: str, *, claim: Claim | None = None, 
     try:
         header, rows = csvio.read_rows(text)  # a stored file that does not parse stops the run (and is retried)
         if not job.processed:
-            errors += [e.as_dict() for e in header.errors]
+            errors += [e.to_json() for e in header.errors]
         for index, (number, cells) in enumerate(rows):
             if index < job.processed:
                 continue
             parsed = csvio.parse_row(header, cells, number, region)
             if isinstance(parsed, list):
-                errors += [e.as_dict() for e in parsed]
+                errors += [e.to_json() for e in parsed]
                 counts["failed_rows"] += 1
             else:
                 try:

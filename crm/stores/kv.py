@@ -94,18 +94,12 @@ from crm.domain import (
     Segment,
     SegmentRules,
     Term,
-    contact_from_json,
     contact_terms,
-    contact_to_json,
-    import_job_from_json,
-    import_job_to_json,
     membership_groups,
     rules_match_json,
     search_index_keys,
-    segment_from_json,
     segment_rules_from_input,
     segment_rules_key,
-    segment_to_json,
     version_mismatch,
 )
 
@@ -293,7 +287,7 @@ class KvContactStore:
 
     def contact_get(self, tenant: str, contact_id: str) -> Contact | None:
         entry = self.kv.get(self._contacts(tenant), f"c/{contact_id}")
-        return contact_from_json(entry.value, entry.version) if entry else None
+        return Contact.from_json(entry.value, entry.version) if entry else None
 
     def contact_find(self, tenant: str, identity: Identity) -> Contact | None:
         table = self._contacts(tenant)
@@ -303,7 +297,7 @@ class KvContactStore:
                 return None
             entry = self.kv.get(table, f"c/{index.value['contact']}")
             if entry is not None:
-                return contact_from_json(entry.value, entry.version)
+                return Contact.from_json(entry.value, entry.version)
         return None
 
     def _identity_taken(self, table: str, key: str) -> IdentityTaken:
@@ -312,7 +306,7 @@ class KvContactStore:
 
     def contact_insert(self, tenant: str, contact: Contact) -> Contact:
         table = self._contacts(tenant)
-        value = contact_to_json(contact)
+        value = contact.to_json()
 
         def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
             ops: list[Op] = [Put(f"c/{contact.id}", value, ABSENT)]
@@ -328,7 +322,7 @@ class KvContactStore:
                 raise self._identity_taken(table, exc.key) from None
             raise Conflict(f"contact {contact.id} exists", current_version=exc.current_version) from None
         assert entry is not None
-        return contact_from_json(entry.value, entry.version)
+        return Contact.from_json(entry.value, entry.version)
 
     def contact_insert_batch(self, tenant: str, contacts: Sequence[Contact]) -> None:
         """Store new contacts in one atomic commit with their identity claims and index upkeep.
@@ -336,7 +330,7 @@ class KvContactStore:
         A bulk loader (benchmarks, seeding): raise ``ConflictError`` naming the
         first id or identity that exists, and then nothing of the batch is written.
         """
-        values = [contact_to_json(c) for c in contacts]
+        values = [c.to_json() for c in contacts]
 
         def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
             ops: list[Op] = []
@@ -362,7 +356,7 @@ class KvContactStore:
         release_suppressions: tuple[str, ...] = (),
     ) -> Contact:
         table = self._contacts(tenant)
-        value = contact_to_json(contact)
+        value = contact.to_json()
 
         def attempt(defs: _Defs) -> tuple[list[Op], list[RecordChange]]:
             current, stored = self.kv.get_many(table, [f"c/{contact.id}", f"m/{contact.id}"])
@@ -390,7 +384,7 @@ class KvContactStore:
                 raise self._identity_taken(table, exc.key) from None
             raise version_mismatch("contact", exc.current_version, expected_version) from None
         assert entry is not None
-        return contact_from_json(entry.value, entry.version)
+        return Contact.from_json(entry.value, entry.version)
 
     def contact_delete(
         self,
@@ -423,7 +417,7 @@ class KvContactStore:
     def contact_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Contact]:
         validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
-        return [contact_from_json(e.value, e.version) for e in entries]
+        return [Contact.from_json(e.value, e.version) for e in entries]
 
     def contact_scan_matching(
         self, tenant: str, rules: SegmentRules, *, after: str | None = None, limit: int = 1000
@@ -431,7 +425,7 @@ class KvContactStore:
         validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._contacts(tenant), prefix="c/", after=f"c/{after}" if after else None, limit=limit)
         # Test the rules on the stored JSON: only members are decoded into Contacts.
-        matches = [contact_from_json(e.value, e.version) for e in entries if rules_match_json(rules, e.value)]
+        matches = [Contact.from_json(e.value, e.version) for e in entries if rules_match_json(rules, e.value)]
         return matches, entries[-1].key[2:] if len(entries) == limit else None
 
     def contact_get_many(self, tenant: str, contact_ids: Sequence[str]) -> list[Contact | None]:
@@ -439,7 +433,7 @@ class KvContactStore:
         out: list[Contact | None] = []
         for chunk in _chunks(list(contact_ids)):
             for entry in self.kv.get_many(table, [f"c/{i}" for i in chunk]):
-                out.append(contact_from_json(entry.value, entry.version) if entry else None)
+                out.append(Contact.from_json(entry.value, entry.version) if entry else None)
         return out
 
     def _entries(self, tenant: str, contact_ids: Sequence[str]) -> Iterable[Entry]:
@@ -488,7 +482,7 @@ class KvContactStore:
     def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
         # Test the rules on the stored JSON: only members are decoded into Contacts.
         return [
-            contact_from_json(e.value, e.version)
+            Contact.from_json(e.value, e.version)
             for e in self._entries(tenant, contact_ids)
             if rules_match_json(rules, e.value)
         ]
@@ -506,28 +500,28 @@ class KvContactStore:
 
     def segment_get(self, tenant: str, segment_id: str) -> Segment | None:
         entry = self.kv.get(self.tables.table(tenant, "segments"), segment_id)
-        return segment_from_json(entry.value, entry.version) if entry else None
+        return Segment.from_json(entry.value, entry.version) if entry else None
 
     def segment_insert(self, tenant: str, segment: Segment) -> Segment:
         try:
-            entry = self.kv.commit(
-                self.tables.table(tenant, "segments"), [Put(segment.id, segment_to_json(segment), ABSENT)]
-            )[0]
+            entry = self.kv.commit(self.tables.table(tenant, "segments"), [Put(segment.id, segment.to_json(), ABSENT)])[
+                0
+            ]
         except ConflictError as exc:
             raise Conflict(f"segment {segment.id} exists", current_version=exc.current_version) from None
         assert entry is not None
-        return segment_from_json(entry.value, entry.version)
+        return Segment.from_json(entry.value, entry.version)
 
     def segment_replace(self, tenant: str, segment: Segment, *, expected_version: int) -> Segment:
         try:
             entry = self.kv.commit(
                 self.tables.table(tenant, "segments"),
-                [Put(segment.id, segment_to_json(segment), expected_version)],
+                [Put(segment.id, segment.to_json(), expected_version)],
             )[0]
         except ConflictError as exc:
             raise version_mismatch("segment", exc.current_version, expected_version) from None
         assert entry is not None
-        return segment_from_json(entry.value, entry.version)
+        return Segment.from_json(entry.value, entry.version)
 
     def segment_delete(self, tenant: str, segment_id: str) -> bool:
         table = self.tables.table(tenant, "segments")
@@ -539,7 +533,7 @@ class KvContactStore:
     def segment_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[Segment]:
         validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self.tables.table(tenant, "segments"), after=after, limit=limit)
-        return [segment_from_json(e.value, e.version) for e in entries]
+        return [Segment.from_json(e.value, e.version) for e in entries]
 
     # segment membership
 
@@ -707,7 +701,7 @@ class KvContactStore:
 
     def import_job_insert(self, tenant: str, job: ImportJob, data: str) -> ImportJob:
         chunks = [data[i : i + CHUNK_CHARS] for i in range(0, len(data), CHUNK_CHARS)] or [""]
-        value = import_job_to_json(job)
+        value = job.to_json()
         ops: list[Op] = [Put(f"j/{job.id}", value, ABSENT)]
         ops += [Put(f"d/{job.id}/{n:04d}", chunk, ANY) for n, chunk in enumerate(chunks)]
         change = RecordChange(IMPORT_JOB, f"j/{job.id}", None, value)
@@ -716,36 +710,36 @@ class KvContactStore:
         except ConflictError as exc:
             raise Conflict(f"import {job.id} exists", current_version=exc.current_version) from None
         assert entry is not None
-        return import_job_from_json(entry.value, entry.version)
+        return ImportJob.from_json(entry.value, entry.version)
 
     def import_job_get(self, tenant: str, job_id: str) -> ImportJob | None:
         entry = self.kv.get(self._imports(tenant), f"j/{job_id}")
-        return import_job_from_json(entry.value, entry.version) if entry else None
+        return ImportJob.from_json(entry.value, entry.version) if entry else None
 
     def import_job_replace(self, tenant: str, job: ImportJob, *, expected_version: int) -> ImportJob:
         table = self._imports(tenant)
         current = self.kv.get(table, f"j/{job.id}")
         if current is None or current.version != expected_version:
             raise version_mismatch("import", current.version if current else None, expected_version)
-        value = import_job_to_json(job)
+        value = job.to_json()
         change = RecordChange(IMPORT_JOB, f"j/{job.id}", current.value, value)
         try:
             entry = self.imports.commit(table, [Put(f"j/{job.id}", value, expected_version)], [change])[0]
         except ConflictError as exc:
             raise version_mismatch("import", exc.current_version, expected_version) from None
         assert entry is not None
-        return import_job_from_json(entry.value, entry.version)
+        return ImportJob.from_json(entry.value, entry.version)
 
     def import_job_scan(self, tenant: str, *, after: str | None = None, limit: int = 100) -> list[ImportJob]:
         validate_limit(limit, maximum=MAX_SCAN)
         entries = self.kv.scan(self._imports(tenant), prefix="j/", after=f"j/{after}" if after else None, limit=limit)
-        return [import_job_from_json(e.value, e.version) for e in entries]
+        return [ImportJob.from_json(e.value, e.version) for e in entries]
 
     def import_job_newest(self, tenant: str, *, limit: int = 20) -> list[ImportJob]:
         validate_limit(limit, maximum=MAX_SCAN)
         table = self._imports(tenant)
         entries = self.imports.scan(table, "job_newest", limit=limit)
-        return [import_job_from_json(e.value, e.version) for e in self.imports.fetch(table, entries) if e]
+        return [ImportJob.from_json(e.value, e.version) for e in self.imports.fetch(table, entries) if e]
 
     def _data_chunks(self, tenant: str, job_id: str) -> list[Any]:
         return self.kv.scan(self._imports(tenant), prefix=f"d/{job_id}/", limit=1000)

@@ -27,7 +27,6 @@ from crm.domain import (
     SegmentRules,
     Term,
     contact_terms,
-    contact_to_json,
     membership_groups,
     rules_match,
     search_index_keys,
@@ -160,7 +159,7 @@ class MemoryContactStore:
             return [_copy(c, c.version) if c else None for c in found]
 
     def _terms(self, t: _Tenant) -> dict[str, set[Term]]:
-        return {cid: set(contact_terms(contact_to_json(c))) for cid, c in t.contacts.items()}
+        return {cid: set(contact_terms(c.to_json())) for cid, c in t.contacts.items()}
 
     def contact_count(self, tenant: str, terms: Sequence[Term]) -> list[int]:
         with self._lock:
@@ -179,7 +178,7 @@ class MemoryContactStore:
         with self._lock:
             contacts = self._t(tenant).contacts
             found = [contacts.get(i) for i in contact_ids]
-            return [c is not None and term in contact_terms(contact_to_json(c)) for c in found]
+            return [c is not None and term in contact_terms(c.to_json()) for c in found]
 
     def contact_search_scan(
         self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
@@ -255,7 +254,7 @@ class MemoryContactStore:
     def _groups(self, tenant: str, segment: Segment) -> dict[str, list[Group]]:
         with self._lock:
             contacts = list(self._t(tenant).contacts.values())
-        return {c.id: membership_groups(segment.rules, contact_to_json(c)) for c in contacts}
+        return {c.id: membership_groups(segment.rules, c.to_json()) for c in contacts}
 
     def membership_counts(
         self, tenant: str, segments: Sequence[Segment], groups: Sequence[Group]

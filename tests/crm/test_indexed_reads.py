@@ -34,7 +34,6 @@ from crm.domain import (
     SegmentRules,
     attribute_term,
     consent_term,
-    contact_to_json,
     new_id,
     reachable_term,
     rules_match,
@@ -474,7 +473,7 @@ def test_contacts_written_before_the_indexes_are_indexed_by_the_online_build() -
         kv.commit(
             table,
             [
-                Put(f"c/{c.id}", contact_to_json(c), ABSENT),
+                Put(f"c/{c.id}", c.to_json(), ABSENT),
                 Put(f"i/telegram:{c.identities[0].address}", {"contact": c.id}, ABSENT),
             ],
         )
