@@ -36,10 +36,11 @@ logger = logging.getLogger("botmesh.events")
 DEFAULT_LEASE_MS = 30_000
 DAY_MS = 24 * 3600 * 1000
 PRUNE_BATCH = 1000
-CLAIM_BATCH: dict[str | None, int] = {"outbox": 1, "campaigns-run": 1}
+CLAIM_BATCH: dict[str | None, int] = {"outbox": 1, "campaigns-run": 1, "crm-import": 1}
 """Records a drain claims at a time per channel (``EventWorker.claim_batch``; others: its default).
 A reply send waits on the provider: a worker holding 20 sends behind one slow request would keep
-them from the other workers, so the outbox claims one at a time; so do campaign runs (minutes to hours each)."""
+them from the other workers, so the outbox claims one at a time; so do campaign runs (minutes to hours each)
+and CSV imports (minutes each)."""
 
 
 def _queue_drain(channel: str | None) -> None:
