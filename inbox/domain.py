@@ -66,6 +66,8 @@ TYPED_TEXT_FORBIDDEN_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e
 # Telegram chat ids (negative for groups), then the user id in a group (see channels.telegram.chat_key).
 TELEGRAM_CHAT_RE = re.compile(r"^telegram:-?[0-9]{1,20}(:[0-9]{1,20})?$")
 MAX_MS = 2**53
+TICK_EVERY_S = 60
+"""The period of ``inbox.tick`` in seconds: how late a snoozed conversation may reach the ``open`` list and counts."""
 
 
 def new_conversation_id() -> str:
@@ -894,6 +896,7 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "TICK_EVERY_S",
     "bot_reply_id",
     "reply_id",
     "Conversation",

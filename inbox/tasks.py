@@ -1,6 +1,6 @@
 """Celery tasks of the inbox package: thin wrappers over services (STYLE §9).
 
-The durable scheduled job ``inbox.tick`` (every ``services.TICK_EVERY_S``
+The durable scheduled job ``inbox.tick`` (every ``domain.TICK_EVERY_S``
 seconds) reopens snoozed conversations whose time has come and backfills read
 markers stored before unread counts existed (ARCHITECTURE §9).
 """
@@ -11,12 +11,12 @@ from celery import shared_task
 
 from botmesh_admin.coordination.registry import scheduled_job
 
-from . import services
+from .domain import TICK_EVERY_S
 
 
 @scheduled_job(
     "inbox.tick",
-    every_s=services.TICK_EVERY_S,
+    every_s=TICK_EVERY_S,
     catch_up="latest",
     catch_up_window_s=600,
     lease_s=60,
@@ -25,4 +25,6 @@ from . import services
 @shared_task(name="inbox.tick", ignore_result=True)
 def inbox_tick() -> dict[str, int]:
     """Reopen due snoozed conversations and backfill read markers, over every tenant."""
+    from . import services  # tasks import services inside the task (issue 14: no services <-> tasks cycle)
+
     return services.inbox_tick()

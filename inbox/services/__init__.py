@@ -9,19 +9,18 @@
 are named for the reader looking for where a write happens.
 """
 
+from ..domain import TICK_EVERY_S
 from .conversations import (
     INBOUND_CHANNEL,
     LEDGER_CHANNEL,
     LEDGER_EVENT,
     MAX_LEDGER_RECORDS,
-    TICK_EVERY_S,
     conversation_assign,
     conversation_channels_assign,
     conversation_erase,
     conversation_handoff,
     conversation_status_set,
     conversations_wake,
-    drain_soon,
     event_project,
     inbox_settings_set,
     inbox_tick,
@@ -50,7 +49,6 @@ __all__ = [
     "conversation_handoff",
     "conversation_status_set",
     "conversations_wake",
-    "drain_soon",
     "event_project",
     "inbox_settings_set",
     "inbox_tick",

@@ -375,10 +375,6 @@ def inbox_settings_set(
     return stored
 
 
-TICK_EVERY_S = 60
-"""The period of ``inbox.tick``: how late a snoozed conversation may reach the ``open`` list and counts."""
-
-
 def conversations_wake(tenant: str, *, at_ms: int | None = None, batch: int = 200) -> int:
     """Store as ``open`` every pending conversation snoozed until ``at_ms`` (default: now); return how many.
 
@@ -524,7 +520,7 @@ def _with_channel(record: StoredMessage, names: list[str], field: str) -> Stored
 
 
 def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
-    """Validate every record, then journal each (channel ``ledger``, type ``ledger.message``).
+    """Validate every record, then journal them in one batch (channel ``ledger``, type ``ledger.message``).
 
     Nothing is journaled if any record is invalid: ``ValidationError`` names it
     (``records[3].timestamp``, ``records[0].channelName``). A record without
@@ -535,8 +531,7 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
     Return ``{"records", "accepted", "duplicates"}``; a worker projects them.
     """
     from botmesh_admin.channels.selectors import channel_config_list
-    from botmesh_admin.events import Envelope, default_journal
-    from botmesh_admin.events.base import new_event_id
+    from botmesh_admin.events.services import NewEvent, event_publish_many
     from botmesh_admin.observability.tracing import linked_carrier
 
     names_of_kind: dict[str, list[str]] = {}
@@ -548,27 +543,25 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
         if record.tenant_id is not None and record.tenant_id != tenant:
             raise ValidationError(f"records[{i}].tenantId", "names another tenant than the token's")
         parsed.append(_with_channel(record, names_of_kind.get(record.channel, []), f"records[{i}].channelName"))
-    journal = default_journal()
-    accepted = 0
     # Each record's projection is a trace of its own, linked to the push's (a push of 480
     # records was one trace of 483 spans, credited to one conversation).
     carrier = linked_carrier()
     _name_on_span("botmesh.records", len(parsed))
-    for record in parsed:
-        event_id = new_event_id(now_ms())
-        stored = journal.append(
-            Envelope(
+    # One journal commit for the whole push (MAX_LEDGER_RECORDS is the journal's MAX_BATCH); a drain of
+    # ``ledger`` is queued once, after commit, if anything new was appended.
+    published = event_publish_many(
+        tenant,
+        [
+            NewEvent(
                 type=LEDGER_EVENT,
-                tenant=tenant,
                 channel=LEDGER_CHANNEL,
-                id=event_id,
                 payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
                 idempotency_key=record.id,
             )
-        )
-        accepted += stored.id == event_id
-    if accepted:
-        drain_soon(LEDGER_CHANNEL)
+            for record in parsed
+        ],
+    )
+    accepted = sum(p.new for p in published)
     return {"records": len(parsed), "accepted": accepted, "duplicates": len(parsed) - accepted}
 
 
@@ -579,14 +572,3 @@ def _name_on_span(attribute: str, value: int) -> None:
     current = trace.get_current_span()
     if current.is_recording():
         current.set_attribute(attribute, value)
-
-
-def drain_soon(channel: str) -> None:
-    """Queue a drain of ``channel`` after the transaction commits: the journal's one (coalesced) wake-up.
-
-    ``events.services.event_drain_soon``; publishing through ``event_publish`` /
-    ``event_publish_many`` queues it by itself, so this goes once they do.
-    """
-    from botmesh_admin.events.services import event_drain_soon
-
-    event_drain_soon(channel)

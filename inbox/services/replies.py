@@ -69,7 +69,6 @@ from ..domain import (
 )
 from ..stores import default_store
 from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
-from .conversations import drain_soon
 from .projection import _after_message, _merge_placeholder
 
 if TYPE_CHECKING:
@@ -185,20 +184,18 @@ def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, a
 
 
 def _enqueue(tenant: str, message_id: str, idempotency_key: str) -> None:
-    from botmesh_admin.events import Envelope, default_journal
+    """Journal the ``inbox.reply`` event of ``message_id`` on ``outbox``; a drain is queued after commit."""
+    from botmesh_admin.events.services import event_publish
     from botmesh_admin.observability.tracing import inject_context
 
     # The agent's request's trace travels along: the send continues it.
-    default_journal().append(
-        Envelope(
-            type=REPLY_EVENT,
-            tenant=tenant,
-            channel=OUTBOX_CHANNEL,
-            payload={"message_id": message_id, "trace": inject_context()},
-            idempotency_key=idempotency_key,
-        )
+    event_publish(
+        tenant,
+        type=REPLY_EVENT,
+        channel=OUTBOX_CHANNEL,
+        payload={"message_id": message_id, "trace": inject_context()},
+        idempotency_key=idempotency_key,
     )
-    drain_soon(OUTBOX_CHANNEL)
 
 
 def _set_reply(tenant: str, message: Message, **changes: Any) -> Message:

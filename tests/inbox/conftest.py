@@ -1,4 +1,4 @@
-"""InboxStore fixtures: the store contract over the memory store and the Kv store on every backend."""
+"""Inbox fixtures: the store contract over the memory store and the Kv store on every backend."""
 
 from __future__ import annotations
 
