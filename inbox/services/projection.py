@@ -370,19 +370,10 @@ def project_inbound(tenant: str, event: InboundMessage) -> Projected:
         return _project_reaction(tenant, event)
     if event.edit_of is not None:
         return _project_edit(tenant, event)
-    message = Message(
-        id=check_id(event.provider_message_id, "event.provider_message_id"),
-        conversation_id=UNPLACED,
-        direction="in",
-        type=event.type,
-        timestamp_ms=event.timestamp_ms,
-        text=event.text,
-        sender_id=event.sender_id,
-        sender_name=event.sender_name,
-        provider_message_id=event.provider_message_id,
-        source="webhook",
-        media=_media(event),
-        reply_to=storable_id(event.reply_to),  # a quote the inbox cannot store: the message without it
+    message = _webhook_message(
+        event,
+        event.provider_message_id,
+        "event.provider_message_id",
         button=None
         if event.button is None
         else {
@@ -472,8 +463,24 @@ def _edit_placeholder(event: InboundMessage) -> Message:
     original arrives and replaces it (``_merge_placeholder`` fills it in).
     """
     assert event.edit_of is not None
+    return _webhook_message(
+        event,
+        event.edit_of,
+        "event.edit_of",
+        placeholder=True,
+        edits=(Edit(None, event.timestamp_ms),),
+        aliases=(event.provider_message_id,),
+    )
+
+
+def _webhook_message(event: InboundMessage, message_id: str, field: str, **fields: Any) -> Message:
+    """Return the inbound message ``event`` brings, as ``message_id`` (checked, naming ``field``), with ``fields``.
+
+    The one builder of a webhook's message: the message itself (``project_inbound``)
+    and the placeholder an early edit stands for (``_edit_placeholder``).
+    """
     return Message(
-        id=check_id(event.edit_of, "event.edit_of"),
+        id=check_id(message_id, field),
         conversation_id=UNPLACED,
         direction="in",
         type=event.type,
@@ -481,13 +488,11 @@ def _edit_placeholder(event: InboundMessage) -> Message:
         text=event.text,
         sender_id=event.sender_id,
         sender_name=event.sender_name,
-        provider_message_id=event.edit_of,
+        provider_message_id=message_id,
         source="webhook",
         media=_media(event),
-        reply_to=storable_id(event.reply_to),
-        placeholder=True,
-        edits=(Edit(None, event.timestamp_ms),),
-        aliases=(event.provider_message_id,),
+        reply_to=storable_id(event.reply_to),  # a quote the inbox cannot store: the message without it
+        **fields,
     )
 
 
