@@ -58,3 +58,14 @@ def test_a_bot_id_that_is_no_message_id_still_answers_and_a_refusal_after_the_lo
     assert body["message"]["sender_id"].startswith("bot:") and " " not in body["message"]["sender_id"]
     status, body = reply(shop, token, item, bot="support bot/es", fence=2)
     assert (status, body["error"], body["current_version"]) == (409, "stale_fence", 3)
+
+
+def test_the_bot_client_reads_exactly_the_fields_the_inbound_feed_sends() -> None:
+    """``botclient.InboundMessage`` stays a stdlib dataclass (a bot imports the client without Django or
+    pydantic), so it repeats ``BotInboundOut``'s fields: this keeps the two the same (issue 14, item 5)."""
+    from dataclasses import fields
+
+    from botmesh_admin.botclient import InboundMessage
+    from inbox.api import BotInboundOut
+
+    assert [f.name for f in fields(InboundMessage)] == list(BotInboundOut.model_fields)
