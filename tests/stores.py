@@ -21,8 +21,22 @@ from tests import backends
 
 S = TypeVar("S")
 
-STORE_KINDS = ["memory", *(f"kv-{name}" for name in backends.KV_BACKENDS)]
-"""Every kind of package store: the memory store, then the Kv store on each Kv backend."""
+SERVER_BACKENDS = ("postgresql", "redis", "redis-cluster")
+"""The Kv backends that need a server: their kinds are marked ``services`` (``-m "not services"``)."""
+
+STORE_KINDS: list[Any] = [
+    "memory",
+    *(
+        pytest.param(f"kv-{name}", marks=pytest.mark.services) if name in SERVER_BACKENDS else f"kv-{name}"
+        for name in backends.KV_BACKENDS
+    ),
+]
+"""Every kind of package store: the memory store, then the Kv store on each Kv backend (pytest params)."""
+
+
+def kind_name(kind: Any) -> str:
+    """Return the name of a kind of ``STORE_KINDS`` (a string or a ``pytest.param`` of one)."""
+    return kind if isinstance(kind, str) else str(kind.values[0])
 
 
 def open_store(
@@ -40,7 +54,7 @@ def open_store(
 
 
 def store_fixture(
-    name: str, *, memory: Callable[[], S], kv: Callable[[DurableKv], S], kinds: list[str] | None = None
+    name: str, *, memory: Callable[[], S], kv: Callable[[DurableKv], S], kinds: list[Any] | None = None
 ) -> Any:
     """Return a pytest fixture ``name`` giving a fresh store of each of ``kinds`` (default ``STORE_KINDS``) in turn.
 
@@ -52,8 +66,8 @@ def store_fixture(
         return open_store(request.param, request, memory=memory, kv=kv)
 
     fixture.__name__ = name
-    fixture.__doc__ = f"A fresh store of each kind in turn ({', '.join(kinds or STORE_KINDS)})."
+    fixture.__doc__ = f"A fresh store of each kind in turn ({', '.join(map(kind_name, kinds or STORE_KINDS))})."
     return pytest.fixture(params=kinds or STORE_KINDS, name=name)(fixture)
 
 
-__all__ = ["STORE_KINDS", "open_store", "store_fixture"]
+__all__ = ["SERVER_BACKENDS", "STORE_KINDS", "kind_name", "open_store", "store_fixture"]

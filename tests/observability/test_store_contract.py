@@ -19,12 +19,8 @@ from botmesh_admin.observability.stores.memory import (
     MemoryTraceStore,
 )
 from botmesh_admin.observability.stores.redis import RedisCounterStore
-from tests.backends import KV_BACKENDS, open_kv
-
-SERVICE = ("postgresql", "redis", "redis-cluster")
-STORE_KINDS = ["memory"] + [
-    pytest.param(f"kv-{b}", marks=pytest.mark.services) if b in SERVICE else f"kv-{b}" for b in KV_BACKENDS
-]
+from tests.backends import open_kv
+from tests.stores import STORE_KINDS  # memory, kv-<backend> (server backends marked services), as every package
 
 
 def kv_of(kind: str, request: pytest.FixtureRequest) -> DurableKv:
