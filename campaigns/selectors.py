@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.pagination import Page, cursor_check, page_of, validate_limit
 
 from .domain import (
     CAMPAIGN_STATES,
@@ -48,25 +48,21 @@ def campaign_get(tenant: str, campaign_id: str) -> Campaign:
     return campaign
 
 
-class CampaignPage(NamedTuple):
-    """One page of campaigns (newest first); pass ``next`` back as ``before`` for the following page."""
-
-    items: list[Campaign]
-    next: str | None
+CampaignPage = Page
+"""One page of campaigns (``items``, ``next``: the last campaign's id, passed back as ``after``)."""
 
 
-def campaign_list(tenant: str, *, limit: int = 50, after: str | None = None, state: str | None = None) -> CampaignPage:
+def campaign_list(
+    tenant: str, *, limit: int = 50, after: str | None = None, state: str | None = None
+) -> Page[Campaign]:
     """Return campaigns ordered by id (creation time), optionally only those in ``state``; ``limit`` 1..200."""
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     if state is not None and state not in CAMPAIGN_STATES:
         raise ValidationError("state", f"must be one of {', '.join(CAMPAIGN_STATES)}")
     after = cursor_check(after, ID_RE)  # the id of the page's last campaign
     campaigns, _ = default_stores()
     items = campaigns.campaign_scan(tenant, after=after, limit=limit + 1, state=state)  # by state: an index
-    if len(items) > limit:
-        return CampaignPage(items[:limit], items[limit - 1].id)
-    return CampaignPage(items, None)
+    return page_of(items, limit, lambda c: c.id)
 
 
 def conversation_required(channel: str, *, template: bool) -> bool:
@@ -254,11 +250,8 @@ def campaign_progress(tenant: str, campaign_id: str) -> Progress:
     return Progress(campaign, slots.slot_counts(tenant, campaign_id))
 
 
-class DeliveryPage(NamedTuple):
-    """One page of deliveries by recipient; pass ``next`` back as ``after`` for the following page."""
-
-    items: list[Delivery]
-    next: str | None
+DeliveryPage = Page
+"""One page of deliveries by recipient (``items``, ``next``: passed back as ``after``)."""
 
 
 def delivery_list(
@@ -270,23 +263,20 @@ def delivery_list(
     state: str | None = None,
     reason: str | None = None,
     contact_id: str | None = None,
-) -> DeliveryPage:
+) -> Page[Delivery]:
     """Return the campaign's deliveries ordered by recipient, filtered by state, reason and contact.
 
     One page is O(page) reads: a filter is read through the slots' value index.
     """
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit", "must be 1..200")
+    limit = validate_limit(limit)
     if state is not None and state not in DELIVERY_STATES:
         raise ValidationError("state", f"must be one of {', '.join(DELIVERY_STATES)}")
     after = cursor_check(after, RECIPIENT_CURSOR)
     campaign_get(tenant, campaign_id)
     if any(isinstance(v, str) and len(v) > MAX_FILTER for v in (reason, contact_id)):
-        return DeliveryPage([], None)  # no delivery has it (and it could not be an index key)
+        return Page([], None)  # no delivery has it (and it could not be an index key)
     _, slots = default_stores()
     items = slots.slot_scan(
         tenant, campaign_id, after=after, limit=limit + 1, state=state, reason=reason, contact_id=contact_id
     )
-    if len(items) > limit:
-        return DeliveryPage(items[:limit], items[limit - 1].recipient)
-    return DeliveryPage(items, None)
+    return page_of(items, limit, lambda d: d.recipient)

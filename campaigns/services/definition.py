@@ -14,7 +14,6 @@ Logs carry tenant and campaign ids and counts, never an address.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.events.base import EventRecord
 from botmesh_admin.events.services import event_publish
+from botmesh_admin.kv.cas import cas_retry
 
 from ..domain import (
     ACTIVE_STATES,
@@ -42,16 +42,12 @@ from ..domain import (
     validate_scheduled_at,
 )
 from ..stores import default_stores
+from ..stores.base import VersionConflict
 from ..tasks import campaign_start_due as campaign_start_due_task
 
 log = logging.getLogger("botmesh.campaigns")
 
-MAX_ATTEMPTS = 50
 UNSET: Any = object()
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.05, 0.001 * 2 ** min(attempt, 6)))
 
 
 # --------------------------------------------------------------------------- definition
@@ -180,24 +176,19 @@ def campaign_update(
 def campaign_delete(tenant: str, campaign_id: str) -> None:
     """Delete a campaign and its deliveries; a scheduled, running or paused one must be cancelled first."""
     campaigns, slots = default_stores()
-    for attempt in range(MAX_ATTEMPTS):
+
+    def attempt() -> None:
         current = _get(tenant, campaign_id)
         if current.state in ACTIVE_STATES:
             raise StateConflict(
                 f"cancel the {current.state} campaign before deleting it", current_version=current.version
             )
-        try:
-            campaigns.campaign_delete(tenant, campaign_id, expected_version=current.version)
-        except Conflict as exc:
-            if exc.current_version is None:
-                raise NotFound(f"campaign {campaign_id} not found") from None
-            _backoff(attempt)
-            continue
-        slots.slots_drop_all(tenant, campaign_id)
-        campaigns.index_delete(tenant, campaign_id)
-        log.info("campaign deleted tenant=%s campaign=%s", tenant, campaign_id)
-        return
-    raise Conflict("the campaign is changing too fast; try again")
+        campaigns.campaign_delete(tenant, campaign_id, expected_version=current.version)
+
+    cas_retry(attempt, what="the campaign", retry_on=VersionConflict)
+    slots.slots_drop_all(tenant, campaign_id)
+    campaigns.index_delete(tenant, campaign_id)
+    log.info("campaign deleted tenant=%s campaign=%s", tenant, campaign_id)
 
 
 # --------------------------------------------------------------------------- state changes
@@ -236,7 +227,8 @@ def _transition(
 ) -> Campaign:
     """Apply ``change`` by compare-and-set, re-reading after a concurrent write; ``None`` = nothing to do."""
     campaigns, _ = default_stores()
-    for attempt in range(MAX_ATTEMPTS):
+
+    def attempt() -> Campaign:
         current = _get(tenant, campaign_id)
         changed = change(current)
         if changed is None:
@@ -244,13 +236,9 @@ def _transition(
         changed = replace(changed, updated_at=now_ms())
         if index is not None:
             index(changed)  # before the campaign: an active campaign is never missing from the index
-        try:
-            return campaigns.campaign_replace(tenant, changed, expected_version=current.version)
-        except Conflict as exc:
-            if exc.current_version is None:
-                raise NotFound(f"campaign {campaign_id} not found") from None
-            _backoff(attempt)
-    raise Conflict("the campaign is changing too fast; try again")
+        return campaigns.campaign_replace(tenant, changed, expected_version=current.version)
+
+    return cas_retry(attempt, what="the campaign", retry_on=VersionConflict)
 
 
 def _index_active(tenant: str) -> Callable[[Campaign], None]:

@@ -37,17 +37,25 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, runtime_checkable
 
-from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound
+from botmesh_admin.pagination import validate_limit
 from campaigns import domain
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, Failure, StateConflict
 
 MAX_SCAN = 5000
 
 
+class VersionConflict(Conflict):
+    """A compare-and-set on a campaign's version missed: it changed since it was read (HTTP 409).
+
+    ``current_version`` is the version found. Services retry on it (``cas_retry(retry_on=VersionConflict)``);
+    a state refusal (``StateConflict``) is another class and is never retried.
+    """
+
+
 def check_scan_limit(limit: int) -> None:
     """Raise ``ValidationError`` (field ``limit``) unless ``1 <= limit <= MAX_SCAN``."""
-    if not 1 <= limit <= MAX_SCAN:
-        raise ValidationError("limit", f"must be 1..{MAX_SCAN}")
+    validate_limit(limit, maximum=MAX_SCAN)
 
 
 Change = Callable[[Delivery], Delivery | None]

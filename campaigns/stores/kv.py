@@ -34,6 +34,7 @@ from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound
 from botmesh_admin.kv import ABSENT, ConflictError, Delete, DurableKv, Op, Put, TenantKv
+from botmesh_admin.kv.cas import CAS_ATTEMPTS, cas_retry
 from botmesh_admin.kv.indexes import (
     INDEX_ROOT,
     CountIndex,
@@ -58,7 +59,7 @@ from campaigns.domain import (
     delivery_to_json,
 )
 
-from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
+from .base import Change, IndexEntry, SlotRules, VersionConflict, check_scan_limit, slot_matches
 
 SYSTEM = "system"  # the index's kernel namespace: campaigns/~system/index
 SLOT = "d/"
@@ -66,7 +67,6 @@ PLAN = "p/"
 SEP = "!"
 COMMIT_BATCH = 500
 CLAIM_BATCH = MAX_GET_MANY // 2  # a claim reads its plan record and its slot: one get_many per batch
-MAX_ROUNDS = 50
 MAX_REASONS = 10_000
 
 
@@ -135,7 +135,7 @@ def _filter_index(state: str | None, reason: str | None, contact_id: str | None)
 def _stale(exc: ConflictError, expected: int) -> Exception:
     if exc.current_version is None:
         return NotFound("campaign not found")
-    return Conflict(
+    return VersionConflict(
         f"campaign changed: expected version {expected}, found {exc.current_version}",
         current_version=exc.current_version,
     )
@@ -177,7 +177,7 @@ class KvCampaignStore:
         if entry is None:
             raise NotFound("campaign not found")
         if entry.version != expected_version:
-            raise Conflict(
+            raise VersionConflict(
                 f"campaign changed: expected version {expected_version}, found {entry.version}",
                 current_version=entry.version,
             )
@@ -315,17 +315,16 @@ class KvCampaignStore:
         self, tenant: str, key: str, *, count: int, interval_ms: float, now_ms: int, not_before_ms: int | None = None
     ) -> int:
         table = self.tables.table(tenant, "throttle")
-        for _ in range(200):
+
+        def book() -> int:
             entry = self.kv.get(table, key)
             booked = float(entry.value["next_ms"]) if entry else 0.0
             start = max(float(now_ms), booked, float(not_before_ms or 0))
             value = {"next_ms": start + count * interval_ms}
-            try:
-                self.kv.commit(table, [Put(key, value, expect=entry.version if entry else ABSENT, ttl_ms=3_600_000)])
-                return int(start)
-            except ConflictError:
-                continue
-        raise Conflict("the send throttle is too busy; try again")
+            self.kv.commit(table, [Put(key, value, expect=entry.version if entry else ABSENT, ttl_ms=3_600_000)])
+            return int(start)
+
+        return cas_retry(book, what="the send throttle")
 
 
 class KvSlotStore(SlotRules):
@@ -368,36 +367,34 @@ class KvSlotStore(SlotRules):
         return out
 
     def _claim_batch(self, table: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
-        for _ in range(MAX_ROUNDS):
-            found = self.kv.get_many(table, [PLAN + k for k, _ in claims] + [SLOT + d.recipient for _, d in claims])
-            owners: dict[str, str] = {}  # recipient key or slot key → the contact that has it
-            ops: list[Op] = []
-            changes: list[RecordChange] = []
-            granted: list[bool] = []
-            for (key, d), plan, slot in zip(claims, found[: len(claims)], found[len(claims) :], strict=True):
-                if key not in owners and SLOT + d.recipient not in owners:
-                    if plan is not None:
-                        owners[key] = str(plan.value["contact"])
-                    elif slot is not None:  # planned before plan records were kept (or by slots_add)
-                        owners[key] = str(slot.value["contact_id"])
-                        ops.append(Put(PLAN + key, {"contact": owners[key]}, expect=ABSENT))
-                    else:
-                        owners[key] = owners[SLOT + d.recipient] = d.contact_id
-                        value = delivery_to_json(d)
-                        ops += [
-                            Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
-                            Put(SLOT + d.recipient, value, expect=ABSENT),
-                        ]
-                        changes.append(RecordChange(DELIVERY, SLOT + d.recipient, None, value))
-                granted.append(owners.get(key, owners.get(SLOT + d.recipient)) == d.contact_id)
-            if not ops:
-                return granted
-            try:
-                self.layout.commit(table, ops, changes)
-                return granted
-            except ConflictError:
-                continue  # another planner claimed some of these meanwhile: read them again
-        raise Conflict("the campaign's plan is changing too fast; try again")
+        # A miss: another planner claimed some of these meanwhile; cas_retry reads them again.
+        return cas_retry(lambda: self._claim_round(table, claims), what="the campaign's plan")
+
+    def _claim_round(self, table: str, claims: Sequence[tuple[str, Delivery]]) -> list[bool]:
+        found = self.kv.get_many(table, [PLAN + k for k, _ in claims] + [SLOT + d.recipient for _, d in claims])
+        owners: dict[str, str] = {}  # recipient key or slot key → the contact that has it
+        ops: list[Op] = []
+        changes: list[RecordChange] = []
+        granted: list[bool] = []
+        for (key, d), plan, slot in zip(claims, found[: len(claims)], found[len(claims) :], strict=True):
+            if key not in owners and SLOT + d.recipient not in owners:
+                if plan is not None:
+                    owners[key] = str(plan.value["contact"])
+                elif slot is not None:  # planned before plan records were kept (or by slots_add)
+                    owners[key] = str(slot.value["contact_id"])
+                    ops.append(Put(PLAN + key, {"contact": owners[key]}, expect=ABSENT))
+                else:
+                    owners[key] = owners[SLOT + d.recipient] = d.contact_id
+                    value = delivery_to_json(d)
+                    ops += [
+                        Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
+                        Put(SLOT + d.recipient, value, expect=ABSENT),
+                    ]
+                    changes.append(RecordChange(DELIVERY, SLOT + d.recipient, None, value))
+            granted.append(owners.get(key, owners.get(SLOT + d.recipient)) == d.contact_id)
+        if ops:
+            self.layout.commit(table, ops, changes)
+        return granted
 
     def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
         entry = self.kv.get(self._table(tenant, campaign_id), SLOT + recipient)
@@ -471,7 +468,8 @@ class KvSlotStore(SlotRules):
         results: dict[str, Delivery],
     ) -> None:
         current = {d.recipient: (d, change) for d, change in work if d is not None}
-        for _ in range(MAX_ROUNDS + len(current)):
+
+        def attempt() -> None:
             planned: dict[str, tuple[Delivery, Delivery]] = {}
             for recipient, (d, change) in current.items():
                 changed = change(d)
@@ -490,19 +488,20 @@ class KvSlotStore(SlotRules):
                 written = self.layout.commit(table, ops, changes)
             except ConflictError as exc:
                 # Someone changed a slot since it was read (likely more than one: another sender works
-                # through the same page): re-read the batch and apply the rules to what is there now.
+                # through the same page): re-read the batch, and the retry applies the rules to what is there now.
                 stale = [exc.key.removeprefix(SLOT)] + [r for r in planned if r != exc.key.removeprefix(SLOT)]
                 for recipient, entry in zip(stale, self.kv.get_many(table, [SLOT + r for r in stale]), strict=True):
                     if entry is None:
                         current.pop(recipient, None)
                     elif entry.version != current[recipient][0].version:
                         current[recipient] = (delivery_from_json(entry.value, entry.version), current[recipient][1])
-                continue
+                raise
             for (recipient, (_, n)), entry in zip(planned.items(), written, strict=True):
                 assert entry is not None
                 results[recipient] = replace(n, version=entry.version)
-            return
-        raise Conflict("the campaign's slots are changing too fast; try again")
+
+        # A round per slot another sender may change under us, at most: the batch's size on top of the limit.
+        cas_retry(attempt, what="the campaign's slots", attempts=CAS_ATTEMPTS + len(current))
 
     def slots_drop_all(self, tenant: str, campaign_id: str) -> None:
         self.kv.drop(self._table(tenant, campaign_id))

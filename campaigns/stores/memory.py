@@ -9,7 +9,7 @@ from dataclasses import replace
 from botmesh_admin.errors import Conflict, NotFound
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, count_deliveries
 
-from .base import Change, IndexEntry, SlotRules, check_scan_limit, slot_matches
+from .base import Change, IndexEntry, SlotRules, VersionConflict, check_scan_limit, slot_matches
 
 
 class MemoryCampaignStore:
@@ -41,7 +41,7 @@ class MemoryCampaignStore:
             if current is None:
                 raise NotFound(f"campaign {campaign.id} not found")
             if current.version != expected_version:
-                raise Conflict(
+                raise VersionConflict(
                     f"campaign changed: expected version {expected_version}, found {current.version}",
                     current_version=current.version,
                 )
@@ -55,7 +55,7 @@ class MemoryCampaignStore:
             if current is None:
                 raise NotFound(f"campaign {campaign_id} not found")
             if current.version != expected_version:
-                raise Conflict("campaign changed", current_version=current.version)
+                raise VersionConflict("campaign changed", current_version=current.version)
             del self._campaigns[(tenant, campaign_id)]
 
     def campaign_scan(
