@@ -131,7 +131,7 @@ def _check_form(tenant: str, data: Any) -> None:
     channel = data.get("channel", "")
     check_all(
         lambda: validate_name(data.get("name", "")),
-        lambda: services.check_segment(tenant, data.get("segment_id", "")),
+        lambda: services.validate_segment(tenant, data.get("segment_id", "")),
         lambda: validate_channel(channel),
         # The message's rules depend on the channel: checked only once the channel is one.
         lambda: channel in CHANNELS and message_from_input(message_from_form(data), channel),

@@ -15,8 +15,8 @@ from .definition import (
     campaign_run_dispatch,
     campaign_start,
     campaign_update,
-    check_segment,
     delivery_resend,
+    validate_segment,
 )
 from .running import bot_for, campaign_run, campaign_run_event, campaign_start_due, campaigns_tick, default_options
 
@@ -34,7 +34,7 @@ __all__ = [
     "campaign_start_due",
     "campaign_update",
     "campaigns_tick",
-    "check_segment",
+    "validate_segment",
     "default_options",
     "delivery_resend",
 ]

@@ -53,23 +53,23 @@ UNSET: Any = object()
 # --------------------------------------------------------------------------- definition
 
 
-def check_segment(tenant: str, segment_id: object) -> str:
+def validate_segment(tenant: str, segment_id: object, field: str = "campaign.segment_id") -> str:
     """Return ``segment_id`` if it is one of the tenant's segments.
 
-    Raise ``ValidationError`` on ``campaign.segment_id``: none chosen, or no such segment.
+    Raise ``ValidationError`` on ``field``: none chosen, or no such segment.
     """
     from crm.selectors import segment_get
 
     if not isinstance(segment_id, str) or not segment_id:
-        raise ValidationError("campaign.segment_id", "choose a segment")
+        raise ValidationError(field, "choose a segment")
     try:
         segment_get(tenant, segment_id)
     except NotFound:
-        raise ValidationError("campaign.segment_id", "no such segment") from None
+        raise ValidationError(field, "no such segment") from None
     return segment_id
 
 
-def _check_channel_name(tenant: str, channel: str, name: str | None) -> str | None:
+def _validate_sending_channel(tenant: str, channel: str, name: str | None) -> str | None:
     """Return ``name`` if it is one of the tenant's ``channel`` channels: the one that sends.
 
     Required as soon as the tenant has a channel of that kind: a campaign names
@@ -116,10 +116,10 @@ def campaign_create(
     campaign = Campaign(
         id=new_campaign_id(),
         name=validate_name(name),
-        segment_id=check_segment(tenant, segment_id),
+        segment_id=validate_segment(tenant, segment_id),
         channel=channel,
         message=message_from_input(message, channel),
-        channel_name=_check_channel_name(tenant, channel, validate_channel_name(channel_name)),
+        channel_name=_validate_sending_channel(tenant, channel, validate_channel_name(channel_name)),
         contact_ids=validate_contact_ids(contact_ids),
         rate_per_s=validate_rate(rate_per_s),
         created_by=str(actor)[:150],
@@ -155,11 +155,11 @@ def campaign_update(
     if name is not UNSET:
         changes["name"] = validate_name(name)
     if segment_id is not UNSET:
-        changes["segment_id"] = check_segment(tenant, segment_id)
+        changes["segment_id"] = validate_segment(tenant, segment_id)
     raw_message = message if message is not UNSET else current.message
     changes["message"] = message_from_input(raw_message, new_channel)
     wanted_name = validate_channel_name(channel_name) if channel_name is not UNSET else current.channel_name
-    changes["channel_name"] = _check_channel_name(tenant, new_channel, wanted_name)
+    changes["channel_name"] = _validate_sending_channel(tenant, new_channel, wanted_name)
     if contact_ids is not UNSET:
         changes["contact_ids"] = validate_contact_ids(contact_ids)
     if rate_per_s is not UNSET:
