@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +23,23 @@ def pytest_configure(config: pytest.Config) -> None:
             "folder (../shared/fixtures next to this repository)",
             returncode=4,
         )
-    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+    # The controller (or a run without xdist); the quick profile runs no Redis Cluster test.
+    if not hasattr(config, "workerinput") and not config.getoption("quick"):
         _cluster = services.start_cluster_if_possible()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--quick", action="store_true", help="the quick profile (./dev test --quick): see tests/quick.py")
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the quick profile (./dev test --quick): see tests/quick.py",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    from tests import quick
+
+    return quick.ignored(collection_path, config) or None  # None: let the other rules decide
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
