@@ -17,7 +17,7 @@ from ninja import Field, Query, Router, Schema, Status
 from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
 
 from . import selectors, services
-from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts, campaign_to_json
+from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts
 from .domain.planning import Plan
 
 router = Router(tags=["campaigns"])
@@ -181,9 +181,9 @@ def progress_out(counts: DeliveryCounts) -> dict[str, Any]:
 def campaign_out(c: Campaign, counts: DeliveryCounts | None = None) -> dict[str, Any]:
     """Return the API shape of a campaign (with its progress when ``counts`` is given).
 
-    The stored JSON (``domain.campaign_to_json``) plus ``version`` and ``progress``.
+    The stored JSON (``Campaign.to_json``) plus ``version`` and ``progress``.
     """
-    return campaign_to_json(c) | {
+    return c.to_json() | {
         "version": c.version,
         "progress": progress_out(counts) if counts is not None else None,
     }

@@ -277,53 +277,52 @@ class Campaign:
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON of the campaign (without ``version``: the store owns it)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "segment_id": self.segment_id,
+            "channel": self.channel,
+            "channel_name": self.channel_name,
+            "message": self.message.to_json(),
+            "contact_ids": list(self.contact_ids) if self.contact_ids is not None else None,
+            "rate_per_s": self.rate_per_s,
+            "state": self.state,
+            "scheduled_at": self.scheduled_at,
+            "plan": self.plan.to_json() if self.plan else None,
+            "error": self.error,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
 
-def campaign_to_json(c: Campaign) -> dict[str, Any]:
-    """Return the stored JSON of ``c`` (without ``version``: the store owns it)."""
-    return {
-        "id": c.id,
-        "name": c.name,
-        "segment_id": c.segment_id,
-        "channel": c.channel,
-        "channel_name": c.channel_name,
-        "message": c.message.to_json(),
-        "contact_ids": list(c.contact_ids) if c.contact_ids is not None else None,
-        "rate_per_s": c.rate_per_s,
-        "state": c.state,
-        "scheduled_at": c.scheduled_at,
-        "plan": c.plan.to_json() if c.plan else None,
-        "error": c.error,
-        "created_by": c.created_by,
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-        "started_at": c.started_at,
-        "finished_at": c.finished_at,
-    }
-
-
-def campaign_from_json(d: Mapping[str, Any], version: int) -> Campaign:
-    """Return the campaign stored as ``d`` at ``version``."""
-    ids = d.get("contact_ids")
-    return Campaign(
-        id=d["id"],
-        name=d["name"],
-        segment_id=d["segment_id"],
-        channel=d["channel"],
-        message=Message.from_json(d["message"]),
-        channel_name=d.get("channel_name"),
-        contact_ids=tuple(ids) if ids is not None else None,
-        rate_per_s=d.get("rate_per_s"),
-        state=d["state"],
-        scheduled_at=d.get("scheduled_at"),
-        plan=PlanCounts.from_json(d["plan"]) if d.get("plan") else None,
-        error=d.get("error"),
-        created_by=d.get("created_by", ""),
-        created_at=int(d.get("created_at", 0)),
-        updated_at=int(d.get("updated_at", 0)),
-        started_at=d.get("started_at"),
-        finished_at=d.get("finished_at"),
-        version=version,
-    )
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], version: int = 0) -> Campaign:
+        """Return the campaign stored as ``d`` at ``version``."""
+        ids = d.get("contact_ids")
+        return cls(
+            id=d["id"],
+            name=d["name"],
+            segment_id=d["segment_id"],
+            channel=d["channel"],
+            message=Message.from_json(d["message"]),
+            channel_name=d.get("channel_name"),
+            contact_ids=tuple(ids) if ids is not None else None,
+            rate_per_s=d.get("rate_per_s"),
+            state=d["state"],
+            scheduled_at=d.get("scheduled_at"),
+            plan=PlanCounts.from_json(d["plan"]) if d.get("plan") else None,
+            error=d.get("error"),
+            created_by=d.get("created_by", ""),
+            created_at=int(d.get("created_at", 0)),
+            updated_at=int(d.get("updated_at", 0)),
+            started_at=d.get("started_at"),
+            finished_at=d.get("finished_at"),
+            version=version,
+        )
 
 
 def validate_name(value: object, field: str = "campaign.name") -> str:
@@ -472,6 +471,16 @@ class Delivery:
         """Return True if the slot was ``sending`` and its sender's lease ran out (it is in doubt)."""
         return self.state == "sending" and (self.lease_until or 0) <= now
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the stored JSON of the slot (without ``version``: the store owns it)."""
+        return {name: getattr(self, name) for name in _DELIVERY_FIELDS}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int = 0) -> Delivery:
+        """Return the slot stored as ``data`` at ``version``."""
+        fields: dict[str, Any] = {name: data[name] for name in _DELIVERY_FIELDS if name in data}
+        return cls(**fields, version=version)
+
 
 _DELIVERY_FIELDS = (
     "recipient",
@@ -491,15 +500,6 @@ _DELIVERY_FIELDS = (
     "not_before",
     "updated_at",
 )
-
-
-def delivery_to_json(d: Delivery) -> dict[str, Any]:
-    return {name: getattr(d, name) for name in _DELIVERY_FIELDS}
-
-
-def delivery_from_json(data: Mapping[str, Any], version: int) -> Delivery:
-    fields: dict[str, Any] = {name: data[name] for name in _DELIVERY_FIELDS if name in data}
-    return Delivery(**fields, version=version)
 
 
 def new_delivery(recipient: Recipient, at: int) -> Delivery:

@@ -53,10 +53,6 @@ from campaigns.domain import (
     Campaign,
     Delivery,
     DeliveryCounts,
-    campaign_from_json,
-    campaign_to_json,
-    delivery_from_json,
-    delivery_to_json,
 )
 
 from .base import Change, IndexEntry, SlotRules, VersionConflict, check_scan_limit, slot_matches
@@ -156,10 +152,10 @@ class KvCampaignStore:
         if not campaign_id.startswith(CAMPAIGN_KEY):
             return None  # not a campaign id (and never an index entry)
         entry = self.kv.get(self._campaigns(tenant), campaign_id)
-        return campaign_from_json(entry.value, entry.version) if entry else None
+        return Campaign.from_json(entry.value, entry.version) if entry else None
 
     def campaign_insert(self, tenant: str, campaign: Campaign) -> Campaign:
-        value = campaign_to_json(campaign)
+        value = campaign.to_json()
         try:
             (entry,) = self.layout.commit(
                 self._campaigns(tenant),
@@ -184,7 +180,7 @@ class KvCampaignStore:
         return entry.value
 
     def campaign_replace(self, tenant: str, campaign: Campaign, *, expected_version: int) -> Campaign:
-        old, value = self._current(tenant, campaign.id, expected_version), campaign_to_json(campaign)
+        old, value = self._current(tenant, campaign.id, expected_version), campaign.to_json()
         try:
             (entry,) = self.layout.commit(
                 self._campaigns(tenant),
@@ -219,14 +215,14 @@ class KvCampaignStore:
         table = self._campaigns(tenant)
         if state is None:
             entries = self.kv.scan(table, prefix=CAMPAIGN_KEY, after=after, limit=limit)
-            return [campaign_from_json(e.value, e.version) for e in entries]
+            return [Campaign.from_json(e.value, e.version) for e in entries]
         cursor = f"{INDEX_ROOT}campaign_state/{encode([state])}{after}" if after is not None else None
         out: list[Campaign] = []
         while len(out) < limit:
             want = min(MAX_GET_MANY, limit - len(out))
             found = self.layout.scan(table, "campaign_state", [state], after=cursor, limit=want)
             out += [
-                campaign_from_json(e.value, e.version)
+                Campaign.from_json(e.value, e.version)
                 for e in self.layout.fetch(table, found)
                 if e is not None and e.value["state"] == state
             ]
@@ -246,7 +242,7 @@ class KvCampaignStore:
                 break
             found = self.layout.scan(table, "campaign_segment", [segment_id, state], limit=min(MAX_GET_MANY, limit))
             out += [
-                campaign_from_json(e.value, e.version)
+                Campaign.from_json(e.value, e.version)
                 for e in self.layout.fetch(table, found)
                 if e is not None and e.value["segment_id"] == segment_id and e.value["state"] == state
             ]
@@ -347,7 +343,7 @@ class KvSlotStore(SlotRules):
         table = self._table(tenant, campaign_id)
         added = 0
         for start in range(0, len(deliveries), COMMIT_BATCH):
-            pending = {d.recipient: delivery_to_json(d) for d in deliveries[start : start + COMMIT_BATCH]}
+            pending = {d.recipient: d.to_json() for d in deliveries[start : start + COMMIT_BATCH]}
             while pending:
                 ops: list[Op] = [Put(SLOT + r, value, expect=ABSENT) for r, value in pending.items()]
                 changes = [RecordChange(DELIVERY, SLOT + r, None, value) for r, value in pending.items()]
@@ -385,7 +381,7 @@ class KvSlotStore(SlotRules):
                     ops.append(Put(PLAN + key, {"contact": owners[key]}, expect=ABSENT))
                 else:
                     owners[key] = owners[SLOT + d.recipient] = d.contact_id
-                    value = delivery_to_json(d)
+                    value = d.to_json()
                     ops += [
                         Put(PLAN + key, {"contact": d.contact_id}, expect=ABSENT),
                         Put(SLOT + d.recipient, value, expect=ABSENT),
@@ -398,7 +394,7 @@ class KvSlotStore(SlotRules):
 
     def slot_get(self, tenant: str, campaign_id: str, recipient: str) -> Delivery | None:
         entry = self.kv.get(self._table(tenant, campaign_id), SLOT + recipient)
-        return delivery_from_json(entry.value, entry.version) if entry else None
+        return Delivery.from_json(entry.value, entry.version) if entry else None
 
     def slot_scan(
         self,
@@ -415,7 +411,7 @@ class KvSlotStore(SlotRules):
         table = self._table(tenant, campaign_id)
         if state is None and reason is None and contact_id is None:
             entries = self.kv.scan(table, prefix=SLOT, after=SLOT + after if after is not None else None, limit=limit)
-            return [delivery_from_json(e.value, e.version) for e in entries]
+            return [Delivery.from_json(e.value, e.version) for e in entries]
         index, values = _filter_index(state, reason, contact_id)
         # An entry's key is x/<index>/<encoded values><primary key>: the cursor recipient's entry.
         cursor = f"{INDEX_ROOT}{index}/{encode(values)}{SLOT}{after}" if after is not None else None
@@ -426,7 +422,7 @@ class KvSlotStore(SlotRules):
             for record in self.layout.fetch(table, entries):
                 if record is None:
                     continue  # deleted since the scan
-                d = delivery_from_json(record.value, record.version)
+                d = Delivery.from_json(record.value, record.version)
                 if slot_matches(d, state=state, reason=reason, contact_id=contact_id):
                     out.append(d)
                     if len(out) == limit:
@@ -480,10 +476,10 @@ class KvSlotStore(SlotRules):
             ops: list[Op] = []
             changes: list[RecordChange] = []
             for r, (old, new) in planned.items():
-                value = delivery_to_json(new)
+                value = new.to_json()
                 ops.append(Put(SLOT + r, value, expect=old.version))
                 # The slot as the caller read it is the value at the version this commit expects.
-                changes.append(RecordChange(DELIVERY, SLOT + r, delivery_to_json(old), value))
+                changes.append(RecordChange(DELIVERY, SLOT + r, old.to_json(), value))
             try:
                 written = self.layout.commit(table, ops, changes)
             except ConflictError as exc:
@@ -494,7 +490,7 @@ class KvSlotStore(SlotRules):
                     if entry is None:
                         current.pop(recipient, None)
                     elif entry.version != current[recipient][0].version:
-                        current[recipient] = (delivery_from_json(entry.value, entry.version), current[recipient][1])
+                        current[recipient] = (Delivery.from_json(entry.value, entry.version), current[recipient][1])
                 raise
             for (recipient, (_, n)), entry in zip(planned.items(), written, strict=True):
                 assert entry is not None

@@ -552,7 +552,6 @@ def test_a_campaign_planned_before_the_indexes_is_built_by_botmesh_reindex(tenan
     from botmesh_admin.kv.indexes import IndexNotBuilt
     from botmesh_admin.kv.runtime import default_kv
     from botmesh_admin.tenancy.models import Tenant
-    from campaigns.domain import delivery_to_json
 
     Tenant.objects.create(id=tenant_id, name="Upgraded")
     kv = default_kv()
@@ -566,7 +565,7 @@ def test_a_campaign_planned_before_the_indexes_is_built_by_botmesh_reindex(tenan
             [
                 Put(
                     f"d/{r}",
-                    delivery_to_json(
+                    Delivery.to_json(
                         Delivery(
                             r,
                             contact_of(r),
