@@ -41,7 +41,8 @@ Measured (2-core machine shared with other work, load average 17–28; ``--probe
 --ledger 1000 --import-rows 2000 --recipients 1000 --erase-messages 300``; each
 ratio against the same run's idle p99): SQLite shared 62× (loaded p99 76 s: a
 probe waited for the campaign run), split 3.1×; PostgreSQL shared 19× (49.7 s),
-split 2.4× (idle p99 0.41 s, loaded 0.98 s).
+split 2.4× (idle p99 0.41 s, loaded 0.98 s); again at load average 8–10: shared 92×
+(0.13 s → 11.8 s), split 1.5× (0.15 s → 0.22 s).
 """
 
 from __future__ import annotations
