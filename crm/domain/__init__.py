@@ -564,7 +564,7 @@ def plan_verdict(rules: SegmentRules, data: Mapping[str, Any], channel: str) -> 
     """Return what a campaign to ``rules`` on ``channel`` decides for the contact JSON ``data``.
 
     ``None`` (not in the segment), else one of ``PLAN_VERDICTS``, in the order of
-    ``campaigns.services.planning.Planner._judge``: the rules without a ``consent_required``
+    ``campaigns.domain.planning.Planner._judge``: the rules without a ``consent_required``
     on the campaign's own channel (that one is judged as ``opted_out``), an
     identity on the channel, consent granted there.
     """
