@@ -145,8 +145,18 @@ def preview(text: str | None) -> str | None:
 _UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
 
 
-def check_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
-    """Return ``value`` (a string of at most ``max_len`` characters, or ``None`` unless required)."""
+def validate_storable_text(value: object, field: str, *, max_len: int, required: bool = False) -> str | None:
+    """Return ``value`` (a string of at most ``max_len`` characters, or ``None`` unless required).
+
+    Raise ``BadType`` for a non-string, ``ValidationError`` naming ``field`` for
+    ``None`` or blank text when ``required`` ("is required", "must not be
+    blank"), for text over ``max_len`` and for NUL or a lone surrogate (what no
+    store keeps). Other control and format characters pass: this holds what
+    customers and bots sent. Not the kernel's ``botmesh_admin.validation.validate_text``
+    on purpose: that family refuses ``None`` as a type, words blank text "must
+    not be empty", and refuses every control and ``SPOOFING_RE`` character with
+    other messages, so the inbox's messages (which its tests assert) would change.
+    """
     if value is None:
         if required:
             raise ValidationError(field, "is required")
@@ -178,13 +188,16 @@ def received_text(value: str | None, max_len: int) -> str | None:
     return value[: max_len - 64] + note[:64]
 
 
-def check_typed_text(value: object, field: str, max_len: int, *, required: bool = False) -> str | None:
-    """Return ``value`` if ``check_text`` accepts it and it holds no control or bidi override character.
+def validate_typed_text(value: object, field: str, *, max_len: int, required: bool = False) -> str | None:
+    """Return ``value`` if ``validate_storable_text`` accepts it and it holds no control or bidi override character.
 
     For what agents type (notes, replies). A line break must be a line feed:
-    pass form input through ``unify_line_breaks`` first.
+    pass form input through ``unify_line_breaks`` first. The refusal names the
+    character (``contains U+202E, a control or bidi override character``); the
+    kernel family's ``SPOOFING_RE`` refuses a wider set with another message, so
+    this check stays local (see ``validate_storable_text``).
     """
-    text = check_text(value, field, max_len, required=required)
+    text = validate_storable_text(value, field, max_len=max_len, required=required)
     found = TYPED_TEXT_FORBIDDEN_RE.search(text or "")
     if found:
         raise ValidationError(field, f"contains U+{ord(found.group()):04X}, a control or bidi override character")
@@ -196,7 +209,7 @@ def unify_line_breaks(value: str) -> str:
     return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
 
 
-def check_id(value: object, field: str) -> str:
+def validate_storable_id(value: object, field: str) -> str:
     """Return ``value`` if it is an id: 1..200 printable characters (at most 400 UTF-8 bytes) without
     spaces or ``/``; else raise ``ValidationError`` naming ``field``."""
     if not isinstance(value, str):
@@ -219,7 +232,7 @@ def _bounded_int(value: object, field: str, what: str, out_of_range: str) -> int
     return value
 
 
-def check_version(value: object, field: str) -> int:
+def validate_conversation_version(value: object, field: str) -> int:
     """Return ``value`` if it can be a conversation version (a whole number, 0 <= v < 2**53)."""
     return _bounded_int(
         value,
@@ -229,12 +242,12 @@ def check_version(value: object, field: str) -> int:
     )
 
 
-def check_ms(value: object, field: str) -> int:
+def validate_ms(value: object, field: str) -> int:
     """Return ``value`` if it is epoch milliseconds (a non-negative int below 2**53)."""
     return _bounded_int(value, field, "an integer of epoch milliseconds", "must be epoch milliseconds (0 <= t < 2**53)")
 
 
-def check_agent(value: object, field: str = "agent") -> str:
+def validate_agent(value: object, field: str = "agent") -> str:
     """Return ``value`` if it is an agent id (a username: letters, digits and ``_.@+-``)."""
     if not isinstance(value, str):
         raise BadType(field, f"must be a string, not {type(value).__name__}")
@@ -243,7 +256,7 @@ def check_agent(value: object, field: str = "agent") -> str:
     return value
 
 
-def check_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
+def validate_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``."""
     if value not in choices:
         raise ValidationError(field, f"must be one of {', '.join(choices)}")
@@ -261,14 +274,14 @@ def _is_wa_id(address: str) -> bool:
     return True
 
 
-def check_chat_id(channel: str, value: object, field: str) -> str:
+def validate_chat_id(channel: str, value: object, field: str) -> str:
     """Return ``value`` if it is a chat key of ``channel`` (see the module doc).
 
     ``whatsapp:<wa_id>``: the digits of a phone number the CRM accepts, so the
     conversation and the contact agree. ``telegram:<chat id>`` or, in a group,
     ``telegram:<chat id>:<user id>``.
     """
-    chat_id = check_id(value, field)
+    chat_id = validate_storable_id(value, field)
     prefix, _, address = chat_id.partition(":")
     if prefix != channel:
         raise ValidationError(field, f"must start with '{channel}:' like the record's channel")
@@ -280,11 +293,11 @@ def check_chat_id(channel: str, value: object, field: str) -> str:
 
 
 def storable_id(value: str | None) -> str | None:
-    """Return ``value`` if ``check_id`` accepts it, else ``None`` (an optional reference dropped, not refused)."""
+    """Return ``value`` if ``validate_storable_id`` accepts it, else ``None`` (an optional reference dropped)."""
     if value is None:
         return None
     try:
-        return check_id(value, "id")
+        return validate_storable_id(value, "id")
     except ValidationError:
         return None
 
@@ -294,7 +307,7 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
 
     ``event`` is an ``InboundMessage``, ``StatusUpdate`` or ``MemberUpdate``
     (``botmesh_admin.channels.domain``). The ids that identify what is stored
-    must pass ``check_id``: the message id (``provider_message_id``), the
+    must pass ``validate_storable_id``: the message id (``provider_message_id``), the
     sender (``sender_id``, ``"whatsapp:" + from``, so a WhatsApp ``from`` of at
     most 191 characters), the chat (``chat_key``), the message a reaction or an
     edit names, a status's message and chat. Such an event fails projection on
@@ -322,7 +335,7 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
         fields = [("chat_key", event.chat_key)]
     for name, value in fields:
         try:
-            check_id(value, f"event.{name}")
+            validate_storable_id(value, f"event.{name}")
         except ValidationError as exc:
             return exc
     return None
@@ -331,7 +344,7 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
 CHAT_KEY_FORMAT = "whatsapp:<wa_id> or telegram:<chat id>[:<user id>] (e.g. whatsapp:573001112233)"
 
 
-def check_chat_key(value: object, field: str = "chat_id") -> str:
+def validate_chat_key(value: object, field: str = "chat_id") -> str:
     """Return ``value`` if it is a chat key of one of ``CHANNEL_KINDS``, else raise naming ``field``.
 
     The key a bot asks about must carry its kind (``whatsapp:573001112233``,
@@ -340,14 +353,14 @@ def check_chat_key(value: object, field: str = "chat_id") -> str:
     foreign prefix is refused so a typo is never answered "not handed off".
     Bounded like other ids (``MAX_ID`` characters).
     """
-    chat_id = check_id(value, field)
+    chat_id = validate_storable_id(value, field)
     kind, sep, _ = chat_id.partition(":")
     if not sep or kind not in CHANNEL_KINDS:
         raise ValidationError(field, f"must be {CHAT_KEY_FORMAT}")
-    return check_chat_id(kind, chat_id, field)
+    return validate_chat_id(kind, chat_id, field)
 
 
-def check_conversation_id(value: object, field: str = "conversation_id") -> str:
+def validate_conversation_id(value: object, field: str = "conversation_id") -> str:
     """Return ``value`` if it has the shape of a conversation id (``cv_`` + 20 hex digits)."""
     if not isinstance(value, str) or not CONVERSATION_ID_RE.fullmatch(value):
         raise ValidationError(field, "not a conversation id")
@@ -363,7 +376,7 @@ class StoredMessage:
 
     ``id`` (``id``) is the bot's message id and the idempotency key;
     ``channel`` (``channel``) one of ``CHANNEL_KINDS``; ``chat_id`` (``chatId``)
-    the conversation key of that channel (``check_chat_id``); ``direction``
+    the conversation key of that channel (``validate_chat_id``); ``direction``
     ``in`` (from the user) or ``out`` (from the bot); ``timestamp_ms``
     (``timestamp``) epoch ms, from 2000 to a day from now.
     ``dropped`` (``dropped``) is set by a bot that did *not* send an outbound
@@ -388,7 +401,7 @@ class StoredMessage:
     channel_name: str | None = None
 
     @classmethod
-    def from_record(cls, data: object, field: str = "record") -> StoredMessage:
+    def from_json(cls, data: object, field: str = "record") -> StoredMessage:
         """Validate one ledger record (its JSON object); raise ``ValidationError`` naming ``field.<name>``."""
         if not isinstance(data, Mapping):
             raise BadType(field, "must be a JSON object")
@@ -401,7 +414,7 @@ class StoredMessage:
         if channel not in CHANNEL_KINDS:
             raise ValidationError(f"{field}.channel", f"must be one of {', '.join(CHANNEL_KINDS)}")
         direction = data.get("direction")
-        check_choice(direction, f"{field}.direction", DIRECTIONS)
+        validate_choice(direction, f"{field}.direction", DIRECTIONS)
         kind = data.get("type", "text")
         if not isinstance(kind, str) or not TYPE_RE.fullmatch(kind):
             raise ValidationError(f"{field}.type", "must be a message type like text or image")
@@ -415,23 +428,25 @@ class StoredMessage:
 
             validate_id(channel_name, f"{field}.channelName")
         return cls(
-            id=check_id(data.get("id"), f"{field}.id"),
+            id=validate_storable_id(data.get("id"), f"{field}.id"),
             tenant_id=tenant,
             channel=channel,
-            chat_id=check_chat_id(str(channel), data.get("chatId"), f"{field}.chatId"),
-            sender_id=check_id(data.get("senderId"), f"{field}.senderId"),
+            chat_id=validate_chat_id(str(channel), data.get("chatId"), f"{field}.chatId"),
+            sender_id=validate_storable_id(data.get("senderId"), f"{field}.senderId"),
             direction=str(direction),
             type=kind,
-            body=check_text(data.get("body"), f"{field}.body", MAX_TEXT),
+            body=validate_storable_text(data.get("body"), f"{field}.body", max_len=MAX_TEXT),
             timestamp_ms=message_time_ms(data.get("timestamp"), f"{field}.timestamp"),
-            provider_message_id=None if provider_id is None else check_id(provider_id, f"{field}.providerMessageId"),
+            provider_message_id=None
+            if provider_id is None
+            else validate_storable_id(provider_id, f"{field}.providerMessageId"),
             dropped=dropped,
-            sender_name=check_text(data.get("senderName"), f"{field}.senderName", 200),
+            sender_name=validate_storable_text(data.get("senderName"), f"{field}.senderName", max_len=200),
             channel_name=channel_name,
         )
 
-    def to_record(self) -> dict[str, Any]:
-        """Return the ledger JSON form (``from_record(to_record())`` round-trips)."""
+    def to_json(self) -> dict[str, Any]:
+        """Return the ledger JSON form (``from_json(to_json())`` round-trips)."""
         record: dict[str, Any] = {
             "id": self.id,
             "tenantId": self.tenant_id,
@@ -563,8 +578,8 @@ class Conversation:
 def validate_conversation(conversation: Conversation) -> Conversation:
     """Return ``conversation`` if every field is valid, else raise ``ValidationError``."""
     c = conversation
-    check_conversation_id(c.id, "conversation.id")
-    check_id(c.chat_key, "conversation.chat_key")
+    validate_conversation_id(c.id, "conversation.id")
+    validate_storable_id(c.chat_key, "conversation.chat_key")
     if not CHANNEL_RE.fullmatch(c.channel):
         raise ValidationError("conversation.channel", "must be a channel kind")
     if c.channel_name is not None:
@@ -573,22 +588,22 @@ def validate_conversation(conversation: Conversation) -> Conversation:
         validate_id(c.channel_name, "conversation.channel_name")
     if c.channel_name is None and not c.keyed_by_chat_only:
         raise ValidationError("conversation.keyed_by_chat_only", "must be set for a conversation without a channel")
-    check_choice(c.status, "conversation.status", CONVERSATION_STATUSES)
+    validate_choice(c.status, "conversation.status", CONVERSATION_STATUSES)
     if c.assignee is not None:
-        check_agent(c.assignee, "conversation.assignee")
-    check_text(c.display_name, "conversation.display_name", 200)
-    check_text(c.blocked_evidence, "conversation.blocked_evidence", 500)
-    check_text(c.last_text, "conversation.last_text", MAX_PREVIEW)
+        validate_agent(c.assignee, "conversation.assignee")
+    validate_storable_text(c.display_name, "conversation.display_name", max_len=200)
+    validate_storable_text(c.blocked_evidence, "conversation.blocked_evidence", max_len=500)
+    validate_storable_text(c.last_text, "conversation.last_text", max_len=MAX_PREVIEW)
     for name in ("created_at_ms", "last_activity_ms", "updated_at_ms", "message_count", "inbound_count", "version"):
-        check_ms(getattr(c, name), f"conversation.{name}")
+        validate_ms(getattr(c, name), f"conversation.{name}")
     for name in ("snoozed_until_ms", "blocked_at_ms", "last_inbound_ms"):
         if getattr(c, name) is not None:
-            check_ms(getattr(c, name), f"conversation.{name}")
+            validate_ms(getattr(c, name), f"conversation.{name}")
     if c.handoff is not None:
-        check_agent(c.handoff.taken_by, "conversation.handoff.taken_by")
-        check_ms(c.handoff.taken_at_ms, "conversation.handoff.taken_at_ms")
+        validate_agent(c.handoff.taken_by, "conversation.handoff.taken_by")
+        validate_ms(c.handoff.taken_at_ms, "conversation.handoff.taken_at_ms")
         if c.handoff.released_by is not None:
-            check_agent(c.handoff.released_by, "conversation.handoff.released_by")
+            validate_agent(c.handoff.released_by, "conversation.handoff.released_by")
     return c
 
 
@@ -704,27 +719,27 @@ class Message:
 def validate_message(message: Message) -> Message:
     """Return ``message`` if every field is valid, else raise ``ValidationError``."""
     m = message
-    check_id(m.id, "message.id")
-    check_conversation_id(m.conversation_id, "message.conversation_id")
-    check_choice(m.direction, "message.direction", DIRECTIONS)
+    validate_storable_id(m.id, "message.id")
+    validate_conversation_id(m.conversation_id, "message.conversation_id")
+    validate_choice(m.direction, "message.direction", DIRECTIONS)
     if not TYPE_RE.fullmatch(m.type):
         raise ValidationError("message.type", "must be a message type like text or image")
-    check_ms(m.timestamp_ms, "message.timestamp_ms")
-    check_text(m.text, "message.text", MAX_TEXT)
-    check_text(m.sender_name, "message.sender_name", 200)
+    validate_ms(m.timestamp_ms, "message.timestamp_ms")
+    validate_storable_text(m.text, "message.text", max_len=MAX_TEXT)
+    validate_storable_text(m.sender_name, "message.sender_name", max_len=200)
     for name in ("sender_id", "provider_message_id", "reply_to"):
         if getattr(m, name) is not None:
-            check_id(getattr(m, name), f"message.{name}")
-    check_choice(m.source, "message.source", SOURCES)
+            validate_storable_id(getattr(m, name), f"message.{name}")
+    validate_choice(m.source, "message.source", SOURCES)
     if m.status is not None:
-        check_choice(m.status, "message.status", tuple(DELIVERY_RANK))
+        validate_choice(m.status, "message.status", tuple(DELIVERY_RANK))
     for i, alias in enumerate(m.aliases):
-        check_id(alias, f"message.aliases[{i}]")
+        validate_storable_id(alias, f"message.aliases[{i}]")
     for i, reaction in enumerate(m.reactions):
-        check_text(reaction.emoji, f"message.reactions[{i}].emoji", 32)
+        validate_storable_text(reaction.emoji, f"message.reactions[{i}].emoji", max_len=32)
     if m.reply is not None:
-        check_choice(m.reply.state, "message.reply.state", REPLY_STATES)
-        check_agent(m.reply.author, "message.reply.author")
+        validate_choice(m.reply.state, "message.reply.state", REPLY_STATES)
+        validate_agent(m.reply.author, "message.reply.author")
     return m
 
 
@@ -811,7 +826,7 @@ def conversation_events(
     Raise ``ValidationError`` naming ``actor`` for a name that is not an agent's.
     """
     if actor is not None:
-        check_agent(actor, "actor")
+        validate_agent(actor, "actor")
     out: list[ConversationEvent] = []
 
     def add(kind: str, value: str | None = None) -> None:
@@ -828,10 +843,10 @@ def conversation_events(
 
 def validate_note(note: Note) -> Note:
     """Return ``note`` if valid: text 1..4000 characters, an agent author."""
-    check_typed_text(note.text, "note.text", MAX_NOTE, required=True)
-    check_agent(note.author, "note.author")
-    check_conversation_id(note.conversation_id, "note.conversation_id")
-    check_ms(note.created_at_ms, "note.created_at_ms")
+    validate_typed_text(note.text, "note.text", max_len=MAX_NOTE, required=True)
+    validate_agent(note.author, "note.author")
+    validate_conversation_id(note.conversation_id, "note.conversation_id")
+    validate_ms(note.created_at_ms, "note.created_at_ms")
     return note
 
 
@@ -869,9 +884,9 @@ class ReadMarker:
 
 def validate_marker(marker: ReadMarker) -> ReadMarker:
     """Return ``marker`` if valid."""
-    check_agent(marker.agent, "marker.agent")
-    check_id(marker.message_id, "marker.message_id")
-    check_conversation_id(marker.conversation_id, "marker.conversation_id")
+    validate_agent(marker.agent, "marker.agent")
+    validate_storable_id(marker.message_id, "marker.message_id")
+    validate_conversation_id(marker.conversation_id, "marker.conversation_id")
     return marker
 
 

@@ -22,13 +22,13 @@ from .domain import (
     Note,
     ReadMarker,
     bot_reply_id,
-    check_agent,
-    check_chat_key,
-    check_conversation_id,
-    check_ms,
     conversation_search_keys,
     now_ms,
     sort_key,
+    validate_agent,
+    validate_chat_key,
+    validate_conversation_id,
+    validate_ms,
 )
 from .stores import default_store
 from .stores.base import VIEWS, InboxStore, conversation_cursor
@@ -66,7 +66,7 @@ def effective_status(conversation: Conversation, now: int | None = None) -> str:
 
 def conversation_get(tenant: str, conversation_id: str, *, store: InboxStore | None = None) -> Conversation:
     """Return the conversation; raise ``NotFound`` if it does not exist in ``tenant``."""
-    check_conversation_id(conversation_id)
+    validate_conversation_id(conversation_id)
     conversation = (store or default_store()).conversation_get(tenant, conversation_id)
     if conversation is None:
         raise NotFound(f"conversation {conversation_id} not found")
@@ -114,7 +114,7 @@ def conversation_unread(tenant: str, conversation_id: str, *, agent: str, store:
     return unread_count(tenant, conversation_get(tenant, conversation_id, store=store), agent=agent, store=store)
 
 
-def _check_view(view: object) -> str:
+def _validate_view(view: object) -> str:
     if view not in VIEWS:
         raise ValidationError("view", f"must be one of {', '.join(VIEWS)}")
     return str(view)
@@ -181,8 +181,8 @@ def conversation_list(
     the wake-up job stores it as open, at most ``services.TICK_EVERY_S``
     seconds later.
     """
-    check_agent(agent)
-    _check_view(view)
+    validate_agent(agent)
+    _validate_view(view)
     if status is not None and status not in CONVERSATION_STATUSES:
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
     if channel is not None and channel not in CHANNEL_KINDS:
@@ -263,8 +263,8 @@ def unread_total(tenant: str, *, agent: str, view: str = "all", store: InboxStor
     the tenant still holds read markers stored before the counts existed (the
     wake-up job backfills them), the conversations are walked instead.
     """
-    check_agent(agent)
-    _check_view(view)
+    validate_agent(agent)
+    _validate_view(view)
     store = store or default_store()
     total = store.unread_sum(tenant, agent=agent, view=view)
     if total is None:
@@ -279,7 +279,7 @@ def conversation_counts(tenant: str, *, agent: str, store: InboxStore | None = N
     as pending until the wake-up job reopens it (at most
     ``services.TICK_EVERY_S`` seconds).
     """
-    check_agent(agent)
+    validate_agent(agent)
     return (store or default_store()).conversation_counts(tenant, agent=agent)
 
 
@@ -287,7 +287,7 @@ def conversation_count(
     tenant: str, *, agent: str, view: str = "all", status: str | None = None, store: InboxStore | None = None
 ) -> int:
     """Return how many conversations ``view`` holds (of ``status``, or of any status); see ``conversation_counts``."""
-    _check_view(view)
+    _validate_view(view)
     if status is not None and status not in CONVERSATION_STATUSES:
         raise ValidationError("status", f"must be one of {', '.join(CONVERSATION_STATUSES)}")
     counts = conversation_counts(tenant, agent=agent, store=store)[view]
@@ -423,8 +423,8 @@ def conversation_search(
     """
     from crm.domain import search_match, search_terms
 
-    check_agent(agent)
-    _check_view(view)
+    validate_agent(agent)
+    _validate_view(view)
     limit = validate_limit(limit)
     after = cursor_check(after, SEARCH_CURSOR)
     terms = search_terms(q or "")
@@ -482,7 +482,7 @@ def message_search(
     """
     from crm.domain import fold
 
-    check_agent(agent)
+    validate_agent(agent)
     needle = fold((q or "").strip())
     if not needle:
         return [], 0
@@ -519,7 +519,7 @@ def event_list(
     """
     limit = validate_limit(limit)
     if since_ms is not None:
-        check_ms(since_ms, "since_ms")
+        validate_ms(since_ms, "since_ms")
     # Event ids start with their time (``new_event_id``): ``e_<ms - 1>`` sorts just before ``since_ms``.
     after = None if not since_ms else f"e_{since_ms - 1:013d}_~"
     return (store or default_store()).event_page(tenant, conversation_id, after=after, limit=limit)
@@ -560,7 +560,7 @@ def conversations_of_chat(
     return list(conversations.values())
 
 
-def _check_channel_of_kind(tenant: str, channel_name: str, kind: str) -> None:
+def _validate_channel_of_kind(tenant: str, channel_name: str, kind: str) -> None:
     """Raise ``ValidationError`` naming ``channel`` unless ``channel_name`` is one of the tenant's
     channel configurations of ``kind`` (a bot's typo must not read as "not handed off")."""
     from botmesh_admin.channels.selectors import channel_config_list_cached
@@ -584,13 +584,13 @@ def handoff_get(
     it the chat counts as handed off if its conversation on any channel is.
 
     Raise ``ValidationError`` naming ``chat_id`` for a key without its kind
-    (``check_chat_key``: a bare number, a foreign prefix, over ``MAX_ID``
+    (``validate_chat_key``: a bare number, a foreign prefix, over ``MAX_ID``
     characters) and naming ``channel`` for a name that is not one of the
     tenant's channels of the chat's kind.
     """
-    kind = check_chat_key(chat_key, "chat_id").partition(":")[0]
+    kind = validate_chat_key(chat_key, "chat_id").partition(":")[0]
     if channel_name is not None:
-        _check_channel_of_kind(tenant, channel_name, kind)
+        _validate_channel_of_kind(tenant, channel_name, kind)
     found = conversations_of_chat(tenant, chat_key, channel_name=channel_name, store=store)
     conversation = next((c for c in found if c.handed_off), found[0] if found else None)
     if conversation is None or conversation.handoff is None:

@@ -27,7 +27,7 @@ turn a send into a request to somewhere else). Base URLs come from the
 channel configuration, else ``settings.BOTMESH_WHATSAPP_API_BASE`` /
 ``BOTMESH_TELEGRAM_API_BASE`` (validated at start by ``config.load_tuning``), else the
 real APIs, so tests point them at ``channels.testing.FakeProviderServer``.
-A base URL a tenant entered is checked when it is saved (``check_api_base_url``)
+A base URL a tenant entered is checked when it is saved (``validate_api_base_url``)
 and again at every connection: the address the socket actually reached must be
 public (``public_only``; development also allows loopback, for a local fake
 provider), so a host name that resolves — or later re-resolves — to a private

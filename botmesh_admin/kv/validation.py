@@ -30,8 +30,8 @@ MAX_VERSION = 2**63 - 1
 MAX_TTL_MS = 100 * 366 * 24 * 3600 * 1000  # about a century
 
 
-def _check_name(kind: str, name: object, *, forbid: str = "") -> str:
-    return validate_identifier(name, kind, max_bytes=MAX_NAME_BYTES, forbid=forbid)
+def _validate_kv_name(value: object, field: str, *, forbid: str = "") -> str:
+    return validate_identifier(value, field, max_bytes=MAX_NAME_BYTES, forbid=forbid)
 
 
 def validate_table(table: object) -> str:
@@ -40,12 +40,12 @@ def validate_table(table: object) -> str:
     Table names are 1..512 UTF-8 bytes with no control characters and no braces
     (braces are reserved for the Redis Cluster hash tag).
     """
-    return _check_name("table", table, forbid="{}")
+    return _validate_kv_name(table, "table", forbid="{}")
 
 
 def validate_key(key: object, field: str = "key") -> str:
     """Return ``key`` if it is a valid key (1..512 UTF-8 bytes, no control characters)."""
-    return _check_name(field, key)
+    return _validate_kv_name(key, field)
 
 
 def validate_value(value: object, field: str = "value") -> None:
@@ -68,7 +68,7 @@ def validate_value(value: object, field: str = "value") -> None:
             raise ValidationError(_path(path), f"nested deeper than {MAX_DEPTH} levels")
         if item is None or isinstance(item, (bool, int, str)):
             if isinstance(item, str):
-                _check_text(item, path)
+                _validate_utf8(item, path)
                 bound += 6 * len(item) + 4
             elif isinstance(item, int) and not -(2**64) < item < 2**64:
                 if not -_INT_LIMIT < item < _INT_LIMIT:
@@ -86,7 +86,7 @@ def validate_value(value: object, field: str = "value") -> None:
             for k, v in item.items():
                 if not isinstance(k, str):
                     raise BadType(_path(path), f"object key {k!r} is not a string")
-                _check_text(k, path)
+                _validate_utf8(k, path)
                 bound += 6 * len(k) + 4
                 stack.append((v, (path, k), depth + 1))
             bound += 2
@@ -114,7 +114,7 @@ def _path(path: Any) -> str:
     return str(path) + "".join(reversed(pieces))
 
 
-def _check_text(text: str, path: Any) -> None:
+def _validate_utf8(text: str, path: Any) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -252,7 +252,7 @@ def validate_table_prefix(prefix: object) -> str:
     """Return ``prefix`` (``""`` or the start of a table name) for ``tables``; else raise."""
     if not isinstance(prefix, str):
         raise BadType("prefix", "must be a string")
-    return _check_name("prefix", prefix, forbid="{}") if prefix else prefix
+    return _validate_kv_name(prefix, "prefix", forbid="{}") if prefix else prefix
 
 
 def validate_import(table: object, entries: Sequence[Entry]) -> list[Entry]:

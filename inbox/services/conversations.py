@@ -29,20 +29,20 @@ from ..domain import (
     Note,
     ReadMarker,
     StoredMessage,
-    check_agent,
-    check_choice,
-    check_conversation_id,
-    check_id,
-    check_ms,
-    check_version,
     conversation_events,
     inbound_event_problem,
     new_note_id,
     replace,
     unify_line_breaks,
+    validate_agent,
+    validate_choice,
     validate_conversation,
+    validate_conversation_id,
+    validate_conversation_version,
     validate_marker,
+    validate_ms,
     validate_note,
+    validate_storable_id,
 )
 from ..stores import default_store
 from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
@@ -61,7 +61,7 @@ def message_project(tenant: str | None, record: StoredMessage | Mapping[str, Any
     naming another tenant than ``tenant`` is refused (``ValidationError`` on
     ``record.tenantId``). Idempotent by message id.
     """
-    message = record if isinstance(record, StoredMessage) else StoredMessage.from_record(record)
+    message = record if isinstance(record, StoredMessage) else StoredMessage.from_json(record)
     target = tenant or message.tenant_id
     if target is None:
         raise ValidationError("record.tenantId", "is required when no tenant is given")
@@ -142,8 +142,8 @@ def conversation_assign(
     ``actor``: who assigned it (the thread's event names them).
     """
     if agent is not None:
-        check_agent(agent, "agent")
-    check_version(expected_version, "expected_version")
+        validate_agent(agent, "agent")
+    validate_conversation_version(expected_version, "expected_version")
     conv = _conversation_change(
         tenant,
         conversation_id,
@@ -163,7 +163,7 @@ def conversation_handoff(
     Taking an unassigned conversation assigns it to ``actor``. Taking a chat
     that is already handed off, or giving back one that is not, changes nothing.
     """
-    check_agent(actor, "actor")
+    validate_agent(actor, "actor")
 
     def change(c: Conversation) -> Conversation | None:
         if active == c.handed_off:
@@ -192,9 +192,9 @@ def conversation_status_set(
 
     ``actor``: who set it (the thread's event names them).
     """
-    check_choice(status, "status", CONVERSATION_STATUSES)
+    validate_choice(status, "status", CONVERSATION_STATUSES)
     if snoozed_until_ms is not None:
-        check_ms(snoozed_until_ms, "snoozed_until_ms")
+        validate_ms(snoozed_until_ms, "snoozed_until_ms")
         if status != "pending":
             raise ValidationError("snoozed_until_ms", "only a pending conversation can be snoozed")
         if snoozed_until_ms <= now_ms():
@@ -213,7 +213,7 @@ def conversation_status_set(
 
 def note_add(tenant: str, conversation_id: str, *, author: str, text: str) -> Note:
     """Add a private note; return it. Raise ``ValidationError`` (``note.text``) or ``NotFound``."""
-    check_conversation_id(conversation_id)
+    validate_conversation_id(conversation_id)
     text = unify_line_breaks(text)
     note = validate_note(Note(new_note_id(now_ms()), conversation_id, author, text, now_ms()))
     return default_store().note_add(tenant, note)
@@ -225,7 +225,7 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
     A marker never moves back: marking an older message returns the marker
     unchanged. Raise ``NotFound`` if the message is not in this conversation.
     """
-    check_agent(agent, "agent")
+    validate_agent(agent, "agent")
     store = default_store()
 
     def attempt() -> ReadMarker:
@@ -233,7 +233,7 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
         target = message_id or conv.last_message_id
         if target is None:
             raise NotFound("the conversation has no messages")
-        message = store.message_get(tenant, check_id(target, "message_id"))
+        message = store.message_get(tenant, validate_storable_id(target, "message_id"))
         if message is None or message.conversation_id != conversation_id:
             raise NotFound(f"message {target} not found in this conversation")
         current = store.marker_get(tenant, conversation_id, agent)
@@ -273,7 +273,7 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
     conversation), then the rest in batches. A purge cut short is finished
     by erasing again. Raise ``NotFound`` if there is nothing to erase.
     """
-    check_conversation_id(conversation_id)
+    validate_conversation_id(conversation_id)
     store = default_store()
 
     def delete() -> None:
@@ -539,7 +539,7 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
         names_of_kind.setdefault(channel.kind, []).append(channel.name)
     parsed = []
     for i, data in enumerate(records):
-        record = StoredMessage.from_record(data, f"records[{i}]")
+        record = StoredMessage.from_json(data, f"records[{i}]")
         if record.tenant_id is not None and record.tenant_id != tenant:
             raise ValidationError(f"records[{i}].tenantId", "names another tenant than the token's")
         parsed.append(_with_channel(record, names_of_kind.get(record.channel, []), f"records[{i}].channelName"))
@@ -555,7 +555,7 @@ def ledger_push(tenant: str, records: list[Any]) -> dict[str, int]:
             NewEvent(
                 type=LEDGER_EVENT,
                 channel=LEDGER_CHANNEL,
-                payload={"record": replace(record, tenant_id=tenant).to_record(), "trace": carrier},
+                payload={"record": replace(record, tenant_id=tenant).to_json(), "trace": carrier},
                 idempotency_key=record.id,
             )
             for record in parsed

@@ -45,7 +45,6 @@ from ..domain import (
     Message,
     MessageReaction,
     StoredMessage,
-    check_id,
     new_conversation_id,
     preview,
     received_text,
@@ -53,6 +52,7 @@ from ..domain import (
     storable_id,
     validate_conversation,
     validate_message,
+    validate_storable_id,
 )
 from ..stores import default_store
 from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change
@@ -345,7 +345,7 @@ def _media(event: InboundMessage) -> dict[str, Any] | None:
 
 def _placeholder(provider_id: str, at_ms: int, **fields: Any) -> Message:
     return Message(
-        id=check_id(provider_id, "event.provider_message_id"),
+        id=validate_storable_id(provider_id, "event.provider_message_id"),
         conversation_id=UNPLACED,
         direction="out",
         type="text",
@@ -480,7 +480,7 @@ def _webhook_message(event: InboundMessage, message_id: str, field: str, **field
     and the placeholder an early edit stands for (``_edit_placeholder``).
     """
     return Message(
-        id=check_id(message_id, field),
+        id=validate_storable_id(message_id, field),
         conversation_id=UNPLACED,
         direction="in",
         type=event.type,

@@ -54,18 +54,18 @@ from ..domain import (
     Handoff,
     Message,
     Reply,
-    check_agent,
-    check_conversation_id,
-    check_id,
-    check_text,
-    check_typed_text,
     conversation_events,
     preview,
     replace,
     reply_id,
     unify_line_breaks,
+    validate_agent,
     validate_conversation,
+    validate_conversation_id,
     validate_message,
+    validate_storable_id,
+    validate_storable_text,
+    validate_typed_text,
 )
 from ..stores import default_store
 from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
@@ -115,11 +115,11 @@ def reply_create(
     Raise ``ValidationError`` (``reply.text``…) or ``NotFound``.
     """
     store = default_store()
-    check_agent(author, "author")
-    text = check_typed_text(unify_line_breaks(text), "reply.text", MAX_REPLY, required=True) or ""
+    validate_agent(author, "author")
+    text = validate_typed_text(unify_line_breaks(text), "reply.text", max_len=MAX_REPLY, required=True) or ""
     at = now_ms()
     key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
-    check_text(key, "reply.idempotency_key", 200, required=True)
+    validate_storable_text(key, "reply.idempotency_key", max_len=200, required=True)
     message_id = reply_id(tenant, conversation_id, key)
 
     def attempt() -> Message:
@@ -485,7 +485,7 @@ def reply_resend(tenant: str, message_id: str, *, conversation_id: str, actor: s
     ``ValidationError`` (``reply.state``) if it is not resendable.
     """
     store = default_store()
-    check_agent(actor, "actor")
+    validate_agent(actor, "actor")
     message = store.message_get(tenant, message_id)
     if message is None or message.reply is None or message.conversation_id != conversation_id:
         raise NotFound(f"reply {message_id} not found in conversation {conversation_id}")
@@ -517,11 +517,11 @@ def _bot_sender_id(bot: str) -> str:
     """Return the reply's ``sender_id``: ``bot:<bot>``, or ``bot:<sha256 prefix>`` when the bot id is no message id.
 
     A bot id is any Unicode text (``validate_bot_id``: spaces, ``/``), a message
-    id is not (``check_id``); such a bot still answers.
+    id is not (``validate_storable_id``); such a bot still answers.
     """
     sender = f"bot:{bot}"
     try:
-        return check_id(sender, "sender_id")
+        return validate_storable_id(sender, "sender_id")
     except ValidationError:
         return f"bot:{hashlib.sha256(bot.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
@@ -572,9 +572,9 @@ def bot_reply_create(
     store = default_store()
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 < fence < MAX_FENCE:
         raise ValidationError("fence", "must be an integer with 0 < fence < 2**53 (the fence of the replica's turn)")
-    text = check_typed_text(unify_line_breaks(text), "text", MAX_REPLY, required=True) or ""
-    check_conversation_id(conversation_id, "conversation_id")
-    check_id(in_reply_to, "in_reply_to")
+    text = validate_typed_text(unify_line_breaks(text), "text", max_len=MAX_REPLY, required=True) or ""
+    validate_conversation_id(conversation_id, "conversation_id")
+    validate_storable_id(in_reply_to, "in_reply_to")
     conv = selectors.conversation_get(tenant, conversation_id, store=store)
     inbound = store.message_get(tenant, in_reply_to)
     if inbound is None or inbound.conversation_id != conv.id:

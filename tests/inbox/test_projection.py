@@ -121,7 +121,7 @@ def test_record_tenant_must_match(inbox, tenant_id):
 )
 def test_bad_record_names_the_field(change, field):
     with pytest.raises(ValidationError) as err:
-        StoredMessage.from_record(dict(ledger_records()[0], **change))
+        StoredMessage.from_json(dict(ledger_records()[0], **change))
     assert err.value.field == field
 
 

@@ -7,7 +7,7 @@ from .config import (
     channel_config_delete,
     channel_config_set,
     channel_credentials_rotate,
-    check_api_base_url,
+    validate_api_base_url,
 )
 from .webhooks import (
     WebhookAccepted,
@@ -23,7 +23,7 @@ __all__ = [
     "channel_config_delete",
     "channel_config_set",
     "channel_credentials_rotate",
-    "check_api_base_url",
+    "validate_api_base_url",
     "webhook_telegram_accept",
     "webhook_whatsapp_accept",
     "webhook_whatsapp_handshake",

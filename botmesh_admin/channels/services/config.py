@@ -34,7 +34,7 @@ BOT_TOKEN_RE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{20,100}$")
 PRINTABLE_SECRET_RE = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, no spaces
 
 
-def _check_public(field: str, value: str) -> str:
+def _validate_public(value: str, field: str) -> str:
     value = value.strip()
     if not value:
         return ""
@@ -49,7 +49,7 @@ def _check_public(field: str, value: str) -> str:
     return value
 
 
-def check_api_base_url(value: str, *, production: bool) -> str:
+def validate_api_base_url(value: str, *, production: bool) -> str:
     """Return the provider API base URL ``value`` without its trailing ``/`` (``""``: the default API).
 
     The server sends requests (with the channel's credentials) to this URL, so
@@ -104,7 +104,7 @@ def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
     return ip_address_of(str(info[0][4][0]))  # ::ffff:127.0.0.1 is 127.0.0.1
 
 
-def _check_secret(field: str, value: str) -> str:
+def _validate_secret(value: str, field: str) -> str:
     if field == "bot_token" and not BOT_TOKEN_RE.fullmatch(value):
         raise ValidationError("channel.bot_token", "must look like 123456789:AAE… (as BotFather gives it)")
     if field == "webhook_secret" and not SECRET_TOKEN_RE.fullmatch(value):
@@ -169,10 +169,10 @@ def channel_config_set(
     for field in clear:
         if field not in SECRETS_OF_KIND[kind]:
             raise ValidationError("channel.clear", f"{field!r} is not a secret of {kind} channels")
-    public = {f: _check_public(f, v) for f, v in public_in.items() if v is not None}
+    public = {f: _validate_public(v, f) for f, v in public_in.items() if v is not None}
     production = settings.CONFIG.production
-    base_url = check_api_base_url(api_base_url, production=production) if api_base_url is not None else None
-    secrets = {f: _check_secret(f, v) for f, v in secrets_in.items() if v}
+    base_url = validate_api_base_url(api_base_url, production=production) if api_base_url is not None else None
+    secrets = {f: _validate_secret(v, f) for f, v in secrets_in.items() if v}
 
     if not Tenant.objects.filter(id=tenant).exists():
         raise NotFound(f"tenant {tenant!r} not found")
@@ -193,7 +193,7 @@ def channel_config_set(
                 sealed = credentials.encrypt(value) if field in ENCRYPTED_SECRETS else credentials.secret_hash(value)
                 setattr(row, _column(field), sealed)
             if kind == "whatsapp":
-                _check_whatsapp_number(row)
+                _validate_whatsapp_number(row)
             row.save()
     except IntegrityError:
         raise Conflict(f"channel {name!r} or its phone number id was just taken by another write") from None
@@ -214,7 +214,7 @@ def _column(secret: str) -> str:
     return f"{secret}_encrypted" if secret in ENCRYPTED_SECRETS else f"{secret}_hash"
 
 
-def _check_whatsapp_number(row: ChannelConfig) -> None:
+def _validate_whatsapp_number(row: ChannelConfig) -> None:
     if not row.phone_number_id:
         raise ValidationError("channel.phone_number_id", "required for a WhatsApp channel")
     other = (
