@@ -65,11 +65,9 @@ def _controls_re(allowed: str) -> re.Pattern[str]:
 def validate_text(
     value: object,
     field: str,
-    legacy_max_len: int | None = None,
     *,
-    max_len: int | None = None,
-    blank: bool | None = None,
-    required: bool | None = None,
+    max_len: int,
+    blank: bool = False,
     allowed_controls: str | None = None,
     json: bool = False,
 ) -> str:
@@ -79,19 +77,8 @@ def validate_text(
     (Unicode category Cc) not in ``allowed_controls`` (default tab, with
     ``json`` tab and line feed); the format characters of ``SPOOFING_RE``.
     ``json`` words the type and blank errors in JSON terms (see the module).
-
-    The older form ``validate_text(value, field, max_len, required=False)``
-    (positional ``max_len``, blank allowed unless ``required``) still works while
-    its callers move to ``max_len=`` / ``blank=``.
+    Raise ``BadType`` for a non-string, ``ValidationError`` naming ``field`` otherwise.
     """
-    if max_len is None:
-        if legacy_max_len is None:
-            raise TypeError("validate_text() needs max_len")
-        max_len = legacy_max_len
-        if blank is None:
-            blank = not required
-    elif blank is None:
-        blank = not required if required is not None else False
     if allowed_controls is None:
         allowed_controls = "\t\n" if json else "\t"
     if not isinstance(value, str):

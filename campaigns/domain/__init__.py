@@ -102,7 +102,7 @@ def validate_campaign_id(value: object, field: str = "campaign_id") -> str:
 
 
 def _text(value: object, field: str, max_len: int, *, required: bool = False) -> str:
-    return validate_text(value, field, max_len, required=required, allowed_controls="\t\n\r")
+    return validate_text(value, field, max_len=max_len, blank=not required, allowed_controls="\t\n\r")
 
 
 def validate_reason(reason: object, field: str = "reason") -> str:

@@ -46,13 +46,6 @@ def test_the_json_wording_names_json_types() -> None:
     assert _refusal(json_string, " ", "spec.id", max_len=9, blank=False) == ("spec.id", "must not be blank")
 
 
-def test_the_older_positional_form_keeps_its_meaning() -> None:
-    """``validate_text(v, field, max_len, required=...)``: blank allowed unless required (callers moving over)."""
-    assert validate_text(" ", "f", 5) == " "
-    assert _refusal(validate_text, " ", "f", 5, required=True) == ("f", "must not be empty")
-    assert _refusal(validate_text, "x" * 6, "f", 5) == ("f", "longer than 5 characters")
-
-
 def test_validate_name_strips_and_refuses_blank() -> None:
     assert validate_name("  Ana  ") == "Ana"
     assert _refusal(validate_name, "   ") == ("name", "must not be empty")
