@@ -931,9 +931,9 @@ class Builder:
         return {"readmarker": rows}
 
     def _deliveries(self, spec: Spec, items: range, careful: bool) -> dict[str, list[tuple[Any, ...]]]:
-        from campaigns.stores import default_stores
+        from campaigns.stores import default_store
 
-        _, slots = default_stores()
+        _, slots = default_store()
         deliveries = [d for d in (delivery_of(spec, i) for i in items) if d is not None]
         todo = deliveries
         if careful:
@@ -1042,9 +1042,9 @@ def campaign_settle(spec: Spec, size: int) -> None:
     from dataclasses import replace
 
     from campaigns.domain import PlanCounts
-    from campaigns.stores import default_stores
+    from campaigns.stores import default_store
 
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     campaign = campaigns.campaign_get(spec.tenant, spec.campaign_id)
     assert campaign is not None
     planned = len(range(0, size, 4))

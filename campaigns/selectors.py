@@ -30,7 +30,7 @@ from .domain import (
     validate_contact_ids,
 )
 from .domain.planning import SAMPLE, Plan, Planner
-from .stores import default_stores
+from .stores import default_store
 
 PREVIEW_RECIPIENTS = 1000
 CONVERSATION_CHECK_PAGE = 50  # recipients a preview looks up on the sending channel (one O(1) inbox read each)
@@ -41,7 +41,7 @@ RECIPIENT_CURSOR = re.compile(r"\+?[0-9]{1,20}")
 
 def campaign_get(tenant: str, campaign_id: str) -> Campaign:
     """Return the campaign; raise ``NotFound`` if it is missing (or another tenant's)."""
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     campaign = campaigns.campaign_get(tenant, campaign_id) if isinstance(campaign_id, str) else None
     if campaign is None:
         raise NotFound(f"campaign {campaign_id} not found")
@@ -60,7 +60,7 @@ def campaign_list(
     if state is not None and state not in CAMPAIGN_STATES:
         raise ValidationError("state", f"must be one of {', '.join(CAMPAIGN_STATES)}")
     after = cursor_check(after, ID_RE)  # the id of the page's last campaign
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     items = campaigns.campaign_scan(tenant, after=after, limit=limit + 1, state=state)  # by state: an index
     return page_of(items, limit, lambda c: c.id)
 
@@ -229,7 +229,7 @@ class SegmentUse(NamedTuple):
 
 def campaigns_of_segment(tenant: str, segment_id: str, *, limit: int = 5) -> SegmentUse:
     """Return the campaigns to ``segment_id``, split by whether they still need it (O(limit): an index)."""
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     return SegmentUse(
         campaigns.campaign_scan_by_segment(tenant, segment_id, states=SEGMENT_NEEDED_STATES, limit=limit),
         campaigns.campaign_scan_by_segment(tenant, segment_id, states=SEGMENT_FINISHED_STATES, limit=limit),
@@ -246,7 +246,7 @@ class Progress(NamedTuple):
 def campaign_progress(tenant: str, campaign_id: str) -> Progress:
     """Return the campaign and its delivery counts (``counts.percent`` = deliveries with an outcome)."""
     campaign = campaign_get(tenant, campaign_id)
-    _, slots = default_stores()
+    _, slots = default_store()
     return Progress(campaign, slots.slot_counts(tenant, campaign_id))
 
 
@@ -275,7 +275,7 @@ def delivery_list(
     campaign_get(tenant, campaign_id)
     if any(isinstance(v, str) and len(v) > MAX_FILTER for v in (reason, contact_id)):
         return Page([], None)  # no delivery has it (and it could not be an index key)
-    _, slots = default_stores()
+    _, slots = default_store()
     items = slots.slot_scan(
         tenant, campaign_id, after=after, limit=limit + 1, state=state, reason=reason, contact_id=contact_id
     )

@@ -102,21 +102,7 @@ def test_no_app_has_another_top_level_module(app: str) -> None:
     assert not extra, f"{app} has top-level modules outside the shape: {', '.join(extra)}"
 
 
-STORES_APPS = [
-    pytest.param(
-        app,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="campaigns.stores still exposes default_stores()/use_stores(campaigns, slots) for its two stores",
-        ),
-    )
-    if app == "campaigns"
-    else app
-    for app in APPS
-]
-
-
-@pytest.mark.parametrize("app", STORES_APPS)
+@pytest.mark.parametrize("app", APPS)
 def test_stores_package_exposes_default_store_and_use_store_on_the_kernel_default_store(app: str) -> None:
     """``default_store()`` answers what ``use_store(store)`` set for the block, and the Kv store again after."""
     stores = importlib.import_module(f"{app}.stores")

@@ -41,7 +41,7 @@ from ..domain import (
     validate_rate,
     validate_scheduled_at,
 )
-from ..stores import default_stores
+from ..stores import default_store
 from ..stores.base import VersionConflict
 from ..tasks import campaign_start_due as campaign_start_due_task
 
@@ -126,7 +126,7 @@ def campaign_create(
         created_at=at,
         updated_at=at,
     )
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     created = campaigns.campaign_insert(tenant, validate_campaign(campaign))
     log.info("campaign created tenant=%s campaign=%s channel=%s", tenant, created.id, channel)
     return created
@@ -146,7 +146,7 @@ def campaign_update(
     rate_per_s: float | None = UNSET,
 ) -> Campaign:
     """Change a draft campaign at ``expected_version`` (compare-and-set); raise ``Conflict`` / ``StateConflict``."""
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     current = _get(tenant, campaign_id)
     if current.state != "draft":
         raise StateConflict(f"a {current.state} campaign cannot be edited", current_version=current.version)
@@ -175,7 +175,7 @@ def campaign_update(
 
 def campaign_delete(tenant: str, campaign_id: str) -> None:
     """Delete a campaign and its deliveries; a scheduled, running or paused one must be cancelled first."""
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
 
     def attempt() -> None:
         current = _get(tenant, campaign_id)
@@ -211,7 +211,7 @@ def campaign_run_dispatch(tenant: str, campaign: Campaign, *, after: str = "") -
 
 
 def _get(tenant: str, campaign_id: str) -> Campaign:
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     campaign = campaigns.campaign_get(tenant, campaign_id) if isinstance(campaign_id, str) else None
     if campaign is None:
         raise NotFound(f"campaign {campaign_id} not found")
@@ -226,7 +226,7 @@ def _transition(
     index: Callable[[Campaign], None] | None = None,
 ) -> Campaign:
     """Apply ``change`` by compare-and-set, re-reading after a concurrent write; ``None`` = nothing to do."""
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
 
     def attempt() -> Campaign:
         current = _get(tenant, campaign_id)
@@ -243,7 +243,7 @@ def _transition(
 
 def _index_active(tenant: str) -> Callable[[Campaign], None]:
     def put(c: Campaign) -> None:
-        campaigns, _ = default_stores()
+        campaigns, _ = default_store()
         campaigns.index_put(tenant, c.id, state=c.state, at=c.scheduled_at if c.state == "scheduled" else None)
 
     return put
@@ -322,7 +322,7 @@ def campaign_cancel(tenant: str, campaign_id: str, *, actor: str = "") -> Campai
         return replace(c, state="cancelled", finished_at=now_ms())
 
     campaign = _transition(tenant, campaign_id, change)
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
     cancelled = slots.slots_cancel(tenant, campaign_id, now_ms=now_ms())
     campaigns.index_delete(tenant, campaign_id)
     log.info(
@@ -340,7 +340,7 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
     """
     if isinstance(recipients, str) or not recipients:
         raise ValidationError("recipients", "name at least one recipient")
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
     current = _get(tenant, campaign_id)
     if current.state in ("draft", "scheduled", "cancelled"):
         raise _refuse(current, "resent")
@@ -369,7 +369,7 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
 
 
 def _fail(tenant: str, campaign_id: str, error: str) -> Campaign:
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
 
     def change(c: Campaign) -> Campaign | None:
         if c.state not in ("running", "paused"):
@@ -384,7 +384,7 @@ def _fail(tenant: str, campaign_id: str, error: str) -> Campaign:
 
 
 def _complete(tenant: str, campaign_id: str) -> Campaign:
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
 
     def change(c: Campaign) -> Campaign | None:
         if c.state not in ("running", "paused") or slots.slot_counts(tenant, campaign_id).open:

@@ -17,7 +17,7 @@ from botmesh_admin.errors import NotFound
 
 from ..domain import Campaign, Recipient, new_delivery, now_ms
 from ..domain.planning import Planner
-from ..stores import default_stores
+from ..stores import default_store
 from ..stores.base import SlotStore
 from .definition import _fail, _transition
 
@@ -45,7 +45,7 @@ def _materialize(tenant: str, campaign: Campaign, planner: Planner) -> Campaign:
     """Fix the recipients: one pending slot each (idempotent, streamed), then record the plan's counts."""
     from crm.selectors import segment_get
 
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
     try:
         segment = segment_get(tenant, campaign.segment_id)
     except NotFound:

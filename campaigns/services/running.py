@@ -32,7 +32,7 @@ from botmesh_admin.observability import shutdown
 
 from ..domain import ACTIVE_STATES, RUN_CHANNEL, Campaign, Recipient, now_ms
 from ..domain.planning import Planner
-from ..stores import default_stores
+from ..stores import default_store
 from .definition import _complete, _fail, _get, _index_active, _transition, campaign_run_dispatch
 from .planning import _materialize
 from .sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
@@ -60,7 +60,7 @@ class _Control:
         self.stopped_by: str | None = None
 
     def keep_going(self) -> bool:
-        campaigns, _ = default_stores()
+        campaigns, _ = default_store()
         current = campaigns.campaign_get(self.tenant, self.campaign_id)
         if current is None or current.state != "running":
             self.stopped_by = current.state if current else "deleted"
@@ -219,7 +219,7 @@ def _run_once(
     clock: Callable[[], int],
     sleep: Callable[[float], None],
 ) -> Campaign:
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
     planner = planner or Planner(tenant)
     if campaign.plan is None:
         campaign = _materialize(tenant, campaign, planner)
@@ -301,7 +301,7 @@ def campaigns_tick(*, at_ms: int | None = None, dispatch: Callable[[str, str], N
     "redispatched", "cleaned"}``.
     """
     now = at_ms if at_ms is not None else now_ms()
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     counts = {"started": 0, "redispatched": 0, "cleaned": 0}
     runs: dict[tuple[str, str], str] | None = None  # read once, when a running campaign looks stalled
     wake = False  # a stalled campaign's run event waits in the journal: queue a drain of the channel

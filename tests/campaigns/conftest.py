@@ -39,13 +39,17 @@ def campaign_store(stores: tuple[CampaignStore, SlotStore]) -> CampaignStore:
 @pytest.fixture
 def world(tenant_id: str, db):
     """Memory CRM + campaign stores for ``tenant_id`` (region CO); yield the tenant id."""
-    from campaigns.stores import use_stores
+    from campaigns.stores import CampaignStores
+    from campaigns.stores import use_store as use_campaign_store
     from crm import selectors as crm_selectors
-    from crm.stores import use_store
+    from crm.stores import use_store as use_contact_store
     from crm.stores.memory import MemoryContactStore
 
     crm_selectors._regions[tenant_id] = ("CO", float("inf"))
-    with use_store(MemoryContactStore()), use_stores(MemoryCampaignStore(), MemorySlotStore()):
+    with (
+        use_contact_store(MemoryContactStore()),
+        use_campaign_store(CampaignStores(MemoryCampaignStore(), MemorySlotStore())),
+    ):
         yield tenant_id
     crm_selectors.tenant_region_forget(tenant_id)
 

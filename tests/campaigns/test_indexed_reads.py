@@ -32,7 +32,7 @@ from campaigns.domain import (
 from campaigns.domain import planning as planner_module
 from campaigns.domain.planning import Planner, SeenKeys
 from campaigns.services import planning
-from campaigns.stores import use_stores
+from campaigns.stores import CampaignStores, use_store
 from campaigns.stores.base import SlotStore
 from campaigns.stores.kv import DELIVERY, KvCampaignStore, KvSlotStore
 from campaigns.stores.memory import MemoryCampaignStore, MemorySlotStore
@@ -314,7 +314,7 @@ def test_progress_and_filtered_pages_cost_the_same_at_300_and_3000_deliveries(te
     _fill(slots, tenant_id, small, 300)
     _fill(slots, tenant_id, big, 3000)
     cost: dict[str, list[int]] = {}
-    with use_stores(campaigns, slots):
+    with use_store(CampaignStores(campaigns, slots)):
         for campaign_id in (small, big):
             for name, read in [
                 ("progress", lambda cid=campaign_id: selectors.campaign_progress(tenant_id, cid)),
@@ -345,7 +345,7 @@ def test_progress_and_filtered_pages_cost_the_same_at_300_and_3000_deliveries(te
 
 def test_a_filter_longer_than_any_reason_finds_nothing(world: str) -> None:
     campaigns = MemoryCampaignStore()
-    with use_stores(campaigns, MemorySlotStore()):
+    with use_store(CampaignStores(campaigns, MemorySlotStore())):
         c = campaigns.campaign_insert(
             world,
             Campaign(
@@ -420,7 +420,7 @@ def kv_world(world: str, request: pytest.FixtureRequest):
     """``world`` (memory CRM) with the campaign Kv stores over each backend in turn; yields (tenant, slots)."""
     kv = backends.open_kv(request.param, request)
     slots = KvSlotStore(kv)
-    with use_stores(KvCampaignStore(kv), slots):
+    with use_store(CampaignStores(KvCampaignStore(kv), slots)):
         yield world, slots
 
 
@@ -577,7 +577,7 @@ def test_a_campaign_planned_before_the_indexes_is_built_by_botmesh_reindex(tenan
                 )
             ],
         )
-    with use_stores(campaigns, slots):
+    with use_store(CampaignStores(campaigns, slots)):
         with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
             selectors.campaign_progress(tenant_id, campaign_id)
         out = io.StringIO()
@@ -633,7 +633,7 @@ def test_campaigns_listed_by_state_page_through_the_index(campaign_store, tenant
     assert listed("paused") == []
     if isinstance(campaign_store, KvCampaignStore):
         assert campaign_store.layout.check(campaign_store._campaigns(tenant_id), CAMPAIGN.indexes[0].name) == NO_DRIFT
-    with use_stores(campaign_store, MemorySlotStore()):
+    with use_store(CampaignStores(campaign_store, MemorySlotStore())):
         page = selectors.campaign_list(tenant_id, state="running", limit=3)
         assert [c.id for c in page.items] == [made[n].id for n in (0, 2, 6)] and page.next == made[6].id
         assert [c.id for c in selectors.campaign_list(tenant_id, state="running", after=page.next).items] == [

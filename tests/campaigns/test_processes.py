@@ -164,11 +164,11 @@ def assert_each_recipient_once(tenant: str, campaign_id: str, fake, n: int = N) 
 def assert_progress_is_the_deliveries(tenant: str, campaign_id: str, got: dict) -> None:
     """After the kills and races: the O(1) progress counters equal the deliveries, and no index drifts."""
     from campaigns.domain import count_deliveries
-    from campaigns.stores import default_stores
+    from campaigns.stores import default_store
     from campaigns.stores.kv import DELIVERY, KvSlotStore
 
     assert selectors.campaign_progress(tenant, campaign_id).counts == count_deliveries(got.values())
-    _, slots = default_stores()
+    _, slots = default_store()
     assert isinstance(slots, KvSlotStore)
     table = slots._table(tenant, campaign_id)
     drift = {i.name: slots.layout.check(table, i.name) for i in DELIVERY.indexes}

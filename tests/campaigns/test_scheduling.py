@@ -10,7 +10,7 @@ from botmesh_admin.events.base import RetryPolicy
 from botmesh_admin.events.runtime import use_journal
 from campaigns import selectors, services
 from campaigns.domain import RUN_CHANNEL, now_ms
-from campaigns.stores import default_stores
+from campaigns.stores import default_store
 from crm import services as crm
 
 from .conftest import make_contacts
@@ -81,7 +81,7 @@ def test_the_tick_publishes_a_run_and_leaves_a_dead_lettered_one_to_a_person(wor
 
 def test_the_tick_forgets_campaigns_that_ended(world: str) -> None:
     campaign = _started(world)
-    campaigns, _ = default_stores()
+    campaigns, _ = default_store()
     current = campaigns.campaign_get(world, campaign.id)
     campaigns.campaign_replace(world, replace(current, state="completed"), expected_version=current.version)
     counts = services.campaigns_tick(at_ms=now_ms(), dispatch=lambda t, c: None)

@@ -10,7 +10,7 @@ from campaigns import selectors, services
 from campaigns.domain.planning import Planner
 from campaigns.services import planning
 from campaigns.services.sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
-from campaigns.stores import default_stores
+from campaigns.stores import default_store
 from crm import services as crm
 from crm.selectors import contact_get
 
@@ -137,7 +137,7 @@ def test_if_the_broadcast_raises_every_reserved_slot_is_released(world: str, fak
     tenant = world
     make_contacts(tenant, 5)
     campaign = start(tenant)
-    campaigns, slots = default_stores()
+    campaigns, slots = default_store()
 
     class Exploding:
         kind = "whatsapp"
