@@ -34,6 +34,10 @@ from .domain import (
 from .stores import default_store
 from .stores.base import StaleRevision
 
+CONTENDED_ATTEMPTS = (
+    20  # the bound before issue 14: installs, upgrades and admins write one plugin at once; 8 answer 409 sooner
+)
+
 Decision = tuple[Installation, list[AuditEvent]] | None
 """What a change decides: the installation to store and its audit events, or ``None`` (nothing to do)."""
 
@@ -75,7 +79,7 @@ def plugin_install(tenant: str, *, manifest: bytes | str | Mapping[str, Any], ac
             return current, False
         return _replace(tenant, current, parsed, actor), False
 
-    return cas_retry(attempt, what=f"plugin {parsed.id!r}", retry_on=StaleRevision)
+    return cas_retry(attempt, what=f"plugin {parsed.id!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS)
 
 
 def _first_install(tenant: str, manifest: Manifest, actor: str) -> Installation:
@@ -176,7 +180,7 @@ def _update(
 
     if expected_revision is not None:
         return attempt()  # a lost race is the caller's Conflict (StaleRevision), never retried
-    return cas_retry(attempt, what=f"plugin {plugin_id!r}", retry_on=StaleRevision)
+    return cas_retry(attempt, what=f"plugin {plugin_id!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS)
 
 
 def plugin_grant(
@@ -312,7 +316,7 @@ def plugin_uninstall(tenant: str, plugin_id: str, *, actor: str) -> None:
         )
         default_store().delete(tenant, plugin_id, expect_revision=current.revision, audit=[event])
 
-    cas_retry(attempt, what=f"plugin {plugin_id!r}", retry_on=StaleRevision)
+    cas_retry(attempt, what=f"plugin {plugin_id!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS)
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.runtime import default_kv
 
 TABLE = "system/login-failures"
+FAILURE_ATTEMPTS = 20  # running out counts as locked: with 8 a burst of parallel failures locks the name sooner
 
 
 def _key(username: str) -> str:
@@ -44,7 +45,7 @@ def login_failed(username: str) -> int:
         return int(entry.value) + 1
 
     try:
-        return cas_retry(attempt, what="the failed-login count")
+        return cas_retry(attempt, what="the failed-login count", attempts=FAILURE_ATTEMPTS)
     except Conflict:  # a storm of failures for this name: count it as locked
         return int(settings.BOTMESH_LOGIN_MAX_FAILURES)
 

@@ -34,7 +34,7 @@ from ..domain import (
 )
 from ..stores import default_store
 from ..stores.base import StaleRevision
-from .versions import audit_event, retained_version
+from .versions import CONTENDED_ATTEMPTS, audit_event, retained_version
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def gate_run_start(
         default_store().update_version(tenant, updated, expect_revision=current.revision, audit=events)
         return run
 
-    return cas_retry(attempt, what=f"gate {gate!r} of {version!r}", retry_on=StaleRevision)
+    return cas_retry(attempt, what=f"gate {gate!r} of {version!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS)
 
 
 def gate_run_finish(
@@ -203,7 +203,7 @@ def gate_run_finish(
         )
         return default_store().update_version(tenant, updated, expect_revision=current.revision, audit=[event])
 
-    return cas_retry(attempt, what=f"gate {gate!r} of {version!r}", retry_on=StaleRevision)
+    return cas_retry(attempt, what=f"gate {gate!r} of {version!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS)
 
 
 def gate_decide(

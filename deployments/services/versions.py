@@ -37,6 +37,9 @@ from ..stores.base import StaleRevision
 
 log = logging.getLogger(__name__)
 
+CONTENDED_ATTEMPTS = (
+    20  # the old bound: every CI runner publishes and reports gates on one bot at once, 8 refuse a burst
+)
 PRUNE_BATCH = 100
 PRUNE_ROUNDS = 20
 """Batches one ``version_prune`` call deletes at most (``PRUNE_BATCH`` versions each)."""
@@ -122,7 +125,9 @@ def version_publish(
         # Published concurrently (StaleRevision): the next attempt compares with what won.
         return default_store().publish(tenant, fresh, audit=audit), True
 
-    stored, created = cas_retry(attempt, what=f"version {spec.version!r}", retry_on=StaleRevision)
+    stored, created = cas_retry(
+        attempt, what=f"version {spec.version!r}", retry_on=StaleRevision, attempts=CONTENDED_ATTEMPTS
+    )
     keep = retain_versions()
     if created and keep is not None:
         try:

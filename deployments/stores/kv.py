@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from botmesh_admin.errors import Conflict
 from botmesh_admin.kv import (
     ABSENT,
     Check,
@@ -44,6 +43,9 @@ SEQ_SPAN = 10**10
 # ``reuses_keys`` (the default): the kernel reads the stored pointer for ``old``.
 ACTIVE = RecordType("active", "active/", (CountIndex("live"),))
 REGISTRY = declare("deployments", COLLECTION, [ACTIVE])
+PUBLISH_ATTEMPTS = (
+    50  # every concurrent publish of a bot races for its one seq counter: 8 lose under a burst of CI runs
+)
 
 
 def version_key(bot: str, seq: int) -> str:
@@ -75,7 +77,11 @@ class KvDeploymentStore:
             raise StaleRevision(f"{what} changed concurrently", current_version=exc.current_version) from None
 
     def publish(self, tenant: str, version: BotVersion, *, audit: AuditFor) -> BotVersion:
-        """Assign the next seq and store the version, its index entry and audit (see the contract)."""
+        """Assign the next seq and store the version, its index entry and audit (see the contract).
+
+        Raise ``StaleRevision`` if the version string is taken, or ("too many concurrent
+        publishes") after ``PUBLISH_ATTEMPTS`` lost races for the seq counter.
+        """
         table, bot = self._table(tenant), version.bot
         counter_key, index_key = f"bot/{bot}", f"version-index/{bot}/{version.version}"
 
@@ -105,7 +111,9 @@ class KvDeploymentStore:
         return cas_retry(
             attempt,
             what=f"publishes of {bot!r}",
-            exhausted=lambda: Conflict(f"too many concurrent publishes for {bot!r}; try again"),
+            attempts=PUBLISH_ATTEMPTS,
+            # A StaleRevision (the counter moved under us): the service's own retry publishes again, as before.
+            exhausted=lambda: StaleRevision(f"too many concurrent publishes for {bot!r}; try again"),
         )
 
     def index_get(self, tenant: str, bot: str, version: str) -> IndexEntry | None:

@@ -341,3 +341,14 @@ def test_prune_racing_activation_never_deletes_the_active_version(
             assert selectors.version_get(tenant_id, BOT, active.version).version == active.version, results
         if isinstance(results[0], NotFound):
             break  # prune won and removed the target first: it is gone, not active
+
+
+def test_32_concurrent_publishes_of_distinct_versions_all_succeed(
+    registry: DeploymentStore, tenant_id: str, versions
+) -> None:
+    # 32 writers race for the bot's one seq counter: each attempt has one winner, so a publish may lose
+    # many rounds in a row — more than the default CAS_ATTEMPTS (8) — and must still not answer 409.
+    specs = [{**versions[0], "version": f"5.0.{i}"} for i in range(32)]
+    results = _together(*[(lambda s=s: services.version_publish(tenant_id, spec=s, actor="token:ci")) for s in specs])
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert sorted(v.seq for v, _ in results) == list(range(1, 33))
