@@ -46,7 +46,15 @@ log = logging.getLogger(__name__)
 
 CONTENDED_ATTEMPTS = 200
 """``cas_retry``'s bound for one contact: the inbox, an import and agents may all write it at once."""
+REREAD_ATTEMPTS = (
+    20  # an import row's merge and the segment definitions' sync: the bound before issue 14, 8 gave up sooner
+)
 UNSET: Any = object()
+
+
+def _changing_too_fast(what: str) -> Conflict:
+    """The CRM's wording of an exhausted retry (409), as users and import reports have always seen it."""
+    return Conflict(f"{what} is changing too fast; try again")
 
 
 def _version_miss(exc: Conflict) -> bool:
@@ -121,7 +129,12 @@ def _mutate(
         )
 
     return cas_retry(
-        attempt, what=f"contact {contact_id}", attempts=CONTENDED_ATTEMPTS, retry_on=Conflict, retry_if=_version_miss
+        attempt,
+        what=f"contact {contact_id}",
+        attempts=CONTENDED_ATTEMPTS,
+        retry_on=Conflict,
+        retry_if=_version_miss,
+        exhausted=lambda: _changing_too_fast(f"contact {contact_id}"),
     )
 
 
@@ -177,7 +190,13 @@ def contact_upsert_identity(
         log.info("crm contact created tenant=%s contact=%s source=%s", tenant, created.id, source)
         return created
 
-    return cas_retry(attempt, what="identity", attempts=CONTENDED_ATTEMPTS, retry_on=IdentityTaken)
+    return cas_retry(
+        attempt,
+        what="identity",
+        attempts=CONTENDED_ATTEMPTS,
+        retry_on=IdentityTaken,
+        exhausted=lambda: _changing_too_fast("identity"),
+    )
 
 
 def contact_create(
@@ -409,6 +428,7 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
         attempts=CONTENDED_ATTEMPTS,
         retry_on=Conflict,
         retry_if=lambda exc: exc.current_version is not None,
+        exhausted=lambda: _changing_too_fast(f"contact {contact_id}"),
     )
     log.info("crm contact erased tenant=%s contact=%s", tenant, contact_id)
     return ErasureReport(

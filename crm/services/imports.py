@@ -30,7 +30,7 @@ from crm.domain import (
 from crm.selectors import tenant_region
 from crm.stores import default_store
 
-from .contacts import _apply_suppressions, _mutate, _new_contact
+from .contacts import REREAD_ATTEMPTS, _apply_suppressions, _mutate, _new_contact
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,13 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
         return "created", list(notices), None
 
     # A concurrent writer claimed one of the identities or erased the owner: read again.
-    return cas_retry(attempt, what="the row's contacts", retry_on=(IdentityTaken, NotFound))
+    return cas_retry(
+        attempt,
+        what="the row's contacts",
+        attempts=REREAD_ATTEMPTS,
+        retry_on=(IdentityTaken, NotFound),
+        exhausted=lambda: Conflict("the row's contacts are changing too fast; try again"),  # kept in import reports
+    )
 
 
 def contact_import_queue(tenant: str, job_id: str) -> EventRecord:

@@ -17,7 +17,9 @@ from botmesh_admin.kv.cas import cas_retry
 from crm.domain import Segment, new_id, now_ms, segment_rules_from_input, validate_segment_name
 from crm.selectors import segment_list
 from crm.stores import default_store
-from crm.stores.base import MAX_SCAN
+from crm.stores.base import MAX_SCAN, StaleRevision
+
+from .contacts import REREAD_ATTEMPTS
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,10 @@ def segment_membership_sync(tenant: str) -> list[str]:
             raise _SegmentsMoved  # a segment was saved or deleted while we wrote: its own sync may have lost
 
     try:
-        cas_retry(attempt, what="segment definitions", retry_on=(Conflict, _SegmentsMoved))
+        # Only a revision miss or moved segments: a store's other Conflict is not retried here.
+        cas_retry(
+            attempt, what="segment definitions", retry_on=(StaleRevision, _SegmentsMoved), attempts=REREAD_ATTEMPTS
+        )
     except Conflict:
         log.warning("crm segment definitions keep changing tenant=%s; the next build syncs them", tenant)
     return [sid for sid in store.membership_pending(tenant) if sid != "sweep"]

@@ -32,9 +32,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from botmesh_admin.errors import Conflict
 from crm.domain import MEMBER, Contact, Group, Identity, ImportJob, Segment, SegmentRules, Term
 
 MAX_SCAN = 5000
+
+
+class StaleRevision(Conflict):
+    """What a write read moved before its compare-and-set (nothing was written): read again and retry.
+
+    Raised by ``membership_sync``; the services retry only it
+    (``cas_retry(..., retry_on=StaleRevision)``), never another ``Conflict``
+    such as a store's own exhausted retries. HTTP 409 ``conflict``.
+    """
+
+
 """The largest ``limit`` of a store scan (checked with ``pagination.validate_limit``)."""
 
 
@@ -186,6 +198,8 @@ class ContactStore(Protocol):
         Membership is kept per segment and rules key (``segment_rules_key``):
         a renamed segment keeps it; a new or changed one is not built until
         ``membership_build`` ran (at once in a tenant without contacts).
+        Raise ``StaleRevision`` if the stored definitions moved since they were
+        read (nothing written): read the segments again and call it again.
         """
         ...
 

@@ -103,7 +103,7 @@ from crm.domain import (
     version_mismatch,
 )
 
-from .base import MAX_SCAN
+from .base import MAX_SCAN, StaleRevision
 
 CHUNK_CHARS = 1_000_000
 TEXT_BASE = "x/by_text/"
@@ -165,7 +165,13 @@ def _repair_membership(kv: DurableKv, tenant: str) -> None:
 def _derive_membership(kv: DurableKv, tenant: str) -> int:
     """Define the membership of the saved segments (an installation older than it) and build it."""
     store = KvContactStore(kv)
-    store.membership_sync(tenant, store.segment_scan(tenant, limit=5000))
+    cas_retry(
+        lambda: store.membership_sync(tenant, store.segment_scan(tenant, limit=5000)),
+        what="segment membership",
+        attempts=MEMBERSHIP_ATTEMPTS,
+        retry_on=StaleRevision,
+        exhausted=lambda: Conflict("segment membership kept changing; try again"),
+    )
     return store.membership_build(tenant)
 
 
@@ -188,6 +194,8 @@ def _chunks(items: Sequence[str], size: int = MAX_GET_MANY) -> Iterable[Sequence
 DEFS_KEY = "g/segments"
 BUILD_KEY = "g/membership"
 ALL_COUNTER = f"x/term_n/{encode(ALL)}"
+MEMBERSHIP_ATTEMPTS = 20  # the bound before issue 14: every contact write checks the definitions a build rewrites
+REPAIR_ATTEMPTS = 1000  # membership_rebuild's mark was unbounded (an operator's --repair must not give up): ≤ ~50 s
 SEGMENT_BASE = "x/segment/"
 
 
@@ -280,7 +288,9 @@ class KvContactStore:
         return cas_retry(
             commit,
             what="segment definitions",
+            attempts=MEMBERSHIP_ATTEMPTS,
             retry_if=lambda exc: exc.key == DEFS_KEY or exc.key.startswith("m/"),
+            exhausted=lambda: Conflict("segment definitions kept changing; try again"),
         )
 
     # contacts
@@ -544,35 +554,38 @@ class KvContactStore:
         or changed one waits for ``membership_build`` — except in a tenant without
         contacts, where it is built at once (the commit checks the contact
         counter's version, so a contact created meanwhile makes it read again).
-        Call it again after reading the segments again: on a conflict this
-        raises nothing and retries with the stored state, but the caller's list
-        must be read after the previous sync (see ``crm.services``).
+        One compare-and-set: when the stored definitions, the build state or
+        the contact counter moved since they were read it raises ``StaleRevision``
+        and writes nothing; the caller reads the segments again and calls it
+        again (``crm.services.segment_membership_sync``).
         """
         table = self._contacts(tenant)
         want = {s.id: {"rules": s.rules.to_json(), "key": segment_rules_key(s.rules)} for s in segments}
 
-        def attempt() -> None:
-            defs_entry, build_entry, counter = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY, ALL_COUNTER])
-            have = dict(defs_entry.value.get("s") or {}) if defs_entry is not None else {}
-            if have == want:
-                return
-            state = _build_state(build_entry)
-            empty = counter is None or counter.value == 0
-            removed = any(sid not in want or want[sid]["key"] != d["key"] for sid, d in have.items())
-            if empty:
-                state = {"built": {sid: d["key"] for sid, d in want.items()}, "pass": None, "sweep": False}
-            else:
-                state["built"] = {sid: k for sid, k in state["built"].items() if want.get(sid, {}).get("key") == k}
-                state["sweep"] = state["sweep"] or removed
-            ops: list[Op] = [
-                Put(DEFS_KEY, {"s": want}, ABSENT if defs_entry is None else defs_entry.version),
-                Put(BUILD_KEY, state, ABSENT if build_entry is None else build_entry.version),
-                Check(ALL_COUNTER, ABSENT if counter is None else counter.version),
-            ]
+        defs_entry, build_entry, counter = self.kv.get_many(table, [DEFS_KEY, BUILD_KEY, ALL_COUNTER])
+        have = dict(defs_entry.value.get("s") or {}) if defs_entry is not None else {}
+        if have == want:
+            return
+        state = _build_state(build_entry)
+        empty = counter is None or counter.value == 0
+        removed = any(sid not in want or want[sid]["key"] != d["key"] for sid, d in have.items())
+        if empty:
+            state = {"built": {sid: d["key"] for sid, d in want.items()}, "pass": None, "sweep": False}
+        else:
+            state["built"] = {sid: k for sid, k in state["built"].items() if want.get(sid, {}).get("key") == k}
+            state["sweep"] = state["sweep"] or removed
+        ops: list[Op] = [
+            Put(DEFS_KEY, {"s": want}, ABSENT if defs_entry is None else defs_entry.version),
+            Put(BUILD_KEY, state, ABSENT if build_entry is None else build_entry.version),
+            Check(ALL_COUNTER, ABSENT if counter is None else counter.version),
+        ]
+        try:
             self.kv.commit(table, ops)
-            _defs_cache.forget(self.kv, table)
-
-        cas_retry(attempt, what="segment membership")
+        except ConflictError as exc:
+            raise StaleRevision(
+                "segment membership changed concurrently", current_version=exc.current_version
+            ) from None
+        _defs_cache.forget(self.kv, table)
 
     def membership_pending(self, tenant: str) -> list[str]:
         """Return the ids of the segments whose membership is not built (and ``"sweep"`` if one is due)."""
@@ -634,7 +647,12 @@ class KvContactStore:
             state: dict[str, Any] = {"built": {}, "pass": None, "sweep": True}
             self.kv.commit(table, [Put(BUILD_KEY, state, ABSENT if entry is None else entry.version)])
 
-        cas_retry(attempt, what="segment membership")
+        cas_retry(
+            attempt,
+            what="segment membership",
+            attempts=REPAIR_ATTEMPTS,
+            exhausted=lambda: Conflict("segment membership kept changing; try again"),
+        )
         return self.membership_build(tenant)
 
     def _built_keys(self, table: str, segments: Sequence[Segment]) -> dict[str, str]:
