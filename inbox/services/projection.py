@@ -55,7 +55,7 @@ from ..domain import (
     validate_storable_id,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, too_busy
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
@@ -242,7 +242,13 @@ def ingest(
         return Projected("created", conv.id, m.id)
 
     # Exhausted, the journal retries the record later.
-    return cas_retry(attempt, what=f"conversation {_hash(chat_key)}", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what=f"conversation {_hash(chat_key)}",
+        retry_on=STALE,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy(f"conversation {_hash(chat_key)} is too busy; the record will be retried"),
+    )
 
 
 def update_message(
@@ -279,7 +285,13 @@ def update_message(
         store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
         return Projected("updated", current.conversation_id, current.id)
 
-    return cas_retry(attempt, what="message", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what="message",
+        retry_on=STALE,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("message is too busy; the record will be retried"),
+    )
 
 
 # -- ledger records -------------------------------------------------------------------
@@ -529,7 +541,13 @@ def _project_edit(tenant: str, event: InboundMessage) -> Projected:
             raise _EditRaced  # the original (or another edit) was stored meanwhile: apply the edit to it
         return result  # ``messages.in`` counts the original when it replaces the placeholder
 
-    return cas_retry(attempt, what=f"message {_hash(target)}", retry_on=_EditRaced, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what=f"message {_hash(target)}",
+        retry_on=_EditRaced,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy(f"message {_hash(target)} is too busy; the record will be retried"),
+    )
 
 
 class _EditRaced(Exception):
@@ -607,7 +625,13 @@ def project_member(tenant: str, event: MemberUpdate) -> Projected:
         store.write(tenant, Change(conversation=validate_conversation(new), previous=stored))
         return new
 
-    done = cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    done = cas_retry(
+        attempt,
+        what="conversation",
+        retry_on=STALE,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("conversation is too busy; the record will be retried"),
+    )
     if isinstance(done, Projected):
         return done
     new = done

@@ -68,7 +68,7 @@ from ..domain import (
     validate_typed_text,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore, too_busy
 from .projection import _after_message, _merge_placeholder
 
 if TYPE_CHECKING:
@@ -163,7 +163,13 @@ def reply_create(
         )
         return store.message_get(tenant, message_id) or message
 
-    return cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what="conversation",
+        retry_on=STALE,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("conversation is too busy; try again"),
+    )
 
 
 def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, assign: bool) -> Conversation:
@@ -223,7 +229,13 @@ def _record_outcome(tenant: str, message: Message, **changes: Any) -> Message:
         except STALE:
             return _moved_on(store, tenant, latest)
 
-    return cas_retry(attempt, what="reply", retry_on=_StillSending, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what="reply",
+        retry_on=_StillSending,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("reply is too busy; the record will be retried"),
+    )
 
 
 class _StillSending(Exception):
@@ -292,7 +304,13 @@ def _record_accepted(tenant: str, message: Message, *, provider_message_id: str)
         except STALE:
             return _moved_on(store, tenant, latest)
 
-    return cas_retry(attempt, what="reply", retry_on=_StillSending, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what="reply",
+        retry_on=_StillSending,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("reply is too busy; the record will be retried"),
+    )
 
 
 def _without(conv: Conversation, placeholder: Message, reply: Message, now: int) -> Conversation:
@@ -626,7 +644,13 @@ def bot_reply_create(
         log.info("inbox bot reply %s queued conversation=%s fence=%s", message_id, conv.id, fence)
         return store.message_get(tenant, message_id) or message, True
 
-    return cas_retry(attempt, what="conversation", retry_on=STALE, attempts=BUSY_CHAT_ATTEMPTS)
+    return cas_retry(
+        attempt,
+        what="conversation",
+        retry_on=STALE,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=too_busy("conversation is too busy; try again"),
+    )
 
 
 class HandedOff(Conflict):

@@ -44,6 +44,7 @@ Rules every implementation keeps:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -73,6 +74,12 @@ messages, an agent acting meanwhile all compare-and-set the same record; with
 four workers projecting one chat 8 attempts lose records
 (``tests/inbox/test_services.py``, ``tests/inbox/test_indexed_reads.py``).
 """
+
+
+def too_busy(message: str) -> Callable[[], Conflict]:
+    """Return an ``exhausted=`` for ``cas_retry`` raising ``Conflict(message)``: the inbox's wording before issue 14."""
+    return lambda: Conflict(message)
+
 
 MAX_SCAN = 5000
 INVERT = 10**13 - 1

@@ -125,12 +125,14 @@ from inbox.domain import (
     replace,
 )
 
-from .base import BUSY_CHAT_ATTEMPTS, INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor
+from .base import BUSY_CHAT_ATTEMPTS, INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor, too_busy
 
 COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
 SETTINGS, SETTINGS_KEY = "settings", "inbox"
 MESSAGE_BATCH = 500
+BACKFILL_ATTEMPTS = 20  # the bound before issue 14: a legacy marker races its chat's new messages; 8 skip more ticks
+PURGE_ATTEMPTS = 1000  # an erasure's purge never gave up before issue 14 (a chat busy meanwhile): ≤ ~50 s of pauses
 FILTERS = ("assignee", "status", "channel")
 
 
@@ -622,7 +624,12 @@ class KvInboxStore:
                     raise _stale("record", exc) from None
                 raise  # only the conversation moved: read it again
 
-        return cas_retry(attempt, what="conversation", attempts=BUSY_CHAT_ATTEMPTS)
+        return cas_retry(
+            attempt,
+            what="conversation",
+            attempts=BUSY_CHAT_ATTEMPTS,
+            exhausted=too_busy("conversation too busy, try again"),
+        )
 
     def note_add(self, tenant: str, note: Note) -> Note:
         key = f"n/{note.conversation_id}/{note.id}"
@@ -748,7 +755,12 @@ class KvInboxStore:
             assert written is not None  # a Put returns its entry
             return replace(marker, revision=written.version, seen_inbound=seen)
 
-        return cas_retry(attempt, what="conversation", attempts=BUSY_CHAT_ATTEMPTS)
+        return cas_retry(
+            attempt,
+            what="conversation",
+            attempts=BUSY_CHAT_ATTEMPTS,
+            exhausted=too_busy("conversation too busy, try again"),
+        )
 
     def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
         validate_limit(limit, maximum=MAX_SCAN)
@@ -790,7 +802,7 @@ class KvInboxStore:
             return 1
 
         try:
-            return cas_retry(attempt, what="read marker")
+            return cas_retry(attempt, what="read marker", attempts=BACKFILL_ATTEMPTS)
         except Conflict:
             return 0  # it keeps changing: the next tick backfills it
 
@@ -860,7 +872,11 @@ class KvInboxStore:
         for prefix in (f"{kind}/{conversation_id}/" for kind in ("m", "n", "v", "r")):
             while removed < limit:
                 batch = min(100, limit - removed)
-                done = cas_retry(lambda: purge_batch(prefix, batch), what="conversation")  # noqa: B023 - called at once
+                done = cas_retry(
+                    lambda: purge_batch(prefix, batch),  # noqa: B023 - called at once
+                    what="conversation",
+                    attempts=PURGE_ATTEMPTS,
+                )
                 if not done:
                     break
                 removed += done
