@@ -10,6 +10,7 @@ marker to its newest message.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -334,11 +335,17 @@ def _action(view: Any) -> Any:
         try:
             done = view(request, tenant, conversation_id)
         except DomainError as exc:
-            if not (isinstance(exc, ValidationError) and form in TYPED_FORMS):
+            if form not in TYPED_FORMS or not isinstance(exc, ValidationError | Conflict):
                 return _action_refused(request, tenant, conversation_id, exc)
-            # A refused reply or note: the thread again (the whole page without htmx), the text the
-            # agent typed still in its box and the problem under it (``botmesh_admin.formerrors``).
+            # A refused reply or note (bad input, or another agent's conversation): the thread again (the
+            # whole page without htmx), the text the agent typed still in its box and the problem under it
+            # (``botmesh_admin.formerrors``); a conflict answers 409 with or without JavaScript.
             refused = form_error(exc, form=form, fields=TYPED_FORMS[form], typed=request.POST)
+            assignee = exc.details.get("assignee") if isinstance(exc, Conflict) else None
+            if assignee:
+                refused = dataclasses.replace(
+                    refused, message=f"Assigned to @{assignee} — assign it to yourself to reply."
+                )
             if request.headers.get("HX-Request"):
                 context = {**_thread_context(request, tenant, conversation_id), "form_error": refused}
                 return render(request, "inbox/_thread.html", context, status=exc.status)

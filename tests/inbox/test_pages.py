@@ -161,3 +161,26 @@ def test_list_says_who_wrote_the_newest_outbound_message(agent):
     colleague.force_login(other)
     seen = preview_of(colleague.get(f"/t/{tenant}/inbox/").content.decode())
     assert seen.startswith(f"{username}: Hola, soy yo")
+
+
+@pytest.mark.parametrize("htmx", [True, False], ids=["htmx", "no-js"])
+def test_a_reply_refused_as_another_agents_keeps_the_text_and_offers_to_take_it(agent, htmx):
+    """A fresh user's report: the reply to a conversation assigned to admin came back empty (htmx 409) or was
+    dropped (no JS, 200) with "Someone changed this conversation meanwhile…"."""
+    tenant, username, client = agent
+    get_user_model().objects.create_user("admin-" + tenant[-6:], password="pw-admin-123")
+    tenancy.membership_set(tenant, username="admin-" + tenant[-6:], role="admin")
+    conv = first_conversation(tenant)
+    services.conversation_assign(tenant, conv.id, agent="admin-" + tenant[-6:], expected_version=conv.version)
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = client.post(
+        f"/t/{tenant}/inbox/{conv.id}/reply", {"text": "Hola, te ayudo yo", "idempotency_key": "k1"}, **headers
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert ">Hola, te ayudo yo</textarea>" in html
+    assert f"Assigned to @admin-{tenant[-6:]} — assign it to yourself to reply." in html
+    assert "Someone changed this conversation meanwhile" not in html
+    assert 'name="assign" value="1">Assign to me and reply</button>' in html
+    assert "inbox-agent" not in html  # nothing was sent
+    assert default_store().conversation_get(tenant, conv.id).assignee == "admin-" + tenant[-6:]
