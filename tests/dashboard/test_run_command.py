@@ -81,6 +81,20 @@ def test_a_taken_port_stops_the_start_at_once_naming_the_port_and_how_to_choose_
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_a_port_outside_1_to_65535_stops_the_start_naming_port_before_anything_starts(
+    tmp_path: Path, port: str
+) -> None:
+    env = {**project_env(tmp_path), "BOTMESH_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "manage.py", "botmesh_run", "--no-demo", "--port", port],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0, done.stdout
+    assert "is running at" not in done.stdout and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert f"--port: must be 1..65535, not {port}" in line
+    assert not (tmp_path / "data" / "logs").exists(), "nothing was started"
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # no open transaction: the copy needs none
 def test_no_demo_prints_only_what_exists_and_a_web_whose_port_got_taken_stops_the_stack(tmp_path: Path) -> None:

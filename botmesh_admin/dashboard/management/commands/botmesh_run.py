@@ -63,6 +63,10 @@ BOT_TOKEN_NAME = "tienda-bot (./dev run)"
 """Restarts in a row of a child that never got to serve before the stack stops (1 + 2 + 4 s of backoff)."""
 
 
+MIN_PORT, MAX_PORT = 1, 65535
+"""The ports ``--port`` / ``BOTMESH_PORT`` may name (TCP's 16 bits; 0 would be "any free port")."""
+
+
 class StartFailed(CommandError):
     """A supervised child keeps failing right at start (the message says why)."""
 
@@ -224,6 +228,12 @@ class Command(BaseCommand):
             raise CommandError(
                 f"demo fixtures not found in {fixtures}: set BOTMESH_FIXTURES to the shared fixtures folder "
                 "(../shared/fixtures next to this repository), or start with --no-demo"
+            )
+        # A port outside 1..65535 would pass argparse and fail deep in runserver (OverflowError) after the
+        # workers had started and written into var/logs: refuse it before anything starts.
+        if not MIN_PORT <= opts["port"] <= MAX_PORT:
+            raise CommandError(
+                f"--port: must be {MIN_PORT}..{MAX_PORT}, not {opts['port']} (or set BOTMESH_PORT to such a port)"
             )
         refused = port_refusal(opts["host"], opts["port"])
         if refused is not None:
