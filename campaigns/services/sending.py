@@ -44,6 +44,7 @@ from typing import Protocol
 
 from botmesh_admin.channels.domain import OutboundMessage, SendOutcome, SendResult, Template
 from botmesh_admin.channels.providers import Provider
+from botmesh_admin.errors import DomainError
 from botmesh_admin.observability import metrics
 from botmesh_admin.observability.shutdown import inflight, stopping
 from botmesh_admin.observability.tracing import span
@@ -394,8 +395,8 @@ class _Run:
             metrics.count("messages.out_failed", len(failed))
         if doubt:
             self.report.in_doubt += len(self.slots.slots_mark_in_doubt(tenant, cid, doubt, now_ms=now))
-        for address, evidence in blocked.items():
-            _blocked_us(tenant, self.campaign.channel, address, evidence)
+        for address, evidence in blocked.items():  # after the slots are marked: a CRM failure must not undo them
+            _blocked_us(tenant, cid, self.campaign.channel, address, evidence)
         if slow_down and self.campaigns is not None:
             self.campaigns.throttle_take(
                 tenant, self.options.throttle_key, count=0, interval_ms=0, now_ms=now, not_before_ms=now + slow_down
@@ -403,8 +404,18 @@ class _Run:
         return wake
 
 
-def _blocked_us(tenant: str, channel: str, address: str, evidence: str) -> None:
-    """Record in the CRM that the recipient at ``address`` blocked us on ``channel`` (consent ``denied``)."""
+def _blocked_us(tenant: str, campaign_id: str, channel: str, address: str, evidence: str) -> None:
+    """Record in the CRM that the recipient at ``address`` blocked us on ``channel`` (consent ``denied``).
+
+    Best effort, as the inbox's (``inbox.services.replies._blocked_us``): the
+    slot is already recorded ``failed``, so a ``DomainError`` (a ``ValidationError``
+    of the address, the CRM's store unavailable) is logged (no address) and
+    counted in ``errors``, and the run goes on with the other blocks and the throttle.
+    """
     from crm.services import contact_blocked_us
 
-    contact_blocked_us(tenant, channel=channel, identity=address, evidence=evidence, source="campaign")
+    try:
+        contact_blocked_us(tenant, channel=channel, identity=address, evidence=evidence, source="campaign")
+    except DomainError as exc:
+        log.warning("campaign %s: a block on %s was not recorded in the CRM: %s", campaign_id, channel, exc.code)
+        metrics.count("errors")
