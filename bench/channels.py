@@ -3,7 +3,7 @@
 Run ``.venv/bin/python bench/channels.py [--seconds 2]``. No server needed.
 
 - inbound: ``whatsapp.verify_signature`` + ``json.loads`` + ``parse_webhook`` +
-  ``to_dict`` of every event of the batch fixture (3 messages), against the bare
+  ``to_json`` of every event of the batch fixture (3 messages), against the bare
   minimum a webhook must do (``hmac`` compare + ``json.loads``).
 - outbound: ``WhatsAppProvider.send`` to the local ``FakeProviderServer``, against
   a raw ``urllib`` POST of the same JSON to the same server (reading the answer).
@@ -70,7 +70,7 @@ def main() -> None:
 
     def inbound() -> None:
         assert whatsapp.verify_signature(raw, header, secret)
-        [e.to_dict() for e in whatsapp.parse_webhook(json.loads(raw))]
+        [e.to_json() for e in whatsapp.parse_webhook(json.loads(raw))]
 
     def inbound_baseline() -> None:
         digest = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()

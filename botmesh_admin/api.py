@@ -196,7 +196,7 @@ def _path_id_not_found(request: HttpRequest, exc: DomainError) -> DomainError:
 @api.exception_handler(DomainError)
 def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
     exc = _path_id_not_found(request, exc)
-    response = error_response(request, exc.status, exc.as_dict())
+    response = error_response(request, exc.status, exc.to_json())
     retry = retry_after_s(exc)
     if retry is not None:
         response["Retry-After"] = str(max(1, round(retry)))

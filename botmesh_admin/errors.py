@@ -38,7 +38,7 @@ class DomainError(Exception):
         self.field = bounded(field) if field is not None else None
         self.details = details
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON body the API sends for this error."""
         body: dict[str, Any] = {"error": self.code, "message": self.message, "field": self.field}
         body.update(self.details)

@@ -144,7 +144,7 @@ class DeploymentAuditParams(CursorParams):
 
 def version_out(v: BotVersion, active: ActivePointer | None, now: int) -> dict[str, Any]:
     """Return the API shape of a version."""
-    spec = v.spec.as_dict()
+    spec = v.spec.to_json()
     return {
         "bot": v.bot,
         "version": v.version,

@@ -113,7 +113,7 @@ class VersionSpec:
     notes: str = ""
     created_by: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the JSON form (the publish body's field names)."""
         return {
             "bot": self.bot,
@@ -127,7 +127,7 @@ class VersionSpec:
     @property
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON: equal content, equal digest."""
-        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -315,7 +315,7 @@ class BotVersion:
     def to_json(self) -> dict[str, Any]:
         """Return the JSON record a store persists (``revision`` is the store's own)."""
         return {
-            "spec": self.spec.as_dict(),
+            "spec": self.spec.to_json(),
             "seq": self.seq,
             "digest": self.digest,
             "published_at": self.published_at,

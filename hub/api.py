@@ -101,7 +101,7 @@ def plugin_out(installation: Installation, runtime: RuntimeInfo) -> dict[str, An
         "revision": installation.revision,
         "version": installation.manifest.version,
         "digest": installation.digest,
-        "manifest": installation.manifest.as_dict(),
+        "manifest": installation.manifest.to_json(),
         "granted": list(installation.granted),
         "pending_permissions": list(installation.pending_permissions),
         "previous_version": installation.previous_version,

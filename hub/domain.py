@@ -158,7 +158,7 @@ class Author:
     email: str | None = None
     url: str | None = None
 
-    def as_dict(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         """Return the JSON form (absent fields left out)."""
         out = {"name": self.name}
         if self.email is not None:
@@ -181,7 +181,7 @@ class Manifest:
     entry: str | None = None
     author: Author | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the canonical JSON form (optional fields left out when absent)."""
         out: dict[str, Any] = {
             "id": self.id,
@@ -195,13 +195,13 @@ class Manifest:
         if self.entry is not None:
             out["entry"] = self.entry
         if self.author is not None:
-            out["author"] = self.author.as_dict()
+            out["author"] = self.author.to_json()
         return out
 
     @property
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON (sorted keys, no spaces)."""
-        canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     @classmethod
@@ -445,7 +445,7 @@ class Installation:
         """Return the JSON record a store persists (``revision`` is the store's own)."""
         return {
             "plugin_id": self.plugin_id,
-            "manifest": self.manifest.as_dict(),
+            "manifest": self.manifest.to_json(),
             "digest": self.digest,
             "granted": list(self.granted),
             "enabled": self.enabled,

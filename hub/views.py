@@ -110,7 +110,7 @@ def plugin(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
             "reason": reason,
             "runtime": runtime,
             "permissions": permissions,
-            "manifest_json": json.dumps(installation.manifest.as_dict(), indent=2, ensure_ascii=False),
+            "manifest_json": json.dumps(installation.manifest.to_json(), indent=2, ensure_ascii=False),
             "audit": selectors.plugin_audit_list(tenant, plugin_id=plugin_id, limit=20),
             "can_write": page_principal(request).can("admin"),
         },

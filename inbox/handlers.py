@@ -2,7 +2,7 @@
 
 - ``ledger.message`` (channel ``inbound``): one bot ledger record, ``payload = {"record": StoredMessage JSON}``.
 - ``whatsapp.webhook`` / ``telegram.update`` (channel ``inbound``): ``payload = {"config": name,
-  "events": [InboundMessage / StatusUpdate / MemberUpdate .to_dict(), ...]}``.
+  "events": [InboundMessage / StatusUpdate / MemberUpdate .to_json(), ...]}``.
 - ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.services.replies``).
 
 Every handler is idempotent (the journal delivers at least once). A projection
@@ -77,12 +77,12 @@ def project_ledger_record(record: EventRecord) -> None:
 
 
 def _project_events(record: EventRecord) -> None:
-    from botmesh_admin.channels.domain import event_from_dict
+    from botmesh_admin.channels.domain import event_from_json
 
     with _reported(record, "project"):
         conversation, messages = None, []
         for data in record.payload.get("events", []):
-            result = services.event_project(record.tenant, event_from_dict(data))
+            result = services.event_project(record.tenant, event_from_json(data))
             if result is not None:
                 conversation = conversation or result.conversation_id
                 messages.append(result.message_id)

@@ -173,6 +173,10 @@ class Handled:
     start_ms: int
     end_ms: int
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form (one line of the ``handled_log``, before the replica's own fields)."""
+        return {name: getattr(self, name) for name in Handled.__dataclass_fields__}
+
 
 class BotReplica:
     """One replica of ``bot`` (see the module docstring). ``close`` releases what it holds."""
@@ -318,7 +322,7 @@ class BotReplica:
     def _done(self, message: InboundMessage, outcome: str, fence: int | None, start: int) -> Handled:
         handled = Handled(message.id, message.conversation_id, outcome, fence, start, wall_ms())
         if self.handled_log:
-            line = _as_dict(handled)
+            line = handled.to_json()
             line.update(replica_id=self.replica_id, incarnation=self.incarnation)
             with self._lock, open(self.handled_log, "a", encoding="utf-8") as out:
                 out.write(json.dumps(line) + "\n")
@@ -504,7 +508,3 @@ class BotReplica:
         if self.transport is not None:
             self.transport.close()
         self.coordinator.close(release=release)
-
-
-def _as_dict(handled: Handled) -> dict[str, Any]:
-    return {name: getattr(handled, name) for name in Handled.__dataclass_fields__}

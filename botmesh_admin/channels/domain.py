@@ -1,8 +1,8 @@
 """Channel value types: normalised inbound events, outbound messages and send results.
 
 Inbound events are what the webhook views journal (one envelope per raw webhook
-body, ``payload = {"config": name, "events": [event.to_dict(), ...]}``), so every
-type round-trips through JSON: ``event_from_dict(e.to_dict()) == e``.
+body, ``payload = {"config": name, "events": [event.to_json(), ...]}``), so every
+type round-trips through JSON: ``event_from_json(e.to_json()) == e``.
 
 Identifiers follow the bot ledger (``StoredMessage.chatId``), so a conversation
 fed by a webhook and by a bot's ledger push is the same conversation:
@@ -126,8 +126,8 @@ class _Event:
     kind: ClassVar[str]
     _nested: ClassVar[dict[str, type]] = {}
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict (with ``kind``) that ``event_from_dict`` reads back."""
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict (with ``kind``) that ``event_from_json`` reads back."""
         # Not dataclasses.asdict: its deep copy costs more than parsing the webhook.
         data = {name: getattr(self, name) for name in _field_names(type(self))}
         for name, nested in self._nested.items():
@@ -138,8 +138,8 @@ class _Event:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
-        """Build the event from ``to_dict()`` output (unknown keys are ignored)."""
+    def from_json(cls, data: dict[str, Any]) -> Any:
+        """Build the event from ``to_json()`` output (unknown keys are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         values: dict[str, Any] = {}
         for key, value in data.items():
@@ -238,12 +238,12 @@ InboundEvent = InboundMessage | StatusUpdate | MemberUpdate
 _EVENT_TYPES: dict[str, type[_Event]] = {c.kind: c for c in (InboundMessage, StatusUpdate, MemberUpdate)}
 
 
-def event_from_dict(data: dict[str, Any]) -> InboundEvent:
-    """Return the event serialised by ``to_dict()``; raise ``ValidationError`` for an unknown ``kind``."""
+def event_from_json(data: dict[str, Any]) -> InboundEvent:
+    """Return the event serialised by ``to_json()``; raise ``ValidationError`` for an unknown ``kind``."""
     cls = _EVENT_TYPES.get(data.get("kind", ""))
     if cls is None:
         raise ValidationError("event.kind", f"must be one of {', '.join(_EVENT_TYPES)}")
-    return cls.from_dict(data)  # type: ignore[no-any-return]
+    return cls.from_json(data)  # type: ignore[no-any-return]
 
 
 # --- outbound -------------------------------------------------------------------
@@ -473,13 +473,13 @@ class SendResult:
         """Return True if the provider accepted the message."""
         return self.status == "accepted"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (for the outbox record)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SendResult:
-        """Build a result from ``to_dict()`` output (``retry_after_s`` is derived again)."""
+    def from_json(cls, data: dict[str, Any]) -> SendResult:
+        """Build a result from ``to_json()`` output (``retry_after_s`` is derived again)."""
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in names})
 

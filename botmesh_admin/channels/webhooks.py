@@ -56,7 +56,7 @@ def _refused(exc: WebhookRefused) -> JsonResponse:
 
 
 def _domain_error_response(exc: DomainError) -> JsonResponse:
-    response = JsonResponse(exc.as_dict(), status=exc.status)
+    response = JsonResponse(exc.to_json(), status=exc.status)
     retry = retry_after_s(exc)
     if retry is not None:
         response["Retry-After"] = str(max(1, round(retry)))

@@ -142,7 +142,7 @@ class CoordinationEvent:
     previous: str | None = None
     detail: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the event as plain JSON."""
         return {
             "kind": self.kind,

@@ -88,13 +88,13 @@ class Schedule:
         return cls(crontab=" ".join(parts), _sets=sets)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Schedule:
+    def from_json(cls, data: dict[str, Any]) -> Schedule:
         """Return the schedule stored as ``{"every_s": …}`` or ``{"crontab": …}``."""
         if data.get("crontab") is not None:
             return cls.cron(data["crontab"])
         return cls.interval(data.get("every_s"))  # type: ignore[arg-type]
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return the schedule as plain JSON."""
         return {"crontab": self.crontab} if self.crontab else {"every_s": self.every_s}
 
@@ -177,9 +177,9 @@ class JobSettings:
             raise ValidationError("job.catch_up", f"must be one of {', '.join(CATCH_UP_POLICIES)}")
         _int(self.catch_up_window_s, "job.catch_up_window_s", 0, MAX_WINDOW_S)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
-            "schedule": self.schedule.as_dict(),
+            "schedule": self.schedule.to_json(),
             "enabled": self.enabled,
             "catch_up": self.catch_up,
             "catch_up_window_s": self.catch_up_window_s,
@@ -188,9 +188,9 @@ class JobSettings:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobSettings:
+    def from_json(cls, data: dict[str, Any]) -> JobSettings:
         return cls(
-            schedule=Schedule.from_dict(data["schedule"]),
+            schedule=Schedule.from_json(data["schedule"]),
             enabled=data["enabled"],
             catch_up=data["catch_up"],
             catch_up_window_s=data["catch_up_window_s"],
@@ -256,11 +256,11 @@ class JobState:
     considered_until_ms: int
     last_emitted_ms: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"considered_until_ms": self.considered_until_ms, "last_emitted_ms": self.last_emitted_ms}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobState:
+    def from_json(cls, data: dict[str, Any]) -> JobState:
         return cls(data["considered_until_ms"], data.get("last_emitted_ms"))
 
 

@@ -28,7 +28,7 @@ key                     value (JSON)                                            
 ``k/H(key)``            fenced lock holder record (``ticket`` is the lock token)        ``IDLE_MS``
 ``r/<owner>``           replica heartbeat (below)                                       max(60 s, 30 × lease)
 ``events``              integer: events published so far (``Add(events, 1)``)            none
-``e/<n mod 200, %03d>`` event ``n``: ``CoordinationEvent.as_dict()`` + ``"seq": n``      none
+``e/<n mod 200, %03d>`` event ``n``: ``CoordinationEvent.to_json()`` + ``"seq": n``      none
 ======================  ==============================================================  ===========
 
 ``IDLE_MS`` is one day, set again by every write: an idle key vanishes (and a
@@ -509,7 +509,7 @@ class KvBackend:
         counter = self.kv.commit(self.table, [Add("events", 1)])[0]
         assert counter is not None
         seq = int(counter.value)
-        self.kv.commit(self.table, [Put(f"e/{seq % EVENTS_KEPT:03d}", {**event.as_dict(), "seq": seq})])
+        self.kv.commit(self.table, [Put(f"e/{seq % EVENTS_KEPT:03d}", {**event.to_json(), "seq": seq})])
 
     def _scan_all(self, prefix: str, cap: int) -> list[Entry]:
         out: list[Entry] = []

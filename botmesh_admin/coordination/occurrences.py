@@ -101,12 +101,12 @@ class SupersededRun:
     by_token: int | None
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"worker": self.worker, "token": self.fencing_token, "attempt": self.attempt,
                 "at_ms": self.at_ms, "by_token": self.by_token, "reason": self.reason}  # fmt: skip
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SupersededRun:
+    def from_json(cls, data: dict[str, Any]) -> SupersededRun:
         return cls(str(data["worker"]), int(data["token"]), int(data.get("attempt", 0)), int(data["at_ms"]),
                    data.get("by_token"), str(data.get("reason", "")))  # fmt: skip
 
@@ -176,7 +176,7 @@ class OccurrenceContext:
             self._kv = default_kv()
         return self._kv
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """Return what a ``pass_occurrence`` task gets as ``occurrence``: id, scheduled_ms, fencing_token, attempt."""
         return {"id": self.id, "scheduled_ms": self.scheduled_ms, "fencing_token": self.fencing_token,
                 "attempt": self.attempt}  # fmt: skip
@@ -313,7 +313,7 @@ def superseded_record(kv: DurableKv, occurrence: str, run: SupersededRun) -> Non
         entry = kv.get(table, key)
         value: dict[str, Any] = dict(entry.value) if entry is not None else {"occurrence": occurrence}
         runs = [r for r in value.get("superseded", []) if int(r.get("token", 0)) != run.fencing_token]
-        value["superseded"] = [*runs, run.as_dict()][-MAX_SUPERSEDED:]
+        value["superseded"] = [*runs, run.to_json()][-MAX_SUPERSEDED:]
         kv.commit(table, [Put(key, value, expect=entry.version if entry is not None else ABSENT,
                               ttl_ms=RUN_LOG_TTL_MS)])  # fmt: skip
 
@@ -330,7 +330,7 @@ def superseded_get_many(kv: DurableKv, occurrences: Sequence[str]) -> dict[str, 
         entries: list[Entry | None] = kv.get_many(table, [RUN_LOG_PREFIX + o for o in chunk])
         for occurrence, entry in zip(chunk, entries, strict=True):
             if entry is not None and entry.value.get("superseded"):
-                found[occurrence] = tuple(SupersededRun.from_dict(r) for r in entry.value["superseded"])
+                found[occurrence] = tuple(SupersededRun.from_json(r) for r in entry.value["superseded"])
     return found
 
 

@@ -578,7 +578,7 @@ class RedisBackend:
         key = self._global("events")
 
         def run() -> None:
-            self.client.lpush(key, json.dumps(event.as_dict(), sort_keys=True))
+            self.client.lpush(key, json.dumps(event.to_json(), sort_keys=True))
             self.client.ltrim(key, 0, EVENTS_KEPT - 1)
 
         self._call(run)

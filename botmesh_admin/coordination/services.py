@@ -212,7 +212,7 @@ def job_occurrence_run(record: Any, *, journal: Any = None, kv: Any = None) -> N
     occurrence = OccurrenceContext.from_record(record, journal=journal, kv=kv)
     kwargs = dict(payload.get("kwargs") or {})
     if payload.get("pass_occurrence"):
-        kwargs["occurrence"] = occurrence.as_dict()
+        kwargs["occurrence"] = occurrence.to_json()
     with running(occurrence):
         task(**kwargs)
     occurrence.check()

@@ -12,7 +12,7 @@ A *snapshot* is what ``bot.metrics()`` of a botmesh bot returns, and what
      "presence_skipped": {"typing", "mark_read"},
      "triggered": int, "errors": int}
 
-``snapshot_from_json`` accepts snake_case or botmesh's camelCase keys
+``Snapshot.from_json`` accepts snake_case or botmesh's camelCase keys
 (``startedAt``, ``uptimeMs``, ``avgDurationMs``, ``timedOut``, ``retriesExceeded``,
 ``outFailed``, ``presenceSkipped``, ``markRead``), ignores keys it does not know
 (newer bots), defaults missing counters to 0 and raises ``ValidationError``
@@ -139,6 +139,57 @@ class Snapshot:
             "errors": self.errors,
         }
 
+    @classmethod
+    def from_json(cls, data: object, path: str = "snapshot", *, now_ms: int | None = None) -> Snapshot:
+        """Validate a snapshot in snake_case or camelCase JSON and return it.
+
+        ``uptime_ms`` defaults to ``now_ms - started_at`` when only ``started_at``
+        is given. Raise ``ValidationError`` naming the field path
+        (``snapshot.conversations.timed_out: must be a non-negative integer``).
+        """
+        obj = _object(data, path)
+        if not any(obj.get(name) is not None for name in SNAPSHOT_SECTIONS):
+            raise ValidationError(
+                path, f"holds none of {', '.join(SNAPSHOT_SECTIONS)} (is it a bot.metrics() snapshot?)"
+            )
+        started_at = _started_at(obj.get("started_at"), f"{path}.started_at")
+        uptime = obj.get("uptime_ms")
+        if uptime is None:
+            uptime_ms = max(0, now_ms - started_at) if (started_at is not None and now_ms is not None) else 0
+        else:
+            uptime_ms = _count(uptime, f"{path}.uptime_ms")
+        flows_raw = _or_empty(obj.get("flows"))
+        if not isinstance(flows_raw, Mapping):
+            raise BadType(f"{path}.flows", "must be an object of flow name to counters")
+        if len(flows_raw) > MAX_FLOWS:
+            raise ValidationError(f"{path}.flows", f"at most {MAX_FLOWS} flows")
+        flows = []
+        for name, counts in flows_raw.items():
+            _flow_name(name, f"{path}.flows")
+            flows.append((name, _outcome_counts(counts, f"{path}.flows.{name}")))
+        messages = _object(_or_empty(obj.get("messages")), f"{path}.messages")
+        dropped = _object(_or_empty(obj.get("dropped")), f"{path}.dropped")
+        presence = _object(_or_empty(obj.get("presence_skipped")), f"{path}.presence_skipped")
+        return cls(
+            started_at_ms=started_at,
+            uptime_ms=uptime_ms,
+            conversations=_outcome_counts(_or_empty(obj.get("conversations")), f"{path}.conversations"),
+            flows=tuple(sorted(flows)),
+            messages=MessageCounts(
+                in_=_count(messages.get("in", 0), f"{path}.messages.in"),
+                out=_count(messages.get("out", 0), f"{path}.messages.out"),
+                out_failed=_count(messages.get("out_failed", 0), f"{path}.messages.out_failed"),
+            ),
+            dropped=DroppedCounts(
+                **{k: _count(dropped.get(k, 0), f"{path}.dropped.{k}") for k in ("duplicate", "blocked", "handoff")}
+            ),
+            presence_skipped=PresenceSkipped(
+                **{k: _count(presence.get(k, 0), f"{path}.presence_skipped.{k}") for k in ("typing", "mark_read")}
+            ),
+            triggered=_count(obj.get("triggered", 0), f"{path}.triggered"),
+            errors=_count(obj.get("errors", 0), f"{path}.errors"),
+        )
+
 
 def _counts_json(counts: OutcomeCounts) -> dict[str, Any]:
     return {f.name: getattr(counts, f.name) for f in fields(counts)}
@@ -214,55 +265,6 @@ def validate_replica_id(value: object, path: str = "replica") -> str:
 
 
 SNAPSHOT_SECTIONS = ("started_at", "uptime_ms", "conversations", "flows", "messages", "dropped", "presence_skipped")
-
-
-def snapshot_from_json(data: object, path: str = "snapshot", *, now_ms: int | None = None) -> Snapshot:
-    """Validate a snapshot in snake_case or camelCase JSON and return it.
-
-    ``uptime_ms`` defaults to ``now_ms - started_at`` when only ``started_at``
-    is given. Raise ``ValidationError`` naming the field path
-    (``snapshot.conversations.timed_out: must be a non-negative integer``).
-    """
-    obj = _object(data, path)
-    if not any(obj.get(name) is not None for name in SNAPSHOT_SECTIONS):
-        raise ValidationError(path, f"holds none of {', '.join(SNAPSHOT_SECTIONS)} (is it a bot.metrics() snapshot?)")
-    started_at = _started_at(obj.get("started_at"), f"{path}.started_at")
-    uptime = obj.get("uptime_ms")
-    if uptime is None:
-        uptime_ms = max(0, now_ms - started_at) if (started_at is not None and now_ms is not None) else 0
-    else:
-        uptime_ms = _count(uptime, f"{path}.uptime_ms")
-    flows_raw = _or_empty(obj.get("flows"))
-    if not isinstance(flows_raw, Mapping):
-        raise BadType(f"{path}.flows", "must be an object of flow name to counters")
-    if len(flows_raw) > MAX_FLOWS:
-        raise ValidationError(f"{path}.flows", f"at most {MAX_FLOWS} flows")
-    flows = []
-    for name, counts in flows_raw.items():
-        _flow_name(name, f"{path}.flows")
-        flows.append((name, _outcome_counts(counts, f"{path}.flows.{name}")))
-    messages = _object(_or_empty(obj.get("messages")), f"{path}.messages")
-    dropped = _object(_or_empty(obj.get("dropped")), f"{path}.dropped")
-    presence = _object(_or_empty(obj.get("presence_skipped")), f"{path}.presence_skipped")
-    return Snapshot(
-        started_at_ms=started_at,
-        uptime_ms=uptime_ms,
-        conversations=_outcome_counts(_or_empty(obj.get("conversations")), f"{path}.conversations"),
-        flows=tuple(sorted(flows)),
-        messages=MessageCounts(
-            in_=_count(messages.get("in", 0), f"{path}.messages.in"),
-            out=_count(messages.get("out", 0), f"{path}.messages.out"),
-            out_failed=_count(messages.get("out_failed", 0), f"{path}.messages.out_failed"),
-        ),
-        dropped=DroppedCounts(
-            **{k: _count(dropped.get(k, 0), f"{path}.dropped.{k}") for k in ("duplicate", "blocked", "handoff")}
-        ),
-        presence_skipped=PresenceSkipped(
-            **{k: _count(presence.get(k, 0), f"{path}.presence_skipped.{k}") for k in ("typing", "mark_read")}
-        ),
-        triggered=_count(obj.get("triggered", 0), f"{path}.triggered"),
-        errors=_count(obj.get("errors", 0), f"{path}.errors"),
-    )
 
 
 def _or_empty(value: object) -> object:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .domain import OUTCOMES, Snapshot, snapshot_from_json
+from .domain import OUTCOMES, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -135,7 +135,7 @@ def _as_snapshot(snapshot: SnapshotLike) -> Snapshot:
     if isinstance(snapshot, Snapshot):
         return snapshot
     if isinstance(snapshot, Mapping):
-        return snapshot_from_json(snapshot)
+        return Snapshot.from_json(snapshot)
     raise TypeError(f"snapshot must be a Snapshot or a mapping, not {type(snapshot).__name__}")
 
 

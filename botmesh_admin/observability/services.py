@@ -10,7 +10,7 @@ from botmesh_admin.errors import ValidationError
 from botmesh_admin.kv.tenant import validate_id
 
 from . import stores
-from .domain import snapshot_from_json, validate_bot_id, validate_replica_id
+from .domain import Snapshot, validate_bot_id, validate_replica_id
 from .stores.base import BotSample, PushLimits
 from .stores.memory import DEFAULT_RETENTION_MS
 
@@ -34,7 +34,7 @@ def bot_metrics_push(
     at = now if received_at_ms is None else received_at_ms
     if isinstance(at, bool) or not isinstance(at, int) or not now - DEFAULT_RETENTION_MS < at <= now + 60_000:
         raise ValidationError("at", "must be epoch milliseconds within the last 24 hours")
-    parsed = snapshot_from_json(snapshot, "snapshot", now_ms=at)
+    parsed = Snapshot.from_json(snapshot, "snapshot", now_ms=at)
     return stores.bot_metrics_store().push(
         tenant,
         bot=bot,

@@ -120,25 +120,6 @@ def summarize(record: dict[str, Any]) -> TraceSummary:
     )
 
 
-def summary_json(summary: TraceSummary) -> dict[str, Any]:
-    """Return ``summary`` as a JSON object (the value of an index entry)."""
-    return {
-        "trace_id": summary.trace_id,
-        "name": summary.name,
-        "kind": summary.kind,
-        "start_ms": summary.start_ms,
-        "duration_ms": summary.duration_ms,
-        "span_count": summary.span_count,
-        "status": summary.status,
-        "conversation": summary.conversation,
-    }
-
-
-def summary_from_json(data: dict[str, Any]) -> TraceSummary:
-    """Return the ``TraceSummary`` stored as ``data``."""
-    return TraceSummary(**data)
-
-
 def matches(summary: TraceSummary, kind: str | None, conversation: str | None) -> bool:
     """Return True if ``summary`` passes the list filters."""
     return (kind is None or summary.kind == kind) and (conversation is None or summary.conversation == conversation)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from botmesh_admin.channels import telegram, whatsapp
-from botmesh_admin.channels.domain import event_from_dict
+from botmesh_admin.channels.domain import event_from_json
 from botmesh_admin.errors import ValidationError
 
 from .conftest import telegram_updates, whatsapp_bodies
@@ -97,7 +97,7 @@ def parsed(parse, doc) -> list:  # type: ignore[no-untyped-def]
 
 def round_trips(events: list) -> None:
     for event in events:
-        assert event_from_dict(json.loads(json.dumps(event.to_dict()))) == event
+        assert event_from_json(json.loads(json.dumps(event.to_json()))) == event
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -113,7 +113,7 @@ def test_a_result_derives_outcome_delay_and_hint_and_round_trips_through_json() 
     )
     assert (limited.outcome, limited.retry_after_s, limited.hint) == (SendOutcome.RATE_LIMITED, 2.5, "rate limited")
     for r in (result, limited, SendResult(status="accepted", chat_key="telegram:7", provider_message_id="b:7:1")):
-        assert SendResult.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+        assert SendResult.from_json(json.loads(json.dumps(r.to_json()))) == r
     assert SendResult(status="accepted", chat_key="telegram:7").hint == ""
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from botmesh_admin.channels import credentials, telegram
-from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, event_from_dict
+from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, event_from_json
 from botmesh_admin.errors import ValidationError
 
 from .conftest import load_json, telegram_updates
@@ -114,7 +114,7 @@ def test_reply_to_and_other_updates() -> None:
 def test_every_event_round_trips_through_json(name: str) -> None:
     events = parse(name)
     assert len(events) == 1
-    assert [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in events] == events
+    assert [event_from_json(json.loads(json.dumps(e.to_json()))) for e in events] == events
     assert isinstance(events[0], InboundMessage | MemberUpdate)
 
 

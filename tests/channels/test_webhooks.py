@@ -7,7 +7,7 @@ import json
 import pytest
 from django.test import Client
 
-from botmesh_admin.channels.domain import event_from_dict
+from botmesh_admin.channels.domain import event_from_json
 from botmesh_admin.events import connect_journal, use_journal
 
 from .conftest import WA_VERIFY_TOKEN, fixture_path, load_json, telegram_updates
@@ -55,7 +55,7 @@ def test_signed_fixture_is_journaled_before_200(configured, journal, client: Cli
 def test_batch_journals_three_messages_in_one_envelope(configured, journal, client: Client) -> None:
     assert post_wa(client, "08_batch.json").status_code == 200
     [record] = records(journal)
-    events = [event_from_dict(e) for e in record.payload["events"]]
+    events = [event_from_json(e) for e in record.payload["events"]]
     assert len(events) == 3 and {e.chat_key for e in events} == {"whatsapp:5215512345678", "whatsapp:573001112233"}
 
 
@@ -143,7 +143,7 @@ def test_telegram_kicked_event_survives_the_journal(configured, journal, client:
     client.post(
         "/webhooks/telegram/tienda/bot", raw, content_type="application/json", **{TG_HEADER: configured.telegram_secret}
     )
-    [event] = [event_from_dict(e) for e in records(journal)[0].payload["events"]]
+    [event] = [event_from_json(e) for e in records(journal)[0].payload["events"]]
     assert event.blocked and event.chat_key == "telegram:700000001"
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from botmesh_admin.channels import whatsapp
-from botmesh_admin.channels.domain import InboundMessage, StatusUpdate, event_from_dict
+from botmesh_admin.channels.domain import InboundMessage, StatusUpdate, event_from_json
 from botmesh_admin.errors import ValidationError
 
 from .conftest import fixture_path, load_json, whatsapp_bodies
@@ -164,7 +164,7 @@ def test_unknown_type_is_unsupported_with_raw_type() -> None:
 def test_every_event_round_trips_through_json(name: str) -> None:
     events = parse(name)
     assert events
-    assert [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in events] == events
+    assert [event_from_json(json.loads(json.dumps(e.to_json()))) for e in events] == events
 
 
 def test_not_an_object_is_a_validation_error_and_odd_shapes_yield_nothing() -> None:

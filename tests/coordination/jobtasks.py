@@ -54,7 +54,7 @@ def fenced_count(table: str = EFFECT_TABLE) -> None:
 
     occurrence = current_occurrence()
     assert occurrence is not None, "run outside the occurrence runner"
-    RUNS.append(occurrence.as_dict())
+    RUNS.append(occurrence.to_json())
     occurrence.commit(table, [Add("applied", 1)])
 
 

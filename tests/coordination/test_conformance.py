@@ -268,7 +268,7 @@ def test_a_handover_says_why_the_previous_holder_let_go(deployment: Deployment) 
     events = c.snapshot().events
     assert (events[0].kind, events[0].previous) == ("handover", b.owner)
     assert events[0].detail == "previous holder released the lease (stepped down or stopped)"
-    assert events[0].as_dict()["detail"] == events[0].detail
+    assert events[0].to_json()["detail"] == events[0].detail
 
 
 def test_a_stalled_replica_gives_up_before_the_service_expires_its_lease(deployment: Deployment) -> None:

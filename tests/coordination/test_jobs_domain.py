@@ -76,7 +76,7 @@ def test_settings_round_trip_as_json() -> None:
         resume_after_ms=5,
         updated_by="user:ana",
     )
-    assert JobSettings.from_dict(settings.as_dict()) == settings
+    assert JobSettings.from_json(settings.to_json()) == settings
 
 
 def test_occurrence_ids_are_deterministic() -> None:

@@ -12,7 +12,7 @@ def test_fixture_versions_parse_and_have_stable_digests(versions) -> None:
     specs = [parse_version_spec(v) for v in versions]
     assert [s.version for s in specs] == ["1.0.0", "1.1.0", "1.1.1", "1.2.0", "2.0.0-rc.1"]
     assert all(s.gates == ("unit-tests", "conversation-replay", "manual-approval") for s in specs)
-    assert specs[0].as_dict() == versions[0]
+    assert specs[0].to_json() == versions[0]
     assert parse_version_spec(dict(reversed(list(versions[0].items())))).digest == specs[0].digest
     assert len({s.digest for s in specs}) == 5
 

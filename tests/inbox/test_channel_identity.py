@@ -329,7 +329,7 @@ def test_conversations_of_an_earlier_version_get_their_channel_from_the_command(
         type="whatsapp.webhook",
         channel="inbound",
         idempotency_key="old-body",
-        payload={"config": "main,shop", "events": [e.to_dict() for e in old_events]},
+        payload={"config": "main,shop", "events": [e.to_json() for e in old_events]},
     )
     drain()
     store = KvInboxStore(default_kv())

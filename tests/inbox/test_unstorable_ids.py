@@ -127,7 +127,7 @@ def test_a_record_journaled_before_the_check_is_processed_without_its_unstorable
         shop.tenant,
         type="whatsapp.webhook",
         channel="inbound",
-        payload={"config": "main", "events": [bad.to_dict(), good.to_dict()]},
+        payload={"config": "main", "events": [bad.to_json(), good.to_json()]},
         idempotency_key="old-intake",
     )
     drain()

@@ -96,7 +96,7 @@ def test_cas_with_stale_version_conflicts_and_names_key_and_current_version(kv: 
     err = info.value
     assert (err.key, err.current_version, err.table) == ("k", 2, table)
     assert "'k'" in str(err) and "version 2" in str(err)
-    assert err.status == 409 and err.as_dict()["current_version"] == 2
+    assert err.status == 409 and err.to_json()["current_version"] == 2
     assert kv.get(table, "k") == Entry("k", "two", 2, None)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from botmesh_admin.errors import ValidationError
-from botmesh_admin.observability.domain import format_uptime, snapshot_from_json
+from botmesh_admin.observability.domain import Snapshot, format_uptime
 
 BOTMESH_JSON = {
     "startedAt": "2025-05-01T12:00:00.000Z",
@@ -47,7 +47,7 @@ def test_uptime_shows_the_two_largest_units(ms: int, text: str) -> None:
 
 
 def test_camel_case_snapshot_reads_as_snake_case() -> None:
-    out = snapshot_from_json(BOTMESH_JSON).to_json()
+    out = Snapshot.from_json(BOTMESH_JSON).to_json()
     assert out["started_at"] == "2025-05-01T12:00:00.000Z"
     assert out["uptime"] == "3d 4h"
     assert out["conversations"]["timed_out"] == 1
@@ -59,12 +59,12 @@ def test_camel_case_snapshot_reads_as_snake_case() -> None:
 
 
 def test_snapshot_round_trips_through_its_own_json() -> None:
-    first = snapshot_from_json(BOTMESH_JSON)
-    assert snapshot_from_json(first.to_json()) == first
+    first = Snapshot.from_json(BOTMESH_JSON)
+    assert Snapshot.from_json(first.to_json()) == first
 
 
 def test_missing_counters_are_zero_and_uptime_follows_started_at() -> None:
-    snap = snapshot_from_json({"startedAt": 1_000_000}, now_ms=1_061_000)
+    snap = Snapshot.from_json({"startedAt": 1_000_000}, now_ms=1_061_000)
     assert snap.uptime_ms == 61_000
     assert snap.messages.in_ == 0 and snap.flows == ()
 
@@ -85,5 +85,5 @@ def test_missing_counters_are_zero_and_uptime_follows_started_at() -> None:
 )
 def test_a_bad_field_is_refused_with_its_path(patch: dict, field: str) -> None:
     with pytest.raises(ValidationError) as err:
-        snapshot_from_json({**BOTMESH_JSON, **patch})
+        Snapshot.from_json({**BOTMESH_JSON, **patch})
     assert err.value.field == field

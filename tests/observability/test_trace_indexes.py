@@ -148,7 +148,7 @@ def test_the_trace_indexes_stay_exact_through_merges_prunes_expiry_and_two_write
 
 def legacy_write(kv: DurableKv, table: str, record: dict[str, Any]) -> None:
     """Write a trace as the store did before its indexes: the record and an ``r/`` summary."""
-    summary = trace_records.summary_json(trace_records.summarize(record))
+    summary = trace_records.summarize(record).to_json()
     ops: list[Op] = [
         Put(f"t/{record['trace_id']}", record, expect=ABSENT, ttl_ms=60_000),
         Put(trace_records.index_key(record), summary, ttl_ms=60_000),

@@ -18,7 +18,7 @@ process) before it is final.
 
 An accepted body is durable before it is answered: one journal envelope per raw
 body (``whatsapp.webhook`` / ``telegram.update`` on the ``inbound`` channel,
-payload ``{"config": <channel name(s)>, "events": [event.to_dict(), ...]}``),
+payload ``{"config": <channel name(s)>, "events": [event.to_json(), ...]}``),
 idempotent by the SHA-256 of the raw body (WhatsApp) or the ``update_id``
 (Telegram), so a provider's redelivery is journaled once.
 """
@@ -217,7 +217,7 @@ def _journal(tenant: str, type_: str, key: str, config: str, events: list[Inboun
         tenant,
         type=type_,
         channel=INBOUND_CHANNEL,
-        payload={"config": config, "events": [e.to_dict() for e in events], "trace": inject_context()},
+        payload={"config": config, "events": [e.to_json() for e in events], "trace": inject_context()},
         idempotency_key=key,
     )
     current = trace.get_current_span()  # the request's span: authenticated now, so filed under the tenant

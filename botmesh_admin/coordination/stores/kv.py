@@ -31,12 +31,12 @@ class KvJobStore:
 
     def settings_get(self, job_id: str) -> tuple[JobSettings, int] | None:
         entry = self.kv.get(self.table, f"settings/{job_id}")
-        return None if entry is None else (JobSettings.from_dict(entry.value), entry.version)
+        return None if entry is None else (JobSettings.from_json(entry.value), entry.version)
 
     def settings_put(self, job_id: str, settings: JobSettings, *, expected_version: int) -> int:
         expect = ABSENT if expected_version == 0 else expected_version
         try:
-            (entry,) = self.kv.commit(self.table, [Put(f"settings/{job_id}", settings.as_dict(), expect=expect)])
+            (entry,) = self.kv.commit(self.table, [Put(f"settings/{job_id}", settings.to_json(), expect=expect)])
         except ConflictError as exc:
             raise Conflict(f"job {job_id!r} was changed meanwhile", current_version=exc.current_version or 0) from None
         assert entry is not None
@@ -44,8 +44,8 @@ class KvJobStore:
 
     def state_get(self, job_id: str) -> JobState | None:
         entry = self.kv.get(self.table, f"state/{job_id}")
-        return None if entry is None else JobState.from_dict(entry.value)
+        return None if entry is None else JobState.from_json(entry.value)
 
     def state_put(self, states: dict[str, JobState], *, fence: int) -> None:
-        ops = [Put(f"state/{job_id}", state.as_dict()) for job_id, state in sorted(states.items())]
+        ops = [Put(f"state/{job_id}", state.to_json()) for job_id, state in sorted(states.items())]
         self._guard.commit("scheduler", fence, ops)

@@ -147,6 +147,24 @@ class TraceSummary:
     status: str
     conversation: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """Return the summary as a JSON object (the value of an index entry)."""
+        return {
+            "trace_id": self.trace_id,
+            "name": self.name,
+            "kind": self.kind,
+            "start_ms": self.start_ms,
+            "duration_ms": self.duration_ms,
+            "span_count": self.span_count,
+            "status": self.status,
+            "conversation": self.conversation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TraceSummary:
+        """Return the summary stored as ``data`` (``to_json()`` output)."""
+        return cls(**data)
+
 
 @runtime_checkable
 class TraceStore(Protocol):

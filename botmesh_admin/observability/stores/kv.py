@@ -79,7 +79,7 @@ T = TypeVar("T")
 
 def _trace_view(value: Any) -> Mapping[str, Any]:
     """Return what the trace indexes read of a stored trace record: its summary, start and message hashes."""
-    summary = trace_records.summary_json(trace_records.summarize(value))
+    summary = trace_records.summarize(value).to_json()
     return {
         **summary,
         "started_ms": trace_records.started_ms(value),
@@ -543,9 +543,7 @@ class KvTraceStore:
                 keys = [_index_after("started", (), _cursor(r)) for r in rows]
                 rows = [e.value for e in self.kv.get_many(table, keys) if e is not None]
             for row in rows:
-                summary = trace_records.summary_from_json(
-                    {k: v for k, v in row.items() if k not in ("pk", "started_ms")}
-                )
+                summary = TraceSummary.from_json({k: v for k, v in row.items() if k not in ("pk", "started_ms")})
                 if trace_records.matches(summary, kind, conversation):
                     if len(out) == limit:
                         return out, last_key
