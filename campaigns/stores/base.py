@@ -53,9 +53,9 @@ class VersionConflict(Conflict):
     """
 
 
-def check_scan_limit(limit: int) -> None:
-    """Raise ``ValidationError`` (field ``limit``) unless ``1 <= limit <= MAX_SCAN``."""
-    validate_limit(limit, maximum=MAX_SCAN)
+def validate_scan_limit(limit: int, field: str = "limit") -> int:
+    """Return ``limit`` if ``1 <= limit <= MAX_SCAN``, else raise ``ValidationError`` naming ``field``."""
+    return validate_limit(limit, field=field, maximum=MAX_SCAN)
 
 
 Change = Callable[[Delivery], Delivery | None]

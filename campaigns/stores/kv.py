@@ -55,7 +55,7 @@ from campaigns.domain import (
     DeliveryCounts,
 )
 
-from .base import Change, IndexEntry, SlotRules, VersionConflict, check_scan_limit, slot_matches
+from .base import Change, IndexEntry, SlotRules, VersionConflict, slot_matches, validate_scan_limit
 
 SYSTEM = "system"  # the index's kernel namespace: campaigns/~system/index
 SLOT = "d/"
@@ -211,7 +211,7 @@ class KvCampaignStore:
         limit: int = 100,
         state: str | None = None,
     ) -> list[Campaign]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         table = self._campaigns(tenant)
         if state is None:
             entries = self.kv.scan(table, prefix=CAMPAIGN_KEY, after=after, limit=limit)
@@ -234,7 +234,7 @@ class KvCampaignStore:
     def campaign_scan_by_segment(
         self, tenant: str, segment_id: str, *, states: Sequence[str], limit: int = 10
     ) -> list[Campaign]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         table = self._campaigns(tenant)
         out: list[Campaign] = []
         for state in states:
@@ -295,7 +295,7 @@ class KvCampaignStore:
         return removed
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         if after is None:  # a tick's first page: pick up what processes of an earlier version wrote
             self.index_upgrade()
         entries = self.kv.scan(self._index(), after=f"{after[0]}{SEP}{after[1]}" if after else None, limit=limit)
@@ -407,7 +407,7 @@ class KvSlotStore(SlotRules):
         reason: str | None = None,
         contact_id: str | None = None,
     ) -> list[Delivery]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         table = self._table(tenant, campaign_id)
         if state is None and reason is None and contact_id is None:
             entries = self.kv.scan(table, prefix=SLOT, after=SLOT + after if after is not None else None, limit=limit)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from botmesh_admin.errors import Conflict, NotFound
 from campaigns.domain import Campaign, Delivery, DeliveryCounts, count_deliveries
 
-from .base import Change, IndexEntry, SlotRules, VersionConflict, check_scan_limit, slot_matches
+from .base import Change, IndexEntry, SlotRules, VersionConflict, slot_matches, validate_scan_limit
 
 
 class MemoryCampaignStore:
@@ -66,7 +66,7 @@ class MemoryCampaignStore:
         limit: int = 100,
         state: str | None = None,
     ) -> list[Campaign]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         with self._lock:
             ids = sorted(cid for (t, cid) in self._campaigns if t == tenant and (after is None or cid > after))
             found = [self._campaigns[(tenant, cid)] for cid in ids]
@@ -75,7 +75,7 @@ class MemoryCampaignStore:
     def campaign_scan_by_segment(
         self, tenant: str, segment_id: str, *, states: Sequence[str], limit: int = 10
     ) -> list[Campaign]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         with self._lock:
             found = [c for (t, _), c in sorted(self._campaigns.items()) if t == tenant and c.segment_id == segment_id]
         return [c for state in states for c in found if c.state == state][:limit]
@@ -89,7 +89,7 @@ class MemoryCampaignStore:
             self._index.pop((tenant, campaign_id), None)
 
     def index_scan(self, *, after: tuple[str, str] | None = None, limit: int = 500) -> list[IndexEntry]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         with self._lock:
             keys = sorted(k for k in self._index if after is None or k > after)
             return [self._index[k] for k in keys[:limit]]
@@ -153,7 +153,7 @@ class MemorySlotStore(SlotRules):
         reason: str | None = None,
         contact_id: str | None = None,
     ) -> list[Delivery]:
-        check_scan_limit(limit)
+        validate_scan_limit(limit)
         with self._lock:
             table = self._slots.get((tenant, campaign_id), {})
             keys = sorted(k for k in table if after is None or k > after)  # code point order = UTF-8 byte order
