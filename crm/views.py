@@ -348,10 +348,12 @@ def contact_import(request: HttpRequest, tenant: str) -> HttpResponse:
                 tenant, filename=upload.name, data=upload.read(), created_by=page_principal(request).actor
             )
         except ValidationError as exc:
-            messages.error(request, error_text(exc))
-        else:
-            services.contact_import_queue(tenant, job.id)
-            return redirect("crm:import-job", tenant=tenant, job_id=job.id)
+            # The error under the file input, 422 (a browser never refills a file input: choose it again).
+            refused = form_error(exc, form="import", fields={"file": "file", "import.file": "file"})
+            context = {"tenant": tenant, "jobs": selectors.import_job_list(tenant), "form_error": refused}
+            return render(request, "crm/import.html", context, status=exc.status)
+        services.contact_import_queue(tenant, job.id)
+        return redirect("crm:import-job", tenant=tenant, job_id=job.id)
     return render(request, "crm/import.html", {"tenant": tenant, "jobs": selectors.import_job_list(tenant)})
 
 

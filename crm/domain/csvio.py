@@ -159,11 +159,23 @@ class Header:
 
 
 def parse_header(cells: list[str]) -> Header:
-    """Classify the header cells; unknown attribute names are reported on row 1 and ignored."""
+    """Classify the header cells; unknown attribute names are reported on row 1 and ignored.
+
+    Raise ``ValidationError`` on ``file`` when a known column appears twice (``name,phone,phone``) or
+    none of the columns is a known one (``foo,bar,baz``: every row would fail): refused at upload.
+    """
     columns: list[tuple[int, str, str]] = []
     errors: list[RowError] = []
+    seen: dict[str, int] = {}
     for index, raw in enumerate(cells):
         name = raw.strip().lower()
+        if name in RESERVED and name in seen:
+            # Which of the two cells would a row's value be? Neither: the file is refused, naming it.
+            raise ValidationError(
+                "file",
+                f"the column {name} appears twice (columns {seen[name] + 1} and {index + 1}); keep one of them",
+            )
+        seen.setdefault(name, index)
         if not name or name == "id":
             continue
         if name == "name":
@@ -187,6 +199,15 @@ def parse_header(cells: list[str]) -> Header:
                 )
                 continue
             columns.append((index, "json" if kind else "attr", attr))
+    named = [raw.strip() for raw in cells if raw.strip()]
+    if named and not any(name.strip().lower() in RESERVED for name in named):
+        # Every row would fail "no phone, email or telegram_id": likely not a contacts file (or no header row).
+        raise ValidationError(
+            "file",
+            f"none of the columns {', '.join(named[:10])}{', …' if len(named) > 10 else ''} is known; "
+            f"expected name, phone, email, telegram_id, tags, marketing_consent, consent_<channel> "
+            f"(other columns are attributes beside them)",
+        )
     return Header(columns, errors, len(cells))
 
 

@@ -197,3 +197,30 @@ def test_the_contact_edit_shows_every_bad_field_and_line_at_once_and_writes_noth
     assert "Ana\u202eevil" in html and "whatsapp notaphone\nfax 123</textarea>" in html  # what was typed is kept
     stored = selectors.contact_get(tenant, c.id)
     assert (stored.version, stored.name, stored.attributes) == (c.version, "Ana", {})
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", None),
+        (b"\x00\x01\x02\xff\xfe\x00PK\x03\x04" * 20, None),
+        (
+            b"foo,bar,baz\n1,2,3\n",
+            "None of the columns foo, bar, baz is known; expected name, phone, email, telegram_id",
+        ),
+        (b"name,phone,phone\nAna,+34600000001,+34600000002\n", "The column phone appears twice (columns 2 and 3)"),
+    ],
+    ids=["empty", "binary", "no-known-column", "duplicate-column"],
+)
+def test_the_import_page_refuses_a_file_it_cannot_import_with_422_under_the_file_input(
+    admin: Client, tenant: str, content: bytes, words: str | None
+) -> None:
+    """A fresh user's report: these answered 200 (and ``foo,bar,baz`` ran "done" with every row failing)."""
+    response = admin.post(f"/t/{tenant}/crm/contacts/import/", {"file": SimpleUploadedFile("c.csv", content)})
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert 'id="import-file-error"' in html and 'aria-invalid="true"' in html
+    if words:
+        assert words in html
+    assert "import.file" not in html and "validation_error" not in html
+    assert selectors.import_job_list(tenant) == []  # nothing recorded, nothing runs
