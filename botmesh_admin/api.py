@@ -23,6 +23,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
+from pydantic import ConfigDict
 
 from botmesh_admin.errors import (
     DomainError,
@@ -314,6 +315,14 @@ CURSOR_MAX_CHARS = (GUNICORN_REQUEST_LINE_BYTES - REQUEST_LINE_RESERVE) // 12
 """Characters of an ``after`` cursor whatever they are: a code point is up to 4 UTF-8 bytes, each
 percent-encoded as 3, so 12 bytes of request line (255 characters: 3,060 bytes). A list whose cursors
 are URL-safe ASCII declares that pattern and may allow more (one byte a character)."""
+
+
+class BodyIn(Schema):
+    """A request body: a field it does not declare is a 422 naming that field (``body.bogus_field``: a typo
+    or a field of another action, such as ``scheduled_at`` on a create, is never ignored and answered 2xx
+    with nothing of it done). Every write schema of the apps derives from it (inbox has its own, the same)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class CursorParams(Schema):

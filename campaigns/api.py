@@ -14,7 +14,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
+from botmesh_admin.api import BodyIn, CursorParams, ErrorOut, Page, one_of, principal, requires
 
 from . import selectors, services
 from .domain import CAMPAIGN_STATES, CHANNELS, DELIVERY_STATES, Campaign, Delivery, DeliveryCounts
@@ -68,7 +68,7 @@ class CampaignOut(Schema):
     progress: ProgressOut | None = None
 
 
-class CampaignIn(Schema):
+class CampaignIn(BodyIn):
     name: str
     segment_id: str
     channel: str = one_of(CHANNELS, description="whatsapp or telegram")
@@ -83,7 +83,7 @@ class CampaignIn(Schema):
     rate_per_s: float | None = Field(None, description="messages per second (default: the channel's)")
 
 
-class CampaignPatch(Schema):
+class CampaignPatch(BodyIn):
     expected_version: int
     name: str | None = None
     segment_id: str | None = None
@@ -94,7 +94,7 @@ class CampaignPatch(Schema):
     rate_per_s: float | None = None
 
 
-class PlanIn(Schema):
+class PlanIn(BodyIn):
     segment_id: str
     channel: str = one_of(CHANNELS)
     contact_ids: list[str] | None = None
@@ -132,7 +132,7 @@ class PlanOut(PlanCountsOut):
     )
 
 
-class StartIn(Schema):
+class StartIn(BodyIn):
     scheduled_at: int | None = Field(None, description="epoch ms in the future; omit to start now")
 
 
@@ -163,7 +163,7 @@ class DeliveryOut(Schema):
     updated_at: int
 
 
-class ResendIn(Schema):
+class ResendIn(BodyIn):
     recipients: list[str] = Field(..., description="recipients of deliveries in doubt")
 
 

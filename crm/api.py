@@ -14,7 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from botmesh_admin.api import CursorParams, ErrorOut, Page, one_of, principal, requires
+from botmesh_admin.api import BodyIn, CursorParams, ErrorOut, Page, one_of, principal, requires
 from botmesh_admin.errors import DomainError, ValidationError
 
 from . import selectors, services, tasks
@@ -53,7 +53,7 @@ class ContactOut(Schema):
     conversations_url: str
 
 
-class ContactIn(Schema):
+class ContactIn(BodyIn):
     identities: list[dict[str, Any]]
     name: str | None = None
     tags: list[Any] = []
@@ -61,7 +61,7 @@ class ContactIn(Schema):
     consent: dict[str, Any] = {}
 
 
-class ContactPatch(Schema):
+class ContactPatch(BodyIn):
     expected_version: int
     name: str | None = None
     identities: list[dict[str, Any]] | None = None
@@ -72,7 +72,7 @@ class ContactPatch(Schema):
     remove_attributes: list[Any] = []
 
 
-class ConsentIn(Schema):
+class ConsentIn(BodyIn):
     channel: str = one_of(CHANNELS)
     status: str = one_of(CONSENT_STATUSES)
     evidence: str | None = None
@@ -152,18 +152,18 @@ class SegmentOut(Schema):
     count: int | None = None
 
 
-class SegmentIn(Schema):
+class SegmentIn(BodyIn):
     name: str
     rules: dict[str, Any] = {}
 
 
-class SegmentPatch(Schema):
+class SegmentPatch(BodyIn):
     expected_version: int
     name: str | None = None
     rules: dict[str, Any] | None = None
 
 
-class RulesIn(Schema):
+class RulesIn(BodyIn):
     rules: dict[str, Any]
 
 

@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from botmesh_admin.api import (
+    BodyIn,
     CursorParams,
     ErrorOut,
     Page,
@@ -80,7 +81,7 @@ class ActiveOut(Schema):
     revision: int = Field(..., description="pass back as expected_version (0: nothing active)")
 
 
-class GateRunIn(Schema):
+class GateRunIn(BodyIn):
     lease_ms: int = Field(DEFAULT_LEASE_MS, ge=1000, le=MAX_LEASE_MS, description="reservation length (ms)")
 
 
@@ -94,17 +95,17 @@ class GateRunOut(Schema):
     took_over: str | None
 
 
-class GateResultIn(Schema):
+class GateResultIn(BodyIn):
     result: str = one_of(RESULTS, description="succeeded, failed, inconclusive or error")
     details: str = ""
 
 
-class GateDecisionIn(Schema):
+class GateDecisionIn(BodyIn):
     decision: str = one_of(DECISIONS, description="approve (the gate succeeds) or reject (it fails)")
     reason: str = Field(..., description=f"why, for the audit log (1-{MAX_REASON} characters)")
 
 
-class ActiveRevisionIn(Schema):
+class ActiveRevisionIn(BodyIn):
     expected_version: int | None = expected_version_field(
         description="compare-and-set: the active pointer's revision you saw (0: none); 409 if it changed. "
         "expected_revision (its name in 0.1) is still accepted for one release"
@@ -115,7 +116,7 @@ class RollbackIn(ActiveRevisionIn):
     to: str
 
 
-class PruneIn(Schema):
+class PruneIn(BodyIn):
     keep: int = Field(..., ge=1)
 
 

@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 
 from botmesh_admin.api import (
+    BodyIn,
     CursorParams,
     ErrorOut,
     Page,
@@ -64,12 +65,12 @@ class PluginOut(Schema):
     updated_at: int = Field(..., description="epoch milliseconds")
 
 
-class PermissionsIn(Schema):
+class PermissionsIn(BodyIn):
     permissions: list[str]
     expected_version: int | None = expected_version_field()
 
 
-class PluginRevisionIn(Schema):
+class PluginRevisionIn(BodyIn):
     expected_version: int | None = expected_version_field()
 
 

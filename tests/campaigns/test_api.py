@@ -162,6 +162,35 @@ def test_bad_input_is_422_naming_the_field(admin: Api, tenant: str) -> None:
     assert admin.get("campaigns").json()["items"] == [], "nothing was written"
 
 
+def test_a_field_a_write_does_not_declare_is_422_naming_it_and_nothing_is_written(admin: Api, tenant: str) -> None:
+    """A client sending ``scheduled_at`` on a create believed it scheduled the campaign (201, ignored)."""
+    segment_id = _segment(tenant)
+    body = {
+        "name": "x",
+        "segment_id": segment_id,
+        "channel": "whatsapp",
+        "channel_name": "wa-main",
+        "message": {"template": "promo_nov"},
+    }
+    for extra in ({"scheduled_at": now_ms() + 3_600_000}, {"bogus_field": 1}):
+        r = admin.post("campaigns", {**body, **extra})
+        [name] = extra
+        assert r.status_code == 422 and name in r.json()["field"], (extra, r.content)
+    assert admin.get("campaigns").json()["items"] == [], "nothing was written"
+    cid = _create(admin, segment_id)["id"]
+    for method, path, sent in (
+        ("patch", f"campaigns/{cid}", {"expected_version": 1, "nmae": "typo"}),
+        ("post", "campaigns/plan", {"segment_id": segment_id, "channel": "whatsapp", "bogus_field": 1}),
+        ("post", f"campaigns/{cid}/start", {"schedule_at": now_ms() + 3_600_000}),
+        ("post", f"campaigns/{cid}/deliveries/resend", {"recipients": [], "bogus_field": 1}),
+    ):
+        r = getattr(admin, method)(path, sent)
+        [name] = set(sent) - {"expected_version", "segment_id", "channel", "recipients"}
+        assert r.status_code == 422 and name in r.json()["field"], (path, r.content)
+    after = admin.get(f"campaigns/{cid}").json()
+    assert (after["name"], after["state"], after["version"], after["scheduled_at"]) == ("Noviembre", "draft", 1, None)
+
+
 def test_a_schedule_in_the_past_is_refused_and_a_future_one_waits(admin: Api, tenant: str, fake) -> None:
     created = _create(admin, _segment(tenant))
     past = admin.post(f"campaigns/{created['id']}/start", {"scheduled_at": now_ms() - 1000})
