@@ -322,7 +322,12 @@ def _action_refused(request: HttpRequest, tenant: str, conversation_id: str, exc
     return _after_action(request, tenant, conversation_id, None)
 
 
-TYPED_FORMS = {"reply": {"reply.text": "text"}, "note": {"note.text": "text"}}
+TYPED_FORMS = {
+    "reply": {"reply.text": "text"},
+    "note": {"note.text": "text"},
+    # Resolve / Reopen / Snooze: the buttons' ``status`` and the snooze's hours, in the form's words.
+    "status": {"status": "status", "snooze_hours": "snooze_hours", "snoozed_until_ms": "snooze_hours"},
+}
 """The thread's forms that keep what the agent typed when refused: form → {domain field path: input name}."""
 
 
@@ -335,7 +340,9 @@ def _action(view: Any) -> Any:
         try:
             done = view(request, tenant, conversation_id)
         except DomainError as exc:
-            if form not in TYPED_FORMS or not isinstance(exc, ValidationError | Conflict):
+            if form not in TYPED_FORMS or not (
+                isinstance(exc, ValidationError) or (isinstance(exc, Conflict) and form == "reply")
+            ):
                 return _action_refused(request, tenant, conversation_id, exc)
             # A refused reply or note (bad input, or another agent's conversation): the thread again (the
             # whole page without htmx), the text the agent typed still in its box and the problem under it
@@ -396,9 +403,14 @@ def status(request: HttpRequest, tenant: str, conversation_id: str) -> str:
         from .domain import now_ms
 
         try:
-            until = now_ms() + int(float(hours) * 3_600_000)
+            hours_f = float(hours)
         except ValueError:
             raise ValidationError("snooze_hours", "not a number") from None
+        if not 0 < hours_f < 24 * 366:  # the API's words are "snoozed_until_ms: must be in the future"
+            raise ValidationError("snooze_hours", "snooze for more than 0 hours, at most a year")
+        until = now_ms() + int(hours_f * 3_600_000)
+    if new not in CONVERSATION_STATUSES:
+        raise ValidationError("status", f"choose one of {', '.join(CONVERSATION_STATUSES)}")
     services.conversation_status_set(tenant, conversation_id, status=new, snoozed_until_ms=until, actor=_agent(request))
     return f"Marked {new}"
 

@@ -184,3 +184,27 @@ def test_a_reply_refused_as_another_agents_keeps_the_text_and_offers_to_take_it(
     assert 'name="assign" value="1">Assign to me and reply</button>' in html
     assert "inbox-agent" not in html  # nothing was sent
     assert default_store().conversation_get(tenant, conv.id).assignee == "admin-" + tenant[-6:]
+
+
+@pytest.mark.parametrize("htmx", [True, False], ids=["htmx", "no-js"])
+@pytest.mark.parametrize(
+    ("form", "words"),
+    [
+        ({"status": "pending", "snooze_hours": "-4"}, "Snooze for more than 0 hours, at most a year."),
+        ({"status": "bogus"}, "Choose one of open, pending, resolved."),
+    ],
+    ids=["snooze-negative", "status-bogus"],
+)
+def test_a_refused_status_change_answers_422_in_the_forms_words(agent, htmx, form, words):
+    """A fresh user's report: these answered 200 with "snoozed_until_ms: must be in the future (epoch
+    milliseconds)" / "status: must be one of …" (the API's words)."""
+    tenant, _, client = agent
+    conv = first_conversation(tenant)
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = client.post(f"/t/{tenant}/inbox/{conv.id}/status", form, **headers)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert words in html and 'data-testid="field-error"' in html
+    assert "snoozed_until_ms" not in html and "must be one of" not in html
+    after = default_store().conversation_get(tenant, conv.id)
+    assert (after.status, after.version) == (conv.status, conv.version)
