@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
-from botmesh_admin.formerrors import error_text
+from botmesh_admin.formerrors import error_text, form_error
 from botmesh_admin.tenancy.decorators import page_principal, tenant_page
 
 from . import selectors, services
@@ -41,6 +41,11 @@ def bots(request: HttpRequest, tenant: str) -> HttpResponse:
 @tenant_page("agent")
 def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
     """The versions timeline of one bot (newest first) with gates, actions and recent audit."""
+    return _bot_page(request, tenant, bot)
+
+
+def _bot_page(request: HttpRequest, tenant: str, bot: str, *, status: int = 200, **extra: object) -> HttpResponse:
+    """Render the bot page (``extra``: a refused decision's ``form_error`` and ``refused_gate``) with ``status``."""
     validate_bot(bot)
     versions = selectors.version_list(tenant, bot, limit=PAGE, after=request.GET.get("after") or None)
     active = selectors.deployment_active(tenant, bot)
@@ -66,7 +71,9 @@ def bot(request: HttpRequest, tenant: str, bot: str) -> HttpResponse:
             "audit": selectors.deployment_audit_list(tenant, bot, limit=10),
             "can_write": page_principal(request).can("admin"),
             "max_reason": MAX_REASON,
+            **extra,
         },
+        status=status,
     )
 
 
@@ -91,10 +98,12 @@ def gate_decide(request: HttpRequest, tenant: str, bot: str, version: str, gate:
     except DomainError as exc:
         if exc.status == 404:
             raise
-        messages.error(request, error_text(exc))
-    else:
-        verb = "approved" if decision == "approve" else "rejected"
-        messages.success(request, f"Gate {gate} of {version} {verb}.")
+        # The page again, 422 (an empty reason: under that gate's input, the typed text kept) or 409 (someone
+        # decided it meanwhile: the page shows how), never a redirect that answers 200.
+        refused = form_error(exc, form="gate", fields=["reason"], typed=request.POST)
+        return _bot_page(request, tenant, bot, status=exc.status, form_error=refused, refused_gate=f"{version}/{gate}")
+    verb = "approved" if decision == "approve" else "rejected"
+    messages.success(request, f"Gate {gate} of {version} {verb}.")
     return redirect("deployments:bot", tenant=tenant, bot=bot)
 
 
