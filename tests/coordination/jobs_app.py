@@ -22,7 +22,8 @@ from tests.coordination import jobtasks  # noqa: E402, F401 (registers the tasks
 
 settings.BOTMESH_COORDINATION_PREFIX = os.environ["PROOF_PREFIX"]
 settings.BOTMESH_COORDINATION_LEASE_MS = int(os.environ["PROOF_LEASE_MS"])
-app.conf.task_default_queue = os.environ["PROOF_QUEUE"]
+# The broker's key prefix isolates this proof from every other user of the test Redis (its
+# queues keep the app's names, so the live/bulk/celery routing applies as in production).
 app.conf.broker_transport_options = {"global_keyprefix": os.environ["PROOF_PREFIX"] + ":"}
 app.conf.beat_schedule = {}
 

@@ -77,7 +77,6 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
         "REDIS_URL": redis_url,
         "CELERY_BROKER_URL": redis_url,
         "PROOF_PREFIX": prefix,
-        "PROOF_QUEUE": f"{prefix}-q",
         "PROOF_LEASE_MS": str(LEASE_MS),
         "PROOF_EVERY_S": str(EVERY_S),
         "PROOF_RUN_LEASE_S": str(RUN_LEASE_S),
@@ -139,7 +138,7 @@ def test_two_beats_two_workers_and_kills_complete_each_occurrence_once(
         from celery import Celery
 
         safety_net = Celery(broker=redis_url)
-        safety_net.conf.task_default_queue = env["PROOF_QUEUE"]
+        safety_net.conf.broker_transport_options = {"global_keyprefix": env["PROOF_PREFIX"] + ":"}
         sent_at = 0.0
 
         def all_done() -> bool:
