@@ -68,6 +68,13 @@ def validate_tenant_id(value: object, field: str = "tenant") -> str:
     On top of ``validate_id``, refuse ``RESERVED_TENANT_IDS`` (the kernel's own
     namespaces; see the module docstring).
     """
+    if isinstance(value, str) and not ID_RE.fullmatch(value):
+        # Name the id: "tenant: must be …" alone does not say which of a request's names was malformed.
+        raise ValidationError(
+            field,
+            f"{value[:80]!r} is not a tenant id: it must be 1-63 characters of a-z, 0-9, '_' or '-', "
+            "starting with a letter or digit",
+        )
     validate_id(value, field)
     if value in RESERVED_TENANT_IDS:
         raise ValidationError(

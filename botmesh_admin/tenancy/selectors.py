@@ -89,11 +89,11 @@ def first_tenant_with_data(user: AbstractBaseUser | AnonymousUser, tenants: list
 def principal_for_user(user: AbstractBaseUser | AnonymousUser, tenant: str) -> Principal:
     """Return the user's principal in ``tenant``; raise ``NotFound`` if not a member (or no tenant).
 
-    A reserved id (the kernel's namespaces) is a ``ValidationError`` on field ``tenant``,
-    even if an installation of an earlier version has a tenant row with it.
+    An id no tenant can have (``BAD!``: the format) or a reserved one (the kernel's namespaces, even if
+    an installation of an earlier version has a tenant row with it) is a ``ValidationError`` on field
+    ``tenant`` (422), before any lookup.
     """
-    if tenant in RESERVED_TENANT_IDS:
-        validate_tenant_id(tenant, "tenant")
+    validate_tenant_id(tenant, "tenant")  # a malformed or reserved id: 422 saying the format, not 404
     if not user.is_authenticated:
         raise NotFound(f"tenant {tenant!r} not found")
     if user.is_superuser:
@@ -112,8 +112,7 @@ def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
     Raise ``NotFound`` if the token is valid but belongs to another tenant:
     a token of tenant A asking for tenant B's objects gets 404, never their data.
     """
-    if tenant in RESERVED_TENANT_IDS:
-        validate_tenant_id(tenant, "tenant")
+    validate_tenant_id(tenant, "tenant")  # a malformed or reserved id: 422 saying the format, not 404
     parts = plaintext.split("_")
     if len(parts) != 3 or parts[0] != "bm":
         return None

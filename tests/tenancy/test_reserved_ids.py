@@ -76,3 +76,25 @@ def test_upgrade_moves_the_index_of_an_earlier_version(any_kv):
     assert any_kv.get(legacy, f"{tenant}!cmp_late") is None
     for campaign in ("cmp_old", "cmp_new", "cmp_late"):
         store.index_delete(tenant, campaign)
+
+
+@pytest.mark.django_db
+def test_api_answers_a_malformed_tenant_id_422_naming_it_and_the_format_as_a_reserved_one():
+    """Before: ``/api/v1/tenants/BAD!/whoami`` was a 404 "tenant 'BAD!' not found", a reserved id a 422."""
+    from botmesh_admin.tenancy import services as tenancy
+
+    get_user_model().objects.create_superuser("root", password="root-password-1")
+    session = Client()
+    session.login(username="root", password="root-password-1")
+    tenant = unique_id()
+    tenancy.tenant_create(tenant, name="Tienda")
+    _, plaintext = tenancy.token_create(tenant, name="t", role="admin")
+    bearer = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    for client in (session, bearer):
+        for bad in ("BAD!", "Tienda", "-x"):
+            response = client.get(f"/api/v1/tenants/{bad}/whoami")
+            assert response.status_code == 422, (bad, response.content)
+            body = response.json()
+            assert body["field"] == "tenant" and repr(bad) in body["message"], body
+            assert "1-63 characters of a-z, 0-9" in body["message"], body
+    assert bearer.get(f"/api/v1/tenants/{tenant}/whoami").status_code == 200
