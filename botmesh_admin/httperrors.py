@@ -126,6 +126,32 @@ def _method_not_allowed_page(request: HttpRequest, response: HttpResponse) -> Ht
     return page
 
 
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Paths served whatever the ``Host`` header says: compose's healthcheck, Kubernetes' and Prometheus'
+probes ask by IP (``Host: 127.0.0.1:8000``), which ``ALLOWED_HOSTS`` (the public name) refuses."""
+
+
+def _probe(request: HttpRequest) -> HttpResponse:
+    """Serve a probe path through its view (its own rules kept: ``/metrics``' bearer token, GET only)
+    before any middleware asks ``request.get_host()``; they read no session, user or form."""
+    from django.urls import resolve
+
+    return resolve(request.path_info).func(request)  # type: ignore[no-any-return]
+
+
+def _disallowed_host_page(request: HttpRequest) -> HttpResponse:
+    """Return the app's 400 page in words for a ``Host`` not in ``ALLOWED_HOSTS`` (a page path)."""
+    from django.shortcuts import render
+
+    error = _PageError(
+        400,
+        "This server does not answer to that name.",
+        "The address's host name is not one this admin is configured for (ALLOWED_HOSTS); "
+        "open it by its configured name.",
+    )
+    return render(request, "error.html", {"error": error}, status=400)
+
+
 class JsonErrorMiddleware:
     """Answer every 4xx/5xx on ``/api/`` and ``/webhooks/`` in the one JSON error shape; a page's blank 405 in words.
 
@@ -133,7 +159,8 @@ class JsonErrorMiddleware:
     and 400, ninja's text 405) is replaced by ``error_body(status)``, keeping
     ``Allow``, ``Retry-After`` and ``WWW-Authenticate``. Exceptions a view
     raises while reading the request (``unreadable_request``) become 400/413.
-    A disallowed ``Host`` is refused here, before any other middleware runs.
+    A disallowed ``Host`` is refused here, before any other middleware runs (JSON on those paths, the
+    app's 400 page in words elsewhere); the probe paths (``PROBE_PATHS``) are served whatever the Host.
     Put it first in ``MIDDLEWARE`` so it also sees what later middleware refuse
     (``botmesh_admin.observability.tracing`` keeps it first when it adds
     OpenTelemetry's middleware).
@@ -143,15 +170,18 @@ class JsonErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if _is_json_path(request):
-            # Checked here, first: a bad Host raised in a later middleware (OpenTelemetry's calls
-            # build_absolute_uri) is rendered by Django as its HTML debug page when DEBUG is on,
-            # and handler400 is never asked.
-            try:
-                request.get_host()
-            except DisallowedHost as exc:
-                log.warning("%s %s refused: disallowed Host", request.method, request.path)
+        if request.path_info in PROBE_PATHS:
+            return _probe(request)
+        # Checked here, first: a bad Host raised in a later middleware (OpenTelemetry's calls
+        # build_absolute_uri, CommonMiddleware get_host) is rendered by Django as its HTML debug page
+        # when DEBUG is on, and handler400 is never asked.
+        try:
+            request.get_host()
+        except DisallowedHost as exc:
+            log.warning("%s %s refused: disallowed Host", request.method, request.path)
+            if _is_json_path(request):
                 return JsonResponse(error_body(400, str(exc) or "bad request", field="Host"), status=400)
+            return _disallowed_host_page(request)
         response = self.get_response(request)
         if response.status_code == 405 and not response.content and request.path.startswith(PAGE_PREFIXES):
             return _method_not_allowed_page(request, response)
