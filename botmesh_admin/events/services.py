@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
@@ -30,6 +30,9 @@ from .base import (
 from .runtime import default_journal
 from .tasks import drain as drain_task
 from .wakeups import DrainWakeups
+
+if TYPE_CHECKING:
+    from .worker import EventWorker
 
 logger = logging.getLogger("botmesh.events")
 
@@ -183,19 +186,30 @@ def event_replay(tenant: str, *, event_id: str, actor: str) -> EventRecord:
     return record
 
 
+def worker_for(channel: str | None, *, lease_ms: int = DEFAULT_LEASE_MS, **options: Any) -> EventWorker:
+    """Return an ``EventWorker`` over the default journal for ``channel``, claiming ``CLAIM_BATCH`` records at a time.
+
+    The one place a drain of a channel is built (``journal_drain`` and
+    ``manage.py botmesh_events_worker``), so every worker of ``campaigns-run``,
+    ``crm-import`` and ``outbox`` claims one record at a time. ``options`` go to
+    ``EventWorker`` (``max_backoff_ms``, ``clock``). Raise ``ValidationError``
+    naming ``channel`` for a malformed channel.
+    """
+    from .worker import DEFAULT_CLAIM_BATCH, EventWorker
+
+    channel = validate_channel(channel, "channel")
+    batch = CLAIM_BATCH.get(channel, DEFAULT_CLAIM_BATCH)
+    return EventWorker(default_journal(), lease_ms=lease_ms, channel=channel, claim_batch=batch, **options)
+
+
 def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int = DEFAULT_LEASE_MS) -> dict[str, int]:
     """Handle up to ``limit`` ready records of ``channel`` with the registered handlers.
 
     Return ``{"processed", "failed", "stale"}`` (see ``EventWorker.run_batch``).
     """
     from .handlers import dispatch
-    from .worker import DEFAULT_CLAIM_BATCH, EventWorker
 
-    channel = validate_channel(channel, "channel")
-    worker = EventWorker(
-        default_journal(), lease_ms=lease_ms, channel=channel, claim_batch=CLAIM_BATCH.get(channel, DEFAULT_CLAIM_BATCH)
-    )
-    return worker.run_batch(dispatch, limit)
+    return worker_for(channel, lease_ms=lease_ms).run_batch(dispatch, limit)
 
 
 def journal_prune(*, retention_days: int | None = None, now: int | None = None, max_records: int = 100_000) -> int:

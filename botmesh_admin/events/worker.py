@@ -2,8 +2,10 @@
 
 A worker claims a batch of records (``claim_many``, up to ``claim_batch``) with a
 lease of ``lease_ms`` each; the handler runs on each record in turn; the
-outcomes are settled with each claim's fencing token, the batch's acks in one
-``ack_many`` and its failures in one ``fail_many``:
+outcomes are settled with each claim's fencing token as the records finish
+(what finished within ``SETTLE_EVERY_MS`` in one ``ack_many`` / ``fail_many``,
+flushed before the next handler starts — so a process that dies mid-batch
+redoes almost none of the work it finished):
 
 - the handler returned → ``ack`` (``processed``);
 - the handler raised → ``fail`` (``failed``): a retry after backoff, or the DLQ;
@@ -59,7 +61,12 @@ logger = logging.getLogger("botmesh.events.worker")
 Handler = Callable[[EventRecord], None]
 
 DEFAULT_CLAIM_BATCH = 20
-"""Records claimed at a time (``claim_many``), handled one by one and settled together."""
+"""Records claimed at a time (``claim_many``), handled one by one and settled as they finish."""
+
+SETTLE_EVERY_MS = 50
+"""Finished records' settlements are flushed (one ``ack_many`` / ``fail_many``) before the next handler starts once
+this many ms (real time) passed since the last flush: a crash mid-batch redoes at most this much finished work,
+and a batch of fast handlers still settles in a few calls."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +109,8 @@ class EventWorker:
 
     ``claim_batch`` records are claimed at a time (``claim_many``), handled one
     by one in claim order — each in its own claim context, the heartbeat
-    renewing every record held — and settled together (``ack_many`` /
-    ``fail_many``) when the batch is done. ``claim_batch=1`` claims one record
+    renewing every record held — and settled as they finish (``ack_many`` /
+    ``fail_many`` of what finished within ``SETTLE_EVERY_MS``). ``claim_batch=1`` claims one record
     at a time: for records whose handler may take its whole lease (a job run,
     a provider send), so a worker never holds work another could do.
     """
@@ -131,6 +138,8 @@ class EventWorker:
         self._heartbeat_lock = threading.Lock()
         # Settlements an outage held back, made first once the journal is back.
         self._unsettled: list[Settlement] = []
+        # The id of the record whose handler runs now (for ``in_hand``).
+        self._running: str | None = None
 
     def stop(self) -> None:
         """Ask the worker to stop after the record it is handling (safe from a signal handler)."""
@@ -168,23 +177,58 @@ class EventWorker:
                 break  # nothing more is ready
 
     def _run_claimed(self, handler: Handler, batch: list[EventRecord], counts: dict[str, int]) -> None:
-        """Handle the claimed ``batch`` in order, then settle it; on an outage settle what is known and raise."""
+        """Handle the claimed ``batch`` in order, settling as it goes; on an outage settle what is known and raise.
+
+        A finished record is settled promptly, not at the end of the batch: its
+        settlement is flushed before the next handler starts once
+        ``SETTLE_EVERY_MS`` passed since the last flush (and at the end). So a
+        process that dies mid-batch (SIGKILL, OOM, a forced exit) leaves at most
+        the last ``SETTLE_EVERY_MS`` of finished work to be redone, while a batch
+        of fast handlers still settles in one ``ack_many``.
+        """
         self._hold(batch)
         settlements: list[Settlement] = []
+        flushed = time.monotonic()
         try:
             for i, record in enumerate(batch):
                 if self.stopping:  # the rest never started: give them back without spending an attempt
                     settlements += [(r, "return", None, None) for r in batch[i:]]
                     break
-                settlement, outage = self._handle(handler, record)
+                if settlements and (time.monotonic() - flushed) * 1000 >= SETTLE_EVERY_MS:
+                    self._flush(settlements, counts)
+                    settlements = []
+                    flushed = time.monotonic()
+                self._running = record.id
+                try:
+                    settlement, outage = self._handle(handler, record)
+                finally:
+                    self._running = None
                 settlements.append(settlement)
                 if outage is not None:
                     settlements += [(r, "return", None, None) for r in batch[i + 1 :]]
-                    self._settle_all(settlements, counts)
+                    self._flush(settlements, counts)
                     raise outage
-            self._settle_all(settlements, counts)
+            self._flush(settlements, counts)
         finally:
             self._release_held(batch)
+
+    def _flush(self, settlements: list[Settlement], counts: dict[str, int]) -> None:
+        """Settle ``settlements`` and stop renewing their leases."""
+        try:
+            self._settle_all(settlements, counts)
+        finally:  # kept by an outage or not, the batch's end would stop renewing them too
+            self._release_held([s[0] for s in settlements])
+
+    def in_hand(self) -> tuple[int, int]:
+        """Return ``(running, waiting)``: records whose handler runs now (0 or 1), and claimed ones not yet started.
+
+        For a forced exit's log line: both kinds are redelivered after their
+        lease; the waiting ones have spent an attempt without running.
+        """
+        with self._heartbeat_lock:
+            held = len(self._held)
+        running = 1 if self._running is not None else 0
+        return running, max(0, held - running)
 
     def _handle(self, handler: Handler, record: EventRecord) -> tuple[Settlement, Exception | None]:
         """Run ``handler`` on ``record``; return its settlement and the outage to raise (or ``None``)."""

@@ -61,3 +61,34 @@ def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
 def test_a_bad_channel_is_refused() -> None:
     with pytest.raises(CommandError, match="--channel"):
         call_command("botmesh_events_worker", channel="Not Valid")
+
+
+def test_a_campaigns_run_worker_claims_one_record_at_a_time(tmp_path: Path) -> None:
+    # Each run may take hours: a worker holding 20 of them (and renewing their leases) would starve the others.
+    url = f"sqlite:///{tmp_path}/journal.sqlite3"
+    log = tmp_path / "handler.log"
+    journal = connect_journal(url)
+    for n in range(3):
+        journal.append(
+            Envelope(type="test.slow", tenant="acme", payload={}, idempotency_key=f"r{n}", channel="campaigns-run")
+        )
+    env = {
+        **os.environ, "BOTMESH_JOURNAL_URL": url, "BOTMESH_TEST_HANDLER_LOG": str(log),
+        "BOTMESH_TEST_HANDLER_SLEEP": "3", "PYTHONPATH": str(ROOT),
+    }  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "campaigns-run",
+         "--handler", "tests.events.slow_handler.handle", "--idle-ms", "50"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "start" in log.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, _output_of_stopped(proc)
+            time.sleep(0.05)
+        states = sorted(r.state for r in journal.list(tenant="acme"))
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+        journal.close()
+    assert states == ["leased", "pending", "pending"]  # one run in hand; the others free for another worker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from botmesh_admin.events import Envelope, EventJournal, EventRecord, RetryPolicy
 from botmesh_admin.events.handlers import dispatch, register, unregister
 from botmesh_admin.events.memory import MemoryEventJournal
-from botmesh_admin.events.worker import EventWorker
+from botmesh_admin.events.worker import SETTLE_EVERY_MS, EventWorker
 
 from .conftest import FakeClock
 
@@ -238,3 +239,26 @@ def test_an_unknown_type_fails_and_dead_letters_with_a_clear_error(clock: FakeCl
     assert worker.run_batch(dispatch, 5)["failed"] == 1
     [dead] = journal.list(state="dead")
     assert dead.last_error == "UnknownEventType: no handler registered for event type 'nobody.handles'"
+
+
+class _Killed(BaseException):
+    """The process dying inside a handler (SIGKILL, OOM): nothing after it runs, not even ``except Exception``."""
+
+
+def test_a_finished_record_is_acked_before_a_later_one_of_its_batch_kills_the_worker(
+    journal: EventJournal, clock: FakeClock
+) -> None:
+    for n in range(3):
+        journal.append(Envelope(type="t", tenant="acme", payload={"n": n}, idempotency_key=f"k{n}"))
+    order: list[str] = []
+
+    def handler(record: EventRecord) -> None:
+        if order:
+            raise _Killed()
+        order.append(record.id)
+        time.sleep(SETTLE_EVERY_MS / 1000)  # a handler that takes a while: its ack is flushed before the next starts
+
+    with pytest.raises(_Killed):
+        EventWorker(journal, LEASE, clock).run_batch(handler, limit=10)
+    first = journal.get(order[0])
+    assert first is not None and first.state == "done"

@@ -26,10 +26,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from botmesh_admin.errors import ValidationError
-from botmesh_admin.events import default_journal
 from botmesh_admin.events.base import validate_channel
 from botmesh_admin.events.handlers import dispatch
-from botmesh_admin.events.worker import EventWorker
+from botmesh_admin.events.services import worker_for
 from botmesh_admin.observability import health
 
 log = logging.getLogger("botmesh.events")
@@ -63,9 +62,8 @@ class Command(BaseCommand):
         if opts["max_backoff_ms"] < 1:
             raise CommandError("--max-backoff-ms must be positive")
         handler = import_string(opts["handler"]) if opts["handler"] else dispatch
-        worker = EventWorker(
-            default_journal(), lease_ms=opts["lease_ms"], channel=channel, max_backoff_ms=opts["max_backoff_ms"]
-        )
+        # worker_for: the channel's CLAIM_BATCH (campaigns-run, crm-import and outbox claim one at a time).
+        worker = worker_for(channel, lease_ms=opts["lease_ms"], max_backoff_ms=opts["max_backoff_ms"])
 
         from django.conf import settings
 
@@ -77,11 +75,15 @@ class Command(BaseCommand):
             if not done.wait(limit):
                 from botmesh_admin.observability import shutdown
 
+                running, waiting = worker.in_hand()
                 log.error(
-                    "events worker: forced exit %.0f s after the stop signal: 1 record in hand cut off "
-                    "(redelivered after its lease), %d send(s) cut off in flight (a reply cut off is "
+                    "events worker: forced exit %.0f s after the stop signal: %d record in hand cut off "
+                    "(redelivered after its lease), %d claimed record(s) not started (redelivered after "
+                    "their lease, an attempt spent), %d send(s) cut off in flight (a reply cut off is "
                     "then not confirmed, never resent automatically)",
                     limit,
+                    running,
+                    waiting,
                     shutdown.inflight_count(),
                 )
                 os._exit(1)
