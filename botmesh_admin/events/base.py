@@ -229,6 +229,12 @@ class EventJournal(Protocol):
         (or script, or lock-held step). Expired last attempts are dead-lettered
         as ``claim`` does and not returned; fewer than ``limit`` records (or
         none) come back when fewer are ready.
+
+        A record attempted before (``attempts > 0``: an earlier lease lapsed or
+        failed) is claimed alone: when it is first in line it comes back by
+        itself, else the batch ends before it. So a poison record that kills
+        its worker is isolated after its first crash, and the records claimed
+        with it are not charged an attempt for it again.
         """
         ...
 

@@ -160,6 +160,10 @@ class MemoryEventJournal:
                         last_error=lease_expired_error(record.attempts),
                     )
                     continue
+                if record.attempts > 0 and limit > 1:  # attempted before: claimed alone (base.claim_many)
+                    if claimed:
+                        break
+                    limit = 1
                 leased = dataclasses.replace(
                     record,
                     state="leased",

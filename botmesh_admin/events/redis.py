@@ -206,15 +206,23 @@ CLAIM_MANY_LUA = (
 -- records, oldest first, as CLAIM_LUA does one. Reply: the HGETALL of each, in claim order.
 local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local limit = tonumber(ARGV[7])
+-- A record attempted before (attempts > 0) is claimed alone: first in line it comes back by
+-- itself, else the batch ends before it (a poison record does not take its neighbours along).
 local out = {}
-while #out < limit do
+local alone = false
+while #out < limit and not alone do
   local ids = redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
     local r = P .. ':r:' .. id
     local h = redis.call('HMGET', r, 'state', 'attempts')
+    local last = h[1] == 'leased' and tonumber(h[2]) >= max
+    if not last and tonumber(h[2]) > 0 and limit > 1 then
+      alone = true
+      if #out > 0 then break end
+    end
     local token = redis.call('INCR', P .. ':fence')
-    if h[1] == 'leased' and tonumber(h[2]) >= max then
+    if last then
       redis.call('HSET', r, 'state', 'dead', 'fencing_token', token, 'available_at', now,
         'last_error', ARGV[6])
       redis.call('HDEL', r, 'leased_until')
@@ -226,6 +234,7 @@ while #out < limit do
       redis.call('ZADD', q, till, id)
       if h[1] ~= 'leased' then move(r, id, h[1], 'leased') end
       out[#out + 1] = redis.call('HGETALL', r)
+      if alone then break end
     end
   end
 end

@@ -193,6 +193,24 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         " AND available_at <= :now ORDER BY available_at, id LIMIT 1"
     )
     ecols = ", ".join(f"e.{c.strip()}" for c in COLS.split(","))
+
+    def alone(rows: str) -> str:
+        """Keep of ``rows`` (ready rows with id, state, attempts, available_at) what one claim_many may lease.
+
+        A record attempted before (attempts > 0, not an expired last attempt) is
+        claimed alone: first of the live rows, and ``:fresh_only`` 0 (no earlier
+        statement of this claim leased any), it is kept by itself with the dead
+        letters before it; else the batch ends before it. ``n`` numbers the kept
+        rows 1.. in claim order (a prefix of the ready rows).
+        """
+        live = "CASE WHEN s.state = 'leased' AND s.attempts >= :max THEN 0 ELSE 1 END"
+        return (
+            "SELECT * FROM (SELECT w.*, MIN(CASE WHEN w.live = 1 AND w.attempts > 0 THEN w.n END) OVER () AS cut,"
+            " MIN(CASE WHEN w.live = 1 THEN w.n END) OVER () AS first_live FROM ("
+            f"SELECT s.*, row_number() OVER (ORDER BY s.available_at, s.id) AS n, {live} AS live FROM ({rows}) s) w) x"
+            " WHERE x.cut IS NULL OR x.n < x.cut OR (x.n = x.cut AND x.cut = x.first_live AND :fresh_only = 0)"
+        )
+
     if pg:
         pg_set = claim_set.format(token=f"nextval('{t}_fence')")
         # ``c.state`` is the state the row had when it was locked: the claim's old state.
@@ -235,9 +253,11 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
             f"UPDATE {t} e SET {claim_set.format(token='k.token')} FROM k WHERE e.id = k.id"
             f" RETURNING {ecols}, k.state AS old_state, k.available_at AS ready_at",
             first="c AS MATERIALIZED ("
-            + ready.replace("SELECT id", "SELECT id, state, available_at", 1).replace("LIMIT 1", "LIMIT :limit")
+            + ready.replace("SELECT id", "SELECT id, state, attempts, available_at", 1).replace(
+                "LIMIT 1", "LIMIT :limit"
+            )
             + f" FOR UPDATE SKIP LOCKED), k AS MATERIALIZED (SELECT id, state, available_at, nextval('{t}_fence')"
-            " AS token FROM (SELECT * FROM c ORDER BY available_at, id OFFSET 0) o)",
+            f" AS token FROM (SELECT * FROM ({alone('SELECT * FROM c')}) a ORDER BY available_at, id OFFSET 0) o)",
             result=f"{COLS}, ready_at",
             rows="many",
         )
@@ -288,10 +308,11 @@ def _statements(t: str, pg: bool) -> dict[str, str]:
         # same transaction then moves the counter past the last one (``fence_add``).
         sql["fence_value"] = f"SELECT value FROM {t}_fence WHERE one = 1"
         sql["fence_add"] = f"UPDATE {t}_fence SET value = value + :count WHERE one = 1"
+        ready_many = ready.replace("SELECT id", "SELECT id, state, attempts, available_at", 1)
+        ready_many = ready_many.replace("LIMIT 1", "LIMIT :limit")
         sql["claim_many"] = (
             f"UPDATE {t} AS e SET {claim_set.format(token=':base + c.n')}"
-            f" FROM (SELECT id AS cid, row_number() OVER (ORDER BY available_at, id) AS n"
-            f" FROM ({ready.replace('SELECT id', 'SELECT id, available_at', 1).replace('LIMIT 1', 'LIMIT :limit')}))"
+            f" FROM (SELECT id AS cid, n FROM ({alone(ready_many)}))"
             f" AS c WHERE e.id = c.cid RETURNING {COLS}"
         )
         # SQLite's RETURNING names only the updated table's columns: the joined ones are named apart.
@@ -745,10 +766,13 @@ class SqlEventJournal:
         }
         claimed: builtins.list[EventRecord] = []
         while len(claimed) < want:
-            rows = self._claim_many_once({**params, "limit": want - len(claimed)})
+            # A record attempted before is claimed alone (base.claim_many): once this claim leased one, it
+            # takes no more; once it leased any, a later statement leases no retried one.
+            fresh_only = 1 if claimed and want > 1 else 0
+            rows = self._claim_many_once({**params, "limit": want - len(claimed), "fresh_only": fresh_only})
             leased = [r for r in rows if r.state == "leased"]
             claimed += leased
-            if len(leased) == len(rows):  # nothing dead-lettered: no more are ready
+            if len(leased) == len(rows) or any(r.attempts > 1 for r in leased):  # no more ready, or one alone
                 break
         return claimed
 

@@ -415,8 +415,40 @@ def test_claim_many_takes_expired_leases_and_dead_letters_expired_last_attempts(
     dead = journal.get(poison.id)
     assert dead.state == "dead" and "lease expired" in dead.last_error
     expired = journal.claim_many(clock.advance(LEASE), LEASE, None, 10)  # the healthy leases expired
+    assert [(r.id, r.attempts) for r in expired] == [(healthy[0].id, 2)]  # attempted before: claimed alone
+    expired += journal.claim_many(clock.now, LEASE, None, 10) + journal.claim_many(clock.now, LEASE, None, 10)
     assert [(r.id, r.attempts) for r in expired] == [(r.id, 2) for r in healthy]
     assert all(b.fencing_token > a.fencing_token for a, b in zip(again, expired, strict=True))
+
+
+def test_claim_many_claims_a_record_attempted_before_alone(journal: EventJournal, clock: FakeClock) -> None:
+    # A poison record that killed its worker must not take its batch neighbours along on every crash.
+    poison = journal.append(env("poison"))
+    for i in range(3):
+        clock.advance(1)
+        journal.append(env(f"n{i}"))
+    first = journal.claim_many(clock.now, LEASE, None, 10)
+    assert [r.idempotency_key for r in first] == ["poison", "n0", "n1", "n2"]
+    now = clock.advance(5)
+    journal.ack_many(now, [(r.id, r.fencing_token) for r in first[1:2]])  # n0 finished, then the worker died
+    later = clock.advance(LEASE)  # the leases of poison, n1 and n2 lapsed
+    journal.append(env("fresh"))
+    alone = journal.claim_many(later, LEASE, None, 10)
+    assert [(r.id, r.attempts) for r in alone] == [(poison.id, 2)]  # by itself, though more are ready
+    rest = journal.claim_many(later, LEASE, None, 10)
+    assert [r.idempotency_key for r in rest] == ["n1"]  # attempted before too: alone
+    assert [r.idempotency_key for r in journal.claim_many(later, LEASE, None, 10)] == ["n2"]
+    assert [r.idempotency_key for r in journal.claim_many(later, LEASE, None, 10)] == ["fresh"]
+    # a fresh record first in line: the batch ends before a retried one
+    for key in ("a", "b"):
+        journal.append(env(key))
+        clock.advance(1)
+    retried = journal.claim_many(clock.now, LEASE, None, 1)
+    assert journal.fail(retried[0].id, clock.now, retried[0].fencing_token, "boom").state == "pending"
+    journal.append(env("c"))
+    batch = journal.claim_many(clock.advance(60_000), LEASE, None, 10)
+    assert [r.idempotency_key for r in batch] == ["b", "c"]  # "a" failed once: it comes next, alone
+    assert [r.idempotency_key for r in journal.claim_many(clock.now, LEASE, None, 10)] == ["a"]
 
 
 def test_claim_many_never_hands_one_record_to_two_threads(journal: EventJournal, clock: FakeClock) -> None:
@@ -458,10 +490,12 @@ def test_fail_many_retries_with_backoff_or_dead_letters_each_record(journal: Eve
     journal.append_many([env("once"), env("last")])
     last = journal.get(journal.list()[0].id if journal.list()[0].idempotency_key == "last" else journal.list()[1].id)
     for _ in range(2):  # "last" uses two of its three attempts
-        leased = [r for r in journal.claim_many(clock.advance(LEASE), LEASE, None, 2) if r.id == last.id][0]
+        now = clock.advance(LEASE)  # a record attempted before is claimed alone: two claims take both
+        leased = [r for _ in range(2) for r in journal.claim_many(now, LEASE, None, 2) if r.id == last.id][0]
         journal.fail(leased.id, clock.now, leased.fencing_token, "boom")
     now = clock.advance(60_000)
-    claimed = {r.idempotency_key: r for r in journal.claim_many(now, LEASE, None, 2)}
+    # both were attempted before: each is claimed alone
+    claimed = {r.idempotency_key: r for _ in range(2) for r in journal.claim_many(now, LEASE, None, 2)}
     assert {k: r.attempts for k, r in claimed.items()} == {"once": 3, "last": 3}  # "once" expired twice too
     results = journal.fail_many(
         now,
