@@ -16,3 +16,12 @@ def handle(record: EventRecord) -> None:
         log.write(f"start {record.id}\n")
         time.sleep(float(os.environ.get("BOTMESH_TEST_HANDLER_SLEEP", "1.0")))
         log.write(f"end {record.id}\n")
+
+
+def poison(record: EventRecord) -> None:
+    """Log ``ran <key>``; a record whose payload has ``poison`` kills the process (as an OOM kill would)."""
+    if record.payload.get("poison"):
+        os.kill(os.getpid(), 9)  # SIGKILL: no except, no finally, no ack
+    with open(os.environ["BOTMESH_TEST_HANDLER_LOG"], "a", buffering=1) as log:
+        log.write(f"ran {record.idempotency_key}\n")
+    time.sleep(0.02)

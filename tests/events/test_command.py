@@ -92,3 +92,50 @@ def test_a_campaigns_run_worker_claims_one_record_at_a_time(tmp_path: Path) -> N
         proc.communicate(timeout=10)
         journal.close()
     assert states == ["leased", "pending", "pending"]  # one run in hand; the others free for another worker
+
+
+@pytest.mark.slow  # six worker processes started one after another (~15 s alone, more on a busy machine)
+def test_a_poison_record_that_kills_the_worker_mid_batch_ends_dead_and_its_neighbours_done(tmp_path: Path) -> None:
+    # The worker claims the six records in one batch and is SIGKILLed by the third; restarted after each death.
+    url = f"sqlite:///{tmp_path}/journal.sqlite3"
+    log = tmp_path / "handler.log"
+    log.touch()
+    journal = connect_journal(url)
+    keys = ["n0", "n1", "poison", "n2", "n3", "n4"]
+    for key in keys:
+        payload = {"poison": True} if key == "poison" else {}
+        journal.append(Envelope(type="test.poison", tenant="acme", payload=payload, idempotency_key=key))
+        time.sleep(0.003)  # claim order = append order
+    env = {**os.environ, "BOTMESH_JOURNAL_URL": url, "BOTMESH_TEST_HANDLER_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    deaths = 0
+    try:
+        for _ in range(journal.policy.max_attempts + 4):
+            states = {r.idempotency_key: r.state for r in journal.list(tenant="acme")}
+            if all(state in ("done", "dead") for state in states.values()):
+                break
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "botmesh_events_worker", "--handler", "tests.events.slow_handler.poison",
+                 "--idle-ms", "50", "--lease-ms", "400"],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 20
+                while proc.poll() is None and time.monotonic() < deadline:
+                    states = {r.idempotency_key: r.state for r in journal.list(tenant="acme")}
+                    if all(state in ("done", "dead") for state in states.values()):
+                        break
+                    time.sleep(0.05)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate(timeout=10)
+            deaths += proc.returncode == -signal.SIGKILL
+            time.sleep(0.45)  # the dead worker's leases lapse
+        records = {r.idempotency_key: r for r in journal.list(tenant="acme")}
+    finally:
+        journal.close()
+    ran = log.read_text().split()
+    assert records["poison"].state == "dead", records["poison"]
+    assert {k: r.state for k, r in records.items() if k != "poison"} == dict.fromkeys(keys[:2] + keys[3:], "done")
+    assert all(ran.count(k) in (1, 2) for k in keys if k != "poison"), ran  # each ran at most twice
+    assert deaths >= 1
