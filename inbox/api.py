@@ -434,6 +434,7 @@ def conversation_handoff(request: HttpRequest, tenant: str, conversation_id: str
         active=body.active,
         actor=agent_of(principal(request)),
         expected_version=body.expected_version,
+        assignable=principal(request).token_id is None,  # a token never becomes the assignee
     )
     return _conversation(request, tenant, conv)
 
@@ -488,6 +489,7 @@ def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, 
         idempotency_key=body.idempotency_key,
         admin=caller.can("admin"),
         assign=body.assign,
+        assignable=caller.token_id is None,  # a token never becomes the assignee
     )
     return Status(202, message_out(message))
 

@@ -162,12 +162,19 @@ def conversation_assign(
 
 
 def conversation_handoff(
-    tenant: str, conversation_id: str, *, active: bool, actor: str, expected_version: int | None = None
+    tenant: str,
+    conversation_id: str,
+    *,
+    active: bool,
+    actor: str,
+    expected_version: int | None = None,
+    assignable: bool = True,
 ) -> Conversation:
     """Take the chat from the bot (``active``) or give it back; stored with who and when.
 
-    Taking an unassigned conversation assigns it to ``actor``. Taking a chat
-    that is already handed off, or giving back one that is not, changes nothing.
+    Taking an unassigned conversation assigns it to ``actor`` — unless not ``assignable``
+    (an API token: never an assignee, README "Inbox"), when the assignee stays as it was.
+    Taking a chat that is already handed off, or giving back one that is not, changes nothing.
     """
     validate_agent(actor, "actor")
 
@@ -176,7 +183,7 @@ def conversation_handoff(
             return None
         at = now_ms()
         if active:
-            return replace(c, handoff=Handoff(True, actor, at), assignee=c.assignee or actor)
+            return replace(c, handoff=Handoff(True, actor, at), assignee=c.assignee or (actor if assignable else None))
         assert c.handoff is not None
         return replace(c, handoff=replace(c.handoff, active=False, released_by=actor, released_at_ms=at))
 

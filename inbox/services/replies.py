@@ -95,8 +95,13 @@ def reply_create(
     idempotency_key: str | None = None,
     admin: bool = False,
     assign: bool = False,
+    assignable: bool = True,
 ) -> Message:
     """Queue an agent's reply; return its message (state ``queued``).
+
+    ``assignable`` false: ``author`` is an API token, which never becomes the assignee (README,
+    "Inbox"): ``assign`` is refused (``ValidationError`` on ``assign``) and a takeover leaves the
+    assignee as it was.
 
     What replying means follows the tenant's ``InboxSettings`` (README, "Inbox"),
     checked and applied in the same write as the reply:
@@ -116,6 +121,8 @@ def reply_create(
     """
     store = default_store()
     validate_agent(author, "author")
+    if assign and not assignable:
+        raise ValidationError("assign", "a token is not an agent; pass agent=<member> to …/assign first")
     text = validate_typed_text(unify_line_breaks(text), "reply.text", max_len=MAX_REPLY, required=True) or ""
     at = now_ms()
     key = idempotency_key or f"{author}:{at}:{time.perf_counter_ns()}"
@@ -150,7 +157,9 @@ def reply_create(
                 reply=Reply(author=author, state="queued", idempotency_key=key, updated_at_ms=at),
             )
         )
-        taken = _replied_by(conv, author, at, takes_over=settings.reply_takes_over, assign=assign)
+        taken = _replied_by(
+            conv, author, at, takes_over=settings.reply_takes_over, assign=assign, assignable=assignable
+        )
         new_conv = validate_conversation(_after_message(taken, message, at))
         events = conversation_events(conv, taken, actor=author, at_ms=at)  # the reply's takeover, if any
         store.write(tenant, Change(conversation=new_conv, messages=(message,), previous=conv, events=events))
@@ -172,7 +181,9 @@ def reply_create(
     )
 
 
-def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, assign: bool) -> Conversation:
+def _replied_by(
+    conv: Conversation, author: str, at: int, *, takes_over: bool, assign: bool, assignable: bool = True
+) -> Conversation:
     """Return ``conv`` as ``author``'s reply leaves it: assigned (``assign``), taken from the bot (``takes_over``).
 
     An agent-facing change (assignee, handoff) moves ``version``, as the assign
@@ -183,7 +194,7 @@ def _replied_by(conv: Conversation, author: str, at: int, *, takes_over: bool, a
         changes["assignee"] = author
     if takes_over and not conv.handed_off:
         changes["handoff"] = Handoff(True, author, at)
-        changes["assignee"] = changes.get("assignee", conv.assignee) or author
+        changes["assignee"] = changes.get("assignee", conv.assignee) or (author if assignable else None)
     if not changes:
         return conv
     return replace(conv, version=conv.version + 1, **changes)

@@ -1,0 +1,28 @@
+"""An API token never becomes a conversation's assignee (a fresh user's report: ``token-5`` was assigned)."""
+
+from __future__ import annotations
+
+from .test_api import api, conversation  # noqa: F401  (the fixtures)
+
+
+def test_a_tokens_reply_with_assign_is_422_and_its_reply_or_handoff_assigns_nobody(api, conversation) -> None:  # noqa: F811
+    cid = conversation["id"]
+    assert conversation["assignee"] is None
+    status, body = api.call(
+        "post", f"conversations/{cid}/reply", {"text": "hola", "assign": True}, token=api.agent_token
+    )
+    assert (status, body["field"]) == (422, "assign")
+    assert "a token is not an agent; pass agent=<member>" in body["message"]
+    # A token's reply takes the chat from the bot, but leaves it unassigned.
+    status, _ = api.call("post", f"conversations/{cid}/reply", {"text": "hola"}, token=api.agent_token)
+    assert status == 202
+    status, conv = api.call("get", f"conversations/{cid}")
+    assert conv["handoff"]["active"] and conv["assignee"] is None
+    api.call("post", f"conversations/{cid}/handoff", {"active": False})
+    status, conv = api.call("post", f"conversations/{cid}/handoff", {"active": True})  # the admin token
+    assert status == 200 and conv["handoff"]["active"] and conv["assignee"] is None
+    # A human agent can still answer it: nobody holds it.
+    status, conv = api.call(
+        "post", f"conversations/{cid}/assign", {"agent": "ana", "expected_version": conv["version"]}
+    )
+    assert (status, conv["assignee"]) == (200, "ana")
