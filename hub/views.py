@@ -9,6 +9,7 @@ if it changed meanwhile, the admin gets a conflict message and the new diff.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from django.contrib import messages
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from botmesh_admin import confirmation
 from botmesh_admin.errors import DomainError, ValidationError
-from botmesh_admin.formerrors import FormError, error_text, form_error
+from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.decorators import page_principal, tenant_page
 
 from . import selectors, services
@@ -88,6 +89,11 @@ def install(request: HttpRequest, tenant: str) -> HttpResponse:
 @tenant_page("agent")
 def plugin(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
     """One plugin: status, permission diff, grant and enable buttons, manifest and audit."""
+    return _plugin_page(request, tenant, plugin_id)
+
+
+def _plugin_page(request: HttpRequest, tenant: str, plugin_id: str, refused: FormError | None = None) -> HttpResponse:
+    """Render the plugin page; ``refused``: a refused action's error (above the buttons), its status the page's."""
     installation = selectors.plugin_get(tenant, plugin_id)
     runtime = selectors.hub_runtime()
     compatible, reason = installation.compatibility(runtime)
@@ -113,7 +119,9 @@ def plugin(request: HttpRequest, tenant: str, plugin_id: str) -> HttpResponse:
             "manifest_json": json.dumps(installation.manifest.to_json(), indent=2, ensure_ascii=False),
             "audit": selectors.plugin_audit_list(tenant, plugin_id=plugin_id, limit=20),
             "can_write": page_principal(request).can("admin"),
+            "form_error": refused,
         },
+        status=refused.status if refused else 200,
     )
 
 
@@ -152,7 +160,15 @@ def _act(request: HttpRequest, tenant: str, plugin_id: str, action: str) -> Http
     except DomainError as exc:
         if exc.status == 404:
             raise
-        messages.error(request, error_text(exc))
+        # The page again as it is now, with the refusal above the buttons: 409 for a stale revision (someone
+        # changed the plugin meanwhile), 422 for bad input — never a redirect that answers 200.
+        refused = form_error(exc, form="action")
+        if exc.status == 409:
+            refused = dataclasses.replace(
+                refused,
+                message=f"Someone changed this plugin meanwhile; the page shows it as it is now. {refused.message}",
+            )
+        return _plugin_page(request, tenant, plugin_id, refused)
     return redirect("hub:plugin", tenant=tenant, plugin_id=plugin_id)
 
 

@@ -117,3 +117,19 @@ def test_uninstall_asks_first_then_uninstalls(client: Client, world: World, orde
     assert "acme.order-status uninstalled." in done.content.decode()
     htmx = client.post(url, {"confirm": "yes"}, HTTP_HX_REQUEST="true")  # gone now: the error page, not a crash
     assert htmx.status_code == 404
+
+
+def test_enable_with_a_stale_revision_is_409_on_the_plugin_page_as_it_is_now(
+    client: Client, world: World, order_status: bytes
+) -> None:
+    """A fresh user's report: a refused Enable redirected (200) with a message."""
+    _login(client, "ana")
+    seen, _ = services.plugin_install(world.a, manifest=order_status, actor="user:ana")
+    services.plugin_grant(world.a, "acme.order-status", permissions=FOUR, actor="user:ana")
+    resp = client.post(f"/t/{world.a}/plugins/acme.order-status/enable", {"expected_revision": seen.revision})
+    assert resp.status_code == 409
+    html = resp.content.decode()
+    assert 'data-testid="form-error"' in html and "Someone changed this plugin meanwhile" in html
+    assert f"revision {seen.revision + 1}" in html  # the page as it is now
+    assert "expected_revision" not in html.split('data-testid="form-error"')[1].split("</div>")[0]
+    assert selectors.plugin_get(world.a, "acme.order-status").enabled is False
