@@ -81,6 +81,31 @@ def test_a_taken_port_stops_the_start_at_once_naming_the_port_and_how_to_choose_
     assert time.monotonic() - started < 30
 
 
+def test_a_second_run_on_the_same_data_dir_is_refused_naming_the_running_pid(tmp_path: Path) -> None:
+    """The first run is stood in for by a process holding the data dir's run lock, as a running one does."""
+    data = tmp_path / "data"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from pathlib import Path\n"
+         "from botmesh_admin.dashboard.management.commands.botmesh_run import hold_run_lock\n"
+         "lock = hold_run_lock(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)", str(data)],
+        cwd=ROOT, env=project_env(tmp_path), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        env = {**project_env(tmp_path), "BOTMESH_DATA_DIR": str(data)}
+        done = subprocess.run([sys.executable, "manage.py", "botmesh_run", "--no-demo", "--port", str(free_port())],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode != 0, done.stdout
+    assert "is running at" not in done.stdout and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert f"another ./dev run (pid {holder.pid}) is running on {data}" in line
+    assert not (data / "logs").exists(), "nothing was started"
+
+
 @pytest.mark.parametrize("port", ["99999", "0", "-1"])
 def test_a_port_outside_1_to_65535_stops_the_start_naming_port_before_anything_starts(
     tmp_path: Path, port: str

@@ -36,6 +36,7 @@ starts none.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -46,6 +47,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.core.management import call_command
@@ -93,6 +95,36 @@ def port_refusal(host: str, port: int) -> str | None:
         return (f"port {port} of {host} {reason}: start on another with --port {port + 1} "
                 f"or BOTMESH_PORT={port + 1}")  # fmt: skip
     return None
+
+
+RUN_LOCK = "run.lock"
+"""File in ``BOTMESH_DATA_DIR`` a running ``./dev run`` holds an exclusive ``flock`` on; it holds the pid."""
+
+
+def hold_run_lock(data_dir: Path) -> IO[str]:
+    """Take ``data_dir/run.lock`` for this process and return the open file (keep it open: the lock).
+
+    Raises ``CommandError`` naming the running pid if another ``./dev run`` holds it: a second stack on
+    the same ``var/`` would write into the first one's logs, database and Kv files. The kernel drops the
+    lock when the holder exits, however it exits (no stale file to remove by hand).
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(data_dir / RUN_LOCK, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        pid = lock.read().strip() or "unknown"
+        lock.close()
+        raise CommandError(
+            f"another ./dev run (pid {pid}) is running on {data_dir}: stop it first (Ctrl-C), "
+            "or start this one with another BOTMESH_DATA_DIR"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def last_line(path: Path) -> str:
@@ -235,6 +267,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--port: must be {MIN_PORT}..{MAX_PORT}, not {opts['port']} (or set BOTMESH_PORT to such a port)"
             )
+        self._lock = hold_run_lock(settings.BOTMESH_DATA_DIR)  # held (open) until this process exits
         refused = port_refusal(opts["host"], opts["port"])
         if refused is not None:
             raise CommandError(refused)
