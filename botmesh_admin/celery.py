@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from botmesh_admin import config
 
@@ -48,7 +48,20 @@ config.load_or_exit()
 app = Celery("botmesh_admin")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = DEFAULT_QUEUE
-app.conf.task_queues = (Queue(DEFAULT_QUEUE), Queue(LIVE_QUEUE), Queue(BULK_QUEUE))
+
+
+def _queue(name: str) -> Queue:
+    """A queue with a direct exchange and routing key of its own name.
+
+    A bare ``Queue(name)`` takes Celery's default exchange *and* default routing key
+    (``celery``/``celery``), so all three queues were bound alike: Redis still delivered
+    by queue name, but a transport that routes by binding (the tests' ``memory://``)
+    could put a message for one queue in another.
+    """
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+app.conf.task_queues = (_queue(DEFAULT_QUEUE), _queue(LIVE_QUEUE), _queue(BULK_QUEUE))
 app.conf.task_routes = (route_task,)
 app.autodiscover_tasks(
     [

@@ -73,4 +73,8 @@ def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celer
 
 def test_a_worker_started_without_q_consumes_every_queue() -> None:
     assert set(app.amqp.queues) == set(QUEUES)
+    # Each queue its own binding: a message routed to one queue reaches only that one.
+    assert {name: (q.exchange.name, q.routing_key) for name, q in app.amqp.queues.items()} == {
+        name: (name, name) for name in QUEUES
+    }
     assert app.conf.task_default_queue == "celery"
