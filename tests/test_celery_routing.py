@@ -38,9 +38,13 @@ def _take_all(conn: Connection) -> dict[str, list[tuple[str, Any]]]:
 def broker():
     if not app.conf.broker_url.startswith("memory://"):
         pytest.skip("needs the tests' in-memory broker")
-    with app.connection_for_write() as conn:
-        _take_all(conn)  # what earlier tests of this process left
-        yield conn
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, False  # queued, not run here
+    try:
+        with app.connection_for_write() as conn:
+            _take_all(conn)  # what earlier tests of this process left
+            yield conn
+    finally:
+        app.conf.task_always_eager = eager
 
 
 def test_inbound_and_reply_drains_go_to_live_bulk_work_to_bulk_the_rest_to_celery(broker: Connection) -> None:

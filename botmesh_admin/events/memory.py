@@ -149,8 +149,15 @@ class MemoryEventJournal:
             for record in ready:
                 if len(claimed) == limit:
                     break
+                expired_last = record.state == "leased" and record.attempts >= self.policy.max_attempts
+                if not expired_last and record.attempts > 0 and limit > 1:
+                    # attempted before: claimed alone (base.claim_many); decided before a token is
+                    # taken, so a batch that ends here spends no token on it (as the SQL and Redis claims)
+                    if claimed:
+                        break
+                    limit = 1
                 token = self._next_token()
-                if record.state == "leased" and record.attempts >= self.policy.max_attempts:
+                if expired_last:
                     self._records[record.id] = dataclasses.replace(
                         record,
                         state="dead",
@@ -160,10 +167,6 @@ class MemoryEventJournal:
                         last_error=lease_expired_error(record.attempts),
                     )
                     continue
-                if record.attempts > 0 and limit > 1:  # attempted before: claimed alone (base.claim_many)
-                    if claimed:
-                        break
-                    limit = 1
                 leased = dataclasses.replace(
                     record,
                     state="leased",
