@@ -242,7 +242,7 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
             return leader if first_ticket and first_ticket[0].endswith(f"|{owner}") else None
 
         # Waiters give up after 2 s (turn_wait_ms) and queue again at the back: the leader's ticket comes first in time.
-        first = _until("the leader's ticket first in the queue behind the held turn", leader_first, 20)
+        first = _until("the leader's ticket first in the queue behind the held turn", leader_first, 60)
         victim = first["replica_id"]
         victim_owner = f"{victim}/{first['incarnation']}"
 
