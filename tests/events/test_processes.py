@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from botmesh_admin.events import Envelope, EventJournal, StaleLeaseError, connect_journal
+from botmesh_admin.events.base import MAX_BATCH
 from tests.polling import wait_until
 
 from . import journals
@@ -44,11 +45,15 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-def fill(journal: EventJournal, tenant: str) -> set[str]:
-    return {
-        journal.append(Envelope(type="test.event", tenant=tenant, payload={"n": n}, idempotency_key=f"n{n}")).id
-        for n in range(EVENTS)
-    }
+def fill(journal: EventJournal, tenant: str, *, batched: bool = False) -> set[str]:
+    """Append ``EVENTS`` test events, one commit each or (``batched``) one commit per ``MAX_BATCH``."""
+    envelopes = [
+        Envelope(type="test.event", tenant=tenant, payload={"n": n}, idempotency_key=f"n{n}") for n in range(EVENTS)
+    ]
+    if not batched:
+        return {journal.append(envelope).id for envelope in envelopes}
+    step = MAX_BATCH
+    return {record.id for i in range(0, EVENTS, step) for record in journal.append_many(envelopes[i : i + step])}
 
 
 def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
@@ -59,12 +64,21 @@ def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+_ready: set[int] = set()  # pids whose "ready" line was read
+
+
+def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
+    """Block until every worker printed "ready" (its SIGTERM handler installed, its journal open)."""
     for proc in procs:
-        if proc.poll() is None and proc.stdout is not None:
-            # Wait for "ready" (its SIGTERM handler is installed): under load a worker still
-            # importing Django was killed by the default handler and exited -15.
+        if proc.pid not in _ready and proc.poll() is None and proc.stdout is not None:
             proc.stdout.readline()
+            _ready.add(proc.pid)
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    # Wait for "ready" first: under load a worker still importing Django was killed by
+    # SIGTERM's default handler and exited -15.
+    wait_ready(procs)
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -94,10 +108,13 @@ def done(journal: EventJournal, tenant: str) -> int:
 
 def test_four_workers_handle_every_event_exactly_once(shared_url: str, tmp_path: Path, tenant_id: str) -> None:
     journal = connect_journal(shared_url)
-    ids = fill(journal, tenant_id)
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     procs = [start_worker(shared_url, log, "--lease-ms", "30000") for log in logs]
     try:
+        # Every worker polls before the events arrive: with batched claims the first worker up
+        # could otherwise drain the whole backlog while the others still import Django.
+        wait_ready(procs)
+        ids = fill(journal, tenant_id, batched=True)
         wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done", DEADLINE_S)
     finally:
         stop_all(procs)
