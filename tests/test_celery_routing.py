@@ -4,18 +4,21 @@ The tasks are queued by the same calls the services make. What each publish
 carried (exchange and routing key, as the broker receives them) is recorded by
 Celery's ``after_task_publish`` signal and mapped to the queue it reaches: the
 queue named by the key on the default exchange, else the queue bound to that
-exchange and key (the second test pins those bindings). (Reading the messages
-back from the process-wide ``memory://`` broker proved fragile: in CI the queues
-read back empty after other tests of the same process, while the test passed
-alone.)
+exchange and key (the second test pins those bindings). The services' tasks are
+``shared_task``s, which publish through the process's *current* Celery app: a
+test that made another app current (``Celery()`` without ``set_as_current=False``)
+once sent every task of this test to ``celery`` unrouted, so the fixture makes
+the project's app current and says which app it found.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from celery import current_app
 from celery.signals import after_task_publish
 
 from botmesh_admin.celery import app
@@ -35,6 +38,10 @@ def published() -> Iterator[dict[str, list[tuple[str, Any]]]]:
         queue = routing_key if exchange == "" else bound[(exchange, routing_key)]
         out[queue].append((headers["task"], kwargs.get("channel", args[0] if args else None)))
 
+    previous = current_app._get_current_object()
+    if previous is not app:
+        warnings.warn(f"an earlier test left Celery app {previous.main!r} current", stacklevel=1)
+        app.set_current()
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False  # queued, not run here
     after_task_publish.connect(record, weak=False)
     try:
@@ -42,6 +49,7 @@ def published() -> Iterator[dict[str, list[tuple[str, Any]]]]:
     finally:
         after_task_publish.disconnect(record)
         app.conf.task_always_eager = eager
+        previous.set_current()
         with app.connection_for_write() as conn:  # leave nothing behind for later tests of the process
             for name in QUEUES:
                 conn.default_channel.queue_purge(name)

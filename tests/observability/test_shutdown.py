@@ -242,7 +242,7 @@ def test_worker_sigterm_finishes_the_running_send_records_it_once_and_keeps_its_
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    producer = Celery()
+    producer = Celery(set_as_current=False)  # never the process's current app: shared tasks would route by it
     # An explicit connection: the CELERY_BROKER_URL (memory://) of the test process wins over any conf.
     broker = Connection(redis_url, transport_options={"global_keyprefix": prefix + ":"})
     kv = connect(url)
