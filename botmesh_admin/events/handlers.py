@@ -10,6 +10,15 @@ autodiscovery on the first ``dispatch``) or anywhere imported at start-up::
 
 Handlers run at least once per record (a retry, or a redelivery after a worker
 died), so they must be idempotent; ``record.fencing_token`` names the claim.
+
+A type may also have a *batch handler* (``register_batch``): the worker hands it
+every record of a claimed batch it handles at once (one call for all the
+batch's records whose types share that function), and it returns one outcome
+per record — ``None`` (done: acked) or the exception that record met (failed
+alone: retried, then dead-lettered; an outage releases it). It runs outside
+any record's claim (``current_claim()`` is ``None``), so it suits work fenced
+by compare-and-set, not a provider send. ``dispatch(record)`` of a type with a
+batch handler and no single one calls the batch handler with that record.
 """
 
 from __future__ import annotations
@@ -17,15 +26,18 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .base import TYPE_RE, EventRecord
 
 Handler = Callable[[EventRecord], None]
+BatchHandler = Callable[[Sequence[EventRecord]], Sequence[Exception | None]]
+"""``fn(records) -> outcomes``: one outcome per record, in order (``None``: done; an exception: that record failed)."""
 
 logger = logging.getLogger("botmesh.events")
 
 _handlers: dict[str, Handler] = {}
+_batch_handlers: dict[str, BatchHandler] = {}
 _discovered = False
 _lock = threading.Lock()
 
@@ -53,9 +65,36 @@ def register(event_type: str) -> Callable[[Handler], Handler]:
     return decorator
 
 
+def register_batch(event_type: str) -> Callable[[BatchHandler], BatchHandler]:
+    """Register the decorated function as the batch handler of ``event_type`` (see the module docstring).
+
+    One function may handle several types: the worker then gives it the
+    records of all of them in one call. Raise ``ValueError`` for a malformed
+    type or when another function already batch-handles it.
+    """
+    if not isinstance(event_type, str) or not TYPE_RE.match(event_type):
+        raise ValueError(f"not an event type: {event_type!r}")
+
+    def decorator(fn: BatchHandler) -> BatchHandler:
+        current = _batch_handlers.get(event_type)
+        if current is not None and _qualname(current) != _qualname(fn):
+            raise ValueError(f"event type {event_type!r} is already batch-handled by {_qualname(current)}")
+        _batch_handlers[event_type] = fn
+        return fn
+
+    return decorator
+
+
 def unregister(event_type: str) -> None:
-    """Forget the handler of ``event_type`` (tests)."""
+    """Forget the handler and the batch handler of ``event_type`` (tests)."""
     _handlers.pop(event_type, None)
+    _batch_handlers.pop(event_type, None)
+
+
+def batch_handler_for(event_type: str) -> BatchHandler | None:
+    """Return the batch handler of ``event_type`` (after autodiscovery), or ``None``."""
+    _autodiscover()
+    return _batch_handlers.get(event_type)
 
 
 def handler_for(event_type: str) -> Handler | None:
@@ -65,17 +104,43 @@ def handler_for(event_type: str) -> Handler | None:
 
 
 def registered_types() -> list[str]:
-    """Return the event types that have a handler, sorted."""
+    """Return the event types that have a handler (or a batch handler), sorted."""
     _autodiscover()
-    return sorted(_handlers)
+    return sorted({*_handlers, *_batch_handlers})
 
 
-def dispatch(record: EventRecord) -> None:
-    """Call the handler of ``record.type``; raise ``UnknownEventType`` when there is none."""
-    handler = handler_for(record.type)
-    if handler is None:
-        raise UnknownEventType(f"no handler registered for event type {record.type!r}")
-    handler(record)
+class Dispatch:
+    """The registry as a worker's handler: ``dispatch(record)``, and ``batch_for(type)`` for batches.
+
+    ``EventWorker`` asks ``batch_for`` of each claimed record's type and hands
+    the records of one batch handler to it at once; the others go to
+    ``dispatch`` one by one.
+    """
+
+    def __call__(self, record: EventRecord) -> None:
+        """Call the handler of ``record.type``; raise ``UnknownEventType`` when there is none.
+
+        A type with only a batch handler is handled as a batch of one (its
+        outcome raised).
+        """
+        handler = handler_for(record.type)
+        if handler is not None:
+            handler(record)
+            return
+        batch = batch_handler_for(record.type)
+        if batch is None:
+            raise UnknownEventType(f"no handler registered for event type {record.type!r}")
+        [outcome] = batch([record])
+        if outcome is not None:
+            raise outcome
+
+    def batch_for(self, event_type: str) -> BatchHandler | None:
+        """Return the batch handler of ``event_type``, or ``None`` (handle its records one by one)."""
+        return batch_handler_for(event_type)
+
+
+dispatch = Dispatch()
+"""Call the registered handler of a record (``Dispatch``); the handler every drain uses."""
 
 
 def _autodiscover() -> None:
@@ -107,5 +172,5 @@ def _autodiscover() -> None:
         _discovered = complete
 
 
-def _qualname(fn: Handler) -> str:
+def _qualname(fn: Callable[..., object]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

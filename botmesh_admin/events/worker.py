@@ -1,7 +1,10 @@
 """EventWorker: claim, handle, settle — with fenced leases.
 
 A worker claims a batch of records (``claim_many``, up to ``claim_batch``) with a
-lease of ``lease_ms`` each; the handler runs on each record in turn; the
+lease of ``lease_ms`` each; the handler runs on each record in turn (or, for a
+handler with ``batch_for`` — the registry's ``dispatch`` — the records whose type has a
+batch handler go to it at once, one outcome per record: see
+``events.handlers.register_batch``); the
 outcomes are settled with each claim's fencing token as the records finish
 (what finished within ``SETTLE_EVERY_MS`` in one ``ack_many`` / ``fail_many``,
 flushed before the next handler starts — so a process that dies mid-batch
@@ -49,7 +52,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from botmesh_admin.errors import StoreUnavailable, store_unavailable
@@ -59,6 +62,7 @@ from .base import Clock, EventJournal, EventRecord, StaleLeaseError, now_ms
 logger = logging.getLogger("botmesh.events.worker")
 
 Handler = Callable[[EventRecord], None]
+BatchHandler = Callable[[Sequence[EventRecord]], Sequence[Exception | None]]
 
 DEFAULT_CLAIM_BATCH = 20
 """Records claimed at a time (``claim_many``), handled one by one and settled as they finish."""
@@ -108,7 +112,7 @@ class EventWorker:
     """Drain the records of one channel of ``journal`` (``channel=None``: the default channel).
 
     ``claim_batch`` records are claimed at a time (``claim_many``), handled one
-    by one in claim order — each in its own claim context, the heartbeat
+    by one in claim order (a batch handler's records at once) — each in its own claim context, the heartbeat
     renewing every record held — and settled as they finish (``ack_many`` /
     ``fail_many`` of what finished within ``SETTLE_EVERY_MS``). ``claim_batch=1`` claims one record
     at a time: for records whose handler may take its whole lease (a job run,
@@ -138,8 +142,8 @@ class EventWorker:
         self._heartbeat_lock = threading.Lock()
         # Settlements an outage held back, made first once the journal is back.
         self._unsettled: list[Settlement] = []
-        # The id of the record whose handler runs now (for ``in_hand``).
-        self._running: str | None = None
+        # How many records a handler runs on now (for ``in_hand``): 1, or a batch handler's records.
+        self._running = 0
 
     def stop(self) -> None:
         """Ask the worker to stop after the record it is handling (safe from a signal handler)."""
@@ -189,23 +193,28 @@ class EventWorker:
         self._hold(batch)
         settlements: list[Settlement] = []
         flushed = time.monotonic()
+        units = _units(handler, batch)
         try:
-            for i, record in enumerate(batch):
+            for i, (batch_handler, records) in enumerate(units):
                 if self.stopping:  # the rest never started: give them back without spending an attempt
-                    settlements += [(r, "return", None, None) for r in batch[i:]]
+                    settlements += [(r, "return", None, None) for _, rs in units[i:] for r in rs]
                     break
                 if settlements and (time.monotonic() - flushed) * 1000 >= SETTLE_EVERY_MS:
                     self._flush(settlements, counts)
                     settlements = []
                     flushed = time.monotonic()
-                self._running = record.id
+                self._running = len(records)
                 try:
-                    settlement, outage = self._handle(handler, record)
+                    if batch_handler is None:
+                        settlement, outage = self._handle(handler, records[0])
+                        done = [settlement]
+                    else:
+                        done, outage = self._handle_many(batch_handler, records)
                 finally:
-                    self._running = None
-                settlements.append(settlement)
+                    self._running = 0
+                settlements += done
                 if outage is not None:
-                    settlements += [(r, "return", None, None) for r in batch[i + 1 :]]
+                    settlements += [(r, "return", None, None) for _, rs in units[i + 1 :] for r in rs]
                     self._flush(settlements, counts)
                     raise outage
             self._flush(settlements, counts)
@@ -220,14 +229,14 @@ class EventWorker:
             self._release_held([s[0] for s in settlements])
 
     def in_hand(self) -> tuple[int, int]:
-        """Return ``(running, waiting)``: records whose handler runs now (0 or 1), and claimed ones not yet started.
+        """Return ``(running, waiting)``: records a handler runs on now (0, 1, a batch's), claimed ones not started.
 
         For a forced exit's log line: both kinds are redelivered after their
         lease; the waiting ones have spent an attempt without running.
         """
         with self._heartbeat_lock:
             held = len(self._held)
-        running = 1 if self._running is not None else 0
+        running = self._running
         return running, max(0, held - running)
 
     def _handle(self, handler: Handler, record: EventRecord) -> tuple[Settlement, Exception | None]:
@@ -254,6 +263,50 @@ class EventWorker:
         if unavailable is not failure:
             unavailable.__cause__ = failure
         return (record, "release", None, None), unavailable
+
+    def _handle_many(
+        self, batch_handler: BatchHandler, records: list[EventRecord]
+    ) -> tuple[list[Settlement], Exception | None]:
+        """Run ``batch_handler`` on ``records`` at once; return their settlements and the outage to raise.
+
+        A record whose lease expired before the call is released (``stale``)
+        and not handed over. Each record is settled by its own outcome: done →
+        ``ack``, failed → ``fail`` (that record alone is retried), met an
+        outage → ``release``. A batch handler that raises (or answers the
+        wrong number of outcomes) fails every record it was given.
+        """
+        started = self.clock()
+        settlements: list[Settlement] = []
+        live: list[EventRecord] = []
+        for record in records:
+            leased_until = self._leased_until(record)
+            if leased_until is not None and started >= leased_until:
+                logger.warning("event %s: lease expired before its handler started; released", record.id)
+                settlements.append((record, "release", "stale", None))
+            else:
+                live.append(record)
+        if not live:
+            return settlements, None
+        try:
+            outcomes = list(batch_handler(live))
+            if len(outcomes) != len(live):
+                raise TypeError(f"batch handler answered {len(outcomes)} outcomes for {len(live)} records")
+        except Exception as exc:  # a handler's failure is data for the journal, not a crash
+            outcomes = [exc] * len(live)
+        outage: Exception | None = None
+        for record, failure in zip(live, outcomes, strict=True):
+            if failure is None:
+                settlements.append((record, "ack", "processed", None))
+                continue
+            unavailable = store_unavailable(failure)
+            if unavailable is None:
+                settlements.append((record, "fail", "failed", failure))
+                continue
+            if unavailable is not failure:
+                unavailable.__cause__ = failure
+            settlements.append((record, "release", None, None))
+            outage = outage or unavailable
+        return settlements, outage
 
     def _settle_all(self, settlements: list[Settlement], counts: dict[str, int]) -> None:
         """Make the kept settlements, then ``settlements``: acks and failures batched, releases one by one.
@@ -423,6 +476,31 @@ class EventWorker:
             self.channel or "(default)", unavailable.message, type(cause).__name__, cause,
             self.max_backoff_ms / 1000,
         )  # fmt: skip
+
+
+def _units(handler: Handler, batch: list[EventRecord]) -> list[tuple[BatchHandler | None, list[EventRecord]]]:
+    """Split a claimed batch into what runs at once: ``(None, [record])`` or ``(batch handler, records)``.
+
+    A handler with ``batch_for(type)`` (the registry's ``dispatch``) names the
+    batch handler of each type; the records of one batch handler form one
+    unit, placed where its first record was claimed, the others stay one by one
+    in claim order.
+    """
+    batch_for = getattr(handler, "batch_for", None)
+    units: list[tuple[BatchHandler | None, list[EventRecord]]] = []
+    if batch_for is None:
+        return [(None, [record]) for record in batch]
+    grouped: dict[int, list[EventRecord]] = {}
+    for record in batch:
+        batch_handler = batch_for(record.type)
+        if batch_handler is None:
+            units.append((None, [record]))
+        elif id(batch_handler) in grouped:
+            grouped[id(batch_handler)].append(record)
+        else:
+            grouped[id(batch_handler)] = [record]
+            units.append((batch_handler, grouped[id(batch_handler)]))
+    return units
 
 
 def _reset_database_connections() -> None:
