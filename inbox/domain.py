@@ -905,8 +905,14 @@ def _json_of(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    # Computed once per class: ``fields()`` on every decoded record was a fifth of a list page's time.
+    return frozenset(f.name for f in fields(cls)) - {"revision"}
+
+
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)} - {"revision"}
+    names = _field_names(cls)
     return {k: v for k, v in data.items() if k in names}
 
 

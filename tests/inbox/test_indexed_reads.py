@@ -524,3 +524,28 @@ def test_concurrent_messages_markers_and_assignments_keep_counts_exact(
             assert selectors.unread_total(tenant, agent=agent, view=view, store=store) == want, (agent, view)
     layout = CONVERSATIONS.layout(store.kv)
     assert {n: d for n in layout.index_names() if any((d := layout.check(table, n)).values())} == {}
+
+
+def test_an_unread_only_page_reads_about_what_it_lacks_after_its_first_batch() -> None:
+    """Half the conversations are read: after a first batch of 20 keeps 10 rows, the next reads ~26, not 40.
+
+    Regression (bench/scale.py at 100,000: the unread-only first page read 150
+    conversations and their markers for 50 rows, 6× the Django ORM's join).
+    """
+    kv, store = tenant_of(300)
+
+    def page() -> list[selectors.ConversationRow]:
+        rows, _ = selectors.conversation_list(TENANT, agent="ana", unread_only=True, limit=20, store=store)
+        return rows
+
+    rows = page()
+    assert len(rows) == 20 and all(r.unread for r in rows)
+    everything = [
+        r.conversation.id for r in selectors.conversation_list(TENANT, agent="ana", limit=200, store=store)[0]
+    ]
+    assert [r.conversation.id for r in rows] == [
+        cid for cid in everything if conversation_unread(TENANT, cid, agent="ana", store=store)
+    ][:20]
+    touched, calls = cost(kv, page)
+    # Two batches (20, then 26): their index entries (limit + 1 each), records and markers.
+    assert touched <= 21 + 20 + 20 + 27 + 26 + 26 + 2, touched
