@@ -5,6 +5,10 @@
   "events": [InboundMessage / StatusUpdate / MemberUpdate .to_json(), ...]}``.
 - ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.services.replies``).
 
+The worker hands the ``inbound`` records of a claimed batch to
+``project_inbound_batch`` at once (``register_batch``): one commit per
+conversation, the batch's reads prefetched, each record still failing alone.
+
 Every handler is idempotent (the journal delivers at least once). A projection
 failure is reported — logged with the conversation-free event id, counted in
 the ``errors`` metric — and raised to the worker, so the journal record is
@@ -15,11 +19,13 @@ webhook or the bot that sent the message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 from botmesh_admin.events.base import EventRecord
-from botmesh_admin.events.handlers import register
+from botmesh_admin.events.handlers import register, register_batch
 from botmesh_admin.events.worker import Claim, current_claim
 
 from . import services
@@ -91,6 +97,64 @@ def _project_events(record: EventRecord) -> None:
 
 project_whatsapp_webhook: Callable[[EventRecord], None] = register("whatsapp.webhook")(_project_events)
 project_telegram_update: Callable[[EventRecord], None] = register("telegram.update")(_project_events)
+
+
+_PROJECTIONS: dict[str, Callable[[EventRecord], None]] = {
+    services.LEDGER_EVENT: project_ledger_record,
+    "whatsapp.webhook": project_whatsapp_webhook,
+    "telegram.update": project_telegram_update,
+}
+
+
+@register_batch(services.LEDGER_EVENT)
+@register_batch("whatsapp.webhook")
+@register_batch("telegram.update")
+def project_inbound_batch(records: Sequence[EventRecord]) -> list[Exception | None]:
+    """Project a claimed batch of ledger records and webhook events at once (one outcome per record).
+
+    Each record is projected by its own handler above (its span, its
+    ``_file_under``, its report on failure), against the batch's buffered store;
+    the batch is then written one commit per conversation
+    (``services.project_batched``).
+    """
+    units = [partial(_PROJECTIONS[r.type], r) for r in records]
+    return services.project_batched(units, prefetch=partial(_prefetch, records))
+
+
+def _prefetch(records: Sequence[EventRecord], store: Any) -> None:
+    """Read, per tenant in two ``get_many``, the conversations and messages ``records`` will look up."""
+    from botmesh_admin.channels.domain import event_from_json
+
+    wanted: dict[str, tuple[list[tuple[str, str | None]], list[str]]] = {}
+    for record in records:
+        chats, ids = wanted.setdefault(record.tenant, ([], []))
+        payload = record.payload if isinstance(record.payload, dict) else {}
+        if record.type == services.LEDGER_EVENT:
+            data = payload.get("record")
+            if isinstance(data, dict) and isinstance(data.get("chatId"), str):
+                chats.append((data["chatId"], data.get("channelName")))
+                ids += [v for v in (data.get("id"), data.get("providerMessageId")) if isinstance(v, str)]
+            continue
+        for item in payload.get("events", []):
+            try:
+                event = event_from_json(item)
+            except Exception:  # noqa: BLE001 - the record's own projection reports it
+                continue
+            chat_key = getattr(event, "chat_key", None)
+            if chat_key:
+                chats.append((chat_key, getattr(event, "channel_name", None)))
+            reaction = getattr(event, "reaction", None)
+            ids += [
+                v
+                for v in (
+                    getattr(event, "provider_message_id", None),
+                    getattr(event, "edit_of", None),
+                    getattr(reaction, "target_message_id", None),
+                )
+                if isinstance(v, str) and v
+            ]
+    for tenant, (chats, ids) in wanted.items():
+        store.prefetch(tenant, chats=chats, message_ids=ids)
 
 
 def _claim_of(record: EventRecord) -> Claim:

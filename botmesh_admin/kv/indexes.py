@@ -453,6 +453,15 @@ class _StateCache:
 _built = _StateCache()
 
 
+def forget_cached_states(kv: DurableKv, table: str) -> None:
+    """Drop what this process caches of ``table``'s index states read through ``kv``.
+
+    For a Kv object about to be discarded (``BufferedKv``): the cache is keyed
+    by the object's identity, which a later object may reuse.
+    """
+    _built.forget(kv, table)
+
+
 # -- the table -------------------------------------------------------------------------
 
 

@@ -20,16 +20,22 @@ so does an edit projected before its original (an inbound placeholder showing
 the edited text, whose previous text is filled in when the original arrives).
 Conflicting writers are handled by read → compare-and-set → retry.
 
+A claimed journal batch is projected at once (``project_batched``): every
+record's projection runs as above against one buffered store (reads see the
+batch's earlier writes), then each conversation's writes are committed as one
+merged commit, and the CRM contact upserts of the batch are made once per sender.
+
 Logs carry conversation ids and hashed chat ids only, never raw chat or sender ids.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextvars
 import dataclasses
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.clock import now_ms
@@ -55,7 +61,7 @@ from ..domain import (
     validate_storable_id,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, too_busy
+from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore, too_busy
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
@@ -82,9 +88,32 @@ def _hash(value: str | None) -> str:
 
 
 def _count(name: str) -> None:
+    batch = _batch.get()
+    if batch is not None:  # counted once the write it follows is committed (``project_batched``)
+        batch.counts.append((name, batch.mark()))
+        return
     from botmesh_admin.observability.metrics import count
 
     count(name)
+
+
+@dataclass
+class _Batch:
+    """The batch being projected (``project_batched``): its buffered store, deferred counts, contacts upserted."""
+
+    store: InboxStore
+    mark: Callable[[], int]  # the number of commits buffered so far
+    counts: list[tuple[str, int]] = field(default_factory=list)  # (metric, commits buffered when counted)
+    contacts: dict[tuple[str, str, str], tuple[str | None, str]] = field(default_factory=dict)
+
+
+_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("inbox_projection_batch", default=None)
+
+
+def _store() -> InboxStore:
+    """Return the store projection writes to: the batch's buffered store inside ``project_batched``."""
+    batch = _batch.get()
+    return default_store() if batch is None else batch.store
 
 
 # -- conversation bookkeeping ---------------------------------------------------------
@@ -110,7 +139,7 @@ def _conversation_of(
     A conversation stored before conversations belonged to a channel is
     assigned the channel that now hears from it.
     """
-    stored = default_store().conversation_by_chat(tenant, chat_key, channel_name=channel_name)
+    stored = _store().conversation_by_chat(tenant, chat_key, channel_name=channel_name)
     if stored is None:
         return None, _new_conversation(chat_key, channel, now_ms(), channel_name)
     if stored.channel_name is None and channel_name is not None:
@@ -194,7 +223,7 @@ def ingest(
     replaces a placeholder takes over its status and reactions. ``contact``
     (called outside the write) returns the CRM contact id for the conversation.
     """
-    store = default_store()
+    store = _store()
     pid = message.provider_message_id
 
     def attempt() -> Projected:
@@ -264,7 +293,7 @@ def update_message(
     (an event's own id) is claimed for the message in the same write, so a
     redelivered event is recognised as a duplicate.
     """
-    store = default_store()
+    store = _store()
 
     def attempt() -> Projected | None:
         if alias is not None:
@@ -429,7 +458,7 @@ def _project_reaction(tenant: str, event: InboundMessage) -> Projected:
 
     done = update_message(
         tenant,
-        lambda: default_store().message_by_provider_id(tenant, target_id),
+        lambda: _store().message_by_provider_id(tenant, target_id),
         react,
         alias=event.provider_message_id,
     )
@@ -523,7 +552,7 @@ def _project_edit(tenant: str, event: InboundMessage) -> Projected:
     def attempt() -> Projected:
         done = update_message(
             tenant,
-            lambda: default_store().message_by_provider_id(tenant, target),
+            lambda: _store().message_by_provider_id(tenant, target),
             lambda m: _with_edit(m, event.text, event.timestamp_ms, media),
             alias=event.provider_message_id,
         )
@@ -570,7 +599,7 @@ def project_status(tenant: str, event: StatusUpdate) -> Projected:
         return replace(m, **changes)
 
     pid = event.provider_message_id
-    done = update_message(tenant, lambda: default_store().message_by_provider_id(tenant, pid), advance)
+    done = update_message(tenant, lambda: _store().message_by_provider_id(tenant, pid), advance)
     if done is not None:
         if done.outcome == "updated" and event.status == "failed":
             _count("messages.out_failed")
@@ -600,7 +629,7 @@ def project_member(tenant: str, event: MemberUpdate) -> Projected:
         f"{event.channel} my_chat_member: {event.previous_status or '?'} -> {event.status} at {event.timestamp_ms} ms"
     )
     contact_id: str | None = None
-    store = default_store()
+    store = _store()
 
     def attempt() -> Conversation | Projected:
         nonlocal contact_id
@@ -666,10 +695,16 @@ def _contact_for(tenant: str, conv: Conversation, channel: str, sender_id: str, 
     address = _address(channel, sender_id)
     if address is None:
         return conv.contact_id
+    batch = _batch.get()
+    known = None if batch is None else batch.contacts.get((tenant, channel, address))
+    if known is not None and known[0] == name:
+        return known[1]  # upserted with the same name earlier in this batch: nothing would change
     try:
         from crm.services import contact_upsert_identity
 
         contact = contact_upsert_identity(tenant, channel=channel, address=address, name=name, source="inbox")
+        if batch is not None:
+            batch.contacts[(tenant, channel, address)] = (name, contact.id)
         return contact.id
     except (DomainError, ImportError) as exc:
         log.warning("inbox contact upsert failed conversation=%s: %s", conv.id, type(exc).__name__)
@@ -698,3 +733,77 @@ def _consent_denied(tenant: str, contact_id: str, channel: str, evidence: str) -
         log.warning("inbox consent update failed contact=%s: %s", contact_id, type(exc).__name__)
         _count("errors")
         raise
+
+
+# -- a journal batch at once ------------------------------------------------------------
+
+
+def project_batched(
+    units: Sequence[Callable[[], object]], *, prefetch: Callable[[InboxStore], None] | None = None
+) -> list[Exception | None]:
+    """Run ``units`` (each the projection of one journal record) as one batch; return one outcome per unit.
+
+    Over a store that can buffer (``KvInboxStore.buffered``) every unit runs
+    in order against the buffered store (``prefetch(store)`` first reads what
+    they will need, in one ``get_many``); a unit that raises has that exception
+    as its outcome and keeps what it wrote before (as when projected alone: its
+    retry is idempotent); the others are unaffected. Then the buffered
+    writes go to the Kv as one commit per conversation (``BufferedKv.flush``,
+    index upkeep merged like every other op). A conversation whose commit
+    failed (a writer changed it meanwhile, or the store is unreachable) is
+    redone unit by unit against the store itself: the units are idempotent,
+    so what the other commits wrote is recognised as a duplicate. Metrics a
+    unit counted are counted once the write they follow is committed. Over
+    any other store the units simply run one by one.
+    """
+    store = default_store()
+    buffered = getattr(store, "buffered", None)
+    if buffered is None:
+        return [_outcome(unit) for unit in units]
+    from inbox.stores.kv import conversation_of_key
+
+    over: InboxStore = buffered()
+    kv = over.kv  # type: ignore[attr-defined]
+    batch = _Batch(over, kv.mark)
+    token = _batch.set(batch)
+    spans: list[tuple[int, int]] = []
+    outcomes: list[Exception | None] = []
+    try:
+        if prefetch is not None:
+            try:
+                prefetch(over)
+            except DomainError as exc:  # an id no key can hold: each unit meets (and reports) it itself
+                log.info("inbox batch prefetch skipped: %s", type(exc).__name__)
+        for unit in units:
+            # A unit that fails keeps what it wrote before failing, as one record projected alone does.
+            start = kv.mark()
+            outcomes.append(_outcome(unit))
+            spans.append((start, kv.mark()))
+    finally:
+        _batch.reset(token)
+        try:
+            groups = kv.flush(conversation_of_key)
+        finally:
+            kv.forget_cached_states()
+    failed = {i for g in groups if g.error is not None for i in g.commits}
+    for g in groups:
+        if g.error is not None:
+            log.info(
+                "inbox batch: a conversation's commit failed (%s); its records are projected again",
+                type(g.error).__name__,
+            )
+    for name, at in batch.counts:
+        if at == 0 or at - 1 not in failed:
+            _count(name)
+    for n, (unit, (start, end)) in enumerate(zip(units, spans, strict=True)):
+        if outcomes[n] is None and failed.intersection(range(start, end)):
+            outcomes[n] = _outcome(unit)
+    return outcomes
+
+
+def _outcome(unit: Callable[[], object]) -> Exception | None:
+    try:
+        unit()
+    except Exception as exc:  # the unit's record fails alone
+        return exc
+    return None

@@ -98,6 +98,7 @@ from botmesh_admin.kv import (
     TenantKv,
 )
 from botmesh_admin.kv.base import Entry, JsonValue
+from botmesh_admin.kv.buffered import BufferedKv
 from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.indexes import (
     CountIndex,
@@ -157,6 +158,22 @@ def same_incarnation(conversation_id: str) -> Check:
     given and reads nothing before committing).
     """
     return Check(f"c/{conversation_id}", POINTER_VERSION)
+
+
+def conversation_of_key(key: str) -> str | None:
+    """Return the id of the conversation a key of the table belongs to (``None``: none named in it).
+
+    ``m/``, ``n/``, ``v/``, ``r/`` keys name it first, ``c/`` and ``e/`` keys
+    are it; a ``k/`` key is written with its ``c/`` pointer (a check or a put),
+    ``i/`` and ``p/`` claims with their message. ``BufferedKv.flush`` groups a
+    batch's commits by it: one commit per conversation.
+    """
+    kind, _, rest = key.partition("/")
+    if kind in ("m", "n", "v", "r"):
+        return rest.partition("/")[0] or None
+    if kind in ("c", "e"):
+        return rest or None
+    return None
 
 
 def _stale(what: str, exc: ConflictError) -> StaleRevision:
@@ -305,6 +322,33 @@ class KvInboxStore:
 
     def _table(self, tenant: str) -> str:
         return self.tables.table(tenant, COLLECTION)
+
+    def buffered(self) -> KvInboxStore:
+        """Return this store over a ``BufferedKv`` of its Kv: writes held until ``store.kv.flush(...)``.
+
+        What a projection batch runs against (``inbox.services.projection.project_batched``).
+        """
+        return KvInboxStore(BufferedKv(self.kv))
+
+    def prefetch(self, tenant: str, *, chats: list[tuple[str, str | None]], message_ids: list[str]) -> None:
+        """Read now, in two ``get_many``, what projecting these chats and message ids will read.
+
+        ``chats``: ``(chat key, channel name)``; ``message_ids``: message ids
+        and provider ids (both claims and provider pointers are read, then the
+        messages they point to). Only a buffered store keeps what it read.
+        """
+        if not isinstance(self.kv, BufferedKv):
+            return
+        table = self._table(tenant)
+        keys = []
+        for chat_key, channel_name in chats:
+            keys.append(f"k/{chat_hash(chat_key)}")
+            if channel_name is not None:
+                keys.append(f"k/{chat_hash(conversation_identity(chat_key, channel_name))}")
+        pointers = [key for m in dict.fromkeys(message_ids) for key in (f"i/{m}", f"p/{m}")]
+        self.kv.prefetch(table, keys + pointers)
+        found = [e for e in self.kv.get_many(table, pointers) if e is not None and isinstance(e.value, dict)]
+        self.kv.prefetch(table, sorted({f"m/{e.value['c']}/{e.value['k']}" for e in found}))
 
     # -- conversations ----------------------------------------------------------
 

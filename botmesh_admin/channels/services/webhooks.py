@@ -123,7 +123,7 @@ def webhook_whatsapp_accept(tenant: str, *, read_body: Callable[[], bytes], sign
     events, skipped = _storable("whatsapp", tenant, events)
     key = "whatsapp:" + hashlib.sha256(body).hexdigest()
     event_id = _journal(tenant, "whatsapp.webhook", key, ",".join(names), events)
-    log.info("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
+    log.debug("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
     return WebhookAccepted(events, skipped, event_id)
 
 
@@ -195,7 +195,9 @@ def webhook_telegram_accept(
     update_id, events = _checked(tenant, "telegram", accept)
     events, skipped = _storable("telegram", tenant, events)
     event_id = _journal(tenant, "telegram.update", f"telegram:{name}:{update_id}", name, events)
-    log.info("telegram update for tenant %s channel %s: %d events journaled as %s", tenant, name, len(events), event_id)
+    log.debug(
+        "telegram update for tenant %s channel %s: %d events journaled as %s", tenant, name, len(events), event_id
+    )
     return WebhookAccepted(events, skipped, event_id)
 
 

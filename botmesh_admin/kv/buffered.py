@@ -1,0 +1,349 @@
+"""BufferedKv: commits held in memory over a real DurableKv, then written as a few merged commits.
+
+A batch of writes that each read → compare-and-set → commit (the inbox's
+projection of a claimed journal batch) runs unchanged against a
+``BufferedKv(base)``: reads see the base as first read plus every buffered
+commit; a buffered commit checks its expectations against that view and
+raises ``ConflictError`` as the base would. ``flush(labels)`` then writes the
+buffered commits as one real commit per *group* — commits that touch a common
+key (other than counters only added to, or keys only checked), or a common
+label (``labels(key)``: what the caller calls one unit, e.g. a conversation) —
+each op merged per key into its net effect:
+
+- the expectation is the key's state *before the batch*: the version (or
+  absence) first read, else what the first expectation on it assumed; a key
+  only ever written with ``ANY`` keeps ``ANY``;
+- the final value is ``Put`` (or ``Delete``; a key created and deleted again
+  becomes a ``Check`` that it is still absent); counters only added to stay one
+  ``Add`` of the sum (never conflicting); keys only checked stay ``Check``.
+
+So the group's commit succeeds exactly when nothing the batch relied on
+changed meanwhile — then it has the effect of the buffered commits run one
+after the other — and fails with ``ConflictError`` otherwise, writing nothing
+of that group (the caller redoes that group's work against the base). Index
+upkeep (``kv.indexes``) is computed by the buffered commits as usual and merged
+like any other op. Versions the buffered view reports are its own (a flushed
+key's version grows by one per group, not per buffered commit).
+
+Not thread-safe: one batch, one thread. TTLs are kept (``ttl_ms`` of the last
+``Put``); nothing expires inside the buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
+from .validation import validate_commit
+
+_UNKNOWN = object()  # a key's base entry, not read
+
+
+@dataclass
+class _Slot:
+    """What the batch knows of one key: its base entry (``_UNKNOWN`` unless read) and its buffered ops."""
+
+    base: object = _UNKNOWN
+    ops: list[tuple[int, Op]] = field(default_factory=list)  # (commit index, op)
+    assumed: Expect = ANY  # the base an expectation assumed when the base was not read
+
+
+@dataclass(frozen=True)
+class FlushedGroup:
+    """One merged commit: the buffered commits it holds (indexes), its op count, and its error (``None``: done)."""
+
+    commits: tuple[int, ...]
+    ops: int
+    error: Exception | None
+
+
+def _fold(start: Entry | None, key: str, ops: Iterable[Op]) -> Entry | None:
+    """Return the entry after ``ops`` starting from ``start`` (the Kv contract's semantics; no clock)."""
+    current = start
+    for op in ops:
+        if isinstance(op, Put):
+            current = Entry(key, op.value, current.version + 1 if current else 1, None)
+        elif isinstance(op, Delete):
+            current = None
+        elif isinstance(op, Add):
+            base = int(current.value) if current is not None else 0
+            current = Entry(
+                key, base + op.delta, current.version + 1 if current else 1, current.expires_at if current else None
+            )
+    return current
+
+
+def _holds(entry: Entry | None, expect: Expect) -> bool:
+    if expect is ANY:
+        return True
+    if expect is ABSENT:
+        return entry is None
+    return entry is not None and entry.version == expect
+
+
+class BufferedKv:
+    """A ``DurableKv`` whose commits are buffered until ``flush`` (see the module docstring)."""
+
+    def __init__(self, base: DurableKv) -> None:
+        self.base = base
+        self.url = base.url
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._commits: list[tuple[str, tuple[Op, ...]]] = []
+        self._scans: dict[tuple[str, str, str | None, int], list[Entry]] = {}
+        self.base_commits = 0  # real commits made by ``flush``
+        self._tables: set[str] = set()
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _slot(self, table: str, key: str) -> _Slot:
+        slot = self._slots.get((table, key))
+        if slot is None:
+            slot = self._slots[(table, key)] = _Slot()
+            self._tables.add(table)
+        return slot
+
+    def _load(self, table: str, keys: Sequence[str]) -> None:
+        """Read the base entries of ``keys`` not read yet (one ``get_many``)."""
+        missing = list(dict.fromkeys(k for k in keys if self._slot(table, k).base is _UNKNOWN))
+        for start in range(0, len(missing), 1000):
+            part = missing[start : start + 1000]
+            for key, entry in zip(part, self.base.get_many(table, part), strict=True):
+                self._slots[(table, key)].base = entry
+
+    def _start(self, key: str, slot: _Slot) -> Entry | None:
+        """Return the entry the batch's ops on ``key`` apply to: the base read, else the assumed one."""
+        base = slot.base
+        if base is not _UNKNOWN:
+            assert base is None or isinstance(base, Entry)
+            if slot.assumed is ANY or _holds(base, slot.assumed):
+                return base
+        if slot.assumed is ANY or slot.assumed is ABSENT:
+            return None
+        assert isinstance(slot.assumed, int)
+        return Entry(key, None, slot.assumed)  # the version assumed; its value unread
+
+    def _peek(self, table: str, key: str) -> Entry | None:
+        """Return the key's entry as the batch sees it without reading the base (a guessed version if unread)."""
+        slot = self._slot(table, key)
+        return _fold(self._start(key, slot), key, (op for _, op in slot.ops))
+
+    def _view(self, table: str, key: str) -> Entry | None:
+        """Return the key's entry as the batch sees it, reading its base when its value depends on it."""
+        slot = self._slot(table, key)
+        if slot.base is _UNKNOWN and not any(isinstance(op, Put | Delete) for _, op in slot.ops):
+            self._load(table, [key])  # no op of the batch sets its value: the base's is it
+        return self._peek(table, key)
+
+    def prefetch(self, table: str, keys: Sequence[str]) -> None:
+        """Read ``keys`` of ``table`` from the base now, in one round trip, for the batch's later reads."""
+        self._load(table, keys)
+
+    def get(self, table: str, key: str) -> Entry | None:
+        """Return the entry as the batch sees it (the base as first read, plus the buffered commits)."""
+        return self._view(table, key)
+
+    def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
+        """Return ``get`` of each key, reading the unread ones from the base in one round trip."""
+        self._load(table, [k for k in keys if not self._slot(table, k).ops])
+        return [self._view(table, key) for key in keys]
+
+    def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
+        """Return up to ``limit`` entries by key as the batch sees them (base pages read once per batch)."""
+        written = sorted(k for (t, k), slot in self._slots.items() if t == table and slot.ops and k.startswith(prefix))
+        written = [k for k in written if after is None or k > after]
+        found: dict[str, Entry] = {}
+        cursor, complete = after, False
+        while True:
+            page = self._base_scan(table, prefix, cursor, limit)
+            for e in page:
+                slot = self._slot(table, e.key)
+                if slot.base is _UNKNOWN:
+                    slot.base = e
+                if not slot.ops:
+                    found[e.key] = e
+            if len(page) < limit:
+                complete = True
+                break
+            cursor = page[-1].key
+            if sum(1 for k in found if k <= cursor) + sum(1 for k in written if k <= cursor) >= limit:
+                break
+        for key in written:
+            if complete or (cursor is not None and key <= cursor):
+                slot = self._slot(table, key)
+                if slot.base is _UNKNOWN:
+                    slot.base = None  # inside the range the base pages cover, and not in them: absent
+                entry = self._view(table, key)
+                if entry is not None:
+                    found[key] = entry
+        return [found[k] for k in sorted(found)][:limit]
+
+    def _base_scan(self, table: str, prefix: str, after: str | None, limit: int) -> list[Entry]:
+        key = (table, prefix, after, limit)
+        page = self._scans.get(key)
+        if page is None:
+            page = self._scans[key] = self.base.scan(table, prefix=prefix, after=after, limit=limit)
+        return page
+
+    # -- writes -------------------------------------------------------------------------
+
+    def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        """Buffer ``ops`` as one commit after checking their expectations against the batch's view.
+
+        Raise ``ConflictError`` naming the first failed key (nothing buffered),
+        as the base would. An expectation on a key the batch never read is
+        assumed to hold and checked by ``flush`` against the base. Versions in
+        the results are the buffer's (guessed for a key never read nor expected).
+        """
+        validate_commit(table, ops)
+        assume: list[tuple[_Slot, Expect]] = []
+        for op in ops:
+            if isinstance(op, Add) or op.expect is ANY:
+                continue
+            slot = self._slot(table, op.key)
+            if slot.base is _UNKNOWN and not slot.ops and slot.assumed is ANY:
+                assume.append((slot, op.expect))  # the base is assumed as expected; flush checks it
+                continue
+            current = self._peek(table, op.key)
+            if not _holds(current, op.expect):
+                raise ConflictError(table, op.key, op.expect, current.version if current else None)
+        for slot, expect in assume:
+            slot.assumed = expect
+        index = len(self._commits)
+        self._commits.append((table, tuple(ops)))
+        for op in ops:
+            self._slot(table, op.key).ops.append((index, op))
+        return [None if isinstance(op, Delete) else self._peek(table, op.key) for op in ops]
+
+    def mark(self) -> int:
+        """Return a savepoint: the number of commits buffered so far."""
+        return len(self._commits)
+
+    def commits(self) -> list[tuple[str, tuple[Op, ...]]]:
+        """Return the buffered commits ``(table, ops)`` in order."""
+        return list(self._commits)
+
+    def flush(self, labels: Callable[[str], str | None] = lambda key: None) -> list[FlushedGroup]:
+        """Write the buffered commits as one merged commit per group (see the module docstring), in order.
+
+        Return each group's outcome; a group's ``error`` (a ``ConflictError``,
+        or the base's own error) means nothing of it was written. The buffer
+        is empty afterwards.
+        """
+        groups = self._groups(labels)
+        out: list[FlushedGroup] = []
+        for table, members in groups:
+            ops = self._merged(table, set(members))
+            if not ops:
+                out.append(FlushedGroup(tuple(members), 0, None))
+                continue
+            try:
+                self.base.commit(table, ops)
+                self.base_commits += 1
+                out.append(FlushedGroup(tuple(members), len(ops), None))
+            except Exception as exc:  # noqa: BLE001 - reported per group; the caller redoes its work
+                out.append(FlushedGroup(tuple(members), len(ops), exc))
+        self._slots.clear()
+        self._commits.clear()
+        self._scans.clear()
+        return out
+
+    def _groups(self, labels: Callable[[str], str | None]) -> list[tuple[str, list[int]]]:
+        """Return ``(table, commit indexes)`` per group, ordered by each group's first commit."""
+        parent = list(range(len(self._commits)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        def union(indexes: Iterable[int]) -> None:
+            first: int | None = None
+            for i in indexes:
+                if first is None:
+                    first = find(i)
+                else:
+                    parent[find(i)] = first
+
+        for slot in self._slots.values():
+            kinds = {type(op) for _, op in slot.ops}
+            if len(slot.ops) > 1 and kinds not in ({Add}, {Check}):
+                union(i for i, _ in slot.ops)
+        by_label: dict[tuple[str, str], list[int]] = {}
+        for i, (table, ops) in enumerate(self._commits):
+            for op in ops:
+                label = labels(op.key)
+                if label is not None:
+                    by_label.setdefault((table, label), []).append(i)
+        for members in by_label.values():
+            union(members)
+        groups: dict[int, list[int]] = {}
+        for i in range(len(self._commits)):
+            groups.setdefault(find(i), []).append(i)
+        return [(self._commits[members[0]][0], members) for members in groups.values()]
+
+    def _merged(self, table: str, members: set[int]) -> list[Op]:
+        """Return the net ops of the commits ``members`` of ``table``, one per key, in first-touch order."""
+        keys: dict[str, None] = {}
+        for i in sorted(members):
+            for op in self._commits[i][1]:
+                keys.setdefault(op.key, None)
+        out: list[Op] = []
+        for key in keys:
+            slot = self._slots[(table, key)]
+            ops = [op for i, op in slot.ops if i in members]
+            merged = self._net(table, key, slot, ops)
+            if merged is not None:
+                out.append(merged)
+        return out
+
+    def _net(self, table: str, key: str, slot: _Slot, ops: list[Op]) -> Op | None:
+        """Return the one op with the net effect of ``ops`` on ``key``, expecting its state before the batch."""
+        kinds = {type(op) for op in ops}
+        if kinds == {Add}:
+            return Add(key, sum(op.delta for op in ops if isinstance(op, Add)))
+        if Add in kinds and slot.base is _UNKNOWN:
+            self._load(table, [key])  # a counter's sum after a put or delete depends on the base
+        checked = Add in kinds or any(op.expect is not ANY for op in ops)
+        expect: Expect = slot.assumed
+        if expect is ANY and checked and slot.base is not _UNKNOWN:
+            base = slot.base
+            assert base is None or isinstance(base, Entry)
+            expect = ABSENT if base is None else base.version
+        if kinds == {Check}:
+            return None if expect is ANY else Check(key, expect)
+        final = _fold(self._start(key, slot), key, ops)
+        if final is not None:
+            ttl = next((op.ttl_ms for op in reversed(ops) if isinstance(op, Put)), None)
+            return Put(key, final.value, expect, ttl)
+        if expect is ABSENT or (expect is ANY and slot.base is None):
+            return None if expect is ANY else Check(key, ABSENT)
+        return Delete(key, expect)
+
+    def forget_cached_states(self) -> None:
+        """Drop the index states cached through this object (``kv.indexes``): call it before discarding it."""
+        from .indexes import forget_cached_states
+
+        for table in self._tables:
+            forget_cached_states(self, table)
+
+    # -- the rest of the contract --------------------------------------------------------
+
+    def drop(self, table: str) -> None:
+        """Refused: a batch never drops a table."""
+        raise NotImplementedError("BufferedKv buffers commits only")
+
+    def sweep(self, limit: int = 1000) -> int:
+        """Sweep the base."""
+        return self.base.sweep(limit)
+
+    def ping(self) -> None:
+        """Ping the base."""
+        self.base.ping()
+
+    def close(self) -> None:
+        """Nothing of its own to release (the base stays open)."""
+
+
+__all__ = ["BufferedKv", "FlushedGroup"]

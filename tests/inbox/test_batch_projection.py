@@ -1,0 +1,251 @@
+"""Batched projection (issue 21, item 2): a claimed batch is one commit per conversation, and gives what
+projecting its records one by one gives — over every Kv backend.
+
+Commits are counted on the real store's Kv (a wrapper that forwards every call
+and counts ``commit``); the comparison projects the same records one by one into
+a second store and compares what a user sees: each conversation, its thread, the
+list counts and unread totals, and the indexes against their records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, Reaction, StatusUpdate
+from botmesh_admin.kv import DurableKv
+from botmesh_admin.kv.memory import MemoryKv
+from inbox import selectors
+from inbox.services import event_project, message_project, project_batched
+from inbox.stores import use_store
+from inbox.stores.kv import CONVERSATIONS, KvInboxStore
+from tests import backends
+
+pytestmark = pytest.mark.django_db
+
+T0 = 1_764_000_000_000  # epoch ms (a ledger record must carry a plausible time)
+CHATS = ["whatsapp:573001110001", "whatsapp:573001110002", "whatsapp:573001110003"]
+
+
+class CountingKv:
+    """A DurableKv that forwards to ``kv`` and counts its commits (the real store, counted)."""
+
+    def __init__(self, kv: DurableKv) -> None:
+        self.kv, self.url, self.commits = kv, kv.url, 0
+
+    def commit(self, table: str, ops: Sequence[Any]) -> list[Any]:
+        self.commits += 1
+        return self.kv.commit(table, ops)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kv, name)
+
+
+def inbound(chat: str, pid: str, ts: int, text: str = "hola", **kw: Any) -> InboundMessage:
+    return InboundMessage(
+        channel="whatsapp", chat_key=chat, sender_id=chat, provider_message_id=pid, type="text",
+        text=text, timestamp_ms=ts, **kw,
+    )  # fmt: skip
+
+
+def ledger(chat: str, mid: str, ts: int, direction: str = "in", pid: str | None = None) -> dict[str, Any]:
+    return {
+        "id": mid, "channel": "whatsapp", "chatId": chat, "senderId": chat if direction == "in" else "bot",
+        "direction": direction, "type": "text", "body": f"{direction} {mid}", "timestamp": T0 + ts,
+        "providerMessageId": pid,
+    }  # fmt: skip
+
+
+def test_a_batch_of_n_messages_for_k_conversations_is_k_commits(any_kv: DurableKv, tenant_id: str) -> None:
+    counted = CountingKv(any_kv)
+    store = KvInboxStore(counted)  # type: ignore[arg-type]
+    units = [
+        partial(event_project, tenant_id, inbound(CHATS[i % 3], f"wamid.b{i}", 1_000 + i, f"m{i}")) for i in range(12)
+    ]
+    with use_store(store):
+        # The tenant's first write creates its table's index states (every commit of that batch checks them).
+        event_project(tenant_id, inbound("whatsapp:573009990000", "wamid.first", 999))
+        before = counted.commits
+        assert project_batched(units) == [None] * 12
+        assert counted.commits - before == 3, "one commit per conversation"
+        rows, _ = selectors.conversation_list(tenant_id, agent="ana", limit=10, store=store)
+    assert sorted((r.conversation.chat_key, r.conversation.message_count) for r in rows)[:3] == [(c, 4) for c in CHATS]
+    conv = store.conversation_by_chat(tenant_id, CHATS[0])
+    assert conv is not None and conv.inbound_count == 4 and conv.last_text == "m9"
+    assert [m.text for m in selectors.message_latest(tenant_id, conv.id, store=store)] == ["m0", "m3", "m6", "m9"]
+    assert store.unread_sum(tenant_id, agent="ana") == 13
+    layout = CONVERSATIONS.layout(any_kv)
+    table = store._table(tenant_id)
+    assert all(layout.check(table, index) == {"missing": 0, "extra": 0, "wrong": 0} for index in layout.index_names())
+
+
+def test_a_redelivered_batch_changes_nothing_and_commits_nothing(any_kv: DurableKv, tenant_id: str) -> None:
+    counted = CountingKv(any_kv)
+    store = KvInboxStore(counted)  # type: ignore[arg-type]
+    units = [partial(event_project, tenant_id, inbound(CHATS[i % 2], f"wamid.r{i}", 2_000 + i)) for i in range(6)]
+    with use_store(store):
+        project_batched(units)
+        seen = snapshot(store, tenant_id)
+        before = counted.commits
+        assert project_batched(units) == [None] * 6
+        assert counted.commits == before
+        assert snapshot(store, tenant_id) == seen
+
+
+def test_a_failing_record_in_a_batch_fails_alone_and_the_others_are_written(tenant_id: str) -> None:
+    store = KvInboxStore(MemoryKv())
+
+    def poisoned() -> None:
+        raise RuntimeError("poisoned record")
+
+    units = [
+        partial(event_project, tenant_id, inbound(CHATS[0], "wamid.p1", 3_000)),
+        poisoned,
+        partial(message_project, tenant_id, dict(ledger(CHATS[1], "m-p2", 3_001), tenantId="someone-else")),
+        partial(event_project, tenant_id, inbound(CHATS[0], "wamid.p3", 3_002)),
+    ]
+    with use_store(store):
+        outcomes = project_batched(units)
+    assert outcomes[0] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], RuntimeError) and "tenantId" in str(outcomes[2])
+    assert snapshot(store, tenant_id)["conversations"] == {
+        CHATS[0]: snapshot(store, tenant_id)["conversations"][CHATS[0]]
+    }
+    assert [m["text"] for m in snapshot(store, tenant_id)["threads"][CHATS[0]]] == ["hola", "hola"]
+
+
+def test_a_conversation_changed_during_the_batch_is_projected_again_record_by_record(tenant_id: str) -> None:
+    """A writer that commits between the batch's reads and its commit makes that conversation's commit fail;
+    its records are projected again against the store, the other conversations' commits stand."""
+    kv = MemoryKv()
+    store = KvInboxStore(kv)
+    with use_store(store):
+        project_batched([partial(event_project, tenant_id, inbound(CHATS[0], "wamid.c0", 4_000))])
+
+    def meanwhile() -> None:  # an agent (through the real store) resolves the conversation mid-batch
+        from inbox.services import conversation_status_set
+
+        conv = store.conversation_by_chat(tenant_id, CHATS[0])
+        assert conv is not None
+        with use_store(store):
+            conversation_status_set(tenant_id, conv.id, status="resolved")
+
+    units: list[Callable[[], object]] = [
+        partial(event_project, tenant_id, inbound(CHATS[0], "wamid.c1", 4_001, "again")),
+        meanwhile,
+        partial(event_project, tenant_id, inbound(CHATS[1], "wamid.c2", 4_002)),
+    ]
+    with use_store(store):
+        assert project_batched(units)[0] is None
+    seen = snapshot(store, tenant_id)
+    assert [m["text"] for m in seen["threads"][CHATS[0]]] == ["hola", "again"]
+    assert seen["conversations"][CHATS[0]]["status"] == "open", "the customer wrote after the agent resolved it"
+    assert CHATS[1] in seen["conversations"]
+
+
+# -- the batch gives what one by one gives ------------------------------------------------
+
+
+def snapshot(store: KvInboxStore, tenant: str) -> dict[str, Any]:
+    """What a user sees of ``tenant``: conversations by chat, threads, counts, unread (no ids, no clock times)."""
+    rows, _ = selectors.conversation_list(tenant, agent="ana", limit=50, store=store)
+    conversations, threads = {}, {}
+    for row in rows:
+        c = row.conversation.to_json()
+        conversations[c["chat_key"]] = {
+            k: v for k, v in c.items() if k not in ("id", "created_at_ms", "updated_at_ms", "last_message_id")
+        } | {"revision": None}
+        threads[c["chat_key"]] = [
+            {k: v for k, v in m.to_json().items() if k not in ("conversation_id",)}
+            for m in selectors.message_latest(tenant, row.conversation.id, store=store)
+        ]
+    counts = store.conversation_counts(tenant, agent="ana")
+    return {
+        "conversations": conversations,
+        "threads": threads,
+        "counts": counts,
+        "unread": store.unread_sum(tenant, agent="ana"),
+    }
+
+
+def events_strategy() -> st.SearchStrategy[list[tuple[str, Any]]]:
+    """Random histories of 2 chats: webhook messages, their edits, reactions and statuses, ledger records of
+    the same messages (aliases), outbound ledger messages and their statuses, blocks — any order, redelivered."""
+    pids = [f"wamid.h{i}" for i in range(4)]
+    outs = [f"wamid.o{i}" for i in range(2)]
+    chat = st.sampled_from(CHATS[:2])
+    ts = st.integers(1_000, 1_020)
+    message = st.builds(lambda c, i, t: ("event", inbound(c, pids[i], t, f"text {i}")), chat, st.integers(0, 3), ts)
+    edit = st.builds(
+        lambda c, i, n, t: ("event", inbound(c, f"wamid.e{i}{n}", t, f"edited {i}.{n}", edit_of=pids[i])),
+        chat, st.integers(0, 3), st.integers(0, 1), ts,
+    )  # fmt: skip
+    react = st.builds(
+        lambda c, i, e, t: ("event", inbound(c, f"wamid.x{i}{e}", t, None, reaction=Reaction(pids[i], e))),
+        chat, st.integers(0, 3), st.sampled_from(["👍", "❤️", ""]), ts,
+    )  # fmt: skip
+    status = st.builds(
+        lambda c, i, s, t: (
+            "event",
+            StatusUpdate(channel="whatsapp", provider_message_id=outs[i], status=s, timestamp_ms=t, chat_key=c),
+        ),
+        chat, st.integers(0, 1), st.sampled_from(["sent", "delivered", "read", "failed"]), ts,
+    )  # fmt: skip
+    out = st.builds(lambda c, i, t: ("ledger", ledger(c, f"out-{i}", t, "out", outs[i])), chat, st.integers(0, 1), ts)
+    twin = st.builds(lambda c, i, t: ("ledger", ledger(c, f"led-{i}", t, "in", pids[i])), chat, st.integers(0, 3), ts)
+    block = st.builds(
+        lambda c, s, t: ("event", MemberUpdate(channel="whatsapp", chat_key=c, status=s, timestamp_ms=t)),
+        chat, st.sampled_from(["kicked", "member"]), ts,
+    )  # fmt: skip
+    poison = st.just(("poison", None))
+    return st.lists(st.one_of(message, edit, react, status, out, twin, block, poison), min_size=1, max_size=14)
+
+
+def unit_of(tenant: str, item: tuple[str, Any]) -> Callable[[], object]:
+    kind, value = item
+    if kind == "event":
+        return partial(event_project, tenant, value)
+    if kind == "ledger":
+        return partial(message_project, tenant, value)
+
+    def poisoned() -> None:
+        raise RuntimeError("poisoned")
+
+    return poisoned
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=events_strategy(), cuts=st.lists(st.integers(1, 6), min_size=1, max_size=6), redeliver=st.booleans())
+def test_a_batch_gives_exactly_what_projecting_one_by_one_gives(
+    history: list[tuple[str, Any]], cuts: list[int], redeliver: bool
+) -> None:
+    tenant = backends.unique_id()
+    items = history + (history[: len(history) // 2] if redeliver else [])
+    alone, batched = KvInboxStore(MemoryKv()), KvInboxStore(MemoryKv())
+    with use_store(alone):
+        expected = []
+        for item in items:
+            try:
+                unit_of(tenant, item)()
+                expected.append(None)
+            except Exception as exc:  # noqa: BLE001 - compared with the batch's outcome
+                expected.append(type(exc))
+    with use_store(batched):
+        got: list[type | None] = []
+        start, n = 0, 0
+        while start < len(items):
+            size = cuts[n % len(cuts)]
+            chunk = items[start : start + size]
+            got += [None if o is None else type(o) for o in project_batched([unit_of(tenant, i) for i in chunk])]
+            start, n = start + size, n + 1
+    assert got == expected
+    assert snapshot(batched, tenant) == snapshot(alone, tenant)
+    layout = CONVERSATIONS.layout(batched.kv)
+    table = batched._table(tenant)
+    for index in layout.index_names():
+        assert layout.check(table, index) == {"missing": 0, "extra": 0, "wrong": 0}, index
