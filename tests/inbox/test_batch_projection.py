@@ -249,3 +249,43 @@ def test_a_batch_gives_exactly_what_projecting_one_by_one_gives(
     table = batched._table(tenant)
     for index in layout.index_names():
         assert layout.check(table, index) == {"missing": 0, "extra": 0, "wrong": 0}, index
+
+
+# -- through the journal worker -----------------------------------------------------------
+
+
+def test_the_worker_projects_a_claimed_batch_in_one_commit_per_conversation_and_retries_a_poisoned_record_alone(
+    tenant_id: str,
+) -> None:
+    from botmesh_admin.events import Envelope
+    from botmesh_admin.events.handlers import dispatch
+    from botmesh_admin.events.memory import MemoryEventJournal
+    from botmesh_admin.events.worker import EventWorker
+    from inbox.services import INBOUND_CHANNEL, LEDGER_EVENT
+
+    journal = MemoryEventJournal()
+    counted = CountingKv(MemoryKv())
+    store = KvInboxStore(counted)  # type: ignore[arg-type]
+    records = [ledger(CHATS[i % 2], f"w-{i}", 5_000 + i) for i in range(8)]
+    records[5] = dict(records[5], tenantId="another-tenant")  # never projectable here: fails, then dead-letters
+    for i, record in enumerate(records):
+        journal.append(
+            Envelope(
+                type=LEDGER_EVENT,
+                tenant=tenant_id,
+                payload={"record": record},
+                idempotency_key=f"w-{i}",
+                channel=INBOUND_CHANNEL,
+            )  # fmt: skip
+        )
+    worker = EventWorker(journal, 30_000, channel=INBOUND_CHANNEL, claim_batch=20)
+    with use_store(store):
+        event_project(tenant_id, inbound("whatsapp:573009990000", "wamid.first", 999))  # the table's index states
+        before = counted.commits
+        assert worker.run_batch(dispatch, 20) == {"processed": 7, "failed": 1, "stale": 0}
+        assert counted.commits - before == 2, "one commit per conversation"
+        seen = snapshot(store, tenant_id)
+    assert {c: len(t) for c, t in seen["threads"].items() if c in CHATS} == {CHATS[0]: 4, CHATS[1]: 3}
+    [poisoned] = journal.list(state="pending")
+    assert poisoned.payload["record"]["id"] == "w-5" and "tenantId" in (poisoned.last_error or "")
+    assert {r.payload["record"]["id"] for r in journal.list(state="done")} == {f"w-{i}" for i in range(8) if i != 5}

@@ -1,0 +1,64 @@
+"""BufferedKv: buffered commits over a real Kv, flushed as one merged commit per group (issue 21, item 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from botmesh_admin.kv import ABSENT, Add, Check, ConflictError, Delete, DurableKv, Put
+from botmesh_admin.kv.buffered import BufferedKv
+from tests import backends
+
+
+@pytest.fixture
+def table() -> str:
+    return f"test/{backends.unique_id()}/buffered"
+
+
+def test_buffered_commits_are_seen_by_the_batch_and_flushed_as_one_commit(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("a", 1), Put("gone", 0), Add("n", 5)])
+    kv = BufferedKv(any_kv)
+    a = kv.get(table, "a")
+    assert a is not None
+    kv.commit(table, [Put("a", 2, a.version), Put("b", "new", ABSENT), Add("n", 1)])
+    kv.commit(table, [Put("a", 3, a.version + 1), Delete("gone"), Put("tmp", 1, ABSENT), Add("n", 2)])
+    kv.commit(table, [Delete("tmp", 1), Check("b", 1)])
+    assert kv.get(table, "a").value == 3 and kv.get(table, "gone") is None  # type: ignore[union-attr]
+    assert [e.key for e in kv.scan(table)] == ["a", "b", "n"]
+    assert any_kv.get(table, "a").value == 1, "nothing written before the flush"  # type: ignore[union-attr]
+    [group] = kv.flush()
+    assert group.error is None and kv.base_commits == 1
+    assert {e.key: e.value for e in any_kv.scan(table)} == {"a": 3, "b": "new", "n": 8}
+
+
+def test_a_conflict_in_the_batch_raises_as_the_base_would(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("a", 1)])
+    kv = BufferedKv(any_kv)
+    kv.get(table, "a")
+    kv.commit(table, [Put("a", 2, 1)])
+    with pytest.raises(ConflictError):
+        kv.commit(table, [Put("a", 3, 1)])
+    with pytest.raises(ConflictError):
+        kv.commit(table, [Put("a", 3, ABSENT)])
+
+
+def test_a_key_changed_meanwhile_fails_its_group_alone(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("x", 1), Put("y", 1)])
+    kv = BufferedKv(any_kv)
+    x, y = kv.get_many(table, ["x", "y"])
+    assert x is not None and y is not None
+    kv.commit(table, [Put("x", 2, x.version), Add("count", 1)])
+    kv.commit(table, [Put("y", 2, y.version), Add("count", 1)])
+    kv.commit(table, [Put("fresh", 1, ABSENT)])  # assumed absent, never read
+    any_kv.commit(table, [Put("y", "another writer"), Put("fresh", "taken")])
+    groups = kv.flush()
+    assert [g.error is None for g in groups] == [True, False, False], "counters never join groups"
+    assert {e.key: e.value for e in any_kv.scan(table)} == {"count": 1, "fresh": "taken", "x": 2, "y": "another writer"}
+
+
+def test_labels_join_commits_into_one(any_kv: DurableKv, table: str) -> None:
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Put("m/c1/1", 1, ABSENT)])
+    kv.commit(table, [Put("m/c1/2", 1, ABSENT)])
+    kv.commit(table, [Put("m/c2/1", 1, ABSENT)])
+    groups = kv.flush(lambda key: key.split("/")[1])
+    assert [g.commits for g in groups] == [(0, 1), (2,)] and kv.base_commits == 2
