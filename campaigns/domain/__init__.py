@@ -620,6 +620,12 @@ def mark_dropped(d: Delivery, *, token: str, reason: str, now: int) -> Delivery 
     return replace(d, state="dropped", reason=validate_reason(reason), lease_until=None, updated_at=now)
 
 
+def drop_available(d: Delivery, *, token: str, reason: str, now: int) -> Delivery | None:
+    """Drop an available slot before its request leaves: ``reserve`` under ``token``, then ``mark_dropped``."""
+    held = reserve(d, token=token, ttl_ms=0, now=now)
+    return mark_dropped(held, token=token, reason=reason, now=now) if held is not None else None
+
+
 def mark_in_doubt(d: Delivery, *, reason: str, now: int, token: str | None = None) -> Delivery | None:
     """Mark a ``sending`` slot whose answer was not recorded: by its sender (``token``) or once expired."""
     if d.state != "sending":

@@ -2,9 +2,10 @@
 
 Part of the services layer (it writes through the stores). One batch at a time:
 
-1. look at each contact again (``Planner.check``: consent withdrawn since the
-   plan → ``dropped``) and run the bot's send hooks (a reason → ``dropped``);
-   the contacts of the next batch are read while this one is out;
+1. look at each contact again (``Planner.check_many``, one CRM ``get_many``
+   per batch: consent withdrawn since the plan → ``dropped``) and run the
+   bot's send hooks (a reason → ``dropped``, reserved and dropped in one
+   write); the contacts of the next batch are read while this one is out;
 2. wait for the channel's throttle (booked in the store, shared by every process);
 3. reserve the available slots and mark them ``sending`` in one write
    (``SlotStore.slots_reserve(..., sending=True)``; a slot another sender holds,
@@ -15,7 +16,8 @@ Part of the services layer (it writes through the stores). One batch at a time:
    destination chat (the result's ``chat_key``, whatever canonical id the
    provider answers with): accepted (provider id), failed (code, retryable
    or not; retryable ones are due again after the provider's delay), in doubt
-   (no answer: the provider may have it). If ``broadcast`` itself raises,
+   (no answer: the provider may have it), all in one write
+   (``SlotStore.slots_record``). If ``broadcast`` itself raises,
    every slot of the batch is released and the error propagates.
 
 What an answer means is the channel's ``result.outcome`` (``channels.domain.SendOutcome``):
@@ -178,13 +180,14 @@ def send_campaign(
             candidates = [d for d in page if d.available(now)]
             chunks = [candidates[i : i + options.batch_size] for i in range(0, len(candidates), options.batch_size)]
             # The next batch's contacts are read while this one is out (reads only; at most one batch older).
-            checks = run.start_checks(chunks[0]) if chunks else []
+            checks = run.start_checks(chunks[0]) if chunks else None
             for index, chunk in enumerate(chunks):
                 if index and not control.keep_going():
                     run.report.stopped = True
                     return run.report
-                current, checks = checks, run.start_checks(chunks[index + 1]) if index + 1 < len(chunks) else []
-                due = run.send_batch(chunk, [f.result() for f in current])
+                assert checks is not None
+                current, checks = checks, run.start_checks(chunks[index + 1]) if index + 1 < len(chunks) else None
+                due = run.send_batch(chunk, current.result())
                 if due is not None:
                     wake_at = min(wake_at or due, due)
                 if run.report.stopped:  # told to stop while this batch waited for the throttle
@@ -249,10 +252,10 @@ class _Run:
         self.clock, self.sleep = clock, sleep
         self.report = SendReport()
 
-    def start_checks(self, candidates: Sequence[Delivery]) -> list[Future[tuple[str | None, Contact | None]]]:
-        """Start reading each candidate's contact again (``Planner.check``), in parallel."""
-        pool, channel = _reads_pool(), self.campaign.channel
-        return [pool.submit(self.planner.check, d.contact_id, channel, d.recipient) for d in candidates]
+    def start_checks(self, candidates: Sequence[Delivery]) -> Future[list[tuple[str | None, Contact | None]]]:
+        """Start reading the candidates' contacts again (``Planner.check_many``: one read for the batch)."""
+        recipients = [(d.contact_id, d.recipient) for d in candidates]
+        return _reads_pool().submit(self.planner.check_many, self.campaign.channel, recipients)
 
     def send_batch(
         self,
@@ -308,15 +311,9 @@ class _Run:
                 return self._record(sending, by_recipient, results)
 
     def _drop(self, dropped: list[tuple[Delivery, str]]) -> None:
-        """Reserve, then drop, slots whose send-time check or hook said no (each with its reason)."""
+        """Drop (reserve and drop in one write) the slots whose send-time check or hook said no, with reasons."""
         tenant, cid = self.tenant, self.campaign.id
-        reasons = {d.recipient: reason for d, reason in dropped}
-        held = self.slots.slots_reserve(
-            tenant, cid, [d for d, _ in dropped], token=new_token(), ttl_ms=self.options.ttl_ms, now_ms=self.clock()
-        )
-        done = self.slots.slots_mark_dropped(
-            tenant, cid, [(d, reasons[d.recipient]) for d in held], now_ms=self.clock()
-        )
+        done = self.slots.slots_drop(tenant, cid, dropped, token=new_token(), now_ms=self.clock())
         self.report.dropped += len(done)
         for d in done:
             self.report.drop_reasons[d.reason or ""] = self.report.drop_reasons.get(d.reason or "", 0) + 1
@@ -381,20 +378,24 @@ class _Run:
                     blocked[d.recipient] = f"{said} to campaign {cid}: {result.error_title or 'blocked'}"
         doubt += [(d, "no_result") for d in sending if d.recipient not in answered]
         wake: int | None = None
+        # One write for the whole batch's answers (its counters move in the same commit).
+        done = self.slots.slots_record(
+            tenant, cid, sent=sent, failed=failed, in_doubt=doubt, max_attempts=self.options.max_attempts, now_ms=now
+        )
+        for d in done:
+            if d.state == "accepted":
+                self.report.accepted += 1
+            elif d.state == "pending":
+                self.report.retrying += 1
+                wake = min(wake or d.not_before or now, d.not_before or now)
+            elif d.state == "failed":
+                self.report.failed += 1
+            elif d.state == "in_doubt":
+                self.report.in_doubt += 1
         if sent:
-            self.report.accepted += len(self.slots.slots_mark_sent(tenant, cid, sent, now_ms=now))
             metrics.count("messages.out", len(sent))
         if failed:
-            done = self.slots.slots_mark_failed(tenant, cid, failed, max_attempts=self.options.max_attempts, now_ms=now)
-            for d in done:
-                if d.state == "pending":
-                    self.report.retrying += 1
-                    wake = min(wake or d.not_before or now, d.not_before or now)
-                else:
-                    self.report.failed += 1
             metrics.count("messages.out_failed", len(failed))
-        if doubt:
-            self.report.in_doubt += len(self.slots.slots_mark_in_doubt(tenant, cid, doubt, now_ms=now))
         for address, evidence in blocked.items():  # after the slots are marked: a CRM failure must not undo them
             _blocked_us(tenant, cid, self.campaign.channel, address, evidence)
         if slow_down and self.campaigns is not None:

@@ -15,7 +15,12 @@ campaign, recipient) and applies the slot rules of ``campaigns.domain``:
 - ``slots_mark_failed`` records the refusal and, when retryable, releases the
   slot (due again after the delay) until ``max_attempts``;
 - ``slots_mark_in_doubt`` / ``slots_mark_dropped`` / ``slots_release`` /
-  ``slots_cancel`` / ``slot_resend`` as their names say.
+  ``slots_cancel`` / ``slot_resend`` as their names say;
+- ``slots_record`` records a batch's answers (acceptances, refusals, no
+  answers) in one write, and ``slots_drop`` drops available slots before any
+  request leaves (reserve and drop in one write): a sender's batch costs
+  two slot writes (reserve, record) whatever its outcomes, each one Kv commit
+  in the Kv store (progress counters included: ``Add`` in that commit).
 
 ``slots_claim`` is how a plan fixes its recipients: the first contact to claim
 a recipient key gets the key and its slot, so the planner dedupes exactly
@@ -259,6 +264,30 @@ class SlotStore(Protocol):
         """Mark ``sending`` slots in doubt with a reason: the holder's own, or (``expired_only``) any expired one."""
         ...
 
+    def slots_record(
+        self,
+        tenant: str,
+        campaign_id: str,
+        *,
+        sent: Sequence[tuple[Delivery, str, str | None]] = (),
+        failed: Sequence[tuple[Delivery, Failure]] = (),
+        in_doubt: Sequence[tuple[Delivery, str]] = (),
+        max_attempts: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        """Record one batch's answers in one write: ``sent`` as ``slots_mark_sent``, ``failed`` as
+        ``slots_mark_failed``, ``in_doubt`` as ``slots_mark_in_doubt`` (the holder's own); return the
+        changed slots (sent, then failed, then in doubt, each in the given order). A slot may be in one list only.
+        """
+        ...
+
+    def slots_drop(
+        self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, token: str, now_ms: int
+    ) -> list[Delivery]:
+        """Drop available slots before their request leaves, each with its reason (``slots_reserve`` under
+        ``token`` then ``slots_mark_dropped``, in one write); a slot another sender holds is left alone."""
+        ...
+
     def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:
         """Give held slots back to ``pending`` unchanged (no attempt is counted)."""
         ...
@@ -383,6 +412,44 @@ class SlotRules:
                 )
                 for d, reason in items
             ],
+        )
+
+    def slots_record(
+        self,
+        tenant: str,
+        campaign_id: str,
+        *,
+        sent: Sequence[tuple[Delivery, str, str | None]] = (),
+        failed: Sequence[tuple[Delivery, Failure]] = (),
+        in_doubt: Sequence[tuple[Delivery, str]] = (),
+        max_attempts: int,
+        now_ms: int,
+    ) -> list[Delivery]:
+        items: list[tuple[Delivery | str, Change]] = []
+        for d, pid, rcpt in sent:
+            change = partial(
+                domain.mark_sent, token=d.token or "", provider_message_id=pid, provider_recipient=rcpt, now=now_ms
+            )
+            items.append((d, change))
+        for d, failure in failed:
+            change = partial(
+                domain.mark_failed, token=d.token or "", failure=failure, max_attempts=max_attempts, now=now_ms
+            )
+            items.append((d, change))
+        for d, reason in in_doubt:
+            items.append((d, partial(domain.mark_in_doubt, reason=reason, now=now_ms, token=d.token or "")))
+        recipients = [d.recipient for d, _, _ in sent] + [d.recipient for d, _ in (*failed, *in_doubt)]
+        if len(set(recipients)) != len(recipients):
+            raise ValueError("slots_record: a slot is in more than one list")
+        return self._apply(tenant, campaign_id, items)
+
+    def slots_drop(
+        self, tenant: str, campaign_id: str, dropped: Sequence[tuple[Delivery, str]], *, token: str, now_ms: int
+    ) -> list[Delivery]:
+        return self._apply(
+            tenant,
+            campaign_id,
+            [(d, partial(domain.drop_available, token=token, reason=reason, now=now_ms)) for d, reason in dropped],
         )
 
     def slots_release(self, tenant: str, campaign_id: str, held: Sequence[Delivery], *, now_ms: int) -> list[Delivery]:

@@ -87,6 +87,12 @@ DELIVERY = RecordType(
         ValueIndex("delivery_state_reason", fields=("state", "reason"), where=_has_reason),
         ValueIndex("delivery_contact", fields=("contact_id",)),
     ),
+    # A slot key is never deleted on its own: only with its whole table (the campaign's
+    # deletion once finished, tenant erasure), and campaign ids are never handed out twice.
+    # So a slot's versions only grow and the kernel may trust the ``old`` a writer read:
+    # no companion write and no read before each slot commit (a third of a batch's keys).
+    # After such a drop, writers that expect a version find the key absent and conflict.
+    reuses_keys=False,
 )
 """A send slot (``d/<recipient>``, no Kv TTL: a reservation's lease is its ``lease_until``)."""
 
