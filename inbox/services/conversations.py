@@ -18,7 +18,6 @@ from typing import Any
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
 
 from .. import selectors
 from ..domain import (
@@ -45,7 +44,7 @@ from ..domain import (
     validate_storable_id,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore, too_busy
+from ..stores.base import Change, InboxStore, chat_retry
 from . import projection
 from .projection import Projected
 
@@ -129,13 +128,7 @@ def _conversation_change(
         written = store.write(tenant, Change(conversation=new, previous=conv, events=events))
         return written.conversation or new
 
-    return cas_retry(
-        attempt,
-        what="conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; try again"),
-    )
+    return chat_retry(attempt, busy="conversation is too busy; try again")
 
 
 def conversation_assign(
@@ -264,13 +257,7 @@ def read_marker_set(tenant: str, conversation_id: str, *, agent: str, message_id
         )
         return store.marker_put(tenant, marker)
 
-    return cas_retry(
-        attempt,
-        what="read marker",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("read marker is too busy; try again"),
-    )
+    return chat_retry(attempt, busy="read marker is too busy; try again")
 
 
 def read_markers_backfill(tenant: str, *, batch: int = 200) -> int:
@@ -303,13 +290,7 @@ def conversation_erase(tenant: str, conversation_id: str) -> int:
             return  # deleted before, its purge cut short: finish it
         store.conversation_delete(tenant, conv)
 
-    cas_retry(
-        delete,
-        what="conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; try again"),
-    )
+    chat_retry(delete, busy="conversation is too busy; try again")
     removed = 1
     while (batch := store.conversation_purge(tenant, conversation_id, limit=PURGE_BATCH)) > 0:
         removed += batch
@@ -345,12 +326,9 @@ def conversation_channels_assign(
         if name is None:
             counts["left"] += 1
             continue
-        counts["assigned"] += cas_retry(
+        counts["assigned"] += chat_retry(
             lambda: _channel_assign(store, tenant, conv.id, name),  # noqa: B023 - called at once
-            what=f"conversation {conv.id}",
-            retry_on=STALE,
-            attempts=BUSY_CHAT_ATTEMPTS,
-            exhausted=too_busy(f"conversation {conv.id} is too busy; run the command again"),
+            busy=f"conversation {conv.id} is too busy; run the command again",
         )
     return counts, cursor
 
@@ -392,13 +370,7 @@ def inbox_settings_set(
         )
         return store.settings_put(tenant, new)
 
-    stored = cas_retry(
-        attempt,
-        what="inbox settings",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,  # two admins saving at once: 50 as before issue 14
-        exhausted=too_busy("inbox settings are too busy; try again"),
-    )
+    stored = chat_retry(attempt, busy="inbox settings are too busy; try again")  # two admins saving at once
     log.info(
         "inbox settings of %s: reply_takes_over=%s reply_to_others=%s",
         tenant,
@@ -443,13 +415,7 @@ def _conversation_wake(store: InboxStore, tenant: str, conv: Conversation | None
         store.write(tenant, Change(conversation=new, previous=current, events=events))
         return 1
 
-    return cas_retry(
-        attempt,
-        what="snoozed conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; the wake-up job will try again"),
-    )
+    return chat_retry(attempt, busy="conversation is too busy; the wake-up job will try again")
 
 
 def inbox_tick(*, at_ms: int | None = None) -> dict[str, int]:

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import DomainError, NotFound
-from botmesh_admin.kv.cas import cas_retry
 
 from ..domain import (
     DELIVERY_RANK,
@@ -61,7 +60,7 @@ from ..domain import (
     validate_storable_id,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore, too_busy
+from ..stores.base import Change, InboxStore, chat_retry
 
 if TYPE_CHECKING:
     from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, StatusUpdate
@@ -271,13 +270,7 @@ def ingest(
         return Projected("created", conv.id, m.id)
 
     # Exhausted, the journal retries the record later.
-    return cas_retry(
-        attempt,
-        what=f"conversation {_hash(chat_key)}",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy(f"conversation {_hash(chat_key)} is too busy; the record will be retried"),
-    )
+    return chat_retry(attempt, busy=f"conversation {_hash(chat_key)} is too busy; the record will be retried")
 
 
 def update_message(
@@ -314,13 +307,7 @@ def update_message(
         store.write(tenant, Change(messages=(validate_message(new),), aliases=aliases))
         return Projected("updated", current.conversation_id, current.id)
 
-    return cas_retry(
-        attempt,
-        what="message",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("message is too busy; the record will be retried"),
-    )
+    return chat_retry(attempt, busy="message is too busy; the record will be retried")
 
 
 # -- ledger records -------------------------------------------------------------------
@@ -570,12 +557,8 @@ def _project_edit(tenant: str, event: InboundMessage) -> Projected:
             raise _EditRaced  # the original (or another edit) was stored meanwhile: apply the edit to it
         return result  # ``messages.in`` counts the original when it replaces the placeholder
 
-    return cas_retry(
-        attempt,
-        what=f"message {_hash(target)}",
-        retry_on=_EditRaced,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy(f"message {_hash(target)} is too busy; the record will be retried"),
+    return chat_retry(
+        attempt, busy=f"message {_hash(target)} is too busy; the record will be retried", retry_on=_EditRaced
     )
 
 
@@ -654,13 +637,7 @@ def project_member(tenant: str, event: MemberUpdate) -> Projected:
         store.write(tenant, Change(conversation=validate_conversation(new), previous=stored))
         return new
 
-    done = cas_retry(
-        attempt,
-        what="conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; the record will be retried"),
-    )
+    done = chat_retry(attempt, busy="conversation is too busy; the record will be retried")
     if isinstance(done, Projected):
         return done
     new = done

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 from botmesh_admin.channels.domain import SendOutcome, SendResult, blocked_identity
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, DomainError, NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
 
 from .. import selectors
 from ..domain import (
@@ -68,7 +67,7 @@ from ..domain import (
     validate_typed_text,
 )
 from ..stores import default_store
-from ..stores.base import BUSY_CHAT_ATTEMPTS, STALE, Change, InboxStore, too_busy
+from ..stores.base import STALE, Change, InboxStore, chat_retry
 from .projection import _after_message, _merge_placeholder
 
 if TYPE_CHECKING:
@@ -172,13 +171,7 @@ def reply_create(
         )
         return store.message_get(tenant, message_id) or message
 
-    return cas_retry(
-        attempt,
-        what="conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; try again"),
-    )
+    return chat_retry(attempt, busy="conversation is too busy; try again")
 
 
 def _replied_by(
@@ -240,13 +233,7 @@ def _record_outcome(tenant: str, message: Message, **changes: Any) -> Message:
         except STALE:
             return _moved_on(store, tenant, latest)
 
-    return cas_retry(
-        attempt,
-        what="reply",
-        retry_on=_StillSending,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("reply is too busy; the record will be retried"),
-    )
+    return chat_retry(attempt, busy="reply is too busy; the record will be retried", retry_on=_StillSending)
 
 
 class _StillSending(Exception):
@@ -315,13 +302,7 @@ def _record_accepted(tenant: str, message: Message, *, provider_message_id: str)
         except STALE:
             return _moved_on(store, tenant, latest)
 
-    return cas_retry(
-        attempt,
-        what="reply",
-        retry_on=_StillSending,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("reply is too busy; the record will be retried"),
-    )
+    return chat_retry(attempt, busy="reply is too busy; the record will be retried", retry_on=_StillSending)
 
 
 def _without(conv: Conversation, placeholder: Message, reply: Message, now: int) -> Conversation:
@@ -655,13 +636,7 @@ def bot_reply_create(
         log.info("inbox bot reply %s queued conversation=%s fence=%s", message_id, conv.id, fence)
         return store.message_get(tenant, message_id) or message, True
 
-    return cas_retry(
-        attempt,
-        what="conversation",
-        retry_on=STALE,
-        attempts=BUSY_CHAT_ATTEMPTS,
-        exhausted=too_busy("conversation is too busy; try again"),
-    )
+    return chat_retry(attempt, busy="conversation is too busy; try again")
 
 
 class HandedOff(Conflict):

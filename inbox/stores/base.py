@@ -46,10 +46,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from botmesh_admin.errors import Conflict, ValidationError
 from botmesh_admin.kv.base import ConflictError
+from botmesh_admin.kv.cas import cas_retry
 from inbox.domain import Conversation, ConversationEvent, InboxSettings, Message, Note, ReadMarker
 
 
@@ -61,6 +62,8 @@ class StaleRevision(Conflict):
     the caller sees at once.
     """
 
+
+T = TypeVar("T")
 
 STALE: tuple[type[Conflict], ...] = (StaleRevision, ConflictError)
 """What an inbox compare-and-set retry runs again on: a store's revision miss (or the Kv's own)."""
@@ -76,9 +79,29 @@ four workers projecting one chat 8 attempts lose records
 """
 
 
-def too_busy(message: str) -> Callable[[], Conflict]:
-    """Return an ``exhausted=`` for ``cas_retry`` raising ``Conflict(message)``: the inbox's wording before issue 14."""
-    return lambda: Conflict(message)
+def chat_retry(
+    attempt: Callable[[], T],
+    *,
+    busy: str,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] = STALE,
+) -> T:
+    """Return ``cas_retry(attempt)`` bounded by ``BUSY_CHAT_ATTEMPTS``, raising ``Conflict(busy)`` when exhausted.
+
+    The one retry of the inbox's writes to a conversation and what hangs off it
+    (messages, read markers, settings). ``retry_on`` is what runs the attempt
+    again: ``STALE`` (a store's revision miss or the Kv's) for services, the
+    Kv's ``ConflictError`` alone inside a store (its ``StaleRevision`` goes up
+    to the service), or a private miss class. After the last miss it raises
+    ``Conflict(busy)`` (HTTP 409) — the inbox's wording before issue 14, e.g.
+    "conversation is too busy; try again".
+    """
+    return cas_retry(
+        attempt,
+        what=busy,
+        retry_on=retry_on,
+        attempts=BUSY_CHAT_ATTEMPTS,
+        exhausted=lambda: Conflict(busy),
+    )
 
 
 MAX_SCAN = 5000

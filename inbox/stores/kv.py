@@ -126,7 +126,7 @@ from inbox.domain import (
     replace,
 )
 
-from .base import BUSY_CHAT_ATTEMPTS, INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor, too_busy
+from .base import INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, chat_retry, parse_cursor
 
 COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
@@ -668,12 +668,7 @@ class KvInboxStore:
                     raise _stale("record", exc) from None
                 raise  # only the conversation moved: read it again
 
-        return cas_retry(
-            attempt,
-            what="conversation",
-            attempts=BUSY_CHAT_ATTEMPTS,
-            exhausted=too_busy("conversation too busy, try again"),
-        )
+        return chat_retry(attempt, busy="conversation too busy, try again", retry_on=ConflictError)
 
     def note_add(self, tenant: str, note: Note) -> Note:
         key = f"n/{note.conversation_id}/{note.id}"
@@ -799,12 +794,7 @@ class KvInboxStore:
             assert written is not None  # a Put returns its entry
             return replace(marker, revision=written.version, seen_inbound=seen)
 
-        return cas_retry(
-            attempt,
-            what="conversation",
-            attempts=BUSY_CHAT_ATTEMPTS,
-            exhausted=too_busy("conversation too busy, try again"),
-        )
+        return chat_retry(attempt, busy="conversation too busy, try again", retry_on=ConflictError)
 
     def markers_backfill(self, tenant: str, *, limit: int = 200) -> int:
         validate_limit(limit, maximum=MAX_SCAN)
