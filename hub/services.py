@@ -18,7 +18,7 @@ import semver
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from botmesh_admin.kv.tenant import validate_id
 
 from .domain import (
@@ -33,10 +33,6 @@ from .domain import (
 )
 from .stores import default_store
 from .stores.base import StaleRevision
-
-CONTENDED_ATTEMPTS = (
-    20  # the bound before issue 14: installs, upgrades and admins write one plugin at once; 8 answer 409 sooner
-)
 
 Decision = tuple[Installation, list[AuditEvent]] | None
 """What a change decides: the installation to store and its audit events, or ``None`` (nothing to do)."""

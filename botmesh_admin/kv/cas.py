@@ -25,6 +25,16 @@ T = TypeVar("T")
 CAS_ATTEMPTS = 8
 """How many times ``cas_retry`` runs an attempt before it gives up (the one retry limit)."""
 
+CONTENDED_ATTEMPTS = 20
+"""The bound of a record many writers change at once (a plugin, a bot's versions and gates, CRM rows re-read).
+
+Above the default 8 because those records take bursts — installs, upgrades and
+admins on one plugin, every CI runner publishing and reporting gates on one
+bot, an import's rows merging into contacts a segment sync rewrites — and with
+8 a burst answers 409 (or gives up) sooner; 20 was each package's bound before
+issue 14.
+"""
+
 BACKOFF_BASE_MS = 1
 BACKOFF_CAP_MS = 50
 
@@ -85,4 +95,4 @@ def cas_retry(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-__all__ = ["BACKOFF_CAP_MS", "CAS_ATTEMPTS", "cas_backoff", "cas_backoff_s", "cas_retry"]
+__all__ = ["BACKOFF_CAP_MS", "CAS_ATTEMPTS", "CONTENDED_ATTEMPTS", "cas_backoff", "cas_backoff_s", "cas_retry"]

@@ -44,11 +44,12 @@ from crm.stores import default_store
 
 log = logging.getLogger(__name__)
 
-CONTENDED_ATTEMPTS = 200
-"""``cas_retry``'s bound for one contact: the inbox, an import and agents may all write it at once."""
-REREAD_ATTEMPTS = (
-    20  # an import row's merge and the segment definitions' sync: the bound before issue 14, 8 gave up sooner
-)
+CONTACT_ATTEMPTS = 200
+"""``cas_retry``'s bound for one contact: the inbox, an import and agents may all write it at once.
+
+Above the kernel's ``CONTENDED_ATTEMPTS`` (20, an import row's merge and the
+segment definitions' sync): every inbound message of a contact writes it too.
+"""
 UNSET: Any = object()
 
 
@@ -131,7 +132,7 @@ def _mutate(
     return cas_retry(
         attempt,
         what=f"contact {contact_id}",
-        attempts=CONTENDED_ATTEMPTS,
+        attempts=CONTACT_ATTEMPTS,
         retry_on=Conflict,
         retry_if=_version_miss,
         exhausted=lambda: _changing_too_fast(f"contact {contact_id}"),
@@ -193,7 +194,7 @@ def contact_upsert_identity(
     return cas_retry(
         attempt,
         what="identity",
-        attempts=CONTENDED_ATTEMPTS,
+        attempts=CONTACT_ATTEMPTS,
         retry_on=IdentityTaken,
         exhausted=lambda: _changing_too_fast("identity"),
     )
@@ -425,7 +426,7 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
     contact, suppressions = cas_retry(
         attempt,
         what=f"contact {contact_id}",
-        attempts=CONTENDED_ATTEMPTS,
+        attempts=CONTACT_ATTEMPTS,
         retry_on=Conflict,
         retry_if=lambda exc: exc.current_version is not None,
         exhausted=lambda: _changing_too_fast(f"contact {contact_id}"),

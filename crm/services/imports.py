@@ -15,7 +15,7 @@ from botmesh_admin.events import default_journal
 from botmesh_admin.events.base import EventRecord, StaleLeaseError
 from botmesh_admin.events.services import event_publish
 from botmesh_admin.events.worker import Claim
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from crm.domain import (
     Consent,
     Contact,
@@ -30,7 +30,7 @@ from crm.domain import (
 from crm.selectors import tenant_region
 from crm.stores import default_store
 
-from .contacts import REREAD_ATTEMPTS, _apply_suppressions, _mutate, _new_contact
+from .contacts import _apply_suppressions, _mutate, _new_contact
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def _merge_row(tenant: str, row: csvio.ParsedRow, evidence: str) -> tuple[str, l
     return cas_retry(
         attempt,
         what="the row's contacts",
-        attempts=REREAD_ATTEMPTS,
+        attempts=CONTENDED_ATTEMPTS,
         retry_on=(IdentityTaken, NotFound),
         exhausted=lambda: Conflict("the row's contacts are changing too fast; try again"),  # kept in import reports
     )

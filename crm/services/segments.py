@@ -13,13 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from crm.domain import Segment, new_id, now_ms, segment_rules_from_input, validate_segment_name
 from crm.selectors import segment_list
 from crm.stores import default_store
 from crm.stores.base import MAX_SCAN, StaleRevision
-
-from .contacts import REREAD_ATTEMPTS
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +49,7 @@ def segment_membership_sync(tenant: str) -> list[str]:
     try:
         # Only a revision miss or moved segments: a store's other Conflict is not retried here.
         cas_retry(
-            attempt, what="segment definitions", retry_on=(StaleRevision, _SegmentsMoved), attempts=REREAD_ATTEMPTS
+            attempt, what="segment definitions", retry_on=(StaleRevision, _SegmentsMoved), attempts=CONTENDED_ATTEMPTS
         )
     except Conflict:
         log.warning("crm segment definitions keep changing tenant=%s; the next build syncs them", tenant)

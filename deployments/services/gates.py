@@ -12,7 +12,7 @@ import logging
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 
 from ..domain import (
     DECISIONS,
@@ -34,7 +34,7 @@ from ..domain import (
 )
 from ..stores import default_store
 from ..stores.base import StaleRevision
-from .versions import CONTENDED_ATTEMPTS, audit_event, retained_version
+from .versions import audit_event, retained_version
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from botmesh_admin.kv.tenant import validate_id
 from botmesh_admin.pagination import MAX_PAGE
 
@@ -37,9 +37,6 @@ from ..stores.base import StaleRevision
 
 log = logging.getLogger(__name__)
 
-CONTENDED_ATTEMPTS = (
-    20  # the old bound: every CI runner publishes and reports gates on one bot at once, 8 refuse a burst
-)
 PRUNE_BATCH = 100
 PRUNE_ROUNDS = 20
 """Batches one ``version_prune`` call deletes at most (``PRUNE_BATCH`` versions each)."""
