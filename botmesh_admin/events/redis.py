@@ -169,41 +169,13 @@ return out
 """
 )
 
-CLAIM_LUA = (
-    _COMMON
-    + """
--- ARGV: P, channel, now, until, max_attempts, lease error text
-local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-while true do
-  local ids = redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, 1)
-  if #ids == 0 then return false end
-  local id = ids[1]
-  local r = P .. ':r:' .. id
-  local h = redis.call('HMGET', r, 'state', 'attempts')
-  local token = redis.call('INCR', P .. ':fence')
-  if h[1] == 'leased' and tonumber(h[2]) >= max then
-    -- The worker died on its last attempt: dead-letter, then try the next record.
-    redis.call('HSET', r, 'state', 'dead', 'fencing_token', token, 'available_at', now,
-      'last_error', ARGV[6])
-    redis.call('HDEL', r, 'leased_until')
-    redis.call('ZREM', q, id)
-    move(r, id, 'leased', 'dead')
-  else
-    redis.call('HSET', r, 'state', 'leased', 'attempts', tonumber(h[2]) + 1,
-      'fencing_token', token, 'leased_until', till, 'available_at', till)
-    redis.call('ZADD', q, till, id)
-    if h[1] ~= 'leased' then move(r, id, h[1], 'leased') end
-    return redis.call('HGETALL', r)
-  end
-end
-"""
-)
-
 CLAIM_MANY_LUA = (
     _COMMON
     + """
 -- ARGV: P, channel, now, until, max_attempts, lease error text, limit. Leases up to limit ready
--- records, oldest first, as CLAIM_LUA does one. Reply: the HGETALL of each, in claim order.
+-- records, oldest first; an expired lease that was the record's last attempt dead-letters it
+-- and the next is tried. Reply: the HGETALL of each leased one, in claim order. claim is this
+-- script with limit 1 (one Lua step for both, so they cannot drift apart).
 local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local limit = tonumber(ARGV[7])
 -- A record attempted before (attempts > 0) is claimed alone: first in line it comes back by
@@ -560,7 +532,7 @@ class RedisEventJournal:
         self._scripts = {
             name: self._client.register_script(lua)
             for name, lua in (
-                ("append", APPEND_LUA), ("append_many", APPEND_MANY_LUA), ("claim", CLAIM_LUA), ("ack", ACK_LUA),
+                ("append", APPEND_LUA), ("append_many", APPEND_MANY_LUA), ("ack", ACK_LUA),
                 ("claim_many", CLAIM_MANY_LUA), ("ack_many", ACK_MANY_LUA), ("fail_many", FAIL_MANY_LUA),
                 ("fail", FAIL_LUA),
                 ("release", RELEASE_LUA), ("extend", EXTEND_LUA), ("replay", REPLAY_LUA), ("import", IMPORT_LUA),
@@ -641,14 +613,9 @@ class RedisEventJournal:
         return _record(flat) if flat else None
 
     def claim(self, now: int, lease_ms: int, channel: str | None = None) -> EventRecord | None:
-        """Lease the oldest ready record of ``channel`` until ``now + lease_ms``."""
-        validate_lease(now, lease_ms)
-        channel = validate_channel(channel, "channel")
-        flat = self._run(
-            "claim", channel or "", now, now + lease_ms, self.policy.max_attempts,
-            lease_expired_error(self.policy.max_attempts),
-        )  # fmt: skip
-        return _record(flat) if flat else None
+        """Lease the oldest ready record of ``channel`` until ``now + lease_ms``: ``claim_many`` with limit 1."""
+        claimed = self.claim_many(now, lease_ms, channel, limit=1)
+        return claimed[0] if claimed else None
 
     def claim_many(
         self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
