@@ -314,3 +314,16 @@ def test_bot_replicas_0_starts_no_bot(tmp_path: Path) -> None:
     assert "tienda-bot replicas" not in printed and "bot-1" not in printed, printed
     assert not list((tmp_path / "data" / "logs").glob("bot-*.log"))
     assert _bot_replicas(tmp_path) == []
+
+
+def test_the_two_workers_are_one_command_line_differing_only_in_name_queues_and_concurrency() -> None:
+    """``worker`` consumes celery and bulk with 2 processes, ``worker-live`` live with 1 (as before the builder)."""
+    from botmesh_admin.dashboard.management.commands.botmesh_run import celery_worker_command
+
+    head = ["py", "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "INFO", "--concurrency"]
+    assert celery_worker_command("py", name="worker", queues=("celery", "bulk"), concurrency=2) == [
+        *head, "2", "-n", "worker@%h", "-Q", "celery,bulk",
+    ]  # fmt: skip
+    assert celery_worker_command("py", name="live", queues=("live",), concurrency=1) == [
+        *head, "1", "-n", "live@%h", "-Q", "live",
+    ]  # fmt: skip

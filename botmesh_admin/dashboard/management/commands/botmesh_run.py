@@ -226,6 +226,18 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
+def celery_worker_command(python: str, *, name: str, queues: tuple[str, ...], concurrency: int) -> list[str]:
+    """Return the command line of a Celery worker ``<name>@<host>`` consuming ``queues`` with ``concurrency`` processes.
+
+    The one builder of ``./dev run``'s workers (``worker``: celery and bulk, 2
+    processes; ``worker-live``: live, 1), so they differ only in what they consume.
+    """
+    return [
+        python, "-m", "celery", "-A", "botmesh_admin", "worker", "-l", "INFO",
+        "--concurrency", str(concurrency), "-n", f"{name}@%h", "-Q", ",".join(queues),
+    ]  # fmt: skip
+
+
 class Command(BaseCommand):
     help = "Run the admin (web + Celery workers + Celery beat) on the embedded default."
 
@@ -277,40 +289,10 @@ class Command(BaseCommand):
         log_dir.mkdir(parents=True, exist_ok=True)
         commands = {
             "web": [py, "manage.py", "runserver", f"{opts['host']}:{opts['port']}", "--noreload"],
-            "worker": [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "botmesh_admin",
-                "worker",
-                "-l",
-                "INFO",
-                "--concurrency",
-                "2",
-                "-n",
-                "worker@%h",
-                "-Q",
-                "celery,bulk",
-            ],
+            "worker": celery_worker_command(py, name="worker", queues=("celery", "bulk"), concurrency=2),
             # Live messages (inbound webhooks, replies) have a worker of their own, so a campaign, an
             # import or a ledger push never holds the processes a customer's message waits for.
-            "worker-live": [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "botmesh_admin",
-                "worker",
-                "-l",
-                "INFO",
-                "--concurrency",
-                "1",
-                "-n",
-                "live@%h",
-                "-Q",
-                "live",
-            ],  # fmt: skip
+            "worker-live": celery_worker_command(py, name="live", queues=("live",), concurrency=1),
             "beat": [py, "-m", "celery", "-A", "botmesh_admin", "beat", "-l", "INFO"],
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # live log files
