@@ -17,6 +17,23 @@ WA_ACCESS_TOKEN = "EAAG-fixture-access-token"
 TG_BOT_TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
 
 
+@pytest.fixture(scope="module")
+def fake_provider_server():
+    """One local fake provider server per test module (``botmesh_admin.channels.testing``)."""
+    from botmesh_admin.channels.testing import FakeProviderServer
+
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(fake_provider_server):
+    """The module's fake provider server, reset for this test: no scripted answers, no delay, no requests."""
+    fake_provider_server.reset()
+    fake_provider_server.set_delay(0)
+    return fake_provider_server
+
+
 def fixture_path(*parts: str) -> Path:
     return fixtures_dir().joinpath(*parts)
 

@@ -17,20 +17,8 @@ from botmesh_admin.channels.providers import (
 from botmesh_admin.channels.testing import FakeProviderServer
 from botmesh_admin.errors import ValidationError
 
-PHONE_ID = "106540352242922"
-TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def _reset(fake: FakeProviderServer):
-    fake.reset()
-    fake.set_delay(0)
+from .conftest import TG_BOT_TOKEN as TOKEN
+from .conftest import WA_PHONE_NUMBER_ID as PHONE_ID
 
 
 def wa(fake: FakeProviderServer, **kw) -> WhatsAppProvider:

@@ -24,23 +24,11 @@ from botmesh_admin.channels.domain import (
     send_outcome,
 )
 from botmesh_admin.channels.providers import TelegramProvider, WhatsAppProvider
-from botmesh_admin.channels.testing import FakeProviderServer
+
+from .conftest import TG_BOT_TOKEN as TOKEN
+from .conftest import WA_PHONE_NUMBER_ID as PHONE_ID
 
 ROOT = Path(__file__).resolve().parents[2]
-PHONE_ID = "106540352242922"
-TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def _reset(fake: FakeProviderServer):
-    fake.reset()
-    fake.set_delay(0)
 
 
 @pytest.mark.parametrize(

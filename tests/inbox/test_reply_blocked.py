@@ -9,76 +9,22 @@ the user"), and the contact read back through the API shows Telegram consent
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-
 import pytest
-from django.contrib.auth import get_user_model
-from django.test import Client
 
-from botmesh_admin.channels.testing import FakeProviderServer
-from botmesh_admin.demo import fixtures_dir
-from botmesh_admin.events.services import journal_drain
-from botmesh_admin.tenancy import services as tenancy
-from tests.backends import unique_id
+from tests.inbox.shop import Shop, drain, open_shop, post_telegram
 
-BOT_TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
 SOFIA = "700000001"  # the Telegram user of fixtures 02_text.json (private chat) and 05_group_a.json (a group)
 GROUP = "-1001234567890"
 
 
-@dataclass
-class Shop:
-    tenant: str
-    client: Client
-    token: str
-    fake: FakeProviderServer
-
-    def api(self, method: str, path: str, body=None):
-        response = getattr(self.client, method)(
-            f"/api/v1/tenants/{self.tenant}/{path}",
-            data=json.dumps(body) if body is not None else None,
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Bearer {self.token}",
-        )
-        return response.status_code, response.json()
-
-
 @pytest.fixture
 def shop(db):
-    from botmesh_admin.channels.services import channel_config_set
-
-    tenant = unique_id("blk")
-    tenancy.tenant_create(tenant, name="Shop")
-    get_user_model().objects.get_or_create(username="ana")
-    tenancy.membership_set(tenant, username="ana", role="agent")
-    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
-    with FakeProviderServer() as fake:
-        channel_config_set(
-            tenant,
-            kind="telegram",
-            name="bot",
-            bot_token=BOT_TOKEN,
-            webhook_secret=meta["secret_token"],
-            api_base_url=fake.base_url,
-        )
-        yield Shop(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake)
-
-
-def drain(channel: str) -> None:
-    while sum(journal_drain(channel=channel, limit=500).values()):
-        pass
+    with open_shop("blk", whatsapp=False) as opened:
+        yield opened
 
 
 def _incoming(shop: Shop, fixture: str) -> None:
-    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
-    response = shop.client.post(
-        f"/webhooks/telegram/{shop.tenant}/bot",
-        data=(fixtures_dir() / "telegram" / fixture).read_bytes(),
-        content_type="application/json",
-        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
-    )
-    assert response.status_code == 200, response.content
+    assert post_telegram(shop, fixture) == 200
     drain("inbound")
 
 

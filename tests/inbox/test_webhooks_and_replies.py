@@ -5,107 +5,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from botmesh_admin.channels.testing import FakeProviderServer
 from botmesh_admin.demo import fixtures_dir
-from botmesh_admin.events.services import journal_drain
 from botmesh_admin.tenancy import services as tenancy
 from inbox import selectors
 from inbox.services import replies
-from inbox.stores import default_store
-from tests.backends import unique_id
-
-PHONE_NUMBER_ID = "106540352242922"
-BOT_TOKEN = "600000000:AAF-fixture-bot-token-not-real-xyz"
-
-
-@dataclass
-class Shop:
-    tenant: str
-    client: Client
-    token: str
-    fake: FakeProviderServer
-
-    def api(self, method: str, path: str, body=None):
-        response = getattr(self.client, method)(
-            f"/api/v1/tenants/{self.tenant}/{path}",
-            data=json.dumps(body) if body is not None else None,
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Bearer {self.token}",
-        )
-        return response.status_code, response.json()
+from tests.inbox.shop import Shop, conversation, drain, open_shop, post_telegram, post_whatsapp
 
 
 @pytest.fixture
 def shop(db):
-    from botmesh_admin.channels.services import channel_config_set
-
-    tenant = unique_id("shop")
-    tenancy.tenant_create(tenant, name="Shop")
-    get_user_model().objects.get_or_create(username="ana")
-    tenancy.membership_set(tenant, username="ana", role="agent")
-    signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
-    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
-    with FakeProviderServer() as fake:
-        channel_config_set(
-            tenant,
-            kind="whatsapp",
-            name="main",
-            phone_number_id=PHONE_NUMBER_ID,
-            app_secret=signatures["app_secret"],
-            access_token="EAAG-test",
-            api_base_url=fake.base_url,
-        )
-        channel_config_set(
-            tenant,
-            kind="telegram",
-            name="bot",
-            bot_token=BOT_TOKEN,
-            webhook_secret=meta["secret_token"],
-            api_base_url=fake.base_url,
-        )
-        yield Shop(tenant, Client(), tenancy.token_create(tenant, name="ci")[1], fake)
-
-
-def drain(channel: str = "inbound") -> None:
-    while sum(journal_drain(channel=channel, limit=500).values()):
-        pass
-
-
-def post_whatsapp(shop: Shop, name: str, signature: str | None = None) -> int:
-    raw = (fixtures_dir() / "whatsapp" / "raw" / name).read_bytes()
-    signatures = json.loads((fixtures_dir() / "whatsapp" / "raw" / "signatures.json").read_text())
-    response = shop.client.post(
-        f"/webhooks/whatsapp/{shop.tenant}",
-        data=raw,
-        content_type="application/json",
-        HTTP_X_HUB_SIGNATURE_256=signature or signatures["signatures"][name],
-    )
-    return response.status_code
-
-
-def post_telegram(shop: Shop, name: str) -> int:
-    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
-    response = shop.client.post(
-        f"/webhooks/telegram/{shop.tenant}/bot",
-        data=(fixtures_dir() / "telegram" / name).read_bytes(),
-        content_type="application/json",
-        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
-    )
-    return response.status_code
-
-
-def conversation(shop: Shop, chat_key: str):
-    # Each fixture chat is on the channel that received it: "main" (the number) or "bot".
-    channel_name = "main" if chat_key.startswith("whatsapp:") else "bot"
-    conv = default_store().conversation_by_chat(shop.tenant, chat_key, channel_name=channel_name)
-    assert conv is not None
-    return conv
+    with open_shop("shop") as opened:
+        yield opened
 
 
 def test_signed_webhooks_are_projected_by_the_worker(shop):
