@@ -1,7 +1,8 @@
 """Journal consumers of the crm package (found by the events registry's autodiscovery).
 
 - ``crm.import`` (channel ``crm-import``): run or resume one CSV import,
-  ``payload = {"job_id": <import id>}`` (``crm.services.imports``).
+  ``payload = {"job_id": <import id>}`` (``crm.services.imports``); once
+  dead-lettered, the import becomes ``failed`` with the reason.
 
 The journal delivers at least once, with a fenced lease renewed by the
 worker's heartbeat: the import resumes after its last saved row, and its
@@ -17,7 +18,16 @@ from botmesh_admin.events.worker import current_claim
 from .services.imports import IMPORT_EVENT
 
 
-@register(IMPORT_EVENT)
+def import_dead_lettered(record: EventRecord) -> None:
+    """The dead-letter hook of ``crm.import``: the import the record names becomes ``failed``, with the reason."""
+    from .services import contact_import_dead_lettered
+
+    job_id = record.payload.get("job_id") if isinstance(record.payload, dict) else None
+    if isinstance(job_id, str):
+        contact_import_dead_lettered(record.tenant, job_id, event_id=record.id, error=record.last_error)
+
+
+@register(IMPORT_EVENT, on_dead_letter=import_dead_lettered)
 def run_import(record: EventRecord) -> None:
     """Run the import the record names; raise (the journal retries, then dead-letters) if it stops.
 

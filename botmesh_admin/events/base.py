@@ -221,14 +221,25 @@ class EventJournal(Protocol):
         """
         ...
 
-    def claim_many(self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100) -> list[EventRecord]:
+    def claim_many(
+        self,
+        now: int,
+        lease_ms: int,
+        channel: str | None = None,
+        limit: int = 100,
+        *,
+        dead_lettered: list[EventRecord] | None = None,
+    ) -> list[EventRecord]:
         """Lease up to ``limit`` (1..``MAX_BATCH``) oldest ready records of ``channel`` at once, oldest first.
 
         Each record is leased as ``claim`` leases it — its own new fencing token,
         ``attempts`` + 1, ``leased_until = now + lease_ms`` — in one statement
         (or script, or lock-held step). Expired last attempts are dead-lettered
         as ``claim`` does and not returned; fewer than ``limit`` records (or
-        none) come back when fewer are ready.
+        none) come back when fewer are ready. Each record this claim
+        dead-lettered is appended, as stored (``dead``, its ``last_error``), to
+        ``dead_lettered`` when given — the worker calls its type's dead-letter
+        hook with it (``events.handlers.register(..., on_dead_letter=)``).
 
         A record attempted before (``attempts > 0``: an earlier lease lapsed or
         failed) is claimed alone: when it is first in line it comes back by

@@ -19,6 +19,15 @@ alone: retried, then dead-lettered; an outage releases it). It runs outside
 any record's claim (``current_claim()`` is ``None``), so it suits work fenced
 by compare-and-set, not a provider send. ``dispatch(record)`` of a type with a
 batch handler and no single one calls the batch handler with that record.
+
+A type whose records stand for work a person watches (an import, a campaign
+run) registers a dead-letter hook too: ``register(type, on_dead_letter=fn)``.
+The worker calls ``fn(record)`` once the journal dead-lettered a record of that
+type — its last attempt failed, or its last lease expired and the next claim
+dead-lettered it — with the record as stored (``state == "dead"``,
+``last_error``), so the work it stands for can say "failed" and why instead
+of "running" forever. A hook must be idempotent too (a replayed record may
+dead-letter again); what it raises is logged, never raised into the worker.
 """
 
 from __future__ import annotations
@@ -33,11 +42,13 @@ from .base import TYPE_RE, EventRecord
 Handler = Callable[[EventRecord], None]
 BatchHandler = Callable[[Sequence[EventRecord]], Sequence[Exception | None]]
 """``fn(records) -> outcomes``: one outcome per record, in order (``None``: done; an exception: that record failed)."""
+DeadLetterHook = Callable[[EventRecord], None]
 
 logger = logging.getLogger("botmesh.events")
 
 _handlers: dict[str, Handler] = {}
 _batch_handlers: dict[str, BatchHandler] = {}
+_dead_letter_hooks: dict[str, DeadLetterHook] = {}
 _discovered = False
 _lock = threading.Lock()
 
@@ -46,8 +57,8 @@ class UnknownEventType(LookupError):
     """No handler is registered for the record's type (the record fails, then dead-letters)."""
 
 
-def register(event_type: str) -> Callable[[Handler], Handler]:
-    """Register the decorated function as the handler of ``event_type``.
+def register(event_type: str, *, on_dead_letter: DeadLetterHook | None = None) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``event_type`` (and ``on_dead_letter`` as its hook).
 
     Raise ``ValueError`` for a malformed type or when another function already
     handles it (registering the same function again is a no-op).
@@ -60,6 +71,8 @@ def register(event_type: str) -> Callable[[Handler], Handler]:
         if current is not None and _qualname(current) != _qualname(fn):
             raise ValueError(f"event type {event_type!r} is already handled by {_qualname(current)}")
         _handlers[event_type] = fn
+        if on_dead_letter is not None:
+            _dead_letter_hooks[event_type] = on_dead_letter
         return fn
 
     return decorator
@@ -86,9 +99,10 @@ def register_batch(event_type: str) -> Callable[[BatchHandler], BatchHandler]:
 
 
 def unregister(event_type: str) -> None:
-    """Forget the handler and the batch handler of ``event_type`` (tests)."""
+    """Forget the handler, the batch handler and the dead-letter hook of ``event_type`` (tests)."""
     _handlers.pop(event_type, None)
     _batch_handlers.pop(event_type, None)
+    _dead_letter_hooks.pop(event_type, None)
 
 
 def batch_handler_for(event_type: str) -> BatchHandler | None:
@@ -141,6 +155,22 @@ class Dispatch:
 
 dispatch = Dispatch()
 """Call the registered handler of a record (``Dispatch``); the handler every drain uses."""
+
+
+def dead_lettered(record: EventRecord) -> None:
+    """Call the dead-letter hook of ``record.type`` (if it has one) with the dead-lettered ``record``.
+
+    Never raises: the record is in the dead-letter queue already, where an
+    operator sees it; a hook that fails is logged with the record's id.
+    """
+    _autodiscover()
+    hook = _dead_letter_hooks.get(record.type)
+    if hook is None:
+        return
+    try:
+        hook(record)
+    except Exception:  # the worker goes on; the journal page still shows the record dead
+        logger.exception("event %s (%s): its dead-letter hook failed", record.id, record.type)
 
 
 def _autodiscover() -> None:

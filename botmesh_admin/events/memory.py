@@ -128,12 +128,25 @@ class MemoryEventJournal:
         return claimed[0] if claimed else None
 
     def claim_many(
-        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+        self,
+        now: int,
+        lease_ms: int,
+        channel: str | None = None,
+        limit: int = 100,
+        *,
+        dead_lettered: builtins.list[EventRecord] | None = None,
     ) -> builtins.list[EventRecord]:
         """Lease up to ``limit`` oldest ready records of ``channel`` under one lock (one persist)."""
-        return self._claim(now, lease_ms, channel, validate_batch_limit(limit))
+        return self._claim(now, lease_ms, channel, validate_batch_limit(limit), dead_lettered)
 
-    def _claim(self, now: int, lease_ms: int, channel: str | None, limit: int) -> builtins.list[EventRecord]:
+    def _claim(
+        self,
+        now: int,
+        lease_ms: int,
+        channel: str | None,
+        limit: int,
+        dead_lettered: builtins.list[EventRecord] | None = None,
+    ) -> builtins.list[EventRecord]:
         validate_lease(now, lease_ms)
         validate_channel(channel, "channel")
         with self._writing():
@@ -158,7 +171,7 @@ class MemoryEventJournal:
                     limit = 1
                 token = self._next_token()
                 if expired_last:
-                    self._records[record.id] = dataclasses.replace(
+                    dead = dataclasses.replace(
                         record,
                         state="dead",
                         fencing_token=token,
@@ -166,6 +179,9 @@ class MemoryEventJournal:
                         available_at=now,
                         last_error=lease_expired_error(record.attempts),
                     )
+                    self._records[record.id] = dead
+                    if dead_lettered is not None:
+                        dead_lettered.append(dead)
                     continue
                 leased = dataclasses.replace(
                     record,

@@ -174,13 +174,13 @@ CLAIM_MANY_LUA = (
     + """
 -- ARGV: P, channel, now, until, max_attempts, lease error text, limit. Leases up to limit ready
 -- records, oldest first; an expired lease that was the record's last attempt dead-letters it
--- and the next is tried. Reply: the HGETALL of each leased one, in claim order. claim is this
--- script with limit 1 (one Lua step for both, so they cannot drift apart).
+-- and the next is tried. Reply: {the HGETALL of each leased one, in claim order; the HGETALL of
+-- each dead-lettered one}. claim is this script with limit 1 (one Lua step for both).
 local q, now, till, max = P .. ':q:' .. ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local limit = tonumber(ARGV[7])
 -- A record attempted before (attempts > 0) is claimed alone: first in line it comes back by
 -- itself, else the batch ends before it (a poison record does not take its neighbours along).
-local out = {}
+local out, dead = {}, {}
 local alone = false
 while #out < limit and not alone do
   local ids = redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)
@@ -200,6 +200,7 @@ while #out < limit and not alone do
       redis.call('HDEL', r, 'leased_until')
       redis.call('ZREM', q, id)
       move(r, id, 'leased', 'dead')
+      dead[#dead + 1] = redis.call('HGETALL', r)
     else
       redis.call('HSET', r, 'state', 'leased', 'attempts', tonumber(h[2]) + 1,
         'fencing_token', token, 'leased_until', till, 'available_at', till)
@@ -210,7 +211,7 @@ while #out < limit and not alone do
     end
   end
 end
-return out
+return {out, dead}
 """
 )
 
@@ -618,16 +619,24 @@ class RedisEventJournal:
         return claimed[0] if claimed else None
 
     def claim_many(
-        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+        self,
+        now: int,
+        lease_ms: int,
+        channel: str | None = None,
+        limit: int = 100,
+        *,
+        dead_lettered: builtins.list[EventRecord] | None = None,
     ) -> builtins.list[EventRecord]:
         """Lease up to ``limit`` oldest ready records of ``channel`` in one script, oldest first."""
         validate_lease(now, lease_ms)
         channel = validate_channel(channel, "channel")
-        flats = self._run(
+        leased, dead = self._run(
             "claim_many", channel or "", now, now + lease_ms, self.policy.max_attempts,
             lease_expired_error(self.policy.max_attempts), validate_batch_limit(limit),
         )  # fmt: skip
-        return [_record(flat) for flat in flats]
+        if dead_lettered is not None:
+            dead_lettered += [_record(flat) for flat in dead]
+        return [_record(flat) for flat in leased]
 
     def ack_many(self, now: int, claims: Sequence[tuple[str, int]]) -> builtins.list[EventRecord | None]:
         """``ack`` every live claim in one script; ``None`` for a refused one."""

@@ -192,13 +192,16 @@ def worker_for(channel: str | None, *, lease_ms: int = DEFAULT_LEASE_MS, **optio
     The one place a drain of a channel is built (``journal_drain`` and
     ``manage.py botmesh_events_worker``), so every worker of ``campaigns-run``,
     ``crm-import`` and ``outbox`` claims one record at a time. ``options`` go to
-    ``EventWorker`` (``max_backoff_ms``, ``clock``). Raise ``ValidationError``
+    ``EventWorker`` (``max_backoff_ms``, ``clock``); its ``on_dead_letter`` is the
+    registered types' dead-letter hooks (``handlers.dead_lettered``). Raise ``ValidationError``
     naming ``channel`` for a malformed channel.
     """
+    from .handlers import dead_lettered
     from .worker import DEFAULT_CLAIM_BATCH, EventWorker
 
     channel = validate_channel(channel, "channel")
     batch = CLAIM_BATCH.get(channel, DEFAULT_CLAIM_BATCH)
+    options.setdefault("on_dead_letter", dead_lettered)
     return EventWorker(default_journal(), lease_ms=lease_ms, channel=channel, claim_batch=batch, **options)
 
 

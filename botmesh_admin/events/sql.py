@@ -744,7 +744,13 @@ class SqlEventJournal:
             return _record(rows.fetchone())
 
     def claim_many(
-        self, now: int, lease_ms: int, channel: str | None = None, limit: int = 100
+        self,
+        now: int,
+        lease_ms: int,
+        channel: str | None = None,
+        limit: int = 100,
+        *,
+        dead_lettered: builtins.list[EventRecord] | None = None,
     ) -> builtins.list[EventRecord]:
         """Lease up to ``limit`` oldest ready records of ``channel``, oldest first, in one statement.
 
@@ -772,6 +778,8 @@ class SqlEventJournal:
             rows = self._claim_many_once({**params, "limit": want - len(claimed), "fresh_only": fresh_only})
             leased = [r for r in rows if r.state == "leased"]
             claimed += leased
+            if dead_lettered is not None:
+                dead_lettered += [r for r in rows if r.state == "dead"]
             if len(leased) == len(rows) or any(r.attempts > 1 for r in leased):  # no more ready, or one alone
                 break
         return claimed

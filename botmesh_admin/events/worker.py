@@ -11,7 +11,8 @@ flushed before the next handler starts — so a process that dies mid-batch
 redoes almost none of the work it finished):
 
 - the handler returned → ``ack`` (``processed``);
-- the handler raised → ``fail`` (``failed``): a retry after backoff, or the DLQ;
+- the handler raised → ``fail`` (``failed``): a retry after backoff, or the DLQ
+  (then ``on_dead_letter(record)``, as for a record the claim dead-lettered);
 - the lease had already expired before the handler started (the process was
   paused between claim and start) → ``release``, without spending an attempt
   (``stale``): another worker may already be entitled to the record;
@@ -128,6 +129,7 @@ class EventWorker:
         channel: str | None = None,
         max_backoff_ms: int = 5_000,
         claim_batch: int = DEFAULT_CLAIM_BATCH,
+        on_dead_letter: Handler | None = None,
     ) -> None:
         self.journal = journal
         self.lease_ms = lease_ms
@@ -135,6 +137,9 @@ class EventWorker:
         self.channel = channel
         self.max_backoff_ms = max_backoff_ms
         self.claim_batch = max(1, claim_batch)
+        # Called with each record the journal dead-lettered under this worker (its last attempt failed, or
+        # its last lease had expired when this worker claimed): events.handlers.dead_lettered by worker_for.
+        self.on_dead_letter = on_dead_letter
         self._stop = threading.Event()
         # The records claimed and not yet settled, for the heartbeat: event id -> (fencing token, leased_until).
         self._held: dict[str, tuple[int, int]] = {}
@@ -172,7 +177,16 @@ class EventWorker:
         left = limit
         while left > 0 and not self.stopping:
             want = min(left, self.claim_batch)
-            batch = self.journal.claim_many(self.clock(), self.lease_ms, self.channel, want)
+            if self.on_dead_letter is None:
+                batch = self.journal.claim_many(self.clock(), self.lease_ms, self.channel, want)
+            else:
+                dead: list[EventRecord] = []
+                batch = self.journal.claim_many(self.clock(), self.lease_ms, self.channel, want, dead_lettered=dead)
+                for record in dead:
+                    logger.warning(
+                        "event %s (%s): dead-lettered at claim: %s", record.id, record.type, record.last_error
+                    )
+                    self.on_dead_letter(record)
             if not batch:
                 break
             left -= len(batch)
@@ -357,6 +371,8 @@ class EventWorker:
                     )  # fmt: skip
                 counts["stale" if after is None else outcome or "failed"] += 1
                 pending.remove(settlement)
+                if after is not None and after.state == "dead" and self.on_dead_letter is not None:
+                    self.on_dead_letter(after)
         for settlement in list(pending):
             record, action, outcome, _ = settlement
             try:

@@ -20,6 +20,7 @@ from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.events.base import EventRecord
+from botmesh_admin.events.runtime import default_journal
 from botmesh_admin.events.services import event_publish
 from botmesh_admin.kv.cas import cas_retry
 
@@ -366,6 +367,41 @@ def delivery_resend(tenant: str, campaign_id: str, *, recipients: Sequence[str],
     if campaign.state == "running":
         campaign_run_dispatch(tenant, campaign)
     return campaign
+
+
+def campaign_run_dead_lettered(tenant: str, campaign_id: str, *, event_id: str, error: str | None) -> Campaign | None:
+    """Mark a running (or paused) campaign ``failed`` because its ``campaigns.run`` event was dead-lettered.
+
+    The journal's dead-letter hook of ``campaigns.run`` (``campaigns.handlers``):
+    the run's last attempt failed, or its worker died on it (its last lease
+    expired). Without this the campaign would show ``running`` forever with
+    nobody sending. ``error`` says why, shown as the campaign's error on its
+    page and in the API; Resume sends to the recipients without an outcome.
+    A finished campaign, or one another run event (not ``event_id``) is
+    pending or leased for, is left as it is; an unknown one is ``None``.
+    """
+    if _run_alive_elsewhere(tenant, campaign_id, event_id):
+        return _get(tenant, campaign_id)  # a newer run (a resume meanwhile) is sending it
+    reason = error or "its journal event was dead-lettered"
+    try:
+        return _fail(tenant, campaign_id, f"the run stopped for good: {reason[:400]} (resume the campaign to go on)")
+    except NotFound:
+        return None
+
+
+def _run_alive_elsewhere(tenant: str, campaign_id: str, event_id: str) -> bool:
+    """Return True if a run event of the campaign other than ``event_id`` is pending or leased (O(tenant's runs))."""
+    journal = default_journal()
+    for state in ("pending", "leased"):
+        after: str | None = None
+        while True:
+            page = journal.list(tenant=tenant, state=state, channel=RUN_CHANNEL, limit=200, after=after)
+            if any(r.id != event_id and r.payload.get("campaign_id") == campaign_id for r in page):
+                return True
+            if len(page) < 200:
+                break
+            after = page[-1].id
+    return False
 
 
 def _fail(tenant: str, campaign_id: str, error: str) -> Campaign:

@@ -24,7 +24,7 @@ from .contacts import (
     erase,
     identity_hash,
 )
-from .imports import contact_import_queue, contact_import_run, contact_import_start
+from .imports import contact_import_dead_lettered, contact_import_queue, contact_import_run, contact_import_start
 from .segments import (
     SegmentInUse,
     segment_create,
@@ -42,6 +42,7 @@ __all__ = [
     "contact_blocked_us",
     "contact_create",
     "contact_erase",
+    "contact_import_dead_lettered",
     "contact_import_queue",
     "contact_import_run",
     "contact_import_start",

@@ -256,3 +256,35 @@ def contact_import_run(tenant: str, job_id: str, *, claim: Claim | None = None, 
         job.failed_rows,
     )
     return job
+
+
+def contact_import_dead_lettered(tenant: str, job_id: str, *, event_id: str, error: str | None) -> ImportJob | None:
+    """Mark import ``job_id`` ``failed`` because its ``crm.import`` event ``event_id`` was dead-lettered.
+
+    The journal's dead-letter hook of ``crm.import`` (``crm.handlers``): the
+    run's last attempt failed, or its worker died on it (its last lease
+    expired). Without this the job would show ``running`` forever. The message
+    says why (the journal's ``error``) and what to do (Replay on the journal
+    page resumes the import after its last saved row). A job that is finished
+    already, or that a newer event runs, is left as it is; an unknown job is
+    ``None``. Compare-and-set: a progress save racing it is read again.
+    """
+    store = default_store()
+    message = f"the import stopped for good: {error or 'its journal event was dead-lettered'}"
+    message = f"{message[:400]} (replay its event on the journal page to resume it)"
+
+    def attempt() -> ImportJob | None:
+        job = store.import_job_get(tenant, job_id)
+        if job is None or job.finished or (job.event_id and job.event_id != event_id):
+            return job
+        return store.import_job_replace(
+            tenant, replace(job, status="failed", message=message, updated_at=now_ms()), expected_version=job.version
+        )
+
+    def version_miss(exc: BaseException) -> bool:
+        return getattr(exc, "current_version", None) is not None
+
+    job = cas_retry(attempt, what=f"import {job_id}", retry_on=Conflict, retry_if=version_miss)
+    if job is not None and job.status == "failed":
+        log.warning("crm import dead-lettered tenant=%s import=%s event=%s", tenant, job_id, event_id)
+    return job

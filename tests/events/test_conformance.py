@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from botmesh_admin.errors import Conflict, NotFound, ValidationError
-from botmesh_admin.events import Envelope, EventJournal, RetryPolicy, StaleLeaseError
+from botmesh_admin.events import Envelope, EventJournal, EventRecord, RetryPolicy, StaleLeaseError
 from botmesh_admin.events.base import MAX_BATCH, MAX_PAYLOAD_BYTES
 
 from .conftest import FakeClock
@@ -419,6 +419,21 @@ def test_claim_many_takes_expired_leases_and_dead_letters_expired_last_attempts(
     expired += journal.claim_many(clock.now, LEASE, None, 10) + journal.claim_many(clock.now, LEASE, None, 10)
     assert [(r.id, r.attempts) for r in expired] == [(r.id, 2) for r in healthy]
     assert all(b.fencing_token > a.fencing_token for a, b in zip(again, expired, strict=True))
+
+
+def test_claim_many_reports_the_records_it_dead_lettered(journal: EventJournal, clock: FakeClock) -> None:
+    poison = journal.append(env("poison"))
+    for _ in range(3):  # claimed and abandoned three times (max_attempts)
+        journal.claim_many(clock.advance(LEASE), LEASE)
+    healthy = journal.append(env("healthy"))
+    dead: list[EventRecord] = []
+    claimed = journal.claim_many(clock.advance(LEASE), LEASE, None, 5, dead_lettered=dead)
+    assert [r.id for r in claimed] == [healthy.id]
+    assert [(r.id, r.state, r.attempts) for r in dead] == [(poison.id, "dead", 3)]
+    assert dead[0].last_error == journal.get(poison.id).last_error and "lease expired" in dead[0].last_error
+    nothing: list[EventRecord] = []
+    journal.claim_many(clock.advance(LEASE), LEASE, None, 5, dead_lettered=nothing)
+    assert nothing == []  # the healthy record's expired lease was not its last: leased again, not dead
 
 
 def test_claim_many_claims_a_record_attempted_before_alone(journal: EventJournal, clock: FakeClock) -> None:

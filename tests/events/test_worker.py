@@ -223,6 +223,57 @@ def test_dispatch_calls_the_registered_handler(registered: list[EventRecord], cl
     assert [r.type for r in registered] == ["test.registered"]
 
 
+@pytest.fixture
+def dead_letters() -> Iterator[list[EventRecord]]:
+    """``test.doomed``: a handler that always raises, and a dead-letter hook that records what it is given."""
+    hooked: list[EventRecord] = []
+
+    def hook(record: EventRecord) -> None:
+        hooked.append(record)
+        raise RuntimeError("a hook's own failure is logged, not raised into the worker")
+
+    @register("test.doomed", on_dead_letter=hook)
+    def handle(record: EventRecord) -> None:
+        raise RuntimeError("provider said 500")
+
+    yield hooked
+    unregister("test.doomed")
+
+
+def test_a_record_whose_last_attempt_fails_calls_its_types_dead_letter_hook(
+    journal: EventJournal, clock: FakeClock, dead_letters: list[EventRecord]
+) -> None:
+    add(journal, 1, type="test.doomed")
+    worker = worker_with_hooks(journal, clock)
+    for attempt in range(3):  # the policy's max_attempts
+        assert worker.run_batch(dispatch, 5)["failed"] == 1
+        assert len(dead_letters) == (1 if attempt == 2 else 0)
+        clock.advance(120_000)  # past the backoff
+    [dead] = dead_letters
+    assert (dead.state, dead.attempts, dead.last_error) == ("dead", 3, "RuntimeError: provider said 500")
+
+
+def test_a_record_dead_lettered_at_claim_calls_its_types_dead_letter_hook(
+    journal: EventJournal, clock: FakeClock, dead_letters: list[EventRecord]
+) -> None:
+    add(journal, 1, type="test.doomed")
+    for _ in range(3):  # a worker died on it three times (max_attempts): claimed, never settled
+        journal.claim_many(clock.advance(LEASE), LEASE)
+    journal.append(Envelope(type="test.other", tenant="acme", payload={}, idempotency_key="after-the-poison"))
+    clock.advance(LEASE)  # the third (last) lease has just expired
+    counts = worker_with_hooks(journal, clock).run_batch(lambda r: None, 5)
+    assert counts == {"processed": 1, "failed": 0, "stale": 0}  # the next record is still handled
+    [dead] = dead_letters
+    assert dead.state == "dead" and "lease expired on attempt 3" in (dead.last_error or "")
+
+
+def worker_with_hooks(journal: EventJournal, clock: FakeClock) -> EventWorker:
+    """An ``EventWorker`` calling the registered dead-letter hooks, as ``events.services.worker_for`` builds it."""
+    from botmesh_admin.events.handlers import dead_lettered
+
+    return EventWorker(journal, LEASE, clock, on_dead_letter=dead_lettered)
+
+
 def test_registering_another_function_for_a_type_is_refused(registered: list[EventRecord]) -> None:
     with pytest.raises(ValueError, match="already handled"):
         register("test.registered")(lambda record: None)
