@@ -21,6 +21,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_http_methods
 
 _stopping = threading.Event()
 _extra_checks: dict[str, Callable[[], None]] = {}
@@ -112,13 +113,19 @@ def _reason(name: str, result: str) -> str:
     return f"{name} unreachable ({result})"
 
 
+# A probe only reads: another method is 405 with ``Allow: GET, HEAD`` (RFC 9110 §15.5.6), not a GET's answer.
+probe_methods = require_http_methods(["GET", "HEAD"])
+
+
+@probe_methods
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Answer 200 while the process is alive."""
+    """Answer 200 while the process is alive (GET and HEAD; any other method 405)."""
     return JsonResponse({"status": "alive"})
 
 
+@probe_methods
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Answer 200 when every dependency is reachable, else 503 naming what is not."""
+    """Answer 200 when every dependency is reachable, else 503 naming what is not (GET and HEAD; else 405)."""
     if _stopping.is_set():
         return JsonResponse({"status": "stopping", "reason": "process is shutting down"}, status=503)
     results = readiness()
