@@ -16,9 +16,9 @@ from typing import Any
 
 from celery import shared_task
 
-CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo", "crm-import")
+CHANNELS: tuple[str | None, ...] = (None, "inbound", "ledger", "outbox", "demo", "crm-import", "campaigns-run")
 """The channels in use: default (None), inbound webhooks, bot ledger pushes, outbox sends, the demo's fault,
-CSV imports (``crm.handlers``)."""
+CSV imports (``crm.handlers``), campaign runs (``campaigns.handlers``): beat drains each as a safety net."""
 SAFETY_NET_S = 5.0
 PRUNE_EVERY_S = 3600.0
 DRAIN_BUDGET_S = 10.0
