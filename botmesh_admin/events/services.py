@@ -186,12 +186,26 @@ def event_replay(tenant: str, *, event_id: str, actor: str) -> EventRecord:
     return record
 
 
-def worker_for(channel: str | None, *, lease_ms: int = DEFAULT_LEASE_MS, **options: Any) -> EventWorker:
+def channel_lease_ms(channel: str | None) -> int:
+    """Return the lease (ms) of a drain of ``channel``: ``BOTMESH_CAMPAIGN_LEASE_MS`` for ``campaigns-run``, else 30 s.
+
+    A campaign run holds its lease for minutes to hours (renewed every third of it);
+    an operator tunes how soon a dead worker's run is taken over.
+    """
+    if channel == "campaigns-run":
+        from django.conf import settings
+
+        return int(settings.BOTMESH_CAMPAIGN_LEASE_MS)
+    return DEFAULT_LEASE_MS
+
+
+def worker_for(channel: str | None, *, lease_ms: int | None = None, **options: Any) -> EventWorker:
     """Return an ``EventWorker`` over the default journal for ``channel``, claiming ``CLAIM_BATCH`` records at a time.
 
     The one place a drain of a channel is built (``journal_drain`` and
     ``manage.py botmesh_events_worker``), so every worker of ``campaigns-run``,
-    ``crm-import`` and ``outbox`` claims one record at a time. ``options`` go to
+    ``crm-import`` and ``outbox`` claims one record at a time, with the channel's
+    lease unless ``lease_ms`` is given (``channel_lease_ms``). ``options`` go to
     ``EventWorker`` (``max_backoff_ms``, ``clock``); its ``on_dead_letter`` is the
     registered types' dead-letter hooks (``handlers.dead_lettered``). Raise ``ValidationError``
     naming ``channel`` for a malformed channel.
@@ -202,11 +216,12 @@ def worker_for(channel: str | None, *, lease_ms: int = DEFAULT_LEASE_MS, **optio
     channel = validate_channel(channel, "channel")
     batch = CLAIM_BATCH.get(channel, DEFAULT_CLAIM_BATCH)
     options.setdefault("on_dead_letter", dead_lettered)
+    lease_ms = channel_lease_ms(channel) if lease_ms is None else lease_ms
     return EventWorker(default_journal(), lease_ms=lease_ms, channel=channel, claim_batch=batch, **options)
 
 
-def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int = DEFAULT_LEASE_MS) -> dict[str, int]:
-    """Handle up to ``limit`` ready records of ``channel`` with the registered handlers.
+def journal_drain(*, channel: str | None = None, limit: int = 100, lease_ms: int | None = None) -> dict[str, int]:
+    """Handle up to ``limit`` ready records of ``channel`` with the registered handlers (the channel's lease).
 
     Return ``{"processed", "failed", "stale"}`` (see ``EventWorker.run_batch``).
     """

@@ -39,7 +39,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--channel", default=None, help="channel to drain (default: records without one)")
-        parser.add_argument("--lease-ms", type=int, default=30_000, help="lease per record, ms (default 30000)")
+        parser.add_argument(
+            "--lease-ms",
+            type=int,
+            default=None,
+            help="lease per record, ms (default 30000; campaigns-run: BOTMESH_CAMPAIGN_LEASE_MS)",
+        )
         parser.add_argument("--batch", type=int, default=20, help="records per batch (default 20)")
         parser.add_argument("--idle-ms", type=int, default=500, help="sleep when idle, ms (default 500)")
         parser.add_argument("--max-events", type=int, default=None, help="exit after this many records")
@@ -57,7 +62,7 @@ class Command(BaseCommand):
             channel = validate_channel(opts["channel"], "--channel")
         except ValidationError as exc:
             raise CommandError(str(exc)) from None
-        if opts["lease_ms"] < 1:
+        if opts["lease_ms"] is not None and opts["lease_ms"] < 1:
             raise CommandError("--lease-ms must be positive")
         if opts["max_backoff_ms"] < 1:
             raise CommandError("--max-backoff-ms must be positive")
