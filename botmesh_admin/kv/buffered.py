@@ -166,7 +166,9 @@ class BufferedKv:
                 complete = True
                 break
             cursor = page[-1].key
-            if sum(1 for k in found if k <= cursor) + sum(1 for k in written if k <= cursor) >= limit:
+            # Count only keys the batch still holds: a key it deleted fills no row of the page.
+            held = sum(1 for k in written if k <= cursor and self._peek(table, k) is not None)
+            if sum(1 for k in found if k <= cursor) + held >= limit:
                 break
         for key in written:
             if complete or (cursor is not None and key <= cursor):
