@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from botmesh_admin.events import Envelope, connect_journal
+from botmesh_admin.events import Envelope, EventJournal, connect_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,26 +24,41 @@ def _output_of_stopped(proc: subprocess.Popen[str]) -> str:
     return proc.communicate(timeout=10)[1]
 
 
-def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
+def _slow_worker(
+    tmp_path: Path, channel: str, sleep_s: float, prefix: str
+) -> tuple[subprocess.Popen[str], EventJournal, Path]:
+    """Journal three ``test.slow`` records on ``channel`` and start a worker whose handler sleeps ``sleep_s`` seconds.
+
+    Return ``(worker, journal, handler log)`` once the handler has started its first record.
+    """
     url = f"sqlite:///{tmp_path}/journal.sqlite3"
     log = tmp_path / "handler.log"
     journal = connect_journal(url)
     for n in range(3):
-        journal.append(Envelope(type="test.slow", tenant="acme", payload={}, idempotency_key=f"s{n}", channel="outbox"))
+        journal.append(
+            Envelope(type="test.slow", tenant="acme", payload={}, idempotency_key=f"{prefix}{n}", channel=channel)
+        )
     env = {
         **os.environ, "BOTMESH_JOURNAL_URL": url, "BOTMESH_TEST_HANDLER_LOG": str(log),
-        "BOTMESH_TEST_HANDLER_SLEEP": "1.5", "PYTHONPATH": str(ROOT),
+        "BOTMESH_TEST_HANDLER_SLEEP": str(sleep_s), "PYTHONPATH": str(ROOT),
     }  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "outbox",
+        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", channel,
          "--handler", "tests.events.slow_handler.handle", "--idle-ms", "50"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "start" in log.read_text()):
+        if time.monotonic() >= deadline or proc.poll() is not None:
+            journal.close()
+            raise AssertionError(_output_of_stopped(proc))
+        time.sleep(0.05)
+    return proc, journal, log
+
+
+def test_sigterm_finishes_the_record_in_hand_then_exits(tmp_path: Path) -> None:
+    proc, journal, log = _slow_worker(tmp_path, "outbox", 1.5, "s")
     try:
-        deadline = time.monotonic() + 30
-        while not (log.exists() and "start" in log.read_text()):
-            assert time.monotonic() < deadline and proc.poll() is None, _output_of_stopped(proc)
-            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
     finally:
@@ -65,27 +80,8 @@ def test_a_bad_channel_is_refused() -> None:
 
 def test_a_campaigns_run_worker_claims_one_record_at_a_time(tmp_path: Path) -> None:
     # Each run may take hours: a worker holding 20 of them (and renewing their leases) would starve the others.
-    url = f"sqlite:///{tmp_path}/journal.sqlite3"
-    log = tmp_path / "handler.log"
-    journal = connect_journal(url)
-    for n in range(3):
-        journal.append(
-            Envelope(type="test.slow", tenant="acme", payload={}, idempotency_key=f"r{n}", channel="campaigns-run")
-        )
-    env = {
-        **os.environ, "BOTMESH_JOURNAL_URL": url, "BOTMESH_TEST_HANDLER_LOG": str(log),
-        "BOTMESH_TEST_HANDLER_SLEEP": "3", "PYTHONPATH": str(ROOT),
-    }  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "botmesh_events_worker", "--channel", "campaigns-run",
-         "--handler", "tests.events.slow_handler.handle", "--idle-ms", "50"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc, journal, _ = _slow_worker(tmp_path, "campaigns-run", 3, "r")
     try:
-        deadline = time.monotonic() + 30
-        while not (log.exists() and "start" in log.read_text()):
-            assert time.monotonic() < deadline and proc.poll() is None, _output_of_stopped(proc)
-            time.sleep(0.05)
         states = sorted(r.state for r in journal.list(tenant="acme"))
     finally:
         proc.kill()
