@@ -5,9 +5,10 @@
   "events": [InboundMessage / StatusUpdate / MemberUpdate .to_json(), ...]}``.
 - ``inbox.reply`` (channel ``outbox``): send an agent's reply (``inbox.services.replies``).
 
-``project_inbound_batch`` projects a claimed batch at once (one commit per
-conversation, reads prefetched, each record failing alone), but is not
-registered with ``register_batch`` yet: see the comment above it.
+The worker hands the ``inbound`` records of a claimed batch to
+``project_inbound_batch`` at once (``register_batch``): one commit per
+conversation, the batch's reads prefetched, each record still failing alone,
+and the outcome that of projecting the records one by one.
 
 Every handler is idempotent (the journal delivers at least once). A projection
 failure is reported — logged with the conversation-free event id, counted in
@@ -25,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from botmesh_admin.events.base import EventRecord
-from botmesh_admin.events.handlers import register
+from botmesh_admin.events.handlers import register, register_batch
 from botmesh_admin.events.worker import Claim, current_claim
 
 from . import services
@@ -106,9 +107,9 @@ _PROJECTIONS: dict[str, Callable[[EventRecord], None]] = {
 }
 
 
-# Not registered with ``register_batch`` for now: the hypothesis test comparing a batch with
-# projecting one by one found a history where they differ (a record refused alone was accepted in
-# the batch; session 7's closing note). The inbound worker projects record by record until it is fixed.
+@register_batch(services.LEDGER_EVENT)
+@register_batch("whatsapp.webhook")
+@register_batch("telegram.update")
 def project_inbound_batch(records: Sequence[EventRecord]) -> list[Exception | None]:
     """Project a claimed batch of ledger records and webhook events at once (one outcome per record).
 

@@ -25,8 +25,14 @@ upkeep (``kv.indexes``) is computed by the buffered commits as usual and merged
 like any other op. Versions the buffered view reports are its own (a flushed
 key's version grows by one per group, not per buffered commit).
 
+A read that saw buffered ops depends on the commits that made them: the
+caller collects those with ``observed()`` after each unit of work and passes
+them to ``flush(joined=...)`` with the unit's own commits, so a unit that read
+what another unit wrote is written (or fails) together with it. A unit whose
+reads saw a failed group must be redone against the base.
+
 Not thread-safe: one batch, one thread. TTLs are kept (``ttl_ms`` of the last
-``Put``); nothing expires inside the buffer.
+``Put``, else what is left of the base entry's); nothing expires inside the buffer.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
-from .validation import validate_commit
+from .validation import now_ms, validate_commit
 
 _UNKNOWN = object()  # a key's base entry, not read
 
@@ -93,6 +99,7 @@ class BufferedKv:
         self._scans: dict[tuple[str, str, str | None, int], list[Entry]] = {}
         self.base_commits = 0  # real commits made by ``flush``
         self._tables: set[str] = set()
+        self._seen: set[int] = set()  # commits whose buffered ops a read saw since ``observed()``
 
     # -- reads --------------------------------------------------------------------------
 
@@ -116,16 +123,23 @@ class BufferedKv:
         base = slot.base
         if base is not _UNKNOWN:
             assert base is None or isinstance(base, Entry)
-            if slot.assumed is ANY or _holds(base, slot.assumed):
-                return base
+            # An assumption the base contradicts dooms its group at ``flush``; until then reads see the base.
+            return base
         if slot.assumed is ANY or slot.assumed is ABSENT:
             return None
         assert isinstance(slot.assumed, int)
         return Entry(key, None, slot.assumed)  # the version assumed; its value unread
 
-    def _peek(self, table: str, key: str) -> Entry | None:
-        """Return the key's entry as the batch sees it without reading the base (a guessed version if unread)."""
+    def _peek(self, table: str, key: str, *, read: bool = True) -> Entry | None:
+        """Return the key's entry as the batch sees it without reading the base (a guessed version if unread).
+
+        ``read``: a caller's read (not a commit's own check), so the commits that
+        set the value it sees (``Put``, ``Delete``) are ``observed``; counters
+        only added to and keys only checked carry no decision.
+        """
         slot = self._slot(table, key)
+        if read:
+            self._seen.update(i for i, op in slot.ops if isinstance(op, Put | Delete))
         return _fold(self._start(key, slot), key, (op for _, op in slot.ops))
 
     def _view(self, table: str, key: str) -> Entry | None:
@@ -206,7 +220,7 @@ class BufferedKv:
             if slot.base is _UNKNOWN and not slot.ops and slot.assumed is ANY:
                 assume.append((slot, op.expect))  # the base is assumed as expected; flush checks it
                 continue
-            current = self._peek(table, op.key)
+            current = self._peek(table, op.key, read=False)
             if not _holds(current, op.expect):
                 raise ConflictError(table, op.key, op.expect, current.version if current else None)
         for slot, expect in assume:
@@ -215,7 +229,12 @@ class BufferedKv:
         self._commits.append((table, tuple(ops)))
         for op in ops:
             self._slot(table, op.key).ops.append((index, op))
-        return [None if isinstance(op, Delete) else self._peek(table, op.key) for op in ops]
+        return [None if isinstance(op, Delete) else self._peek(table, op.key, read=False) for op in ops]
+
+    def observed(self) -> set[int]:
+        """Return (and forget) the indexes of the buffered commits whose writes a read saw since the last call."""
+        seen, self._seen = self._seen, set()
+        return seen
 
     def mark(self) -> int:
         """Return a savepoint: the number of commits buffered so far."""
@@ -225,21 +244,26 @@ class BufferedKv:
         """Return the buffered commits ``(table, ops)`` in order."""
         return list(self._commits)
 
-    def flush(self, labels: Callable[[str], str | None] = lambda key: None) -> list[FlushedGroup]:
+    def flush(
+        self, labels: Callable[[str], str | None] = lambda key: None, joined: Iterable[Iterable[int]] = ()
+    ) -> list[FlushedGroup]:
         """Write the buffered commits as one merged commit per group (see the module docstring), in order.
 
-        Return each group's outcome; a group's ``error`` (a ``ConflictError``,
-        or the base's own error) means nothing of it was written. The buffer
-        is empty afterwards.
+        ``joined``: sets of commit indexes that must land together (a unit's
+        commits and the ones its reads saw, ``observed()``). Return each
+        group's outcome; a group's ``error`` (a ``ConflictError``, or the
+        base's own error, also one met while merging) means nothing of it was
+        written. The buffer is empty afterwards.
         """
-        groups = self._groups(labels)
+        groups = self._groups(labels, joined)
         out: list[FlushedGroup] = []
         for table, members in groups:
-            ops = self._merged(table, set(members))
-            if not ops:
-                out.append(FlushedGroup(tuple(members), 0, None))
-                continue
+            ops: list[Op] = []
             try:
+                ops = self._merged(table, set(members))
+                if not ops:
+                    out.append(FlushedGroup(tuple(members), 0, None))
+                    continue
                 self.base.commit(table, ops)
                 self.base_commits += 1
                 out.append(FlushedGroup(tuple(members), len(ops), None))
@@ -248,9 +272,12 @@ class BufferedKv:
         self._slots.clear()
         self._commits.clear()
         self._scans.clear()
+        self._seen.clear()
         return out
 
-    def _groups(self, labels: Callable[[str], str | None]) -> list[tuple[str, list[int]]]:
+    def _groups(
+        self, labels: Callable[[str], str | None], joined: Iterable[Iterable[int]] = ()
+    ) -> list[tuple[str, list[int]]]:
         """Return ``(table, commit indexes)`` per group, ordered by each group's first commit."""
         parent = list(range(len(self._commits)))
 
@@ -280,6 +307,8 @@ class BufferedKv:
                     by_label.setdefault((table, label), []).append(i)
         for members in by_label.values():
             union(members)
+        for together in joined:
+            union(i for i in together if 0 <= i < len(self._commits))
         groups: dict[int, list[int]] = {}
         for i in range(len(self._commits)):
             groups.setdefault(find(i), []).append(i)
@@ -317,7 +346,10 @@ class BufferedKv:
             return None if expect is ANY else Check(key, expect)
         final = _fold(self._start(key, slot), key, ops)
         if final is not None:
-            ttl = next((op.ttl_ms for op in reversed(ops) if isinstance(op, Put)), None)
+            if Put in kinds:
+                ttl = next((op.ttl_ms for op in reversed(ops) if isinstance(op, Put)), None)
+            else:  # only added to and checked: the base entry's expiry stands
+                ttl = None if final.expires_at is None else max(1, int(final.expires_at - now_ms()))
             return Put(key, final.value, expect, ttl)
         if expect is ABSENT or (expect is ANY and slot.base is None):
             return None if expect is ANY else Check(key, ABSENT)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.clock import now_ms
-from botmesh_admin.errors import DomainError, NotFound
+from botmesh_admin.errors import DomainError, NotFound, ValidationError
 
 from ..domain import (
     DELIVERY_RANK,
@@ -88,8 +88,8 @@ def _hash(value: str | None) -> str:
 
 def _count(name: str) -> None:
     batch = _batch.get()
-    if batch is not None:  # counted once the write it follows is committed (``project_batched``)
-        batch.counts.append((name, batch.mark()))
+    if batch is not None:  # counted once the unit's writes are committed (``project_batched``)
+        batch.counts.append((name, batch.unit))
         return
     from botmesh_admin.observability.metrics import count
 
@@ -101,8 +101,8 @@ class _Batch:
     """The batch being projected (``project_batched``): its buffered store, deferred counts, contacts upserted."""
 
     store: InboxStore
-    mark: Callable[[], int]  # the number of commits buffered so far
-    counts: list[tuple[str, int]] = field(default_factory=list)  # (metric, commits buffered when counted)
+    unit: int = 0  # the index of the unit running
+    counts: list[tuple[str, int]] = field(default_factory=list)  # (metric, index of the unit that counted it)
     contacts: dict[tuple[str, str, str], tuple[str | None, str]] = field(default_factory=dict)
 
 
@@ -251,6 +251,14 @@ def ingest(
             return Projected("duplicate", twin.conversation_id, twin.id)
         if twin is not None and twin.conversation_id == conv.id and not m.placeholder:
             removed, m = twin, _merge_placeholder(m, twin)
+        elif twin is not None and twin.id == m.id and twin.conversation_id != conv.id:
+            # A placeholder (an edit, reaction or status seen first) holds this id in another chat: the
+            # provider never moves a message between chats (WhatsApp ids are unique per message), so the
+            # record is refused rather than retried against a claim it can never take.
+            raise ValidationError(
+                "provider_message_id",
+                f"message {_hash(message.id)} is already held by a placeholder in another conversation",
+            )
         if contact is not None and m.direction == "in":
             contact_id = contact(conv)
             if contact_id and contact_id != conv.contact_id:
@@ -726,12 +734,16 @@ def project_batched(
     as its outcome and keeps what it wrote before (as when projected alone: its
     retry is idempotent); the others are unaffected. Then the buffered
     writes go to the Kv as one commit per conversation (``BufferedKv.flush``,
-    index upkeep merged like every other op). A conversation whose commit
+    index upkeep merged like every other op), a unit's commits joined with the
+    commits whose writes its reads saw (it decided on them: they land together
+    or not at all). A unit whose commits, or whose reads, fall in a group that
     failed (a writer changed it meanwhile, or the store is unreachable) is
-    redone unit by unit against the store itself: the units are idempotent,
-    so what the other commits wrote is recognised as a duplicate. Metrics a
-    unit counted are counted once the write they follow is committed. Over
-    any other store the units simply run one by one.
+    redone against the store itself, in the batch's order: the units are
+    idempotent, so what the other commits wrote is recognised as a duplicate.
+    So the outcomes and the store are those of projecting the units one by
+    one. Metrics a unit counted are counted once its writes are committed (a
+    redone unit counts its own). Over any other store the units simply run
+    one by one.
     """
     store = default_store()
     buffered = getattr(store, "buffered", None)
@@ -741,9 +753,9 @@ def project_batched(
 
     over: InboxStore = buffered()
     kv = over.kv  # type: ignore[attr-defined]
-    batch = _Batch(over, kv.mark)
+    batch = _Batch(over)
     token = _batch.set(batch)
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, set[int]]] = []  # per unit: its commits [start, end) and the ones it read
     outcomes: list[Exception | None] = []
     try:
         if prefetch is not None:
@@ -751,15 +763,17 @@ def project_batched(
                 prefetch(over)
             except DomainError as exc:  # an id no key can hold: each unit meets (and reports) it itself
                 log.info("inbox batch prefetch skipped: %s", type(exc).__name__)
-        for unit in units:
+        for n, unit in enumerate(units):
             # A unit that fails keeps what it wrote before failing, as one record projected alone does.
-            start = kv.mark()
+            batch.unit, start = n, kv.mark()
+            kv.observed()
             outcomes.append(_outcome(unit))
-            spans.append((start, kv.mark()))
+            spans.append((start, kv.mark(), kv.observed()))
     finally:
         _batch.reset(token)
         try:
-            groups = kv.flush(conversation_of_key)
+            joined = [set(range(start, end)) | seen for start, end, seen in spans if end > start]
+            groups = kv.flush(conversation_of_key, joined=joined)
         finally:
             kv.forget_cached_states()
     failed = {i for g in groups if g.error is not None for i in g.commits}
@@ -769,12 +783,12 @@ def project_batched(
                 "inbox batch: a conversation's commit failed (%s); its records are projected again",
                 type(g.error).__name__,
             )
-    for name, at in batch.counts:
-        if at == 0 or at - 1 not in failed:
+    redo = {n for n, (start, end, seen) in enumerate(spans) if failed & (set(range(start, end)) | seen)}
+    for name, n in batch.counts:
+        if n not in redo:
             _count(name)
-    for n, (unit, (start, end)) in enumerate(zip(units, spans, strict=True)):
-        if outcomes[n] is None and failed.intersection(range(start, end)):
-            outcomes[n] = _outcome(unit)
+    for n in sorted(redo):
+        outcomes[n] = _outcome(units[n])
     return outcomes
 
 

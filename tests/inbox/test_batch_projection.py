@@ -148,6 +148,33 @@ def test_a_conversation_changed_during_the_batch_is_projected_again_record_by_re
     assert CHATS[1] in seen["conversations"]
 
 
+def test_a_message_whose_id_a_placeholder_holds_in_another_chat_is_refused_alone_and_in_a_batch(
+    tenant_id: str,
+) -> None:
+    """An edit seen first makes a placeholder in its chat; the same id arriving in another chat can never
+    take that claim: refused at once, naming the field (it used to retry until "too busy", every time)."""
+    from botmesh_admin.errors import ValidationError
+
+    for batched in (False, True):
+        tenant = f"{tenant_id}-{int(batched)}"
+        store = KvInboxStore(MemoryKv())
+        edit = partial(event_project, tenant, inbound(CHATS[0], "wamid.e1", 1_012, "edited", edit_of="wamid.z"))
+        original = partial(event_project, tenant, inbound(CHATS[1], "wamid.z", 1_000, "original"))
+        with use_store(store):
+            if batched:
+                outcomes = project_batched([edit, original])
+            else:
+                edit()
+                with pytest.raises(ValidationError) as refused:
+                    original()
+                outcomes = [None, refused.value]
+            seen = snapshot(store, tenant)
+        assert outcomes[0] is None and isinstance(outcomes[1], ValidationError)
+        assert outcomes[1].field == "provider_message_id"
+        assert list(seen["threads"]) == [CHATS[0]], "nothing written for the refused message's chat"
+        assert [m["placeholder"] for m in seen["threads"][CHATS[0]]] == [True]
+
+
 # -- the batch gives what one by one gives ------------------------------------------------
 
 
@@ -219,10 +246,6 @@ def unit_of(tenant: str, item: tuple[str, Any]) -> Callable[[], object]:
     return poisoned
 
 
-@pytest.mark.xfail(
-    reason="known defect: a history where a batch and one-by-one differ; batched projection is off",
-    strict=False,
-)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=events_strategy(), cuts=st.lists(st.integers(1, 6), min_size=1, max_size=6), redeliver=st.booleans())
 def test_a_batch_gives_exactly_what_projecting_one_by_one_gives(
@@ -258,10 +281,6 @@ def test_a_batch_gives_exactly_what_projecting_one_by_one_gives(
 # -- through the journal worker -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="known defect: a batch and one-by-one can differ; the worker projects one by one",
-    strict=False,
-)
 def test_the_worker_projects_a_claimed_batch_in_one_commit_per_conversation_and_retries_a_poisoned_record_alone(
     tenant_id: str,
 ) -> None:

@@ -71,3 +71,74 @@ def test_labels_join_commits_into_one(any_kv: DurableKv, table: str) -> None:
     kv.commit(table, [Put("m/c2/1", 1, ABSENT)])
     groups = kv.flush(lambda key: key.split("/")[1])
     assert [g.commits for g in groups] == [(0, 1), (2,)] and kv.base_commits == 2
+
+
+def test_a_read_of_buffered_writes_is_observed_and_joins_the_reader_to_the_writer(
+    any_kv: DurableKv, table: str
+) -> None:
+    # Unit 0 writes "p" (assumed absent, never read); unit 1 reads it and writes elsewhere on what it read.
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Put("p", "from unit 0", ABSENT), Add("n", 1), Check("s", ABSENT)])
+    assert kv.observed() == set(), "a commit's own checks are not reads"
+    assert kv.get(table, "p").value == "from unit 0"  # type: ignore[union-attr]
+    assert kv.get(table, "n").value == 1 and kv.get(table, "s") is None  # type: ignore[union-attr]
+    kv.commit(table, [Put("q", "decided on p", ABSENT)])
+    assert kv.observed() == {0}, "only the value read from p carries a decision"
+    any_kv.commit(table, [Put("p", "another writer")])  # unit 0's assumption no longer holds
+    [group] = kv.flush(joined=[{0, 1}])
+    assert group.commits == (0, 1) and isinstance(group.error, ConflictError)
+    assert any_kv.get(table, "q") is None, "what was decided on a failed write is not written either"
+
+
+def test_a_read_after_a_contradicted_assumption_sees_the_base(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("a", "stored")])
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Check("a", ABSENT)])  # assumed absent, never read
+    assert kv.get(table, "a").value == "stored"  # type: ignore[union-attr]
+    [group] = kv.flush()
+    assert isinstance(group.error, ConflictError)
+
+
+def test_a_counter_only_added_to_and_checked_keeps_its_ttl(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("n", 1, ttl_ms=60_000)])
+    before = any_kv.get(table, "n")
+    assert before is not None and before.expires_at is not None
+    kv = BufferedKv(any_kv)
+    kv.get(table, "n")
+    kv.commit(table, [Check("n", before.version)])
+    kv.commit(table, [Add("n", 2)])
+    [group] = kv.flush()
+    after = any_kv.get(table, "n")
+    assert group.error is None and after is not None and after.value == 3
+    assert after.expires_at is not None and abs(after.expires_at - before.expires_at) < 5_000, "TTL kept"
+
+
+class _Down:
+    """A base whose reads fail (an outage) after the batch was buffered; commits are counted."""
+
+    def __init__(self, kv: DurableKv) -> None:
+        self.kv, self.url, self.down, self.commits = kv, kv.url, False, 0
+
+    def get_many(self, table: str, keys: list[str]) -> list[object]:
+        if self.down:
+            raise ConnectionError("kv unreachable")
+        return self.kv.get_many(table, keys)
+
+    def commit(self, table: str, ops: list[object]) -> list[object]:
+        self.commits += 1
+        return self.kv.commit(table, ops)  # type: ignore[arg-type]
+
+
+def test_an_outage_while_merging_a_group_fails_that_group_and_the_others_still_flush(
+    any_kv: DurableKv, table: str
+) -> None:
+    any_kv.commit(table, [Add("n", 1)])
+    base = _Down(any_kv)
+    kv = BufferedKv(base)  # type: ignore[arg-type]
+    kv.commit(table, [Put("a", 1, ABSENT)])
+    kv.commit(table, [Delete("n")])
+    kv.commit(table, [Add("n", 1)])  # the sum after a delete is read from the base at flush
+    base.down = True
+    groups = kv.flush()
+    assert groups[0].error is None and isinstance(groups[1].error, ConnectionError)
+    assert any_kv.get(table, "a").value == 1 and any_kv.get(table, "n").value == 1  # type: ignore[union-attr]
