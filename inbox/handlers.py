@@ -55,7 +55,6 @@ def _file_under(conversation_id: str | None, message_ids: list[str | None] | Non
 @contextmanager
 def _reported(record: EventRecord, what: str) -> Iterator[None]:
     from botmesh_admin.observability import tracing
-    from botmesh_admin.observability.metrics import count
 
     carrier = record.payload.get("trace") if isinstance(record.payload, dict) else None
     try:
@@ -70,9 +69,17 @@ def _reported(record: EventRecord, what: str) -> Iterator[None]:
         ):
             yield
     except Exception as exc:
-        log.error("inbox %s of event %s failed (attempt %d): %s", what, record.id, record.attempts, type(exc).__name__)
-        count("errors")
+        failure = (what, record.id, record.attempts, type(exc).__name__)
+        # In a batch, once it is known the record is not projected again (a redo reports its own failure).
+        services.after_projection(partial(_report_failure, *failure))
         raise
+
+
+def _report_failure(what: str, event_id: str, attempts: int, error: str) -> None:
+    from botmesh_admin.observability import metrics
+
+    log.error("inbox %s of event %s failed (attempt %d): %s", what, event_id, attempts, error)
+    metrics.count("errors")
 
 
 @register(services.LEDGER_EVENT)
@@ -136,7 +143,8 @@ def _prefetch(records: Sequence[EventRecord], store: Any) -> None:
                 chats.append((data["chatId"], data.get("channelName")))
                 ids += [v for v in (data.get("id"), data.get("providerMessageId")) if isinstance(v, str)]
             continue
-        for item in payload.get("events", []):
+        events = payload.get("events")
+        for item in events if isinstance(events, list) else []:
             try:
                 event = event_from_json(item)
             except Exception:  # noqa: BLE001 - the record's own projection reports it

@@ -25,11 +25,14 @@ upkeep (``kv.indexes``) is computed by the buffered commits as usual and merged
 like any other op. Versions the buffered view reports are its own (a flushed
 key's version grows by one per group, not per buffered commit).
 
-A read that saw buffered ops depends on the commits that made them: the
-caller collects those with ``observed()`` after each unit of work and passes
-them to ``flush(joined=...)`` with the unit's own commits, so a unit that read
-what another unit wrote is written (or fails) together with it. A unit whose
-reads saw a failed group must be redone against the base.
+A read that saw buffered ops depends on the commits that made them, and a
+later write of a key read changes what the reader would have seen: the caller
+collects, after each unit of work, ``observed()`` (the commits its reads saw
+and the keys it read) and ``written(start, end)`` (the keys its commits set),
+and passes to ``flush(joined=...)`` each unit's commits together with the
+commits it read and those of the earlier units that read a key it sets — so
+they are written, or fail, together, and a failed group's units can be redone
+in their order against the base.
 
 Not thread-safe: one batch, one thread. TTLs are kept (``ttl_ms`` of the last
 ``Put``, else what is left of the base entry's); nothing expires inside the buffer.
@@ -100,6 +103,7 @@ class BufferedKv:
         self.base_commits = 0  # real commits made by ``flush``
         self._tables: set[str] = set()
         self._seen: set[int] = set()  # commits whose buffered ops a read saw since ``observed()``
+        self._read: set[tuple[str, str]] = set()  # keys read since ``observed()``
 
     # -- reads --------------------------------------------------------------------------
 
@@ -139,6 +143,7 @@ class BufferedKv:
         """
         slot = self._slot(table, key)
         if read:
+            self._read.add((table, key))
             self._seen.update(i for i, op in slot.ops if isinstance(op, Put | Delete))
         return _fold(self._start(key, slot), key, (op for _, op in slot.ops))
 
@@ -231,10 +236,22 @@ class BufferedKv:
             self._slot(table, op.key).ops.append((index, op))
         return [None if isinstance(op, Delete) else self._peek(table, op.key, read=False) for op in ops]
 
-    def observed(self) -> set[int]:
-        """Return (and forget) the indexes of the buffered commits whose writes a read saw since the last call."""
-        seen, self._seen = self._seen, set()
-        return seen
+    def observed(self) -> tuple[set[int], set[tuple[str, str]]]:
+        """Return (and forget) what the reads since the last call saw: ``(commit indexes, (table, key) read)``.
+
+        The commits are those whose ``Put`` or ``Delete`` a read saw (counters
+        only added to and keys only checked carry no decision); a commit's own
+        expectation checks are not reads.
+        """
+        seen, read = self._seen, self._read
+        self._seen, self._read = set(), set()
+        return seen, read
+
+    def written(self, start: int, end: int) -> set[tuple[str, str]]:
+        """Return the ``(table, key)`` the buffered commits ``start`` ≤ i < ``end`` ``Put`` or ``Delete``."""
+        return {
+            (table, op.key) for table, ops in self._commits[start:end] for op in ops if isinstance(op, Put | Delete)
+        }
 
     def mark(self) -> int:
         """Return a savepoint: the number of commits buffered so far."""
@@ -273,6 +290,7 @@ class BufferedKv:
         self._commits.clear()
         self._scans.clear()
         self._seen.clear()
+        self._read.clear()
         return out
 
     def _groups(
@@ -307,8 +325,13 @@ class BufferedKv:
                     by_label.setdefault((table, label), []).append(i)
         for members in by_label.values():
             union(members)
-        for together in joined:
-            union(i for i in together if 0 <= i < len(self._commits))
+        for together in joined:  # within one table: one commit writes one table
+            by_table: dict[str, list[int]] = {}
+            for i in together:
+                if 0 <= i < len(self._commits):
+                    by_table.setdefault(self._commits[i][0], []).append(i)
+            for members in by_table.values():
+                union(members)
         groups: dict[int, list[int]] = {}
         for i in range(len(self._commits)):
             groups.setdefault(find(i), []).append(i)
@@ -342,8 +365,9 @@ class BufferedKv:
             base = slot.base
             assert base is None or isinstance(base, Entry)
             expect = ABSENT if base is None else base.version
-        if kinds == {Check}:
-            return None if expect is ANY else Check(key, expect)
+        if kinds == {Check}:  # no commit of the batch writes it: this group's own checks hold or not
+            first = ops[0].expect
+            return None if first is ANY else Check(key, first)
         final = _fold(self._start(key, slot), key, ops)
         if final is not None:
             if Put in kinds:

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from botmesh_admin.clock import now_ms
@@ -87,13 +88,23 @@ def _hash(value: str | None) -> str:
 
 
 def _count(name: str) -> None:
-    batch = _batch.get()
-    if batch is not None:  # counted once the unit's writes are committed (``project_batched``)
-        batch.counts.append((name, batch.unit))
-        return
     from botmesh_admin.observability.metrics import count
 
-    count(name)
+    after_projection(partial(count, name))
+
+
+def after_projection(effect: Callable[[], object]) -> None:
+    """Run ``effect`` (a metric counted, a failure logged) once the projection that calls it stands.
+
+    Alone, at once. Inside ``project_batched``, once the unit's writes are
+    committed — dropped if the unit is redone (the redo runs its own) — so a
+    record's effects happen once, as when it is projected alone.
+    """
+    batch = _batch.get()
+    if batch is not None:
+        batch.effects.append((effect, batch.unit))
+        return
+    effect()
 
 
 @dataclass
@@ -102,7 +113,7 @@ class _Batch:
 
     store: InboxStore
     unit: int = 0  # the index of the unit running
-    counts: list[tuple[str, int]] = field(default_factory=list)  # (metric, index of the unit that counted it)
+    effects: list[tuple[Callable[[], object], int]] = field(default_factory=list)  # (effect, index of its unit)
     contacts: dict[tuple[str, str, str], tuple[str | None, str]] = field(default_factory=dict)
 
 
@@ -251,10 +262,11 @@ def ingest(
             return Projected("duplicate", twin.conversation_id, twin.id)
         if twin is not None and twin.conversation_id == conv.id and not m.placeholder:
             removed, m = twin, _merge_placeholder(m, twin)
-        elif twin is not None and twin.id == m.id and twin.conversation_id != conv.id:
-            # A placeholder (an edit, reaction or status seen first) holds this id in another chat: the
-            # provider never moves a message between chats (WhatsApp ids are unique per message), so the
-            # record is refused rather than retried against a claim it can never take.
+        elif twin is not None and twin.conversation_id != conv.id and (twin.id == m.id or not m.placeholder):
+            # A placeholder (an edit, reaction or status seen first) holds this id, or this provider id, in
+            # another chat: the provider never moves a message between chats (WhatsApp ids are unique per
+            # message), so the record is refused — not retried against a claim it can never take, nor
+            # stored as a second copy that takes the provider id's pointer from the placeholder.
             raise ValidationError(
                 "provider_message_id",
                 f"message {_hash(message.id)} is already held by a placeholder in another conversation",
@@ -730,20 +742,22 @@ def project_batched(
 
     Over a store that can buffer (``KvInboxStore.buffered``) every unit runs
     in order against the buffered store (``prefetch(store)`` first reads what
-    they will need, in one ``get_many``); a unit that raises has that exception
-    as its outcome and keeps what it wrote before (as when projected alone: its
-    retry is idempotent); the others are unaffected. Then the buffered
-    writes go to the Kv as one commit per conversation (``BufferedKv.flush``,
-    index upkeep merged like every other op), a unit's commits joined with the
-    commits whose writes its reads saw (it decided on them: they land together
-    or not at all). A unit whose commits, or whose reads, fall in a group that
-    failed (a writer changed it meanwhile, or the store is unreachable) is
-    redone against the store itself, in the batch's order: the units are
+    they will need, in one ``get_many``; a prefetch that fails only costs the
+    reads); a unit that raises has that exception as its outcome and keeps
+    what it wrote before (as when projected alone: its retry is idempotent);
+    the others are unaffected. Then the buffered writes go to the Kv as one
+    commit per conversation (``BufferedKv.flush``, index upkeep merged like
+    every other op), a unit's commits joined with the commits whose writes
+    its reads saw (it decided on them) and with those of every earlier unit
+    that read a key it sets (that unit decided without it): they land
+    together or not at all. The units whose commits or reads fall in a group
+    that failed (a writer changed it meanwhile, or the store is unreachable)
+    are redone against the store itself, in the batch's order: the units are
     idempotent, so what the other commits wrote is recognised as a duplicate.
     So the outcomes and the store are those of projecting the units one by
-    one. Metrics a unit counted are counted once its writes are committed (a
-    redone unit counts its own). Over any other store the units simply run
-    one by one.
+    one. A unit's ``after_projection`` effects (metrics, failure logs) run
+    once its writes are committed; a redone unit runs its own. Over any other
+    store the units simply run one by one.
     """
     store = default_store()
     buffered = getattr(store, "buffered", None)
@@ -755,24 +769,35 @@ def project_batched(
     kv = over.kv  # type: ignore[attr-defined]
     batch = _Batch(over)
     token = _batch.set(batch)
-    spans: list[tuple[int, int, set[int]]] = []  # per unit: its commits [start, end) and the ones it read
+    spans: list[tuple[int, int, set[int]]] = []  # per unit: its commits [start, end) and the commits it read
+    joined: list[set[int]] = []
+    readers: dict[tuple[str, str], list[int]] = {}  # key -> units that read it
     outcomes: list[Exception | None] = []
     try:
         if prefetch is not None:
             try:
                 prefetch(over)
-            except DomainError as exc:  # an id no key can hold: each unit meets (and reports) it itself
+            except Exception as exc:  # noqa: BLE001 - only an optimisation: each unit meets (and reports) it itself
                 log.info("inbox batch prefetch skipped: %s", type(exc).__name__)
+        kv.observed()
         for n, unit in enumerate(units):
             # A unit that fails keeps what it wrote before failing, as one record projected alone does.
             batch.unit, start = n, kv.mark()
-            kv.observed()
             outcomes.append(_outcome(unit))
-            spans.append((start, kv.mark(), kv.observed()))
+            end = kv.mark()
+            seen, read = kv.observed()
+            spans.append((start, end, seen))
+            together = set(range(start, end)) | seen
+            for key in kv.written(start, end):
+                for i in readers.get(key, ()):
+                    together.update(range(spans[i][0], spans[i][1]))
+            for key in read:
+                readers.setdefault(key, []).append(n)
+            if len(together) > 1:
+                joined.append(together)
     finally:
         _batch.reset(token)
         try:
-            joined = [set(range(start, end)) | seen for start, end, seen in spans if end > start]
             groups = kv.flush(conversation_of_key, joined=joined)
         finally:
             kv.forget_cached_states()
@@ -784,9 +809,12 @@ def project_batched(
                 type(g.error).__name__,
             )
     redo = {n for n, (start, end, seen) in enumerate(spans) if failed & (set(range(start, end)) | seen)}
-    for name, n in batch.counts:
+    for effect, n in batch.effects:
         if n not in redo:
-            _count(name)
+            try:
+                effect()
+            except Exception:  # a metric or a log line never fails the records it reports on
+                log.exception("inbox batch: an effect of a projected record failed")
     for n in sorted(redo):
         outcomes[n] = _outcome(units[n])
     return outcomes

@@ -175,6 +175,134 @@ def test_a_message_whose_id_a_placeholder_holds_in_another_chat_is_refused_alone
         assert [m["placeholder"] for m in seen["threads"][CHATS[0]]] == [True]
 
 
+def _meanwhile_resolve(tenant: str, store: KvInboxStore, chat: str) -> Callable[[], None]:
+    """A unit that is another writer: an agent resolves ``chat`` through the real store, mid-batch."""
+
+    def meanwhile() -> None:
+        from inbox.services import conversation_status_set
+
+        conv = store.conversation_by_chat(tenant, chat)
+        assert conv is not None
+        with use_store(store):
+            conversation_status_set(tenant, conv.id, status="resolved")
+
+    return meanwhile
+
+
+def _one_by_one(units: Sequence[Callable[[], object]]) -> list[Exception | None]:
+    outcomes: list[Exception | None] = []
+    for unit in units:
+        try:
+            unit()
+            outcomes.append(None)
+        except Exception as exc:  # noqa: BLE001 - compared with the batch's outcome
+            outcomes.append(exc)
+    return outcomes
+
+
+def test_a_redone_record_does_not_see_what_a_later_record_of_the_batch_wrote(tenant_id: str) -> None:
+    """A record whose conversation's commit failed is redone after the batch's other commits landed; one
+    that read a key a later record writes is written (or redone) together with it, so it still decides
+    as it did in its place: a status of an outbound message not known yet is ignored, not applied."""
+    results = {}
+    for batched in (False, True):
+        tenant = f"{tenant_id}-{int(batched)}"
+        store = KvInboxStore(MemoryKv())
+        with use_store(store):
+            event_project(tenant, inbound(CHATS[0], "wamid.seed", 900, "seed"))
+
+        def webhook(tenant: str = tenant) -> None:  # one webhook: a message in chat 0, a status with no chat
+            event_project(tenant, inbound(CHATS[0], "wamid.w1", 1_000, "to chat 0"))
+            event_project(
+                tenant,
+                StatusUpdate(
+                    channel="whatsapp", provider_message_id="wamid.o1", status="delivered", timestamp_ms=1_005
+                ),
+            )
+
+        units = [
+            webhook,
+            _meanwhile_resolve(tenant, store, CHATS[0]),
+            partial(message_project, tenant, ledger(CHATS[1], "out-1", 1_001, "out", "wamid.o1")),
+        ]
+        with use_store(store):
+            outcomes = project_batched(units) if batched else _one_by_one(units)
+        sent = store.message_by_provider_id(tenant, "wamid.o1")
+        assert sent is not None
+        results[batched] = ([o for o in outcomes], sent.status, snapshot(store, tenant)["threads"])
+    assert results[True][:2] == results[False][:2] == ([None, None, None], "sent")
+    assert results[True][2] == results[False][2]
+
+
+def test_a_failing_record_that_is_redone_reports_its_failure_once(
+    tenant_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collections import Counter
+
+    from botmesh_admin.events import EventRecord
+    from botmesh_admin.observability import metrics
+    from inbox import handlers
+
+    counted: Counter[str] = Counter()
+    monkeypatch.setattr(metrics, "count", lambda name, *a, **k: counted.update([name]))
+    seen = {}
+    for batched in (False, True):
+        counted.clear()
+        tenant = f"{tenant_id}-{int(batched)}"
+        store = KvInboxStore(MemoryKv())
+        with use_store(store):
+            event_project(tenant, inbound(CHATS[0], "wamid.seed", 900, "seed"))
+        records = [
+            EventRecord(
+                id=f"ev{n}",
+                type="whatsapp.webhook",
+                channel="inbound",
+                tenant=tenant,
+                payload={"events": [event.to_json()]},
+                idempotency_key=f"k{n}",
+                created_at=0,
+            )  # fmt: skip
+            for n, event in enumerate(
+                [
+                    inbound(CHATS[0], "wamid.e1", 1_012, "edited", edit_of="wamid.z"),  # a placeholder in chat 0
+                    inbound(CHATS[1], "wamid.z", 1_000, "original"),  # refused: the id is chat 0's
+                ]
+            )
+        ]
+        units = [
+            partial(handlers.project_whatsapp_webhook, records[0]),
+            _meanwhile_resolve(tenant, store, CHATS[0]),  # chat 0's commit fails: the refused record is redone
+            partial(handlers.project_whatsapp_webhook, records[1]),
+        ]
+        with use_store(store):
+            outcomes = project_batched(units) if batched else _one_by_one(units)
+        seen[batched] = ([type(o).__name__ if o else None for o in outcomes], counted["errors"])
+    assert seen[True] == seen[False] == ([None, None, "ValidationError"], 1)
+
+
+def test_a_malformed_record_fails_alone_in_a_batch(tenant_id: str) -> None:
+    from botmesh_admin.events import EventRecord
+    from inbox import handlers
+
+    store = KvInboxStore(MemoryKv())
+    good, bad = (
+        EventRecord(
+            id=f"ev-{name}",
+            type="whatsapp.webhook",
+            channel="inbound",
+            tenant=tenant_id,
+            payload={"events": events},
+            idempotency_key=name,
+            created_at=0,
+        )  # fmt: skip
+        for name, events in (("good", [inbound(CHATS[0], "wamid.g", 1_000).to_json()]), ("bad", None))
+    )
+    with use_store(store):
+        outcomes = handlers.project_inbound_batch([good, bad])
+        assert outcomes[0] is None and isinstance(outcomes[1], Exception)
+        assert [m["id"] for m in snapshot(store, tenant_id)["threads"][CHATS[0]]] == ["wamid.g"]
+
+
 # -- the batch gives what one by one gives ------------------------------------------------
 
 

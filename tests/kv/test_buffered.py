@@ -79,11 +79,14 @@ def test_a_read_of_buffered_writes_is_observed_and_joins_the_reader_to_the_write
     # Unit 0 writes "p" (assumed absent, never read); unit 1 reads it and writes elsewhere on what it read.
     kv = BufferedKv(any_kv)
     kv.commit(table, [Put("p", "from unit 0", ABSENT), Add("n", 1), Check("s", ABSENT)])
-    assert kv.observed() == set(), "a commit's own checks are not reads"
+    assert kv.observed() == (set(), set()), "a commit's own checks are not reads"
     assert kv.get(table, "p").value == "from unit 0"  # type: ignore[union-attr]
     assert kv.get(table, "n").value == 1 and kv.get(table, "s") is None  # type: ignore[union-attr]
     kv.commit(table, [Put("q", "decided on p", ABSENT)])
-    assert kv.observed() == {0}, "only the value read from p carries a decision"
+    seen, read = kv.observed()
+    assert seen == {0}, "only the value read from p carries a decision"
+    assert read == {(table, "p"), (table, "n"), (table, "s")}
+    assert kv.written(0, 2) == {(table, "p"), (table, "q")}, "counters only added to are not written values"
     any_kv.commit(table, [Put("p", "another writer")])  # unit 0's assumption no longer holds
     [group] = kv.flush(joined=[{0, 1}])
     assert group.commits == (0, 1) and isinstance(group.error, ConflictError)
@@ -142,3 +145,24 @@ def test_an_outage_while_merging_a_group_fails_that_group_and_the_others_still_f
     groups = kv.flush()
     assert groups[0].error is None and isinstance(groups[1].error, ConnectionError)
     assert any_kv.get(table, "a").value == 1 and any_kv.get(table, "n").value == 1  # type: ignore[union-attr]
+
+
+def test_each_group_checks_a_key_only_checked_against_its_own_expectation(any_kv: DurableKv, table: str) -> None:
+    any_kv.commit(table, [Put("a", "stored")])
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Check("a", ABSENT), Put("x", 1, ABSENT)])  # a wrong assumption (never read)
+    a = kv.get(table, "a")
+    assert a is not None
+    kv.commit(table, [Check("a", a.version), Put("y", 1, ABSENT)])  # read, and checked as read
+    groups = kv.flush()
+    assert [type(g.error) for g in groups] == [ConflictError, type(None)]
+    assert any_kv.get(table, "x") is None and any_kv.get(table, "y").value == 1  # type: ignore[union-attr]
+
+
+def test_joined_commits_of_two_tables_stay_one_commit_per_table(any_kv: DurableKv, table: str) -> None:
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Put("a", 1, ABSENT)])
+    kv.commit(f"{table}-2", [Put("b", 2, ABSENT)])
+    groups = kv.flush(joined=[{0, 1}])
+    assert [g.error for g in groups] == [None, None]
+    assert any_kv.get(table, "a").value == 1 and any_kv.get(f"{table}-2", "b").value == 2  # type: ignore[union-attr]
