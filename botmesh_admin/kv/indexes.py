@@ -678,8 +678,14 @@ class IndexedTable:
         st = self._states(table, [name])[0][name]
         if st.state == BUILT:
             return record
-        if st.state is None and not self._has_records(table, record):
-            return record  # an empty table: nothing to index yet
+        if st.state is None:
+            if not self._has_records(table, record):
+                return record  # an empty table: nothing to index yet
+            # The states were read before the records: a first write (which marks the states in the
+            # commit that writes the records) may have landed in between. Read again now it is visible.
+            _built.forget(self.kv, table)
+            if self._states(table, [name])[0][name].state == BUILT:
+                return record
         raise IndexNotBuilt(table, name)
 
     def scan(

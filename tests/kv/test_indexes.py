@@ -476,3 +476,27 @@ class IndexMachine(RuleBasedStateMachine):
 
 TestIndexMachine = IndexMachine.TestCase
 TestIndexMachine.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+def test_a_read_racing_the_tables_first_write_uses_the_index_it_built(kv, table) -> None:
+    """A read finds no index state, and before it looks for records the table's first write lands (records
+    and states in one commit): it reads the states again and answers, never "not built yet"."""
+    layout = tickets(kv)
+
+    class FirstWriteMidRead:
+        """The Kv the reader sees: the writer's first commit lands right before the reader's record scan."""
+
+        def __init__(self) -> None:
+            self.pending = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(kv, name)
+
+        def scan(self, *args: Any, **kw: Any) -> Any:
+            if self.pending:
+                self.pending = False
+                assert ticket_write(layout, table, "t/1", dict(random_ticket(random.Random(2)), status="open"))
+            return kv.scan(*args, **kw)
+
+    reader = tickets(FirstWriteMidRead())  # type: ignore[arg-type]
+    assert reader.count(table, "n_status", [["open"]]) == [1]
