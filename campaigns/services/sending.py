@@ -20,6 +20,15 @@ Part of the services layer (it writes through the stores). One batch at a time:
    (``SlotStore.slots_record``). If ``broadcast`` itself raises,
    every slot of the batch is released and the error propagates.
 
+The answers of a batch are written while the next batch is out (the broadcast
+runs on a helper thread, the write on the caller's): one write per batch hides
+behind the network. They are always written before the next page of slots is
+read and before ``send_campaign`` returns or raises (an answer that stops the
+campaign, or asks to slow down, is written at once, so the next batch sees
+it). A write that fails propagates once the batch out has come back (whose
+answers get one more try); slots left unwritten stay ``sending`` and become
+``in_doubt``, as after a crash: never resent.
+
 What an answer means is the channel's ``result.outcome`` (``channels.domain.SendOutcome``):
 ``no_answer`` is in doubt; ``bad_credentials`` stops the campaign; ``blocked``
 (Telegram 403, "bot was blocked by the user") also denies the recipient's consent on
@@ -34,6 +43,8 @@ call returns ``stopped`` with the rest still pending for the next run.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import logging
 import os
@@ -153,20 +164,32 @@ def send_campaign(
     Slots other senders hold are waited for (their lease); retryable failures
     are retried when due. ``finished`` is True when no slot is pending,
     reserved or sending any more. Raise ``BroadcastFailed`` if the provider's
-    broadcast raised (after releasing the batch).
+    broadcast raised (after releasing the batch). Every answer that came back
+    is written before this returns or raises (module docstring: the overlap).
     """
     options = options or SendOptions()
-    control = _StopOnShutdown(control or _Always())
     run = _Run(bot, planner, tenant, campaign, slots, campaigns, options, clock, sleep)
+    try:
+        _send_all(run, _StopOnShutdown(control or _Always()))
+    except BaseException:
+        run.abandon()
+        raise
+    run.settle()
+    return run.report
+
+
+def _send_all(run: _Run, control: RunControl) -> None:
+    """The loop of ``send_campaign`` (``run.report`` says how it ended); the last batch's answers may be pending."""
+    tenant, campaign, slots, options, clock = run.tenant, run.campaign, run.slots, run.options, run.clock
     while True:
         wake_at: int | None = None
         if not control.keep_going():
             run.report.stopped = True
-            return run.report
+            return
         for read, page in enumerate(_open_pages(slots, tenant, campaign.id)):
             if read and not control.keep_going():
                 run.report.stopped = True
-                return run.report
+                return
             now = clock()
             stale = [(d, "sender_lost") for d in page if d.stale_sending(now)]
             if stale:
@@ -184,22 +207,26 @@ def send_campaign(
             for index, chunk in enumerate(chunks):
                 if index and not control.keep_going():
                     run.report.stopped = True
-                    return run.report
+                    return
                 assert checks is not None
                 current, checks = checks, run.start_checks(chunks[index + 1]) if index + 1 < len(chunks) else None
                 due = run.send_batch(chunk, current.result())
                 if due is not None:
                     wake_at = min(wake_at or due, due)
                 if run.report.stopped:  # told to stop while this batch waited for the throttle
-                    return run.report
+                    return
                 if run.report.fatal:
                     run.report.stopped = True
-                    return run.report
+                    return
+            # Written before the next page is read: these slots move out of the state being read.
+            due = run.settle()
+            if due is not None:
+                wake_at = min(wake_at or due, due)
         if wake_at is None:
             run.report.finished = True
-            return run.report
+            return
         # Something is still open: a retry that is not due yet, or slots another sender holds.
-        sleep(max(0.0, min(wake_at - clock(), MAX_IDLE_WAIT_MS)) / 1000)
+        run.sleep(max(0.0, min(wake_at - clock(), MAX_IDLE_WAIT_MS)) / 1000)
 
 
 def _open_pages(slots: SlotStore, tenant: str, campaign_id: str) -> Iterator[list[Delivery]]:
@@ -220,18 +247,46 @@ def _open_pages(slots: SlotStore, tenant: str, campaign_id: str) -> Iterator[lis
             after = page[-1].recipient
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
 _pool_lock = threading.Lock()
 READERS = 8
+SENDERS = 8  # batches out at once in this process (one per campaign being sent)
+
+
+def _process_pool(kind: str, workers: int) -> ThreadPoolExecutor:
+    """Return this process's pool ``campaign-<kind>`` (made again after a fork)."""
+    with _pool_lock:
+        made = _pools.get(kind)
+        if made is None or made[0] != os.getpid():
+            made = _pools[kind] = (os.getpid(), ThreadPoolExecutor(workers, thread_name_prefix=f"campaign-{kind}"))
+        return made[1]
 
 
 def _reads_pool() -> ThreadPoolExecutor:
-    """Return this process's pool for the send-time contact reads (made again after a fork)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="campaign-reads"))
-        return _pool[1]
+    """Return this process's pool for the send-time contact reads."""
+    return _process_pool("reads", READERS)
+
+
+def _sends_pool() -> ThreadPoolExecutor:
+    """Return this process's pool that runs the broadcasts (so a batch's answers are written meanwhile)."""
+    return _process_pool("sends", SENDERS)
+
+
+@dataclass
+class _Answers:
+    """A batch's answers sorted for ``SlotStore.slots_record``, and what they ask of the run."""
+
+    sent: list[tuple[Delivery, str, str | None]] = field(default_factory=list)
+    failed: list[tuple[Delivery, Failure]] = field(default_factory=list)
+    in_doubt: list[tuple[Delivery, str]] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)  # address -> evidence
+    slow_down_ms: int = 0
+    fatal: str | None = None
+
+    @property
+    def urgent(self) -> bool:
+        """Whether the next batch must see these answers first (a stop, or the provider's delay)."""
+        return bool(self.fatal or self.slow_down_ms)
 
 
 class _Run:
@@ -251,6 +306,24 @@ class _Run:
         self.slots, self.campaigns, self.options = slots, campaigns, options
         self.clock, self.sleep = clock, sleep
         self.report = SendReport()
+        # The last batch's answers, not written yet, and its in-flight count (a SIGTERM's drain waits for it).
+        self._pending: tuple[_Answers, contextlib.ExitStack] | None = None
+
+    def settle(self) -> int | None:
+        """Write the answers of the batch before, if any are pending; return when a retry is due (ms), if any."""
+        if self._pending is None:
+            return None
+        answers, guard = self._pending
+        self._pending = None
+        with guard:
+            return self._commit(answers)
+
+    def abandon(self) -> None:
+        """Write the pending answers on the way out of an error; a failure is logged, the first error stays."""
+        try:
+            self.settle()
+        except Exception as exc:  # the slots stay "sending": in doubt later, never resent
+            log.warning("campaign %s: a batch's answers were not written: %s", self.campaign.id, type(exc).__name__)
 
     def start_checks(self, candidates: Sequence[Delivery]) -> Future[list[tuple[str | None, Contact | None]]]:
         """Start reading the candidates' contacts again (``Planner.check_many``: one read for the batch)."""
@@ -299,16 +372,31 @@ class _Run:
         by_recipient = {d.recipient: d for d in sending}
         messages = [ready[d.recipient][1] for d in sending]
         with span("campaign.batch", tenant=tenant, campaign_id=cid, channel=channel, size=len(messages)):
-            with inflight(len(messages)):
+            with contextlib.ExitStack() as guard:
+                guard.enter_context(inflight(len(messages)))
+                out = _sends_pool().submit(contextvars.copy_context().run, self.bot.provider.broadcast, messages)
                 try:
-                    results = self.bot.provider.broadcast(messages)
-                except Exception as exc:
-                    self.slots.slots_release(tenant, cid, sending, now_ms=self.clock())
-                    log.warning(
-                        "campaign %s: broadcast raised %s; %d slot(s) released", cid, type(exc).__name__, len(sending)
-                    )
-                    raise BroadcastFailed(f"the provider's broadcast raised {type(exc).__name__}") from exc
-                return self._record(sending, by_recipient, results)
+                    due = self.settle()  # the batch before is written while this one is out
+                except BaseException:
+                    # That write failed: wait for this batch, keep its answers for ``abandon`` and raise.
+                    self._pending = (self._answers(sending, by_recipient, self._results(out, sending)), guard.pop_all())
+                    raise
+                answers = self._answers(sending, by_recipient, self._results(out, sending))
+                if answers.urgent:
+                    wake = self._commit(answers)
+                    return wake if due is None else min(due, wake or due)
+                self._pending = (answers, guard.pop_all())
+                return due
+
+    def _results(self, out: Future[list[SendResult]], sending: list[Delivery]) -> list[SendResult]:
+        """Wait for a broadcast's results; if it raised, release the batch's slots and raise ``BroadcastFailed``."""
+        try:
+            return out.result()
+        except Exception as exc:
+            tenant, cid = self.tenant, self.campaign.id
+            self.slots.slots_release(tenant, cid, sending, now_ms=self.clock())
+            log.warning("campaign %s: broadcast raised %s; %d slot(s) released", cid, type(exc).__name__, len(sending))
+            raise BroadcastFailed(f"the provider's broadcast raised {type(exc).__name__}") from exc
 
     def _drop(self, dropped: list[tuple[Delivery, str]]) -> None:
         """Drop (reserve and drop in one write) the slots whose send-time check or hook said no, with reasons."""
@@ -343,44 +431,57 @@ class _Run:
         if start > now:
             self.sleep((start - now) / 1000)
 
-    def _record(
+    def _answers(
         self,
         sending: list[Delivery],
         by_recipient: dict[str, Delivery],
         results: Sequence[SendResult],
-    ) -> int | None:
-        tenant, cid, now = self.tenant, self.campaign.id, self.clock()
-        blocked: dict[str, str] = {}
-        sent: list[tuple[Delivery, str, str | None]] = []
-        failed: list[tuple[Delivery, Failure]] = []
-        doubt: list[tuple[Delivery, str]] = []
+    ) -> _Answers:
+        """Sort a batch's results by slot (matched by destination chat); a stop is reported at once."""
+        cid = self.campaign.id
+        answers = _Answers()
         answered: set[str] = set()
-        slow_down = 0
         for result in results:
             d = by_recipient.get(result.chat_key)
             if d is None or d.recipient in answered:
                 continue  # not one of ours: never guess which slot an answer belongs to
             answered.add(d.recipient)
             if result.outcome is SendOutcome.ACCEPTED and result.provider_message_id:
-                sent.append((d, result.provider_message_id, result.recipient))
+                answers.sent.append((d, result.provider_message_id, result.recipient))
             elif result.outcome is SendOutcome.NO_ANSWER:
-                doubt.append((d, "no_answer"))  # a network error: the provider may have the message
+                answers.in_doubt.append((d, "no_answer"))  # a network error: the provider may have the message
             else:
-                failed.append(
+                answers.failed.append(
                     (d, Failure(result.error_code, result.error_title, result.retryable, result.retry_after_ms))
                 )
                 if result.retry_after_ms:
-                    slow_down = max(slow_down, result.retry_after_ms)
+                    answers.slow_down_ms = max(answers.slow_down_ms, result.retry_after_ms)
                 if result.outcome is SendOutcome.BAD_CREDENTIALS:  # every further send fails too: stop
-                    self.report.fatal = f"the provider refused the channel's credentials (code {result.error_code})"
+                    answers.fatal = f"the provider refused the channel's credentials (code {result.error_code})"
+                    self.report.fatal = answers.fatal
                 if result.outcome is SendOutcome.BLOCKED:
                     said = f"{self.campaign.channel.capitalize()} {result.error_code}"  # "Telegram 403"
-                    blocked[d.recipient] = f"{said} to campaign {cid}: {result.error_title or 'blocked'}"
-        doubt += [(d, "no_result") for d in sending if d.recipient not in answered]
+                    answers.blocked[d.recipient] = f"{said} to campaign {cid}: {result.error_title or 'blocked'}"
+        answers.in_doubt += [(d, "no_result") for d in sending if d.recipient not in answered]
+        return answers
+
+    def _commit(self, answers: _Answers) -> int | None:
+        """Write a batch's answers (one slot write), then its CRM blocks and the provider's delay.
+
+        Return when a retry is due (ms), if any.
+        """
+        tenant, cid, now = self.tenant, self.campaign.id, self.clock()
+        sent, failed, blocked, slow_down = answers.sent, answers.failed, answers.blocked, answers.slow_down_ms
         wake: int | None = None
         # One write for the whole batch's answers (its counters move in the same commit).
         done = self.slots.slots_record(
-            tenant, cid, sent=sent, failed=failed, in_doubt=doubt, max_attempts=self.options.max_attempts, now_ms=now
+            tenant,
+            cid,
+            sent=sent,
+            failed=failed,
+            in_doubt=answers.in_doubt,
+            max_attempts=self.options.max_attempts,
+            now_ms=now,
         )
         for d in done:
             if d.state == "accepted":

@@ -8,16 +8,19 @@ is one more, for a batch of 20 as for one of 200.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
-from botmesh_admin.channels.providers import WhatsAppProvider
+from botmesh_admin.channels.providers import DEFAULT_RETRY_AFTER_MS, WhatsAppProvider
 from botmesh_admin.kv import DurableKv
+from botmesh_admin.observability.shutdown import inflight_count
 from campaigns import selectors, services
 from campaigns.domain import Delivery, Failure, Recipient, new_delivery, new_token
 from campaigns.domain.planning import Planner
-from campaigns.services.sending import CampaignBot, SendOptions
+from campaigns.services import planning
+from campaigns.services.sending import BroadcastFailed, CampaignBot, SendOptions, send_campaign
 from campaigns.stores import default_store
 from campaigns.stores.kv import KvSlotStore
 from crm import services as crm
@@ -25,6 +28,7 @@ from tests import backends
 from tests.stores import SERVER_BACKENDS
 
 from .conftest import make_contacts
+from .test_sending import Clock
 
 CID = "cmp_0000000000000000000b01"
 T0 = 1_700_000_000_000
@@ -153,7 +157,10 @@ def test_a_run_killed_between_reserving_and_recording_resends_nothing_the_provid
             services.campaign_run(tenant, campaign.id, bot=CampaignBot(whatsapp(fake)), options=FAST)
     finally:
         del slots.slots_record
-    assert fake.count() == 20, "two batches reached the provider before the run died"
+    # A batch's answers are written while the next batch is out: the third batch left before the second's
+    # write died, and its own answers (back by then) were still written on the way out.
+    assert fake.count() == 30, "three batches reached the provider before the run died"
+    assert len(calls) == 3
     # The next run, once the dead run's slot leases lapsed (its 5 s ttl), finds the second batch still sending.
     from campaigns.domain import now_ms
 
@@ -166,3 +173,107 @@ def test_a_run_killed_between_reserving_and_recording_resends_nothing_the_provid
     counts = selectors.campaign_progress(tenant, campaign.id).counts
     assert counts.states == {"accepted": 20, "in_doubt": 10}
     assert counts.reasons == {"in_doubt:sender_lost": 10}
+
+
+def test_a_batchs_answers_are_written_while_the_next_batch_is_out_and_count_as_in_flight(world: str, fake) -> None:
+    """Batch 1's answers are written after batch 2 left and before it came back; a SIGTERM's drain waits for them.
+
+    The first write waits for the second batch to leave, and the second broadcast
+    holds its answers until that write happened (each at most 10 s; a sender that
+    writes before sending fails here), so the order is fixed.
+    """
+    tenant = world
+    make_contacts(tenant, 30)
+    campaign = start(tenant)
+    _, slots = default_store()
+    provider = whatsapp(fake)
+    events: list[str] = []
+    written, second_out = threading.Event(), threading.Event()
+    real_record = slots.slots_record
+
+    def record(*args: Any, **kw: Any) -> list[Delivery]:
+        n = len([e for e in events if e.startswith("write")]) + 1
+        if n == 1:
+            assert second_out.wait(10), "batch 1's answers were written before batch 2 left"
+        events.append(f"write {n} in flight {inflight_count()}")
+        written.set()
+        return real_record(*args, **kw)
+
+    class Watched:
+        kind = "whatsapp"
+
+        def broadcast(self, messages):
+            n = len([e for e in events if e.startswith("out")]) + 1
+            events.append(f"out {n}")
+            if n == 2:
+                second_out.set()
+            results = provider.broadcast(messages)
+            if n == 2:
+                assert written.wait(10), "batch 1's answers were not written while batch 2 was out"
+            events.append(f"back {n}")
+            return results
+
+    slots.slots_record = record  # type: ignore[method-assign]
+    try:
+        done = services.campaign_run(tenant, campaign.id, bot=CampaignBot(Watched()), options=FAST)
+    finally:
+        del slots.slots_record
+    assert done.state == "completed" and fake.count() == 30
+    assert events[:5] == ["out 1", "back 1", "out 2", "write 1 in flight 2", "back 2"]  # 2: batch 1's and 2's
+    # Batch 3 and the second write race; the last write comes once batch 3 is back, before the run returns.
+    assert sorted(events[5:7]) == ["out 3", "write 2 in flight 2"] and events[7:] == ["back 3", "write 3 in flight 1"]
+    assert selectors.campaign_progress(tenant, campaign.id).counts.states == {"accepted": 30}
+
+
+def test_a_broadcast_that_raises_after_a_batch_went_out_still_writes_that_batchs_answers(world: str, fake) -> None:
+    """Batch 1 is accepted and its answers pending when batch 2's broadcast raises: 1 is written, 2 released."""
+    tenant = world
+    make_contacts(tenant, 20)
+    campaign = start(tenant)
+    campaigns, slots = default_store()
+    provider = whatsapp(fake)
+    calls: list[int] = []
+
+    class SecondExplodes:
+        kind = "whatsapp"
+
+        def broadcast(self, messages):
+            calls.append(1)
+            if len(calls) == 2:
+                raise ConnectionError("pool exhausted")
+            return provider.broadcast(messages)
+
+    planning._materialize(tenant, campaign, Planner(tenant))
+    campaign = selectors.campaign_get(tenant, campaign.id)
+    with pytest.raises(BroadcastFailed):
+        send_campaign(
+            CampaignBot(SecondExplodes()), Planner(tenant), tenant=tenant, campaign=campaign, slots=slots, options=FAST
+        )
+    after = slots.slot_scan(tenant, campaign.id)
+    assert sorted((d.state, d.token is None) for d in after) == [("accepted", False)] * 10 + [("pending", True)] * 10
+    assert fake.count() == 10
+
+
+def test_answers_that_ask_to_slow_down_are_written_before_the_next_batch_leaves(world: str, fake) -> None:
+    """A 429 with a delay books the throttle at once: the next batch waits for it (no overlap for that batch)."""
+    tenant = world
+    make_contacts(tenant, 20)
+    fake.script("+573000000003", "rate_limited", times=1)
+    campaign = start(tenant)
+    clock = Clock()
+    provider = whatsapp(fake)
+    left_at: list[int] = []
+
+    class Timed:
+        kind = "whatsapp"
+
+        def broadcast(self, messages):
+            left_at.append(clock.now)
+            return provider.broadcast(messages)
+
+    throttled = SendOptions(batch_size=10, ttl_ms=5_000, rate_per_s=1000.0, max_attempts=3)
+    done = services.campaign_run(
+        tenant, campaign.id, bot=CampaignBot(Timed()), options=throttled, clock=clock, sleep=clock.sleep
+    )
+    assert done.state == "completed" and fake.count("+573000000003") == 2
+    assert left_at[1] - left_at[0] >= DEFAULT_RETRY_AFTER_MS, "the second batch left before the provider's delay"

@@ -33,6 +33,7 @@ from botmesh_admin.kv import (
     Delete,
     DurableKv,
     Entry,
+    Op,
     Put,
     connect,
 )
@@ -398,6 +399,98 @@ def test_adds_and_writes_of_other_keys_apply_in_one_batch(kv: DurableKv, table: 
         Entry("count/b", 1, 1, None),
         results[0],
     ]
+
+
+def _large_batch(n: int) -> tuple[list[Op], list[Op]]:
+    """Return (setup, batch): ``n`` keys in five groups, one op kind each, on keys in every state.
+
+    Every fifth key of the setup expires at once (``ttl_ms=1``), so the batch also
+    meets expired rows: they read as absent (version restarts at 1, an Add starts
+    at its delta, a Check finds nothing).
+    """
+    setup: list[Op] = []
+    batch: list[Op] = []
+    for i in range(n):
+        key = f"k/{i:04d}"
+        expired = i % 5 == 0
+        if i % 7:  # every seventh key is absent before the batch
+            setup.append(Put(key, i, ttl_ms=1 if expired else None))
+        live = i % 7 and not expired
+        group = i % 5 if i % 10 < 5 else (i + 2) % 5  # the kinds interleave
+        if group == 0:
+            batch.append(Put(key, {"n": i}, expect=1 if live else ABSENT, ttl_ms=60_000 if i % 2 else None))
+        elif group == 1:
+            batch.append(Delete(key, expect=1 if live else ANY))
+        elif group == 2:
+            batch.append(Check(key, 1 if live else ABSENT))
+        elif group == 3:
+            batch.append(Add(key, i))
+        else:
+            batch.append(Put(key, [i], expect=ANY))
+    return setup, batch
+
+
+def _shape(entry: Entry | None) -> tuple[Any, ...] | None:
+    """An entry with its expiry reduced to 'has one' (each backend reads its own clock)."""
+    return None if entry is None else (entry.key, entry.value, entry.version, entry.expires_at is not None)
+
+
+def test_a_large_mixed_batch_applies_like_memory_kv(kv: DurableKv, table: str) -> None:
+    """400 puts, deletes, checks and adds on live, expired and absent keys return and store what MemoryKv does.
+
+    Batches this size are what a campaign's answers and an index rebuild commit;
+    PostgreSQL applies them with set-based statements, not op by op.
+    """
+    setup, batch = _large_batch(400)
+    reference = MemoryKv()
+    for store in (kv, reference):
+        store.commit(table, setup)
+    time.sleep(0.05)  # the ttl_ms=1 entries have expired on every backend
+    expected = reference.commit(table, batch)
+    assert [_shape(e) for e in kv.commit(table, batch)] == [_shape(e) for e in expected]
+    assert [_shape(e) for e in kv.scan(table, limit=1000)] == [_shape(e) for e in reference.scan(table, limit=1000)]
+
+
+def test_a_large_batch_names_its_first_failing_key_and_writes_nothing(kv: DurableKv, table: str) -> None:
+    """Two expectations fail late in a 300-op batch: the earlier one (in op order) is named, nothing applies."""
+    kv.commit(table, [Put(f"k/{i:03d}", i) for i in range(300)])
+    ops: list[Op] = [Put(f"k/{i:03d}", -i, expect=1) for i in range(300)]
+    ops[290] = Put("k/290", 0, expect=ABSENT)  # fails: present
+    ops[250] = Delete("k/250", expect=2)  # fails first: at version 1
+    ops[10] = Add("k/010", 5)
+    ops.append(Add("counter", 1))
+    with pytest.raises(ConflictError) as info:
+        kv.commit(table, ops)
+    assert (info.value.key, info.value.current_version) == ("k/250", 1)
+    assert kv.scan(table, limit=1000) == [Entry(f"k/{i:03d}", i, 1, None) for i in range(300)]
+
+
+def test_overlapping_batches_from_8_threads_in_any_key_order_lose_no_add(kv: DurableKv, table: str) -> None:
+    """8 threads x 15 batches of Adds to the same 20 counters, each batch in its own key order: every Add counts.
+
+    Batches that share keys in different orders must neither deadlock nor
+    conflict nor lose an update (PostgreSQL locks a batch's keys in one order).
+    """
+    keys = [f"c/{i:02d}" for i in range(20)]
+    errors: list[BaseException] = []
+
+    def run(seed: int) -> None:
+        order = random.Random(seed)
+        try:
+            for n in range(15):
+                ops: list[Op] = [Add(key, 1) for key in order.sample(keys, len(keys))]
+                kv.commit(table, [*ops, Put(f"w/{seed}/{n}", n, expect=ABSENT)])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert [(e.key, e.value, e.version) for e in kv.scan(table, prefix="c/")] == [(k, 120, 120) for k in keys]
+    assert len(kv.scan(table, prefix="w/", limit=200)) == 120
 
 
 def test_add_continues_an_imported_counter(kv: DurableKv, table: str) -> None:
@@ -831,10 +924,10 @@ def test_postgres_add_waits_for_a_locked_counter_and_adds_to_what_was_committed(
 def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
     postgres_url: str,
 ) -> None:
-    """A database with botmesh_kv and only botmesh_kv_commit_v1 gets v2 on first connect.
+    """A database with botmesh_kv and the commit functions v1 and v2 gets v3 on first connect.
 
     Schema creation is skipped when the function exists, so the check must name
-    the current function; v1 stays for processes of the older release.
+    the current function; v1 and v2 stay for processes of the older releases.
     """
     name = f"kv_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -853,6 +946,12 @@ def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
                 " r_conflict boolean, r_version bigint, r_expires_at bigint, r_value text)"
                 " LANGUAGE sql AS 'SELECT 1, false, 1::bigint, NULL::bigint, NULL::text'"
             )
+            conn.execute(
+                "CREATE FUNCTION botmesh_kv_commit_v2(p_tbl text, p_kinds text[], p_keys text[],"
+                " p_values text[], p_expects bigint[], p_ttls bigint[], p_deltas bigint[])"
+                " RETURNS TABLE (r_pos int, r_failure text, r_version bigint, r_expires_at bigint,"
+                " r_value text) LANGUAGE sql AS 'SELECT 1, NULL::text, 1::bigint, NULL::bigint, NULL::text'"
+            )
             conn.execute("INSERT INTO botmesh_kv VALUES ('t', 'c', '41', 7, NULL)")
         kv = connect(url)
         assert kv.commit("t", [Add("c", 1), Add("d", 1)]) == [
@@ -864,7 +963,7 @@ def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
             functions = conn.execute(
                 "SELECT proname FROM pg_proc WHERE proname LIKE 'botmesh_kv_commit_%' ORDER BY 1"
             ).fetchall()
-        assert functions == [("botmesh_kv_commit_v1",), ("botmesh_kv_commit_v2",)]
+        assert functions == [("botmesh_kv_commit_v1",), ("botmesh_kv_commit_v2",), ("botmesh_kv_commit_v3",)]
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,9 +1,12 @@
 """The PostgreSQL dialect of SqlKv (psycopg 3).
 
-A commit is one round trip to the PL/pgSQL function ``botmesh_kv_commit_v2``,
+A commit is one round trip to the PL/pgSQL function ``botmesh_kv_commit_v3``,
 one transaction that takes a transaction-level advisory lock per (table, key) —
 absent keys included, so ``ABSENT`` expectations are exact under concurrency —
-then row locks, checks every expectation and only then writes. A single
+then row locks, checks every expectation and only then writes, each step one
+set-based statement over the whole batch (unnest of the op arrays; the writes are
+one ``INSERT … ON CONFLICT`` and one ``DELETE``), so a commit of n keys costs a
+handful of statements, not 2n. A single
 ``Put``/``Delete`` of an existing key with ``ANY`` or a version is one
 ``UPDATE``/``DELETE … WHERE version = n`` instead (the common compare-and-set,
 as cheap as hand-written SQL), and a single ``Add`` to an existing counter is one
@@ -65,9 +68,11 @@ _PG_SCHEMA_LOCK = 0x626F746D65736801  # "botmesh\x01": serialises concurrent sch
 _PG_INTEGER = "'^-?[0-9]{1,18}$'"
 
 # Schema creation is skipped when the table and the function exist, so a changed
-# function body must get a new name (botmesh_kv_commit_v3, …), never an edit in place:
+# function body must get a new name (botmesh_kv_commit_v4, …), never an edit in place:
 # a database made by an older release then gets the new function on first connect.
-# The older function stays (v1 had no Add), for processes of that release still running.
+# The older functions stay (v1 had no Add, v2 looped op by op), for processes of that
+# release still running; a fresh database gets only v3 (an older process that meets it
+# creates its own function, its schema check names it).
 _PG_DDL = (
     """
     CREATE TABLE IF NOT EXISTS botmesh_kv (
@@ -84,122 +89,120 @@ _PG_DDL = (
         ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
     """,
     f"""
-    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v2(
+    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v3(
         p_tbl text, p_kinds text[], p_keys text[], p_values text[],
         p_expects bigint[], p_ttls bigint[], p_deltas bigint[])
     RETURNS TABLE (r_pos int, r_failure text, r_version bigint,
                    r_expires_at bigint, r_value text)
     LANGUAGE plpgsql AS $fn$
     -- p_kinds[i]: 'p' put, 'd' delete, 'c' check, 'a' add (p_deltas[i]);
-    -- p_expects[i]: -1 any, 0 absent, n version.
-    -- Returns one row per op (an add's r_value is the new sum), or a single row for
-    -- the first failed op: r_failure 'conflict' (r_version: the current version) or
-    -- 'add' (r_value: the stored integer's text, NULL if the value is no integer).
+    -- p_expects[i]: -1 any, 0 absent, n version. A key appears at most once.
+    -- Returns one row per op (an add's r_value is the new sum, a check's the stored
+    -- value), or a single row for the first failed op: r_failure 'conflict'
+    -- (r_version: the current version) or 'add' (r_value: the stored integer's
+    -- text, NULL if the value is no integer). Set-based: a constant number of
+    -- statements whatever the number of ops (v2 ran two per op).
     DECLARE
-        v_n int := cardinality(p_keys);
-        v_lock bigint;
         v_now bigint;
-        v_row record;
-        v_present boolean[] := '{{}}';
-        v_versions bigint[] := '{{}}';
-        v_expires bigint[] := '{{}}';
-        v_values text[] := '{{}}';
-        v_sum bigint;
+        v_first int;
+        v_failures text[];
+        v_versions bigint[];
+        v_expires bigint[];
+        v_values text[];
     BEGIN
         -- One advisory lock per key, absent keys included, always taken in the same
         -- order: concurrent commits on a key serialise and never deadlock. Only this
         -- function inserts rows, so an absent key stays absent while we hold its lock.
-        IF v_n = 1 THEN
-            PERFORM pg_advisory_xact_lock(hashtextextended(p_tbl || chr(31) || p_keys[1], 0));
-        ELSE
-            FOR v_lock IN
-                SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0)
-                FROM unnest(p_keys) AS k ORDER BY 1
-            LOOP
-                PERFORM pg_advisory_xact_lock(v_lock);
-            END LOOP;
-        END IF;
+        PERFORM pg_advisory_xact_lock(l.h) FROM (
+            SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0) AS h
+            FROM unnest(p_keys) AS k ORDER BY 1) AS l;
         v_now := floor(extract(epoch FROM clock_timestamp()) * 1000);
-        FOR i IN 1 .. v_n LOOP
-            -- The row lock keeps single-statement writers, drop() and sweep() off the
-            -- row between this check and the write below.
-            SELECT b.version, b.expires_at, b.value INTO v_row
-                FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i] FOR UPDATE;
-            v_present[i] := FOUND;
-            IF FOUND AND (v_row.expires_at IS NULL OR v_row.expires_at > v_now) THEN
-                v_versions[i] := v_row.version;
-                v_expires[i] := v_row.expires_at;
-                v_values[i] := CASE WHEN p_kinds[i] = 'c' THEN v_row.value END;
-            ELSE
-                v_versions[i] := NULL;
-                v_expires[i] := NULL;
-                v_values[i] := NULL;
-            END IF;
-            IF p_kinds[i] = 'a' THEN
-                -- An add has no expectation; it fails only on what it adds to.
-                v_sum := NULL;
-                IF v_versions[i] IS NULL THEN
-                    v_sum := p_deltas[i];
-                ELSIF v_row.value ~ {_PG_INTEGER} THEN
-                    v_sum := v_row.value::bigint + p_deltas[i];
-                END IF;
-                IF v_sum IS NULL OR abs(v_sum) > {MAX_COUNTER} THEN
-                    r_pos := i; r_failure := 'add';
-                    r_value := CASE WHEN v_row.value ~ '^-?[0-9]+$' THEN v_row.value END;
-                    RETURN NEXT;
-                    RETURN;
-                END IF;
-                v_values[i] := v_sum::text;
-            ELSIF (p_expects[i] = 0 AND v_versions[i] IS NOT NULL)
-               OR (p_expects[i] > 0 AND v_versions[i] IS DISTINCT FROM p_expects[i]) THEN
-                r_pos := i; r_failure := 'conflict'; r_version := v_versions[i];
-                RETURN NEXT;
-                RETURN;
-            END IF;
-        END LOOP;
-        FOR i IN 1 .. v_n LOOP
-            r_pos := i; r_failure := NULL; r_value := NULL;
-            IF p_kinds[i] = 'p' OR p_kinds[i] = 'a' THEN
-                r_version := coalesce(v_versions[i], 0) + 1;
-                IF p_kinds[i] = 'p' THEN
-                    r_expires_at := v_now + p_ttls[i];
-                ELSE  -- an add keeps a live entry's expiry; a created counter has none
-                    r_expires_at := v_expires[i];
-                    r_value := v_values[i];
-                END IF;
-                IF v_present[i] THEN
-                    UPDATE botmesh_kv b
-                        SET value = coalesce(r_value, p_values[i]), version = r_version,
-                            expires_at = r_expires_at
-                        WHERE b.tbl = p_tbl AND b.key = p_keys[i];
-                ELSE
-                    INSERT INTO botmesh_kv (tbl, key, value, version, expires_at)
-                        VALUES (p_tbl, p_keys[i], coalesce(r_value, p_values[i]), r_version,
-                                r_expires_at);
-                END IF;
-            ELSIF p_kinds[i] = 'd' THEN
-                r_version := NULL; r_expires_at := NULL;
-                IF v_present[i] THEN
-                    DELETE FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = p_keys[i];
-                END IF;
-            ELSE
-                r_version := v_versions[i]; r_expires_at := v_expires[i]; r_value := v_values[i];
-            END IF;
-            RETURN NEXT;
-        END LOOP;
+        -- Every op's outcome in one statement. The row locks (FOR UPDATE) keep
+        -- single-statement writers, drop() and sweep() off the rows between this
+        -- check and the writes below; a row another transaction holds is waited
+        -- for and read as it committed (READ COMMITTED), so an Add sums that.
+        SELECT min(s.pos) FILTER (WHERE s.failure IS NOT NULL),
+               array_agg(s.failure), array_agg(s.version),
+               array_agg(s.expires_at), array_agg(s.value)
+            INTO v_first, v_failures, v_versions, v_expires, v_values
+            FROM (
+                SELECT o.pos, f.failure,
+                       CASE WHEN f.failure IS NOT NULL OR o.kind = 'c' THEN l.version
+                            WHEN o.kind = 'd' THEN NULL
+                            ELSE coalesce(l.version, 0) + 1 END AS version,
+                       CASE WHEN f.failure IS NOT NULL OR o.kind = 'd' THEN NULL
+                            WHEN o.kind = 'p' THEN v_now + o.ttl
+                            ELSE l.expires_at END AS expires_at,
+                       CASE WHEN f.failure = 'add' AND b.value ~ '^-?[0-9]+$' THEN b.value
+                            WHEN f.failure IS NOT NULL THEN NULL
+                            WHEN o.kind = 'a' THEN a.sum::text
+                            WHEN o.kind = 'c' THEN l.value END AS value
+                FROM unnest(p_kinds, p_keys, p_expects, p_ttls, p_deltas)
+                         WITH ORDINALITY AS o(kind, key, expect, ttl, delta, pos)
+                -- b: the stored row, one index lookup per op (a join over the whole key list
+                -- can be planned as a nested loop over it: quadratic in the batch)
+                LEFT JOIN LATERAL (SELECT x.key, x.value, x.version, x.expires_at FROM botmesh_kv x
+                                   WHERE x.tbl = p_tbl AND x.key = o.key FOR UPDATE) AS b ON true
+                -- l: the live entry (an expired row reads as absent)
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN live THEN b.version END AS version,
+                           CASE WHEN live THEN b.expires_at END AS expires_at,
+                           CASE WHEN live THEN b.value END AS value
+                    FROM (SELECT b.key IS NOT NULL
+                                 AND (b.expires_at IS NULL OR b.expires_at > v_now) AS live) AS t
+                ) AS l
+                -- a: an add's sum, NULL if the stored value is no integer (the cast only on digits)
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN o.kind <> 'a' THEN NULL
+                                WHEN l.version IS NULL THEN o.delta
+                                WHEN l.value ~ {_PG_INTEGER} THEN l.value::bigint + o.delta END AS sum
+                ) AS a
+                -- f: an add fails only on what it adds to; the others on their expectation
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN o.kind = 'a' THEN
+                                    CASE WHEN a.sum IS NULL OR abs(a.sum) > {MAX_COUNTER} THEN 'add' END
+                                WHEN (o.expect = 0 AND l.version IS NOT NULL)
+                                  OR (o.expect > 0 AND l.version IS DISTINCT FROM o.expect)
+                                THEN 'conflict' END AS failure
+                ) AS f
+                ORDER BY o.pos
+            ) AS s;
+        IF v_first IS NOT NULL THEN
+            RETURN QUERY SELECT v_first, v_failures[v_first], v_versions[v_first],
+                                NULL::bigint, v_values[v_first];
+            RETURN;
+        END IF;
+        IF 'p' = ANY(p_kinds) OR 'a' = ANY(p_kinds) THEN
+            -- An expired row is overwritten in place (its version restarts at 1).
+            INSERT INTO botmesh_kv AS b (tbl, key, value, version, expires_at)
+                SELECT p_tbl, u.key, coalesce(u.sum, u.value), u.version, u.expires_at
+                FROM unnest(p_kinds, p_keys, p_values, v_values, v_versions, v_expires)
+                         AS u(kind, key, value, sum, version, expires_at)
+                WHERE u.kind = 'p' OR u.kind = 'a'
+                ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value,
+                    version = EXCLUDED.version, expires_at = EXCLUDED.expires_at;
+        END IF;
+        IF 'd' = ANY(p_kinds) THEN
+            -- = ANY(ARRAY(…)): one index search per key whatever the plan's row estimates
+            DELETE FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = ANY(ARRAY(
+                SELECT u.key FROM unnest(p_kinds, p_keys) AS u(kind, key) WHERE u.kind = 'd'));
+        END IF;
+        RETURN QUERY SELECT u.pos::int, NULL::text, u.version, u.expires_at, u.value
+            FROM unnest(v_versions, v_expires, v_values) WITH ORDINALITY AS u(version, expires_at, value, pos)
+            ORDER BY u.pos;
     END
     $fn$
     """,
 )
 _PG_SCHEMA_READY = (
     "SELECT to_regclass('botmesh_kv') IS NOT NULL AND to_regprocedure("
-    "'botmesh_kv_commit_v2(text,text[],text[],text[],bigint[],bigint[],bigint[])') IS NOT NULL"
+    "'botmesh_kv_commit_v3(text,text[],text[],text[],bigint[],bigint[],bigint[])') IS NOT NULL"
 )
 # The arrays go in binary (%b): psycopg's text format quotes and escapes every
 # element with a regular expression, which for JSON values (full of quotes) cost
 # more client CPU than the rest of the commit.
 _PG_COMMIT = (
-    "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v2("
+    "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v3("
     "%s::text, %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
 )
 # Single-op fast paths: one statement that updates or deletes an existing live row.
