@@ -50,6 +50,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -382,14 +383,24 @@ def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
 
 
+_sampler: dict[str, Any] = {}
+
+
 def database_backends(url: str) -> list[int]:
-    """Return the pids of PostgreSQL's backends connected to the database of ``url`` (this run's)."""
+    """Return the pids of PostgreSQL's backends connected to the database of ``url`` (this run's).
+
+    Asked on one connection kept for the run: a new one per sample failed the whole run
+    when the shared server had no connection slot left at that moment.
+    """
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
+    if url not in _sampler:
+        _sampler[url] = psycopg.connect(url, autocommit=True)
+    rows = (
+        _sampler[url]
+        .execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        .fetchall()
+    )
     return [int(pid) for (pid,) in rows]
 
 
@@ -461,6 +472,8 @@ def main() -> int:
         from django.db import connections
 
         connections.close_all()
+        for conn in _sampler.values():
+            conn.close()
         drop_database(server_url)
 
 
