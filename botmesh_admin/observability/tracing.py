@@ -560,6 +560,45 @@ class WsgiPathMiddleware:
 
 WSGI_PATH_MIDDLEWARE = f"{__name__}.WsgiPathMiddleware"
 JSON_ERROR_MIDDLEWARE = "botmesh_admin.httperrors.JsonErrorMiddleware"
+DJANGO_TRACING_MIDDLEWARE = f"{__name__}.DjangoTracingMiddleware"
+OWN_SPAN_PREFIXES = ("/webhooks/",)
+"""Paths whose views open their own ``server_span``: the generic instrumentation never runs for them."""
+
+
+class DjangoTracingMiddleware:
+    """The OpenTelemetry Django middleware, skipped for ``OWN_SPAN_PREFIXES`` (the webhooks).
+
+    Those URLs are in ``EXCLUDED_URLS``, so the instrumentation records nothing
+    for them, but it still rebuilt the absolute URL and matched it against the
+    exclusions three times per request (request, view, response): 0.03-0.05 ms
+    of CPU per webhook (a POST to a trivial view, A/B in one process: 0.23 ->
+    0.18 ms median). Every other path goes through the instrumentation unchanged.
+    """
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+
+        self.get_response = get_response
+        self._otel = _DjangoMiddleware(get_response)
+
+    @staticmethod
+    def _own_span(request: Any) -> bool:
+        return str(request.path_info).startswith(OWN_SPAN_PREFIXES)
+
+    def __call__(self, request: Any) -> Any:
+        if self._own_span(request):
+            return self.get_response(request)
+        return self._otel(request)
+
+    def process_view(self, request: Any, view_func: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._own_span(request):
+            return None
+        return self._otel.process_view(request, view_func, *args, **kwargs)
+
+    def process_exception(self, request: Any, exception: Exception) -> Any:
+        if self._own_span(request):
+            return None
+        return self._otel.process_exception(request, exception)
 
 
 def _instrument_django(provider: TracerProvider) -> None:
@@ -574,7 +613,10 @@ def _instrument_django(provider: TracerProvider) -> None:
     # The instrumentation put its middleware first; this one goes before it, and the JSON
     # error middleware before both: OpenTelemetry's reads the Host (build_absolute_uri), and a
     # bad one raised there would be Django's HTML 400 on /api/ with DEBUG on.
-    middleware = list(settings.MIDDLEWARE)
+    from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+
+    otel = f"{_DjangoMiddleware.__module__}.{_DjangoMiddleware.__qualname__}"
+    middleware = [DJANGO_TRACING_MIDDLEWARE if m == otel else m for m in settings.MIDDLEWARE]
     if WSGI_PATH_MIDDLEWARE not in middleware:
         middleware = [WSGI_PATH_MIDDLEWARE, *middleware]
     if JSON_ERROR_MIDDLEWARE in middleware:

@@ -200,6 +200,24 @@ def test_a_value_over_16_mib_as_json_is_refused_and_nothing_is_written(kv: Durab
     assert kv.scan(table) == []
 
 
+def test_values_of_builtin_subclasses_and_huge_integers_are_stored_as_json(kv: DurableKv, table: str) -> None:
+    """What the plain-value fast path of ``validate_value`` leaves to the full check is still accepted.
+
+    An ``IntEnum`` member, a ``str`` subclass and an integer past 2**64 are JSON (an
+    int, a string, a number): they are written and read back as those.
+    """
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Name(str):
+        pass
+
+    kv.commit(table, [Put("v", {"level": Level.HIGH, "name": Name("zoë"), "huge": [3**50], Name("key"): True})])
+    assert kv.get(table, "v").value == {"level": 3, "name": "zoë", "huge": [3**50], "key": True}
+
+
 def test_json_edge_values_round_trip(kv: DurableKv, table: str) -> None:
     """NUL and escapes in strings, big ints, floats and nesting round-trip exactly."""
     value = {
@@ -739,6 +757,11 @@ BAD_OPS = [
     pytest.param(Put("k", DEEP), "ops[1].value" + "[0]" * 64, id="depth-over-64"),
     pytest.param(Put("k", {1: "x"}), "ops[1].value", id="non-str-dict-key"),
     pytest.param(Put("k", "\ud800"), "ops[1].value", id="lone-surrogate"),
+    # Refused past the plain-value fast path (``validate_value``): each names its path as before.
+    pytest.param(Put("k", {"a": [{"b\ud800": 1}]}), "ops[1].value.a[0]", id="lone-surrogate-in-nested-key"),
+    pytest.param(
+        Put("k", {"ok": "zoë", "x": [2**64, float("-inf")]}), "ops[1].value.x[1]", id="infinity-after-big-int"
+    ),
     pytest.param(Put("k", 1, ttl_ms=0), "ops[1].ttl_ms", id="ttl-zero"),
     pytest.param(Put("k", 1, ttl_ms=-5), "ops[1].ttl_ms", id="ttl-negative"),
     pytest.param(Put("k", 1, ttl_ms=1.5), "ops[1].ttl_ms", id="ttl-float"),  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -397,6 +398,33 @@ def test_a_webhook_is_one_trace_from_its_server_span_to_the_projection(
     flush_to_kv()
     found = selectors.trace_list(tenant, conversation=conversation.id)[0]
     assert [t.trace_id for t in found] == [format(accepted.context.trace_id, "032x")]
+
+
+def test_webhooks_never_enter_the_generic_django_instrumentation(
+    tenant_client: TenantClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A webhook (its own server span) skips the instrumentation's middleware; an API request still runs it.
+
+    Excluded URLs recorded nothing but still cost three absolute-URL rebuilds and matches per
+    request (issue 21: the web side of a webhook does only its own work).
+    """
+    from opentelemetry.instrumentation.django.middleware.otel_middleware import _DjangoMiddleware
+
+    seen: list[str] = []
+    original = _DjangoMiddleware.process_request
+
+    def counted(self: _DjangoMiddleware, request: Any) -> Any:
+        seen.append(request.path)
+        return original(self, request)
+
+    monkeypatch.setattr(_DjangoMiddleware, "process_request", counted)
+    tenant = tenant_client.tenant
+    assert (
+        tenant_client.api.post(f"/webhooks/whatsapp/{tenant}", data=b"{}", content_type="application/json").status_code
+        == 404
+    )
+    assert tenant_client.api.get(f"/api/v1/tenants/{tenant}/bots/metrics").status_code == 200
+    assert seen == [f"/api/v1/tenants/{tenant}/bots/metrics"]
 
 
 def test_server_spans_name_their_route_in_one_syntax(
