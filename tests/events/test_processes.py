@@ -134,9 +134,14 @@ def test_a_worker_killed_mid_handler_loses_nothing_and_its_late_ack_is_refused(
     ids = fill(journal, tenant_id)
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     victim = start_worker(shared_url, logs[0], "--lease-ms", "1500", "--hang-at", "40")
-    procs = [victim] + [start_worker(shared_url, log, "--lease-ms", "1500") for log in logs[1:]]
+    procs = [victim]
     try:
+        # The victim polls alone until it hangs: started together, one survivor up first drained all
+        # 2,000 events in batched claims before the victim had handled 40 (2 runs in 20 under load).
+        wait_ready([victim])
         wait_until(lambda: logs[0].exists() and "HANG" in logs[0].read_text(), "the victim to hang", DEADLINE_S)
+        procs += [start_worker(shared_url, log, "--lease-ms", "1500") for log in logs[1:]]
+        wait_ready(procs)  # the survivors poll when the victim dies, its lease renewed until then
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
         wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done", DEADLINE_S)
