@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -64,15 +65,18 @@ def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-_ready: set[int] = set()  # pids whose "ready" line was read
+# The processes whose "ready" line was read: the Popen objects, not their pids — a pid the kernel
+# reuses (pid_max is 32768 here) would let a new worker's "ready" go unread and a SIGTERM reach it
+# while it still imports Django.
+_ready: weakref.WeakSet[subprocess.Popen[str]] = weakref.WeakSet()
 
 
 def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
     """Block until every worker printed "ready" (its SIGTERM handler installed, its journal open)."""
     for proc in procs:
-        if proc.pid not in _ready and proc.poll() is None and proc.stdout is not None:
+        if proc not in _ready and proc.poll() is None and proc.stdout is not None:
             proc.stdout.readline()
-            _ready.add(proc.pid)
+            _ready.add(proc)
 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:
