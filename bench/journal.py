@@ -16,10 +16,21 @@ time (``claim_many``), running the handler on each and settling the batch with
 one ``ack_many``. Its ratio is printed against procrastinate when installed and
 always against the one-at-a-time journal of the same run.
 
-The peer baseline is procrastinate (``pip install procrastinate`` into the
-virtualenv; it is not a project dependency): ``task.defer()`` per job, then
-``app.run_worker(wait=False, concurrency=1)`` per process, in its own schema on
-the same PostgreSQL database, with the same server settings (fsync on commit).
+The peer baseline is procrastinate, not a project dependency: install it into
+a virtualenv of its own so the project's ``.venv`` stays as ``pyproject.toml``
+pins it, and run the bench with that one::
+
+    python3 -m venv .benchvenv
+    .benchvenv/bin/pip install -q -e ".[test]" procrastinate
+    .benchvenv/bin/python bench/journal.py
+
+(procrastinate 3.10.0 installs beside our pins with no conflict; it adds
+croniter and psycopg-pool.) Its workload: ``task.defer()`` per job (its sync
+path over the async ``PsycopgConnector``), then
+``app.run_worker(wait=False, concurrency=1, listen_notify=False)`` per process,
+in its own schema on the same PostgreSQL database, with the same server
+settings (fsync on commit). Without it the journal rows still print, with no
+ratio against it.
 Targets with one worker: the PostgreSQL journal ≥ 1.0× procrastinate, the
 batched PostgreSQL journal ≥ 10× procrastinate.
 """
@@ -184,7 +195,10 @@ def main() -> int:
         have_procrastinate = True
     except ImportError:
         have_procrastinate = False
-        print("procrastinate is not installed: `.venv/bin/pip install procrastinate` for the peer baseline")
+        print(
+            "procrastinate is not installed: for the peer baseline run this with a virtualenv of its own"
+            ' (python3 -m venv .benchvenv && .benchvenv/bin/pip install -e ".[test]" procrastinate)'
+        )
     if not pg:
         print('BOTMESH_TEST_POSTGRES_URL is not set: PostgreSQL skipped (eval "$(scripts/services.sh)")')
     if not redis_url:

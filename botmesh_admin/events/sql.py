@@ -94,6 +94,9 @@ _FIELDS = tuple(c.strip() for c in COLS.split(","))
 _SCHEMA_LOCK = 0x626F746D65736802  # "botmesh\x02": serialises concurrent schema creation
 COUNT_SLOTS = 16
 """Counter rows per (tenant, channel) on PostgreSQL (SQLite serialises its writers: one)."""
+APPEND_ROUNDS = 3
+"""Insert-then-read rounds of an append: a key found taken but gone when read (pruned or erased in between)
+is inserted again; a second round settles it unless the key is removed again meanwhile."""
 
 
 def split_namespace(url: str) -> tuple[str, str]:
@@ -639,7 +642,7 @@ class SqlEventJournal:
             "created_at": record.created_at,
             "now": record.available_at,
         }
-        for _ in range(3):
+        for _ in range(APPEND_ROUNDS):
             stored = self._one("insert", **params)
             if stored is None:
                 stored = self._one("by_key", tenant=record.tenant, idempotency_key=record.idempotency_key)
@@ -666,7 +669,7 @@ class SqlEventJournal:
     def _append_many_pg(self, firsts: builtins.list[EventRecord]) -> builtins.list[EventRecord]:
         found: dict[tuple[str, str], EventRecord] = {}
         todo = firsts
-        for _ in range(3):  # a stored key pruned between the insert and the read: insert it again
+        for _ in range(APPEND_ROUNDS):
             params: dict[str, Any] = {
                 "ids": [r.id for r in todo],
                 "types": [r.type for r in todo],
@@ -726,6 +729,11 @@ class SqlEventJournal:
             "max": self.policy.max_attempts,
             "lease_error": lease_expired_error(self.policy.max_attempts),
         }
+        # Not a contended retry (kv.cas's CONTENDED_ATTEMPTS bounds compare-and-set misses): no
+        # statement here loses a race — SKIP LOCKED passes over locked rows, the SQLite write lock
+        # serialises. A round that did not lease dead-lettered an expired last lease, so every round
+        # makes progress and the rounds are bounded by those records; a bound would answer "nothing
+        # ready" while records are ready.
         while True:
             record = self._claim_once(params)
             if record is None or record.state == "leased":

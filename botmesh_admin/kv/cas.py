@@ -26,7 +26,8 @@ CAS_ATTEMPTS = 8
 """How many times ``cas_retry`` runs an attempt before it gives up (the one retry limit)."""
 
 CONTENDED_ATTEMPTS = 20
-"""The bound of a record many writers change at once (a plugin, a bot's versions and gates, CRM rows re-read).
+"""The bound of a record many writers change at once (a plugin, a bot's versions and gates, CRM rows re-read,
+a CRM tenant's segment definitions, an inbox read marker the backfill gives its chat's state).
 
 Above the default 8 because those records take bursts — installs, upgrades and
 admins on one plugin, every CI runner publishing and reporting gates on one

@@ -18,7 +18,11 @@ from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.kv.runtime import default_kv
 
 TABLE = "system/login-failures"
-FAILURE_ATTEMPTS = 20  # running out counts as locked: with 8 a burst of parallel failures locks the name sooner
+FAILURE_ATTEMPTS = 20
+"""Compare-and-set attempts on one name's failure count; running out counts as locked (8 locked a burst sooner).
+
+Not the kernel's ``CONTENDED_ATTEMPTS`` though equal to it: exhausting this bound locks a login, so it is
+a lockout setting that must not move when the package records' retry bound does."""
 
 
 def _key(username: str) -> str:

@@ -69,7 +69,7 @@ from botmesh_admin.kv import (
     Put,
     TenantKv,
 )
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from botmesh_admin.kv.indexes import (
     CountIndex,
     RecordChange,
@@ -168,7 +168,7 @@ def _derive_membership(kv: DurableKv, tenant: str) -> int:
     cas_retry(
         lambda: store.membership_sync(tenant, store.segment_scan(tenant, limit=5000)),
         what="segment membership",
-        attempts=MEMBERSHIP_ATTEMPTS,
+        attempts=CONTENDED_ATTEMPTS,  # every contact write checks the definitions a build rewrites
         retry_on=StaleRevision,
         exhausted=lambda: Conflict("segment membership kept changing; try again"),
     )
@@ -194,7 +194,6 @@ def _chunks(items: Sequence[str], size: int = MAX_GET_MANY) -> Iterable[Sequence
 DEFS_KEY = "g/segments"
 BUILD_KEY = "g/membership"
 ALL_COUNTER = f"x/term_n/{encode(ALL)}"
-MEMBERSHIP_ATTEMPTS = 20  # the bound before issue 14: every contact write checks the definitions a build rewrites
 REPAIR_ATTEMPTS = 1000  # membership_rebuild's mark was unbounded (an operator's --repair must not give up): ≤ ~50 s
 SEGMENT_BASE = "x/segment/"
 
@@ -288,7 +287,7 @@ class KvContactStore:
         return cas_retry(
             commit,
             what="segment definitions",
-            attempts=MEMBERSHIP_ATTEMPTS,
+            attempts=CONTENDED_ATTEMPTS,  # as crm.services.segments: the definitions a build rewrites
             retry_if=lambda exc: exc.key == DEFS_KEY or exc.key.startswith("m/"),
             exhausted=lambda: Conflict("segment definitions kept changing; try again"),
         )

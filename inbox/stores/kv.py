@@ -99,7 +99,7 @@ from botmesh_admin.kv import (
 )
 from botmesh_admin.kv.base import Entry, JsonValue
 from botmesh_admin.kv.buffered import BufferedKv
-from botmesh_admin.kv.cas import cas_retry
+from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from botmesh_admin.kv.indexes import (
     CountIndex,
     IndexedTable,
@@ -132,7 +132,6 @@ COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
 SETTINGS, SETTINGS_KEY = "settings", "inbox"
 MESSAGE_BATCH = 500
-BACKFILL_ATTEMPTS = 20  # the bound before issue 14: a legacy marker races its chat's new messages; 8 skip more ticks
 PURGE_ATTEMPTS = 1000  # an erasure's purge never gave up before issue 14 (a chat busy meanwhile): ≤ ~50 s of pauses
 FILTERS = ("assignee", "status", "channel")
 
@@ -836,7 +835,8 @@ class KvInboxStore:
             return 1
 
         try:
-            return cas_retry(attempt, what="read marker", attempts=BACKFILL_ATTEMPTS)
+            # A legacy marker races its chat's new messages: with 8 attempts more ticks skip it.
+            return cas_retry(attempt, what="read marker", attempts=CONTENDED_ATTEMPTS)
         except Conflict:
             return 0  # it keeps changing: the next tick backfills it
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -64,15 +65,18 @@ def start_worker(url: str, log: Path, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-_ready: set[int] = set()  # pids whose "ready" line was read
+# The processes whose "ready" line was read: the Popen objects, not their pids — a pid the kernel
+# reuses (pid_max is 32768 here) would let a new worker's "ready" go unread and a SIGTERM reach it
+# while it still imports Django.
+_ready: weakref.WeakSet[subprocess.Popen[str]] = weakref.WeakSet()
 
 
 def wait_ready(procs: list[subprocess.Popen[str]]) -> None:
     """Block until every worker printed "ready" (its SIGTERM handler installed, its journal open)."""
     for proc in procs:
-        if proc.pid not in _ready and proc.poll() is None and proc.stdout is not None:
+        if proc not in _ready and proc.poll() is None and proc.stdout is not None:
             proc.stdout.readline()
-            _ready.add(proc.pid)
+            _ready.add(proc)
 
 
 def stop_all(procs: list[subprocess.Popen[str]]) -> None:
@@ -134,9 +138,14 @@ def test_a_worker_killed_mid_handler_loses_nothing_and_its_late_ack_is_refused(
     ids = fill(journal, tenant_id)
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     victim = start_worker(shared_url, logs[0], "--lease-ms", "1500", "--hang-at", "40")
-    procs = [victim] + [start_worker(shared_url, log, "--lease-ms", "1500") for log in logs[1:]]
+    procs = [victim]
     try:
+        # The victim polls alone until it hangs: started together, one survivor up first drained all
+        # 2,000 events in batched claims before the victim had handled 40 (2 runs in 20 under load).
+        wait_ready([victim])
         wait_until(lambda: logs[0].exists() and "HANG" in logs[0].read_text(), "the victim to hang", DEADLINE_S)
+        procs += [start_worker(shared_url, log, "--lease-ms", "1500") for log in logs[1:]]
+        wait_ready(procs)  # the survivors poll when the victim dies, its lease renewed until then
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
         wait_until(lambda: done(journal, tenant_id) == EVENTS, "every event done", DEADLINE_S)
