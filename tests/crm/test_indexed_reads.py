@@ -386,6 +386,13 @@ class CountingKv:
         self.read += len(found) + 1
         return found
 
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ):  # type: ignore[no-untyped-def]
+        pairs = self.inner.scan_follow(table, prefix=prefix, after=after, limit=limit, field=field)
+        self.read += len(pairs) + sum(1 for _, target in pairs if target is not None) + 1
+        return pairs
+
 
 def test_reads_touch_a_page_not_the_tenant() -> None:
     """At 600 contacts, a filtered page, a search, a count and a single-rule segment read a few dozen entries."""
