@@ -710,6 +710,22 @@ class CountingKv:
         pass
 
 
+class CountingFollowKv(CountingKv):
+    """A ``CountingKv`` over a Kv that has ``ScanFollow`` (so the kernel's choice is the real one)."""
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[Any]:
+        pairs = self.kv.scan_follow(table, prefix=prefix, after=after, limit=limit, field=field)
+        self._add(scan_follow=1, entries=len(pairs) + sum(1 for _, t in pairs if t is not None))
+        return pairs
+
+
+def counting_kv(kv: Any) -> CountingKv:
+    """Return the counting wrapper of ``kv`` (with ``scan_follow`` when ``kv`` has it)."""
+    return CountingFollowKv(kv) if hasattr(kv, "scan_follow") else CountingKv(kv)
+
+
 # -- the peer schema --------------------------------------------------------------------------
 
 PEER_COLUMNS = {
@@ -1951,7 +1967,11 @@ def fmt(ms: float | None) -> str:
 
 
 def kv_text(kv: dict[str, float]) -> str:
-    parts = [f"{name} {kv[name]:.0f}" for name in ("get", "get_many", "keys", "scan", "entries") if kv.get(name)]
+    parts = [
+        f"{name} {kv[name]:.0f}"
+        for name in ("get", "get_many", "keys", "scan", "scan_follow", "entries")
+        if kv.get(name)
+    ]
     return ", ".join(parts) or "-"
 
 
@@ -2116,7 +2136,7 @@ def main() -> int:
     )
     builder = Builder(kv, db_url)
     peer = Peer(spec, db_url)
-    counting = CountingKv(kv)
+    counting = counting_kv(kv)
     all_results: dict[int, dict[str, Result]] = {}
     builds: dict[int, str] = {}
     saved = ROOT / "bench" / "results" / f"scale_{tenant}.json"

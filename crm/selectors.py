@@ -275,12 +275,14 @@ def contact_list(
     pass it back as ``after``.
 
     Cost: no filter, limit + 1 records. One filter with a posting list (a
-    tag, consent granted or denied, one attribute): that list is walked, its
-    entries and the records fetched. With more filters, the counts of the
-    filters' posting lists are read (one ``get_many``), the smallest list is
-    walked in id order, the other filters are checked on their index entries
-    (one small entry per candidate and filter) and only the candidates left
-    are fetched and checked again. A text search alone, or with filters whose
+    tag, consent granted or denied, one attribute): that list is walked, each
+    batch of its entries read with their records in one round trip
+    (``contact_term_page``). With more filters, the counts of the filters'
+    posting lists are read (one ``get_many``), the smallest list is walked in
+    id order, the other filters are checked on their index entries (one
+    small entry per candidate and filter) and only the candidates left are
+    fetched and checked again. A text search alone (its entries and records
+    read together, ``contact_search_page``), or with filters whose
     smallest list is longer than the page budget, walks the search index
     instead, under the search word with the fewest entries (with several
     words, each is first probed with one scan of up to the page budget of
@@ -385,6 +387,10 @@ def _term_page(
         if driver is None:
             walked = store.contact_scan(tenant, after=cursor, limit=size)
             ids, contacts = [c.id for c in walked], list[Contact | None](walked)
+        elif not required and not forbidden:
+            # Nothing to check on index entries first: the page and its contacts in one read.
+            pairs = store.contact_term_page(tenant, driver, after=cursor, limit=size)
+            ids, contacts = [i for i, _ in pairs], [c for _, c in pairs]
         else:
             ids = store.contact_term_scan(tenant, driver, after=cursor, limit=size)
             contacts = store.contact_get_many(tenant, _shrink(store, tenant, ids, required, forbidden))
@@ -418,9 +424,14 @@ def _text_page(
     items: list[tuple[Contact, tuple[str, str]]] = []
     cursor = after
     for size in _batches(limit, page_budget(limit)):
-        hits = store.contact_search_scan(tenant, prefix, after=cursor, limit=size)
-        candidates = _shrink(store, tenant, list(dict.fromkeys(i for _, i in hits)), required, forbidden)
-        fetched = dict(zip(candidates, store.contact_get_many(tenant, candidates), strict=True))
+        if not required and not forbidden:
+            pairs = store.contact_search_page(tenant, prefix, after=cursor, limit=size)
+            hits = [hit for hit, _ in pairs]
+            fetched = {hit[1]: contact for hit, contact in pairs}
+        else:
+            hits = store.contact_search_scan(tenant, prefix, after=cursor, limit=size)
+            candidates = _shrink(store, tenant, list(dict.fromkeys(i for _, i in hits)), required, forbidden)
+            fetched = dict(zip(candidates, store.contact_get_many(tenant, candidates), strict=True))
         for hit in hits:
             cursor = hit
             contact = fetched.get(hit[1])

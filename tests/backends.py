@@ -67,3 +67,10 @@ class CountingKv(MemoryKv):
         page = super().scan(table, prefix, after, limit)
         self.touched += max(1, len(page))
         return page
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        pairs = super().scan_follow(table, prefix, after, limit, field=field)
+        self.touched += max(1, len(pairs)) + sum(1 for _, target in pairs if target is not None)
+        return pairs

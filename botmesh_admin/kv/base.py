@@ -18,6 +18,10 @@ Every backend passes ``tests/kv/test_conformance.py``.
 Optional capabilities (``TableListing``, ``EntryImport``), which every shipped
 backend has, serve backups and restores (``botmesh_admin.backup``); package
 code never lists tables (there is no call that reads across tenants).
+``ScanFollow`` (every shipped backend has it; wrappers such as ``BufferedKv``
+may not) reads an index page and the records it points at in one round trip;
+``botmesh_admin.kv.indexes`` uses it when present and otherwise does the same
+with ``scan`` then ``get_many``.
 """
 
 from __future__ import annotations
@@ -212,5 +216,23 @@ class EntryImport(Protocol):
         Entries whose ``expires_at`` has passed are skipped (not counted). This
         bypasses compare-and-set: only restores use it, on a stopped installation.
         Raise ``ValidationError`` for a bad table, key, value or version.
+        """
+        ...
+
+
+@runtime_checkable
+class ScanFollow(Protocol):
+    """Optional capability: a page of index entries and the records they point at, in one call."""
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return ``scan(table, prefix, after, limit)`` with each entry's target: ``(entry, target)``.
+
+        The target is the live entry of ``table`` at the key held by the
+        string ``field`` of the entry's value (an index entry's ``pk``); it is
+        ``None`` when that key is absent or expired, or the value has no such
+        string. Both are read at one instant (one statement or script, one
+        round trip). ``limit`` is 1..``MAX_GET_MANY`` (1,000).
         """
         ...

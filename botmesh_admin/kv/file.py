@@ -174,6 +174,13 @@ class FileKv(MemoryKv):
         self._check_open()
         return super().scan(table, prefix, after, limit)
 
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return a scan's entries with the live entry each one's ``field`` names (``ScanFollow``)."""
+        self._check_open()
+        return super().scan_follow(table, prefix, after, limit, field=field)
+
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` atomically and return after the snapshot is on disk.
 

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from botmesh_admin.errors import StoreUnavailable, ValidationError
+from botmesh_admin.pagination import validate_limit
 
 from .base import (
     ABSENT,
@@ -73,10 +74,12 @@ from .base import (
     JsonValue,
     Op,
     Put,
+    ScanFollow,
 )
 from .cas import cas_retry
 from .encoding import prefix_end
 from .tablecache import TableCache
+from .validation import MAX_GET_MANY
 
 __all__ = [
     "Desc",
@@ -709,6 +712,46 @@ class IndexedTable:
         tokens, phone digits). Each entry's value holds ``pk`` and the payload.
         Raise ``IndexNotBuilt`` if the index is not built.
         """
+        prefix, after = self._range(table, index, values, after, start, text_prefix)
+        return self.kv.scan(table, prefix=prefix, after=after, limit=limit)
+
+    def scan_fetch(
+        self,
+        table: str,
+        index: str,
+        values: Sequence[object] = (),
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        start: Sequence[object] | None = None,
+        text_prefix: str | None = None,
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return ``scan``'s entries (same arguments), each with the record its ``pk`` names.
+
+        The record is ``None`` when it is gone (deleted or expired since the
+        entry was written: a reader re-checks what it filters on). One round
+        trip where the Kv has ``ScanFollow`` (a page of an index and its
+        records at one instant), else ``scan`` then ``fetch``. ``limit`` is at
+        most ``MAX_GET_MANY`` (1,000). Raise ``IndexNotBuilt`` if the index is
+        not built.
+        """
+        prefix, after = self._range(table, index, values, after, start, text_prefix)
+        if isinstance(self.kv, ScanFollow):
+            return self.kv.scan_follow(table, prefix=prefix, after=after, limit=limit)
+        validate_limit(limit, maximum=MAX_GET_MANY)
+        entries = self.kv.scan(table, prefix=prefix, after=after, limit=limit)
+        return list(zip(entries, self.fetch(table, entries), strict=True))
+
+    def _range(
+        self,
+        table: str,
+        index: str,
+        values: Sequence[object],
+        after: str | None,
+        start: Sequence[object] | None,
+        text_prefix: str | None,
+    ) -> tuple[str, str | None]:
+        """Return the ``(prefix, after)`` of a scan of ``index`` (see ``scan``); check the index is built."""
         self._require(table, index)
         prefix = f"{INDEX_ROOT}{index}/" + encode(values)
         if text_prefix is not None:
@@ -718,7 +761,7 @@ class IndexedTable:
         if after is None and start is not None:
             begin = prefix + encode(start)
             after = _just_before(begin)
-        return self.kv.scan(table, prefix=prefix, after=after, limit=limit)
+        return prefix, after
 
     def count(self, table: str, index: str, groups: Sequence[Sequence[object]]) -> list[int]:
         """Return the counter of each group of count index ``index`` (0 when absent)."""

@@ -10,6 +10,7 @@ from .base import ABSENT, Add, Check, ConflictError, Delete, Entry, Op, Put
 from .validation import (
     added,
     expectation_holds,
+    follow_key,
     is_live,
     now_ms,
     validate_commit,
@@ -17,6 +18,7 @@ from .validation import (
     validate_import,
     validate_key,
     validate_scan,
+    validate_scan_follow,
     validate_table,
     validate_table_prefix,
 )
@@ -59,23 +61,39 @@ class MemoryKv:
         """Return up to ``limit`` live entries by ascending key (see the contract)."""
         validate_scan(table, prefix, after, limit)
         with self._lock:
+            return self._scan(table, prefix, after, limit, self._clock())
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return a scan's entries with the live entry each one's ``field`` names (``ScanFollow``)."""
+        validate_scan_follow(table, prefix, after, limit, field)
+        with self._lock:
             now = self._clock()
-            keys = self._keys.get(table, [])
-            start = prefix if after is None or after < prefix else after
-            i = bisect.bisect_left(keys, start)
-            if after is not None and i < len(keys) and keys[i] == after:
-                i += 1
-            out: list[Entry] = []
-            rows = self._tables.get(table, {})
-            while i < len(keys) and len(out) < limit:
-                key = keys[i]
-                if not key.startswith(prefix):
-                    break
-                entry = rows[key]
-                if is_live(entry, now):
-                    out.append(entry)
-                i += 1
+            out: list[tuple[Entry, Entry | None]] = []
+            for entry in self._scan(table, prefix, after, limit, now):
+                target = follow_key(entry.value, field)
+                out.append((entry, None if target is None else self._live(table, target, now)))
             return out
+
+    def _scan(self, table: str, prefix: str, after: str | None, limit: int, now: int) -> list[Entry]:
+        """Return up to ``limit`` live entries of ``table`` (the caller holds the lock)."""
+        keys = self._keys.get(table, [])
+        start = prefix if after is None or after < prefix else after
+        i = bisect.bisect_left(keys, start)
+        if after is not None and i < len(keys) and keys[i] == after:
+            i += 1
+        out: list[Entry] = []
+        rows = self._tables.get(table, {})
+        while i < len(keys) and len(out) < limit:
+            key = keys[i]
+            if not key.startswith(prefix):
+                break
+            entry = rows[key]
+            if is_live(entry, now):
+                out.append(entry)
+            i += 1
+        return out
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` atomically (see the contract)."""

@@ -43,6 +43,7 @@ from .validation import (
     validate_import,
     validate_key,
     validate_scan,
+    validate_scan_follow,
     validate_sweep_limit,
     validate_table,
     validate_table_prefix,
@@ -154,12 +155,7 @@ return out
 """
 )
 
-SCAN_LUA = (
-    _NOW
-    + """
--- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, lex min, lex max, limit.
--- Reply: flat {key, value, version, expires_at or '', ...} of up to limit live entries.
--- Members whose entry expired or was reclaimed by Redis are removed on the way.
+_SCAN_BODY = """
 local prefix, min, max, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out, found = {}, 0
 while found < limit do
@@ -170,6 +166,7 @@ while found < limit do
     local exp = tonumber(h[3])
     if h[2] and (not exp or exp > now) then
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = m, h[1], h[2], h[3] or ''
+      FOLLOW
       found = found + 1
     else
       redis.call('DEL', prefix .. m)
@@ -182,6 +179,36 @@ while found < limit do
 end
 return out
 """
+
+SCAN_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, lex min, lex max, limit.
+-- Reply: flat {key, value, version, expires_at or '', ...} of up to limit live entries.
+-- Members whose entry expired or was reclaimed by Redis are removed on the way.
+"""
+    + _SCAN_BODY.replace("FOLLOW", "")
+)
+
+# The target of an entry: the key its value's field holds when that is a string
+# (pcall: a value cjson cannot read names no key), read like GET_MANY_LUA.
+_FOLLOW = """local ok, doc = pcall(cjson.decode, h[1])
+      local t = ok and type(doc) == 'table' and doc[ARGV[5]] or nil
+      local th = type(t) == 'string' and redis.call('HMGET', prefix .. t, 'v', 'ver', 'exp') or {}
+      local texp = tonumber(th[3])
+      if th[2] and (not texp or texp > now) then
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = t, th[1], th[2], th[3] or ''
+      else
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = '', '', '', ''
+      end"""
+
+SCAN_FOLLOW_LUA = (
+    _NOW
+    + """
+-- As SCAN_LUA, with ARGV[5] a field name: after each entry its target's
+-- {key, value, version, expires_at or ''}, all '' when there is none.
+"""
+    + _SCAN_BODY.replace("FOLLOW", _FOLLOW)
 )
 
 GET_MANY_LUA = (
@@ -306,6 +333,24 @@ def _parse_cluster_url(url: str) -> dict[str, Any]:
     }
 
 
+def _scan_args(table: str, prefix: str, after: str | None, limit: int) -> tuple[list[bytes], list[bytes | int]]:
+    """Return the keys and arguments of ``SCAN_LUA`` for a scan of ``table``."""
+    start, inclusive = scan_start(prefix, after)
+    end = prefix_end(prefix)
+    if inclusive:
+        lex_min = b"[" + start.encode() if start else b"-"
+    else:
+        lex_min = b"(" + start.encode()
+    lex_max = b"(" + end.encode() if end is not None else b"+"
+    index, expiry, entry_prefix = table_keys(table)
+    return [index, expiry], [entry_prefix, lex_min, lex_max, limit]
+
+
+def _entry(flat: Sequence[bytes], i: int) -> Entry:
+    """Return the entry of a script reply at ``flat[i : i + 4]`` (key, value, version, expires_at)."""
+    return Entry(flat[i].decode(), load_value(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]) if flat[i + 3] else None)
+
+
 class RedisKv:
     """DurableKv over Redis; every table stays in one hash slot.
 
@@ -339,6 +384,7 @@ class RedisKv:
             self._client.ping()  # fail at connect time, like the other backends
         self._commit = self._client.register_script(COMMIT_LUA)
         self._scan = self._client.register_script(SCAN_LUA)
+        self._scan_follow = self._client.register_script(SCAN_FOLLOW_LUA)
         self._get_many = self._client.register_script(GET_MANY_LUA)
         self._sweep = self._client.register_script(SWEEP_LUA)
         self._drop = self._client.register_script(DROP_LUA)
@@ -391,25 +437,20 @@ class RedisKv:
     def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` live entries with ``prefix``, by byte order, after ``after``."""
         validate_scan(table, prefix, after, limit)
-        start, inclusive = scan_start(prefix, after)
-        end = prefix_end(prefix)
-        if inclusive:
-            lex_min = b"[" + start.encode() if start else b"-"
-        else:
-            lex_min = b"(" + start.encode()
-        lex_max = b"(" + end.encode() if end is not None else b"+"
-        index, expiry, entry_prefix = table_keys(table)
+        keys, args = _scan_args(table, prefix, after, limit)
         with self._errors():
-            flat = self._scan(keys=[index, expiry], args=[entry_prefix, lex_min, lex_max, limit])
-        return [
-            Entry(
-                flat[i].decode(),
-                load_value(flat[i + 1]),
-                int(flat[i + 2]),
-                int(flat[i + 3]) if flat[i + 3] else None,
-            )
-            for i in range(0, len(flat), 4)
-        ]
+            flat = self._scan(keys=keys, args=args)
+        return [_entry(flat, i) for i in range(0, len(flat), 4)]
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return a scan's entries with the live entry each one's ``field`` names: one script (``ScanFollow``)."""
+        validate_scan_follow(table, prefix, after, limit, field)
+        keys, args = _scan_args(table, prefix, after, limit)
+        with self._errors():
+            flat = self._scan_follow(keys=keys, args=[*args, field])
+        return [(_entry(flat, i), _entry(flat, i + 4) if flat[i + 6] else None) for i in range(0, len(flat), 8)]
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         """Apply ``ops`` in one Lua script; raise ``ConflictError`` if an expectation fails."""

@@ -8,6 +8,7 @@ backend (ARCHITECTURE §4, "Validation before write").
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ MAX_INT_DIGITS = 4000  # Python refuses to turn an int of more than 4,300 digits
 _INT_LIMIT = 10**MAX_INT_DIGITS
 MAX_SCAN_LIMIT = 10_000
 MAX_GET_MANY = 1000
+_FIELD = re.compile(r"[A-Za-z0-9_]{1,64}")  # a scan_follow field: safe in a JSON path of every backend
 # Versions and expiry times must fit a signed 64-bit integer (PostgreSQL bigint)
 # and, for expiry times, a double exactly (Redis sorted-set scores, Lua numbers).
 MAX_VERSION = 2**63 - 1
@@ -219,6 +221,23 @@ def validate_scan(table: object, prefix: object, after: object, limit: object) -
     if after is not None:
         validate_key(after, "after")
     validate_limit(limit)
+
+
+def validate_scan_follow(table: object, prefix: object, after: object, limit: object, field: object) -> None:
+    """Validate the arguments of ``scan_follow`` (a scan whose ``limit`` is at most ``MAX_GET_MANY``)."""
+    validate_scan(table, prefix, after, limit)
+    if isinstance(limit, int) and limit > MAX_GET_MANY:
+        raise ValidationError("limit", f"at most {MAX_GET_MANY} entries per call")
+    if not isinstance(field, str):
+        raise BadType("field", "must be a string")
+    if not _FIELD.fullmatch(field):
+        raise ValidationError("field", "must be 1-64 letters, digits or underscores")
+
+
+def follow_key(value: object, field: str) -> str | None:
+    """Return the key ``scan_follow`` follows from an entry ``value``: its string ``field``, else ``None``."""
+    target = value.get(field) if isinstance(value, dict) else None
+    return target if isinstance(target, str) else None
 
 
 def validate_commit(table: object, ops: Sequence[Op]) -> None:

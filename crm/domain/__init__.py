@@ -250,18 +250,26 @@ class Contact:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], version: int = 0) -> Contact:
         """Return the ``Contact`` stored as ``data`` at ``version``."""
+        # Every list page decodes each row with this: a current consent is usually also the
+        # history's last entry for its channel, so equal records share one ``Consent``.
+        history = [Consent.from_json(c) for c in data.get("consent_history", ())]
+        last = {c.channel: (stored, c) for stored, c in zip(data.get("consent_history", ()), history, strict=True)}
+        consent = {}
+        for ch, stored in data.get("consent", {}).items():
+            seen = last.get(ch)
+            consent[ch] = seen[1] if seen is not None and seen[0] == stored else Consent.from_json(stored)
         return cls(
-            id=data["id"],
-            identities=tuple(Identity(ch, addr) for ch, addr in data["identities"]),
-            name=data.get("name"),
-            tags=tuple(data.get("tags", ())),
-            attributes=dict(data.get("attributes", {})),
-            consent={ch: Consent.from_json(c) for ch, c in data.get("consent", {}).items()},
-            consent_history=tuple(Consent.from_json(c) for c in data.get("consent_history", ())),
-            source=data.get("source"),
-            version=version,
-            created_at=int(data.get("created_at", 0)),
-            updated_at=int(data.get("updated_at", 0)),
+            data["id"],
+            tuple([Identity(ch, addr) for ch, addr in data["identities"]]),
+            data.get("name"),
+            tuple(data.get("tags", ())),
+            dict(data.get("attributes", {})),
+            consent,
+            tuple(history),
+            data.get("source"),
+            version,
+            int(data.get("created_at", 0)),
+            int(data.get("updated_at", 0)),
         )
 
 

@@ -36,6 +36,7 @@ from botmesh_admin.errors import Conflict
 from crm.domain import MEMBER, Contact, Group, Identity, ImportJob, Segment, SegmentRules, Term
 
 MAX_SCAN = 5000
+MAX_PAGE_FETCH = 1000  # ids and their contacts per call of contact_term_page / contact_search_page
 
 
 class StaleRevision(Conflict):
@@ -134,6 +135,17 @@ class ContactStore(Protocol):
         """
         ...
 
+    def contact_term_page(
+        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
+    ) -> list[tuple[str, Contact | None]]:
+        """Return ``contact_term_scan``'s ids (``limit`` 1..1000), each with its contact as stored.
+
+        The contact is ``None`` when it was erased since it was listed; it may
+        have changed too (a reader checks its filters on it again). One round
+        trip on the Kv store (the index page and the records at one instant).
+        """
+        ...
+
     def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
         """Return, for each id in order, True if that contact is listed under ``term``.
 
@@ -151,6 +163,15 @@ class ContactStore(Protocol):
         pair of the previous page (exclusive). A contact appears once per
         matching key. O(limit) entries read. Raise ``ValidationError`` (field
         ``after``) when ``after``'s key does not start with ``prefix``.
+        """
+        ...
+
+    def contact_search_page(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[tuple[str, str], Contact | None]]:
+        """Return ``contact_search_scan``'s pairs (``limit`` 1..1000), each with its contact as stored.
+
+        As ``contact_term_page``: ``None`` for an erased contact, one round trip on the Kv store.
         """
         ...
 

@@ -103,7 +103,7 @@ from crm.domain import (
     version_mismatch,
 )
 
-from .base import MAX_SCAN, StaleRevision
+from .base import MAX_PAGE_FETCH, MAX_SCAN, StaleRevision
 
 CHUNK_CHARS = 1_000_000
 TEXT_BASE = "x/by_text/"
@@ -184,6 +184,17 @@ CONTACTS = declare(
     derive=_derive_membership,
 )
 IMPORTS = declare("crm", "imports", [IMPORT_JOB])
+
+
+def _contact(entry: Entry | None) -> Contact | None:
+    return Contact.from_json(entry.value, entry.version) if entry is not None else None
+
+
+def _search_hit(entry: Entry) -> tuple[str, str]:
+    """Return the ``(search key, contact id)`` of a ``by_text`` index entry."""
+    pk = entry.value["pk"]
+    (key,) = decode(entry.key[len(TEXT_BASE) : -len(pk)])
+    return str(key), pk[2:]
 
 
 def _chunks(items: Sequence[str], size: int = MAX_GET_MANY) -> Iterable[Sequence[str]]:
@@ -463,6 +474,14 @@ class KvContactStore:
         entries = self.contacts.scan(self._contacts(tenant), "by_term", term, after=cursor, limit=limit)
         return [e.value["pk"][2:] for e in entries]
 
+    def contact_term_page(
+        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
+    ) -> list[tuple[str, Contact | None]]:
+        validate_limit(limit, maximum=MAX_PAGE_FETCH)
+        cursor = f"{TERM_BASE}{encode(term)}c/{after}" if after is not None else None
+        pairs = self.contacts.scan_fetch(self._contacts(tenant), "by_term", term, after=cursor, limit=limit)
+        return [(e.value["pk"][2:], _contact(record)) for e, record in pairs]
+
     def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
         table = self._contacts(tenant)
         # ALL has no posting list: an empty scan whose only effect is the kernel's built check.
@@ -481,12 +500,17 @@ class KvContactStore:
         entries = self.contacts.scan(
             self._contacts(tenant), "by_text", (), text_prefix=prefix, after=cursor, limit=limit
         )
-        out = []
-        for e in entries:
-            pk = e.value["pk"]
-            (key,) = decode(e.key[len(TEXT_BASE) : -len(pk)])
-            out.append((str(key), pk[2:]))
-        return out
+        return [_search_hit(e) for e in entries]
+
+    def contact_search_page(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[tuple[str, str], Contact | None]]:
+        validate_limit(limit, maximum=MAX_PAGE_FETCH)
+        cursor = f"{TEXT_BASE}{encode_component(after[0])}c/{after[1]}" if after is not None else None
+        pairs = self.contacts.scan_fetch(
+            self._contacts(tenant), "by_text", (), text_prefix=prefix, after=cursor, limit=limit
+        )
+        return [(_search_hit(e), _contact(record)) for e, record in pairs]
 
     def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
         # Test the rules on the stored JSON: only members are decoded into Contacts.

@@ -33,7 +33,7 @@ from crm.domain import (
     version_mismatch,
 )
 
-from .base import MAX_SCAN
+from .base import MAX_PAGE_FETCH, MAX_SCAN
 
 
 @dataclass
@@ -174,6 +174,13 @@ class MemoryContactStore:
         ids = sorted(cid for cid, ts in listed.items() if term in ts and (after is None or cid > after))
         return ids[:limit]
 
+    def contact_term_page(
+        self, tenant: str, term: Term, *, after: str | None = None, limit: int = 1000
+    ) -> list[tuple[str, Contact | None]]:
+        validate_limit(limit, maximum=MAX_PAGE_FETCH)
+        ids = self.contact_term_scan(tenant, term, after=after, limit=limit)
+        return list(zip(ids, self.contact_get_many(tenant, ids), strict=True))
+
     def contact_has_term(self, tenant: str, term: Term, contact_ids: Sequence[str]) -> list[bool]:
         with self._lock:
             contacts = self._t(tenant).contacts
@@ -195,6 +202,13 @@ class MemoryContactStore:
             if key.startswith(prefix)
         )
         return [h for h in hits if after is None or h > after][:limit]
+
+    def contact_search_page(
+        self, tenant: str, prefix: str, *, after: tuple[str, str] | None = None, limit: int = 1000
+    ) -> list[tuple[tuple[str, str], Contact | None]]:
+        validate_limit(limit, maximum=MAX_PAGE_FETCH)
+        hits = self.contact_search_scan(tenant, prefix, after=after, limit=limit)
+        return list(zip(hits, self.contact_get_many(tenant, [i for _, i in hits]), strict=True))
 
     def contact_match(self, tenant: str, contact_ids: Sequence[str], rules: SegmentRules) -> list[Contact]:
         return [c for c in self.contact_get_many(tenant, contact_ids) if c is not None and rules_match(rules, c)]

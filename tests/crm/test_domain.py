@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from botmesh_admin.errors import ValidationError
@@ -166,3 +168,17 @@ def test_bad_rules_name_the_rule() -> None:
         with pytest.raises(ValidationError) as info:
             segment_rules_from_input(data)
         assert info.value.field == field
+
+
+def test_contact_json_round_trips_with_consent_current_and_in_history() -> None:
+    """from_json(to_json()) is the same contact whether or not a current consent is the history's last."""
+    granted = Consent("whatsapp", "granted", 1, "form")
+    base = Contact(id="c_" + "1" * 22, identities=(Identity("whatsapp", "+573001112233"),), name="Ana")
+    shared = base.with_consent(Consent("whatsapp", "denied", 0, "import")).with_consent(granted)
+    apart = replace(shared, consent={"whatsapp": Consent("whatsapp", "granted", 2, "api", "typed")})
+    unrecorded = replace(shared, consent_history=())
+    for contact in (base, shared, apart, unrecorded):
+        assert Contact.from_json(contact.to_json(), 7) == replace(contact, version=7)
+    decoded = Contact.from_json(apart.to_json())
+    assert decoded.consent["whatsapp"] == Consent("whatsapp", "granted", 2, "api", "typed")
+    assert decoded.consent_history[-1] == granted

@@ -224,6 +224,31 @@ def test_search_scan_lists_keys_by_prefix(contact_store: ContactStore, tenant_id
     assert info.value.field == "after"
 
 
+def test_term_and_search_pages_carry_the_contacts_they_list(contact_store: ContactStore, tenant_id: str) -> None:
+    """contact_term_page / contact_search_page list what the scans list, each id with its stored contact."""
+    made = [
+        contact_store.contact_insert(
+            tenant_id, _contact(Identity("telegram", str(500 + i)), name=f"Ana {i}", tags=("vip",) if i % 2 else ())
+        )
+        for i in range(5)
+    ]
+    changed = contact_store.contact_replace(tenant_id, replace(made[1], name="Anabel"), expected_version=1)
+    vip = contact_store.contact_term_scan(tenant_id, tag_term("vip"))
+    page = contact_store.contact_term_page(tenant_id, tag_term("vip"))
+    assert page == list(zip(vip, contact_store.contact_get_many(tenant_id, vip), strict=True))
+    assert page[0] == (changed.id, changed)
+    assert contact_store.contact_term_page(tenant_id, tag_term("vip"), after=vip[0], limit=1) == page[1:2]
+    hits = contact_store.contact_search_scan(tenant_id, "ana")
+    found = contact_store.contact_search_page(tenant_id, "ana")
+    assert [h for h, _ in found] == hits
+    assert all(c is not None and c.id == h[1] for h, c in found)
+    assert contact_store.contact_search_page(tenant_id, "ana", after=hits[0], limit=2) == found[1:3]
+    assert contact_store.contact_term_page(tenant_id + "-b", tag_term("vip")) == []
+    with pytest.raises(ValidationError) as info:
+        contact_store.contact_term_page(tenant_id, tag_term("vip"), limit=1001)
+    assert info.value.field == "limit"
+
+
 def test_match_tests_rules_on_the_given_contacts(contact_store: ContactStore, tenant_id: str) -> None:
     made = [
         contact_store.contact_insert(tenant_id, _contact(Identity("telegram", str(100 + i)), attributes={"n": i % 2}))
@@ -360,6 +385,13 @@ class CountingKv:
         found = self.inner.scan(table, prefix=prefix, after=after, limit=limit)
         self.read += len(found) + 1
         return found
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ):  # type: ignore[no-untyped-def]
+        pairs = self.inner.scan_follow(table, prefix=prefix, after=after, limit=limit, field=field)
+        self.read += len(pairs) + sum(1 for _, target in pairs if target is not None) + 1
+        return pairs
 
 
 def test_reads_touch_a_page_not_the_tenant() -> None:

@@ -37,7 +37,7 @@ from botmesh_admin.kv import (
     Put,
     connect,
 )
-from botmesh_admin.kv.base import EntryImport, TableListing
+from botmesh_admin.kv.base import EntryImport, ScanFollow, TableListing
 from botmesh_admin.kv.file import FileKv
 from botmesh_admin.kv.memory import MemoryKv
 from botmesh_admin.kv.redis import table_keys as redis_table_keys
@@ -666,6 +666,61 @@ def test_scan_skips_expired_entries_and_still_fills_the_limit(kv: DurableKv, tab
     assert keys_of(kv.scan(table, limit=3)) == ["b00", "b01", "b02"]
     assert keys_of(kv.scan(table, prefix="a")) == []
     assert keys_of(kv.scan(table, after="b02", limit=10)) == ["b03", "b04"]
+
+
+def test_scan_follow_returns_each_entry_with_the_record_it_names(kv: DurableKv, table: str) -> None:
+    """scan_follow is a scan whose entries come with the live entry their ``pk`` names, or None."""
+    assert isinstance(kv, ScanFollow)
+    kv.commit(
+        table,
+        [
+            Put("c/1", {"name": "Ana"}),
+            Put("c/2", {"name": "Ben"}),
+            Put("c/gone", {"name": "x"}, ttl_ms=100),
+            Put("x/a/1", {"pk": "c/2", "extra": 1}),
+            Put("x/a/2", {"pk": "c/1"}),
+            Put("x/a/3", {"pk": "c/missing"}),
+            Put("x/a/4", {"pk": 5}),
+            Put("x/a/5", "c/1"),
+            Put("x/a/6", {"pk": "c/gone"}),
+            Put("x/a/7", {"other": "c/1"}, ttl_ms=100),
+            Put("x/b/1", {"pk": "c/1"}),
+        ],
+    )
+    sleep_past(kv.get(table, "c/gone").expires_at)  # type: ignore[union-attr]
+    pairs = kv.scan_follow(table, prefix="x/a/")
+    assert [(e.key, t.key if t else None) for e, t in pairs] == [
+        ("x/a/1", "c/2"),
+        ("x/a/2", "c/1"),
+        ("x/a/3", None),
+        ("x/a/4", None),
+        ("x/a/5", None),
+        ("x/a/6", None),
+    ]
+    first, target = pairs[0]
+    assert first.value == {"pk": "c/2", "extra": 1} and first.version == 1
+    assert target == kv.get(table, "c/2")
+    assert [(e.key, t.key if t else None) for e, t in kv.scan_follow(table, prefix="x/a/", after="x/a/1", limit=1)] == [
+        ("x/a/2", "c/1")
+    ]
+    kv.commit(table, [Put("c/1", {"name": "Ana B."}), Put("x/a/8", {"ref": "c/1"})])
+    assert [t.value if t else None for _, t in kv.scan_follow(table, prefix="x/a/8", field="ref")] == [
+        {"name": "Ana B."}
+    ]
+    assert kv.scan_follow(new_table(), prefix="x/") == []
+
+
+def test_scan_follow_validates_like_scan(kv: DurableKv, table: str) -> None:
+    """A bad limit (above 1,000: a get_many's bound) or field is refused before the backend."""
+    assert isinstance(kv, ScanFollow)
+    with pytest.raises(ValidationError) as info:
+        kv.scan_follow(table, limit=1001)
+    assert info.value.field == "limit"
+    with pytest.raises(ValidationError) as info:
+        kv.scan_follow(table, field="a.b")
+    assert info.value.field == "field"
+    with pytest.raises(ValidationError):
+        kv.scan_follow(table, limit=0)
 
 
 def test_sweep_reclaims_expired_entries(kv: DurableKv, table: str) -> None:

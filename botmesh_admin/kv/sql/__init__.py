@@ -38,6 +38,7 @@ from ..validation import (
     validate_import,
     validate_key,
     validate_scan,
+    validate_scan_follow,
     validate_sweep_limit,
     validate_table,
     validate_table_prefix,
@@ -87,6 +88,14 @@ class SqlKv:
         validate_scan(table, prefix, after, limit)
         start, inclusive = scan_start(prefix, after)
         return self._db.scan(table, start, inclusive, prefix_end(prefix), limit)
+
+    def scan_follow(
+        self, table: str, prefix: str = "", after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return a scan's entries with the live entry each one's ``field`` names: one statement (``ScanFollow``)."""
+        validate_scan_follow(table, prefix, after, limit, field)
+        start, inclusive = scan_start(prefix, after)
+        return self._db.scan_follow(table, start, inclusive, prefix_end(prefix), limit, field)
 
     def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
         """Return the live entry (or ``None``) of each of ``keys``, in order, from one query."""

@@ -11,10 +11,13 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from botmesh_admin.errors import StoreUnavailable
+
+from ..base import Entry
+from ..encoding import load_value
 
 Conn = TypeVar("Conn")
 
@@ -96,6 +99,31 @@ def _scan_sql(placeholder: str, now: str, inclusive: bool, bounded: bool) -> str
         f"{f' AND key < {p}' if bounded else ''}"
         f" AND (expires_at IS NULL OR expires_at > {now}) ORDER BY key LIMIT {p}"
     )
+
+
+def _scan_follow_sql(placeholder: str, now: str, inclusive: bool, bounded: bool, target_key: str) -> str:
+    """Return a scan (``_scan_sql``) joined to the entries its values name; ``target_key`` is that key's SQL.
+
+    Rows: the scanned entry's four columns, then the target's (all NULL when none).
+    Parameters, in order: the scan's, the table, those of ``target_key`` (which
+    reads ``i.value``), then the time where ``now`` is a placeholder (SQLite).
+    """
+    p = placeholder
+    return (
+        f"WITH i AS ({_scan_sql(p, now, inclusive, bounded)})"
+        " SELECT i.key, i.value, i.version, i.expires_at, r.key, r.value, r.version, r.expires_at FROM i"
+        f" LEFT JOIN botmesh_kv r ON r.tbl = {p} AND r.key = {target_key}"
+        f" AND (r.expires_at IS NULL OR r.expires_at > {now}) ORDER BY i.key"
+    )
+
+
+def _followed(rows: Sequence[Sequence[Any]]) -> list[tuple[Entry, Entry | None]]:
+    """Return the ``(entry, target)`` pairs of ``_scan_follow_sql`` rows (shared with SQLite)."""
+    out: list[tuple[Entry, Entry | None]] = []
+    for key, value, version, expires_at, tkey, tvalue, tversion, texpires_at in rows:
+        target = None if tkey is None else Entry(tkey, load_value(tvalue), tversion, texpires_at)
+        out.append((Entry(key, load_value(value), version, expires_at), target))
+    return out
 
 
 def _tables_sql(placeholder: str, now: str, bounded: bool) -> str:

@@ -26,7 +26,7 @@ from botmesh_admin.errors import StoreUnavailable
 from ..base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
 from ..validation import added
-from .connections import _NOT_AN_INTEGER, ThreadConnections, _scan_sql, _tables_sql
+from .connections import _NOT_AN_INTEGER, ThreadConnections, _followed, _scan_follow_sql, _scan_sql, _tables_sql
 
 
 def _refuse_add(ops: Sequence[Op], i: int, stored: str | bytes | None) -> NoReturn:
@@ -260,6 +260,11 @@ _PG_IMPORT = (
 )
 
 _PG_SCAN = {(inc, bnd): _scan_sql("%s", _PG_NOW, inc, bnd) for inc in (True, False) for bnd in (True, False)}
+# The field's key when it holds a JSON string (a number or an object names no key).
+_PG_TARGET = "CASE WHEN json_typeof(i.value::json -> %s) = 'string' THEN i.value::json ->> %s END"
+_PG_SCAN_FOLLOW = {
+    (inc, bnd): _scan_follow_sql("%s", _PG_NOW, inc, bnd, _PG_TARGET) for inc in (True, False) for bnd in (True, False)
+}
 
 
 class _Postgres:
@@ -323,6 +328,14 @@ class _Postgres:
         with self._errors():
             rows = self._conns.get().execute(_PG_SCAN[inclusive, end is not None], params)
             return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
+
+    def scan_follow(
+        self, table: str, start: str, inclusive: bool, end: str | None, limit: int, field: str
+    ) -> list[tuple[Entry, Entry | None]]:
+        scan: tuple[Any, ...] = (table, start, end, limit) if end else (table, start, limit)
+        with self._errors():
+            rows = self._conns.get().execute(_PG_SCAN_FOLLOW[inclusive, end is not None], (*scan, table, field, field))
+            return _followed(rows.fetchall())
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         if len(ops) == 1 and ops[0].expect is not ABSENT and not isinstance(ops[0], Check):

@@ -16,7 +16,7 @@ from botmesh_admin.errors import StoreUnavailable, ValidationError
 from ..base import Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
 from ..validation import added, expectation_holds, now_ms
-from .connections import _NOT_AN_INTEGER, ThreadConnections, _scan_sql, _tables_sql
+from .connections import _NOT_AN_INTEGER, ThreadConnections, _followed, _scan_follow_sql, _scan_sql, _tables_sql
 
 _IMPORT_SQLITE = (
     "INSERT INTO botmesh_kv (tbl, key, value, version, expires_at) VALUES (?, ?, ?, ?, ?)"
@@ -42,6 +42,11 @@ _SQLITE_DDL = (
     """,
 )
 _SQLITE_SCAN = {(inc, bnd): _scan_sql("?", "?", inc, bnd) for inc in (True, False) for bnd in (True, False)}
+# The field's key when it holds a JSON string (a number or an object names no key).
+_SQLITE_TARGET = "CASE WHEN json_type(i.value, ?) = 'text' THEN json_extract(i.value, ?) END"
+_SQLITE_SCAN_FOLLOW = {
+    (inc, bnd): _scan_follow_sql("?", "?", inc, bnd, _SQLITE_TARGET) for inc in (True, False) for bnd in (True, False)
+}
 _SQLITE_GET_MANY = (
     "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = ?"
     " AND key IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
@@ -122,6 +127,18 @@ class _Sqlite:
         with self._errors():
             rows = self._conns.get().execute(_SQLITE_SCAN[inclusive, end is not None], params)
             return [Entry(k, load_value(v), ver, exp) for k, v, ver, exp in rows.fetchall()]
+
+    def scan_follow(
+        self, table: str, start: str, inclusive: bool, end: str | None, limit: int, field: str
+    ) -> list[tuple[Entry, Entry | None]]:
+        now = now_ms()
+        scan = (table, start, end, now, limit) if end else (table, start, now, limit)
+        path = f'$."{field}"'  # field: letters, digits and underscores (validated)
+        with self._errors():
+            rows = self._conns.get().execute(
+                _SQLITE_SCAN_FOLLOW[inclusive, end is not None], (*scan, table, path, path, now)
+            )
+            return _followed(rows.fetchall())
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         with self._errors():
