@@ -13,12 +13,14 @@ at most ``interval_s`` later, and a burst costs one message per interval. A
 trailing drain lost with its process (a restart within the interval) only
 delays the records until beat's safety-net drain: the journal holds them.
 
-The trailing drains of a process are queued by one long-lived thread
-(``TimerThread``), not a ``threading.Timer`` each: Celery set up its producer
-anew in every thread that had never queued a task, so a drain queued from a
-fresh thread cost about 6.5 ms of CPU (8 ms on a Redis broker) against 0.5 ms
-(1.3 ms) from a thread that stays — at twenty trailing drains a second per web
-process, about 1 ms of CPU per webhook (issue 21).
+The trailing drains of a process are queued by one long-lived thread per
+channel (``TimerLanes`` of ``TimerThread``), not a ``threading.Timer`` each:
+Celery set up its producer anew in every thread that had never queued a task,
+so a drain queued from a fresh thread cost about 6.5 ms of CPU (8 ms on a
+Redis broker) against 0.5 ms (1.3 ms) from a thread that stays — at twenty
+trailing drains a second per web process, about 1 ms of CPU per webhook
+(issue 21). One thread per channel, so a publish that blocks (a broker that
+does not answer) delays only its own channel's drains.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class TimerThread:
         """Run ``fn(*args)`` on the timer thread ``delay_s`` seconds from now."""
         with self._cond:
             heapq.heappush(self._due, (self._clock() + max(0.0, delay_s), next(self._order), fn, args))
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():  # first use, or a call ended it (BaseException)
                 self._thread = threading.Thread(target=self._run, name="botmesh-drain-timer", daemon=True)
                 self._thread.start()
             self._cond.notify()
@@ -98,8 +100,34 @@ class _Scheduled:
         self.owner.schedule(self.delay_s, self.fn, self.args)
 
 
-TIMERS = TimerThread()
-"""The process's timer thread: the default ``timer`` of ``DrainWakeups``."""
+class TimerLanes:
+    """``TimerThread``s by lane: ``lanes(delay_s, fn, args)`` runs on the thread of ``args[0]`` (a channel).
+
+    The ``threading.Timer`` interface, like ``TimerThread``; each lane's thread
+    starts on its first call. A forked child starts with no lane.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lanes: dict[object, TimerThread] = {}
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._lanes = {}
+
+    def __call__(self, delay_s: float, fn: Callable[..., Any], args: tuple[Any, ...] = ()) -> _Scheduled:
+        lane = args[0] if args else None
+        with self._lock:
+            timer = self._lanes.get(lane)
+            if timer is None:
+                timer = self._lanes[lane] = TimerThread()
+        return timer(delay_s, fn, args)
+
+
+TIMERS = TimerLanes()
+"""The process's timer threads, one per channel: the default ``timer`` of ``DrainWakeups``."""
 
 
 class DrainWakeups:
@@ -107,8 +135,8 @@ class DrainWakeups:
 
     ``send_later`` (default ``send``) queues the trailing drains, from the timer's
     thread. ``clock`` returns seconds (monotonic); ``timer(delay_s, fn, args)``
-    returns a timer that runs on ``start()`` (``TIMERS``, the process's one timer
-    thread; ``threading.Timer`` works too; tests pass a fake).
+    returns a timer that runs on ``start()`` (``TIMERS``, the process's timer
+    thread of the channel; ``threading.Timer`` works too; tests pass a fake).
     """
 
     def __init__(

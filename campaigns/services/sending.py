@@ -33,7 +33,8 @@ What an answer means is the channel's ``result.outcome`` (``channels.domain.Send
 ``no_answer`` is in doubt; ``bad_credentials`` stops the campaign; ``blocked``
 (Telegram 403, "bot was blocked by the user") also denies the recipient's consent on
 the channel through ``crm.services.contact_blocked_us``. Times are epoch milliseconds; ``ttl_ms`` must
-be longer than a provider request can take.
+be longer than a provider request can take plus the next batch's reservation (a batch's answers
+are written while the next batch is out, and before any throttle wait).
 
 A stop (SIGTERM: ``shutdown.stopping()``) is checked before each batch and
 again right before its slots are reserved (after the throttle's wait): no new
@@ -289,6 +290,11 @@ class _Answers:
         return bool(self.fatal or self.slow_down_ms)
 
 
+def _earliest(a: int | None, b: int | None) -> int | None:
+    """Return the earlier of two optional times (epoch ms); ``None`` when neither is set."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 class _Run:
     def __init__(
         self,
@@ -308,6 +314,7 @@ class _Run:
         self.report = SendReport()
         # The last batch's answers, not written yet, and its in-flight count (a SIGTERM's drain waits for it).
         self._pending: tuple[_Answers, contextlib.ExitStack] | None = None
+        self._early_due: int | None = None  # a retry time from answers written before a throttle's wait
 
     def settle(self) -> int | None:
         """Write the answers of the batch before, if any are pending; return when a retry is due (ms), if any."""
@@ -355,7 +362,7 @@ class _Run:
         self._throttle(len(ready))
         if stopping():  # told to stop during the throttle's wait: this batch does not start
             self.report.stopped = True
-            return None
+            return self._pop_early_due()
         # Reserved and marked sending in one write, right before the requests leave: from here on a
         # sender that dies leaves these slots "sending", and they become in doubt, never resent.
         sending = self.slots.slots_reserve(
@@ -368,7 +375,7 @@ class _Run:
             sending=True,
         )
         if not sending:
-            return None
+            return self._pop_early_due()
         by_recipient = {d.recipient: d for d in sending}
         messages = [ready[d.recipient][1] for d in sending]
         with span("campaign.batch", tenant=tenant, campaign_id=cid, channel=channel, size=len(messages)):
@@ -376,7 +383,7 @@ class _Run:
                 guard.enter_context(inflight(len(messages)))
                 out = _sends_pool().submit(contextvars.copy_context().run, self.bot.provider.broadcast, messages)
                 try:
-                    due = self.settle()  # the batch before is written while this one is out
+                    due = _earliest(self.settle(), self._pop_early_due())  # the batch before, while this one is out
                 except BaseException:
                     # That write failed: wait for this batch, keep its answers for ``abandon`` and raise.
                     self._pending = (self._answers(sending, by_recipient, self._results(out, sending)), guard.pop_all())
@@ -387,6 +394,10 @@ class _Run:
                     return wake if due is None else min(due, wake or due)
                 self._pending = (answers, guard.pop_all())
                 return due
+
+    def _pop_early_due(self) -> int | None:
+        due, self._early_due = self._early_due, None
+        return due
 
     def _results(self, out: Future[list[SendResult]], sending: list[Delivery]) -> list[SendResult]:
         """Wait for a broadcast's results; if it raised, release the batch's slots and raise ``BroadcastFailed``."""
@@ -429,6 +440,9 @@ class _Run:
             self.tenant, self.options.throttle_key, count=count, interval_ms=1000.0 / rate, now_ms=now
         )
         if start > now:
+            # The batch before's answers are written now, not after the wait: its slots' leases
+            # (``ttl_ms``) need only outlast one request and this batch's reservation.
+            self._early_due = _earliest(self._early_due, self.settle())
             self.sleep((start - now) / 1000)
 
     def _answers(

@@ -277,3 +277,40 @@ def test_answers_that_ask_to_slow_down_are_written_before_the_next_batch_leaves(
     )
     assert done.state == "completed" and fake.count("+573000000003") == 2
     assert left_at[1] - left_at[0] >= DEFAULT_RETRY_AFTER_MS, "the second batch left before the provider's delay"
+
+
+def test_a_batchs_answers_are_written_before_the_throttles_wait_not_after_it(world: str, fake) -> None:
+    """At a slow rate the next batch waits for the throttle: the batch before is written first, so its
+    slots are never left "sending" past their lease (a concurrent sender would call them in doubt)."""
+    tenant = world
+    make_contacts(tenant, 20)
+    campaign = start(tenant)
+    _, slots = default_store()
+    clock = Clock()
+    provider = whatsapp(fake)
+    events: list[str] = []
+    real_record = slots.slots_record
+
+    def record(*args: Any, **kw: Any) -> list[Delivery]:
+        events.append(f"write at {clock.now}")
+        return real_record(*args, **kw)
+
+    class Timed:
+        kind = "whatsapp"
+
+        def broadcast(self, messages):
+            events.append(f"out at {clock.now}")
+            return provider.broadcast(messages)
+
+    slow = SendOptions(batch_size=10, ttl_ms=5_000, rate_per_s=1.0, max_attempts=3)  # 10 s per batch of 10
+    slots.slots_record = record  # type: ignore[method-assign]
+    try:
+        done = services.campaign_run(
+            tenant, campaign.id, bot=CampaignBot(Timed()), options=slow, clock=clock, sleep=clock.sleep
+        )
+    finally:
+        del slots.slots_record
+    assert done.state == "completed" and fake.count() == 20
+    first_out, first_write, second_out = (int(e.split(" at ")[1]) for e in events[:3])
+    assert events[1].startswith("write") and first_write - first_out < slow.ttl_ms, "written before the wait"
+    assert second_out - first_out >= 10_000

@@ -222,7 +222,8 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
         world.start(f"tienda-bot-{i}")
     _until("12 messages answered", lambda: world.answered(ids), 30)
     assert _until("a provider:main leader", world.provider_leader, 10)
-    assert _until("three live replicas", lambda: len(world.replicas()["replicas"]) == 3, 10)
+    # Two replicas may answer all twelve before the third has finished starting on a loaded machine.
+    assert _until("three live replicas", lambda: len(world.replicas()["replicas"]) == 3, 60)
 
     # 1. A chat's turn is held (by the test) while the leader's ticket waits in its queue; then SIGKILL.
     holder = coordinator_for(world.coordination, tenant=world.tenant, bot=BOT, lease_ms=LEASE_MS, replica_id="holder")

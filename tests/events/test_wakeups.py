@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from botmesh_admin.events.wakeups import DrainWakeups
 
 
@@ -140,3 +142,57 @@ def test_trailing_drains_are_queued_from_one_thread_not_a_new_thread_each() -> N
         time.sleep(0.03)
     assert done.wait(5)
     assert all(thread is threads[0] for thread in threads)
+
+
+def test_a_blocked_trailing_drain_delays_only_its_own_channel() -> None:
+    """One timer thread per channel: a publish that hangs (a broker that does not answer) on one channel
+    leaves the other channels' trailing drains on time, each from a thread that stays."""
+    import threading
+    import time
+
+    release = threading.Event()
+    sent: dict[str, list[threading.Thread]] = {"outbox": [], "inbound": []}
+    inbound_done = threading.Event()
+
+    def later(channel: str | None) -> None:
+        assert channel is not None
+        sent[channel].append(threading.current_thread())
+        if channel == "outbox":
+            release.wait(5)  # the broker hangs
+        elif len(sent["inbound"]) == 2:
+            inbound_done.set()
+
+    w = DrainWakeups(lambda ch: None, send_later=later, interval_s=0.01)
+    try:
+        for channel in ("outbox", "inbound"):
+            w.request(channel)
+            w.request(channel)  # a trailing drain for each channel
+        time.sleep(0.03)
+        w.request("inbound")
+        w.request("inbound")  # and a second one for inbound while outbox's still hangs
+        assert inbound_done.wait(2), "inbound's trailing drains waited behind outbox's"
+        assert sent["inbound"][0] is sent["inbound"][1] is not sent["outbox"][0]
+    finally:
+        release.set()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the SystemExit, on purpose
+def test_a_timer_thread_ended_by_a_call_is_started_again() -> None:
+    import threading
+
+    from botmesh_admin.events.wakeups import TimerThread
+
+    timers = TimerThread()
+    done = threading.Event()
+
+    def leave() -> None:
+        raise SystemExit  # a BaseException: the thread ends
+
+    timers(0.0, leave).start()
+    for _ in range(100):
+        thread = timers._thread
+        if thread is not None and not thread.is_alive():
+            break
+        threading.Event().wait(0.01)
+    timers(0.0, done.set).start()
+    assert done.wait(2), "nothing ran after the thread ended"

@@ -710,6 +710,24 @@ def test_scan_follow_returns_each_entry_with_the_record_it_names(kv: DurableKv, 
     assert kv.scan_follow(new_table(), prefix="x/") == []
 
 
+def test_scan_follow_follows_entries_whose_values_hold_a_nul(kv: DurableKv, table: str) -> None:
+    """A NUL is a valid character of a JSON string: an entry holding one is followed like any other."""
+    assert isinstance(kv, ScanFollow)
+    kv.commit(
+        table,
+        [
+            Put("c/1", {"name": "Ana\x00"}),
+            Put("x/a/1", {"pk": "c/1", "payload": "before\x00after"}),
+            Put("x/a/2", {"pk": "c/none"}),
+        ],
+    )
+    pairs = kv.scan_follow(table, prefix="x/a/")
+    assert [(e.value, t.value if t else None) for e, t in pairs] == [
+        ({"pk": "c/1", "payload": "before\x00after"}, {"name": "Ana\x00"}),
+        ({"pk": "c/none"}, None),
+    ]
+
+
 def test_scan_follow_validates_like_scan(kv: DurableKv, table: str) -> None:
     """A bad limit (above 1,000: a get_many's bound) or field is refused before the backend."""
     assert isinstance(kv, ScanFollow)

@@ -25,7 +25,7 @@ from botmesh_admin.errors import StoreUnavailable
 
 from ..base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
-from ..validation import added
+from ..validation import added, follow_key
 from .connections import _NOT_AN_INTEGER, ThreadConnections, _followed, _scan_follow_sql, _scan_sql, _tables_sql
 
 
@@ -333,9 +333,22 @@ class _Postgres:
         self, table: str, start: str, inclusive: bool, end: str | None, limit: int, field: str
     ) -> list[tuple[Entry, Entry | None]]:
         scan: tuple[Any, ...] = (table, start, end, limit) if end else (table, start, limit)
-        with self._errors():
-            rows = self._conns.get().execute(_PG_SCAN_FOLLOW[inclusive, end is not None], (*scan, table, field, field))
-            return _followed(rows.fetchall())
+        try:
+            with self._errors():
+                rows = self._conns.get().execute(
+                    _PG_SCAN_FOLLOW[inclusive, end is not None], (*scan, table, field, field)
+                )
+                return _followed(rows.fetchall())
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, self._psycopg.errors.UntranslatableCharacter):
+                raise
+        # An entry of the page holds a "\u0000" (valid JSON, which PostgreSQL's json operators cannot
+        # turn into text): the same page in two round trips, the keys followed here.
+        entries = self.scan(table, start, inclusive, end, limit)
+        keys = [follow_key(e.value, field) for e in entries]
+        wanted = [k for k in keys if k is not None and "\x00" not in k]
+        found = {e.key: e for e in self.get_many(table, wanted) if e is not None} if wanted else {}
+        return [(e, None if k is None else found.get(k)) for e, k in zip(entries, keys, strict=True)]
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         if len(ops) == 1 and ops[0].expect is not ABSENT and not isinstance(ops[0], Check):
