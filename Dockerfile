@@ -36,4 +36,4 @@ VOLUME ["/var/lib/botmesh"]
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"
-CMD ["gunicorn", "botmesh_admin.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--graceful-timeout", "30", "--access-logfile", "-"]
+CMD ["gunicorn", "botmesh_admin.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--graceful-timeout", "30", "--access-logfile", "-"]

@@ -125,6 +125,8 @@ def main() -> int:
                 f"127.0.0.1:{port}",
                 "-w",
                 "2",
+                "--threads",
+                "4",  # as the deploy files run it: threads, so a slow upload leaves room for webhooks
                 "--graceful-timeout",
                 "30",
             ],
