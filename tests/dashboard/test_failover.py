@@ -216,7 +216,7 @@ def _overlaps(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[
 
 
 def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(world: World) -> None:
-    started = time.monotonic()
+    booted = time.monotonic()
     ids = world.push(*[(chat, f"hola {i}") for i in range(3) for chat in (1, 2, 3, 4)])
     for i in (1, 2, 3):
         world.start(f"tienda-bot-{i}")
@@ -224,6 +224,7 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
     assert _until("a provider:main leader", world.provider_leader, 10)
     # Two replicas may answer all twelve before the third has finished starting on a loaded machine.
     assert _until("three live replicas", lambda: len(world.replicas()["replicas"]) == 3, 60)
+    started = time.monotonic()  # the failover itself is bounded below; starting three processes is the machine's
 
     # 1. A chat's turn is held (by the test) while the leader's ticket waits in its queue; then SIGKILL.
     holder = coordinator_for(world.coordination, tenant=world.tenant, bot=BOT, lease_ms=LEASE_MS, replica_id="holder")
@@ -349,6 +350,7 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
     took = time.monotonic() - started
     print(
         f"failover: provider:main led again {took_ms:.0f} ms after SIGKILL; held chat answered {freed_ms:.0f} ms "
-        f"after its turn was freed; {len(records)} handlings, {len(world.sent)} messages, {took:.1f} s in all"
+        f"after its turn was freed; {len(records)} handlings, {len(world.sent)} messages, {took:.1f} s after the "
+        f"replicas were up ({started - booted:.1f} s to start them and answer the first twelve)"
     )
     assert took < 60
