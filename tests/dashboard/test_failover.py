@@ -353,4 +353,6 @@ def test_the_provider_leader_dies_and_another_leads_a_frozen_one_steps_down(worl
         f"after its turn was freed; {len(records)} handlings, {len(world.sent)} messages, {took:.1f} s after the "
         f"replicas were up ({started - booted:.1f} s to start them and answer the first twelve)"
     )
-    assert took < 60
+    # Quiet, 10-26 s; in the full suite under xdist 62-65 s (session 8's CI): a bound on the test's time, not
+    # on the product's (the handover itself is bounded above, LEASE_MS + 1 s after the SIGKILL).
+    assert took < 120
