@@ -28,6 +28,11 @@ webhook can approach), and CPU milliseconds per message of each process group
 (the senders, gunicorn, the workers, PostgreSQL's backends serving this run's
 database — other databases' backends on a shared server are not counted —, Redis).
 
+``--no-index-upkeep`` runs the web and the workers with every store writing
+only its own records (``bench/no_index_upkeep/sitecustomize.py``): runs with
+and without it give the index upkeep's share of ingest (issue 16, item 7:
+at most 10 %).
+
 The worker processes poll the journal every ``--idle-ms`` (20) when it is empty
 (production's ``botmesh_events_worker`` waits 500 ms; Celery drain tasks wake it
 sooner): each poll is a claim statement, and four processes polling every 5 ms
@@ -448,8 +453,17 @@ def main() -> int:
     parser.add_argument("--idle-ms", type=int, default=20, help="worker poll interval when idle, ms")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--no-index-upkeep",
+        action="store_true",
+        help="web and workers write without the kernel's index upkeep (bench/no_index_upkeep): issue 16's 'before'",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.no_index_upkeep:  # inherited by gunicorn and the workers, which import its sitecustomize
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT / "bench" / "no_index_upkeep"), os.environ.get("PYTHONPATH")) if p
+        )
     if args.worker:
         return worker_main(args.idle_ms)
     server_url = os.environ.get("BOTMESH_TEST_POSTGRES_URL")

@@ -42,6 +42,39 @@ def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None
     return None
 
 
+def lower_bulk_priority(worker: Any) -> int:
+    """Lower the CPU priority of a worker that does not consume ``live``; return the increment applied.
+
+    A worker whose queues (after ``-Q``) leave out ``LIVE_QUEUE`` does bulk work
+    and scheduled jobs only: it adds ``BOTMESH_BULK_WORKER_NICE`` (0..19,
+    default 10; 0 leaves it alone) to its niceness (``nice(2)``) before its pool
+    starts, so the pool's processes inherit it. On a machine whose cores are all
+    busy the kernel then runs the live worker and the web first, and bulk work
+    uses what they leave (``bench/latency.py``; README, Production). A worker
+    consuming ``live`` — alone, or without ``-Q`` — keeps its priority.
+    Called from Celery's ``celeryd_after_setup`` signal (``-Q`` applied, pool
+    not started).
+    """
+    from django.conf import settings
+
+    increment = int(getattr(settings, "BOTMESH_BULK_WORKER_NICE", 0))
+    queues = set(worker.app.amqp.queues.consume_from)
+    if not increment or LIVE_QUEUE in queues:
+        return 0
+    os.nice(increment)
+    return increment
+
+
+def _on_worker_setup(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    import logging
+
+    increment = lower_bulk_priority(instance)
+    if increment:
+        logging.getLogger(__name__).info(
+            "worker %s does no live work: its CPU priority is lowered (nice +%d)", sender, increment
+        )
+
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botmesh_admin.settings")
 config.load_or_exit()
 
@@ -83,4 +116,5 @@ app.autodiscover_tasks(
 from botmesh_admin.observability import shutdown  # noqa: E402
 
 signals.worker_init.connect(shutdown.prepare_worker, weak=False)
+signals.celeryd_after_setup.connect(_on_worker_setup, weak=False)
 signals.task_prerun.connect(shutdown.on_task_start, weak=False)

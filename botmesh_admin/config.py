@@ -72,6 +72,14 @@ def _int(name: str, raw: str | None, default: int, minimum: int = 0) -> int:
     return value
 
 
+def _nice(name: str, raw: str | None) -> int:
+    """Return a niceness increment 0..19 (``nice(2)``: 19 is the lowest CPU priority), default 10."""
+    value = _int(name, raw, 10, minimum=0)
+    if value > 19:
+        raise ConfigError(name, "must be at most 19 (the lowest CPU priority)")
+    return value
+
+
 def _url(name: str, raw: str | None, schemes: tuple[str, ...]) -> str | None:
     if raw is None:
         return None
@@ -133,6 +141,7 @@ class Config:
     secret_key_fallbacks: tuple[str, ...] = ()
     metrics_token: str | None = None
     journal_retention_days: int = 7
+    bulk_worker_nice: int = 10
     tuning: Tuning = field(default_factory=lambda: Tuning())
     metrics_limits: MetricsLimits = field(default_factory=lambda: MetricsLimits())
 
@@ -229,6 +238,7 @@ def load(environ: dict[str, str] | None = None, base_dir: Path | None = None) ->
         journal_retention_days=_int(
             "BOTMESH_JOURNAL_RETENTION_DAYS", get("BOTMESH_JOURNAL_RETENTION_DAYS"), 7, minimum=0
         ),
+        bulk_worker_nice=_nice("BOTMESH_BULK_WORKER_NICE", get("BOTMESH_BULK_WORKER_NICE")),
         tuning=load_tuning(get),
         metrics_limits=load_metrics_limits(get),
     )

@@ -13,8 +13,13 @@ the project's app current and says which app it found.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +27,10 @@ from celery import current_app
 from celery.signals import after_task_publish
 
 from botmesh_admin.celery import app
+from tests.polling import wait_until
 
 QUEUES = ("celery", "live", "bulk")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -93,3 +100,59 @@ def test_a_worker_started_without_q_consumes_every_queue() -> None:
         name: (name, name) for name in QUEUES
     }
     assert app.conf.task_default_queue == "celery"
+
+
+def _niceness(pid: int) -> int:
+    """The niceness of process ``pid`` (``/proc/<pid>/stat`` field 19, proc(5))."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("queues", "setting", "raised"),
+    [("celery,bulk", None, 10), ("live", None, 0), ("celery,bulk", "0", 0), ("celery,bulk", "3", 3)],
+    ids=["bulk-worker", "live-worker", "bulk-worker-nice-0", "bulk-worker-nice-3"],
+)
+def test_a_worker_without_live_work_runs_its_pool_at_a_lower_cpu_priority(
+    tmp_path: Path, queues: str, setting: str | None, raised: int
+) -> None:
+    """A real worker (prefork, one child) on the embedded broker: its process and pool child are niced or not."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("BOTMESH_", "CELERY_", "DATABASE_URL", "REDIS_URL"))
+    }
+    env.update({"DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "BOTMESH_DATA_DIR": str(tmp_path)})
+    if setting is not None:
+        env["BOTMESH_BULK_WORKER_NICE"] = setting
+    log = tmp_path / "worker.log"
+    base = os.nice(0)
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "botmesh_admin", "worker", "-P", "prefork", "-c", "1",
+             "-Q", queues, "-n", f"nice-{uuid.uuid4().hex[:6]}@%h", "-l", "INFO",
+             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            assert worker.poll() is None, log.read_text()
+            return "ready." in log.read_text() and bool(_children(worker.pid))
+
+        wait_until(ready, "the worker and its pool child", timeout_s=90)
+        expected = min(19, base + raised)
+        assert _niceness(worker.pid) == expected, log.read_text()
+        assert [_niceness(child) for child in _children(worker.pid)] == [expected]
+        lowered = "its CPU priority is lowered" in log.read_text()
+        assert lowered == bool(raised)
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()

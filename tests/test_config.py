@@ -20,6 +20,8 @@ def test_defaults_are_the_embedded_default(tmp_path: Path) -> None:
     assert cfg.database_url == f"sqlite:///{tmp_path}/db.sqlite3"
     assert cfg.kv_url == f"sqlite:///{tmp_path}/kv.sqlite3"
     assert cfg.broker_url == "filesystem://"
+    assert cfg.bulk_worker_nice == 10
+    assert config.load({"BOTMESH_BULK_WORKER_NICE": "19"}).bulk_worker_nice == 19
 
 
 def test_redis_url_becomes_the_broker() -> None:
@@ -51,6 +53,9 @@ def test_coordination_is_redis_when_configured_else_the_kv() -> None:
         ({"BOTMESH_COORDINATION_URL": "http://x"}, "BOTMESH_COORDINATION_URL"),
         ({"BOTMESH_COORDINATION_URL": "kv:ftp://x"}, "BOTMESH_COORDINATION_URL"),
         ({"BOTMESH_COORDINATION_URL": "memory"}, "BOTMESH_COORDINATION_URL"),
+        ({"BOTMESH_BULK_WORKER_NICE": "low"}, "BOTMESH_BULK_WORKER_NICE"),
+        ({"BOTMESH_BULK_WORKER_NICE": "20"}, "BOTMESH_BULK_WORKER_NICE"),
+        ({"BOTMESH_BULK_WORKER_NICE": "-5"}, "BOTMESH_BULK_WORKER_NICE"),
     ],
 )
 def test_malformed_value_names_the_variable(environ: dict[str, str], variable: str) -> None:
