@@ -21,7 +21,9 @@ code never lists tables (there is no call that reads across tenants).
 ``ScanFollow`` (every shipped backend has it; wrappers such as ``BufferedKv``
 may not) reads an index page and the records it points at in one round trip;
 ``botmesh_admin.kv.indexes`` uses it when present and otherwise does the same
-with ``scan`` then ``get_many``.
+with ``scan`` then ``get_many``. ``ScanMerge`` (PostgreSQL's) reads the first
+entries of several index ranges merged in one round trip; ``indexes.merged_scan``
+does the same with one ``scan`` per range elsewhere.
 """
 
 from __future__ import annotations
@@ -234,5 +236,32 @@ class ScanFollow(Protocol):
         ``None`` when that key is absent or expired, or the value has no such
         string. Both are read at one instant (one statement or script, one
         round trip). ``limit`` is 1..``MAX_GET_MANY`` (1,000).
+        """
+        ...
+
+
+@runtime_checkable
+class ScanMerge(Protocol):
+    """Optional capability: several index ranges merged by what follows each prefix, with their records, in one call."""
+
+    def scan_merge(
+        self,
+        table: str,
+        prefixes: Sequence[str],
+        after: str | None = None,
+        limit: int = 100,
+        *,
+        field: str = "pk",
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return the first ``limit`` live entries under any of ``prefixes``, each with its target.
+
+        ``prefixes``: 1..``MAX_MERGE_PREFIXES`` (64) distinct non-empty
+        strings, none starting another. An entry's *suffix* is its key without
+        its prefix; entries come ordered by ``(suffix, key)``, and ``after`` (a
+        suffix, exclusive) keeps only larger suffixes: the k-way merge of index
+        ranges that order their entries alike (one status or channel each).
+        Targets as in ``ScanFollow.scan_follow``; all read at one instant, one
+        round trip. ``limit`` is 1..``MAX_GET_MANY``. Raise ``ValidationError``
+        naming the argument for bad input.
         """
         ...

@@ -75,11 +75,12 @@ from .base import (
     Op,
     Put,
     ScanFollow,
+    ScanMerge,
 )
 from .cas import cas_retry
 from .encoding import prefix_end
 from .tablecache import TableCache
-from .validation import MAX_GET_MANY
+from .validation import MAX_GET_MANY, follow_key, validate_scan_merge
 
 __all__ = [
     "Desc",
@@ -742,6 +743,33 @@ class IndexedTable:
         entries = self.kv.scan(table, prefix=prefix, after=after, limit=limit)
         return list(zip(entries, self.fetch(table, entries), strict=True))
 
+    def scan_merge_fetch(
+        self,
+        table: str,
+        index: str,
+        groups: Sequence[Sequence[object]],
+        *,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[tuple[str, Entry, Entry | None]]:
+        """Return the first ``limit`` entries of several groups of value index ``index``, merged, with records.
+
+        ``groups``: the leading values of each range (distinct, none leading
+        another, at most 64), whose entries order alike by what follows them
+        (``-activity``, then the record key, in every status × channel range of
+        a list). Each row is ``(suffix, entry, record or None)``, ordered by
+        suffix; ``after`` is the last suffix of the previous page (exclusive).
+        One round trip where the Kv has ``ScanMerge``, else one ``scan`` per
+        group and one ``get_many`` (``merged_scan``). Raise ``IndexNotBuilt``
+        if the index is not built.
+        """
+        self._require(table, index)
+        base = f"{INDEX_ROOT}{index}/"
+        prefixes = [base + encode(values) for values in groups]
+        rows = merged_scan(self.kv, table, prefixes, after, limit)
+        lengths = {p: len(p) for p in prefixes}
+        return [(_suffix(entry.key, lengths), entry, record) for entry, record in rows]
+
     def _range(
         self,
         table: str,
@@ -992,6 +1020,48 @@ def upkeep_ops(changes: Sequence[RecordChange], states: Mapping[str, _State]) ->
         if delta or key.endswith(":w"):
             ops.append(Add(key, delta or 1))
     return ops
+
+
+def _suffix(key: str, lengths: Mapping[str, int]) -> str:
+    for prefix, n in lengths.items():
+        if key.startswith(prefix):
+            return key[n:]
+    raise AssertionError(f"{key!r} is under none of the merged prefixes")
+
+
+def merged_scan(
+    kv: DurableKv, table: str, prefixes: Sequence[str], after: str | None, limit: int, field: str = "pk"
+) -> list[tuple[Entry, Entry | None]]:
+    """Return ``ScanMerge.scan_merge(table, prefixes, after, limit, field=field)`` on any Kv.
+
+    Natively where ``kv`` has the capability (one round trip); otherwise one
+    ``scan`` of ``limit`` entries per prefix (each range's first ``limit`` are
+    the only ones that can make the merged first ``limit``), the merge here, and
+    one ``get_many`` of the kept entries' targets (not read at one instant with
+    the scans; a reader re-checks the records it filters on). Raise
+    ``ValidationError`` for bad arguments (``validate_scan_merge``).
+    """
+    found = validate_scan_merge(table, prefixes, after, limit, field)
+    if isinstance(kv, ScanMerge):
+        return kv.scan_merge(table, found, after, limit, field=field)
+    return merge_by_scans(kv, table, found, after, limit, field)
+
+
+def merge_by_scans(
+    kv: DurableKv, table: str, prefixes: Sequence[str], after: str | None, limit: int, field: str
+) -> list[tuple[Entry, Entry | None]]:
+    """``merged_scan`` by one ``scan`` per prefix and one ``get_many`` (arguments validated by the caller)."""
+    found = prefixes
+    rows: list[tuple[str, str, Entry]] = []
+    for prefix in found:
+        start = None if after is None else prefix + after
+        rows += [(e.key[len(prefix) :], e.key, e) for e in kv.scan(table, prefix=prefix, after=start, limit=limit)]
+    rows.sort(key=lambda row: (row[0], row[1]))
+    kept = [e for _, _, e in rows[:limit]]
+    targets = [follow_key(e.value, field) for e in kept]
+    wanted = [t for t in targets if t is not None]
+    records = {e.key: e for e in kv.get_many(table, wanted) if e is not None} if wanted else {}
+    return [(e, None if t is None else records.get(t)) for e, t in zip(kept, targets, strict=True)]
 
 
 def next_page_prefix(prefix: str) -> str | None:

@@ -234,6 +234,37 @@ def validate_scan_follow(table: object, prefix: object, after: object, limit: ob
         raise ValidationError("field", "must be 1-64 letters, digits or underscores")
 
 
+MAX_MERGE_PREFIXES = 64
+
+
+def validate_scan_merge(table: object, prefixes: object, after: object, limit: object, field: object) -> list[str]:
+    """Validate the arguments of ``scan_merge``; return the prefixes as a list.
+
+    Raise ``ValidationError`` naming ``prefixes`` when there are none, more than
+    ``MAX_MERGE_PREFIXES``, an empty or repeated one, or one that starts
+    another (its entries would be merged twice).
+    """
+    if isinstance(prefixes, (str, bytes)) or not isinstance(prefixes, Sequence):
+        raise BadType("prefixes", "must be a list of strings")
+    found = list(prefixes)
+    if not 1 <= len(found) <= MAX_MERGE_PREFIXES:
+        raise ValidationError("prefixes", f"must hold 1 to {MAX_MERGE_PREFIXES} prefixes")
+    for prefix in found:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValidationError("prefixes", "each must be a non-empty string")
+        validate_key(prefix, "prefixes")
+    ordered = sorted(found)
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if b.startswith(a):
+            raise ValidationError("prefixes", f"{a!r} starts {b!r}: an entry would be merged twice")
+    if after is not None and not isinstance(after, str):
+        raise BadType("after", "must be a string or None")
+    validate_scan_follow(table, found[0], None, limit, field)
+    if after:
+        validate_key(found[0] + after, "after")
+    return found
+
+
 def follow_key(value: object, field: str) -> str | None:
     """Return the key ``scan_follow`` follows from an entry ``value``: its string ``field``, else ``None``."""
     target = value.get(field) if isinstance(value, dict) else None

@@ -111,6 +111,7 @@ from botmesh_admin.kv.indexes import (
     encode,
     encode_component,
 )
+from botmesh_admin.kv.validation import MAX_GET_MANY
 from botmesh_admin.pagination import page_of, validate_limit
 from inbox.domain import (
     Conversation,
@@ -430,17 +431,33 @@ class KvInboxStore:
             who = [] if view == "all" else [agent if view == "mine" else None]
             statuses = [status] if status is not None else list(STATUSES)
             prefixes = [["asn" if who else "sn", *who, s, channel_name] for s in statuses]
+
+        def cursor(row: tuple[Entry, Entry | None]) -> str:
+            return f"{row[0].value['at']}/{row[0].value['id']}"
+
+        if not prefixes:  # no conversation on any channel yet
+            return [], None
+        if limit < MAX_GET_MANY:
+            # Every prefix orders its entries by the same suffix (-activity, record key): one merged
+            # page with its records, one round trip where the Kv merges (PostgreSQL, SQLite).
+            if len(prefixes) == 1:
+                start = f"x/{index}/" + encode(prefixes[0]) + position if position else None
+                rows = self.layout.scan_fetch(table, index, prefixes[0], after=start, limit=limit + 1)
+            else:
+                found = self.layout.scan_merge_fetch(table, index, prefixes, after=position or None, limit=limit + 1)
+                rows = [(entry, record) for _, entry, record in found]
+            listed = page_of(rows, limit, cursor)
+            return [Conversation.from_json(r.value, r.version) for _, r in listed.items if r is not None], listed.next
         for values in prefixes:
             prefix = f"x/{index}/" + encode(values)
             page = self.layout.scan(
                 table, index, values, after=prefix + position if position else None, limit=limit + 1
             )
-            # Every prefix orders its entries by the same suffix: (-activity, record key).
             merged += [(e.key[len(prefix) :], e) for e in page]
         merged.sort(key=lambda item: item[0])
-        listed = page_of([e for _, e in merged], limit, lambda e: f"{e.value['at']}/{e.value['id']}")
-        fetched = self.layout.fetch(table, listed.items)
-        return [Conversation.from_json(e.value, e.version) for e in fetched if e is not None], listed.next
+        listed_entries = page_of([e for _, e in merged], limit, lambda e: f"{e.value['at']}/{e.value['id']}")
+        fetched = self.layout.fetch(table, listed_entries.items)
+        return [Conversation.from_json(e.value, e.version) for e in fetched if e is not None], listed_entries.next
 
     def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
         views: dict[str, tuple[Any, ...]] = {"all": ("*",), "mine": ("a", agent), "unassigned": ("a", None)}

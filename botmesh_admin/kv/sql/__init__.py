@@ -39,6 +39,7 @@ from ..validation import (
     validate_key,
     validate_scan,
     validate_scan_follow,
+    validate_scan_merge,
     validate_sweep_limit,
     validate_table,
     validate_table_prefix,
@@ -96,6 +97,27 @@ class SqlKv:
         validate_scan_follow(table, prefix, after, limit, field)
         start, inclusive = scan_start(prefix, after)
         return self._db.scan_follow(table, start, inclusive, prefix_end(prefix), limit, field)
+
+    def scan_merge(
+        self,
+        table: str,
+        prefixes: Sequence[str],
+        after: str | None = None,
+        limit: int = 100,
+        *,
+        field: str = "pk",
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return several prefixes' scans merged by suffix, with targets: one statement (``ScanMerge``)."""
+        found = validate_scan_merge(table, prefixes, after, limit, field)
+        ranges = [(p, p if after is None else p + after, prefix_end(p)) for p in found]
+        rows = None
+        if all(end is not None for _, _, end in ranges):
+            rows = self._db.scan_merge(table, ranges, after is None, limit, field)  # type: ignore[arg-type]
+        if rows is None:  # a prefix without an end, or a "\u0000" PostgreSQL's json cannot read
+            from ..indexes import merge_by_scans
+
+            rows = merge_by_scans(self, table, found, after, limit, field)
+        return rows
 
     def get_many(self, table: str, keys: Sequence[str]) -> list[Entry | None]:
         """Return the live entry (or ``None``) of each of ``keys``, in order, from one query."""

@@ -117,6 +117,34 @@ def _scan_follow_sql(placeholder: str, now: str, inclusive: bool, bounded: bool,
     )
 
 
+def _scan_merge_sql(placeholder: str, now: str, inclusive: bool, ranges: int, target_key: str) -> str:
+    """Return ``ranges`` bounded scans merged by suffix, joined to their targets (``ScanMerge``).
+
+    Each range is a scan (``_scan_sql``, bounded) that also returns its
+    prefix's length; their union is ordered by ``(suffix, key)`` and cut at the
+    limit, then joined as in ``_scan_follow_sql``. Parameters, in order: per
+    range the prefix length, the table, start, end, the time where ``now`` is a
+    placeholder (SQLite) and the range's limit; then the merged limit, the
+    table, those of ``target_key``, and the time again where it is a placeholder.
+    """
+    p = placeholder
+    ops = ">=" if inclusive else ">"
+    union = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT key, value, version, expires_at, {p} AS plen FROM botmesh_kv WHERE tbl = {p}"
+        f" AND key {ops} {p} AND key < {p} AND (expires_at IS NULL OR expires_at > {now})"
+        f" ORDER BY key LIMIT {p}) AS b{n}"
+        for n in range(ranges)
+    )
+    return (
+        f"WITH u AS ({union}),"
+        f" i AS (SELECT key, value, version, expires_at, substr(key, plen + 1) AS suffix FROM u"
+        f" ORDER BY suffix, key LIMIT {p})"
+        " SELECT i.key, i.value, i.version, i.expires_at, r.key, r.value, r.version, r.expires_at FROM i"
+        f" LEFT JOIN botmesh_kv r ON r.tbl = {p} AND r.key = {target_key}"
+        f" AND (r.expires_at IS NULL OR r.expires_at > {now}) ORDER BY i.suffix, i.key"
+    )
+
+
 def _followed(rows: Sequence[Sequence[Any]]) -> list[tuple[Entry, Entry | None]]:
     """Return the ``(entry, target)`` pairs of ``_scan_follow_sql`` rows (shared with SQLite)."""
     out: list[tuple[Entry, Entry | None]] = []

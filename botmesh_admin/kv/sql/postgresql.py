@@ -18,6 +18,7 @@ committed. Expiry uses the server's clock.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -26,7 +27,15 @@ from botmesh_admin.errors import StoreUnavailable
 from ..base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
 from ..validation import added, follow_key
-from .connections import _NOT_AN_INTEGER, ThreadConnections, _followed, _scan_follow_sql, _scan_sql, _tables_sql
+from .connections import (
+    _NOT_AN_INTEGER,
+    ThreadConnections,
+    _followed,
+    _scan_follow_sql,
+    _scan_merge_sql,
+    _scan_sql,
+    _tables_sql,
+)
 
 
 def _refuse_add(ops: Sequence[Op], i: int, stored: str | bytes | None) -> NoReturn:
@@ -267,6 +276,11 @@ _PG_SCAN_FOLLOW = {
 }
 
 
+@functools.cache
+def _pg_scan_merge(inclusive: bool, ranges: int) -> str:
+    return _scan_merge_sql("%s", _PG_NOW, inclusive, ranges, _PG_TARGET)
+
+
 class _Postgres:
     """PostgreSQL dialect: one autocommit round trip per call."""
 
@@ -349,6 +363,27 @@ class _Postgres:
         wanted = [k for k in keys if k is not None and "\x00" not in k]
         found = {e.key: e for e in self.get_many(table, wanted) if e is not None} if wanted else {}
         return [(e, None if k is None else found.get(k)) for e, k in zip(entries, keys, strict=True)]
+
+    def scan_merge(
+        self, table: str, ranges: Sequence[tuple[str, str, str]], inclusive: bool, limit: int, field: str
+    ) -> list[tuple[Entry, Entry | None]] | None:
+        """Return the merged ranges (``ScanMerge``) in one statement; ``None`` where it cannot serve them.
+
+        ``ranges``: ``(prefix, start, end)`` each. ``None`` when an entry of the
+        page holds a ``"\\u0000"`` (as in ``scan_follow``): the caller merges by scans.
+        """
+        params: list[Any] = []
+        for prefix, start, end in ranges:
+            params += [len(prefix), table, start, end, limit]
+        params += [limit, table, field, field]
+        try:
+            with self._errors():
+                rows = self._conns.get().execute(_pg_scan_merge(inclusive, len(ranges)), params)
+                return _followed(rows.fetchall())
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, self._psycopg.errors.UntranslatableCharacter):
+                raise
+        return None
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         if len(ops) == 1 and ops[0].expect is not ABSENT and not isinstance(ops[0], Check):

@@ -7,6 +7,7 @@ A commit is one ``BEGIN IMMEDIATE`` transaction (WAL mode, ``synchronous=FULL``,
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -16,7 +17,15 @@ from botmesh_admin.errors import StoreUnavailable, ValidationError
 from ..base import Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
 from ..validation import added, expectation_holds, now_ms
-from .connections import _NOT_AN_INTEGER, ThreadConnections, _followed, _scan_follow_sql, _scan_sql, _tables_sql
+from .connections import (
+    _NOT_AN_INTEGER,
+    ThreadConnections,
+    _followed,
+    _scan_follow_sql,
+    _scan_merge_sql,
+    _scan_sql,
+    _tables_sql,
+)
 
 _IMPORT_SQLITE = (
     "INSERT INTO botmesh_kv (tbl, key, value, version, expires_at) VALUES (?, ?, ?, ?, ?)"
@@ -47,6 +56,13 @@ _SQLITE_TARGET = "CASE WHEN json_type(i.value, ?) = 'text' THEN json_extract(i.v
 _SQLITE_SCAN_FOLLOW = {
     (inc, bnd): _scan_follow_sql("?", "?", inc, bnd, _SQLITE_TARGET) for inc in (True, False) for bnd in (True, False)
 }
+
+
+@functools.cache
+def _sqlite_scan_merge(inclusive: bool, ranges: int) -> str:
+    return _scan_merge_sql("?", "?", inclusive, ranges, _SQLITE_TARGET)
+
+
 _SQLITE_GET_MANY = (
     "SELECT key, value, version, expires_at FROM botmesh_kv WHERE tbl = ?"
     " AND key IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
@@ -138,6 +154,20 @@ class _Sqlite:
             rows = self._conns.get().execute(
                 _SQLITE_SCAN_FOLLOW[inclusive, end is not None], (*scan, table, path, path, now)
             )
+            return _followed(rows.fetchall())
+
+    def scan_merge(
+        self, table: str, ranges: Sequence[tuple[str, str, str]], inclusive: bool, limit: int, field: str
+    ) -> list[tuple[Entry, Entry | None]] | None:
+        """Return the merged ranges (``ScanMerge``) in one statement; ``ranges``: ``(prefix, start, end)``."""
+        now = now_ms()
+        params: list[Any] = []
+        for prefix, start, end in ranges:
+            params += [len(prefix), table, start, end, now, limit]
+        path = f'$."{field}"'  # field: letters, digits and underscores (validated)
+        params += [limit, table, path, path, now]
+        with self._errors():
+            rows = self._conns.get().execute(_sqlite_scan_merge(inclusive, len(ranges)), params)
             return _followed(rows.fetchall())
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
