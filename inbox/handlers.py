@@ -130,10 +130,11 @@ def project_inbound_batch(records: Sequence[EventRecord]) -> list[Exception | No
 
 
 def _prefetch(records: Sequence[EventRecord], store: Any) -> None:
-    """Read, per tenant in two ``get_many``, the conversations and messages ``records`` will look up."""
+    """Read, per tenant in two ``get_many`` each, the conversations, messages and CRM contacts ``records`` need."""
     from botmesh_admin.channels.domain import event_from_json
 
     wanted: dict[str, tuple[list[tuple[str, str | None]], list[str]]] = {}
+    senders: dict[str, list[tuple[str, str, str | None]]] = {}  # tenant -> (channel, sender id, profile name)
     for record in records:
         chats, ids = wanted.setdefault(record.tenant, ([], []))
         payload = record.payload if isinstance(record.payload, dict) else {}
@@ -152,6 +153,11 @@ def _prefetch(records: Sequence[EventRecord], store: Any) -> None:
             chat_key = getattr(event, "chat_key", None)
             if chat_key:
                 chats.append((chat_key, getattr(event, "channel_name", None)))
+            sender_id = getattr(event, "sender_id", None)
+            if isinstance(sender_id, str) and sender_id and isinstance(getattr(event, "channel", None), str):
+                senders.setdefault(record.tenant, []).append(
+                    (event.channel, sender_id, getattr(event, "sender_name", None))
+                )
             reaction = getattr(event, "reaction", None)
             ids += [
                 v
@@ -164,6 +170,11 @@ def _prefetch(records: Sequence[EventRecord], store: Any) -> None:
             ]
     for tenant, (chats, ids) in wanted.items():
         store.prefetch(tenant, chats=chats, message_ids=ids)
+    for tenant, people in senders.items():
+        try:
+            services.prefetch_contacts(tenant, people)
+        except Exception as exc:  # noqa: BLE001 - only an optimisation: each message upserts its contact itself
+            log.info("inbox batch: contacts not read ahead: %s", type(exc).__name__)
 
 
 def _claim_of(record: EventRecord) -> Claim:

@@ -65,6 +65,13 @@ class ContactStore(Protocol):
         """Return the contact that owns the (normalised) ``identity``, or ``None``."""
         ...
 
+    def contact_find_many(self, tenant: str, identities: Sequence[Identity]) -> list[Contact | None]:
+        """Return, for each (normalised) identity in order, its owner or ``None``: two reads per 1,000.
+
+        An owner replaced between the two reads shows as ``None`` (ask ``contact_find``).
+        """
+        ...
+
     def contact_insert(self, tenant: str, contact: Contact) -> Contact:
         """Store a new contact and claim its identities atomically; return it at version 1.
 

@@ -320,6 +320,21 @@ class KvContactStore:
                 return Contact.from_json(entry.value, entry.version)
         return None
 
+    def contact_find_many(self, tenant: str, identities: Sequence[Identity]) -> list[Contact | None]:
+        table = self._contacts(tenant)
+        out: list[Contact | None] = []
+        for chunk in _chunks([i.key for i in identities]):
+            owners = [
+                e.value["contact"] if e is not None else None
+                for e in self.kv.get_many(table, [f"i/{k}" for k in chunk])
+            ]
+            wanted = [f"c/{o}" for o in owners if o is not None]
+            found = {e.key: e for e in self.kv.get_many(table, wanted) if e is not None} if wanted else {}
+            for owner in owners:
+                entry = None if owner is None else found.get(f"c/{owner}")
+                out.append(None if entry is None else Contact.from_json(entry.value, entry.version))
+        return out
+
     def _identity_taken(self, table: str, key: str) -> IdentityTaken:
         index = self.kv.get(table, key)
         return IdentityTaken(key[2:], index.value["contact"] if index else None)

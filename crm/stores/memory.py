@@ -80,6 +80,9 @@ class MemoryContactStore:
             found = t.contacts.get(owner) if owner else None
             return _copy(found, found.version) if found else None
 
+    def contact_find_many(self, tenant: str, identities: Sequence[Identity]) -> list[Contact | None]:
+        return [self.contact_find(tenant, identity) for identity in identities]
+
     def _claim(self, t: _Tenant, contact: Contact) -> None:
         for ident in contact.identities:
             owner = t.identities.get(ident.key)

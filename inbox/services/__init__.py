@@ -31,7 +31,7 @@ from .conversations import (
     read_marker_set,
     read_markers_backfill,
 )
-from .projection import Projected, after_projection, project_batched
+from .projection import Projected, after_projection, prefetch_contacts, project_batched
 from .replies import HandedOff, bot_reply_create, reply_create, reply_resend, reply_send
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "message_project",
     "note_add",
     "after_projection",
+    "prefetch_contacts",
     "project_batched",
     "read_marker_set",
     "read_markers_backfill",

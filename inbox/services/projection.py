@@ -709,6 +709,33 @@ def _contact_for(tenant: str, conv: Conversation, channel: str, sender_id: str, 
         return conv.contact_id
 
 
+def prefetch_contacts(tenant: str, senders: Sequence[tuple[str, str, str | None]]) -> None:
+    """Read the CRM contacts of a batch's senders at once (inside ``project_batched``; elsewhere nothing).
+
+    ``senders``: ``(channel, sender id, profile name)`` of the batch's messages.
+    Two Kv reads per 1,000 senders. A sender whose contact exists and whose
+    upsert would change nothing (it has a name, or the message brings none) is
+    remembered with the batch's upserts, so its messages skip the two reads of
+    ``contact_upsert_identity``; the others upsert as before.
+    """
+    batch = _batch.get()
+    if batch is None:
+        return
+    wanted: dict[tuple[str, str], str | None] = {}
+    for channel, sender_id, name in senders:
+        address = _address(channel, sender_id)
+        if address is not None and (tenant, channel, address) not in batch.contacts:
+            wanted.setdefault((channel, address), name)
+    if not wanted:
+        return
+    from crm.selectors import contacts_find_by_identity
+
+    found = contacts_find_by_identity(tenant, list(wanted))
+    for ((channel, address), name), contact in zip(wanted.items(), found, strict=True):
+        if contact is not None and (contact.name or not name):
+            batch.contacts[(tenant, channel, address)] = (name, contact.id)
+
+
 def _consent_denied(tenant: str, contact_id: str, channel: str, evidence: str) -> None:
     """Deny the contact's marketing consent on ``channel``; skip (with a log line) a contact that was erased.
 

@@ -444,3 +444,74 @@ def test_the_worker_projects_a_claimed_batch_in_one_commit_per_conversation_and_
     [poisoned] = journal.list(state="pending")
     assert poisoned.payload["record"]["id"] == "w-5" and "tenantId" in (poisoned.last_error or "")
     assert {r.payload["record"]["id"] for r in journal.list(state="done")} == {f"w-{i}" for i in range(8) if i != 5}
+
+
+def test_a_batch_reads_its_senders_contacts_at_once_and_upserts_only_what_would_change(
+    any_kv: DurableKv, tenant_id: str
+) -> None:
+    """Known senders cost the batch two CRM reads, not two per message; a contact without a name still gets it."""
+    from crm import selectors as crm_selectors
+    from crm.services import contact_upsert_identity
+    from crm.stores import use_store as use_crm_store
+    from crm.stores.kv import KvContactStore
+
+    class CountingReads(CountingKv):
+        def __init__(self, kv: DurableKv) -> None:
+            super().__init__(kv)
+            self.reads: list[str] = []
+
+        def get(self, table: str, key: str) -> Any:
+            self.reads.append("get")
+            return self.kv.get(table, key)
+
+        def get_many(self, table: str, keys: Sequence[str]) -> Any:
+            self.reads.append("get_many")
+            return self.kv.get_many(table, keys)
+
+    crm_kv = CountingReads(any_kv)
+    store = KvInboxStore(any_kv)
+    with use_store(store), use_crm_store(KvContactStore(crm_kv)):  # type: ignore[arg-type]
+        for i, chat in enumerate(CHATS):
+            contact_upsert_identity(
+                tenant_id, channel="whatsapp", address="+" + chat.split(":")[1], name=None if i == 2 else f"P{i}",
+                source="test",
+            )  # fmt: skip
+        event_project(tenant_id, inbound("whatsapp:573009990000", "wamid.first", 999))
+        units = [
+            partial(
+                event_project, tenant_id, inbound(CHATS[i % 3], f"wamid.c{i}", 3_000 + i, f"m{i}", sender_name="Nuevo")
+            )
+            for i in range(9)
+        ]
+        crm_kv.reads.clear()
+        assert project_batched(units, prefetch=partial(_prefetch_senders, tenant_id, units)) == [None] * 9
+        # Two reads ahead; the third chat's contact has no name: its first message upserts it (and fills it in).
+        assert crm_kv.reads[:2] == ["get_many", "get_many"] and len(crm_kv.reads) > 2
+        named = crm_selectors.contacts_find_by_identity(tenant_id, [("whatsapp", "+" + c.split(":")[1]) for c in CHATS])
+        assert [c.name if c else None for c in named] == ["P0", "P1", "Nuevo"]
+        conv = store.conversation_by_chat(tenant_id, CHATS[0])
+        assert conv is not None and conv.contact_id == named[0].id  # type: ignore[union-attr]
+        # Now every sender is known and named: the batch reads the CRM twice and writes nothing to it.
+        more = [
+            partial(event_project, tenant_id, inbound(CHATS[i % 3], f"wamid.d{i}", 4_000 + i, sender_name="Otro"))
+            for i in range(9)
+        ]
+        crm_kv.reads.clear()
+        commits = crm_kv.commits
+        assert project_batched(more, prefetch=partial(_prefetch_senders, tenant_id, more)) == [None] * 9
+        assert crm_kv.reads == ["get_many", "get_many"]
+        assert crm_kv.commits == commits
+        # Without reading ahead, each message's upsert reads its identity and its contact.
+        crm_kv.reads.clear()
+        again = [
+            partial(event_project, tenant_id, inbound(CHATS[i % 3], f"wamid.e{i}", 5_000 + i, sender_name="Otro"))
+            for i in range(9)
+        ]
+        assert project_batched(again) == [None] * 9
+        assert crm_kv.reads.count("get") == 2 * 3  # once per sender: later messages reuse the batch's upserts
+
+
+def _prefetch_senders(tenant: str, units: Sequence[Any], store: Any) -> None:
+    from inbox.services import prefetch_contacts
+
+    prefetch_contacts(tenant, [(u.args[1].channel, u.args[1].sender_id, u.args[1].sender_name) for u in units])
