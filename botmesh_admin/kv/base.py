@@ -21,9 +21,9 @@ code never lists tables (there is no call that reads across tenants).
 ``ScanFollow`` (every shipped backend has it; wrappers such as ``BufferedKv``
 may not) reads an index page and the records it points at in one round trip;
 ``botmesh_admin.kv.indexes`` uses it when present and otherwise does the same
-with ``scan`` then ``get_many``. ``ScanMerge`` (PostgreSQL's) reads the first
-entries of several index ranges merged in one round trip; ``indexes.merged_scan``
-does the same with one ``scan`` per range elsewhere.
+with ``scan`` then ``get_many``. ``ScanMerge`` (SQLite, PostgreSQL and Redis have it) reads
+the first entries of several index ranges merged in one round trip;
+``indexes.merged_scan`` does the same with one ``scan`` per range elsewhere.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from .validation import (
     validate_key,
     validate_scan,
     validate_scan_follow,
+    validate_scan_merge,
     validate_sweep_limit,
     validate_table,
     validate_table_prefix,
@@ -209,6 +210,56 @@ SCAN_FOLLOW_LUA = (
 -- {key, value, version, expires_at or ''}, all '' when there is none.
 """
     + _SCAN_BODY.replace("FOLLOW", _FOLLOW)
+)
+
+SCAN_MERGE_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, limit, field name,
+-- then per range: lex min, lex max, prefix length. Each range is scanned as
+-- SCAN_LUA scans (up to limit live entries); the union is ordered by the part of
+-- each key after its range's prefix, then by key (byte order: Redis runs Lua in
+-- the C locale), and cut at limit. Reply as SCAN_FOLLOW_LUA's.
+local prefix, limit, field = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local rows = {}
+for r = 4, #ARGV, 3 do
+  local min, max, plen, found = ARGV[r], ARGV[r + 1], tonumber(ARGV[r + 2]), 0
+  while found < limit do
+    local want = limit - found
+    local members = redis.call('ZRANGEBYLEX', KEYS[1], min, max, 'LIMIT', 0, want)
+    for _, m in ipairs(members) do
+      local h = redis.call('HMGET', prefix .. m, 'v', 'ver', 'exp')
+      local exp = tonumber(h[3])
+      if h[2] and (not exp or exp > now) then
+        rows[#rows + 1] = {string.sub(m, plen + 1), m, h[1], h[2], h[3] or ''}
+        found = found + 1
+      else
+        redis.call('DEL', prefix .. m)
+        redis.call('ZREM', KEYS[1], m)
+        redis.call('ZREM', KEYS[2], m)
+      end
+    end
+    if #members < want then break end
+    min = '(' .. members[#members]
+  end
+end
+table.sort(rows, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
+local out = {}
+for i = 1, math.min(limit, #rows) do
+  local row = rows[i]
+  out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = row[2], row[3], row[4], row[5]
+  local ok, doc = pcall(cjson.decode, row[3])
+  local t = ok and type(doc) == 'table' and doc[field] or nil
+  local th = type(t) == 'string' and redis.call('HMGET', prefix .. t, 'v', 'ver', 'exp') or {}
+  local texp = tonumber(th[3])
+  if th[2] and (not texp or texp > now) then
+    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = t, th[1], th[2], th[3] or ''
+  else
+    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = '', '', '', ''
+  end
+end
+return out
+"""
 )
 
 GET_MANY_LUA = (
@@ -385,6 +436,7 @@ class RedisKv:
         self._commit = self._client.register_script(COMMIT_LUA)
         self._scan = self._client.register_script(SCAN_LUA)
         self._scan_follow = self._client.register_script(SCAN_FOLLOW_LUA)
+        self._scan_merge = self._client.register_script(SCAN_MERGE_LUA)
         self._get_many = self._client.register_script(GET_MANY_LUA)
         self._sweep = self._client.register_script(SWEEP_LUA)
         self._drop = self._client.register_script(DROP_LUA)
@@ -450,6 +502,26 @@ class RedisKv:
         keys, args = _scan_args(table, prefix, after, limit)
         with self._errors():
             flat = self._scan_follow(keys=keys, args=[*args, field])
+        return [(_entry(flat, i), _entry(flat, i + 4) if flat[i + 6] else None) for i in range(0, len(flat), 8)]
+
+    def scan_merge(
+        self,
+        table: str,
+        prefixes: Sequence[str],
+        after: str | None = None,
+        limit: int = 100,
+        *,
+        field: str = "pk",
+    ) -> list[tuple[Entry, Entry | None]]:
+        """Return several prefixes' scans merged by suffix, with targets: one script (``ScanMerge``)."""
+        found = validate_scan_merge(table, prefixes, after, limit, field)
+        keys: list[bytes] = []
+        ranges: list[bytes | int] = []
+        for prefix in found:
+            keys, args = _scan_args(table, prefix, None if after is None else prefix + after, limit)
+            ranges += [args[1], args[2], len(prefix.encode())]
+        with self._errors():
+            flat = self._scan_merge(keys=keys, args=[args[0], limit, field, *ranges])
         return [(_entry(flat, i), _entry(flat, i + 4) if flat[i + 6] else None) for i in range(0, len(flat), 8)]
 
     def commit(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
