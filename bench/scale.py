@@ -721,8 +721,21 @@ class CountingFollowKv(CountingKv):
         return pairs
 
 
+class CountingMergeKv(CountingFollowKv):
+    """A ``CountingFollowKv`` over a Kv that also has ``ScanMerge``."""
+
+    def scan_merge(
+        self, table: str, prefixes: Sequence[str], after: str | None = None, limit: int = 100, *, field: str = "pk"
+    ) -> list[Any]:
+        pairs = self.kv.scan_merge(table, prefixes, after, limit, field=field)
+        self._add(scan_merge=1, entries=len(pairs) + sum(1 for _, t in pairs if t is not None))
+        return pairs
+
+
 def counting_kv(kv: Any) -> CountingKv:
-    """Return the counting wrapper of ``kv`` (with ``scan_follow`` when ``kv`` has it)."""
+    """Return the counting wrapper of ``kv`` (with ``scan_follow`` and ``scan_merge`` when ``kv`` has them)."""
+    if hasattr(kv, "scan_merge"):
+        return CountingMergeKv(kv)
     return CountingFollowKv(kv) if hasattr(kv, "scan_follow") else CountingKv(kv)
 
 
@@ -1969,7 +1982,7 @@ def fmt(ms: float | None) -> str:
 def kv_text(kv: dict[str, float]) -> str:
     parts = [
         f"{name} {kv[name]:.0f}"
-        for name in ("get", "get_many", "keys", "scan", "scan_follow", "entries")
+        for name in ("get", "get_many", "keys", "scan", "scan_follow", "scan_merge", "entries")
         if kv.get(name)
     ]
     return ", ".join(parts) or "-"
