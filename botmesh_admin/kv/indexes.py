@@ -807,8 +807,13 @@ class IndexedTable:
         return {e.key[len(prefix) :]: int(e.value) for e in self.kv.scan(table, prefix=prefix, limit=limit)}
 
     def fetch(self, table: str, entries: Sequence[Entry]) -> list[Entry | None]:
-        """Return the records the index ``entries`` point at (one ``get_many``)."""
-        return self.kv.get_many(table, [e.value["pk"] for e in entries]) if entries else []
+        """Return the records the index ``entries`` point at (one ``get_many`` per ``MAX_GET_MANY`` entries)."""
+        keys = [e.value["pk"] for e in entries]
+        return [
+            r
+            for start in range(0, len(keys), MAX_GET_MANY)
+            for r in self.kv.get_many(table, keys[start : start + MAX_GET_MANY])
+        ]
 
     # builds
 

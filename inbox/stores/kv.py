@@ -439,7 +439,7 @@ class KvInboxStore:
             return [], None
         if limit < MAX_GET_MANY:
             # Every prefix orders its entries by the same suffix (-activity, record key): one merged
-            # page with its records, one round trip where the Kv merges (PostgreSQL, SQLite).
+            # page with its records, one round trip where the Kv merges (SQLite, PostgreSQL, Redis).
             if len(prefixes) == 1:
                 start = f"x/{index}/" + encode(prefixes[0]) + position if position else None
                 rows = self.layout.scan_fetch(table, index, prefixes[0], after=start, limit=limit + 1)
@@ -448,6 +448,7 @@ class KvInboxStore:
                 rows = [(entry, record) for _, entry, record in found]
             listed = page_of(rows, limit, cursor)
             return [Conversation.from_json(r.value, r.version) for _, r in listed.items if r is not None], listed.next
+        # A page larger than one get_many: each range scanned, merged here, the records fetched in chunks.
         for values in prefixes:
             prefix = f"x/{index}/" + encode(values)
             page = self.layout.scan(

@@ -199,3 +199,18 @@ def test_settings_default_then_compare_and_set(inbox_store, tenant_id):
         inbox_store.settings_put(tenant_id, InboxSettings(reply_takes_over=False))  # revision 0: stale
     assert inbox_store.settings_put(tenant_id, replace(stored, reply_takes_over=False)).reply_takes_over is False
     assert inbox_store.settings_get("other-" + tenant_id).reply_to_others is False
+
+
+def test_a_page_larger_than_one_get_many_lists_every_conversation_in_order(tenant_id):
+    """A store page of 1,050 (more than a Kv get_many holds), merged over statuses, on the in-memory Kv."""
+    from botmesh_admin.kv.memory import MemoryKv
+    from inbox.stores.kv import KvInboxStore
+
+    store = KvInboxStore(MemoryKv())
+    for i in range(1_060):
+        status = ("open", "pending", "resolved")[i % 3]
+        store.write(tenant_id, Change(conversation=conversation(f"whatsapp:5730{i:08d}", at=10_000 + i, status=status)))
+    page, cursor = store.conversation_page(tenant_id, limit=1_050, channel="whatsapp")
+    assert [c.last_activity_ms for c in page] == list(range(11_059, 10_009, -1))
+    rest, end = store.conversation_page(tenant_id, limit=1_050, channel="whatsapp", after=cursor)
+    assert [c.last_activity_ms for c in rest] == list(range(10_009, 9_999, -1)) and end is None
