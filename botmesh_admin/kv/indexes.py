@@ -751,24 +751,22 @@ class IndexedTable:
         *,
         after: str | None = None,
         limit: int = 100,
-    ) -> list[tuple[str, Entry, Entry | None]]:
+    ) -> list[tuple[Entry, Entry | None]]:
         """Return the first ``limit`` entries of several groups of value index ``index``, merged, with records.
 
         ``groups``: the leading values of each range (distinct, none leading
         another, at most 64), whose entries order alike by what follows them
         (``-activity``, then the record key, in every status × channel range of
-        a list). Each row is ``(suffix, entry, record or None)``, ordered by
-        suffix; ``after`` is the last suffix of the previous page (exclusive).
+        a list). Each row is ``(entry, record or None)``, ordered by what
+        follows the group's prefix; ``after`` is such a suffix, the previous
+        page's last (exclusive).
         One round trip where the Kv has ``ScanMerge``, else one ``scan`` per
         group and one ``get_many`` (``merged_scan``). Raise ``IndexNotBuilt``
         if the index is not built.
         """
         self._require(table, index)
         base = f"{INDEX_ROOT}{index}/"
-        prefixes = [base + encode(values) for values in groups]
-        rows = merged_scan(self.kv, table, prefixes, after, limit)
-        lengths = {p: len(p) for p in prefixes}
-        return [(_suffix(entry.key, lengths), entry, record) for entry, record in rows]
+        return merged_scan(self.kv, table, [base + encode(values) for values in groups], after, limit)
 
     def _range(
         self,
@@ -1027,13 +1025,6 @@ def upkeep_ops(changes: Sequence[RecordChange], states: Mapping[str, _State]) ->
     return ops
 
 
-def _suffix(key: str, lengths: Mapping[str, int]) -> str:
-    for prefix, n in lengths.items():
-        if key.startswith(prefix):
-            return key[n:]
-    raise AssertionError(f"{key!r} is under none of the merged prefixes")
-
-
 def merged_scan(
     kv: DurableKv, table: str, prefixes: Sequence[str], after: str | None, limit: int, field: str = "pk"
 ) -> list[tuple[Entry, Entry | None]]:
@@ -1056,9 +1047,8 @@ def merge_by_scans(
     kv: DurableKv, table: str, prefixes: Sequence[str], after: str | None, limit: int, field: str
 ) -> list[tuple[Entry, Entry | None]]:
     """``merged_scan`` by one ``scan`` per prefix and one ``get_many`` (arguments validated by the caller)."""
-    found = prefixes
     rows: list[tuple[str, str, Entry]] = []
-    for prefix in found:
+    for prefix in prefixes:
         start = None if after is None else prefix + after
         rows += [(e.key[len(prefix) :], e.key, e) for e in kv.scan(table, prefix=prefix, after=start, limit=limit)]
     rows.sort(key=lambda row: (row[0], row[1]))

@@ -156,74 +156,13 @@ return out
 """
 )
 
-_SCAN_BODY = """
-local prefix, min, max, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local out, found = {}, 0
-while found < limit do
-  local want = limit - found
-  local members = redis.call('ZRANGEBYLEX', KEYS[1], min, max, 'LIMIT', 0, want)
-  for _, m in ipairs(members) do
-    local h = redis.call('HMGET', prefix .. m, 'v', 'ver', 'exp')
-    local exp = tonumber(h[3])
-    if h[2] and (not exp or exp > now) then
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = m, h[1], h[2], h[3] or ''
-      FOLLOW
-      found = found + 1
-    else
-      redis.call('DEL', prefix .. m)
-      redis.call('ZREM', KEYS[1], m)
-      redis.call('ZREM', KEYS[2], m)
-    end
-  end
-  if #members < want then break end
-  min = '(' .. members[#members]
-end
-return out
-"""
-
-SCAN_LUA = (
-    _NOW
-    + """
--- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, lex min, lex max, limit.
--- Reply: flat {key, value, version, expires_at or '', ...} of up to limit live entries.
--- Members whose entry expired or was reclaimed by Redis are removed on the way.
-"""
-    + _SCAN_BODY.replace("FOLLOW", "")
-)
-
-# The target of an entry: the key its value's field holds when that is a string
-# (pcall: a value cjson cannot read names no key), read like GET_MANY_LUA.
-_FOLLOW = """local ok, doc = pcall(cjson.decode, h[1])
-      local t = ok and type(doc) == 'table' and doc[ARGV[5]] or nil
-      local th = type(t) == 'string' and redis.call('HMGET', prefix .. t, 'v', 'ver', 'exp') or {}
-      local texp = tonumber(th[3])
-      if th[2] and (not texp or texp > now) then
-        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = t, th[1], th[2], th[3] or ''
-      else
-        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = '', '', '', ''
-      end"""
-
-SCAN_FOLLOW_LUA = (
-    _NOW
-    + """
--- As SCAN_LUA, with ARGV[5] a field name: after each entry its target's
--- {key, value, version, expires_at or ''}, all '' when there is none.
-"""
-    + _SCAN_BODY.replace("FOLLOW", _FOLLOW)
-)
-
-SCAN_MERGE_LUA = (
-    _NOW
-    + """
--- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, limit, field name,
--- then per range: lex min, lex max, prefix length. Each range is scanned as
--- SCAN_LUA scans (up to limit live entries); the union is ordered by the part of
--- each key after its range's prefix, then by key (byte order: Redis runs Lua in
--- the C locale), and cut at limit. Reply as SCAN_FOLLOW_LUA's.
-local prefix, limit, field = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local rows = {}
-for r = 4, #ARGV, 3 do
-  local min, max, plen, found = ARGV[r], ARGV[r + 1], tonumber(ARGV[r + 2]), 0
+# Shared by the scan scripts: ``live_range`` visits up to ``limit`` live entries of a lex range in
+# key order (members whose entry expired or was reclaimed by Redis are removed on the way);
+# ``push_target`` appends the target of an entry: the key its value's field holds when that is a
+# string (pcall: a value cjson cannot read names no key), read like GET_MANY_LUA, or four ''.
+_SCAN_FUNCTIONS = """
+local function live_range(prefix, min, max, limit, visit)
+  local found = 0
   while found < limit do
     local want = limit - found
     local members = redis.call('ZRANGEBYLEX', KEYS[1], min, max, 'LIMIT', 0, want)
@@ -231,7 +170,7 @@ for r = 4, #ARGV, 3 do
       local h = redis.call('HMGET', prefix .. m, 'v', 'ver', 'exp')
       local exp = tonumber(h[3])
       if h[2] and (not exp or exp > now) then
-        rows[#rows + 1] = {string.sub(m, plen + 1), m, h[1], h[2], h[3] or ''}
+        visit(m, h)
         found = found + 1
       else
         redis.call('DEL', prefix .. m)
@@ -243,12 +182,8 @@ for r = 4, #ARGV, 3 do
     min = '(' .. members[#members]
   end
 end
-table.sort(rows, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
-local out = {}
-for i = 1, math.min(limit, #rows) do
-  local row = rows[i]
-  out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = row[2], row[3], row[4], row[5]
-  local ok, doc = pcall(cjson.decode, row[3])
+local function push_target(out, prefix, value, field)
+  local ok, doc = pcall(cjson.decode, value)
   local t = ok and type(doc) == 'table' and doc[field] or nil
   local th = type(t) == 'string' and redis.call('HMGET', prefix .. t, 'v', 'ver', 'exp') or {}
   local texp = tonumber(th[3])
@@ -257,6 +192,68 @@ for i = 1, math.min(limit, #rows) do
   else
     out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = '', '', '', ''
   end
+end
+"""
+
+SCAN_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, lex min, lex max, limit.
+-- Reply: flat {key, value, version, expires_at or '', ...} of up to limit live entries.
+-- Members whose entry expired or was reclaimed by Redis are removed on the way.
+"""
+    + _SCAN_FUNCTIONS
+    + """
+local out = {}
+live_range(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), function(m, h)
+  out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = m, h[1], h[2], h[3] or ''
+end)
+return out
+"""
+)
+
+SCAN_FOLLOW_LUA = (
+    _NOW
+    + """
+-- As SCAN_LUA, with ARGV[5] a field name: after each entry its target's
+-- {key, value, version, expires_at or ''}, all '' when there is none.
+"""
+    + _SCAN_FUNCTIONS
+    + """
+local out = {}
+live_range(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), function(m, h)
+  out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = m, h[1], h[2], h[3] or ''
+  push_target(out, ARGV[1], h[1], ARGV[5])
+end)
+return out
+"""
+)
+
+SCAN_MERGE_LUA = (
+    _NOW
+    + """
+-- KEYS[1] index, KEYS[2] expiry index. ARGV: entry key prefix, limit, field name,
+-- then per range: lex min, lex max, prefix length. Each range is scanned as
+-- SCAN_LUA scans (up to limit live entries); the union is ordered by the part of
+-- each key after its range's prefix, then by key (byte order: Redis runs Lua in
+-- the C locale), and cut at limit. Reply as SCAN_FOLLOW_LUA's.
+"""
+    + _SCAN_FUNCTIONS
+    + """
+local prefix, limit, field = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local rows = {}
+for r = 4, #ARGV, 3 do
+  local plen = tonumber(ARGV[r + 2])
+  live_range(prefix, ARGV[r], ARGV[r + 1], limit, function(m, h)
+    rows[#rows + 1] = {string.sub(m, plen + 1), m, h[1], h[2], h[3] or ''}
+  end)
+end
+table.sort(rows, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
+local out = {}
+for i = 1, math.min(limit, #rows) do
+  local row = rows[i]
+  out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = row[2], row[3], row[4], row[5]
+  push_target(out, prefix, row[3], field)
 end
 return out
 """

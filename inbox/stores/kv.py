@@ -444,8 +444,7 @@ class KvInboxStore:
                 start = f"x/{index}/" + encode(prefixes[0]) + position if position else None
                 rows = self.layout.scan_fetch(table, index, prefixes[0], after=start, limit=limit + 1)
             else:
-                found = self.layout.scan_merge_fetch(table, index, prefixes, after=position or None, limit=limit + 1)
-                rows = [(entry, record) for _, entry, record in found]
+                rows = self.layout.scan_merge_fetch(table, index, prefixes, after=position or None, limit=limit + 1)
             listed = page_of(rows, limit, cursor)
             return [Conversation.from_json(r.value, r.version) for _, r in listed.items if r is not None], listed.next
         # A page larger than one get_many: each range scanned, merged here, the records fetched in chunks.
