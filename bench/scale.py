@@ -16,9 +16,13 @@ tables, peer tables and Django row are dropped at the end unless ``--keep``.
 The tenant (deterministic from its index ``i``; the same rows on both sides):
 
 - contacts ``i``: WhatsApp (3 in 4) or Telegram identity, an email for 1 in 3,
-  accented names (1 in 10,000 named Zoraida), tags (vip 5 %, nuevo 30 %,
-  recurrente 20 %, mayorista 2 %, embajador 1 in 20,000), attributes city /
-  plan / score, marketing consent per channel;
+  accented names (50 named Zoraida), tags (vip 5 %, nuevo 30 %,
+  recurrente 20 %, mayorista 2 %, embajador 25 contacts), attributes city /
+  plan / score, marketing consent per channel. The rare name and the rare
+  tag belong to a fixed set among the first 10,000 contacts (the oldest), so
+  their reads return the same rows at every size (a page of 50, and 25) and
+  their growth is the index's, not a longer answer's: at 1,000,000 they are
+  1 in 20,000 and 1 in 40,000, deep under every newer contact;
 - conversations ``i`` (the contact's chat): 1–3 messages, status open 50 % /
   pending 15 % / resolved 35 %, assignee ana 30 % / ben 20 % / none, newest
   activity for the highest ``i``; read markers of ana (35 %) and ben (20 %);
@@ -161,8 +165,10 @@ TAGS = {
     "nuevo": (21, 30, 100),
     "recurrente": (22, 20, 100),
     "mayorista": (23, 2, 100),
-    "embajador": (24, 1, 20_000),
 }  # tag: (salt, share, out of)
+RARE_TAG = "embajador"
+RARE_TAG_EVERY, RARE_NAME_EVERY, RARE_AMONG = 400, 200, 10_000
+"""``RARE_TAG`` for every 400th, ``RARE_FIRST`` for every 200th of the first 10,000 contacts (25 and 50)."""
 SEGMENTS: dict[str, dict[str, Any]] = {
     "vip": {"tags_all": ["vip"]},
     "vip-pro-whatsapp": {
@@ -271,7 +277,8 @@ def email_of(i: int) -> str | None:
 
 
 def name_of(i: int) -> str:
-    first = RARE_FIRST if mix(i, 9) % 10_000 == 0 else FIRST[mix(i, 7) % len(FIRST)]
+    rare = i < RARE_AMONG and i % RARE_NAME_EVERY == 13
+    first = RARE_FIRST if rare else FIRST[mix(i, 7) % len(FIRST)]
     return f"{first} {LAST[mix(i, 8) % len(LAST)]}"
 
 
@@ -291,7 +298,10 @@ def conversation_id_of(i: int) -> str:
 
 
 def tags_of(i: int) -> list[str]:
-    return sorted(tag for tag, (salt, share, out_of) in TAGS.items() if mix(i, salt) % out_of < share)
+    tags = [tag for tag, (salt, share, out_of) in TAGS.items() if mix(i, salt) % out_of < share]
+    if i < RARE_AMONG and i % RARE_TAG_EVERY == 7:
+        tags.append(RARE_TAG)
+    return sorted(tags)
 
 
 def attributes_of(i: int) -> dict[str, Any]:

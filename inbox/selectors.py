@@ -171,7 +171,7 @@ def conversation_list(
     records and the agent's read markers (one read each): O(limit). With
     ``unread_only`` the rows without unread messages for the agent in the
     range (those it has fully read, or without an inbound message) are read
-    and skipped, in batches sized by the share of rows kept so far
+    and skipped, a first batch of ``2 × limit``, then batches sized by the share of rows kept so far
     (``_next_batch``, at most ``SCAN_BATCH``): O(limit + skipped rows), which does not grow with the tenant; at most
     ``MAX_SCANNED`` conversations are examined per call and the cursor
     continues from there.
@@ -199,7 +199,9 @@ def conversation_list(
         validate_id(contact_id, "contact")
     store = store or default_store()
     now = now_ms()
-    batch = limit
+    # An unread-only page skips what the agent has read: its first batch reads twice the page, so a
+    # list where most rows are unread fills in one round trip instead of three (1M tenant, PostgreSQL).
+    batch = min(SCAN_BATCH, 2 * limit) if unread_only else limit
     rows: list[ConversationRow] = []
     cursor, scanned = after, 0
     while scanned < MAX_SCANNED:

@@ -235,6 +235,16 @@ class ValueIndex:
     from the record (a derived value, such as folded name tokens); it wins over
     ``fields``. ``where`` keeps only the records it accepts. ``payload`` is the
     copy stored in each entry (``None``: only the primary key).
+
+    ``reads``: the top-level fields ``keys``, ``where`` and ``payload`` read
+    (``None``: unknown, the entries are computed for every change). A change
+    that leaves all of them equal cannot move an entry, so its upkeep is
+    skipped without computing any (a projected message changes a
+    conversation's activity, not the name its search keys fold).
+    ``generation``: bump it when what the entries hold changes (their keys or
+    payload); tables built at an older generation read as not built
+    (``IndexNotBuilt``) until ``build`` rebuilds them, while writers keep
+    maintaining them.
     """
 
     name: str
@@ -242,6 +252,8 @@ class ValueIndex:
     keys: Callable[[Mapping[str, Any]], Iterable[tuple[Any, ...]]] | None = None
     where: Where | None = None
     payload: Callable[[Mapping[str, Any]], Mapping[str, JsonValue]] | None = None
+    reads: tuple[str, ...] | None = None
+    generation: int = 1
 
     def entries(self, pk: str, record: Mapping[str, Any] | None) -> dict[str, JsonValue]:
         """Return ``{index key: entry value}`` of ``record`` stored at primary key ``pk``."""
@@ -261,7 +273,8 @@ class CountIndex:
 
     ``fields`` / ``keys`` / ``where`` as for ``ValueIndex`` give the groups a
     record counts in; ``amount`` is what it adds to each (1, or a field such as
-    a conversation's inbound message count).
+    a conversation's inbound message count). ``reads`` and ``generation`` as
+    for ``ValueIndex`` (``reads`` covers ``amount`` too).
     """
 
     name: str
@@ -269,6 +282,8 @@ class CountIndex:
     keys: Callable[[Mapping[str, Any]], Iterable[tuple[Any, ...]]] | None = None
     where: Where | None = None
     amount: Callable[[Mapping[str, Any]], int] | None = None
+    reads: tuple[str, ...] | None = None
+    generation: int = 1
 
     def contributions(self, record: Mapping[str, Any] | None) -> dict[str, int]:
         """Return ``{counter key: amount}`` that ``record`` adds."""
@@ -283,6 +298,13 @@ class CountIndex:
 
 
 Index = ValueIndex | CountIndex
+
+
+def _unchanged(index: Index, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Return True if ``index`` declares what it reads and ``old`` and ``new`` agree on all of it."""
+    if index.reads is None or old is None or new is None:
+        return False
+    return all(old.get(name) == new.get(name) for name in index.reads)
 
 
 @dataclass(frozen=True)
@@ -319,6 +341,13 @@ class RecordType:
             raise ValueError(f"record type {self.name}: a record with a TTL cannot be counted")
         if self.prefix.startswith(INDEX_ROOT) or not self.prefix:
             raise ValueError(f"record type {self.name}: prefix {self.prefix!r} is reserved")
+        for index in self.indexes:
+            if isinstance(index.generation, bool) or not isinstance(index.generation, int) or index.generation < 1:
+                raise ValueError(f"index {index.name}: generation must be an integer >= 1")
+            if index.reads is not None and (
+                isinstance(index.reads, str) or not all(isinstance(f, str) and f for f in index.reads)
+            ):
+                raise ValueError(f"index {index.name}: reads must be a tuple of field names")
 
     def view(self, value: JsonValue | None) -> Mapping[str, Any] | None:
         """Return the mapping the indexes read for a stored ``value`` (``None`` stays ``None``)."""
@@ -359,6 +388,17 @@ class IndexNotBuilt(StoreUnavailable):
 BUILT = "built"
 BUILDING = "building"
 CLEARING = "clearing"
+STALE = "stale"
+"""Built at another ``generation`` than the declared one (never stored: what a stored ``built`` reads as).
+
+Writers maintain a stale index as if built (a rebuild starts by clearing it
+anyway); reads refuse it (``IndexNotBuilt``); ``build`` rebuilds it.
+"""
+
+
+def _built_state(index: Index) -> dict[str, JsonValue]:
+    """Return the value of ``index``'s state entry once built (its generation, if not the first)."""
+    return {"state": BUILT} if index.generation == 1 else {"state": BUILT, "generation": index.generation}
 
 
 def state_key(index: str) -> str:
@@ -411,6 +451,7 @@ class _State:
     state: str | None
     version: int | None
     after: str | None = None
+    generation: int = 1
 
     def covers(self, pk: str, counted: bool) -> bool:
         """Return True if writers must maintain the index for primary key ``pk``.
@@ -420,7 +461,7 @@ class _State:
         are not, so writers count only what the builder has passed and the
         builder counts the rest.
         """
-        if self.state == BUILT:
+        if self.state in (BUILT, STALE):
             return True
         if self.state == BUILDING:
             return not counted or (self.after is not None and pk <= self.after)
@@ -509,7 +550,7 @@ class IndexedTable:
             return {n: _State(BUILT, built[n]) for n in wanted}, epoch
         every = list(self._by_index)
         entries = self.kv.get_many(table, [*(state_key(n) for n in every), EPOCH_KEY])
-        states = {n: _read_state(e) for n, e in zip(every, entries[:-1], strict=True)}
+        states = {n: self._read_state(n, e) for n, e in zip(every, entries[:-1], strict=True)}
         epoch = None if entries[-1] is None else entries[-1].version
         built = {n: st.version for n, st in states.items() if st.state == BUILT and st.version is not None}
         _built.put_table(self.kv, table, epoch, built)
@@ -617,7 +658,7 @@ class IndexedTable:
                     empty[record.name] = not self._has_records(table, record)
                 if empty[record.name]:
                     fresh.append(name)
-            extra += [Put(state_key(n), {"state": BUILT}, ABSENT) for n in fresh]
+            extra += [Put(state_key(n), _built_state(self._by_index[n][1]), ABSENT) for n in fresh]
         if not fresh and not all(states[n].state == BUILT for n in names):
             return extra, None
         extra.append(_bump_epoch())
@@ -837,10 +878,10 @@ class IndexedTable:
         size = batch
         while True:
             entry = self.kv.get(table, skey)
-            st = _read_state(entry)
+            st = self._read_state(index, entry)
             if st.state == BUILT and not rebuild:
                 return done
-            if st.state is None or (rebuild and st.state == BUILT):
+            if st.state in (None, STALE) or (rebuild and st.state == BUILT):
                 expect = ABSENT if entry is None else entry.version
                 try:
                     self.kv.commit(table, [Put(skey, {"state": CLEARING}, expect), _bump_epoch()])
@@ -871,7 +912,7 @@ class IndexedTable:
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
             if not rows:
                 try:  # the guard too: a record created after this scan was counted by nobody
-                    self.kv.commit(table, [*guard, Put(skey, {"state": BUILT}, entry.version), _bump_epoch()])
+                    self.kv.commit(table, [*guard, Put(skey, _built_state(idx), entry.version), _bump_epoch()])
                 except ConflictError:
                     continue
                 return done
@@ -906,8 +947,18 @@ class IndexedTable:
                 progress(done)
 
     def state(self, table: str, index: str) -> str | None:
-        """Return ``built``, ``building``, ``clearing`` or ``None`` (never built) for ``index``."""
-        return _read_state(self.kv.get(table, state_key(index))).state
+        """Return ``built``, ``building``, ``clearing``, ``stale`` or ``None`` (never built) for ``index``.
+
+        ``stale``: built at another generation than declared (``build`` rebuilds it).
+        """
+        return self._read_state(index, self.kv.get(table, state_key(index))).state
+
+    def _read_state(self, index: str, entry: Entry | None) -> _State:
+        """Return the state of ``index`` in ``entry``: a ``built`` of another generation reads as ``STALE``."""
+        st = _read_state(entry)
+        if st.state == BUILT and st.generation != self._by_index[index][1].generation:
+            st.state = STALE
+        return st
 
     # checks
 
@@ -941,7 +992,8 @@ def _read_state(entry: Entry | None) -> _State:
     if entry is None:
         return _State(None, None)
     value = entry.value if isinstance(entry.value, Mapping) else {}
-    return _State(value.get("state"), entry.version, value.get("after"))
+    generation = value.get("generation", 1)
+    return _State(value.get("state"), entry.version, value.get("after"), generation if isinstance(generation, int) else 0)
 
 
 def _just_before(key: str) -> str | None:
@@ -1001,6 +1053,8 @@ def upkeep_ops(changes: Sequence[RecordChange], states: Mapping[str, _State]) ->
                 if st is not None and st.state == BUILDING and counted:
                     adds[activity_key(index.name)] = 1
                 continue
+            if change.ttl_ms is None and _unchanged(index, old, new):
+                continue  # nothing the index reads changed: no entry or counter moves
             if isinstance(index, ValueIndex):
                 before = index.entries(change.key, old)
                 after = index.entries(change.key, new)

@@ -42,13 +42,21 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   entries. (Added with conversations' channels: ``botmesh_reindex`` builds it
   on tables written before.)
 - ``conv_contact`` (value) — every conversation linked to a CRM contact once,
-  ``(contact_id, -ms)``: the list of one contact's conversations (the CRM
-  contact page's link) reads ``limit + 1`` entries; the selector applies the
-  other filters to what it reads. (Added with that link: ``botmesh_reindex``
-  builds it on tables written before; ``./dev run`` runs it at start.)
+  ``(contact_id,)`` then the record key, no payload: the list of one
+  contact's conversations (the CRM contact page's link) reads them all (one
+  per chat and channel, at most ``CONTACT_CONVERSATIONS``) and orders them by
+  activity; the selector applies the other filters to what it reads. Nothing
+  in an entry moves with activity, so a projected message writes none.
+  (Generation 2; generation 1 keyed ``(contact_id, -ms)`` with a position
+  payload: ``botmesh_reindex`` rebuilds it, ``./dev run`` runs it at start.)
 - ``conv_text`` (value) — every conversation once per search key
   (``conversation_search_keys``: contact name words, phone digits, Telegram
-  id), ordered by key: text search by prefix reads O(page) entries.
+  id), ordered by key, no payload: text search by prefix reads O(page)
+  entries, and a message (which changes neither the name nor the chat)
+  writes none. (Generation 2: generation 1 copied the position into each.)
+
+Each index declares the fields it ``reads``: a change that leaves them equal
+skips its upkeep without computing entries (``botmesh_admin.kv.indexes``).
 - ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
   (the wake-up job).
 - ``conv_count`` (count) — conversations per ``("*", status)``,
@@ -133,6 +141,8 @@ COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
 SETTINGS, SETTINGS_KEY = "settings", "inbox"
 MESSAGE_BATCH = 500
+CONTACT_CONVERSATIONS = 1000
+"""The most conversations of one contact a list shows (one per chat and channel: a handful in practice)."""
 PURGE_ATTEMPTS = 1000  # an erasure's purge never gave up before issue 14 (a chat busy meanwhile): ≤ ~50 s of pauses
 FILTERS = ("assignee", "status", "channel")
 
@@ -197,7 +207,7 @@ def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 
 def _contact_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     contact_id = record.get("contact_id")
-    return [(contact_id, -int(record.get("last_activity_ms") or 0))] if contact_id else []
+    return [(contact_id,)] if contact_id else []
 
 
 def _text_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -233,6 +243,10 @@ def _indexed_of(conversation: Conversation) -> dict[str, Any]:
     return {name: getattr(conversation, name) for name in INDEXED}
 
 
+POSITION = ("last_activity_ms", "id")
+"""The fields of a list position (``_position``): what orders a conversation in a list."""
+
+
 def _position(record: Mapping[str, Any]) -> dict[str, JsonValue]:
     return {"at": int(record.get("last_activity_ms") or 0), "id": record["id"]}
 
@@ -257,14 +271,20 @@ CONVERSATION = RecordType(
     "conversation",
     "k/",
     (
-        ValueIndex("conv_list", keys=_list_keys, payload=_position),
-        ValueIndex("conv_channel", keys=_channel_keys, payload=_position),
-        ValueIndex("conv_contact", keys=_contact_keys, payload=_position),
-        ValueIndex("conv_text", keys=_text_keys, payload=_position),
+        ValueIndex("conv_list", keys=_list_keys, payload=_position, reads=(*FILTERS, *POSITION)),
+        ValueIndex(
+            "conv_channel", keys=_channel_keys, payload=_position, reads=("assignee", "status", "channel_name", *POSITION)
+        ),
+        # Generation 2: keyed by the contact alone, no payload (a message moved both entries before).
+        ValueIndex("conv_contact", keys=_contact_keys, reads=("contact_id",), generation=2),
+        # Generation 2: no payload (generation 1 copied the position, which no search read, into
+        # every entry: a projected message rewrote each of its search keys).
+        ValueIndex("conv_text", keys=_text_keys, reads=("display_name", "chat_key"), generation=2),
         ValueIndex(
             "conv_snoozed",
             ("snoozed_until_ms",),
             where=lambda r: r.get("status") == "pending" and r.get("snoozed_until_ms") is not None,
+            reads=("status", "snoozed_until_ms"),
         ),
         CountIndex(
             "conv_count",
@@ -273,11 +293,13 @@ CONVERSATION = RecordType(
                 ("a", r.get("assignee"), r.get("status")),
                 ("c", r.get("channel")),
             ],
+            reads=FILTERS,
         ),
         CountIndex(
             "conv_inbound",
             keys=lambda r: [("*",), ("a", r.get("assignee"))],
             amount=lambda r: int(r.get("inbound_count") or 0),
+            reads=("assignee", "inbound_count"),
         ),
     ),
     decode=_indexed,
@@ -292,8 +314,9 @@ MARKER = RecordType(
             keys=lambda r: [("*", r.get("agent")), ("a", r.get("agent"), r.get("assignee"))],
             where=_counted_marker,
             amount=lambda r: int(r["seen_inbound"]),
+            reads=("agent", "assignee", "seen_inbound", "erased"),
         ),
-        ValueIndex("marker_legacy", (), where=_legacy_marker),
+        ValueIndex("marker_legacy", (), where=_legacy_marker, reads=("agent", "seen_inbound", "erased")),
     ),
     decode=_marker_view,
     reuses_keys=False,  # a marker's key names its conversation's id, which is never reused
@@ -414,6 +437,8 @@ class KvInboxStore:
     ) -> tuple[list[Conversation], str | None]:
         validate_limit(limit, maximum=MAX_SCAN)
         table = self._table(tenant)
+        if contact_id is not None:  # one contact's few conversations: the selector filters the rest
+            return self._contact_page(table, contact_id, after, limit)
         position = ""
         if after is not None:
             at, conversation_id = parse_cursor(after)
@@ -423,9 +448,7 @@ class KvInboxStore:
         merged: list[tuple[str, Entry]] = []
         index = "conv_list" if channel_name is None else "conv_channel"
         prefixes: list[list[Any]]
-        if contact_id is not None:  # one contact's few conversations: the selector filters the rest
-            index, prefixes = "conv_contact", [[contact_id]]
-        elif channel_name is None:
+        if channel_name is None:
             prefixes = self._list_prefixes(table, view, agent, status, channel)
         else:  # a channel names its kind: the kind filter adds nothing (the selector checks it)
             who = [] if view == "all" else [agent if view == "mine" else None]
@@ -458,6 +481,31 @@ class KvInboxStore:
         listed_entries = page_of([e for _, e in merged], limit, lambda e: f"{e.value['at']}/{e.value['id']}")
         fetched = self.layout.fetch(table, listed_entries.items)
         return [Conversation.from_json(e.value, e.version) for e in fetched if e is not None], listed_entries.next
+
+    def _contact_page(
+        self, table: str, contact_id: str, after: str | None, limit: int
+    ) -> tuple[list[Conversation], str | None]:
+        """Return a page of one contact's conversations, newest activity first (``conversation_page``).
+
+        The ``conv_contact`` entries of a contact are ordered by record key, not
+        activity (so a message moves none of them): the contact's conversations
+        (one per channel that chat reached, a handful) are read at once, up to
+        ``CONTACT_CONVERSATIONS``, and ordered here by ``(-activity, id)``.
+        """
+        rows = self.layout.scan_fetch(table, "conv_contact", [contact_id], limit=CONTACT_CONVERSATIONS)
+        # The order of every list: -activity, then the record key (see conversation_page's merge).
+        found = sorted(
+            ((-int(r.value.get("last_activity_ms") or 0), r.key), Conversation.from_json(r.value, r.version))
+            for _, r in rows
+            if r is not None
+        )
+        if after is not None:
+            at, conversation_id = parse_cursor(after)
+            # A conversation gone since: resume at the start of its millisecond (as conversation_page).
+            key = next((k for (_, k), c in found if c.id == conversation_id), "")
+            found = [(order, c) for order, c in found if order > (-at, key)]
+        page = [c for _, c in found[:limit]]
+        return page, (f"{page[-1].last_activity_ms}/{page[-1].id}" if len(found) > limit else None)
 
     def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
         views: dict[str, tuple[Any, ...]] = {"all": ("*",), "mine": ("a", agent), "unassigned": ("a", None)}

@@ -132,3 +132,72 @@ def test_reindex_then_tick_upgrade_a_legacy_inbox_exactly(legacy: tuple[InboxSto
         n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()
     }
     assert services.inbox_tick()["backfilled"] == 0
+
+
+def make_generation_1(store: KvInboxStore, tenant: str) -> int:
+    """Rewrite ``conv_text`` and ``conv_contact`` as generation 1 left them; return the contact entries."""
+    from botmesh_admin.kv.indexes import encode
+
+    table = store._table(tenant)
+    kv = store.kv
+    records = {e.key: e.value for e in kv.scan(table, prefix="k/", limit=1000)}
+    for e in kv.scan(table, prefix="x/conv_text/", limit=1000):
+        r = records[e.value["pk"]]
+        kv.commit(table, [Put(e.key, {"pk": e.value["pk"], "at": r["last_activity_ms"], "id": r["id"]})])
+    linked = 0
+    for e in kv.scan(table, prefix="x/conv_contact/", limit=1000):
+        r = records[e.value["pk"]]
+        old_key = "x/conv_contact/" + encode((r["contact_id"], -r["last_activity_ms"])) + e.value["pk"]
+        position = {"pk": e.value["pk"], "at": r["last_activity_ms"], "id": r["id"]}
+        kv.commit(table, [Delete(e.key), Put(old_key, position)])
+        linked += 1
+    for name in ("conv_text", "conv_contact"):
+        kv.commit(table, [Put(f"x/{name}", {"state": "built"})])  # built, at generation 1 (no "generation")
+    kv_indexes.forget_cached_states(kv, table)  # as a process of this release, started after the upgrade
+    return linked
+
+
+def test_a_table_built_at_generation_1_rebuilds_text_and_contact_indexes_only(tenant_id: str) -> None:
+    """Search and a contact's conversations name the command until it runs; the lists answer throughout."""
+    from botmesh_admin.channels.domain import InboundMessage
+    from botmesh_admin.tenancy.models import Tenant
+    from inbox.services import event_project
+
+    def inbound(chat: str, pid: str, ts: int) -> InboundMessage:
+        channel = chat.split(":")[0]
+        return InboundMessage(
+            channel=channel, chat_key=chat, sender_id=chat, provider_message_id=pid, type="text", text="hola",
+            timestamp_ms=T0 + ts, sender_name="Ana María",
+        )  # fmt: skip
+
+    Tenant.objects.create(id=tenant_id, name="Generations")
+    inbox = KvInboxStore(default_kv())
+    with use_store(inbox):
+        for i in range(9):  # the channels' path: each sender becomes (and is linked to) a CRM contact
+            event_project(tenant_id, inbound(CHATS[i % 3], f"wamid.g{i}", i * 10))
+    linked = [c for c in (inbox.conversation_by_chat(tenant_id, chat) for chat in CHATS) if c and c.contact_id]
+    assert linked, "projection links senders to CRM contacts"
+    contact_id = linked[0].contact_id
+    assert make_generation_1(inbox, tenant_id) == len(linked)
+    layout = CONVERSATIONS.layout(default_kv())
+    table = inbox._table(tenant_id)
+    assert layout.state(table, "conv_text") == "stale" and layout.state(table, "conv_list") == "built"
+    rows, _ = selectors.conversation_list(tenant_id, agent="ana", store=inbox)
+    assert len(rows) == 3  # the main list never waits for the rebuild
+    with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
+        selectors.conversation_search(tenant_id, "573001112233", agent="ana", store=inbox)
+    with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
+        selectors.conversation_list(tenant_id, agent="ana", contact_id=contact_id, store=inbox)
+    with use_store(inbox):  # a message meanwhile: writers keep maintaining the stale indexes
+        event_project(tenant_id, inbound(CHATS[0], "wamid.late", 500))
+    out = io.StringIO()
+    call_command("botmesh_reindex", "--tenant", tenant_id, stdout=out)
+    assert f"{tenant_id} inbox/conversations conv_text: 3 records indexed, built" in out.getvalue()
+    assert f"{tenant_id} inbox/conversations conv_list:" not in out.getvalue()  # built: left alone
+    found, _ = selectors.conversation_search(tenant_id, "573001112233", agent="ana", store=inbox)
+    assert [r.conversation.chat_key for r in found] == [CHATS[0]]
+    mine, _ = selectors.conversation_list(tenant_id, agent="ana", contact_id=contact_id, store=inbox)
+    assert {r.conversation.id for r in mine} == {c.id for c in linked if c.contact_id == contact_id}
+    assert {n: layout.check(table, n) for n in layout.index_names()} == {
+        n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()
+    }

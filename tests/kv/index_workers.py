@@ -30,12 +30,13 @@ TICKET = RecordType(
             "by_status",
             fields=("status", Desc("at")),
             payload=lambda r: {"status": r["status"], "at": r["at"]},
+            reads=("status", "at"),
         ),
-        ValueIndex("by_tag", fields=(Each("tags"), "owner")),
-        CountIndex("n_status", fields=("status",)),
+        ValueIndex("by_tag", fields=(Each("tags"), "owner")),  # no reads: computed on every change
+        CountIndex("n_status", fields=("status",), reads=("status",)),
         CountIndex("n_tag", fields=(Each("tags"),)),
-        CountIndex("sum_weight", fields=("owner",), amount=lambda r: r["weight"]),
-        ValueIndex("owned", fields=("owner",), where=lambda r: r["owner"] is not None),
+        CountIndex("sum_weight", fields=("owner",), amount=lambda r: r["weight"], reads=("owner", "weight")),
+        ValueIndex("owned", fields=("owner",), where=lambda r: r["owner"] is not None, reads=("owner",)),
     ),
 )
 

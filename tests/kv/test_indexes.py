@@ -20,6 +20,7 @@ from botmesh_admin.errors import ValidationError
 from botmesh_admin.kv import ABSENT, Put
 from botmesh_admin.kv.indexes import (
     CountIndex,
+    Desc,
     IndexedTable,
     IndexNotBuilt,
     RecordChange,
@@ -500,3 +501,75 @@ def test_a_read_racing_the_tables_first_write_uses_the_index_it_built(kv, table)
 
     reader = tickets(FirstWriteMidRead())  # type: ignore[arg-type]
     assert reader.count(table, "n_status", [["open"]]) == [1]
+
+
+# -- generations and declared reads ------------------------------------------------------
+
+
+def test_a_new_generation_reads_as_stale_until_rebuilt(kv, table) -> None:
+    """An index whose entries changed shape refuses reads until ``build`` rebuilds it; writers keep it."""
+    from dataclasses import replace
+
+    from botmesh_admin.kv.indexes import ValueIndex, forget_cached_states
+
+    churn(kv, table, seed=11, writes=80)
+    old_layout = tickets(kv)
+    assert old_layout.state(table, "by_status") == "built"
+    by_status = ValueIndex(
+        "by_status",
+        fields=("status", Desc("at")),
+        payload=lambda r: {"status": r["status"], "at": r["at"], "owner": r["owner"]},
+        generation=2,
+    )
+    ticket2 = replace(TICKET, indexes=tuple(by_status if i.name == "by_status" else i for i in TICKET.indexes))
+    forget_cached_states(kv, table)  # as a process of the new release, started after the upgrade
+    layout = IndexedTable(kv, (ticket2,))
+    assert layout.state(table, "by_status") == "stale"
+    with pytest.raises(IndexNotBuilt) as caught:
+        layout.scan(table, "by_status", ["open"])
+    assert "botmesh_reindex" in str(caught.value)
+    assert layout.count(table, "n_status", [["open"]])[0] >= 0  # the other indexes still answer
+    rec = {"status": "open", "at": 42, "tags": [], "owner": "ana", "weight": 1}
+    current = kv.get(table, "t/new")
+    assert current is None
+    layout.commit(table, [Put("t/new", rec, ABSENT)], [RecordChange(ticket2, "t/new", None, rec)])
+    assert layout.build(table, "by_status", batch=20) > 0
+    assert layout.state(table, "by_status") == "built"
+    entries = layout.scan(table, "by_status", ["open"], limit=1000)
+    assert entries and all("owner" in e.value for e in entries)
+    assert any(e.value["pk"] == "t/new" for e in entries)
+    assert layout.check(table, "by_status") == {"missing": 0, "extra": 0, "wrong": 0}
+    forget_cached_states(kv, table)
+    assert old_layout.state(table, "by_status") == "stale"  # an older release no longer reads it
+
+
+def test_a_change_of_fields_an_index_does_not_read_moves_nothing() -> None:
+    """``reads`` declared: a change elsewhere in the record computes and writes no entry of it."""
+    from botmesh_admin.kv.indexes import BUILT, ValueIndex, _State, upkeep_ops
+
+    calls: list[str] = []
+
+    def keys(r):
+        calls.append(r["owner"])
+        return [(r["owner"],)]
+
+    record = RecordType(
+        "ticket",
+        "t/",
+        (
+            ValueIndex("by_owner", keys=keys, reads=("owner",)),
+            CountIndex("n_status", fields=("status",), reads=("status",)),
+        ),
+    )
+    states = {"by_owner": _State(BUILT, 1), "n_status": _State(BUILT, 1)}
+    old = {"owner": "ana", "status": "open", "at": 1}
+    assert upkeep_ops([RecordChange(record, "t/1", old, dict(old, at=2))], states) == []
+    assert calls == []
+    moved = upkeep_ops([RecordChange(record, "t/1", old, dict(old, owner="luis", status="resolved"))], states)
+    assert sorted(op.key for op in moved) == sorted(
+        ["x/by_owner/sana t/1", "x/by_owner/sluis t/1", "x/n_status/sopen ", "x/n_status/sresolved "]
+    )
+    with pytest.raises(ValueError, match="generation"):
+        RecordType("bad", "b/", (ValueIndex("v", ("a",), generation=0),))
+    with pytest.raises(ValueError, match="reads"):
+        RecordType("bad", "b/", (ValueIndex("v", ("a",), reads="a"),))  # type: ignore[arg-type]
