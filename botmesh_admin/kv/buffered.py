@@ -40,10 +40,12 @@ Not thread-safe: one batch, one thread. TTLs are kept (``ttl_ms`` of the last
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
+from .encoding import prefix_end
 from .validation import now_ms, validate_commit
 
 _UNKNOWN = object()  # a key's base entry, not read
@@ -98,6 +100,7 @@ class BufferedKv:
         self.base = base
         self.url = base.url
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._held: dict[str, list[str]] = {}  # per table, the keys with buffered ops, sorted (scans' merge)
         self._commits: list[tuple[str, tuple[Op, ...]]] = []
         self._scans: dict[tuple[str, str, str | None, int], list[Entry]] = {}
         self.base_commits = 0  # real commits made by ``flush``
@@ -169,8 +172,11 @@ class BufferedKv:
 
     def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` entries by key as the batch sees them (base pages read once per batch)."""
-        written = sorted(k for (t, k), slot in self._slots.items() if t == table and slot.ops and k.startswith(prefix))
-        written = [k for k in written if after is None or k > after]
+        held = self._held.get(table, [])
+        end = prefix_end(prefix) if prefix else None
+        lo = bisect.bisect_right(held, after) if after is not None and after >= prefix else bisect.bisect_left(held, prefix)
+        hi = len(held) if end is None else bisect.bisect_left(held, end)
+        written = held[lo:hi]  # the batch's keys in the range: a bisection, not a walk of every slot
         found: dict[str, Entry] = {}
         cursor, complete = after, False
         while True:
@@ -233,7 +239,10 @@ class BufferedKv:
         index = len(self._commits)
         self._commits.append((table, tuple(ops)))
         for op in ops:
-            self._slot(table, op.key).ops.append((index, op))
+            slot = self._slot(table, op.key)
+            if not slot.ops:
+                bisect.insort(self._held.setdefault(table, []), op.key)
+            slot.ops.append((index, op))
         return [None if isinstance(op, Delete) else self._peek(table, op.key, read=False) for op in ops]
 
     def observed(self) -> tuple[set[int], set[tuple[str, str]]]:
@@ -287,6 +296,7 @@ class BufferedKv:
             except Exception as exc:  # noqa: BLE001 - reported per group; the caller redoes its work
                 out.append(FlushedGroup(tuple(members), len(ops), exc))
         self._slots.clear()
+        self._held.clear()
         self._commits.clear()
         self._scans.clear()
         self._seen.clear()
