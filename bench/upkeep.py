@@ -145,7 +145,8 @@ def main() -> int:
             me = os.getpid()
             own[tenant].append(ingest.cpu_used({me: before[me]}, {me: after[me]}) * 1000 / args.messages)
             wall[tenant].append(elapsed * 1000 / args.messages)
-            print(f"  slice {tenant}: {cpu[tenant][-1]:5.2f} ms CPU/msg, {wall[tenant][-1]:5.2f} ms wall/msg", flush=True)
+            per = f"{cpu[tenant][-1]:5.2f} ms CPU/msg, {wall[tenant][-1]:5.2f} ms wall/msg"
+            print(f"  slice {tenant}: {per}", flush=True)
         _check(IDX, done[IDX], args.chats)
         print(
             f"index upkeep on the worker's write path, PostgreSQL: {args.slices} slices of {args.messages} messages "

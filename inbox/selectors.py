@@ -170,8 +170,10 @@ def conversation_list(
     Cost: the store reads one index page of the filters' combination, its
     records and the agent's read markers (one read each): O(limit). With
     ``unread_only`` the rows without unread messages for the agent in the
-    range (those it has fully read, or without an inbound message) are read
-    and skipped, a first batch of ``2 × limit``, then batches sized by the share of rows kept so far
+    range (those it has fully read, or without an inbound message) are
+    examined and skipped — by the store's index entries and the agent's
+    markers, without reading their records (``unread_candidates``) — a first
+    batch of ``2 × limit``, then batches sized by the share of rows kept so far
     (``_next_batch``, at most ``SCAN_BATCH``): O(limit + skipped rows), which does not grow with the tenant; at most
     ``MAX_SCANNED`` conversations are examined per call and the cursor
     continues from there.
@@ -199,12 +201,18 @@ def conversation_list(
         validate_id(contact_id, "contact")
     store = store or default_store()
     now = now_ms()
-    # An unread-only page skips what the agent has read: its first batch reads twice the page, so a
+    # An unread-only page skips what the agent has read: its first batch examines twice the page, so a
     # list where most rows are unread fills in one round trip instead of three (1M tenant, PostgreSQL).
     batch = min(SCAN_BATCH, 2 * limit) if unread_only else limit
     rows: list[ConversationRow] = []
     cursor, scanned = after, 0
-    while scanned < MAX_SCANNED:
+
+    def examine(cursor: str | None, batch: int) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
+        if unread_only and channel_name is None and contact_id is None:
+            # The store skips, from its index, conversations the agent has read (their records unread).
+            return store.unread_candidates(
+                tenant, agent=agent, view=view, status=status, channel=channel, after=cursor, limit=batch
+            )
         page, next_cursor = store.conversation_page(
             tenant,
             view=view,
@@ -217,8 +225,12 @@ def conversation_list(
             contact_id=contact_id,
         )
         markers = store.markers_get(tenant, [c.id for c in page], agent)
-        for i, (c, marker) in enumerate(zip(page, markers, strict=True)):
-            scanned += 1
+        return list(zip(page, markers, strict=True)), next_cursor, len(page)
+
+    while scanned < MAX_SCANNED:
+        pairs, next_cursor, examined = examine(cursor, batch)
+        scanned += examined
+        for i, (c, marker) in enumerate(pairs):
             cursor = conversation_cursor(c)
             if not _matches(
                 c,
@@ -236,7 +248,7 @@ def conversation_list(
                 continue
             rows.append(ConversationRow(c, effective_status(c, now), unread))
             if len(rows) == limit:
-                last_of_all = i == len(page) - 1 and next_cursor is None
+                last_of_all = i == len(pairs) - 1 and next_cursor is None
                 return rows, None if last_of_all else cursor
         if next_cursor is None:
             return rows, None

@@ -172,11 +172,14 @@ class BufferedKv:
 
     def scan(self, table: str, prefix: str = "", after: str | None = None, limit: int = 100) -> list[Entry]:
         """Return up to ``limit`` entries by key as the batch sees them (base pages read once per batch)."""
-        held = self._held.get(table, [])
+        ours = self._held.get(table, [])
         end = prefix_end(prefix) if prefix else None
-        lo = bisect.bisect_right(held, after) if after is not None and after >= prefix else bisect.bisect_left(held, prefix)
-        hi = len(held) if end is None else bisect.bisect_left(held, end)
-        written = held[lo:hi]  # the batch's keys in the range: a bisection, not a walk of every slot
+        if after is not None and after >= prefix:
+            lo = bisect.bisect_right(ours, after)
+        else:
+            lo = bisect.bisect_left(ours, prefix)
+        hi = len(ours) if end is None else bisect.bisect_left(ours, end)
+        written = ours[lo:hi]  # the batch's keys in the range: a bisection, not a walk of every slot
         found: dict[str, Entry] = {}
         cursor, complete = after, False
         while True:

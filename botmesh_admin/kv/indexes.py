@@ -46,7 +46,11 @@ not only its own. Reads use an index only once it is built
 (``IndexNotBuilt`` otherwise, naming ``manage.py botmesh_reindex``). A table
 with no record of a type builds that type's indexes on its first write, so new
 installations never need the command; tables written before an index was
-declared get it from ``build_index`` (online, resumable, safe under writes).
+declared get it from ``IndexedTable.build`` (online, resumable, safe under writes).
+An index whose entries change shape in a release declares a new
+``generation``; its built state records the generation it was built at, and a
+table built at another one reads as ``stale`` — refused to readers, kept by
+writers, rebuilt by ``build`` — so only that index waits for the command.
 
 Records with a TTL may have value indexes (their entries expire with them) but
 no count index: an expiry is not a change this module sees.
@@ -244,7 +248,12 @@ class ValueIndex:
     ``generation``: bump it when what the entries hold changes (their keys or
     payload); tables built at an older generation read as not built
     (``IndexNotBuilt``) until ``build`` rebuilds them, while writers keep
-    maintaining them.
+    maintaining them. ``readable_from``: the oldest generation whose entries
+    this generation's readers still read correctly (a payload field added
+    that readers do without when absent, key families dropped that they no
+    longer scan); a table built at such a generation stays readable, and
+    ``build`` upgrades it in place (every record's entries rewritten, then
+    the entries no record has any more deleted) instead of clearing it.
     """
 
     name: str
@@ -254,6 +263,7 @@ class ValueIndex:
     payload: Callable[[Mapping[str, Any]], Mapping[str, JsonValue]] | None = None
     reads: tuple[str, ...] | None = None
     generation: int = 1
+    readable_from: int | None = None
 
     def entries(self, pk: str, record: Mapping[str, Any] | None) -> dict[str, JsonValue]:
         """Return ``{index key: entry value}`` of ``record`` stored at primary key ``pk``."""
@@ -344,6 +354,13 @@ class RecordType:
         for index in self.indexes:
             if isinstance(index.generation, bool) or not isinstance(index.generation, int) or index.generation < 1:
                 raise ValueError(f"index {index.name}: generation must be an integer >= 1")
+            readable_from = getattr(index, "readable_from", None)
+            if readable_from is not None and (
+                isinstance(readable_from, bool)
+                or not isinstance(readable_from, int)
+                or not 1 <= readable_from < index.generation
+            ):
+                raise ValueError(f"index {index.name}: readable_from must be an integer from 1 to generation - 1")
             if index.reads is not None and (
                 isinstance(index.reads, str) or not all(isinstance(f, str) and f for f in index.reads)
             ):
@@ -392,8 +409,20 @@ STALE = "stale"
 """Built at another ``generation`` than the declared one (never stored: what a stored ``built`` reads as).
 
 Writers maintain a stale index as if built (a rebuild starts by clearing it
-anyway); reads refuse it (``IndexNotBuilt``); ``build`` rebuilds it.
+anyway); reads refuse it (``IndexNotBuilt``) unless the declaration's
+``readable_from`` admits its generation; ``build`` rebuilds it (or upgrades it
+in place, when readable).
 """
+UPGRADING = "upgrading"
+"""A readable stale value index being upgraded in place: ``from`` (its generation), ``generation`` (the
+target), ``phase`` (``records``: every record's entries rewritten; ``entries``: those no record has
+deleted) and ``after`` (the phase's cursor). Readable, and kept by writers, throughout."""
+
+
+def _readable_at(index: Index, generation: int | None) -> bool:
+    """Return True if entries of ``generation`` serve the reads of ``index``'s declared generation."""
+    readable_from = getattr(index, "readable_from", None)
+    return readable_from is not None and generation is not None and readable_from <= generation < index.generation
 
 
 def _built_state(index: Index) -> dict[str, JsonValue]:
@@ -452,6 +481,9 @@ class _State:
     version: int | None
     after: str | None = None
     generation: int = 1
+    readable: bool = False  # stale or upgrading, yet readable (the declaration's readable_from)
+    origin: int | None = None  # upgrading: the generation it is upgraded from
+    phase: str | None = None  # upgrading: "records" or "entries"
 
     def covers(self, pk: str, counted: bool) -> bool:
         """Return True if writers must maintain the index for primary key ``pk``.
@@ -461,7 +493,7 @@ class _State:
         are not, so writers count only what the builder has passed and the
         builder counts the rest.
         """
-        if self.state in (BUILT, STALE):
+        if self.state in (BUILT, STALE, UPGRADING):
             return True
         if self.state == BUILDING:
             return not counted or (self.after is not None and pk <= self.after)
@@ -721,7 +753,7 @@ class IndexedTable:
     def _require(self, table: str, name: str) -> RecordType:
         record, _ = self._by_index[name]
         st = self._states(table, [name])[0][name]
-        if st.state == BUILT:
+        if st.state == BUILT or st.readable:
             return record
         if st.state is None:
             if not self._has_records(table, record):
@@ -881,7 +913,16 @@ class IndexedTable:
             st = self._read_state(index, entry)
             if st.state == BUILT and not rebuild:
                 return done
-            if st.state in (None, STALE) or (rebuild and st.state == BUILT):
+            if st.state == STALE and st.readable and not rebuild:
+                assert entry is not None  # a stale state is a stored one
+                upgrade = {"state": UPGRADING, "from": st.generation, "generation": idx.generation}
+                try:  # the epoch moves: writers read the states again (and check this one's version)
+                    self.kv.commit(table, [Put(skey, {**upgrade, "phase": "records"}, entry.version), _bump_epoch()])
+                except ConflictError:
+                    continue
+                _built.forget(self.kv, table, index)
+                continue
+            if st.state in (None, STALE) or (rebuild and st.state in (BUILT, UPGRADING)):
                 expect = ABSENT if entry is None else entry.version
                 try:
                     self.kv.commit(table, [Put(skey, {"state": CLEARING}, expect), _bump_epoch()])
@@ -904,12 +945,25 @@ class IndexedTable:
                 except ConflictError:
                     pass
                 continue
-            # BUILDING: index the next batch of records after the cursor
+            if st.state == UPGRADING and st.phase == "entries":
+                swept = self._sweep_batch(table, index, entry, st, size)
+                if swept is None:
+                    return done
+                size = max(10, size // 2) if swept < 0 else min(batch, size * 2)
+                continue
+            # BUILDING (or UPGRADING's records phase): index the next batch of records after the cursor
             guard: list[Op] = []
             if isinstance(idx, CountIndex):
                 bumped = self.kv.get(table, activity_key(index))
                 guard = [Check(activity_key(index), ABSENT if bumped is None else bumped.version)]
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
+            if not rows and st.state == UPGRADING:
+                sweep = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "entries"}
+                try:  # every record's entries are this generation's: now delete the ones none has
+                    self.kv.commit(table, [Put(skey, sweep, entry.version)])
+                except ConflictError:
+                    pass
+                continue
             if not rows:
                 try:  # the guard too: a record created after this scan was counted by nobody
                     self.kv.commit(table, [*guard, Put(skey, _built_state(idx), entry.version), _bump_epoch()])
@@ -933,7 +987,11 @@ class IndexedTable:
             if any(r.expires_at is not None for r in rows):
                 ops = _with_ttl(ops, rows)
             checks: list[Op] = [Check(r.key, r.version) for r in rows] + companion_checks
-            state_put = Put(skey, {"state": BUILDING, "after": cursor}, entry.version)
+            moved: dict[str, JsonValue] = {"state": BUILDING, "after": cursor}
+            if st.state == UPGRADING:
+                moved = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "records"}
+                moved["after"] = cursor
+            state_put = Put(skey, moved, entry.version)
             try:
                 # No epoch move: only writers of this index care where its cursor is, and
                 # they check its state entry (it is not built).
@@ -946,18 +1004,69 @@ class IndexedTable:
             if progress is not None:
                 progress(done)
 
-    def state(self, table: str, index: str) -> str | None:
-        """Return ``built``, ``building``, ``clearing``, ``stale`` or ``None`` (never built) for ``index``.
+    def _sweep_batch(self, table: str, index: str, entry: Entry, st: _State, size: int) -> int | None:
+        """Delete the next ``size`` entries of an upgrading index that no record has; ``None`` once built.
 
-        ``stale``: built at another generation than declared (``build`` rebuilds it).
+        Return how many entries were examined, or -1 when a record or the
+        state moved meanwhile (the batch is read again). Each deletion expects
+        the entry's version, and the records it was judged against are checked
+        in the same commit (with their companions, for records whose keys are
+        reused), so an entry a writer has just made current is never deleted.
+        """
+        record, idx = self._by_index[index]
+        assert isinstance(idx, ValueIndex)
+        skey = state_key(index)
+        found = self.kv.scan(table, prefix=skey + "/", after=st.after, limit=size)
+        if not found:
+            try:
+                self.kv.commit(table, [Put(skey, _built_state(idx), entry.version), _bump_epoch()])
+            except ConflictError:
+                return -1
+            return None
+        pks = list(dict.fromkeys(pk for e in found if isinstance(pk := follow_key(e.value, "pk"), str)))
+        companions = [companion_key(pk) for pk in pks] if record.reuses_keys else []
+        read = self.kv.get_many(table, pks + companions) if pks else []
+        records = dict(zip(pks, read[: len(pks)], strict=True))
+        expected: set[str] = set()
+        for pk, current in records.items():
+            if current is not None and current.key.startswith(record.prefix):
+                expected.update(idx.entries(pk, record.view(current.value)))
+        doomed = [e for e in found if e.key not in expected]
+        ops: list[Op] = [Delete(e.key, e.version) for e in doomed]
+        if doomed:
+            ops += [Check(pk, ABSENT if r is None else r.version) for pk, r in records.items()]
+            ops += [
+                Check(k, ABSENT if seen is None else seen.version)
+                for k, seen in zip(companions, read[len(pks) :], strict=True)
+            ]
+        moved = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "entries"}
+        try:
+            self.kv.commit(table, [*ops, Put(skey, {**moved, "after": found[-1].key}, entry.version)])
+        except ConflictError:
+            return -1
+        return len(found)
+
+    def state(self, table: str, index: str) -> str | None:
+        """Return ``built``, ``building``, ``clearing``, ``stale``, ``upgrading`` or ``None`` (never built).
+
+        ``stale``: built at another generation than declared (``build``
+        rebuilds it, or upgrades it in place when the declaration reads that
+        generation); ``upgrading``: being upgraded in place (readable).
         """
         return self._read_state(index, self.kv.get(table, state_key(index))).state
 
     def _read_state(self, index: str, entry: Entry | None) -> _State:
         """Return the state of ``index`` in ``entry``: a ``built`` of another generation reads as ``STALE``."""
         st = _read_state(entry)
-        if st.state == BUILT and st.generation != self._by_index[index][1].generation:
+        idx = self._by_index[index][1]
+        if st.state == BUILT and st.generation != idx.generation:
             st.state = STALE
+            st.readable = _readable_at(idx, st.generation)
+        elif st.state == UPGRADING:
+            if st.generation == idx.generation and _readable_at(idx, st.origin):
+                st.readable = True
+            else:  # an upgrade towards another release's generation: rebuilt from scratch
+                st.state, st.readable = STALE, False
         return st
 
     # checks
@@ -993,7 +1102,15 @@ def _read_state(entry: Entry | None) -> _State:
         return _State(None, None)
     value = entry.value if isinstance(entry.value, Mapping) else {}
     generation = value.get("generation", 1)
-    return _State(value.get("state"), entry.version, value.get("after"), generation if isinstance(generation, int) else 0)
+    origin = value.get("from")
+    return _State(
+        value.get("state"),
+        entry.version,
+        value.get("after"),
+        generation if isinstance(generation, int) else 0,
+        origin=origin if isinstance(origin, int) else None,
+        phase=value.get("phase"),
+    )
 
 
 def _just_before(key: str) -> str | None:

@@ -200,6 +200,30 @@ class InboxStore(Protocol):
         """
         ...
 
+    def unread_candidates(
+        self,
+        tenant: str,
+        *,
+        agent: str,
+        view: str = "all",
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
+        """Examine the next ``limit`` conversations of a list; return those ``agent`` may have unread.
+
+        The list is ``conversation_page``'s for ``view`` / ``status`` /
+        ``channel``. Returned: ``(rows, cursor, examined)`` — each row a
+        conversation with ``agent``'s read marker in it (or ``None``), in list
+        order; the cursor after the last conversation examined (``None`` at the
+        end of the list); and how many were examined. A store may leave out
+        only conversations in which ``agent`` has no unread inbound message (a
+        pre-filter: callers compute unread exactly), so it need not read the
+        records of the ones it skips. O(limit).
+        """
+        ...
+
     def conversation_counts(self, tenant: str, *, agent: str) -> dict[str, dict[str, int]]:
         """Return ``{view: {status: conversations}}`` for the three views of ``agent`` (O(1), exact)."""
         ...

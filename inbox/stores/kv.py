@@ -251,6 +251,11 @@ def _position(record: Mapping[str, Any]) -> dict[str, JsonValue]:
     return {"at": int(record.get("last_activity_ms") or 0), "id": record["id"]}
 
 
+def _list_entry(record: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """Return a ``conv_list`` entry's payload: the position and ``n``, the inbound message count."""
+    return {**_position(record), "n": int(record.get("inbound_count") or 0)}
+
+
 MARKER_GUARD = "#"  # the last path part of the markers' counter (AGENT_RE never allows it)
 
 
@@ -271,9 +276,22 @@ CONVERSATION = RecordType(
     "conversation",
     "k/",
     (
-        ValueIndex("conv_list", keys=_list_keys, payload=_position, reads=(*FILTERS, *POSITION)),
+        # Generation 2 adds the inbound count to each entry (an unread-only list skips, from the entries
+        # alone, what an agent has read); generation 1's entries lack only that, so they stay readable
+        # and botmesh_reindex upgrades them in place.
         ValueIndex(
-            "conv_channel", keys=_channel_keys, payload=_position, reads=("assignee", "status", "channel_name", *POSITION)
+            "conv_list",
+            keys=_list_keys,
+            payload=_list_entry,
+            reads=(*FILTERS, *POSITION, "inbound_count"),
+            generation=2,
+            readable_from=1,
+        ),
+        ValueIndex(
+            "conv_channel",
+            keys=_channel_keys,
+            payload=_position,
+            reads=("assignee", "status", "channel_name", *POSITION),
         ),
         # Generation 2: keyed by the contact alone, no payload (a message moved both entries before).
         ValueIndex("conv_contact", keys=_contact_keys, reads=("contact_id",), generation=2),
@@ -322,6 +340,13 @@ MARKER = RecordType(
     reuses_keys=False,  # a marker's key names its conversation's id, which is never reused
 )
 CONVERSATIONS = declare("inbox", COLLECTION, [CONVERSATION, MARKER])
+
+
+def _maybe_unread(inbound: int, marker: ReadMarker | None) -> bool:
+    """Return False only when ``marker`` shows every one of ``inbound`` messages read (or there are none)."""
+    if marker is None:
+        return inbound > 0
+    return marker.seen_inbound is None or marker.seen_inbound < inbound
 
 
 def _marker_json(marker: ReadMarker, seen: int, assignee: str | None) -> dict[str, Any]:
@@ -481,6 +506,55 @@ class KvInboxStore:
         listed_entries = page_of([e for _, e in merged], limit, lambda e: f"{e.value['at']}/{e.value['id']}")
         fetched = self.layout.fetch(table, listed_entries.items)
         return [Conversation.from_json(e.value, e.version) for e in fetched if e is not None], listed_entries.next
+
+    def unread_candidates(
+        self,
+        tenant: str,
+        *,
+        agent: str,
+        view: str = "all",
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
+        """``InboxStore.unread_candidates``: the list's index entries, the agent's markers, then kept records.
+
+        A list of one ``conv_list`` range (a view, no status or channel filter)
+        reads ``limit + 1`` entries, the markers of ``limit`` conversations (one
+        ``get_many``) and the records of those the entries' ``n`` (inbound
+        count) does not show read (one ``get_many``): an unread-only page
+        decodes only the conversations it may show. Entries of generation 1
+        (no ``n``) and merged ranges read every record, as ``conversation_page``.
+        """
+        validate_limit(limit, maximum=MAX_GET_MANY - 1)
+        table = self._table(tenant)
+        prefixes = self._list_prefixes(table, view, agent, status, channel)
+        if len(prefixes) != 1:
+            page, cursor = self.conversation_page(
+                tenant, view=view, agent=agent, status=status, channel=channel, after=after, limit=limit
+            )
+            markers = self.markers_get(tenant, [c.id for c in page], agent)
+            pairs = [(c, m) for c, m in zip(page, markers, strict=True) if _maybe_unread(c.inbound_count, m)]
+            return pairs, cursor, len(page)
+        start = None
+        if after is not None:
+            at, conversation_id = parse_cursor(after)
+            start = "x/conv_list/" + encode(prefixes[0]) + encode_component(-at)
+            start += self._conversation_key(table, conversation_id) or ""
+        entries = self.layout.scan(table, "conv_list", prefixes[0], after=start, limit=limit + 1)
+        examined = entries[:limit]
+        markers = self.markers_get(tenant, [str(e.value["id"]) for e in examined], agent)
+        kept = [
+            (e, m)
+            for e, m in zip(examined, markers, strict=True)
+            if not isinstance(n := e.value.get("n"), int) or _maybe_unread(n, m)
+        ]
+        records = self.layout.fetch(table, [e for e, _ in kept])
+        pairs = [(Conversation.from_json(r.value, r.version), m) for (_, m), r in zip(kept, records, strict=True) if r]
+        last = examined[-1].value if examined else None
+        cursor = f"{last['at']}/{last['id']}" if last is not None and len(entries) > limit else None
+        return pairs, cursor, len(examined)
 
     def _contact_page(
         self, table: str, contact_id: str, after: str | None, limit: int

@@ -287,6 +287,28 @@ class MemoryInboxStore:
         with self._lock:
             return self._marker(self._tenants[tenant], conversation_id, agent)
 
+    def unread_candidates(
+        self,
+        tenant: str,
+        *,
+        agent: str,
+        view: str = "all",
+        status: str | None = None,
+        channel: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
+        page, cursor = self.conversation_page(
+            tenant, view=view, agent=agent, status=status, channel=channel, after=after, limit=limit
+        )
+        markers = self.markers_get(tenant, [c.id for c in page], agent)
+        rows = [
+            (c, m)
+            for c, m in zip(page, markers, strict=True)
+            if (c.inbound_count > 0 if m is None else m.seen_inbound is None or m.seen_inbound < c.inbound_count)
+        ]
+        return rows, cursor, len(page)
+
     def markers_get(self, tenant: str, conversation_ids: list[str], agent: str) -> list[ReadMarker | None]:
         with self._lock:
             t = self._tenants[tenant]

@@ -135,7 +135,10 @@ def test_reindex_then_tick_upgrade_a_legacy_inbox_exactly(legacy: tuple[InboxSto
 
 
 def make_generation_1(store: KvInboxStore, tenant: str) -> int:
-    """Rewrite ``conv_text`` and ``conv_contact`` as generation 1 left them; return the contact entries."""
+    """Rewrite ``conv_text``, ``conv_contact`` and ``conv_list`` as generation 1 left them.
+
+    Return how many ``conv_contact`` entries there are.
+    """
     from botmesh_admin.kv.indexes import encode
 
     table = store._table(tenant)
@@ -151,13 +154,15 @@ def make_generation_1(store: KvInboxStore, tenant: str) -> int:
         position = {"pk": e.value["pk"], "at": r["last_activity_ms"], "id": r["id"]}
         kv.commit(table, [Delete(e.key), Put(old_key, position)])
         linked += 1
-    for name in ("conv_text", "conv_contact"):
+    for e in kv.scan(table, prefix="x/conv_list/", limit=1000):  # no inbound count in the entries
+        kv.commit(table, [Put(e.key, {k: v for k, v in e.value.items() if k != "n"})])
+    for name in ("conv_text", "conv_contact", "conv_list"):
         kv.commit(table, [Put(f"x/{name}", {"state": "built"})])  # built, at generation 1 (no "generation")
     kv_indexes.forget_cached_states(kv, table)  # as a process of this release, started after the upgrade
     return linked
 
 
-def test_a_table_built_at_generation_1_rebuilds_text_and_contact_indexes_only(tenant_id: str) -> None:
+def test_a_table_built_at_generation_1_upgrades_the_list_in_place_and_rebuilds_search(tenant_id: str) -> None:
     """Search and a contact's conversations name the command until it runs; the lists answer throughout."""
     from botmesh_admin.channels.domain import InboundMessage
     from botmesh_admin.tenancy.models import Tenant
@@ -181,9 +186,11 @@ def test_a_table_built_at_generation_1_rebuilds_text_and_contact_indexes_only(te
     assert make_generation_1(inbox, tenant_id) == len(linked)
     layout = CONVERSATIONS.layout(default_kv())
     table = inbox._table(tenant_id)
-    assert layout.state(table, "conv_text") == "stale" and layout.state(table, "conv_list") == "built"
+    assert layout.state(table, "conv_text") == "stale" and layout.state(table, "conv_list") == "stale"
     rows, _ = selectors.conversation_list(tenant_id, agent="ana", store=inbox)
-    assert len(rows) == 3  # the main list never waits for the rebuild
+    assert len(rows) == 3  # the main list never waits: generation 2 reads generation 1's entries
+    unread, _ = selectors.conversation_list(tenant_id, agent="ana", unread_only=True, store=inbox)
+    assert [r.unread for r in unread] == [3, 3, 3]  # entries without their inbound count: records read
     with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
         selectors.conversation_search(tenant_id, "573001112233", agent="ana", store=inbox)
     with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
@@ -193,7 +200,10 @@ def test_a_table_built_at_generation_1_rebuilds_text_and_contact_indexes_only(te
     out = io.StringIO()
     call_command("botmesh_reindex", "--tenant", tenant_id, stdout=out)
     assert f"{tenant_id} inbox/conversations conv_text: 3 records indexed, built" in out.getvalue()
-    assert f"{tenant_id} inbox/conversations conv_list:" not in out.getvalue()  # built: left alone
+    assert f"{tenant_id} inbox/conversations conv_list: 3 records indexed, built" in out.getvalue()  # in place
+    assert f"{tenant_id} inbox/conversations conv_channel:" not in out.getvalue()  # built: left alone
+    assert layout.state(table, "conv_list") == "built"
+    assert all(isinstance(e.value.get("n"), int) for e in default_kv().scan(table, prefix="x/conv_list/"))
     found, _ = selectors.conversation_search(tenant_id, "573001112233", agent="ana", store=inbox)
     assert [r.conversation.chat_key for r in found] == [CHATS[0]]
     mine, _ = selectors.conversation_list(tenant_id, agent="ana", contact_id=contact_id, store=inbox)

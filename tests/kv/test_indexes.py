@@ -573,3 +573,92 @@ def test_a_change_of_fields_an_index_does_not_read_moves_nothing() -> None:
         RecordType("bad", "b/", (ValueIndex("v", ("a",), generation=0),))
     with pytest.raises(ValueError, match="reads"):
         RecordType("bad", "b/", (ValueIndex("v", ("a",), reads="a"),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="readable_from"):
+        RecordType("bad", "b/", (ValueIndex("v", ("a",), generation=2, readable_from=2),))
+
+
+def _write(layout: IndexedTable, record: RecordType, table: str, key: str, value: dict[str, Any] | None) -> bool:
+    """Put (or delete) ``key`` as ``record`` by read + compare-and-set; False on a lost race."""
+    from botmesh_admin.kv import ConflictError, Delete
+
+    current = layout.kv.get(table, key)
+    if value is None and current is None:
+        return True
+    expect = ABSENT if current is None else current.version
+    op = Delete(key, expect) if value is None else Put(key, value, expect)
+    try:
+        layout.commit(table, [op], [RecordChange(record, key, None if current is None else current.value, value)])
+    except ConflictError:
+        return False
+    return True
+
+
+def test_a_readable_generation_is_upgraded_in_place_and_answers_throughout(kv, table) -> None:
+    """Generation 2 adds a payload field and drops resolved tickets; readers never wait, writers race it."""
+    from dataclasses import replace
+
+    from botmesh_admin.kv.indexes import ValueIndex, forget_cached_states
+
+    churn(kv, table, seed=21, writes=200)
+    by_status = ValueIndex(
+        "by_status",
+        fields=("status", Desc("at")),
+        where=lambda r: r["status"] != "resolved",  # readers of generation 2 never scan resolved tickets
+        payload=lambda r: {"status": r["status"], "at": r["at"], "owner": r["owner"]},
+        reads=("status", "at", "owner"),
+        generation=2,
+        readable_from=1,
+    )
+    ticket2 = replace(TICKET, indexes=tuple(by_status if i.name == "by_status" else i for i in TICKET.indexes))
+    forget_cached_states(kv, table)
+    layout = IndexedTable(kv, (ticket2,))
+    assert layout.state(table, "by_status") == "stale"
+    assert layout.scan(table, "by_status", ["open"], limit=5) is not None  # readable while stale
+    stop = threading.Event()
+
+    def writer(seed: int) -> None:
+        local = random.Random(seed)
+        mine = IndexedTable(kv, (ticket2,))
+        while not stop.is_set():
+            key = f"t/{local.randrange(70)}"
+            _write(mine, ticket2, table, key, None if local.random() < 0.2 else random_ticket(local))
+
+    states: list[str | None] = []
+
+    def progress(done: int) -> None:  # a reader between batches: answers, whatever the phase
+        states.append(layout.state(table, "by_status"))
+        for e in layout.scan(table, "by_status", ["open"], limit=1000):
+            assert e.value["status"] == "open"
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        layout.build(table, "by_status", batch=10, progress=progress)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert "upgrading" in states
+    assert layout.state(table, "by_status") == "built"
+    assert layout.check(table, "by_status") == {"missing": 0, "extra": 0, "wrong": 0}
+    assert layout.scan(table, "by_status", ["resolved"], limit=10) == []
+    assert all("owner" in e.value for e in layout.scan(table, "by_status", ["open"], limit=1000))
+    assert no_drift(layout, table) == {}
+
+
+def test_an_upgrade_towards_another_generation_is_rebuilt_and_unreadable_meanwhile(kv, table) -> None:
+    """A table left upgrading by another release reads as stale (no reads) and ``build`` clears it."""
+    from botmesh_admin.kv.indexes import forget_cached_states, state_key
+
+    churn(kv, table, seed=22, writes=60)
+    elsewhere = {"state": "upgrading", "from": 1, "generation": 3, "phase": "records"}  # a later release's upgrade
+    kv.commit(table, [Put(state_key("by_status"), elsewhere)])
+    forget_cached_states(kv, table)
+    layout = tickets(kv)
+    assert layout.state(table, "by_status") == "stale"
+    with pytest.raises(IndexNotBuilt):
+        layout.scan(table, "by_status", ["open"])
+    layout.build(table, "by_status", batch=20)
+    assert layout.state(table, "by_status") == "built"
+    assert no_drift(layout, table) == {}
