@@ -896,17 +896,19 @@ class IndexedTable:
         batch: int = 500,
         rebuild: bool = False,
         progress: Callable[[int], None] | None = None,
+        swept: Callable[[int], None] | None = None,
     ) -> int:
         """Build ``index`` of ``table`` online; return how many records were indexed.
 
         Resumable: a killed build continues from the state's ``after`` on the
         next call. Safe under writes (see the module docstring). ``rebuild``
         first clears the index's entries (used by ``--repair``). ``progress``
-        is called with the number of records indexed so far.
+        is called with the number of records indexed so far; ``swept``, during
+        an in-place upgrade's second phase, with the number of entries checked.
         """
         record, idx = self._by_index[index]
         skey = state_key(index)
-        done = 0
+        done = checked = 0
         size = batch
         while True:
             entry = self.kv.get(table, skey)
@@ -946,10 +948,13 @@ class IndexedTable:
                     pass
                 continue
             if st.state == UPGRADING and st.phase == "entries":
-                swept = self._sweep_batch(table, index, entry, st, size)
-                if swept is None:
+                examined = self._sweep_batch(table, index, entry, st, size)
+                if examined is None:
                     return done
-                size = max(10, size // 2) if swept < 0 else min(batch, size * 2)
+                size = max(10, size // 2) if examined < 0 else min(batch, size * 2)
+                checked += max(0, examined)
+                if swept is not None and examined > 0:
+                    swept(checked)
                 continue
             # BUILDING (or UPGRADING's records phase): index the next batch of records after the cursor
             guard: list[Op] = []

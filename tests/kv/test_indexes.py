@@ -624,6 +624,7 @@ def test_a_readable_generation_is_upgraded_in_place_and_answers_throughout(kv, t
             _write(mine, ticket2, table, key, None if local.random() < 0.2 else random_ticket(local))
 
     states: list[str | None] = []
+    checked: list[int] = []
 
     def progress(done: int) -> None:  # a reader between batches: answers, whatever the phase
         states.append(layout.state(table, "by_status"))
@@ -634,12 +635,13 @@ def test_a_readable_generation_is_upgraded_in_place_and_answers_throughout(kv, t
     for t in threads:
         t.start()
     try:
-        layout.build(table, "by_status", batch=10, progress=progress)
+        layout.build(table, "by_status", batch=10, progress=progress, swept=checked.append)
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert "upgrading" in states
+    assert checked and checked == sorted(checked)  # the second phase reports the entries it checked
     assert layout.state(table, "by_status") == "built"
     assert layout.check(table, "by_status") == {"missing": 0, "extra": 0, "wrong": 0}
     assert layout.scan(table, "by_status", ["resolved"], limit=10) == []

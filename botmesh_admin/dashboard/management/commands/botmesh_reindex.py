@@ -100,7 +100,13 @@ class Command(BaseCommand):
                 sys.stdout.write(f"\r  {label}: {done} records")
                 sys.stdout.flush()
 
-            done = t.layout.build(t.table, t.index, batch=options["batch"], rebuild=options["rebuild"], progress=show)
+            def sweep(checked: int, label: str = t.label) -> None:  # an in-place upgrade's second phase
+                sys.stdout.write(f"\r  {label}: upgraded, {checked} entries checked for older ones")
+                sys.stdout.flush()
+
+            done = t.layout.build(
+                t.table, t.index, batch=options["batch"], rebuild=options["rebuild"], progress=show, swept=sweep
+            )
             self.stdout.write(f"\r  {t.label}: {done} records indexed, built")
             built += 1
         if options["index"] is None:
