@@ -2238,10 +2238,18 @@ def datetime_now() -> str:
 
 
 def git_head() -> str:
+    """Return the commit this run started from (later commits during a long run do not relabel it)."""
+    return _STARTED_AT
+
+
+def _git_head_now() -> str:
     import subprocess
 
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or "?"
+
+
+_STARTED_AT = _git_head_now()
 
 
 if __name__ == "__main__":
