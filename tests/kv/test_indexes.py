@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from botmesh_admin.errors import ValidationError
-from botmesh_admin.kv import ABSENT, Put
+from botmesh_admin.kv import ABSENT, Delete, Put
 from botmesh_admin.kv.indexes import (
     CountIndex,
     Desc,
@@ -253,7 +253,12 @@ def test_rebuild_repairs_a_drifting_index(kv, table) -> None:
     victim = layout.scan(table, "by_status", ["open"], limit=1)
     assert victim
     kv.commit(table, [Put(victim[0].key, {"pk": "t/ghost"})])
-    assert layout.check(table, "by_status")["wrong"] == 1
+    assert layout.check(table, "by_status") == {"missing": 0, "extra": 0, "wrong": 1}
+    orphan = "x/by_status/sopen 40000000000000000001 t/nobody"
+    lost = layout.scan(table, "by_status", ["resolved"], limit=1)
+    assert lost
+    kv.commit(table, [Put(orphan, {"pk": "t/nobody"}), Delete(lost[0].key)])
+    assert layout.check(table, "by_status") == {"missing": 1, "extra": 1, "wrong": 1}
     layout.build(table, "by_status", rebuild=True, batch=40)
     assert no_drift(layout, table) == {}
 
