@@ -28,8 +28,12 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   first: ``("-", -last_activity_ms)`` (all), ``("a", assignee, -ms)`` (mine:
   an agent; unassigned: ``None``), ``("sc", status, channel, -ms)`` and
   ``("asc", assignee, status, channel, -ms)``. Entries hold the position
-  (``at``, ``id``). The unfiltered list and each view's are one scan; with a
-  status or a channel filter, a page merges the scans of the ``sc``/``asc``
+  (``at``, ``id``) and, from generation 2, ``n`` (the inbound count), so an
+  unread-only list skips from the entries alone what an agent has read
+  (``unread_candidates``); generation 1's entries are read as they are and
+  ``botmesh_reindex`` upgrades them in place. The unfiltered list and each
+  view's are one scan; with a status or a channel filter, a page merges the
+  scans of the ``sc``/``asc``
   prefixes the filter leaves open — the tenant's channels (a status alone)
   or the three statuses (a channel alone) — so a page reads at most
   ``max(3, channels) × (limit + 1)`` index entries, then one ``get_many`` of
@@ -564,7 +568,8 @@ class KvInboxStore:
         The ``conv_contact`` entries of a contact are ordered by record key, not
         activity (so a message moves none of them): the contact's conversations
         (one per channel that chat reached, a handful) are read at once, up to
-        ``CONTACT_CONVERSATIONS``, and ordered here by ``(-activity, id)``.
+        ``CONTACT_CONVERSATIONS``, and ordered here as every list is: by
+        ``-activity``, then the record key.
         """
         rows = self.layout.scan_fetch(table, "conv_contact", [contact_id], limit=CONTACT_CONVERSATIONS)
         # The order of every list: -activity, then the record key (see conversation_page's merge).
