@@ -425,6 +425,11 @@ def _readable_at(index: Index, generation: int | None) -> bool:
     return readable_from is not None and generation is not None and readable_from <= generation < index.generation
 
 
+def _upgrading_state(origin: int | None, index: Index, phase: str, after: str | None = None) -> dict[str, JsonValue]:
+    """Return the value of an ``UPGRADING`` state entry: from ``origin`` to ``index``'s generation, in ``phase``."""
+    return {"state": UPGRADING, "from": origin, "generation": index.generation, "phase": phase, "after": after}
+
+
 def _built_state(index: Index) -> dict[str, JsonValue]:
     """Return the value of ``index``'s state entry once built (its generation, if not the first)."""
     return {"state": BUILT} if index.generation == 1 else {"state": BUILT, "generation": index.generation}
@@ -879,12 +884,7 @@ class IndexedTable:
 
     def fetch(self, table: str, entries: Sequence[Entry]) -> list[Entry | None]:
         """Return the records the index ``entries`` point at (one ``get_many`` per ``MAX_GET_MANY`` entries)."""
-        keys = [e.value["pk"] for e in entries]
-        return [
-            r
-            for start in range(0, len(keys), MAX_GET_MANY)
-            for r in self.kv.get_many(table, keys[start : start + MAX_GET_MANY])
-        ]
+        return _get_chunked(self.kv, table, [e.value["pk"] for e in entries])
 
     # builds
 
@@ -917,9 +917,9 @@ class IndexedTable:
                 return done
             if st.state == STALE and st.readable and not rebuild:
                 assert entry is not None  # a stale state is a stored one
-                upgrade = {"state": UPGRADING, "from": st.generation, "generation": idx.generation}
+                upgrade = _upgrading_state(st.generation, idx, "records")
                 try:  # the epoch moves: writers read the states again (and check this one's version)
-                    self.kv.commit(table, [Put(skey, {**upgrade, "phase": "records"}, entry.version), _bump_epoch()])
+                    self.kv.commit(table, [Put(skey, upgrade, entry.version), _bump_epoch()])
                 except ConflictError:
                     continue
                 _built.forget(self.kv, table, index)
@@ -963,9 +963,8 @@ class IndexedTable:
                 guard = [Check(activity_key(index), ABSENT if bumped is None else bumped.version)]
             rows = self.kv.scan(table, prefix=record.prefix, after=st.after, limit=size)
             if not rows and st.state == UPGRADING:
-                sweep = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "entries"}
                 try:  # every record's entries are this generation's: now delete the ones none has
-                    self.kv.commit(table, [Put(skey, sweep, entry.version)])
+                    self.kv.commit(table, [Put(skey, _upgrading_state(st.origin, idx, "entries"), entry.version)])
                 except ConflictError:
                     pass
                 continue
@@ -994,8 +993,7 @@ class IndexedTable:
             checks: list[Op] = [Check(r.key, r.version) for r in rows] + companion_checks
             moved: dict[str, JsonValue] = {"state": BUILDING, "after": cursor}
             if st.state == UPGRADING:
-                moved = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "records"}
-                moved["after"] = cursor
+                moved = _upgrading_state(st.origin, idx, "records", cursor)
             state_put = Put(skey, moved, entry.version)
             try:
                 # No epoch move: only writers of this index care where its cursor is, and
@@ -1044,9 +1042,9 @@ class IndexedTable:
                 Check(k, ABSENT if seen is None else seen.version)
                 for k, seen in zip(companions, read[len(pks) :], strict=True)
             ]
-        moved = {"state": UPGRADING, "from": st.origin, "generation": idx.generation, "phase": "entries"}
+        moved = _upgrading_state(st.origin, idx, "entries", found[-1].key)
         try:
-            self.kv.commit(table, [*ops, Put(skey, {**moved, "after": found[-1].key}, entry.version)])
+            self.kv.commit(table, [*ops, Put(skey, moved, entry.version)])
         except ConflictError:
             return -1
         return len(found)
@@ -1116,13 +1114,11 @@ class IndexedTable:
                 expected.update(idx.entries(row.key, record.view(row.value)))
             expected_total += len(expected)
             keys = list(expected)
-            for start in range(0, len(keys), MAX_GET_MANY):
-                chunk = keys[start : start + MAX_GET_MANY]
-                for key, found in zip(chunk, self.kv.get_many(table, chunk), strict=True):
-                    if found is None:
-                        missing += 1
-                    elif found.value != expected[key]:
-                        wrong += 1
+            for key, found in zip(keys, _get_chunked(self.kv, table, keys), strict=True):
+                if found is None:
+                    missing += 1
+                elif found.value != expected[key]:
+                    wrong += 1
         actual = sum(len(page) for page in _pages(self.kv, table, state_key(idx.name) + "/"))
         return {"missing": missing, "extra": actual - (expected_total - missing), "wrong": wrong}
 
@@ -1151,6 +1147,13 @@ def _just_before(key: str) -> str | None:
     if last == _TERMINATOR:
         return key[:-1]
     return key[:-1] + chr(ord(last) - 1) + "\U0010ffff"
+
+
+def _get_chunked(kv: DurableKv, table: str, keys: Sequence[str]) -> list[Entry | None]:
+    """Return ``kv.get_many`` of ``keys``, one call per ``MAX_GET_MANY`` keys."""
+    return [
+        r for start in range(0, len(keys), MAX_GET_MANY) for r in kv.get_many(table, keys[start : start + MAX_GET_MANY])
+    ]
 
 
 def _scan_all(kv: DurableKv, table: str, prefix: str) -> Iterator[Entry]:

@@ -119,6 +119,37 @@ def conversation_cursor(conversation: Conversation) -> str:
     return f"{conversation.last_activity_ms}/{conversation.id}"
 
 
+def maybe_unread(inbound: int, marker: ReadMarker | None) -> bool:
+    """Return False only when ``marker`` shows all ``inbound`` messages read (or there are none).
+
+    The pre-filter of ``InboxStore.unread_candidates``: a marker without
+    ``seen_inbound`` (stored before the counts) may still hide unread messages.
+    """
+    if marker is None:
+        return inbound > 0
+    return marker.seen_inbound is None or marker.seen_inbound < inbound
+
+
+def unread_candidates_by_page(
+    store: InboxStore,
+    tenant: str,
+    *,
+    agent: str,
+    view: str,
+    status: str | None,
+    channel: str | None,
+    after: str | None,
+    limit: int,
+) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
+    """``InboxStore.unread_candidates`` from a ``conversation_page`` and the agent's markers (records all read)."""
+    page, cursor = store.conversation_page(
+        tenant, view=view, agent=agent, status=status, channel=channel, after=after, limit=limit
+    )
+    markers = store.markers_get(tenant, [c.id for c in page], agent)
+    pairs = [(c, m) for c, m in zip(page, markers, strict=True) if maybe_unread(c.inbound_count, m)]
+    return pairs, cursor, len(page)
+
+
 def parse_cursor(after: str) -> tuple[int, str]:
     """Return ``(last_activity_ms, conversation id)`` of a ``conversation_cursor``.
 

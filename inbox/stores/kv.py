@@ -33,9 +33,9 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   (``unread_candidates``); generation 1's entries are read as they are and
   ``botmesh_reindex`` upgrades them in place. The unfiltered list and each
   view's are one scan; with a status or a channel filter, a page merges the
-  scans of the ``sc``/``asc``
-  prefixes the filter leaves open — the tenant's channels (a status alone)
-  or the three statuses (a channel alone) — so a page reads at most
+  scans of the ``sc``/``asc`` prefixes the filter leaves open — the tenant's
+  channels (a status alone) or the three statuses (a channel alone) — so a
+  page reads at most
   ``max(3, channels) × (limit + 1)`` index entries, then one ``get_many`` of
   its records. Four entries rather than one per filter combination (eight)
   halve what every projected message rewrites, on the hottest write path.
@@ -58,9 +58,6 @@ Indexes (declared once, kept in the record's own commit by the kernel):
   id), ordered by key, no payload: text search by prefix reads O(page)
   entries, and a message (which changes neither the name nor the chat)
   writes none. (Generation 2: generation 1 copied the position into each.)
-
-Each index declares the fields it ``reads``: a change that leaves them equal
-skips its upkeep without computing entries (``botmesh_admin.kv.indexes``).
 - ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
   (the wake-up job).
 - ``conv_count`` (count) — conversations per ``("*", status)``,
@@ -72,6 +69,9 @@ skips its upkeep without computing entries (``botmesh_admin.kv.indexes``).
   ``("a", agent, assignee)``, so unread = inbound sum − seen sum, per view.
 - ``marker_legacy`` (value) — markers stored before ``seen_inbound`` existed,
   until ``markers_backfill`` counts them.
+
+Each index declares the fields it ``reads``: a change that leaves them equal
+skips its upkeep without computing entries (``botmesh_admin.kv.indexes``).
 
 Read markers and the writes that move them. A write that adds an inbound
 message to a conversation reads its markers (one scan of ``r/<conv id>/``)
@@ -139,7 +139,17 @@ from inbox.domain import (
     replace,
 )
 
-from .base import INVERT, MAX_SCAN, STATUSES, Change, StaleRevision, chat_retry, parse_cursor
+from .base import (
+    INVERT,
+    MAX_SCAN,
+    STATUSES,
+    Change,
+    StaleRevision,
+    chat_retry,
+    maybe_unread,
+    parse_cursor,
+    unread_candidates_by_page,
+)
 
 COLLECTION = "conversations"
 TEXT_BASE = "x/conv_text/"
@@ -346,13 +356,6 @@ MARKER = RecordType(
 CONVERSATIONS = declare("inbox", COLLECTION, [CONVERSATION, MARKER])
 
 
-def _maybe_unread(inbound: int, marker: ReadMarker | None) -> bool:
-    """Return False only when ``marker`` shows every one of ``inbound`` messages read (or there are none)."""
-    if marker is None:
-        return inbound > 0
-    return marker.seen_inbound is None or marker.seen_inbound < inbound
-
-
 def _marker_json(marker: ReadMarker, seen: int, assignee: str | None) -> dict[str, Any]:
     return dict(marker.to_json(), seen_inbound=seen, assignee=assignee)
 
@@ -535,12 +538,9 @@ class KvInboxStore:
         table = self._table(tenant)
         prefixes = self._list_prefixes(table, view, agent, status, channel)
         if len(prefixes) != 1:
-            page, cursor = self.conversation_page(
-                tenant, view=view, agent=agent, status=status, channel=channel, after=after, limit=limit
+            return unread_candidates_by_page(
+                self, tenant, agent=agent, view=view, status=status, channel=channel, after=after, limit=limit
             )
-            markers = self.markers_get(tenant, [c.id for c in page], agent)
-            pairs = [(c, m) for c, m in zip(page, markers, strict=True) if _maybe_unread(c.inbound_count, m)]
-            return pairs, cursor, len(page)
         start = None
         if after is not None:
             at, conversation_id = parse_cursor(after)
@@ -552,7 +552,7 @@ class KvInboxStore:
         kept = [
             (e, m)
             for e, m in zip(examined, markers, strict=True)
-            if not isinstance(n := e.value.get("n"), int) or _maybe_unread(n, m)
+            if not isinstance(n := e.value.get("n"), int) or maybe_unread(n, m)
         ]
         records = self.layout.fetch(table, [e for e, _ in kept])
         pairs = [(Conversation.from_json(r.value, r.version), m) for (_, m), r in zip(kept, records, strict=True) if r]

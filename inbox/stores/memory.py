@@ -21,7 +21,7 @@ from inbox.domain import (
     replace,
 )
 
-from .base import MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor
+from .base import MAX_SCAN, STATUSES, Change, StaleRevision, parse_cursor, unread_candidates_by_page
 
 
 @dataclass
@@ -298,16 +298,9 @@ class MemoryInboxStore:
         after: str | None = None,
         limit: int = 50,
     ) -> tuple[list[tuple[Conversation, ReadMarker | None]], str | None, int]:
-        page, cursor = self.conversation_page(
-            tenant, view=view, agent=agent, status=status, channel=channel, after=after, limit=limit
+        return unread_candidates_by_page(
+            self, tenant, agent=agent, view=view, status=status, channel=channel, after=after, limit=limit
         )
-        markers = self.markers_get(tenant, [c.id for c in page], agent)
-        rows = [
-            (c, m)
-            for c, m in zip(page, markers, strict=True)
-            if (c.inbound_count > 0 if m is None else m.seen_inbound is None or m.seen_inbound < c.inbound_count)
-        ]
-        return rows, cursor, len(page)
 
     def markers_get(self, tenant: str, conversation_ids: list[str], agent: str) -> list[ReadMarker | None]:
         with self._lock:
