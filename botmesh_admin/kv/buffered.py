@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
 from .encoding import prefix_end
-from .validation import now_ms, validate_commit
+from .validation import Validated, now_ms, validate_commit, validate_delta
 
 _UNKNOWN = object()  # a key's base entry, not read
 
@@ -293,7 +293,7 @@ class BufferedKv:
                 if not ops:
                     out.append(FlushedGroup(tuple(members), 0, None))
                     continue
-                self.base.commit(table, ops)
+                self.base.commit(table, Validated(ops))  # every op was validated when it was buffered
                 self.base_commits += 1
                 out.append(FlushedGroup(tuple(members), len(ops), None))
             except Exception as exc:  # noqa: BLE001 - reported per group; the caller redoes its work
@@ -369,7 +369,7 @@ class BufferedKv:
         """Return the one op with the net effect of ``ops`` on ``key``, expecting its state before the batch."""
         kinds = {type(op) for op in ops}
         if kinds == {Add}:
-            return Add(key, sum(op.delta for op in ops if isinstance(op, Add)))
+            return Add(key, validate_delta(sum(op.delta for op in ops if isinstance(op, Add)), f"{key}: summed delta"))
         if Add in kinds and slot.base is _UNKNOWN:
             self._load(table, [key])  # a counter's sum after a put or delete depends on the base
         checked = Add in kinds or any(op.expect is not ANY for op in ops)

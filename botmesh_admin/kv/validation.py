@@ -271,14 +271,27 @@ def follow_key(value: object, field: str) -> str | None:
     return target if isinstance(target, str) else None
 
 
+class Validated(tuple[Op, ...]):
+    """A batch of ops already validated whole (``validate_commit``) for its table: backends take it as it is.
+
+    Only ``BufferedKv.flush`` makes one: the net ops it merges from commits it
+    validated when they were buffered (the same keys, values and expiries; a
+    merged ``Add``'s summed delta is checked there), so a flush does not pay
+    for the validation a second time. A batch of any other type is validated.
+    """
+
+
 def validate_commit(table: object, ops: Sequence[Op]) -> None:
     """Validate a whole batch before any of it reaches the backend.
 
     Checks the table name, each op's type, key, value (plain JSON), expectation
     and ``ttl_ms`` (an int of milliseconds, 1..MAX_TTL_MS), that no key repeats and
-    that the batch is not empty.
+    that the batch is not empty. A ``Validated`` batch for a valid table passes
+    as it is.
     """
     validate_table(table)
+    if type(ops) is Validated and ops:
+        return
     if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
         raise BadType("ops", "must be a list of Put, Delete or Check")
     if not ops:

@@ -24,27 +24,31 @@ claim, its conversation and the conversation's index entries together. Keys:
 
 Indexes (declared once, kept in the record's own commit by the kernel):
 
-- ``conv_list`` (value) — every conversation four times, newest activity
-  first: ``("-", -last_activity_ms)`` (all), ``("a", assignee, -ms)`` (mine:
-  an agent; unassigned: ``None``), ``("sc", status, channel, -ms)`` and
-  ``("asc", assignee, status, channel, -ms)``. Entries hold the position
-  (``at``, ``id``) and, from generation 2, ``n`` (the inbound count), so an
-  unread-only list skips from the entries alone what an agent has read
-  (``unread_candidates``); generation 1's entries are read as they are and
-  ``botmesh_reindex`` upgrades them in place. The unfiltered list and each
-  view's are one scan; with a status or a channel filter, a page merges the
-  scans of the ``sc``/``asc`` prefixes the filter leaves open — the tenant's
-  channels (a status alone) or the three statuses (a channel alone) — so a
-  page reads at most
-  ``max(3, channels) × (limit + 1)`` index entries, then one ``get_many`` of
-  its records. Four entries rather than one per filter combination (eight)
-  halve what every projected message rewrites, on the hottest write path.
+- ``conv_list`` (value) — every conversation twice, newest activity first:
+  ``("-", -last_activity_ms)`` (all) and ``("a", assignee, -ms)`` (mine: an
+  agent; unassigned: ``None``). Entries hold the position (``at``, ``id``)
+  and, from generation 2, ``n`` (the inbound count), so an unread-only list
+  skips from the entries alone what an agent has read
+  (``unread_candidates``). Each view's list is one scan. Generation 3 dropped
+  the ``("sc", status, channel)`` and ``("asc", …)`` entries that generations
+  1 and 2 kept (``conv_channel`` serves those filters): the older tables stay
+  readable and ``botmesh_reindex`` upgrades them in place, sweeping those.
+  Every projected message moves each entry that holds its activity, so the
+  fewer the better: this list is on the hottest write path.
 - ``conv_channel`` (value) — every conversation twice by the channel
-  configuration that received it: ``("sn", status, channel_name, -ms)`` and
-  ``("asn", assignee, status, channel_name, -ms)``; a channel filter merges
-  the three statuses' scans when no status is given: ``3 × (limit + 1)``
-  entries. (Added with conversations' channels: ``botmesh_reindex`` builds it
-  on tables written before.)
+  that received it: ``("sn", status, channel, channel_name, -ms)`` and
+  ``("asn", assignee, status, channel, channel_name, -ms)``. A status,
+  channel kind or channel name filter merges the scans of the prefixes it
+  leaves open — the three statuses (none given) × the tenant's ``(kind,
+  name)`` pairs (those of the kind or name given; ``conv_names``) — into one
+  page, so a page reads at most ``3 × pairs × (limit + 1)`` index entries,
+  then one ``get_many`` of its records. Generation 2 (with ``conv_list``'s
+  generation 3) adds the kind to the key: a chat stored without a channel
+  name has a kind all the same. ``botmesh_reindex`` rebuilds it on tables
+  written before; until then a filtered list names that command.
+- ``conv_names`` (count) — conversations per ``(channel, channel_name)``:
+  the pairs a filtered list merges (a tenant has a handful). New with
+  ``conv_channel``'s generation 2, built by ``botmesh_reindex`` likewise.
 - ``conv_contact`` (value) — every conversation linked to a CRM contact once,
   ``(contact_id,)`` then the record key, no payload: the list of one
   contact's conversations (the CRM contact page's link) reads them all (one
@@ -61,8 +65,7 @@ Indexes (declared once, kept in the record's own commit by the kernel):
 - ``conv_snoozed`` (value) — pending conversations by ``snoozed_until_ms``
   (the wake-up job).
 - ``conv_count`` (count) — conversations per ``("*", status)``,
-  ``("a", assignee, status)`` and ``("c", channel)`` (the channels a merge
-  walks).
+  ``("a", assignee, status)`` and ``("c", channel)`` (per channel kind).
 - ``conv_inbound`` (count) — ``inbound_count`` summed per ``("*",)`` and
   ``("a", assignee)``.
 - ``marker_seen`` (count) — ``seen_inbound`` summed per ``("*", agent)`` and
@@ -209,14 +212,14 @@ def _stale(what: str, exc: ConflictError) -> StaleRevision:
 
 def _list_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     at = -int(record.get("last_activity_ms") or 0)
-    assignee, status, channel = (record.get(name) for name in FILTERS)
-    return [("-", at), ("a", assignee, at), ("sc", status, channel, at), ("asc", assignee, status, channel, at)]
+    return [("-", at), ("a", record.get("assignee"), at)]
 
 
 def _channel_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     at = -int(record.get("last_activity_ms") or 0)
-    assignee, status, name = record.get("assignee"), record.get("status"), record.get("channel_name")
-    return [("sn", status, name, at), ("asn", assignee, status, name, at)]
+    assignee, status, channel = (record.get(name) for name in FILTERS)
+    name = record.get("channel_name")
+    return [("sn", status, channel, name, at), ("asn", assignee, status, channel, name, at)]
 
 
 def _contact_keys(record: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -290,22 +293,26 @@ CONVERSATION = RecordType(
     "conversation",
     "k/",
     (
-        # Generation 2 adds the inbound count to each entry (an unread-only list skips, from the entries
-        # alone, what an agent has read); generation 1's entries lack only that, so they stay readable
-        # and botmesh_reindex upgrades them in place.
+        # Generation 2 added the inbound count to each entry (an unread-only list skips, from the entries
+        # alone, what an agent has read); generation 3 drops the status × channel entries (conv_channel
+        # serves those filters). Generations 1 and 2 hold the same "-" and "a" entries, so they stay
+        # readable and botmesh_reindex upgrades them in place (the dropped entries swept).
         ValueIndex(
             "conv_list",
             keys=_list_keys,
             payload=_list_entry,
-            reads=(*FILTERS, *POSITION, "inbound_count"),
-            generation=2,
+            reads=("assignee", *POSITION, "inbound_count"),
+            generation=3,
             readable_from=1,
         ),
+        # Generation 2 keys by the channel kind too (a name, or no name, is no kind): it serves every
+        # status and channel filter since conv_list's generation 3.
         ValueIndex(
             "conv_channel",
             keys=_channel_keys,
             payload=_position,
-            reads=("assignee", "status", "channel_name", *POSITION),
+            reads=(*FILTERS, "channel_name", *POSITION),
+            generation=2,
         ),
         # Generation 2: keyed by the contact alone, no payload (a message moved both entries before).
         ValueIndex("conv_contact", keys=_contact_keys, reads=("contact_id",), generation=2),
@@ -326,6 +333,11 @@ CONVERSATION = RecordType(
                 ("c", r.get("channel")),
             ],
             reads=FILTERS,
+        ),
+        CountIndex(
+            "conv_names",
+            keys=lambda r: [(r.get("channel"), r.get("channel_name"))],
+            reads=("channel", "channel_name"),
         ),
         CountIndex(
             "conv_inbound",
@@ -437,22 +449,48 @@ class KvInboxStore:
             return None
         return Conversation.from_json(legacy.value, legacy.version)
 
-    def _list_prefixes(
-        self, table: str, view: str, agent: str | None, status: str | None, channel: str | None
-    ) -> list[list[Any]]:
-        """Return the ``conv_list`` value prefixes whose merge is the list of these filters."""
-        who: list[Any] = [] if view == "all" else [agent if view == "mine" else None]
-        if status is None and channel is None:
-            return [["a", *who] if who else ["-"]]
-        tag = "asc" if who else "sc"
-        statuses = [status] if status is not None else list(STATUSES)
-        channels = [channel] if channel is not None else self._channels(table)
-        return [[tag, *who, s, c] for s in statuses for c in channels]
+    def _list_ranges(
+        self,
+        table: str,
+        view: str,
+        agent: str | None,
+        status: str | None,
+        channel: str | None,
+        channel_name: str | None = None,
+    ) -> tuple[str, list[list[Any]]]:
+        """Return the index and the value prefixes whose merge is the list of these filters.
 
-    def _channels(self, table: str) -> list[str]:
-        """Return the channels the tenant's conversations use (one read of ``conv_count``)."""
-        counts = self.layout.count_prefix(table, "conv_count", ["c"])
-        return sorted(str(decode(group)[0]) for group, n in counts.items() if n > 0)
+        A view alone is one ``conv_list`` range. A status, a channel kind or a
+        channel name reads ``conv_channel``: one range per status (the one
+        given, else all three) and ``(kind, name)`` of the tenant's
+        conversations (``conv_names``: of the kind and the name given, if any).
+        """
+        who: list[Any] = [] if view == "all" else [agent if view == "mine" else None]
+        if status is None and channel is None and channel_name is None:
+            return "conv_list", [["a", *who] if who else ["-"]]
+        tag = "asn" if who else "sn"
+        statuses = [status] if status is not None else list(STATUSES)
+        channels = [
+            (kind, name)
+            for kind, name in self._channels(table, channel)
+            if channel_name is None or name == channel_name
+        ]
+        return "conv_channel", [[tag, *who, s, kind, name] for s in statuses for kind, name in channels]
+
+    def _channels(self, table: str, channel: str | None) -> list[tuple[str, str | None]]:
+        """Return ``(kind, channel name)`` of the tenant's conversations (name ``None``: stored without one).
+
+        Of kind ``channel`` only, unless ``None``; one read of ``conv_names``.
+        """
+        prefix = [] if channel is None else [channel]
+        counts = self.layout.count_prefix(table, "conv_names", prefix)
+        found: set[tuple[str, str | None]] = set()
+        for group, n in counts.items():
+            if n > 0:
+                pair: list[object] = [*prefix, *decode(group)]
+                kind, name = pair
+                found.add((str(kind), None if name is None else str(name)))
+        return sorted(found, key=lambda c: (c[0], c[1] is not None, c[1] or ""))
 
     def conversation_page(
         self,
@@ -478,14 +516,7 @@ class KvInboxStore:
             # millisecond (a row may show twice, none is skipped).
             position = encode_component(-at) + (self._conversation_key(table, conversation_id) or "")
         merged: list[tuple[str, Entry]] = []
-        index = "conv_list" if channel_name is None else "conv_channel"
-        prefixes: list[list[Any]]
-        if channel_name is None:
-            prefixes = self._list_prefixes(table, view, agent, status, channel)
-        else:  # a channel names its kind: the kind filter adds nothing (the selector checks it)
-            who = [] if view == "all" else [agent if view == "mine" else None]
-            statuses = [status] if status is not None else list(STATUSES)
-            prefixes = [["asn" if who else "sn", *who, s, channel_name] for s in statuses]
+        index, prefixes = self._list_ranges(table, view, agent, status, channel, channel_name)
 
         def cursor(row: tuple[Entry, Entry | None]) -> str:
             return f"{row[0].value['at']}/{row[0].value['id']}"
@@ -536,7 +567,7 @@ class KvInboxStore:
         """
         validate_limit(limit, maximum=MAX_GET_MANY - 1)
         table = self._table(tenant)
-        prefixes = self._list_prefixes(table, view, agent, status, channel)
+        index, prefixes = self._list_ranges(table, view, agent, status, channel)
         if len(prefixes) != 1:
             return unread_candidates_by_page(
                 self, tenant, agent=agent, view=view, status=status, channel=channel, after=after, limit=limit
@@ -544,9 +575,9 @@ class KvInboxStore:
         start = None
         if after is not None:
             at, conversation_id = parse_cursor(after)
-            start = "x/conv_list/" + encode(prefixes[0]) + encode_component(-at)
+            start = f"x/{index}/" + encode(prefixes[0]) + encode_component(-at)
             start += self._conversation_key(table, conversation_id) or ""
-        entries = self.layout.scan(table, "conv_list", prefixes[0], after=start, limit=limit + 1)
+        entries = self.layout.scan(table, index, prefixes[0], after=start, limit=limit + 1)
         examined = entries[:limit]
         markers = self.markers_get(tenant, [str(e.value["id"]) for e in examined], agent)
         kept = [

@@ -211,3 +211,94 @@ def test_a_table_built_at_generation_1_upgrades_the_list_in_place_and_rebuilds_s
     assert {n: layout.check(table, n) for n in layout.index_names()} == {
         n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()
     }
+
+
+def make_generation_2_lists(store: KvInboxStore, tenant: str) -> None:
+    """Rewrite ``conv_list`` and ``conv_channel`` as generations 2 and 1 left them; drop ``conv_names``.
+
+    ``conv_list`` then also held ``("sc", status, channel)`` and ``("asc", …)``
+    entries; ``conv_channel`` keyed ``(status, channel_name)`` without the kind.
+    """
+    from botmesh_admin.kv.indexes import encode
+
+    table = store._table(tenant)
+    kv = store.kv
+    for e in kv.scan(table, prefix="x/conv_channel/", limit=1000) + kv.scan(table, prefix="x/conv_names/"):
+        kv.commit(table, [Delete(e.key)])
+    for key, r in ((e.key, e.value) for e in kv.scan(table, prefix="k/", limit=1000)):
+        at, entry = -r["last_activity_ms"], {"pk": key, "at": r["last_activity_ms"], "id": r["id"]}
+        listed = dict(entry, n=r["inbound_count"])
+        status, channel, name, assignee = r["status"], r["channel"], r["channel_name"], r["assignee"]
+        kv.commit(
+            table,
+            [
+                Put("x/conv_list/" + encode(("sc", status, channel, at)) + key, listed),
+                Put("x/conv_list/" + encode(("asc", assignee, status, channel, at)) + key, listed),
+                Put("x/conv_channel/" + encode(("sn", status, name, at)) + key, entry),
+                Put("x/conv_channel/" + encode(("asn", assignee, status, name, at)) + key, entry),
+            ],
+        )
+    kv.commit(
+        table,
+        [
+            Put("x/conv_list", {"state": "built", "generation": 2}),
+            Put("x/conv_channel", {"state": "built"}),
+            Delete("x/conv_names"),
+        ],
+    )
+    kv_indexes.forget_cached_states(kv, table)  # as a process of this release, started after the upgrade
+
+
+def test_lists_of_generation_2_upgrade_in_place_and_filtered_lists_name_the_command(tenant_id: str) -> None:
+    """conv_list's status × channel entries are swept in place; conv_channel is rebuilt with the kind."""
+    from botmesh_admin.channels.domain import InboundMessage
+    from botmesh_admin.kv.indexes import encode
+    from botmesh_admin.tenancy.models import Tenant
+    from inbox.services import event_project
+
+    def inbound(chat: str, pid: str, ts: int) -> InboundMessage:
+        return InboundMessage(
+            channel=chat.split(":")[0], chat_key=chat, sender_id=chat, provider_message_id=pid, type="text",
+            text="hola", timestamp_ms=T0 + ts,
+        )  # fmt: skip
+
+    Tenant.objects.create(id=tenant_id, name="Lists")
+    inbox = KvInboxStore(default_kv())
+    with use_store(inbox):
+        for i in range(6):
+            event_project(tenant_id, inbound(CHATS[i % 3], f"wamid.l{i}", i * 10))
+        whatsapp = inbox.conversation_by_chat(tenant_id, CHATS[0])
+        assert whatsapp is not None
+        conversation_assign(tenant_id, whatsapp.id, agent="ana", expected_version=whatsapp.version)
+    make_generation_2_lists(inbox, tenant_id)
+    layout = CONVERSATIONS.layout(default_kv())
+    table = inbox._table(tenant_id)
+    assert (layout.state(table, "conv_list"), layout.state(table, "conv_channel")) == ("stale", "stale")
+    assert layout.state(table, "conv_names") is None
+    rows, _ = selectors.conversation_list(tenant_id, agent="ana", store=inbox)
+    assert [r.conversation.chat_key for r in rows] == [CHATS[2], CHATS[1], CHATS[0]]  # the main list answers
+    mine, _ = selectors.conversation_list(tenant_id, agent="ana", view="mine", store=inbox)
+    assert [r.conversation.chat_key for r in mine] == [CHATS[0]]
+    with pytest.raises(IndexNotBuilt, match="botmesh_reindex"):
+        selectors.conversation_list(tenant_id, agent="ana", status="open", store=inbox)
+    with use_store(inbox):  # a message meanwhile: writers keep maintaining what is readable
+        event_project(tenant_id, inbound(CHATS[1], "wamid.late", 500))
+    out = io.StringIO()
+    call_command("botmesh_reindex", "--tenant", tenant_id, stdout=out)
+    for name in ("conv_list", "conv_channel", "conv_names"):
+        assert f"{tenant_id} inbox/conversations {name}: 3 records indexed, built" in out.getvalue()
+    entries = default_kv().scan(table, prefix="x/conv_list/", limit=100)
+    assert len(entries) == 3 * 2  # "-" and "a" per conversation: the status × channel entries swept
+    dropped = tuple("x/conv_list/" + encode([tag]) for tag in ("sc", "asc"))
+    assert not [e.key for e in entries if e.key.startswith(dropped)]
+    open_rows, _ = selectors.conversation_list(tenant_id, agent="ana", status="open", store=inbox)
+    assert [r.conversation.chat_key for r in open_rows] == [CHATS[1], CHATS[2], CHATS[0]]
+    telegram, _ = selectors.conversation_list(tenant_id, agent="ana", channel="telegram", store=inbox)
+    assert [r.conversation.chat_key for r in telegram] == [CHATS[2]]
+    mine_whatsapp, _ = selectors.conversation_list(
+        tenant_id, agent="ana", view="mine", status="open", channel="whatsapp", store=inbox
+    )
+    assert [r.conversation.chat_key for r in mine_whatsapp] == [CHATS[0]]
+    assert {n: layout.check(table, n) for n in layout.index_names()} == {
+        n: {"missing": 0, "extra": 0, "wrong": 0} for n in layout.index_names()
+    }

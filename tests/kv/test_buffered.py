@@ -166,3 +166,19 @@ def test_joined_commits_of_two_tables_stay_one_commit_per_table(any_kv: DurableK
     groups = kv.flush(joined=[{0, 1}])
     assert [g.error for g in groups] == [None, None]
     assert any_kv.get(table, "a").value == 1 and any_kv.get(f"{table}-2", "b").value == 2  # type: ignore[union-attr]
+
+
+def test_adds_whose_sum_leaves_the_counter_range_fail_their_group_and_write_nothing(
+    any_kv: DurableKv, table: str
+) -> None:
+    # A flush hands the base the ops it validated when they were buffered, merged: a summed
+    # delta past the range is refused all the same, with the rest of its group.
+    from botmesh_admin.errors import ValidationError
+    from botmesh_admin.kv.base import MAX_COUNTER
+
+    kv = BufferedKv(any_kv)
+    kv.commit(table, [Add("n", MAX_COUNTER), Put("a", 1)])
+    kv.commit(table, [Add("n", 1)])
+    [group] = kv.flush(joined=[(0, 1)])  # one group: its two adds to n become one
+    assert isinstance(group.error, ValidationError) and "n" in group.error.field
+    assert any_kv.get(table, "n") is None and any_kv.get(table, "a") is None
