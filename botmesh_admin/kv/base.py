@@ -24,6 +24,9 @@ may not) reads an index page and the records it points at in one round trip;
 with ``scan`` then ``get_many``. ``ScanMerge`` (SQLite, PostgreSQL and Redis have it) reads
 the first entries of several index ranges merged in one round trip;
 ``indexes.merged_scan`` does the same with one ``scan`` per range elsewhere.
+``CommitGroups`` (SQL backends) writes several independent commits of one table
+in one transaction — one round trip and one durable flush instead of one each;
+``commit_groups(kv, table, groups)`` commits them one by one elsewhere.
 """
 
 from __future__ import annotations
@@ -265,3 +268,51 @@ class ScanMerge(Protocol):
         naming the argument for bad input.
         """
         ...
+
+
+@runtime_checkable
+class CommitGroups(Protocol):
+    """Optional capability: several independent commits of one table in one call (group commit)."""
+
+    def commit_groups(self, table: str, groups: Sequence[Sequence[Op]]) -> list[Exception | None]:
+        """Apply each of ``groups`` atomically, as ``commit`` would, all in one transaction.
+
+        Groups are independent: a key may appear in several groups only if every
+        op on it, in every group, is an ``Add`` (the counter gets the sum of the
+        groups that apply; its version grows by one for the call) or every one a
+        ``Check``. A group whose expectation fails writes nothing and the others
+        still apply. Return, per group, ``None`` (applied) or the error its own
+        ``commit`` would raise (``ConflictError``, or ``ValidationError`` for a
+        refused ``Add``); a group that fails reports its first failed op, an
+        ``Add`` measured on the value before the call. Raise ``ValidationError``
+        for bad input (nothing written) and ``StoreUnavailable`` if the backend
+        cannot be reached (the call's outcome is then unknown, as a commit's).
+        """
+        ...
+
+
+def commit_groups(kv: DurableKv, table: str, groups: Sequence[Sequence[Op]]) -> list[Exception | None]:
+    """Commit ``groups`` of ``table`` (see ``CommitGroups``): in one call where ``kv`` can, else one by one.
+
+    Return, per group, ``None`` or the error its commit raised. One by one, that
+    includes a ``StoreUnavailable`` (the other groups are still tried); in one
+    call, a ``StoreUnavailable`` is raised for all. An empty group is ``None``
+    and commits nothing. Raise ``ValidationError`` for bad input, before any write.
+    """
+    from .validation import validate_groups
+
+    if isinstance(kv, CommitGroups):
+        return kv.commit_groups(table, groups)
+    validate_groups(table, groups)
+    out: list[Exception | None] = []
+    for ops in groups:
+        if not ops:
+            out.append(None)
+            continue
+        try:
+            kv.commit(table, ops)
+        except Exception as exc:  # noqa: BLE001 - each group's own outcome, as its commit raised it
+            out.append(exc)
+        else:
+            out.append(None)
+    return out

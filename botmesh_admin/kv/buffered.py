@@ -44,7 +44,7 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put
+from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put, commit_groups
 from .encoding import prefix_end
 from .validation import Validated, now_ms, validate_commit, validate_delta
 
@@ -103,7 +103,7 @@ class BufferedKv:
         self._held: dict[str, list[str]] = {}  # per table, the keys with buffered ops, sorted (scans' merge)
         self._commits: list[tuple[str, tuple[Op, ...]]] = []
         self._scans: dict[tuple[str, str, str | None, int], list[Entry]] = {}
-        self.base_commits = 0  # real commits made by ``flush``
+        self.base_commits = 0  # merged commits (groups) ``flush`` wrote
         self._tables: set[str] = set()
         self._seen: set[int] = set()  # commits whose buffered ops a read saw since ``observed()``
         self._read: set[tuple[str, str]] = set()  # keys read since ``observed()``
@@ -285,19 +285,34 @@ class BufferedKv:
         written. The buffer is empty afterwards.
         """
         groups = self._groups(labels, joined)
-        out: list[FlushedGroup] = []
-        for table, members in groups:
+        merged: list[list[Op]] = []
+        errors: list[Exception | None] = []
+        by_table: dict[str, list[int]] = {}  # table -> its groups with ops, in order
+        for n, (table, members) in enumerate(groups):
             ops: list[Op] = []
+            error: Exception | None = None
             try:
                 ops = self._merged(table, set(members))
-                if not ops:
-                    out.append(FlushedGroup(tuple(members), 0, None))
-                    continue
-                self.base.commit(table, Validated(ops))  # every op was validated when it was buffered
-                self.base_commits += 1
-                out.append(FlushedGroup(tuple(members), len(ops), None))
             except Exception as exc:  # noqa: BLE001 - reported per group; the caller redoes its work
-                out.append(FlushedGroup(tuple(members), len(ops), exc))
+                error = exc
+            merged.append(ops)
+            errors.append(error)
+            if ops and error is None:
+                by_table.setdefault(table, []).append(n)
+        for table, numbers in by_table.items():
+            # every op was validated when it was buffered; the groups' writes are disjoint
+            # (a key two groups share is only added to, or only checked): one call each table
+            try:
+                outcome = commit_groups(self.base, table, [Validated(merged[n]) for n in numbers])
+            except Exception as exc:  # noqa: BLE001 - the store failed: every group of the call redoes its work
+                outcome = [exc] * len(numbers)
+            for n, error in zip(numbers, outcome, strict=True):
+                errors[n] = error
+                self.base_commits += error is None
+        out = [
+            FlushedGroup(tuple(members), len(ops), error)
+            for (_, members), ops, error in zip(groups, merged, errors, strict=True)
+        ]
         self._slots.clear()
         self._held.clear()
         self._commits.clear()

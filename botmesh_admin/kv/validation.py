@@ -318,6 +318,37 @@ def validate_commit(table: object, ops: Sequence[Op]) -> None:
                     raise ValidationError(f"{where}.ttl_ms", f"must be between 1 and {MAX_TTL_MS} milliseconds")
 
 
+def validate_groups(table: object, groups: object) -> list[Sequence[Op]]:
+    """Validate the groups of one ``commit_groups`` call; return them as a list.
+
+    Each non-empty group is a valid batch (``validate_commit``; an error's field
+    reads ``groups[i].ops[j]…``), and a key in more than one group is only added
+    to (``Add``) in every one, or only checked (``Check``) in every one: the
+    groups' writes are then disjoint, so they may be applied in any order.
+    """
+    validate_table(table)
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+        raise BadType("groups", "must be a list of op lists")
+    kinds: dict[str, tuple[type, int]] = {}  # key -> (the op type every group has on it, first group)
+    for i, ops in enumerate(groups):
+        if isinstance(ops, Sequence) and not isinstance(ops, (str, bytes)) and not ops:
+            continue
+        try:
+            validate_commit(table, ops)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            raise type(exc)(f"groups[{i}].{exc.field}" if exc.field else f"groups[{i}]", exc.problem) from None
+        for j, op in enumerate(ops):  # type: ignore[union-attr]
+            kind = type(op) if isinstance(op, (Add, Check)) else Put
+            first = kinds.setdefault(op.key, (kind, i))
+            if first[1] != i and (kind is Put or first[0] is not kind):
+                raise ValidationError(
+                    f"groups[{i}].ops[{j}].key",
+                    f"key {op.key!r} is in group {first[1]} too: a key in several groups must be only added to, "
+                    "or only checked, in each",
+                )
+    return list(groups)  # type: ignore[arg-type]
+
+
 def validate_delta(delta: object, field: str) -> int:
     """Return ``delta`` if it is an int within ``±MAX_COUNTER`` (an ``Add``), else raise."""
     if isinstance(delta, bool) or not isinstance(delta, int):

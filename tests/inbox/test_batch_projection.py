@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from botmesh_admin.channels.domain import InboundMessage, MemberUpdate, Reaction, StatusUpdate
 from botmesh_admin.kv import DurableKv
+from botmesh_admin.kv.base import commit_groups
 from botmesh_admin.kv.memory import MemoryKv
 from inbox import selectors
 from inbox.services import event_project, message_project, project_batched
@@ -33,14 +34,23 @@ CHATS = ["whatsapp:573001110001", "whatsapp:573001110002", "whatsapp:57300111000
 
 
 class CountingKv:
-    """A DurableKv that forwards to ``kv`` and counts its commits (the real store, counted)."""
+    """A DurableKv that forwards to ``kv`` and counts its commits (the real store, counted).
+
+    ``commits``: commits, a group of a group commit counted as one; ``calls``: calls that write.
+    """
 
     def __init__(self, kv: DurableKv) -> None:
-        self.kv, self.url, self.commits = kv, kv.url, 0
+        self.kv, self.url, self.commits, self.calls = kv, kv.url, 0, 0
 
     def commit(self, table: str, ops: Sequence[Any]) -> list[Any]:
         self.commits += 1
+        self.calls += 1
         return self.kv.commit(table, ops)
+
+    def commit_groups(self, table: str, groups: Sequence[Sequence[Any]]) -> list[Any]:
+        self.commits += sum(1 for ops in groups if ops)
+        self.calls += 1
+        return commit_groups(self.kv, table, groups)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kv, name)
@@ -70,9 +80,10 @@ def test_a_batch_of_n_messages_for_k_conversations_is_k_commits(any_kv: DurableK
     with use_store(store):
         # The tenant's first write creates its table's index states (every commit of that batch checks them).
         event_project(tenant_id, inbound("whatsapp:573009990000", "wamid.first", 999))
-        before = counted.commits
+        before, calls = counted.commits, counted.calls
         assert project_batched(units) == [None] * 12
         assert counted.commits - before == 3, "one commit per conversation"
+        assert counted.calls - calls == 1, "the batch's commits written in one call"
         rows, _ = selectors.conversation_list(tenant_id, agent="ana", limit=10, store=store)
     assert sorted((r.conversation.chat_key, r.conversation.message_count) for r in rows)[:3] == [(c, 4) for c in CHATS]
     conv = store.conversation_by_chat(tenant_id, CHATS[0])

@@ -37,7 +37,7 @@ from botmesh_admin.kv import (
     Put,
     connect,
 )
-from botmesh_admin.kv.base import EntryImport, ScanFollow, TableListing
+from botmesh_admin.kv.base import EntryImport, ScanFollow, TableListing, commit_groups
 from botmesh_admin.kv.file import FileKv
 from botmesh_admin.kv.memory import MemoryKv
 from botmesh_admin.kv.redis import table_keys as redis_table_keys
@@ -55,6 +55,28 @@ ORDERED_KEYS = ["a", "a/b", "ab", "abc", "b", "z", "é", "ö", "中", "中文", 
 
 def keys_of(entries: list[Entry]) -> list[str]:
     return [e.key for e in entries]
+
+
+def run_threads(target: Any, count: int, timeout_s: float = 120) -> list[BaseException]:
+    """Run ``target(n)`` in ``count`` threads (n = 0..count-1); return what they raised.
+
+    Fails the test if a thread is still running after ``timeout_s`` seconds (a deadlock).
+    """
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            target(n)
+        except BaseException as exc:  # surfaced to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    assert not any(thread.is_alive() for thread in threads), "a thread waited forever"
+    return errors
 
 
 def sleep_past(expires_at: int) -> None:
@@ -490,23 +512,14 @@ def test_overlapping_batches_from_8_threads_in_any_key_order_lose_no_add(kv: Dur
     conflict nor lose an update (PostgreSQL locks a batch's keys in one order).
     """
     keys = [f"c/{i:02d}" for i in range(20)]
-    errors: list[BaseException] = []
 
     def run(seed: int) -> None:
         order = random.Random(seed)
-        try:
-            for n in range(15):
-                ops: list[Op] = [Add(key, 1) for key in order.sample(keys, len(keys))]
-                kv.commit(table, [*ops, Put(f"w/{seed}/{n}", n, expect=ABSENT)])
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        for n in range(15):
+            ops: list[Op] = [Add(key, 1) for key in order.sample(keys, len(keys))]
+            kv.commit(table, [*ops, Put(f"w/{seed}/{n}", n, expect=ABSENT)])
 
-    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not errors
+    assert not run_threads(run, 8)
     assert [(e.key, e.value, e.version) for e in kv.scan(table, prefix="c/")] == [(k, 120, 120) for k in keys]
     assert len(kv.scan(table, prefix="w/", limit=200)) == 120
 
@@ -927,20 +940,7 @@ def test_type_errors_are_also_type_errors(kv: DurableKv, table: str) -> None:
 
 def test_concurrent_cas_increments_from_8_threads_are_exact(kv: DurableKv, table: str) -> None:
     """8 threads x 25 read-CAS-retry increments end at exactly 200, version 200."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            increment(kv, table, "counter", 25)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert not run_threads(lambda n: increment(kv, table, "counter", 25), 8)
     assert kv.get(table, "counter") == Entry("counter", 200, 200, None)
 
 
@@ -956,20 +956,7 @@ def test_concurrent_cas_increments_from_4_processes_are_exact(kv: DurableKv, kv_
 
 def test_concurrent_adds_from_8_threads_never_conflict(kv: DurableKv, table: str) -> None:
     """8 threads x 200 Adds of +1 to one counter, no reads, no retries: exactly 1600."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            add_ones(kv, table, "counter", 200)
-        except BaseException as exc:  # surfaced below (a ConflictError would be a bug)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert not run_threads(lambda n: add_ones(kv, table, "counter", 200), 8)  # a ConflictError would be a bug
     assert kv.get(table, "counter") == Entry("counter", 1600, 1600, None)
 
 
@@ -981,6 +968,89 @@ def test_concurrent_adds_from_4_processes_never_conflict(kv: DurableKv, kv_url: 
     with context.Pool(4) as pool:
         pool.starmap(add_ones_by_url, [(kv_url, table, "counter", 200)] * 4)
     assert kv.get(table, "counter") == Entry("counter", 800, 800, None)
+
+
+# -- group commit (CommitGroups where the backend has it, else one by one) -----------------
+
+
+def test_commit_groups_apply_each_group_whole_and_independently(kv: DurableKv, table: str) -> None:
+    """A failed group writes nothing; the others apply, shared counters get the sum of those that applied."""
+    kv.commit(table, [Put("a", "old"), Put("d", "gone"), Add("n", 5), Put("epoch", 1)])
+    outcome = commit_groups(
+        kv,
+        table,
+        [
+            [Put("b", 1, ABSENT), Add("n", 1), Check("epoch", 1)],
+            [Put("a", "lost", 7), Add("n", 100), Check("epoch", 1), Put("c", "lost")],
+            [],
+            [Delete("d", 1), Add("n", 10), Check("epoch", 1), Add("m", -2)],
+        ],
+    )
+    assert [type(error).__name__ if error else None for error in outcome] == [None, "ConflictError", None, None]
+    conflict = outcome[1]
+    assert isinstance(conflict, ConflictError) and (conflict.key, conflict.current_version) == ("a", 1)
+    assert {e.key: (e.value, e.version) for e in kv.scan(table)} == {
+        "a": ("old", 1),
+        "b": (1, 1),
+        "epoch": (1, 1),
+        "m": (-2, 1),
+        "n": (16, 3),  # two groups added: its version grows by two, as two commits would
+    }
+
+
+def test_commit_groups_refused_add_fails_its_group_alone_and_names_the_op(kv: DurableKv, table: str) -> None:
+    """An Add leaving ±MAX_COUNTER fails its own group (a ValidationError naming the op); the others apply."""
+    kv.commit(table, [Add("n", MAX_COUNTER - 1), Put("text", "x")])
+    outcome = commit_groups(
+        kv, table, [[Put("a", 1), Add("n", 1)], [Put("b", 1), Add("n", 1)], [Put("c", 1), Add("text", 1)]]
+    )
+    assert outcome[0] is None
+    assert isinstance(outcome[1], ValidationError) and str(outcome[1]).startswith("ops[1]: ")
+    assert isinstance(outcome[2], ValidationError) and "not an integer" in str(outcome[2])
+    assert {e.key: e.value for e in kv.scan(table)} == {"a": 1, "n": MAX_COUNTER, "text": "x"}
+
+
+def test_commit_groups_refuses_a_key_two_groups_write_and_writes_nothing(kv: DurableKv, table: str) -> None:
+    """A key in two groups must be only added to, or only checked, in both: else a ValidationError names it."""
+    for groups in (
+        [[Put("a", 1)], [Put("b", 1), Put("a", 2)]],
+        [[Add("a", 1)], [Put("b", 1), Check("a", ABSENT)]],
+        [[Check("a", ABSENT)], [Delete("a")]],
+    ):
+        with pytest.raises(ValidationError) as info:
+            commit_groups(kv, table, groups)  # type: ignore[arg-type]
+        assert info.value.field is not None and info.value.field.startswith("groups[1].ops[")
+        assert "'a'" in str(info.value)
+    with pytest.raises(ValidationError) as bad:
+        commit_groups(kv, table, [[Put("a", 1)], [Put("b", 1), Put("b", 2)]])
+    assert bad.value.field == "groups[1].ops[1].key"
+    assert kv.scan(table) == []
+
+
+def test_commit_groups_from_4_threads_over_shared_keys_never_deadlock_and_count_exactly(
+    kv: DurableKv, table: str
+) -> None:
+    """4 threads commit 5-group calls over 12 shared keys in random orders, with shared counters and a checked key.
+
+    Every group writes its key blind (``ANY``), so every group applies: the
+    counters end at the number of groups, whatever the interleaving, and no call
+    waits on another forever (PostgreSQL takes every lock of a call up front, in
+    one order).
+    """
+    kv.commit(table, [Put("epoch", 1)])
+    calls = 15
+
+    def run(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(calls):
+            keys = rng.sample([f"k{i}" for i in range(12)], 5)
+            groups = [[Put(k, seed), Add("all", 1), Add(f"by/{seed % 2}", 1), Check("epoch", 1)] for k in keys]
+            assert commit_groups(kv, table, groups) == [None] * 5
+
+    assert not run_threads(run, 4)
+    values = {e.key: e.value for e in kv.scan(table, prefix="", limit=100)}
+    assert (values["all"], values["by/0"], values["by/1"]) == (4 * calls * 5, 2 * calls * 5, 2 * calls * 5)
+    assert kv.get(table, "all") == Entry("all", 300, 300, None)
 
 
 # -- PostgreSQL: Add under row locks, and the commit function's upgrade --------------------
@@ -1020,10 +1090,10 @@ def test_postgres_add_waits_for_a_locked_counter_and_adds_to_what_was_committed(
 def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
     postgres_url: str,
 ) -> None:
-    """A database with botmesh_kv and the commit functions v1 and v2 gets v3 on first connect.
+    """A database with botmesh_kv and the commit functions v1 to v3 gets v4 on first connect.
 
     Schema creation is skipped when the function exists, so the check must name
-    the current function; v1 and v2 stay for processes of the older releases.
+    the current function; v1 to v3 stay for processes of the older releases.
     """
     name = f"kv_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -1048,6 +1118,12 @@ def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
                 " RETURNS TABLE (r_pos int, r_failure text, r_version bigint, r_expires_at bigint,"
                 " r_value text) LANGUAGE sql AS 'SELECT 1, NULL::text, 1::bigint, NULL::bigint, NULL::text'"
             )
+            conn.execute(
+                "CREATE FUNCTION botmesh_kv_commit_v3(p_tbl text, p_kinds text[], p_keys text[],"
+                " p_values text[], p_expects bigint[], p_ttls bigint[], p_deltas bigint[])"
+                " RETURNS TABLE (r_pos int, r_failure text, r_version bigint, r_expires_at bigint,"
+                " r_value text) LANGUAGE sql AS 'SELECT 1, NULL::text, 1::bigint, NULL::bigint, NULL::text'"
+            )
             conn.execute("INSERT INTO botmesh_kv VALUES ('t', 'c', '41', 7, NULL)")
         kv = connect(url)
         assert kv.commit("t", [Add("c", 1), Add("d", 1)]) == [
@@ -1059,7 +1135,12 @@ def test_postgres_database_of_an_older_release_gets_the_new_commit_function(
             functions = conn.execute(
                 "SELECT proname FROM pg_proc WHERE proname LIKE 'botmesh_kv_commit_%' ORDER BY 1"
             ).fetchall()
-        assert functions == [("botmesh_kv_commit_v1",), ("botmesh_kv_commit_v2",), ("botmesh_kv_commit_v3",)]
+        assert functions == [
+            ("botmesh_kv_commit_v1",),
+            ("botmesh_kv_commit_v2",),
+            ("botmesh_kv_commit_v3",),
+            ("botmesh_kv_commit_v4",),
+        ]
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -1120,24 +1201,47 @@ class KvAgainstModel(RuleBasedStateMachine):
             return current.version if current else ABSENT
         return current.version + 1 if current else 1
 
+    def _op(self, kind: str, key: str, value: object, expect_kind: str, delta: int) -> Op:
+        expect = self._expect(key, expect_kind)
+        current = self.model.get(self.table, key)
+        if kind == "add" and current is not None and current.value is None:
+            kind = "check"  # refused on every backend (test_add_to_a_stored_null_is_refused)
+        if kind == "add":
+            return Add(key, delta)
+        if kind == "put":
+            return Put(key, value, expect=expect)
+        if kind == "put-ttl":
+            return Put(key, value, expect=expect, ttl_ms=3_600_000)
+        if kind == "delete":
+            return Delete(key, expect=expect)
+        return Check(key, expect)
+
+    @rule(drawn=st.lists(OP_SPECS, min_size=1, max_size=3))
+    def commit_groups(self, drawn: list[list[tuple[str, str, object, str, int]]]) -> None:
+        """Groups (a key in two only added to, or only checked) answer as MemoryKv's one-by-one commits."""
+        groups: list[list[Op]] = []
+        first: dict[str, tuple[type, int]] = {}
+        for specs in drawn:
+            ops: list[Op] = []
+            for spec in specs:
+                op = self._op(*spec)
+                kind = type(op) if isinstance(op, (Add, Check)) else Put
+                seen = first.setdefault(op.key, (kind, len(groups)))
+                if seen[1] == len(groups) or (kind is not Put and seen[0] is kind):
+                    ops.append(op)
+            groups.append(ops)
+
+        def outcome(error: Exception | None) -> object:
+            if isinstance(error, ConflictError):
+                return ("conflict", error.key, error.current_version)
+            return None if error is None else (type(error).__name__, str(error))
+
+        expected = [outcome(e) for e in commit_groups(self.model, self.table, groups)]
+        assert [outcome(e) for e in commit_groups(self.store, self.table, groups)] == expected
+
     @rule(specs=OP_SPECS)
     def commit(self, specs: list[tuple[str, str, object, str, int]]) -> None:
-        ops: list[Any] = []
-        for kind, key, value, expect_kind, delta in specs:
-            expect = self._expect(key, expect_kind)
-            current = self.model.get(self.table, key)
-            if kind == "add" and current is not None and current.value is None:
-                kind = "check"  # refused on every backend (test_add_to_a_stored_null_is_refused)
-            if kind == "add":
-                ops.append(Add(key, delta))
-            elif kind == "put":
-                ops.append(Put(key, value, expect=expect))
-            elif kind == "put-ttl":
-                ops.append(Put(key, value, expect=expect, ttl_ms=3_600_000))
-            elif kind == "delete":
-                ops.append(Delete(key, expect=expect))
-            else:
-                ops.append(Check(key, expect))
+        ops = [self._op(*spec) for spec in specs]
         try:
             expected = [comparable(r) for r in self.model.commit(self.table, ops)]
         except ConflictError as err:
@@ -1183,7 +1287,7 @@ class KvAgainstModel(RuleBasedStateMachine):
 
 
 def test_backend_matches_the_memory_model(kv: DurableKv) -> None:
-    """Random commits (Adds too), gets, get_manys, scans and drops answer like MemoryKv."""
+    """Random commits (Adds too), group commits, gets, get_manys, scans and drops answer like MemoryKv."""
     machine = type("Machine", (KvAgainstModel,), {"store": kv})
     run_state_machine_as_test(
         machine,

@@ -35,6 +35,7 @@ from ..validation import (
     now_ms,
     validate_commit,
     validate_get_many,
+    validate_groups,
     validate_import,
     validate_key,
     validate_scan,
@@ -132,6 +133,28 @@ class SqlKv:
         """
         validate_commit(table, ops)
         return self._db.commit(table, ops)
+
+    def commit_groups(self, table: str, groups: Sequence[Sequence[Op]]) -> list[Exception | None]:
+        """Apply independent groups of ops in one transaction (``CommitGroups``); per group ``None`` or its error.
+
+        PostgreSQL: one call of the commit function for every group, one
+        durable flush for all. SQLite: one by one (its writers serialise on the
+        database lock anyway).
+        """
+        groups = validate_groups(table, groups)
+        many = getattr(self._db, "commit_groups", None)
+        if many is not None:
+            return many(table, groups)
+        out: list[Exception | None] = []
+        for ops in groups:
+            try:
+                if ops:
+                    self._db.commit(table, ops)
+            except Exception as exc:  # noqa: BLE001 - each group's own outcome (CommitGroups)
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
 
     def drop(self, table: str) -> None:
         """Delete every entry of ``table``."""

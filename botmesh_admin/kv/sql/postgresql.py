@@ -1,12 +1,17 @@
 """The PostgreSQL dialect of SqlKv (psycopg 3).
 
-A commit is one round trip to the PL/pgSQL function ``botmesh_kv_commit_v3``,
+A commit is one round trip to the PL/pgSQL function ``botmesh_kv_commit_v4``,
 one transaction that takes a transaction-level advisory lock per (table, key) —
-absent keys included, so ``ABSENT`` expectations are exact under concurrency —
-then row locks, checks every expectation and only then writes, each step one
-set-based statement over the whole batch (unnest of the op arrays; the writes are
-one ``INSERT … ON CONFLICT`` and one ``DELETE``), so a commit of n keys costs a
-handful of statements, not 2n. A single
+absent keys included, so ``ABSENT`` expectations are exact under concurrency;
+shared for a key that is only checked, so commits that check one key (an index
+epoch) do not queue behind each other — then row locks, checks every
+expectation and only then writes, each step one set-based statement over the
+whole batch (unnest of the op arrays; the writes are one ``INSERT … ON
+CONFLICT`` and one ``DELETE``), so a commit of n keys costs a handful of
+statements, not 2n. ``commit_groups`` hands the same function several
+independent groups (a batch's one commit per conversation): one round trip, one
+transaction and one WAL flush for all, each group still all or nothing, every
+lock of the call taken up front in one order (two calls never deadlock). A single
 ``Put``/``Delete`` of an existing key with ``ANY`` or a version is one
 ``UPDATE``/``DELETE … WHERE version = n`` instead (the common compare-and-set,
 as cheap as hand-written SQL), and a single ``Add`` to an existing counter is one
@@ -22,7 +27,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from botmesh_admin.errors import StoreUnavailable
+from botmesh_admin.errors import StoreUnavailable, ValidationError
 
 from ..base import ABSENT, ANY, MAX_COUNTER, Add, Check, ConflictError, Delete, Entry, Op, Put
 from ..encoding import dump_value, load_value
@@ -77,11 +82,13 @@ _PG_SCHEMA_LOCK = 0x626F746D65736801  # "botmesh\x01": serialises concurrent sch
 _PG_INTEGER = "'^-?[0-9]{1,18}$'"
 
 # Schema creation is skipped when the table and the function exist, so a changed
-# function body must get a new name (botmesh_kv_commit_v4, …), never an edit in place:
+# function body must get a new name (botmesh_kv_commit_v5, …), never an edit in place:
 # a database made by an older release then gets the new function on first connect.
-# The older functions stay (v1 had no Add, v2 looped op by op), for processes of that
-# release still running; a fresh database gets only v3 (an older process that meets it
-# creates its own function, its schema check names it).
+# The older functions stay (v1 had no Add, v2 looped op by op, v3 took one group and
+# locked checked keys exclusively), for processes of that release still running; a
+# fresh database gets only v4 (an older process that meets it creates its own
+# function, its schema check names it). Their locks are the same advisory locks, so
+# processes of two releases still serialise on a key.
 _PG_DDL = (
     """
     CREATE TABLE IF NOT EXISTS botmesh_kv (
@@ -98,106 +105,142 @@ _PG_DDL = (
         ON botmesh_kv (expires_at) WHERE expires_at IS NOT NULL
     """,
     f"""
-    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v3(
-        p_tbl text, p_kinds text[], p_keys text[], p_values text[],
+    CREATE OR REPLACE FUNCTION botmesh_kv_commit_v4(
+        p_tbl text, p_groups int[], p_kinds text[], p_keys text[], p_values text[],
         p_expects bigint[], p_ttls bigint[], p_deltas bigint[])
     RETURNS TABLE (r_pos int, r_failure text, r_version bigint,
                    r_expires_at bigint, r_value text)
     LANGUAGE plpgsql AS $fn$
-    -- p_kinds[i]: 'p' put, 'd' delete, 'c' check, 'a' add (p_deltas[i]);
-    -- p_expects[i]: -1 any, 0 absent, n version. A key appears at most once.
-    -- Returns one row per op (an add's r_value is the new sum, a check's the stored
-    -- value), or a single row for the first failed op: r_failure 'conflict'
-    -- (r_version: the current version) or 'add' (r_value: the stored integer's
-    -- text, NULL if the value is no integer). Set-based: a constant number of
-    -- statements whatever the number of ops (v2 ran two per op).
+    -- Commits one or more groups of ops in one transaction, each group all or
+    -- nothing. p_groups[i]: op i's group; p_kinds[i]: 'p' put, 'd' delete,
+    -- 'c' check, 'a' add (p_deltas[i]); p_expects[i]: -1 any, 0 absent, n version.
+    -- Within a group a key appears at most once; a key in several groups is only
+    -- added to, or only checked, in each (the caller's rule), so the groups'
+    -- writes are disjoint and their order does not matter: a key added to by
+    -- several groups is written once, with the sum of the groups that hold (its
+    -- version grows by their number, as if they were committed one by one).
+    -- Returns one row per op, in order: r_failure 'conflict' on an op whose
+    -- expectation failed (r_version: the current version), 'group' on the other
+    -- ops of its group, 'add' on an add whose sum is refused (r_value: the stored
+    -- integer's text, NULL if no integer; the sum is the running one of committing
+    -- the groups one by one; in a group that holds otherwise, nothing at all is
+    -- written and the caller redoes the groups one by one, so later groups see it fail),
+    -- NULL on an op that was applied (an add's r_value: the new sum, a check's:
+    -- the stored value). Set-based: a constant number of statements whatever the
+    -- number of ops and groups (v3: one group; v2 ran two statements per op).
     DECLARE
         v_now bigint;
-        v_first int;
         v_failures text[];
         v_versions bigint[];
         v_expires bigint[];
         v_values text[];
+        v_refused boolean;
     BEGIN
-        -- One advisory lock per key, absent keys included, always taken in the same
-        -- order: concurrent commits on a key serialise and never deadlock. Only this
-        -- function inserts rows, so an absent key stays absent while we hold its lock.
-        PERFORM pg_advisory_xact_lock(l.h) FROM (
-            SELECT DISTINCT hashtextextended(p_tbl || chr(31) || k, 0) AS h
-            FROM unnest(p_keys) AS k ORDER BY 1) AS l;
+        -- One advisory lock per key, absent keys included, all taken up front in the
+        -- same order: concurrent commits on a key serialise and never deadlock. Only
+        -- this function inserts rows, so an absent key stays absent while we hold its
+        -- lock. A key every op only checks takes it shared: commits that check one
+        -- key (an index epoch) run side by side, a writer of the key waits for them.
+        PERFORM CASE WHEN l.shared THEN pg_advisory_xact_lock_shared(l.h)
+                     ELSE pg_advisory_xact_lock(l.h) END FROM (
+            SELECT hashtextextended(p_tbl || chr(31) || u.k, 0) AS h, bool_and(u.kind = 'c') AS shared
+            FROM unnest(p_keys, p_kinds) AS u(k, kind) GROUP BY 1 ORDER BY 1) AS l;
         v_now := floor(extract(epoch FROM clock_timestamp()) * 1000);
-        -- Every op's outcome in one statement. The row locks (FOR UPDATE) keep
-        -- single-statement writers, drop() and sweep() off the rows between this
-        -- check and the writes below; a row another transaction holds is waited
-        -- for and read as it committed (READ COMMITTED), so an Add sums that.
-        SELECT min(s.pos) FILTER (WHERE s.failure IS NOT NULL),
-               array_agg(s.failure), array_agg(s.version),
-               array_agg(s.expires_at), array_agg(s.value)
-            INTO v_first, v_failures, v_versions, v_expires, v_values
-            FROM (
-                SELECT o.pos, f.failure,
-                       CASE WHEN f.failure IS NOT NULL OR o.kind = 'c' THEN l.version
-                            WHEN o.kind = 'd' THEN NULL
-                            ELSE coalesce(l.version, 0) + 1 END AS version,
-                       CASE WHEN f.failure IS NOT NULL OR o.kind = 'd' THEN NULL
-                            WHEN o.kind = 'p' THEN v_now + o.ttl
-                            ELSE l.expires_at END AS expires_at,
-                       CASE WHEN f.failure = 'add' AND b.value ~ '^-?[0-9]+$' THEN b.value
-                            WHEN f.failure IS NOT NULL THEN NULL
-                            WHEN o.kind = 'a' THEN a.sum::text
-                            WHEN o.kind = 'c' THEN l.value END AS value
-                FROM unnest(p_kinds, p_keys, p_expects, p_ttls, p_deltas)
-                         WITH ORDINALITY AS o(kind, key, expect, ttl, delta, pos)
-                -- b: the stored row, one index lookup per op (a join over the whole key list
-                -- can be planned as a nested loop over it: quadratic in the batch)
-                LEFT JOIN LATERAL (SELECT x.key, x.value, x.version, x.expires_at FROM botmesh_kv x
-                                   WHERE x.tbl = p_tbl AND x.key = o.key FOR UPDATE) AS b ON true
-                -- l: the live entry (an expired row reads as absent)
-                CROSS JOIN LATERAL (
-                    SELECT CASE WHEN live THEN b.version END AS version,
-                           CASE WHEN live THEN b.expires_at END AS expires_at,
-                           CASE WHEN live THEN b.value END AS value
-                    FROM (SELECT b.key IS NOT NULL
-                                 AND (b.expires_at IS NULL OR b.expires_at > v_now) AS live) AS t
-                ) AS l
-                -- a: an add's sum, NULL if the stored value is no integer (the cast only on digits)
-                CROSS JOIN LATERAL (
-                    SELECT CASE WHEN o.kind <> 'a' THEN NULL
-                                WHEN l.version IS NULL THEN o.delta
-                                WHEN l.value ~ {_PG_INTEGER} THEN l.value::bigint + o.delta END AS sum
-                ) AS a
-                -- f: an add fails only on what it adds to; the others on their expectation
-                CROSS JOIN LATERAL (
-                    SELECT CASE WHEN o.kind = 'a' THEN
-                                    CASE WHEN a.sum IS NULL OR abs(a.sum) > {MAX_COUNTER} THEN 'add' END
-                                WHEN (o.expect = 0 AND l.version IS NOT NULL)
-                                  OR (o.expect > 0 AND l.version IS DISTINCT FROM o.expect)
-                                THEN 'conflict' END AS failure
-                ) AS f
-                ORDER BY o.pos
-            ) AS s;
-        IF v_first IS NOT NULL THEN
-            RETURN QUERY SELECT v_first, v_failures[v_first], v_versions[v_first],
-                                NULL::bigint, v_values[v_first];
-            RETURN;
+        -- Every op's outcome in one statement. The row locks keep single-statement
+        -- writers, drop() and sweep() off the rows between this check and the writes
+        -- below (FOR SHARE on a checked row: checks do not queue behind each other); a
+        -- row another transaction holds is waited for and read as it committed (READ
+        -- COMMITTED), so an Add sums that. A blind delete reads nothing: its DELETE
+        -- locks the row.
+        WITH o AS MATERIALIZED (
+            SELECT u.*, b.version AS lv, b.expires_at AS lexp, b.value AS lval,
+                   u.kind <> 'a' AND ((u.expect = 0 AND b.version IS NOT NULL)
+                       OR (u.expect > 0 AND b.version IS DISTINCT FROM u.expect)) AS conflict,
+                   -- what an add adds to: 0 if absent, NULL if no integer (the cast only on digits)
+                   CASE WHEN u.kind <> 'a' THEN NULL
+                        WHEN b.version IS NULL THEN 0
+                        WHEN b.value ~ {_PG_INTEGER} THEN b.value::bigint END AS base
+            FROM unnest(p_groups, p_kinds, p_keys, p_expects, p_ttls, p_deltas)
+                     WITH ORDINALITY AS u(grp, kind, key, expect, ttl, delta, pos)
+            -- one index lookup per op (a join over the whole key list can be planned
+            -- as a nested loop over it: quadratic in the batch)
+            LEFT JOIN LATERAL (SELECT x.value, x.version, x.expires_at FROM botmesh_kv x
+                               WHERE x.tbl = p_tbl AND x.key = u.key AND u.kind <> 'c'
+                                 AND NOT (u.kind = 'd' AND u.expect = -1) FOR UPDATE) AS w ON true
+            LEFT JOIN LATERAL (SELECT x.value, x.version, x.expires_at FROM botmesh_kv x
+                               WHERE x.tbl = p_tbl AND x.key = u.key AND u.kind = 'c' FOR SHARE) AS c ON true
+            -- b: the live entry (an expired row reads as absent)
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN live THEN r.version END AS version,
+                       CASE WHEN live THEN r.expires_at END AS expires_at,
+                       CASE WHEN live THEN r.value END AS value
+                FROM (SELECT coalesce(w.version, c.version) AS version,
+                             coalesce(w.expires_at, c.expires_at) AS expires_at,
+                             coalesce(w.value, c.value) AS value) AS r
+                CROSS JOIN LATERAL (SELECT r.version IS NOT NULL
+                                    AND (r.expires_at IS NULL OR r.expires_at > v_now) AS live) AS t
+            ) AS b
+        ), g AS (
+            SELECT o.grp, bool_or(o.conflict) AS failed FROM o GROUP BY o.grp
+        ), r AS (
+            -- each add's running sum, as committing the groups one by one would meet it:
+            -- the groups before it that hold, then its own delta
+            SELECT o.pos, o.base + coalesce(sum(o.delta) FILTER (WHERE NOT g.failed)
+                                                OVER (PARTITION BY o.key ORDER BY o.grp), 0)
+                          + CASE WHEN g.failed THEN o.delta ELSE 0 END AS running
+            FROM o JOIN g ON g.grp = o.grp WHERE o.kind = 'a'
+        ), s AS (
+            -- a counter's sum over the groups that hold, and their number
+            SELECT o.key, min(o.base) + sum(o.delta) AS total, count(*) AS n
+            FROM o JOIN g ON g.grp = o.grp WHERE o.kind = 'a' AND NOT g.failed GROUP BY o.key
+        )
+        SELECT array_agg(f.failure ORDER BY o.pos),
+               array_agg(CASE WHEN f.failure IS NOT NULL OR o.kind = 'c' THEN o.lv
+                              WHEN o.kind = 'd' THEN NULL
+                              WHEN o.kind = 'a' THEN coalesce(o.lv, 0) + s.n
+                              ELSE coalesce(o.lv, 0) + 1 END ORDER BY o.pos),
+               array_agg(CASE WHEN f.failure IS NOT NULL OR o.kind = 'd' THEN NULL
+                              WHEN o.kind = 'p' THEN v_now + o.ttl
+                              ELSE o.lexp END ORDER BY o.pos),
+               array_agg(CASE WHEN f.failure = 'add' AND r.running IS NOT NULL THEN (r.running - o.delta)::text
+                              WHEN f.failure = 'add' AND o.lval ~ '^-?[0-9]+$' THEN o.lval
+                              WHEN f.failure IS NOT NULL THEN NULL
+                              WHEN o.kind = 'a' THEN s.total::text
+                              WHEN o.kind = 'c' THEN o.lval END ORDER BY o.pos),
+               bool_or(f.failure = 'add' AND NOT g.failed)
+            INTO v_failures, v_versions, v_expires, v_values, v_refused
+            FROM o JOIN g ON g.grp = o.grp LEFT JOIN s ON o.kind = 'a' AND s.key = o.key
+            LEFT JOIN r ON r.pos = o.pos
+            CROSS JOIN LATERAL (
+                -- the first failed op of a group is the error its commit raises
+                SELECT CASE WHEN o.conflict THEN 'conflict'
+                            WHEN o.kind = 'a' AND (r.running IS NULL OR abs(r.running) > {MAX_COUNTER})
+                            THEN 'add'
+                            WHEN g.failed THEN 'group' END AS failure
+            ) AS f;
+        IF v_refused IS NOT TRUE THEN  -- (bool_or over NULLs is NULL)
+            IF 'p' = ANY(p_kinds) OR 'a' = ANY(p_kinds) THEN
+                -- An expired row is overwritten in place (its version restarts at 1); a
+                -- key added to by several groups is one row (DISTINCT ON).
+                INSERT INTO botmesh_kv AS b (tbl, key, value, version, expires_at)
+                    SELECT DISTINCT ON (u.key) p_tbl, u.key, coalesce(u.sum, u.value), u.version, u.expires_at
+                    FROM unnest(p_kinds, p_keys, p_values, v_values, v_versions, v_expires, v_failures)
+                             AS u(kind, key, value, sum, version, expires_at, failure)
+                    WHERE (u.kind = 'p' OR u.kind = 'a') AND u.failure IS NULL
+                    ORDER BY u.key
+                    ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value,
+                        version = EXCLUDED.version, expires_at = EXCLUDED.expires_at;
+            END IF;
+            IF 'd' = ANY(p_kinds) THEN
+                -- = ANY(ARRAY(…)): one index search per key whatever the plan's row estimates
+                DELETE FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = ANY(ARRAY(
+                    SELECT u.key FROM unnest(p_kinds, p_keys, v_failures) AS u(kind, key, failure)
+                    WHERE u.kind = 'd' AND u.failure IS NULL));
+            END IF;
         END IF;
-        IF 'p' = ANY(p_kinds) OR 'a' = ANY(p_kinds) THEN
-            -- An expired row is overwritten in place (its version restarts at 1).
-            INSERT INTO botmesh_kv AS b (tbl, key, value, version, expires_at)
-                SELECT p_tbl, u.key, coalesce(u.sum, u.value), u.version, u.expires_at
-                FROM unnest(p_kinds, p_keys, p_values, v_values, v_versions, v_expires)
-                         AS u(kind, key, value, sum, version, expires_at)
-                WHERE u.kind = 'p' OR u.kind = 'a'
-                ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value,
-                    version = EXCLUDED.version, expires_at = EXCLUDED.expires_at;
-        END IF;
-        IF 'd' = ANY(p_kinds) THEN
-            -- = ANY(ARRAY(…)): one index search per key whatever the plan's row estimates
-            DELETE FROM botmesh_kv b WHERE b.tbl = p_tbl AND b.key = ANY(ARRAY(
-                SELECT u.key FROM unnest(p_kinds, p_keys) AS u(kind, key) WHERE u.kind = 'd'));
-        END IF;
-        RETURN QUERY SELECT u.pos::int, NULL::text, u.version, u.expires_at, u.value
-            FROM unnest(v_versions, v_expires, v_values) WITH ORDINALITY AS u(version, expires_at, value, pos)
+        RETURN QUERY SELECT u.pos::int, u.failure, u.version, u.expires_at, u.value
+            FROM unnest(v_failures, v_versions, v_expires, v_values)
+                     WITH ORDINALITY AS u(failure, version, expires_at, value, pos)
             ORDER BY u.pos;
     END
     $fn$
@@ -205,14 +248,14 @@ _PG_DDL = (
 )
 _PG_SCHEMA_READY = (
     "SELECT to_regclass('botmesh_kv') IS NOT NULL AND to_regprocedure("
-    "'botmesh_kv_commit_v3(text,text[],text[],text[],bigint[],bigint[],bigint[])') IS NOT NULL"
+    "'botmesh_kv_commit_v4(text,int[],text[],text[],text[],bigint[],bigint[],bigint[])') IS NOT NULL"
 )
 # The arrays go in binary (%b): psycopg's text format quotes and escapes every
 # element with a regular expression, which for JSON values (full of quotes) cost
 # more client CPU than the rest of the commit.
 _PG_COMMIT = (
-    "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v3("
-    "%s::text, %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
+    "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v4("
+    "%s::text, %b::int[], %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
 )
 # Single-op fast paths: one statement that updates or deletes an existing live row.
 # They never insert, so the function's "absent stays absent under the advisory
@@ -429,7 +472,8 @@ class _Postgres:
         current = conn.execute(_PG_VERSION, (table, op.key)).fetchone()
         raise ConflictError(table, op.key, op.expect, current and current[0])
 
-    def _commit_batch(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+    def _call(self, table: str, groups: Sequence[int], ops: Sequence[Op]) -> list[Any]:
+        """Run the commit function over ``ops`` (op i in group ``groups[i]``); return its rows, one per op."""
         kinds: list[str] = []
         keys: list[str] = []
         values: list[str | None] = []
@@ -444,14 +488,16 @@ class _Postgres:
             deltas.append(op.delta if isinstance(op, Add) else None)
             kinds.append(_kind(op))
         with self._errors():
-            cursor = self._conns.get().execute(_PG_COMMIT, (table, kinds, keys, values, expects, ttls, deltas))
-            rows = cursor.fetchall()
-        position, failure, version, _, stored = rows[0]
-        if failure == "conflict":
-            op = ops[position - 1]
-            raise ConflictError(table, op.key, op.expect, version)
-        if failure == "add":
-            _refuse_add(ops, position - 1, stored)
+            params = (table, list(groups), kinds, keys, values, expects, ttls, deltas)
+            return self._conns.get().execute(_PG_COMMIT, params).fetchall()
+
+    def _commit_batch(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
+        rows = self._call(table, [0] * len(ops), ops)
+        for i, (_, failure, version, _, stored) in enumerate(rows):
+            if failure == "conflict":
+                raise ConflictError(table, ops[i].key, ops[i].expect, version)
+            if failure == "add":
+                _refuse_add(ops, i, stored)
         results: list[Entry | None] = []
         for op, (_, _, version, expires_at, value) in zip(ops, rows, strict=True):
             if isinstance(op, Put):
@@ -463,6 +509,46 @@ class _Postgres:
             else:
                 results.append(None)
         return results
+
+    def commit_groups(self, table: str, groups: Sequence[Sequence[Op]]) -> list[Exception | None]:
+        """Apply validated independent groups in one call of the commit function (one transaction).
+
+        A refused ``Add`` (its sum over the groups leaves ``±MAX_COUNTER``) makes
+        the call write nothing; the groups are then committed one by one, so the
+        error falls on the group whose own commit meets it, as ``commit`` would.
+        """
+        ids = [n for n, ops in enumerate(groups) for _ in ops]
+        flat = [op for ops in groups for op in ops]
+        if not flat:
+            return [None] * len(groups)
+        rows = self._call(table, ids, flat)
+        conflicted = {n for n, row in zip(ids, rows, strict=True) if row[1] == "conflict"}
+        if any(row[1] == "add" and n not in conflicted for n, row in zip(ids, rows, strict=True)):
+            return [self._one_of(table, ops) for ops in groups]  # nothing was written: name the group
+        out: list[Exception | None] = []
+        at = 0
+        for ops in groups:
+            failed = next(((j, rows[at + j]) for j in range(len(ops)) if rows[at + j][1] in ("conflict", "add")), None)
+            at += len(ops)
+            if failed is None:
+                out.append(None)
+            elif failed[1][1] == "conflict":
+                out.append(ConflictError(table, ops[failed[0]].key, ops[failed[0]].expect, failed[1][2]))
+            else:
+                try:
+                    _refuse_add(ops, failed[0], failed[1][4])
+                except (ValidationError, StoreUnavailable) as exc:
+                    out.append(exc)
+        return out
+
+    def _one_of(self, table: str, ops: Sequence[Op]) -> Exception | None:
+        """Commit one group alone; return ``None`` or the error its commit raised."""
+        try:
+            if ops:
+                self.commit(table, ops)
+        except Exception as exc:  # noqa: BLE001 - each group's own outcome, as commit_groups reports it
+            return exc
+        return None
 
     def drop(self, table: str) -> None:
         with self._errors():
