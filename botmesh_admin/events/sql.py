@@ -506,7 +506,8 @@ class _Postgres:
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
         try:
-            yield
+            with self._conns.using():
+                yield
         except self._psycopg.errors.UniqueViolation as exc:
             raise Conflict("event id is taken by another record") from exc
         except self._psycopg.Error as exc:
@@ -562,7 +563,8 @@ class _Sqlite:
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
         try:
-            yield
+            with self._conns.using():
+                yield
         except self._sqlite3.IntegrityError as exc:
             raise Conflict("event id is taken by another record") from exc
         except self._sqlite3.Error as exc:

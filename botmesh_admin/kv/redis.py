@@ -411,6 +411,7 @@ class RedisKv:
         import redis.cluster
 
         self.url = url
+        self._closed = False
         self._redis_errors = (redis.RedisError, redis.cluster.RedisClusterException)
         self._registered: dict[str, float] = {}  # table -> monotonic time of last SADD
         self._registered_lock = threading.Lock()
@@ -444,10 +445,23 @@ class RedisKv:
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
+        """Turn Redis errors into ``StoreUnavailable``; so too any failure of a call ``close`` cut off.
+
+        redis-py's ``close`` disconnects connections other threads are using:
+        their call then fails inside the client (an ``AttributeError`` on the
+        dropped parser), and without the check below the pool would reconnect
+        for the next call on a closed Kv.
+        """
+        if self._closed:
+            raise StoreUnavailable("the Kv is closed")
         try:
             yield
         except self._redis_errors as exc:
             raise StoreUnavailable(f"Redis Kv: {exc}") from exc
+        except Exception as exc:
+            if self._closed:
+                raise StoreUnavailable("the Kv is closed") from exc
+            raise
 
     def get(self, table: str, key: str) -> Entry | None:
         """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired.
@@ -647,8 +661,9 @@ class RedisKv:
             self._client.ping()
 
     def close(self) -> None:
-        """Close the connection pool(s)."""
+        """Close the connection pool(s); later calls, and calls in flight, raise ``StoreUnavailable``."""
         with self._errors():
+            self._closed = True
             self._client.close()
 
 

@@ -1638,3 +1638,74 @@ def test_postgres_kv_plans_its_statements_generically(postgres_url: str, table: 
     assert conn.prepare_threshold == 0
     assert [t.key if t else None for _, t in kv.scan_follow(table, prefix="x/a/")] == ["c/1"]
     assert [e.key if e else None for e in kv.get_many(table, ["c/1", "c/2"])] == ["c/1", None]
+
+
+@pytest.mark.parametrize("backend", backend_params(["file", "sqlite", "postgresql", "redis", "redis-cluster"]))
+def test_close_while_other_threads_use_the_kv_stops_them_with_store_unavailable(kv_url: str, table: str) -> None:
+    """``close`` from one thread while three others commit and scan: each of them gets ``StoreUnavailable``.
+
+    Run in a subprocess, 40 rounds: before the use lock (``ThreadConnections.using``)
+    closing a SQLite connection under a running statement crashed the
+    interpreter (a segfault took an xdist worker down in CI), and redis-py's
+    ``close`` left the other threads an ``AttributeError``.
+    """
+    code = "import sys; from tests.kv.workers import close_while_in_use as run; run(sys.argv[1], sys.argv[2], 40)"
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", code, kv_url, table],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_close_waits_for_a_connection_in_use_and_leaves_one_held_too_long_to_its_owner(tmp_path: Path) -> None:
+    """``ThreadConnections.close`` closes a connection only while no thread uses it.
+
+    A thread inside ``using()`` holds its connection: ``close`` waits for the
+    block to end (here 0.2 s) before closing it. One held past ``close_wait_s``
+    is left open and marked; its owner closes it on its next ``get``, which
+    raises ``StoreUnavailable``.
+    """
+    from botmesh_admin.kv.sql.connections import ThreadConnections
+
+    closed: list[str] = []
+    conns: ThreadConnections[str] = ThreadConnections(lambda: threading.current_thread().name, closed.append)
+    inside, release = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    def hold(seconds: float) -> None:
+        with conns.using():
+            conns.get()
+            inside.set()
+            release.wait(seconds)
+        try:
+            conns.get()
+        except StoreUnavailable:
+            outcome.append("refused")
+
+    user = threading.Thread(target=hold, args=(0.2,), name="short")
+    user.start()
+    inside.wait(5)
+    started = time.monotonic()
+    conns.close()
+    assert time.monotonic() - started >= 0.15  # close waited for the block
+    assert closed == ["short"]
+    user.join(5)
+    assert outcome == ["refused"]
+
+    closed.clear()
+    outcome.clear()
+    inside.clear()
+    conns = ThreadConnections(lambda: threading.current_thread().name, closed.append)
+    conns.close_wait_s = 0.05
+    user = threading.Thread(target=hold, args=(5.0,), name="long")
+    user.start()
+    inside.wait(5)
+    conns.close()
+    assert closed == []  # still in use: left to its owner
+    release.set()
+    user.join(5)
+    assert outcome == ["refused"]
+    assert closed == ["long"]  # by its owner, on the get that raised

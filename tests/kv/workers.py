@@ -68,5 +68,54 @@ def write_snapshots_forever(url: str, start: int, size: int) -> None:
         print(n, flush=True)
 
 
+def close_while_in_use(url: str, table: str, rounds: int) -> None:
+    """Close the Kv at ``url`` from this thread while three others commit and scan on it, ``rounds`` times.
+
+    Each user must stop with ``StoreUnavailable`` (never a crash, a hang or
+    another error); raises ``AssertionError`` otherwise.
+    """
+    for r in range(rounds):
+        _close_while_in_use_once(url, table, 0.001 * (r % 7))
+
+
+def _close_while_in_use_once(url: str, table: str, delay_s: float) -> None:
+    import threading
+    import time
+
+    from botmesh_admin.errors import StoreUnavailable
+
+    kv = connect(url)
+    kv.commit(table, [Put("seed", 0)])
+    started = threading.Barrier(4)
+    refused: list[int] = []
+    failed: list[BaseException] = []
+
+    def use(n: int) -> None:
+        started.wait()
+        i = 0
+        while True:
+            i += 1
+            try:
+                kv.commit(table, [Put(f"k{n}/{i % 20}", {"i": i})])
+                kv.scan(table, prefix=f"k{n}/", limit=20)
+            except StoreUnavailable:
+                refused.append(n)
+                return
+            except BaseException as exc:  # reported below: the contract allows StoreUnavailable only
+                failed.append(exc)
+                return
+
+    users = [threading.Thread(target=use, args=(n,), daemon=True) for n in range(3)]
+    for user in users:
+        user.start()
+    started.wait()
+    time.sleep(delay_s)
+    kv.close()
+    for user in users:
+        user.join(30)
+    assert not failed, repr(failed)
+    assert sorted(refused) == [0, 1, 2], f"{refused} stopped with StoreUnavailable"
+
+
 if __name__ == "__main__":
     write_snapshots_forever(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

@@ -2,7 +2,10 @@
 
 ``ThreadConnections`` hands each thread its own driver connection (SQLite's and
 psycopg's are not to be shared between threads) and abandons, never closes, one
-inherited through ``fork``.
+inherited through ``fork``. A thread holds its connection's lock while it uses
+it (``using``), so ``close`` from another thread never closes a connection in
+the middle of a statement: closing one under a running ``sqlite3_step`` crashes
+the interpreter (a use-after-free in the driver), it does not raise.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from botmesh_admin.errors import StoreUnavailable
@@ -23,13 +26,20 @@ Conn = TypeVar("Conn")
 
 
 class _Slot:
-    """One thread's connection; closing it is left to a finalizer (thread exit or ``close``)."""
+    """One thread's connection; closing it is left to a finalizer (thread exit or ``close``).
 
-    __slots__ = ("conn", "pid", "finalizer", "__weakref__")
+    ``lock`` is the owning thread's use lock (held inside ``using``); ``doomed``
+    marks a connection ``close`` could not take because it stayed in use, which
+    its owner closes on its next ``get``.
+    """
+
+    __slots__ = ("conn", "pid", "finalizer", "lock", "doomed", "__weakref__")
 
     conn: Any
     pid: int
     finalizer: weakref.finalize
+    lock: threading.RLock
+    doomed: bool
 
 
 def _close_quietly(close: Callable[[Any], None], conn: Any) -> None:
@@ -41,8 +51,12 @@ class ThreadConnections(Generic[Conn]):
     """Hand each thread (and each process) its own connection; close them all on ``close``.
 
     A connection made before a ``fork`` is abandoned in the child, never closed
-    there, so the parent's session survives.
+    there, so the parent's session survives. Callers use a connection only
+    inside ``using()`` (the dialects' error contexts enter it), which ``close``
+    waits for, at most ``close_wait_s`` seconds per connection.
     """
+
+    close_wait_s = 10.0
 
     def __init__(self, open_conn: Callable[[], Conn], close_conn: Callable[[Conn], None]) -> None:
         self._open = open_conn
@@ -52,18 +66,37 @@ class ThreadConnections(Generic[Conn]):
         self._lock = threading.Lock()
         self.closed = False
 
+    def _use_lock(self) -> threading.RLock:
+        lock: threading.RLock | None = getattr(self._local, "lock", None)
+        if lock is None or getattr(self._local, "lock_pid", None) != os.getpid():
+            lock = self._local.lock = threading.RLock()  # a fork copies locks in their state: start afresh
+            self._local.lock_pid = os.getpid()
+        return lock
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """Hold this thread's connection against a ``close`` from another thread for the block."""
+        with self._use_lock():
+            yield
+
     def get(self) -> Conn:
-        """Return this thread's connection, opening it first if needed."""
-        if self.closed:
-            raise StoreUnavailable("the Kv is closed")
+        """Return this thread's connection, opening it first if needed.
+
+        Raises ``StoreUnavailable`` once ``close`` has been called.
+        """
         slot: _Slot | None = getattr(self._local, "slot", None)
+        if self.closed:
+            if slot is not None and slot.doomed and slot.pid == os.getpid():
+                self._local.slot = None
+                slot.finalizer()  # close took every connection but this one, in use back then
+            raise StoreUnavailable("the Kv is closed")
         if slot is not None:
             if slot.pid == os.getpid():
                 return slot.conn
             slot.finalizer.detach()  # inherited through fork: belongs to the parent
         conn = self._open()
         slot = _Slot()
-        slot.conn, slot.pid = conn, os.getpid()
+        slot.conn, slot.pid, slot.lock, slot.doomed = conn, os.getpid(), self._use_lock(), False
         slot.finalizer = weakref.finalize(slot, _close_quietly, self._close_conn, conn)
         with self._lock:
             self._slots.add(slot)
@@ -79,13 +112,26 @@ class ThreadConnections(Generic[Conn]):
                 slot.finalizer()
 
     def close(self) -> None:
-        """Close every thread's connection; later calls raise ``StoreUnavailable``."""
+        """Close every thread's connection; later calls raise ``StoreUnavailable``.
+
+        Waits for a connection another thread is using (``using``) to be free,
+        at most ``close_wait_s`` seconds; one still in use then is left to its
+        owner, which closes it on its next ``get`` (or the finalizer at thread
+        exit).
+        """
         self.closed = True
         with self._lock:
             slots = list(self._slots)
         for slot in slots:
-            if slot.pid == os.getpid():
-                slot.finalizer()
+            if slot.pid != os.getpid():
+                continue
+            if slot.lock.acquire(timeout=self.close_wait_s):
+                try:
+                    slot.finalizer()
+                finally:
+                    slot.lock.release()
+            else:
+                slot.doomed = True
 
 
 _NOT_AN_INTEGER = "not an integer"  # stands for a stored value added() must refuse

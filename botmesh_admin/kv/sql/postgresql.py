@@ -373,7 +373,8 @@ class _Postgres:
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:
-            yield
+            with self._conns.using():
+                yield
         except self._psycopg.Error as exc:
             if isinstance(exc, self._psycopg.OperationalError | self._psycopg.InterfaceError):
                 self._conns.discard()  # the session may be gone; reconnect on next use

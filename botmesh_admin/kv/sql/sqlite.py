@@ -112,7 +112,8 @@ class _Sqlite:
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:
-            yield
+            with self._conns.using():
+                yield
         except self._sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite Kv {self._path}: {exc}") from exc
 
