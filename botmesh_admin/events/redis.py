@@ -36,11 +36,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable
 
+from ..kv.redis import redis_errors
 from .base import (
     Clock,
     Envelope,
@@ -527,7 +528,8 @@ class RedisEventJournal:
         self.clock: Clock = clock or now_ms
         conn_url, table = split_namespace(url)
         self.prefix = "{" + table.replace("botmesh_events", "botmesh:events", 1) + "}"
-        self._redis_errors = redis.RedisError
+        self._closed = False
+        self._redis_errors = (redis.RedisError,)
         self._done_indexed = False
         self._client: Any = redis.Redis.from_url(conn_url, socket_timeout=10, socket_connect_timeout=10)
         self._scripts = {
@@ -547,12 +549,8 @@ class RedisEventJournal:
     def __repr__(self) -> str:
         return f"<RedisEventJournal {self.prefix}>"
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except self._redis_errors as exc:
-            raise StoreUnavailable(f"Redis journal: {exc}") from exc
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return redis_errors(self, self._redis_errors, "Redis journal")
 
     def _run(self, name: str, *args: Any) -> Any:
         with self._errors():
@@ -879,5 +877,7 @@ class RedisEventJournal:
             self._client.ping()
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._client.close()
+        """Close the connection pool; later calls, and calls in flight, raise ``StoreUnavailable``."""
+        self._closed = True
+        with contextlib.suppress(*self._redis_errors):
+            self._client.close()

@@ -399,6 +399,28 @@ def _entry(flat: Sequence[bytes], i: int) -> Entry:
     return Entry(flat[i].decode(), load_value(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]) if flat[i + 3] else None)
 
 
+@contextlib.contextmanager
+def redis_errors(owner: Any, errors: tuple[type[BaseException], ...], what: str) -> Iterator[None]:
+    """Turn ``errors`` into ``StoreUnavailable`` ("<what>: …"); so too any failure of a call ``close`` cut off.
+
+    ``owner._closed`` is True once its ``close`` started: calls then raise
+    ``StoreUnavailable`` before reaching the client (whose pool would
+    reconnect). redis-py's ``close`` disconnects connections other threads are
+    using; their call then fails inside the client (an ``AttributeError`` on the
+    dropped parser), which is read as the store being closed.
+    """
+    if owner._closed:
+        raise StoreUnavailable(f"{what}: closed")
+    try:
+        yield
+    except errors as exc:
+        raise StoreUnavailable(f"{what}: {exc}") from exc
+    except Exception as exc:
+        if owner._closed:
+            raise StoreUnavailable(f"{what}: closed") from exc
+        raise
+
+
 class RedisKv:
     """DurableKv over Redis; every table stays in one hash slot.
 
@@ -443,25 +465,8 @@ class RedisKv:
     def __repr__(self) -> str:
         return f"<RedisKv {self.url.split('://', 1)[0]}>"
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Turn Redis errors into ``StoreUnavailable``; so too any failure of a call ``close`` cut off.
-
-        redis-py's ``close`` disconnects connections other threads are using:
-        their call then fails inside the client (an ``AttributeError`` on the
-        dropped parser), and without the check below the pool would reconnect
-        for the next call on a closed Kv.
-        """
-        if self._closed:
-            raise StoreUnavailable("the Kv is closed")
-        try:
-            yield
-        except self._redis_errors as exc:
-            raise StoreUnavailable(f"Redis Kv: {exc}") from exc
-        except Exception as exc:
-            if self._closed:
-                raise StoreUnavailable("the Kv is closed") from exc
-            raise
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return redis_errors(self, self._redis_errors, "Redis Kv")
 
     def get(self, table: str, key: str) -> Entry | None:
         """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired.
@@ -662,9 +667,9 @@ class RedisKv:
 
     def close(self) -> None:
         """Close the connection pool(s); later calls, and calls in flight, raise ``StoreUnavailable``."""
-        with self._errors():
-            self._closed = True
+        self._closed = True
+        with contextlib.suppress(*self._redis_errors):
             self._client.close()
 
 
-__all__ = ["RedisKv"]
+__all__ = ["RedisKv", "redis_errors"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,10 @@ from botmesh_admin.errors import Conflict, NotFound, ValidationError
 from botmesh_admin.events import Envelope, EventJournal, EventRecord, RetryPolicy, StaleLeaseError
 from botmesh_admin.events.base import MAX_BATCH, MAX_PAYLOAD_BYTES
 
-from .conftest import FakeClock
+from . import journals
+from .conftest import FakeClock, backend_params
+
+REPO = Path(__file__).resolve().parents[2]
 
 LEASE = 10_000
 
@@ -655,3 +661,23 @@ def test_counts_by_state_and_channel_for_one_tenant(journal: EventJournal, clock
 
 def test_ping_succeeds_on_an_open_journal(journal: EventJournal) -> None:
     journal.ping()
+
+
+@pytest.mark.parametrize("backend", backend_params(journals.SHARED))
+def test_close_while_other_threads_use_the_journal_stops_them_with_store_unavailable(journal_url: str) -> None:
+    """``close`` while three threads append, claim and ack: each of them gets ``StoreUnavailable``.
+
+    In a subprocess, 30 rounds, so a regression fails this test instead of
+    taking the xdist worker down (closing a SQLite connection under a running
+    statement crashes the interpreter; redis-py's ``close`` used to leave the
+    other threads an ``AttributeError``).
+    """
+    code = "import sys; from tests.events.workers import close_while_in_use as run; run(sys.argv[1], 30)"
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", code, journal_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
