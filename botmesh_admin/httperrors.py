@@ -228,6 +228,23 @@ def page_not_found(request: HttpRequest, exception: Exception, template_name: st
     return render(request, "error.html", {"error": error}, status=404)
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: a form sent without its CSRF token (or cookie) is the app's 403 page.
+
+    Django's own is its debug page under ``DEBUG`` (the embedded run): this one
+    says what to do, whatever the setting. ``reason`` (Django's wording) is not shown.
+    """
+    from django.shortcuts import render
+
+    error = _PageError(
+        403,
+        "This form could not be checked.",
+        "It was sent without the page's security token (an old tab, or cookies blocked):"
+        " reload the page and send the form again.",
+    )
+    return render(request, "error.html", {"error": error}, status=403)
+
+
 def server_error(request: HttpRequest, template_name: str = "500.html") -> HttpResponse:
     """``handler500``: the JSON 500 on API and webhook paths, Django's page elsewhere."""
     if _is_json_path(request):

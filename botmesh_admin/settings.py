@@ -17,6 +17,7 @@ SECRET_KEY_FALLBACKS = list(CONFIG.secret_key_fallbacks)  # old keys: sessions/s
 DEBUG = CONFIG.debug
 ALLOWED_HOSTS = CONFIG.allowed_hosts
 CSRF_TRUSTED_ORIGINS = CONFIG.csrf_trusted_origins
+CSRF_FAILURE_VIEW = "botmesh_admin.httperrors.csrf_failure"
 
 INSTALLED_APPS = [
     "django.contrib.auth",

@@ -49,6 +49,11 @@ def spoofing_character(value: str) -> str | None:
     return f"U+{ord(char):04X} {unicodedata.name(char, 'FORMAT CHARACTER')}"
 
 
+# A lone surrogate (U+D800-U+DFFF) is no character: JSON's "\ud800" escape decodes to one, and
+# such a string has no UTF-8 form, so no store could keep it (RFC 8259 §8.2).
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
 def _refuse_spoofing(value: str, field: str) -> None:
     named = spoofing_character(value)
     if named:
@@ -76,7 +81,8 @@ def validate_text(
     Refuse, unless ``blank``, a string of only white space; control characters
     (Unicode category Cc) not in ``allowed_controls`` (default tab, with
     ``json`` tab and line feed); the format characters of ``SPOOFING_RE``.
-    ``json`` words the type and blank errors in JSON terms (see the module).
+    ``json`` words the type and blank errors in JSON terms (see the module);
+    and a lone surrogate (``SURROGATE_RE``: not Unicode text).
     Raise ``BadType`` for a non-string, ``ValidationError`` naming ``field`` otherwise.
     """
     if allowed_controls is None:
@@ -91,6 +97,10 @@ def validate_text(
     if _controls_re(allowed_controls).search(value):
         raise ValidationError(field, "contains control characters" if json else "contains a control character")
     _refuse_spoofing(value, field)
+    surrogate = SURROGATE_RE.search(value)
+    if surrogate:
+        code = f"U+{ord(surrogate.group()):04X}"
+        raise ValidationError(field, f"contains a lone surrogate ({code}), which is not Unicode text")
     return value
 
 

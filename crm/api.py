@@ -86,7 +86,7 @@ class ContactFilters(CursorParams):
     tag: str | None = Field(None, max_length=64)
     q: str | None = Field(
         None,
-        max_length=200,
+        max_length=selectors.MAX_QUERY,
         description="words that start a name word, an email (or its words) or a phone number's digits",
     )
     identity: str | None = Field(None, max_length=300, description="<channel>:<address>")

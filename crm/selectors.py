@@ -19,6 +19,7 @@ from typing import Any, TypeAlias
 
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.pagination import Page, cursor_check, page_of, validate_limit
+from botmesh_admin.validation import validate_text
 
 from .domain import (
     ALL,
@@ -61,6 +62,7 @@ PAGE_BUDGET_MIN = 200
 PAGE_BUDGET_PER_ITEM = 10
 MAX_PROBED_WORDS = 6
 ID_CURSOR = re.compile(r"c_[0-9a-f]{22}")  # the id of a page's last contact (``new_id("c")``)
+MAX_QUERY = 200  # characters of a text search (the API declares the same bound)
 # A page's cursor: the last contact's id, or (text search) "q" + base64url of [search key, id].
 CONTACT_CURSOR = re.compile(r"c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400}")
 REGION_TTL_S = 60.0
@@ -285,7 +287,8 @@ def contact_list(
     words) or a phone number's digits in international or national form
     (``300 111`` finds ``+57 300 1112233``), ignoring case and accents;
     ``identity`` is ``<channel>:<address>`` (normalised first, the one owner).
-    ``limit`` is 1..200. Raise ``ValidationError`` for a bad filter or cursor.
+    ``limit`` is 1..200; ``q`` at most ``MAX_QUERY`` (200) characters of one
+    line. Raise ``ValidationError`` for a bad filter or cursor.
 
     Order: by id (creation time), except a text search read from the search
     index, which lists by the contact's first word matching one of the search
@@ -310,6 +313,8 @@ def contact_list(
     """
     validate_limit(limit)
     after = cursor_check(after, CONTACT_CURSOR)
+    if q is not None:
+        validate_text(q, "q", max_len=MAX_QUERY, blank=True)
     store = default_store()
     if identity:
         if after is not None and not ID_CURSOR.fullmatch(after):

@@ -22,6 +22,7 @@ from botmesh_admin.errors import Conflict, DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, check_all, error_text, form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
+from botmesh_admin.validation import CONTROL_RE
 
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, normalize_identities, validate_attributes, validate_name
@@ -60,6 +61,7 @@ def contacts(request: HttpRequest, tenant: str) -> HttpResponse:
         page = selectors.contact_list(tenant, limit=50, after=after, tag=tag or None, q=q or None)
     except DomainError as exc:
         page, error, trail = selectors.ContactPage([], None), exc.message, []
+        q = CONTROL_RE.sub("", q)[: selectors.MAX_QUERY]  # echoed in the search box: no NUL, not 5,000 characters
     filters = {k: v for k, v in (("q", q), ("tag", tag)) if v}
     context = {
         "tenant": tenant,

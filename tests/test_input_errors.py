@@ -43,6 +43,26 @@ def test_a_contact_name_with_a_bidi_or_invisible_format_character_is_422_naming_
     assert api.get("contacts").json()["items"] == [], "nothing written"
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("contacts", {"name": "a\ud800b", "identities": EMAIL}, "contact.name"),
+        ("contacts", {"identities": EMAIL, "attributes": {"k": "v\udfff"}}, "contact.attributes.k"),
+        ("segments", {"name": "seg\ud800", "rules": {}}, "segment.name"),
+    ],
+)
+def test_a_lone_surrogate_is_422_naming_the_body_field_not_the_store_op(
+    api: Api, path: str, body: dict[str, object], field: str
+) -> None:
+    """JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which has no UTF-8 form: refused as
+    the field it came in (a new user saw ``ops[0].value.name``, the Kv's own path)."""
+    r = api.post(path, body)
+    assert r.status_code == 422, r.content
+    assert r.json()["field"] == field and "lone surrogate" in r.json()["message"], r.json()
+    listed = api.get(path).json()
+    assert (listed["items"] if isinstance(listed, dict) else listed) == [], "nothing written"
+
+
 def test_a_segment_name_with_a_bidi_override_is_422(api: Api) -> None:
     r = api.post("segments", {"name": "vip\u202e", "rules": {}})
     assert r.status_code == 422 and "U+202E" in r.json()["message"], r.content

@@ -176,3 +176,13 @@ def test_the_time_zone_form_answers_only_a_post(tenant, admin):
     from botmesh_admin.tenancy.models import Tenant
 
     assert Tenant.objects.get(id=tenant).time_zone == ""  # nothing set
+
+
+@pytest.mark.django_db
+def test_a_form_sent_without_its_csrf_token_is_the_403_page_in_words() -> None:
+    """A new user posting the login form without its token saw Django's debug 403 page (``DEBUG`` runs)."""
+    response = Client(enforce_csrf_checks=True).post("/login/", {"username": "a", "password": "b"})
+    html = _page(response)
+    assert response.status_code == 403
+    assert "This form could not be checked." in html and "reload the page" in html
+    assert "CSRF verification failed" not in html, "Django's own page"

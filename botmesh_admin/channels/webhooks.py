@@ -40,8 +40,8 @@ from .services import WebhookAccepted, WebhookRefused
 log = logging.getLogger("botmesh.channels")
 
 
-def _error(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": code, "message": message, "field": None}, status=status)
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    return JsonResponse({"error": code, "message": message, "field": field}, status=status)
 
 
 def _answer(accepted: WebhookAccepted) -> JsonResponse:
@@ -52,7 +52,7 @@ def _answer(accepted: WebhookAccepted) -> JsonResponse:
 
 
 def _refused(exc: WebhookRefused) -> JsonResponse:
-    return _error(exc.status, exc.code, exc.message)
+    return _error(exc.status, exc.code, exc.message, exc.field)
 
 
 def _domain_error_response(exc: DomainError) -> JsonResponse:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
 from botmesh_admin.coordination import selectors, services
@@ -178,12 +178,12 @@ def jobs(request: HttpRequest, tenant: str) -> HttpResponse:
 def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
     """Save a job's schedule, enabled flag and catch-up policy (compare-and-set on its version).
 
-    A GET (the form's address opened as a page) goes to the jobs page, or is the 404 page for a job
-    that is not declared.
+    A GET (the form's address opened as a page) is the 405 page saying the address is a button's, as
+    for every form (README), or the 404 page for a job that is not declared.
     """
     if request.method != "POST":
         selectors.job_get(job_id)
-        return redirect("dashboard:jobs", tenant=tenant)
+        return HttpResponseNotAllowed(["POST"])
     form = JobForm(request.POST)
     if not form.is_valid():
         field, problems = next(iter(form.errors.items()))

@@ -8,6 +8,7 @@ from typing import Any
 from botmesh_admin.cursors import cursor_check
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.kv.tenant import validate_id
+from botmesh_admin.validation import validate_text
 
 from . import stores, trace_records
 from .domain import validate_bot_id, validate_replica_id
@@ -105,11 +106,17 @@ def trace_list(
     limit: int = 50,
     after: str | None = None,
 ) -> tuple[list[TraceSummary], str | None]:
-    """Return the newest traces of ``tenant`` (``None``: traces of no tenant) and the next cursor."""
+    """Return the newest traces of ``tenant`` (``None``: traces of no tenant) and the next cursor.
+
+    Raise ``ValidationError`` naming ``kind``, ``conversation`` (at most 200
+    characters, no control character) or ``after`` for a bad filter.
+    """
     if tenant is not None:
         validate_id(tenant, "tenant")
     if kind is not None and kind not in TRACE_KINDS:
         raise ValidationError("kind", f"must be one of {', '.join(TRACE_KINDS)}")
+    if conversation:
+        validate_text(conversation, "conversation", max_len=200, blank=True)
     after = cursor_check(after, TRACE_CURSOR)
     return stores.trace_store().list(tenant, kind=kind, conversation=conversation or None, limit=limit, after=after)
 

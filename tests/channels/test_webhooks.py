@@ -315,4 +315,5 @@ def test_telegram_message_with_unreadable_date_is_400_and_not_journaled(configur
         **{TG_HEADER: configured.telegram_secret},
     )
     assert resp.status_code == 400 and "message.date" in resp.json()["message"]
+    assert resp.json()["field"] == "message.date"  # named as WhatsApp's 422 names its timestamp
     assert records(journal) == []

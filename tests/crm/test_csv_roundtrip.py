@@ -5,12 +5,22 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from botmesh_admin.validation import SPOOFING_RE
 from crm.domain import Consent, Contact, Identity, csvio, new_id
+
+
+def _readable(text: str) -> bool:
+    """Whether ``text`` holds none of the invisible characters every write refuses (``SPOOFING_RE``)."""
+    return SPOOFING_RE.search(text) is None
+
 
 names = st.one_of(
     st.none(),
     st.sampled_from(["=1+2", "'=x", "'quoted", "+57", "-5", "@sum", "a;b", 'say "hi"', "Ana García"]),
-    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=30).map(str.strip).filter(bool),
+    st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=30)
+    .map(str.strip)
+    .filter(bool)
+    .filter(_readable),
 )
 attr_names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(lambda n: n not in csvio.RESERVED)
 attr_values = st.one_of(
@@ -18,7 +28,7 @@ attr_values = st.one_of(
     st.booleans(),
     st.integers(-(2**53) + 1, 2**53 - 1),
     st.floats(allow_nan=False, allow_infinity=False, width=64),
-    st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20),
+    st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20).filter(_readable),
 )
 tags = st.lists(st.from_regex(r"[a-z0-9][a-z0-9 _-]{0,8}[a-z0-9]", fullmatch=True), max_size=4)
 

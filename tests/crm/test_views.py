@@ -83,6 +83,17 @@ def test_contact_list_search_and_tag_filter(agent: Client, tenant: str) -> None:
     assert "Import CSV" not in agent.get(f"/t/{tenant}/crm/contacts/").content.decode(), "agents see no import link"
 
 
+@pytest.mark.parametrize(("q", "says"), [("x" * 5000, "longer than 200 characters"), ("\x00", "control character")])
+def test_a_search_the_api_refuses_is_refused_by_the_page_too(agent: Client, tenant: str, q: str, says: str) -> None:
+    """A new user's 5,000-character search was "No contacts match" on the page and a 422 from the API:
+    one rule (``crm.selectors.contact_list``), and the search box echoes no NUL nor 5,000 characters."""
+    services.contact_create(tenant, name="Ana", identities=[{"channel": "email", "address": "a@x.co"}])
+    response = agent.get(f"/t/{tenant}/crm/contacts/", {"q": q})
+    html = response.content.decode()
+    assert response.status_code == 400 and says in html, html[-2000:]
+    assert "\x00" not in html and "x" * 201 not in html
+
+
 def test_contact_detail_shows_consent_history_and_conversations_link(agent: Client, tenant: str) -> None:
     c = services.contact_create(
         tenant,

@@ -165,6 +165,10 @@ def test_admin_edits_a_job(web) -> None:  # type: ignore[no-untyped-def]
     assert alice.post("/t/tienda/jobs/kv.sweep/", cron).status_code == 302
     row = selectors.job_get("kv.sweep")
     assert row.job.settings.schedule.crontab == "0 3 * * *" and not row.job.settings.enabled and row.next_ms is None
+    # the form's address opened as a page: the 405 page in words, as every form's (README)
+    opened = alice.get("/t/tienda/jobs/kv.sweep/")
+    assert opened.status_code == 405 and opened["Allow"] == "POST"
+    assert "not a page." in opened.content.decode() and "open the page the button is on" in opened.content.decode()
 
 
 def test_a_bad_schedule_is_shown_with_its_field(web) -> None:  # type: ignore[no-untyped-def]

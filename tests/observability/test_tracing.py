@@ -221,6 +221,14 @@ def test_django_requests_are_traced_under_the_callers_tenant(tenant_client: Tena
     assert one["spans"][0]["depth"] == 0 and one["spans"][0]["attributes"]["botmesh.tenant"] == tenant
 
 
+def test_a_trace_filter_with_a_control_character_is_422_naming_conversation(tenant_client: TenantClient) -> None:
+    """A new user's ``?conversation=%00`` was refused naming ``prefix``, the Kv scan's own argument."""
+    tenant = tenant_client.tenant
+    r = tenant_client.api.get(f"/api/v1/tenants/{tenant}/traces", {"conversation": "\x00"})
+    assert r.status_code == 422, r.content
+    assert r.json()["field"] == "conversation", r.json()
+
+
 def test_stored_request_spans_keep_no_client_ip_or_user_agent(tenant_client: TenantClient) -> None:
     """A trace must not show who called: client IPs and user agents are kept only as keyed hashes.
 

@@ -52,11 +52,12 @@ class WebhookRefused(DomainError):
     ``status``/``code``: 400 ``bad_request`` (not a JSON object / not a Telegram
     Update), 401 ``bad_signature`` (WhatsApp) or ``bad_secret`` (Telegram),
     403 ``forbidden`` (the subscription handshake failed), 404 ``not_found``
-    (no such channel or phone number id).
+    (no such channel or phone number id). ``field`` names the part of the body
+    refused, when one is (a Telegram Update's ``message.date``), else ``None``.
     """
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message, field=field)
         self.status = status
         self.code = code
 
@@ -190,7 +191,7 @@ def webhook_telegram_accept(
         try:
             return update_id, telegram.parse_update(update, channel_name=channel.name)
         except ValidationError as exc:
-            raise WebhookRefused(400, "bad_request", exc.message) from exc
+            raise WebhookRefused(400, "bad_request", exc.message, exc.field) from exc
 
     update_id, events = _checked(tenant, "telegram", accept)
     events, skipped = _storable("telegram", tenant, events)
