@@ -111,16 +111,21 @@ class _PageError:
         self.status, self.title, self.message, self.field = status, title, message, None
 
 
-def _method_not_allowed_page(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """Return ``require_POST``'s blank 405 as a page that says what the address is for (``Allow`` kept)."""
+def _words_page(request: HttpRequest, status: int, title: str, message: str) -> HttpResponse:
+    """Return the app's error page (``error.html``) saying ``title`` and what to do (``message``)."""
     from django.shortcuts import render
 
-    error = _PageError(
+    return render(request, "error.html", {"error": _PageError(status, title, message)}, status=status)
+
+
+def _method_not_allowed_page(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Return ``require_POST``'s blank 405 as a page that says what the address is for (``Allow`` kept)."""
+    page = _words_page(
+        request,
         405,
         "This address is a button's, not a page.",
         "It does something when its form is sent; open the page the button is on and use it there.",
     )
-    page = render(request, "error.html", {"error": error}, status=405)
     if "Allow" in response:
         page["Allow"] = response["Allow"]
     return page
@@ -141,15 +146,13 @@ def _probe(request: HttpRequest) -> HttpResponse:
 
 def _disallowed_host_page(request: HttpRequest) -> HttpResponse:
     """Return the app's 400 page in words for a ``Host`` not in ``ALLOWED_HOSTS`` (a page path)."""
-    from django.shortcuts import render
-
-    error = _PageError(
+    return _words_page(
+        request,
         400,
         "This server does not answer to that name.",
         "The address's host name is not one this admin is configured for (ALLOWED_HOSTS); "
         "open it by its configured name.",
     )
-    return render(request, "error.html", {"error": error}, status=400)
 
 
 class JsonErrorMiddleware:
@@ -222,10 +225,9 @@ def page_not_found(request: HttpRequest, exception: Exception, template_name: st
     """``handler404``: the JSON 404 on API and webhook paths, the app's 404 page (``error.html``) elsewhere."""
     if _is_json_path(request):
         return JsonResponse(error_body(404), status=404)
-    from django.shortcuts import render
-
-    error = _PageError(404, "This page does not exist.", "The address may be mistyped; start again from the home page.")
-    return render(request, "error.html", {"error": error}, status=404)
+    return _words_page(
+        request, 404, "This page does not exist.", "The address may be mistyped; start again from the home page."
+    )
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
@@ -234,15 +236,13 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     Django's own is its debug page under ``DEBUG`` (the embedded run): this one
     says what to do, whatever the setting. ``reason`` (Django's wording) is not shown.
     """
-    from django.shortcuts import render
-
-    error = _PageError(
+    return _words_page(
+        request,
         403,
         "This form could not be checked.",
         "It was sent without the page's security token (an old tab, or cookies blocked):"
         " reload the page and send the form again.",
     )
-    return render(request, "error.html", {"error": error}, status=403)
 
 
 def server_error(request: HttpRequest, template_name: str = "500.html") -> HttpResponse:
