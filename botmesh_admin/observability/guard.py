@@ -11,7 +11,10 @@ of third-party instrumentation (Django, Celery) pass the same rules:
 - an attribute named like content (``text``, ``body``, ``caption``, ``note``,
   ``message``, ``content``…) is dropped;
 - URLs lose their query string and fragment (``url.query`` is dropped);
-- a run of 7+ digits in any string (a phone number in a path) becomes ``h:<hash>``;
+- a run of 7+ digits in any string (a phone number in a path) becomes ``h:<hash>``,
+  except in ``TENANT_NAMES`` (a tenant id is the operator's name for a shop,
+  validated as such, and traces are filed and filtered by it: ``shop-5730012``
+  must stay ``shop-5730012``);
 - exception events keep only ``exception.type`` and ``exception.escaped``; the
   message and the stack trace (whose last line repeats the message) are dropped,
   and the span status keeps only the exception type.
@@ -101,6 +104,7 @@ CLIENT_NAMES = frozenset(
     }
 )
 URL_NAMES = frozenset({"http.url", "http.target", "url.full", "url.path", "http.route", "url.original"})
+TENANT_NAMES = frozenset({"botmesh.tenant"})
 MAX_STRING = 256
 DIGITS_RE = re.compile(r"(?<![\w.])\+?\d{7,15}(?![\w.])")
 
@@ -166,7 +170,7 @@ def _guard_value(value: Any) -> Any:
 
 @functools.lru_cache(maxsize=2048)
 def _rule(key: str) -> str:
-    """Return what the guard does with an attribute named ``key``: drop, hash, url or value.
+    """Return what the guard does with an attribute named ``key``: drop, hash, tenant, url or value.
 
     Depends on the name only, and every span asks it for every attribute (twice
     for the ``span()`` helper's): remembered per name.
@@ -176,6 +180,8 @@ def _rule(key: str) -> str:
         return "drop"
     if leaf in ID_NAMES or key.lower() in CLIENT_NAMES:
         return "hash"
+    if key in TENANT_NAMES:
+        return "tenant"
     return "url" if key in URL_NAMES else "value"
 
 
@@ -192,6 +198,8 @@ def guard_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
             out[f"{key}_hash"] = hash_id(value)
         elif rule == "url" and isinstance(value, str):
             out[key] = guard_text(_strip_url(value))
+        elif rule == "tenant" and isinstance(value, str):
+            out[key] = value[:MAX_STRING]
         else:
             out[key] = _guard_value(value)
     return out

@@ -264,6 +264,15 @@ def test_client_attributes_of_any_convention_version_become_hashes() -> None:
     assert guarded == {f"{name}_hash": hash_id("198.51.100.9") for name in names} | {"http.method": "GET"}
 
 
+def test_a_tenant_id_with_a_digit_run_is_kept_while_the_same_digits_elsewhere_are_hashed() -> None:
+    """A flake found a product bug: tenant ``obs-8166590161`` was filed as ``obs-h:bada…`` (the digit run
+    read as a phone number), so the trace was credited to no tenant. Tenant ids are shop names."""
+    from botmesh_admin.observability.guard import guard_attributes
+
+    guarded = guard_attributes({"botmesh.tenant": "shop-5730012345", "http.route": "/t/shop-5730012345/"})
+    assert guarded == {"botmesh.tenant": "shop-5730012345", "http.route": f"/t/shop-h:{hash_id('5730012345')}/"}
+
+
 def test_probes_and_metrics_scrapes_are_not_traced(tenant_client: TenantClient, exported: InMemorySpanExporter) -> None:
     tenant_client.api.get("/healthz")
     tenant_client.api.get("/metrics")
