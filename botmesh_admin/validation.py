@@ -54,6 +54,15 @@ def spoofing_character(value: str) -> str | None:
 SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
+def refuse_lone_surrogate(value: str, field: str) -> None:
+    """Raise ``ValidationError`` naming ``field`` if ``value`` holds a lone surrogate (``SURROGATE_RE``)."""
+    found = SURROGATE_RE.search(value)
+    if found:
+        raise ValidationError(
+            field, f"contains a lone surrogate (U+{ord(found.group()):04X}), which is not Unicode text"
+        )
+
+
 def _refuse_spoofing(value: str, field: str) -> None:
     named = spoofing_character(value)
     if named:
@@ -80,10 +89,10 @@ def validate_text(
 
     Refuse, unless ``blank``, a string of only white space; control characters
     (Unicode category Cc) not in ``allowed_controls`` (default tab, with
-    ``json`` tab and line feed); the format characters of ``SPOOFING_RE``.
-    ``json`` words the type and blank errors in JSON terms (see the module);
-    and a lone surrogate (``SURROGATE_RE``: not Unicode text).
-    Raise ``BadType`` for a non-string, ``ValidationError`` naming ``field`` otherwise.
+    ``json`` tab and line feed); the format characters of ``SPOOFING_RE``; a
+    lone surrogate (``refuse_lone_surrogate``). ``json`` words the type and
+    blank errors in JSON terms (see the module). Raise ``BadType`` for a
+    non-string, ``ValidationError`` naming ``field`` otherwise.
     """
     if allowed_controls is None:
         allowed_controls = "\t\n" if json else "\t"
@@ -97,10 +106,7 @@ def validate_text(
     if _controls_re(allowed_controls).search(value):
         raise ValidationError(field, "contains control characters" if json else "contains a control character")
     _refuse_spoofing(value, field)
-    surrogate = SURROGATE_RE.search(value)
-    if surrogate:
-        code = f"U+{ord(surrogate.group()):04X}"
-        raise ValidationError(field, f"contains a lone surrogate ({code}), which is not Unicode text")
+    refuse_lone_surrogate(value, field)
     return value
 
 

@@ -91,7 +91,7 @@ class TraceOut(Schema):
 
 class TraceFilter(CursorParams):
     kind: str | None = one_of(KINDS, None, description="http, task, message or internal")
-    conversation: str | None = Field(None, max_length=200)
+    conversation: str | None = Field(None, max_length=selectors.MAX_CONVERSATION_FILTER)
 
 
 def _sample_out(sample: BotSample) -> BotSampleOut:

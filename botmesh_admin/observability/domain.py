@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botmesh_admin.errors import BadType, ValidationError
+from botmesh_admin.validation import refuse_lone_surrogate
 
 OUTCOMES = ("completed", "ended", "guarded", "cancelled", "timed_out", "retries_exceeded", "errored")
 """How a conversation (or a flow) ends; ``errored`` ends with an error."""
@@ -247,10 +248,7 @@ def label_text(value: object, path: str, max_len: int) -> str:
         raise ValidationError(path, "must not be empty")
     if len(value) > max_len:
         raise ValidationError(path, f"longer than {max_len} characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError(path, "contains a lone surrogate (not Unicode text)") from None
+    refuse_lone_surrogate(value, path)
     return value
 
 

@@ -98,6 +98,9 @@ def bot_metrics_series(tenant: str, *, bot: str, since_ms: int | None = None) ->
     return out
 
 
+MAX_CONVERSATION_FILTER = 200  # characters of the traces' conversation filter (the API declares the same bound)
+
+
 def trace_list(
     tenant: str | None,
     *,
@@ -108,15 +111,15 @@ def trace_list(
 ) -> tuple[list[TraceSummary], str | None]:
     """Return the newest traces of ``tenant`` (``None``: traces of no tenant) and the next cursor.
 
-    Raise ``ValidationError`` naming ``kind``, ``conversation`` (at most 200
-    characters, no control character) or ``after`` for a bad filter.
+    Raise ``ValidationError`` naming ``kind``, ``conversation`` (at most
+    ``MAX_CONVERSATION_FILTER`` characters, no control character) or ``after`` for a bad filter.
     """
     if tenant is not None:
         validate_id(tenant, "tenant")
     if kind is not None and kind not in TRACE_KINDS:
         raise ValidationError("kind", f"must be one of {', '.join(TRACE_KINDS)}")
     if conversation:
-        validate_text(conversation, "conversation", max_len=200, blank=True)
+        validate_text(conversation, "conversation", max_len=MAX_CONVERSATION_FILTER, blank=True)
     after = cursor_check(after, TRACE_CURSOR)
     return stores.trace_store().list(tenant, kind=kind, conversation=conversation or None, limit=limit, after=after)
 

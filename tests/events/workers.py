@@ -16,55 +16,27 @@ import signal
 import sys
 import time
 
-from botmesh_admin.events import EventRecord, connect_journal
+from botmesh_admin.events import EventJournal, EventRecord, connect_journal
 from botmesh_admin.events.worker import EventWorker
 
 
 def close_while_in_use(url: str, rounds: int) -> None:
-    """Close the journal at ``url`` while three threads append to it and claim from it, ``rounds`` times.
-
-    Each thread must stop with ``StoreUnavailable`` (never a crash, a hang or
-    another error); raises ``AssertionError`` otherwise.
-    """
-    for r in range(rounds):
-        _close_while_in_use_once(url, r)
-
-
-def _close_while_in_use_once(url: str, r: int) -> None:
-    import threading
+    """Close the journal at ``url`` under three appending, claiming threads (``close_under_use``), ``rounds`` times."""
     import uuid
 
-    from botmesh_admin.errors import StoreUnavailable
     from botmesh_admin.events import Envelope
+    from tests.kv.workers import close_under_use
 
-    journal = connect_journal(url)
-    started = threading.Barrier(4)
-    refused: list[int] = []
-    failed: list[BaseException] = []
+    for r in range(rounds):
+        journal = connect_journal(url)
 
-    def use(n: int) -> None:
-        started.wait()
-        try:
-            while True:
-                journal.append(Envelope("inbox.message", "acme", {"n": n}, idempotency_key=uuid.uuid4().hex))
-                now = int(time.time() * 1000)
-                for record in journal.claim_many(now, 60_000, limit=5):
-                    journal.ack(record.id, now, record.fencing_token)
-        except StoreUnavailable:
-            refused.append(n)
-        except BaseException as exc:  # reported below: the contract allows StoreUnavailable only
-            failed.append(exc)
+        def work(n: int, i: int, journal: EventJournal = journal) -> None:
+            journal.append(Envelope("inbox.message", "acme", {"n": n}, idempotency_key=uuid.uuid4().hex))
+            now = int(time.time() * 1000)
+            for record in journal.claim_many(now, 60_000, limit=5):
+                journal.ack(record.id, now, record.fencing_token)
 
-    users = [threading.Thread(target=use, args=(n,), daemon=True) for n in range(3)]
-    for user in users:
-        user.start()
-    started.wait()
-    time.sleep(0.001 * (r % 7))
-    journal.close()
-    for user in users:
-        user.join(30)
-    assert not failed, repr(failed)
-    assert sorted(refused) == [0, 1, 2], f"{refused} stopped with StoreUnavailable"
+        close_under_use(journal, work, 0.001 * (r % 7))
 
 
 def main(argv: list[str]) -> int:

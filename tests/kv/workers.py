@@ -5,7 +5,10 @@ Kept free of pytest imports so a spawned process starts quickly.
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from botmesh_admin.kv import ABSENT, Add, ConflictError, DurableKv, Put, connect
 
@@ -68,53 +71,55 @@ def write_snapshots_forever(url: str, start: int, size: int) -> None:
         print(n, flush=True)
 
 
-def close_while_in_use(url: str, table: str, rounds: int) -> None:
-    """Close the Kv at ``url`` from this thread while three others commit and scan on it, ``rounds`` times.
+def close_under_use(store: Any, work: Callable[[int, int], None], delay_s: float) -> None:
+    """Close ``store`` from this thread ``delay_s`` seconds after three threads start ``work(n, i)`` in a loop.
 
-    Each user must stop with ``StoreUnavailable`` (never a crash, a hang or
-    another error); raises ``AssertionError`` otherwise.
+    Each thread must stop with ``StoreUnavailable`` (never a crash, a hang or
+    another error); raises ``AssertionError`` otherwise. Shared by the Kv and
+    journal tests (``tests.events.workers``).
     """
-    for r in range(rounds):
-        _close_while_in_use_once(url, table, 0.001 * (r % 7))
-
-
-def _close_while_in_use_once(url: str, table: str, delay_s: float) -> None:
     import threading
     import time
 
     from botmesh_admin.errors import StoreUnavailable
 
-    kv = connect(url)
-    kv.commit(table, [Put("seed", 0)])
     started = threading.Barrier(4)
     refused: list[int] = []
     failed: list[BaseException] = []
 
     def use(n: int) -> None:
         started.wait()
-        i = 0
-        while True:
-            i += 1
-            try:
-                kv.commit(table, [Put(f"k{n}/{i % 20}", {"i": i})])
-                kv.scan(table, prefix=f"k{n}/", limit=20)
-            except StoreUnavailable:
-                refused.append(n)
-                return
-            except BaseException as exc:  # reported below: the contract allows StoreUnavailable only
-                failed.append(exc)
-                return
+        try:
+            for i in itertools.count():
+                work(n, i)
+        except StoreUnavailable:
+            refused.append(n)
+        except BaseException as exc:  # reported below: the contract allows StoreUnavailable only
+            failed.append(exc)
 
     users = [threading.Thread(target=use, args=(n,), daemon=True) for n in range(3)]
     for user in users:
         user.start()
     started.wait()
     time.sleep(delay_s)
-    kv.close()
+    store.close()
     for user in users:
         user.join(30)
     assert not failed, repr(failed)
     assert sorted(refused) == [0, 1, 2], f"{refused} stopped with StoreUnavailable"
+
+
+def close_while_in_use(url: str, table: str, rounds: int) -> None:
+    """Close the Kv at ``url`` while three threads commit and scan on it (``close_under_use``), ``rounds`` times."""
+    for r in range(rounds):
+        kv = connect(url)
+        kv.commit(table, [Put("seed", 0)])
+
+        def work(n: int, i: int, kv: DurableKv = kv) -> None:
+            kv.commit(table, [Put(f"k{n}/{i % 20}", {"i": i})])
+            kv.scan(table, prefix=f"k{n}/", limit=20)
+
+        close_under_use(kv, work, 0.001 * (r % 7))
 
 
 if __name__ == "__main__":
