@@ -41,7 +41,7 @@ from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound, StoreUnavailable
 
-from ..kv.redis import redis_errors
+from ..kv.redis import RedisCalls
 from .base import (
     Clock,
     Envelope,
@@ -528,8 +528,7 @@ class RedisEventJournal:
         self.clock: Clock = clock or now_ms
         conn_url, table = split_namespace(url)
         self.prefix = "{" + table.replace("botmesh_events", "botmesh:events", 1) + "}"
-        self._closed = False
-        self._redis_errors = (redis.RedisError,)
+        self._calls = RedisCalls((redis.RedisError,), "Redis journal")
         self._done_indexed = False
         self._client: Any = redis.Redis.from_url(conn_url, socket_timeout=10, socket_connect_timeout=10)
         self._scripts = {
@@ -550,7 +549,7 @@ class RedisEventJournal:
         return f"<RedisEventJournal {self.prefix}>"
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return redis_errors(self, self._redis_errors, "Redis journal")
+        return self._calls.guard()
 
     def _run(self, name: str, *args: Any) -> Any:
         with self._errors():
@@ -877,7 +876,6 @@ class RedisEventJournal:
             self._client.ping()
 
     def close(self) -> None:
-        """Close the connection pool; later calls, and calls in flight, raise ``StoreUnavailable``."""
-        self._closed = True
-        with contextlib.suppress(*self._redis_errors):
-            self._client.close()
+        """Close the connection pool once the calls in flight are done (``RedisCalls.close``); later calls raise
+        ``StoreUnavailable``."""
+        self._calls.close(self._client)

@@ -399,26 +399,56 @@ def _entry(flat: Sequence[bytes], i: int) -> Entry:
     return Entry(flat[i].decode(), load_value(flat[i + 1]), int(flat[i + 2]), int(flat[i + 3]) if flat[i + 3] else None)
 
 
-@contextlib.contextmanager
-def redis_errors(owner: Any, errors: tuple[type[BaseException], ...], what: str) -> Iterator[None]:
-    """Turn ``errors`` into ``StoreUnavailable`` ("<what>: …"); so too any failure of a call ``close`` cut off.
+class RedisCalls:
+    """The calls of one Redis store (the Kv, the journal): their errors, and ``close`` waiting for them.
 
-    ``owner._closed`` is True once its ``close`` started: calls then raise
-    ``StoreUnavailable`` before reaching the client (whose pool would
-    reconnect). redis-py's ``close`` disconnects connections other threads are
-    using; their call then fails inside the client (an ``AttributeError`` on the
-    dropped parser), which is read as the store being closed.
+    ``guard()`` wraps each call: ``errors`` become ``StoreUnavailable``
+    ("<what>: …"), and a call after ``close`` raises it before reaching the
+    client (whose pool would reconnect). ``close`` waits for the calls in
+    flight, at most ``close_wait_s`` seconds, before it closes the client:
+    redis-py's ``close`` disconnects connections other threads are using,
+    which left a thread waiting for a reply until its socket timeout (30 s), or
+    failing inside the client (an ``AttributeError`` on the dropped parser).
+    A call still running after the wait and cut off is read as the store
+    being closed (``StoreUnavailable``).
     """
-    if owner._closed:
-        raise StoreUnavailable(f"{what}: closed")
-    try:
-        yield
-    except errors as exc:
-        raise StoreUnavailable(f"{what}: {exc}") from exc
-    except Exception as exc:
-        if owner._closed:
-            raise StoreUnavailable(f"{what}: closed") from exc
-        raise
+
+    close_wait_s = 10.0
+
+    def __init__(self, errors: tuple[type[BaseException], ...], what: str) -> None:
+        self.errors, self.what = errors, what
+        self.closed = False
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run one call of the store (see the class)."""
+        with self._idle:
+            if self.closed:
+                raise StoreUnavailable(f"{self.what}: closed")
+            self._in_flight += 1
+        try:
+            yield
+        except self.errors as exc:
+            raise StoreUnavailable(f"{self.what}: {exc}") from exc
+        except Exception as exc:
+            if self.closed:
+                raise StoreUnavailable(f"{self.what}: closed") from exc
+            raise
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.notify_all()
+
+    def close(self, client: Any) -> None:
+        """Refuse new calls, wait for those in flight (at most ``close_wait_s`` s), then close ``client``."""
+        with self._idle:
+            self.closed = True
+            self._idle.wait_for(lambda: not self._in_flight, timeout=self.close_wait_s)
+        with contextlib.suppress(*self.errors):
+            client.close()
 
 
 class RedisKv:
@@ -433,8 +463,7 @@ class RedisKv:
         import redis.cluster
 
         self.url = url
-        self._closed = False
-        self._redis_errors = (redis.RedisError, redis.cluster.RedisClusterException)
+        self._calls = RedisCalls((redis.RedisError, redis.cluster.RedisClusterException), "Redis Kv")
         self._registered: dict[str, float] = {}  # table -> monotonic time of last SADD
         self._registered_lock = threading.Lock()
         options: dict[str, Any] = {"socket_connect_timeout": 10, "socket_timeout": 30}
@@ -466,7 +495,7 @@ class RedisKv:
         return f"<RedisKv {self.url.split('://', 1)[0]}>"
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return redis_errors(self, self._redis_errors, "Redis Kv")
+        return self._calls.guard()
 
     def get(self, table: str, key: str) -> Entry | None:
         """Return the live entry at ``key`` in ``table``, or ``None`` if absent or expired.
@@ -666,10 +695,9 @@ class RedisKv:
             self._client.ping()
 
     def close(self) -> None:
-        """Close the connection pool(s); later calls, and calls in flight, raise ``StoreUnavailable``."""
-        self._closed = True
-        with contextlib.suppress(*self._redis_errors):
-            self._client.close()
+        """Close the connection pool(s) once the calls in flight are done (``RedisCalls.close``); later calls
+        raise ``StoreUnavailable``."""
+        self._calls.close(self._client)
 
 
-__all__ = ["RedisKv", "redis_errors"]
+__all__ = ["RedisCalls", "RedisKv"]

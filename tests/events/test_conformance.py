@@ -670,7 +670,7 @@ def test_close_while_other_threads_use_the_journal_stops_them_with_store_unavail
     In a subprocess, 30 rounds, so a regression fails this test instead of
     taking the xdist worker down (closing a SQLite connection under a running
     statement crashes the interpreter; redis-py's ``close`` used to leave the
-    other threads an ``AttributeError``).
+    other threads an ``AttributeError``, or waiting for a reply until the socket timeout).
     """
     code = "import sys; from tests.events.workers import close_while_in_use as run; run(sys.argv[1], 30)"
     done = subprocess.run(

@@ -1647,7 +1647,8 @@ def test_close_while_other_threads_use_the_kv_stops_them_with_store_unavailable(
     Run in a subprocess, 40 rounds: before the use lock (``ThreadConnections.using``)
     closing a SQLite connection under a running statement crashed the
     interpreter (a segfault took an xdist worker down in CI), and redis-py's
-    ``close`` left the other threads an ``AttributeError``.
+    ``close`` left the other threads an ``AttributeError``, or one waiting for
+    its reply until the socket timeout (30 s; ``RedisCalls`` now waits for them).
     """
     code = "import sys; from tests.kv.workers import close_while_in_use as run; run(sys.argv[1], sys.argv[2], 40)"
     done = subprocess.run(
