@@ -120,6 +120,10 @@ def encode_component(value: object) -> str:
     point). Raise ``ValidationError`` (field ``index``) for any other type or an
     integer outside ±10**19.
     """
+    if isinstance(value, str):  # the most common component first
+        if "!" in value or " " in value:
+            value = value.replace("!", '!"').replace(" ", "!!")
+        return "s" + value + _TERMINATOR
     if value is None:
         return "0" + _TERMINATOR
     if value is False:
@@ -132,14 +136,12 @@ def encode_component(value: object) -> str:
         if value < 0:
             return f"3{_INT_BOUND + value:019d}" + _TERMINATOR
         return f"4{value:019d}" + _TERMINATOR
-    if isinstance(value, str):
-        return "s" + value.replace("!", '!"').replace(" ", "!!") + _TERMINATOR
     raise ValidationError("index", f"a {type(value).__name__} cannot be an index key component")
 
 
 def encode(values: Sequence[object]) -> str:
     """Return the concatenated encoding of ``values`` (a tuple's order is the key order)."""
-    return "".join(encode_component(v) for v in values)
+    return "".join([encode_component(v) for v in values])
 
 
 def decode(text: str) -> tuple[object, ...]:
@@ -211,6 +213,13 @@ def _lookup(record: Mapping[str, Any], path: str) -> Any:
     return value
 
 
+def _plain_names(fields: Sequence[FieldSpec]) -> tuple[str, ...] | None:
+    """Return ``fields`` when each is a top-level field name (no ``Desc``, ``Each`` or path), else ``None``."""
+    if all(type(spec) is str and "." not in spec for spec in fields):
+        return tuple(cast(Sequence[str], fields))
+    return None
+
+
 def _tuples(record: Mapping[str, Any], fields: Sequence[FieldSpec]) -> list[tuple[Any, ...]]:
     """Return every tuple of field values the record is indexed under (``Each`` multiplies)."""
     out: list[tuple[Any, ...]] = [()]
@@ -264,16 +273,25 @@ class ValueIndex:
     reads: tuple[str, ...] | None = None
     generation: int = 1
     readable_from: int | None = None
+    # Worked out once (the upkeep's hot path): the keys' prefix, and ``fields`` when all are plain names.
+    _base: str = field(init=False, repr=False, compare=False, default="")
+    _plain: tuple[str, ...] | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_base", f"{INDEX_ROOT}{self.name}/")
+        object.__setattr__(self, "_plain", _plain_names(self.fields) if self.keys is None else None)
 
     def entries(self, pk: str, record: Mapping[str, Any] | None) -> dict[str, JsonValue]:
         """Return ``{index key: entry value}`` of ``record`` stored at primary key ``pk``."""
         if record is None or (self.where is not None and not self.where(record)):
             return {}
-        tuples = self.keys(record) if self.keys is not None else _tuples(record, self.fields)
         value: dict[str, JsonValue] = {"pk": pk}
         if self.payload is not None:
             value.update(self.payload(record))
-        base = f"{INDEX_ROOT}{self.name}/"
+        base = self._base
+        if self._plain is not None:  # one tuple of top-level fields
+            return {base + "".join([encode_component(record.get(name)) for name in self._plain]) + pk: value}
+        tuples = self.keys(record) if self.keys is not None else _tuples(record, self.fields)
         return {base + encode(t) + pk: value for t in tuples}
 
 
@@ -294,6 +312,12 @@ class CountIndex:
     amount: Callable[[Mapping[str, Any]], int] | None = None
     reads: tuple[str, ...] | None = None
     generation: int = 1
+    _base: str = field(init=False, repr=False, compare=False, default="")
+    _plain: tuple[str, ...] | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_base", f"{INDEX_ROOT}{self.name}/")
+        object.__setattr__(self, "_plain", _plain_names(self.fields) if self.keys is None else None)
 
     def contributions(self, record: Mapping[str, Any] | None) -> dict[str, int]:
         """Return ``{counter key: amount}`` that ``record`` adds."""
@@ -302,19 +326,14 @@ class CountIndex:
         amount = 1 if self.amount is None else int(self.amount(record))
         if amount == 0:
             return {}
+        base = self._base
+        if self._plain is not None:
+            return {base + "".join([encode_component(record.get(name)) for name in self._plain]): amount}
         tuples = self.keys(record) if self.keys is not None else _tuples(record, self.fields)
-        base = f"{INDEX_ROOT}{self.name}/"
         return {base + encode(t): amount for t in tuples}
 
 
 Index = ValueIndex | CountIndex
-
-
-def _unchanged(index: Index, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    """Return True if ``index`` declares what it reads and ``old`` and ``new`` agree on all of it."""
-    if index.reads is None or old is None or new is None:
-        return False
-    return all(old.get(name) == new.get(name) for name in index.reads)
 
 
 @dataclass(frozen=True)
@@ -417,6 +436,8 @@ UPGRADING = "upgrading"
 """A readable stale value index being upgraded in place: ``from`` (its generation), ``generation`` (the
 target), ``phase`` (``records``: every record's entries rewritten; ``entries``: those no record has
 deleted) and ``after`` (the phase's cursor). Readable, and kept by writers, throughout."""
+_EVERY_KEY = frozenset((BUILT, STALE, UPGRADING))
+"""The states whose index writers maintain for every record (``_State.covers``)."""
 
 
 def _readable_at(index: Index, generation: int | None) -> bool:
@@ -498,7 +519,7 @@ class _State:
         are not, so writers count only what the builder has passed and the
         builder counts the rest.
         """
-        if self.state in (BUILT, STALE, UPGRADING):
+        if self.state in _EVERY_KEY:
             return True
         if self.state == BUILDING:
             return not counted or (self.after is not None and pk <= self.after)
@@ -1200,31 +1221,49 @@ def upkeep_ops(changes: Sequence[RecordChange], states: Mapping[str, _State]) ->
     puts: dict[str, tuple[JsonValue, int | None]] = {}
     deletes: set[str] = set()
     adds: dict[str, int] = {}
+    # Per record type, once per call: its indexes with a state, and whether every key is maintained.
+    plans: dict[int, list[tuple[Index, _State, bool, bool]]] = {}
     for change in changes:
-        old = change.record.view(change.old)
-        new = change.record.view(change.new)
-        for index in change.record.indexes:
-            st = states.get(index.name)
-            counted = isinstance(index, CountIndex)
-            if st is None or not st.covers(change.key, counted):
-                if st is not None and st.state == BUILDING and counted:
+        record = change.record
+        plan = plans.get(id(record))
+        if plan is None:
+            plan = plans[id(record)] = [
+                (index, st, isinstance(index, CountIndex), st.state in _EVERY_KEY)
+                for index in record.indexes
+                if (st := states.get(index.name)) is not None
+            ]
+        old = record.view(change.old)
+        new = record.view(change.new)
+        ttl, pk = change.ttl_ms, change.key
+        both = ttl is None and old is not None and new is not None
+        for index, st, counted, every in plan:
+            if not every and not st.covers(pk, counted):
+                if st.state == BUILDING and counted:
                     adds[activity_key(index.name)] = 1
                 continue
-            if change.ttl_ms is None and _unchanged(index, old, new):
-                continue  # nothing the index reads changed: no entry or counter moves
-            if isinstance(index, ValueIndex):
-                before = index.entries(change.key, old)
-                after = index.entries(change.key, new)
-                for key in before.keys() - after.keys():
-                    deletes.add(key)
-                for key, value in after.items():
-                    if change.ttl_ms is not None or before.get(key) != value:
-                        puts[key] = (value, change.ttl_ms)
-            else:
+            reads = index.reads
+            if both and reads is not None:
+                for name in reads:
+                    if old.get(name) != new.get(name):  # type: ignore[union-attr]
+                        break
+                else:
+                    continue  # nothing the index reads changed: no entry or counter moves
+            if counted:
+                assert isinstance(index, CountIndex)
                 for key, amount in index.contributions(old).items():
                     adds[key] = adds.get(key, 0) - amount
                 for key, amount in index.contributions(new).items():
                     adds[key] = adds.get(key, 0) + amount
+                continue
+            assert isinstance(index, ValueIndex)
+            before = index.entries(pk, old)
+            after = index.entries(pk, new)
+            for key in before:
+                if key not in after:
+                    deletes.add(key)
+            for key, value in after.items():
+                if ttl is not None or before.get(key) != value:
+                    puts[key] = (value, ttl)
     ops: list[Op] = []
     for key in sorted(deletes - puts.keys()):
         ops.append(Delete(key))

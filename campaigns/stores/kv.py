@@ -80,12 +80,14 @@ DELIVERY = RecordType(
     "delivery",
     SLOT,
     (
-        CountIndex("delivery_count_state", fields=("state",)),
-        CountIndex("delivery_count_reason", keys=_reason_group),
-        ValueIndex("delivery_state", fields=("state",)),
-        ValueIndex("delivery_reason", fields=("reason",), where=_has_reason),
-        ValueIndex("delivery_state_reason", fields=("state", "reason"), where=_has_reason),
-        ValueIndex("delivery_contact", fields=("contact_id",)),
+        # ``reads``: a reservation or an answer moves a slot's state, lease and attempts, never its
+        # contact: the upkeep skips the indexes whose fields it left alone.
+        CountIndex("delivery_count_state", fields=("state",), reads=("state",)),
+        CountIndex("delivery_count_reason", keys=_reason_group, reads=("state", "reason")),
+        ValueIndex("delivery_state", fields=("state",), reads=("state",)),
+        ValueIndex("delivery_reason", fields=("reason",), where=_has_reason, reads=("reason",)),
+        ValueIndex("delivery_state_reason", fields=("state", "reason"), where=_has_reason, reads=("state", "reason")),
+        ValueIndex("delivery_contact", fields=("contact_id",), reads=("contact_id",)),
     ),
     # A slot key is never deleted on its own: only with its whole table (the campaign's
     # deletion once finished, tenant erasure), and campaign ids are never handed out twice.
