@@ -94,13 +94,19 @@ def _name(user: dict[str, Any]) -> str | None:
     return full or _str(user.get("username"))
 
 
-def parse_update(update: Any, *, now_ms: int | None = None, channel_name: str | None = None) -> list[InboundEvent]:
+def parse_update(
+    update: Any, *, now_ms: int | None = None, channel_name: str | None = None, skipped: list[str] | None = None
+) -> list[InboundEvent]:
     """Return the events of one ``Update`` (zero or one; a list to match ``whatsapp.parse_webhook``).
 
     Handles ``message``, ``edited_message``, ``callback_query`` and
     ``my_chat_member``; other update kinds yield nothing. A callback query carries
     no date, so it is stamped with ``now_ms`` (default: the current time).
     ``channel_name`` is the bot's channel: set on the event and prefixed to its ids.
+    One of those four kinds without the ids it needs (an integer ``chat.id``
+    and ``message_id``; a callback's ``id`` and ``from.id``; a member update's
+    chat and ``new_chat_member.status``) yields nothing, and its kind is
+    appended to ``skipped`` when given (the webhook answers how many it skipped).
     Raise ``ValidationError`` if ``update`` is not a JSON object or a date is not
     Unix seconds (naming it: ``message.date``).
     """
@@ -117,7 +123,12 @@ def parse_update(update: Any, *, now_ms: int | None = None, channel_name: str | 
         event = _callback(_dict(update["callback_query"]), now, bot=bot)
     elif "my_chat_member" in update:
         event = _member(_dict(update["my_chat_member"]))
+    else:
+        return []  # a kind this inbox does not handle: nothing to skip
     if event is None:
+        if skipped is not None:
+            kind = next(k for k in ("message", "edited_message", "callback_query", "my_chat_member") if k in update)
+            skipped.append(f"{kind}: without the ids it needs")
         return []
     return [dataclasses.replace(event, channel_name=channel_name)] if channel_name else [event]
 

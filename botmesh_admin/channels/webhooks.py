@@ -9,7 +9,7 @@ are decided in ``channels.services.webhooks``; a POST is durable (journaled)
 before it is answered, and projection into the inbox happens in a worker.
 
 Answers: 200 once journaled (``{"received": n, "event_id": …}``, with ``"skipped": k`` when
-k messages or statuses were left out because the inbox can never store their ids); 401
+k messages or statuses were left out: the inbox can never store their ids, or they lack one); 401
 (nothing written) for a bad signature or secret; 404 for an unknown tenant or channel; 400 for a body that is not a JSON
 object; 413 (JSON) for a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (16 MiB).
 

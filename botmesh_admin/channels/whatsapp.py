@@ -117,13 +117,19 @@ def phone_number_ids(body: Any) -> list[str]:
     return seen
 
 
-def parse_webhook(body: Any, channel_names: Mapping[str, str] | None = None) -> list[InboundEvent]:
+def parse_webhook(
+    body: Any, channel_names: Mapping[str, str] | None = None, *, skipped: list[str] | None = None
+) -> list[InboundEvent]:
     """Return every message and status of every entry and change, in body order.
 
     ``channel_names`` maps a ``metadata.phone_number_id`` to the name of the
     tenant's channel for that number: each event carries the ``channel_name``
     of the change it came in (one Meta app may post one body whose entries are
     for several numbers), ``None`` for a number not in the map.
+    A message without a ``from`` or an ``id``, or a status without an ``id``
+    or a ``status``, cannot be stored: it yields no event, and its path
+    (``entry[0].changes[0].value.messages[1]``) is appended to ``skipped``
+    when given (the webhook answers how many it skipped).
     Raise ``ValidationError`` if ``body`` is not a JSON object or a time is not
     Unix seconds (naming it: ``entry[0].changes[0].value.messages[1].timestamp``).
     """
@@ -141,10 +147,14 @@ def parse_webhook(body: Any, channel_names: Mapping[str, str] | None = None) -> 
             parsed = _message(_dict(message), names, f"{path}.messages[{k}]", channel_name)
             if parsed is not None:
                 events.append(parsed)
+            elif skipped is not None:
+                skipped.append(f"{path}.messages[{k}]: no from or id")
         for k, status in enumerate(_list(value.get("statuses"))):
             parsed_status = _status(_dict(status), f"{path}.statuses[{k}]", channel_name)
             if parsed_status is not None:
                 events.append(parsed_status)
+            elif skipped is not None:
+                skipped.append(f"{path}.statuses[{k}]: no id or status")
     return events
 
 

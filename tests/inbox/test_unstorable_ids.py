@@ -114,6 +114,61 @@ def test_telegram_ids_the_inbox_cannot_store_are_skipped(shop):  # noqa: F811
     assert default_journal().counts(shop.tenant) == {("done", "inbound"): 1}
 
 
+def post_telegram(shop, update: dict):  # noqa: F811
+    meta = json.loads((fixtures_dir() / "telegram" / "meta.json").read_text())
+    return shop.client.post(
+        f"/webhooks/telegram/{shop.tenant}/bot",
+        data=json.dumps(update),
+        content_type="application/json",
+        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=meta["secret_token"],
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [pytest.param({"from": None}, id="message without from"), pytest.param({"id": ""}, id="empty message id")],
+)
+def test_a_message_the_parser_cannot_read_counts_as_skipped(shop, changes, caplog):  # noqa: F811
+    """Before, the parser dropped it without a word: the answer said received 2 and nothing of the third."""
+    body, others = batch_with(**changes)
+    with caplog.at_level("WARNING", logger="botmesh.channels"):
+        status, answer = post_signed(shop, body)
+    assert (status, answer["received"], answer["skipped"]) == (200, 2, 1)
+    assert "entry[0].changes[0].value.messages[0]: no from or id, skipped" in caplog.text
+    drain()
+    assert all(selectors.message_get(shop.tenant, m) is not None for m in others)
+
+
+def test_a_status_without_its_state_counts_as_skipped(shop):  # noqa: F811
+    body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "06_statuses.json").read_text())
+    statuses = body["entry"][0]["changes"][0]["value"]["statuses"]
+    del statuses[0]["status"]
+    status, answer = post_signed(shop, body)
+    assert (status, answer["received"], answer["skipped"]) == (200, len(statuses) - 1, 1)
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda u: u["message"]["chat"].update(id="not-a-number"), id="chat id not an integer"),
+        pytest.param(lambda u: u["message"].pop("message_id"), id="no message_id"),
+    ],
+)
+def test_a_telegram_message_without_usable_ids_counts_as_skipped(shop, spoil):  # noqa: F811
+    update = json.loads((fixtures_dir() / "telegram" / "02_text.json").read_text())
+    spoil(update)
+    response = post_telegram(shop, update)
+    assert response.status_code == 200
+    assert (response.json()["received"], response.json()["skipped"]) == (0, 1)
+
+
+def test_a_telegram_update_of_a_kind_the_inbox_does_not_handle_is_received_as_nothing_not_skipped(shop):  # noqa: F811
+    update = {"update_id": 901, "poll": {"id": "5", "question": "?", "options": []}}
+    response = post_telegram(shop, update)
+    assert response.status_code == 200
+    assert response.json()["received"] == 0 and "skipped" not in response.json()
+
+
 def test_a_record_journaled_before_the_check_is_processed_without_its_unstorable_message(shop):  # noqa: F811
     """What the old intake journaled is now replayable: projection skips the unstorable event."""
     from botmesh_admin.channels.domain import InboundMessage

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -118,10 +118,10 @@ def webhook_whatsapp_accept(tenant: str, *, read_body: Callable[[], bytes], sign
     JSON object. ``StoreUnavailable`` (or the database's error) when the journal
     or the configuration cannot be read.
     """
-    names, events, body = _checked(
+    names, events, body, unusable = _checked(
         tenant, "whatsapp", lambda channels: _whatsapp_accept(channels, read_body, signature)
     )
-    events, skipped = _storable("whatsapp", tenant, events)
+    events, skipped = _storable("whatsapp", tenant, events, unusable)
     key = "whatsapp:" + hashlib.sha256(body).hexdigest()
     event_id = _journal(tenant, "whatsapp.webhook", key, ",".join(names), events)
     log.debug("whatsapp webhook for tenant %s: %d events journaled as %s", tenant, len(events), event_id)
@@ -130,8 +130,11 @@ def webhook_whatsapp_accept(tenant: str, *, read_body: Callable[[], bytes], sign
 
 def _whatsapp_accept(
     channels: list[Channel], read_body: Callable[[], bytes], header: str | None
-) -> tuple[list[str], list[InboundEvent], bytes]:
-    """Return ``(names of the channels the body is for, its events, the raw body)`` or raise ``WebhookRefused``."""
+) -> tuple[list[str], list[InboundEvent], bytes, list[str]]:
+    """Return ``(names of the channels the body is for, its events, the raw body, what the parser skipped)``.
+
+    Raise ``WebhookRefused`` when the body is refused.
+    """
     if not channels:
         raise WebhookRefused(404, "not_found", "no WhatsApp channel here")
     raw = read_body()
@@ -159,8 +162,11 @@ def _whatsapp_accept(
     if not names:  # a change without metadata (an account-level field): name the signing channel(s)
         names = [c.name for c in channels if c.phone_number_id in signed_by]
     # Each change's events belong to the channel of its own phone_number_id.
-    events = whatsapp.parse_webhook(body, {pid: c.name for pid, c in by_number.items() if pid and pid in signed_by})
-    return names, events, raw
+    unusable: list[str] = []
+    events = whatsapp.parse_webhook(
+        body, {pid: c.name for pid, c in by_number.items() if pid and pid in signed_by}, skipped=unusable
+    )
+    return names, events, raw, unusable
 
 
 def webhook_telegram_accept(
@@ -176,7 +182,7 @@ def webhook_telegram_accept(
     (no JSON object, no ``update_id``, or an unreadable message).
     """
 
-    def accept(channels: list[Channel]) -> tuple[int, list[InboundEvent]]:
+    def accept(channels: list[Channel]) -> tuple[int, list[InboundEvent], list[str]]:
         channel = next((c for c in channels if c.name == name), None)
         if channel is None:
             raise WebhookRefused(404, "not_found", f"Telegram channel {name!r} not found")
@@ -188,13 +194,14 @@ def webhook_telegram_accept(
         update_id = telegram.update_id(update)
         if update is None or update_id is None:
             raise WebhookRefused(400, "bad_request", "the body is not a Telegram Update")
+        unusable: list[str] = []
         try:
-            return update_id, telegram.parse_update(update, channel_name=channel.name)
+            return update_id, telegram.parse_update(update, channel_name=channel.name, skipped=unusable), unusable
         except ValidationError as exc:
             raise WebhookRefused(400, "bad_request", exc.message, exc.field) from exc
 
-    update_id, events = _checked(tenant, "telegram", accept)
-    events, skipped = _storable("telegram", tenant, events)
+    update_id, events, unusable = _checked(tenant, "telegram", accept)
+    events, skipped = _storable("telegram", tenant, events, unusable)
     event_id = _journal(tenant, "telegram.update", f"telegram:{name}:{update_id}", name, events)
     log.debug(
         "telegram update for tenant %s channel %s: %d events journaled as %s", tenant, name, len(events), event_id
@@ -229,8 +236,13 @@ def _journal(tenant: str, type_: str, key: str, config: str, events: list[Inboun
     return str(record.id)
 
 
-def _storable(kind: str, tenant: str, events: list[InboundEvent]) -> tuple[list[InboundEvent], int]:
+def _storable(
+    kind: str, tenant: str, events: list[InboundEvent], unusable: Sequence[str] = ()
+) -> tuple[list[InboundEvent], int]:
     """Return ``(the events the inbox can store, how many were skipped)``.
+
+    ``unusable``: what the parser already skipped (a message without the ids
+    it needs, by its path in the body), logged and counted here too.
 
     An event whose ids the inbox can never store (``inbox.domain.inbound_event_problem``:
     a message id or sender over 200 characters or with ``/``…) would fail
@@ -241,6 +253,8 @@ def _storable(kind: str, tenant: str, events: list[InboundEvent]) -> tuple[list[
     """
     from inbox.domain import inbound_event_problem
 
+    for where in unusable:  # a path in the body and what it lacked: no id, no text
+        log.warning("%s webhook for tenant %s: %s, skipped", kind, tenant, where)
     kept: list[InboundEvent] = []
     for event in events:
         problem = inbound_event_problem(event)
@@ -248,4 +262,4 @@ def _storable(kind: str, tenant: str, events: list[InboundEvent]) -> tuple[list[
             kept.append(event)
         else:
             log.warning("%s webhook for tenant %s: %s skipped, never storable: %s", kind, tenant, event.kind, problem)
-    return kept, len(events) - len(kept)
+    return kept, len(events) - len(kept) + len(unusable)
