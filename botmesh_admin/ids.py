@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import secrets
 import threading
 
@@ -32,6 +33,18 @@ def new_id(prefix: str) -> str:
             seq = 0
         _id_last[:] = [ms, seq]
     return f"{prefix}_{ms:012x}{seq:04x}{os.urandom(3).hex()}"
+
+
+_ID_TAIL = re.compile(r"_[0-9a-f]{22}")
+
+
+def is_id(value: object, prefix: str) -> bool:
+    """Return True if ``value`` has the shape of an id ``new_id(prefix)`` mints (``c_`` + 22 hex digits).
+
+    A store answers "not found" for anything else without reading (an address
+    such as ``contacts/x%00y`` holds no Kv key), so it is a 404, never a 422 of a key.
+    """
+    return isinstance(value, str) and value.startswith(prefix) and bool(_ID_TAIL.fullmatch(value, len(prefix)))
 
 
 def new_audit_id(at: int) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from botmesh_admin.errors import NotFound, ValidationError
+from botmesh_admin.errors import NotFound, ValidationError, bounded
 from botmesh_admin.pagination import Page, cursor_check, page_of, validate_limit
 from botmesh_admin.validation import validate_text
 
@@ -104,7 +104,7 @@ def contact_get(tenant: str, contact_id: str) -> Contact:
     """Return the contact; raise ``NotFound`` if it is missing (or another tenant's)."""
     contact = default_store().contact_get(tenant, contact_id) if isinstance(contact_id, str) else None
     if contact is None:
-        raise NotFound(f"contact {contact_id} not found")
+        raise NotFound(f"contact {bounded(str(contact_id), 60)} not found")
     return contact
 
 
@@ -507,7 +507,7 @@ def segment_get(tenant: str, segment_id: str) -> Segment:
     """Return the segment; raise ``NotFound``."""
     segment = default_store().segment_get(tenant, segment_id) if isinstance(segment_id, str) else None
     if segment is None:
-        raise NotFound(f"segment {segment_id} not found")
+        raise NotFound(f"segment {bounded(str(segment_id), 60)} not found")
     return segment
 
 
@@ -844,7 +844,7 @@ def import_job_get(tenant: str, job_id: str) -> ImportJob:
     """Return the import job with its progress and report; raise ``NotFound``."""
     job = default_store().import_job_get(tenant, job_id) if isinstance(job_id, str) else None
     if job is None:
-        raise NotFound(f"import {job_id} not found")
+        raise NotFound(f"import {bounded(str(job_id), 60)} not found")
     return job
 
 

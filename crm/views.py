@@ -208,7 +208,7 @@ def _edit_typed(tenant: str, typed: Any) -> tuple[int, list[dict[str, str]], dic
     attributes: dict[str, Any] = {}
 
     def version() -> None:
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 20):  # int() refuses 4,300+ digits
             raise ValidationError("version", "reload the page: the form lost its version")
 
     checks: list[Any] = [version, lambda: validate_name(typed.get("name", ""))]

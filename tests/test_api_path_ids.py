@@ -24,6 +24,35 @@ def test_a_malformed_id_in_the_path_is_404_not_found(api: Api, path: str) -> Non
     assert r.json()["error"] == "not_found", r.content
 
 
+BAD_IDS = [pytest.param("x%00y", id="NUL"), pytest.param("a" * 5000, id="5000 characters")]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "contacts/{}"),
+        ("patch", "contacts/{}"),
+        ("delete", "contacts/{}"),
+        ("post", "contacts/{}/consent"),
+        ("get", "contacts/imports/{}"),
+        ("get", "segments/{}"),
+        ("patch", "segments/{}"),
+        ("delete", "segments/{}"),
+        ("get", "segments/{}/count"),
+    ],
+)
+def test_an_id_no_crm_object_can_have_is_404_on_every_method(api: Api, method: str, path: str, bad: str) -> None:
+    """Found by a new user: a NUL or a 5,000-character contact, segment or import id was a 422 naming ``key``."""
+    call = getattr(api, method)
+    bodies = {"patch": {"name": "x", "expected_version": 1}, "post": {"channel": "whatsapp", "status": "granted"}}
+    args = (bodies[method],) if method in bodies else ()
+    r = call(path.format(bad), *args)
+    assert r.status_code == 404, (method, path, r.content[:300])
+    body = r.json()
+    assert body["error"] == "not_found" and len(body["message"]) < 120, body
+
+
 def test_a_malformed_query_value_stays_422(api: Api) -> None:
     r = api.get("contacts", after="garbage")
     assert r.status_code == 422 and r.json()["field"] == "after", r.content

@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 from botmesh_admin.errors import BadType, ValidationError
+from botmesh_admin.jsonbody import json_type
 
 CHANNEL_KINDS = ("whatsapp", "telegram")
 MESSAGE_TYPES = (
@@ -58,8 +59,10 @@ def message_time_ms(value: object, field: str, *, unit_ms: int = 1) -> int:
     (1000 for providers that send Unix seconds) between 2000-01-01 and a day from
     now: a time that cannot be read is refused, never stored as 1970.
     """
+    if value is None:
+        raise BadType(field, "is missing: it must be an integer epoch time")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise BadType(field, f"must be an integer epoch time, not {type(value).__name__}")
+        raise BadType(field, f"must be an integer epoch time, not a {json_type(value)}")
     at_ms = value * unit_ms
     if not EARLIEST_MESSAGE_MS <= at_ms <= time.time_ns() // 1_000_000 + MAX_CLOCK_SKEW_MS:
         unit = "milliseconds" if unit_ms == 1 else "seconds"

@@ -87,8 +87,11 @@ def _str(value: Any) -> str | None:
 
 def _ms(seconds: Any, field: str) -> int:
     # The Cloud API sends Unix seconds as a string of digits ("1764489600").
-    if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+    # At most 20 digits: Python refuses to read an integer of over 4,300 (a ValueError, not a 422).
+    if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit() and len(seconds) <= 20:
         seconds = int(seconds)
+    elif isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+        raise ValidationError(field, f"must be Unix seconds, not a number of {len(seconds)} digits")
     elif isinstance(seconds, str):
         raise ValidationError(field, f"must be Unix seconds written as digits, not {seconds[:20]!r}")
     return message_time_ms(seconds, field, unit_ms=1000)

@@ -134,7 +134,8 @@ def normalize_identity(channel: str, address: str, default_region: str = "CO", *
     if channel == "whatsapp":
         return _normalize_phone(text, default_region or "CO", field)
     if channel == "telegram":
-        if not text.isascii() or not text.isdigit() or not 0 < int(text) < MAX_TELEGRAM_ID:
+        # The length first: Python refuses to read an integer of over 4,300 digits (a ValueError).
+        if not text.isascii() or not text.isdigit() or len(text) > 20 or not 0 < int(text) < MAX_TELEGRAM_ID:
             raise ValidationError(field, "not a Telegram user id (a positive integer)")
         return str(int(text))
     if len(text) > 254 or not EMAIL_RE.fullmatch(text):

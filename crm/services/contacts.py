@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound, ValidationError, bounded
 from botmesh_admin.kv.cas import cas_retry
 from botmesh_admin.validation import validate_text
 from crm.domain import (
@@ -117,7 +117,7 @@ def _mutate(
     def attempt() -> Contact:
         current = store.contact_get(tenant, contact_id)
         if current is None:
-            raise NotFound(f"contact {contact_id} not found")
+            raise NotFound(f"contact {bounded(str(contact_id), 60)} not found")
         changed = change(current)
         if changed is None or changed == current:
             return current
@@ -276,7 +276,7 @@ def contact_update(
     store = default_store()
     current = store.contact_get(tenant, contact_id)
     if current is None:
-        raise NotFound(f"contact {contact_id} not found")
+        raise NotFound(f"contact {bounded(str(contact_id), 60)} not found")
     changes: dict[str, Any] = {}
     if name is not UNSET:
         changes["name"] = validate_name(name)
@@ -409,7 +409,7 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
     def attempt() -> tuple[Contact, dict[str, dict[str, Any]]]:
         contact = store.contact_get(tenant, contact_id)
         if contact is None:
-            raise NotFound(f"contact {contact_id} not found")
+            raise NotFound(f"contact {bounded(str(contact_id), 60)} not found")
         suppressions: dict[str, dict[str, Any]] = {}
         for ident in contact.identities:
             consent = contact.consent.get(ident.channel)

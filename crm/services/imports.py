@@ -10,7 +10,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound, ValidationError, bounded
 from botmesh_admin.events import default_journal
 from botmesh_admin.events.base import EventRecord, StaleLeaseError
 from botmesh_admin.events.services import event_publish
@@ -159,7 +159,7 @@ def contact_import_run(tenant: str, job_id: str, *, claim: Claim | None = None, 
     store = default_store()
     found = store.import_job_get(tenant, job_id)
     if found is None:
-        raise NotFound(f"import {job_id} not found")
+        raise NotFound(f"import {bounded(str(job_id), 60)} not found")
     job = found
     if job.status == "done" or (claim is None and (job.finished or _held_elsewhere(job))):
         return job

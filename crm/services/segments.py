@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from botmesh_admin.errors import Conflict, NotFound, ValidationError
+from botmesh_admin.errors import Conflict, NotFound, ValidationError, bounded
+from botmesh_admin.ids import is_id
 from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
 from crm.domain import Segment, new_id, now_ms, segment_rules_from_input, validate_segment_name
 from crm.selectors import segment_list
@@ -111,7 +112,7 @@ def segment_update(
     store = default_store()
     current = store.segment_get(tenant, segment_id)
     if current is None:
-        raise NotFound(f"segment {segment_id} not found")
+        raise NotFound(f"segment {bounded(str(segment_id), 60)} not found")
     updated = replace(
         current,
         name=validate_segment_name(name) if name is not None else current.name,
@@ -140,6 +141,8 @@ def segment_delete(tenant: str, segment_id: str) -> None:
     """
     from campaigns.selectors import campaigns_of_segment
 
+    if not is_id(segment_id, "s"):  # no segment has it: nothing to look up
+        raise NotFound(f"segment {bounded(str(segment_id), 60)} not found")
     needed = campaigns_of_segment(tenant, segment_id, limit=3).needed
     if needed:
         names = ", ".join(f"{c.name!r} ({c.state})" for c in needed)
@@ -149,5 +152,5 @@ def segment_delete(tenant: str, segment_id: str) -> None:
             campaigns=[c.id for c in needed],
         )
     if not default_store().segment_delete(tenant, segment_id):
-        raise NotFound(f"segment {segment_id} not found")
+        raise NotFound(f"segment {bounded(str(segment_id), 60)} not found")
     segment_membership_sync(tenant)

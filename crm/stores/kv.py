@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botmesh_admin.errors import Conflict, NotFound
+from botmesh_admin.ids import is_id
 from botmesh_admin.kv import (
     ABSENT,
     ANY,
@@ -306,6 +307,8 @@ class KvContactStore:
     # contacts
 
     def contact_get(self, tenant: str, contact_id: str) -> Contact | None:
+        if not is_id(contact_id, "c"):  # no contact has it (an address such as contacts/x%00y)
+            return None
         entry = self.kv.get(self._contacts(tenant), f"c/{contact_id}")
         return Contact.from_json(entry.value, entry.version) if entry else None
 
@@ -547,6 +550,8 @@ class KvContactStore:
     # segments
 
     def segment_get(self, tenant: str, segment_id: str) -> Segment | None:
+        if not is_id(segment_id, "s"):
+            return None
         entry = self.kv.get(self.tables.table(tenant, "segments"), segment_id)
         return Segment.from_json(entry.value, entry.version) if entry else None
 
@@ -573,7 +578,7 @@ class KvContactStore:
 
     def segment_delete(self, tenant: str, segment_id: str) -> bool:
         table = self.tables.table(tenant, "segments")
-        if self.kv.get(table, segment_id) is None:
+        if not is_id(segment_id, "s") or self.kv.get(table, segment_id) is None:
             return False
         self.kv.commit(table, [Delete(segment_id, ANY)])
         return True
@@ -769,6 +774,8 @@ class KvContactStore:
         return ImportJob.from_json(entry.value, entry.version)
 
     def import_job_get(self, tenant: str, job_id: str) -> ImportJob | None:
+        if not is_id(job_id, "imp"):
+            return None
         entry = self.kv.get(self._imports(tenant), f"j/{job_id}")
         return ImportJob.from_json(entry.value, entry.version) if entry else None
 

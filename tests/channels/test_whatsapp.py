@@ -186,7 +186,7 @@ def test_phone_number_ids() -> None:
     assert whatsapp.phone_number_ids(whatsapp_bodies()["08_batch.json"]) == ["106540352242922"]
 
 
-@pytest.mark.parametrize("timestamp", ["abc", None, "", "1.5", 12, "99999999999", True])
+@pytest.mark.parametrize("timestamp", ["abc", None, "", "1.5", 12, "99999999999", True, "9" * 4301])
 def test_a_message_time_that_is_not_unix_seconds_is_refused_naming_it(timestamp) -> None:  # type: ignore[no-untyped-def]
     """Found by exploratory testing: a timestamp "abc" was stored as 0 (1970) instead of being refused."""
     body = whatsapp_bodies()["08_batch.json"]
@@ -196,6 +196,10 @@ def test_a_message_time_that_is_not_unix_seconds_is_refused_naming_it(timestamp)
     assert info.value.field == "entry[0].changes[0].value.messages[1].timestamp"
     if isinstance(timestamp, str) and not timestamp.isdigit():  # the Cloud API's own form is a digit string
         assert "Unix seconds written as digits" in info.value.message
+    if timestamp is None:
+        assert info.value.message.endswith(": is missing: it must be an integer epoch time")
+    if timestamp == "9" * 4301:  # Python refuses to read it (a ValueError was a 500, and Meta resends on a 500)
+        assert info.value.message.endswith(": must be Unix seconds, not a number of 4301 digits")
 
 
 def test_a_status_time_that_is_not_unix_seconds_is_refused_naming_it() -> None:

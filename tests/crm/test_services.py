@@ -90,6 +90,13 @@ def test_import_reports_bad_attribute_columns_and_typed_values(memory_crm: str) 
     assert a.attributes == {"score": 3, "vip": True}
 
 
+def test_import_reports_a_telegram_id_of_4301_digits_as_a_bad_row_instead_of_failing(memory_crm: str) -> None:
+    """Found by a new user: the import stopped with "ValueError" and its journal event went dead."""
+    job = _import(memory_crm, f"name;telegram_id\nA;{'9' * 4301}\nB;700001004\n")
+    assert (job.created, job.failed_rows) == (1, 1)
+    assert [e["row"] for e in job.errors] == [2]
+
+
 def test_import_reports_a_deeply_nested_json_cell_instead_of_failing(memory_crm: str) -> None:
     """Found by exploratory testing: a ``:json`` cell nested 3000 deep raised RecursionError in the import."""
     deep = "[" * 3000 + "]" * 3000

@@ -185,6 +185,19 @@ def test_a_refused_tag_or_consent_keeps_what_was_typed_under_its_field(agent: Cl
     )
 
 
+def test_a_contact_edit_with_numbers_of_4400_digits_is_refused_under_its_fields(agent: Client, tenant: str) -> None:
+    """Found by a new user: a version or a Telegram id of 4,400 digits was a 500 (Python reads no such integer)."""
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
+    url = f"/t/{tenant}/crm/contacts/{c.id}/edit"
+    r = agent.post(url, {"version": str(c.version), "name": "Ana", "identities": "telegram " + "9" * 4400})
+    assert r.status_code == 422
+    assert 'field-error">Line 1, address: not a Telegram user id (a positive integer)' in r.content.decode()
+    r = agent.post(url, {"version": "9" * 4400, "name": "Ann", "identities": "telegram 700001005"})
+    assert r.status_code == 422  # the form shows the contact as it is now, its version in the hidden field
+    stored = selectors.contact_get(tenant, c.id)
+    assert (stored.version, stored.name) == (c.version, "Ana")
+
+
 def test_the_contact_edit_shows_every_bad_field_and_line_at_once_and_writes_nothing(agent: Client, tenant: str) -> None:
     """A name with U+202E, two bad identity lines and a line that is no ``name = value``: each under its field."""
     c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
@@ -235,3 +248,12 @@ def test_the_import_page_refuses_a_file_it_cannot_import_with_422_under_the_file
         assert words in html
     assert "import.file" not in html and "validation_error" not in html
     assert selectors.import_job_list(tenant) == []  # nothing recorded, nothing runs
+
+
+@pytest.mark.parametrize("page", ["crm/contacts/{}/", "crm/segments/{}/", "crm/contacts/import/{}/"])
+@pytest.mark.parametrize("bad", ["x%00y", "a" * 5000], ids=["NUL", "5000 characters"])
+def test_a_crm_page_of_an_id_nothing_can_have_is_the_404_page(admin: Client, tenant: str, page: str, bad: str) -> None:
+    """Found by a new user: ``/crm/contacts/x%00y/`` answered 422 "Not done: Key: contains control character"."""
+    r = admin.get(f"/t/{tenant}/" + page.format(bad))
+    assert r.status_code == 404, r.content[:300]
+    assert b"does not exist" in r.content and b"Key:" not in r.content
