@@ -23,6 +23,7 @@ from typing import Any
 from botmesh_admin.errors import ValidationError
 
 from .domain import (
+    STATUSES,
     Button,
     InboundEvent,
     InboundMessage,
@@ -130,7 +131,8 @@ def parse_webhook(
     of the change it came in (one Meta app may post one body whose entries are
     for several numbers), ``None`` for a number not in the map.
     A message without a ``from`` or an ``id``, or a status without an ``id``
-    or a ``status``, cannot be stored: it yields no event, and its path
+    or with a ``status`` other than ``sent``, ``delivered``, ``read`` and
+    ``failed`` (the Cloud API's), cannot be stored: it yields no event, and its path
     (``entry[0].changes[0].value.messages[1]``) is appended to ``skipped``
     when given (the webhook answers how many it skipped).
     Raise ``ValidationError`` if ``body`` is not a JSON object or a time is not
@@ -157,7 +159,7 @@ def parse_webhook(
             if parsed_status is not None:
                 events.append(parsed_status)
             elif skipped is not None:
-                skipped.append(f"{path}.statuses[{k}]: no id or status")
+                skipped.append(f"{path}.statuses[{k}]: no id, or a status none of {', '.join(STATUSES)}")
     return events
 
 
@@ -231,7 +233,7 @@ def _is_number(value: Any) -> bool:
 
 def _status(status: dict[str, Any], path: str, channel_name: str | None) -> StatusUpdate | None:
     message_id, state = _str(status.get("id")), _str(status.get("status"))
-    if message_id is None or state is None:
+    if message_id is None or state not in STATUSES:
         return None
     error = _dict(next(iter(_list(status.get("errors"))), None))
     code = error.get("code")

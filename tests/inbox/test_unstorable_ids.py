@@ -139,10 +139,12 @@ def test_a_message_the_parser_cannot_read_counts_as_skipped(shop, changes, caplo
     assert all(selectors.message_get(shop.tenant, m) is not None for m in others)
 
 
-def test_a_status_without_its_state_counts_as_skipped(shop):  # noqa: F811
+@pytest.mark.parametrize("state", [None, "exploded", 5], ids=["no status", "an unknown status", "a number"])
+def test_a_status_without_a_known_state_counts_as_skipped(shop, state):  # noqa: F811
+    """Found by a new user: a status "exploded" was answered received 1 and then stored nowhere."""
     body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "06_statuses.json").read_text())
     statuses = body["entry"][0]["changes"][0]["value"]["statuses"]
-    del statuses[0]["status"]
+    statuses[0]["status"] = state
     status, answer = post_signed(shop, body)
     assert (status, answer["received"], answer["skipped"]) == (200, len(statuses) - 1, 1)
 
