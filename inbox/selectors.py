@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.pagination import cursor_check, page_of, validate_limit
+from botmesh_admin.validation import validate_text
 
 from .domain import (
     CONVERSATION_STATUSES,
@@ -448,10 +449,14 @@ def conversation_search(
     list's ``view`` / ``status`` / ``channel``. Cost: the ``conv_text`` index
     range of the longest term, at most ``SEARCH_BUDGET`` entries a page, and
     their records (O(page)); past the budget the cursor continues. Raise
-    ``ValidationError`` naming ``after`` for a cursor of another list.
+    ``ValidationError`` naming ``q`` for a search over ``crm.selectors.MAX_QUERY``
+    (200) characters or with a control character (the contacts search's rule), and
+    naming ``after`` for a cursor of another list.
     """
     from crm.domain import search_match, search_terms
+    from crm.selectors import MAX_QUERY
 
+    validate_text(q, "q", max_len=MAX_QUERY, blank=True)
     validate_agent(agent)
     _validate_view(view)
     limit = validate_limit(limit)

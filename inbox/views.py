@@ -25,6 +25,7 @@ from botmesh_admin.channels.domain import CHANNEL_KINDS, send_hint
 from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, tenant_page
+from botmesh_admin.validation import validate_text
 
 from . import selectors, services
 from .domain import CONVERSATION_ID_RE, CONVERSATION_STATUSES, Conversation, ConversationEvent, Message, Note
@@ -68,8 +69,18 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
         "unread": unread == "1",
         # The CRM contact page's "Conversations with this contact" (an unknown contact: no rows).
         "contact": request.GET.get("contact") or None,
-        "q": (request.GET.get("q") or "").strip()[:200] or None,
+        "q": _search(request.GET.get("q") or ""),
     }
+
+
+def _search(typed: str) -> str | None:
+    """Return the list's text search; raise ``BadRequest`` (400), as the contacts page does, for one the API refuses."""
+    from crm.selectors import MAX_QUERY
+
+    try:
+        return validate_text(typed.strip(), "q", max_len=MAX_QUERY, blank=True) or None
+    except ValidationError as exc:
+        raise BadRequest(f"{exc.message} (shorten the search)", field="q") from None
 
 
 def _query(filters: dict[str, Any], **extra: Any) -> str:

@@ -25,6 +25,16 @@ def test_conversations_q_searches_names_and_phones_and_pages(api) -> None:  # no
     assert status == 200 and body["items"] == []  # another tenant finds nothing of this one
 
 
+def test_a_search_with_a_nul_or_over_200_characters_is_refused_as_the_contacts_search_is(api) -> None:  # noqa: F811
+    """Found by a new user: ``q=%00`` answered 200 with no rows and ``q=ana%00`` found Ana (contacts: 422)."""
+    seed(default_store(), api.tenant)
+    for q, says in (("%00", "control character"), ("ana%00", "control character"), ("a" * 201, "200")):
+        status, body = api.call("get", f"conversations?q={q}")
+        assert (status, body["field"]) == (422, "q") and says in body["message"], body
+        status, body = api.call("get", f"contacts?q={q}")
+        assert (status, body["field"]) == (422, "q"), body
+
+
 def test_events_list_who_changed_the_conversation(api) -> None:  # noqa: F811
     ids = seed(default_store(), api.tenant)
     cid = ids["whatsapp:573001112233"]

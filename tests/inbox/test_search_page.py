@@ -60,3 +60,13 @@ def test_search_box_searches_as_she_types_and_enter_still_works(page, two_of_eac
     page.wait_for_url(re.compile(r"q=ana"))
     page.wait_for_selector(".inbox-searchhead:has-text('Names and phones matching “ana”')")
     assert page.locator(".inbox-row:not(.inbox-hit)").count() == len(conversations)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("q", ["a" * 240, "ana\x00"], ids=["240 characters", "NUL"])
+def test_a_search_the_api_refuses_is_a_400_page_naming_q(two_of_each, q):  # noqa: F811
+    """Found by a new user: a 240-character search answered 200 (cut to 200 without a word); the API says 422."""
+    t = two_of_each
+    t.client.force_login(get_user_model().objects.get(username="ana"))
+    r = t.client.get(f"/t/{t.id}/inbox/", {"q": q})
+    assert r.status_code == 400 and b"shorten the search" in r.content
