@@ -77,7 +77,9 @@ def load(ctx: Any, tenant: str = "tienda", timeout_s: float = 60.0) -> str:
         time.sleep(0.5)
         _, state = ctx.request("GET", f"{base}/campaigns/{small['id']}", tenant=tenant)
     progress = (state.get("progress") or {}).get("states", {})
+    left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in (preview.get("dropped") or {}).items())
+    outcomes = ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in progress.items())
     return (
         f"campaigns: draft {DRAFT!r} would reach {preview.get('recipients')} "
-        f"(left out: {preview.get('dropped')}); {SMALL!r} is {state.get('state')} {progress}"
+        f"(left out: {left_out or 'none'}); {SMALL!r} is {state.get('state')} ({outcomes or 'no deliveries'})"
     )

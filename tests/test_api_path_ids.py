@@ -56,3 +56,4 @@ def test_an_id_no_crm_object_can_have_is_404_on_every_method(api: Api, method: s
 def test_a_malformed_query_value_stays_422(api: Api) -> None:
     r = api.get("contacts", after="garbage")
     assert r.status_code == 422 and r.json()["field"] == "after", r.content
+    assert "not a cursor of this list" in r.json()["message"], r.content  # not the shape's regular expression

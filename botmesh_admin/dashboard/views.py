@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 
 from botmesh_admin.coordination import selectors, services
 from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
-from botmesh_admin.errors import DomainError, ValidationError
+from botmesh_admin.errors import BadRequest, DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
 from botmesh_admin.timefmt import format_instant
@@ -73,6 +73,18 @@ def _bot_context(bot: selectors.BotReplicas, default_lease_ms: int) -> dict[str,
     }
 
 
+def _bot_filter(value: str | None) -> str | None:
+    """Return the Replicas page's ``?bot=`` filter, or raise ``BadRequest`` (400) naming it, as the other lists do."""
+    from deployments.domain import validate_bot
+
+    if value is None:
+        return None
+    try:
+        return validate_bot(value)
+    except ValidationError as exc:
+        raise BadRequest(f"{exc.message} (remove it from the address to see every bot)", field="bot") from None
+
+
 @tenant_page("agent")
 def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
     """Each bot's replicas, leaders, turns and events; below, the admin's own processes.
@@ -82,7 +94,7 @@ def replicas(request: HttpRequest, tenant: str) -> HttpResponse:
     from botmesh_admin.coordination.bots import backend_label, coordination_url
     from botmesh_admin.coordination.runtime import coordination_settings
 
-    only = request.GET.get("bot") or None
+    only = _bot_filter(request.GET.get("bot") or None)
     _, prefix, lease_ms = coordination_settings()
     try:
         bots = selectors.bot_replicas_list(tenant, bot=only)

@@ -335,7 +335,7 @@ class Command(BaseCommand):
                 "", self.style.SUCCESS(f"botmesh-admin is running at {base_url}/"),
                 *(f"  {line}" for line in self._what_exists(base_url, demo_loaded=not opts["no_demo"])),
                 *(f"  demo: {line}" for line in summaries),
-                f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything",
+                f"  web, worker and beat logs: {log_dir}/   Ctrl-C stops everything (or kill -INT {os.getpid()})",
                 "  " + ", ".join(f"{name} pid {children[name].proc.pid}" for name in commands),
                 *([f"  {demo.DEMO_BOT} replicas: {', '.join(bots)}  (kill -9 one, then open "
                    f"{base_url}/t/{demo.DEMO_TENANT}/replicas/)"] if bots else []),
