@@ -65,9 +65,17 @@ def lower_bulk_priority(worker: Any) -> int:
     return increment
 
 
+FILESYSTEM_WORKER_WAIT_S = 0.1
+"""How long a worker on the filesystem broker waits for a message before it acks what finished (seconds)."""
+
+
 def _on_worker_setup(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     import logging
 
+    from botmesh_admin import filesystem_broker
+
+    # A worker acks what finished between two waits for messages: see ``filesystem_broker.Transport``.
+    filesystem_broker.Transport.worker_wait_s = FILESYSTEM_WORKER_WAIT_S
     increment = lower_bulk_priority(instance)
     if increment:
         logging.getLogger(__name__).info(

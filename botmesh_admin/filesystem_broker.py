@@ -179,6 +179,26 @@ class Channel(filesystem.Channel):
 
 
 class Transport(filesystem.Transport):
-    """kombu's filesystem transport with ``Channel`` above (``filesystem://`` URLs)."""
+    """kombu's filesystem transport with ``Channel`` above (``filesystem://`` URLs).
+
+    ``worker_wait_s``: in a Celery worker (set by ``botmesh_admin.celery`` when
+    it starts), the longest one ``drain_events`` waits. Celery runs a transport
+    without asynchronous I/O in its blocking loop (``celery.worker.loops.synloop``),
+    which waits in ``drain_events(timeout=2.0)`` and only after it runs its
+    pending operations — among them the acks of finished tasks (``call_soon``).
+    With acks late and a prefetch of one, the next message could not come
+    before that ack: a worker took one task every two seconds, however short
+    (the live queue's wake-ups queued behind each other, and a webhook's message
+    reached the inbox 3 s after it, a minute on a busy machine). Outside a
+    worker (``None``) a caller's timeout is kept: a control command collecting
+    replies for a second must not stop after a tenth.
+    """
 
     Channel = Channel
+    worker_wait_s: float | None = None
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> Any:
+        wait = self.worker_wait_s
+        if wait is not None and timeout is not None and timeout > wait:
+            timeout = wait  # back to Celery's loop, which acks what finished, then here again
+        return super().drain_events(connection, timeout=timeout)

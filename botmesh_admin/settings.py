@@ -189,6 +189,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),  # kombu's default is ./control of the cwd
         "corrupt_folder": str(_broker_dir / "corrupt"),
         "store_processed": False,
+        # kombu polls the folder every second by default: a message waited up to a second
+        # before a worker saw it (with ``filesystem_broker.Transport.worker_wait_s``, the other
+        # wait a worker had). A poll is a listdir of a small folder: ten a second cost nothing.
+        "polling_interval": 0.1,
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
