@@ -712,7 +712,10 @@ def bot_inbound_page(
     ``since_ms``, oldest first, at most the newest ``BOT_FEED_PER_CONVERSATION``.
     A message is ``answered`` once ``bot`` replied to it, or when an outbound
     message that is no bot reply follows it (an agent's reply, a bot's ledger
-    record: the chat was answered before this bot came). A conversation that
+    record: the chat was answered before this bot came) — not a placeholder
+    known only from a delivery status: its time is the receipt's, not the
+    send's, so it cannot say it came after the customer (a read receipt of an
+    older message silenced the bot). A conversation that
     changes during a sweep moves to the top, which a later sweep reads. Raise
     ``ValidationError`` naming ``since_ms``, ``limit`` or ``after``.
     """
@@ -729,7 +732,10 @@ def bot_inbound_page(
         latest = message_latest(tenant, conversation.id, limit=BOT_FEED_WINDOW, store=store)
         # Answered before the bot came (an agent, or a bot's ledger record): an outbound message
         # that is not a bot reply follows it. The bot's own answers are per message (their key).
-        answered_until = max((m.timestamp_ms for m in latest if m.direction == "out" and m.source != "bot"), default=-1)
+        answered_until = max(
+            (m.timestamp_ms for m in latest if m.direction == "out" and m.source != "bot" and not m.placeholder),
+            default=-1,
+        )
         inbound = [
             m
             for m in latest

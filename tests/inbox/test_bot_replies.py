@@ -60,6 +60,49 @@ def test_a_bot_id_that_is_no_message_id_still_answers_and_a_refusal_after_the_lo
     assert (status, body["error"], body["current_version"]) == (409, "stale_fence", 3)
 
 
+def test_a_delivery_status_of_a_message_the_inbox_does_not_know_does_not_answer_the_customer(shop):  # noqa: F811
+    """Found by a new user: a status for an unknown message after the customer's made the bot stay silent.
+
+    The status makes a placeholder ("sent outside the inbox") dated at the receipt, not at the send:
+    it may be the read receipt of an older message. Only a real outbound record after it answers.
+    """
+    from botmesh_admin.channels import whatsapp
+    from tests.inbox.test_unstorable_ids import SECRET
+
+    token = tenancy.token_create(shop.tenant, name="support", role="bot")[1]
+    item = inbound(shop, token)  # Ana's "Hola, ¿tienen envíos…" at 1764489600 s
+    assert item["answered"] is False
+    status = {"id": "wamid.SENT_ELSEWHERE", "status": "read", "timestamp": "1764489660", "recipient_id": "573001112233"}
+    body = {
+        "object": "whatsapp_business_account",
+        "entry": [
+            {
+                "id": "1",
+                "changes": [
+                    {
+                        "field": "messages",
+                        "value": {
+                            "messaging_product": "whatsapp",
+                            "metadata": {"phone_number_id": "106540352242922"},
+                            "statuses": [status],
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    raw = json.dumps(body).encode()
+    response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
+                                HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, SECRET))  # fmt: skip
+    assert response.status_code == 200 and response.json()["received"] == 1
+    drain()
+    _, page = shop.api("get", f"conversations/{item['conversation_id']}/messages")
+    assert [m["placeholder"] for m in page["items"] if m["direction"] == "out"] == [True]
+    again = shop.client.get(f"/api/v1/tenants/{shop.tenant}/bots/support/inbound?since_ms=0",
+                            HTTP_AUTHORIZATION=f"Bearer {token}").json()["items"]  # fmt: skip
+    assert [(i["id"], i["answered"]) for i in again] == [(item["id"], False)]
+
+
 def test_the_bot_client_reads_exactly_the_fields_the_inbound_feed_sends() -> None:
     """``botclient.InboundMessage`` stays a stdlib dataclass (a bot imports the client without Django or
     pydantic), so it repeats ``BotInboundOut``'s fields: this keeps the two the same (issue 14, item 5)."""
