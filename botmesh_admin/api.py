@@ -35,7 +35,7 @@ from botmesh_admin.errors import (
 )
 from botmesh_admin.httperrors import GUNICORN_REQUEST_LINE_BYTES, too_large_body, unreadable_request
 from botmesh_admin.jsonbody import json_load, json_type
-from botmesh_admin.pagination import MAX_PAGE
+from botmesh_admin.pagination import MAX_PAGE, NOT_A_CURSOR
 from botmesh_admin.tenancy.principal import Principal
 from botmesh_admin.tenancy.selectors import principal_for_token, principal_for_user
 
@@ -243,10 +243,17 @@ def input_path(loc: Any) -> list[str]:
     return [bounded(p) for p in parts]
 
 
+def _input_message(error: dict[str, Any], loc: list[str]) -> str:
+    """Return the words of one pydantic input error: a cursor of another shape says so, not the pattern."""
+    if error.get("type") == "string_pattern_mismatch" and loc and loc[-1] == "after":
+        return NOT_A_CURSOR  # as ``cursor_check`` says
+    return str(error.get("msg", "invalid"))
+
+
 @api.exception_handler(NinjaValidationError)
 def _input_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     """Render ninja's input errors in the one shape; ``field`` and each ``loc`` come from ``input_path``."""
-    errors = [{"loc": input_path(e.get("loc")), "msg": str(e.get("msg", "invalid"))} for e in exc.errors]
+    errors = [{"loc": (loc := input_path(e.get("loc"))), "msg": _input_message(e, loc)} for e in exc.errors]
     first = errors[0] if errors else {"loc": [], "msg": "invalid input"}
     field = bounded(".".join(first["loc"])) or None
     message = f"{field}: {first['msg']}" if field else str(first["msg"])

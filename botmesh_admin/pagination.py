@@ -37,6 +37,10 @@ def validate_limit(
     return limit
 
 
+NOT_A_CURSOR = "not a cursor of this list (pass back the previous page's next)"
+"""What a list says of an ``after`` it never made (``cursor_check``, and the API for a declared shape)."""
+
+
 def cursor_check(after: object, shape: re.Pattern[str]) -> str | None:
     """Return ``after`` (``None`` for none or ``""``) if it has the ``shape`` of this list's cursors.
 
@@ -45,7 +49,7 @@ def cursor_check(after: object, shape: re.Pattern[str]) -> str | None:
     if after is None or after == "":
         return None
     if not isinstance(after, str) or not shape.fullmatch(after):
-        raise ValidationError("after", "not a cursor of this list (pass back the previous page's next)")
+        raise ValidationError("after", NOT_A_CURSOR)
     return after
 
 

@@ -81,11 +81,9 @@ class ConsentIn(BodyIn):
 
 class ContactFilters(CursorParams):
     # A text search's cursor ("q" + base64url) outgrows the generic bound; it is URL-safe ASCII
-    # (one byte of request line a character). Its shape is checked by the selector
-    # (``CONTACT_CURSOR``), which says "not a cursor of this list" rather than a pattern.
-    after: str | None = Field(
-        None, max_length=1401, description="the previous page's next (a contact id, or a search's cursor)"
-    )
+    # (one byte of request line a character), so the list declares its shape instead (a value
+    # of another shape says "not a cursor of this list": ``botmesh_admin.api._input_message``).
+    after: str | None = Field(None, max_length=1401, pattern=r"^(c_[0-9a-f]{22}|q[A-Za-z0-9_-]{4,1400})$")
     tag: str | None = Field(None, max_length=64)
     q: str | None = Field(
         None,
