@@ -80,7 +80,7 @@ def _search(typed: str) -> str | None:
     try:
         return validate_text(typed.strip(), "q", max_len=MAX_QUERY, blank=True) or None
     except ValidationError as exc:
-        raise BadRequest(f"{exc.message} (shorten the search)", field="q") from None
+        raise BadRequest(f"{exc.message} (change the search, or clear it to see the whole list)", field="q") from None
 
 
 def _query(filters: dict[str, Any], **extra: Any) -> str:

@@ -69,4 +69,4 @@ def test_a_search_the_api_refuses_is_a_400_page_naming_q(two_of_each, q):  # noq
     t = two_of_each
     t.client.force_login(get_user_model().objects.get(username="ana"))
     r = t.client.get(f"/t/{t.id}/inbox/", {"q": q})
-    assert r.status_code == 400 and b"shorten the search" in r.content
+    assert r.status_code == 400 and b"change the search, or clear it" in r.content
