@@ -66,35 +66,19 @@ def test_a_delivery_status_of_a_message_the_inbox_does_not_know_does_not_answer_
     The status makes a placeholder ("sent outside the inbox") dated at the receipt, not at the send:
     it may be the read receipt of an older message. Only a real outbound record after it answers.
     """
-    from botmesh_admin.channels import whatsapp
-    from tests.inbox.test_unstorable_ids import SECRET
+    from botmesh_admin.demo import fixtures_dir
+    from tests.inbox.test_unstorable_ids import post_signed
 
     token = tenancy.token_create(shop.tenant, name="support", role="bot")[1]
     item = inbound(shop, token)  # Ana's "Hola, ¿tienen envíos…" at 1764489600 s
     assert item["answered"] is False
+    # The fixtures' status body, holding one read receipt of a message no record or ledger knows.
+    body = json.loads((fixtures_dir() / "whatsapp" / "raw" / "06_statuses.json").read_text())
+    value = body["entry"][0]["changes"][0]["value"]
     status = {"id": "wamid.SENT_ELSEWHERE", "status": "read", "timestamp": "1764489660", "recipient_id": "573001112233"}
-    body = {
-        "object": "whatsapp_business_account",
-        "entry": [
-            {
-                "id": "1",
-                "changes": [
-                    {
-                        "field": "messages",
-                        "value": {
-                            "messaging_product": "whatsapp",
-                            "metadata": {"phone_number_id": "106540352242922"},
-                            "statuses": [status],
-                        },
-                    }
-                ],
-            }
-        ],
-    }
-    raw = json.dumps(body).encode()
-    response = shop.client.post(f"/webhooks/whatsapp/{shop.tenant}", data=raw, content_type="application/json",
-                                HTTP_X_HUB_SIGNATURE_256=whatsapp.signature(raw, SECRET))  # fmt: skip
-    assert response.status_code == 200 and response.json()["received"] == 1
+    value["statuses"] = [status]
+    code, answer = post_signed(shop, body)
+    assert code == 200 and answer["received"] == 1
     drain()
     _, page = shop.api("get", f"conversations/{item['conversation_id']}/messages")
     assert [m["placeholder"] for m in page["items"] if m["direction"] == "out"] == [True]

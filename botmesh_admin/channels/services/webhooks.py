@@ -237,7 +237,7 @@ def _journal(tenant: str, type_: str, key: str, config: str, events: list[Inboun
 
 
 def _storable(
-    kind: str, tenant: str, events: list[InboundEvent], unusable: Sequence[str] = ()
+    kind: str, tenant: str, events: list[InboundEvent], unusable: Sequence[str]
 ) -> tuple[list[InboundEvent], int]:
     """Return ``(the events the inbox can store, how many were skipped)``.
 
@@ -253,7 +253,7 @@ def _storable(
     """
     from inbox.domain import inbound_event_problem
 
-    for where in unusable:  # a path in the body and what it lacked: no id, no text
+    for where in unusable:  # a path in the body and what it lacked (an id, a known status)
         log.warning("%s webhook for tenant %s: %s, skipped", kind, tenant, where)
     kept: list[InboundEvent] = []
     for event in events:
