@@ -44,9 +44,31 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .base import ABSENT, ANY, Add, Check, ConflictError, Delete, DurableKv, Entry, Expect, Op, Put, commit_groups
+from .base import (
+    ABSENT,
+    ANY,
+    Add,
+    Check,
+    ConflictError,
+    Delete,
+    DurableKv,
+    Entry,
+    Expect,
+    Op,
+    Put,
+    ScanMerge,
+    commit_groups,
+)
 from .encoding import prefix_end
-from .validation import Validated, now_ms, validate_commit, validate_delta
+from .validation import (
+    MAX_GET_MANY,
+    MAX_MERGE_PREFIXES,
+    Validated,
+    now_ms,
+    validate_commit,
+    validate_delta,
+    validate_scan_merge,
+)
 
 _UNKNOWN = object()  # a key's base entry, not read
 
@@ -160,6 +182,34 @@ class BufferedKv:
     def prefetch(self, table: str, keys: Sequence[str]) -> None:
         """Read ``keys`` of ``table`` from the base now, in one round trip, for the batch's later reads."""
         self._load(table, keys)
+
+    def prefetch_scans(self, table: str, prefixes: Sequence[str], limit: int) -> None:
+        """Read the first page of each of ``prefixes`` now, in one round trip per 64, for the batch's scans.
+
+        For prefixes of small ranges read by many units of a batch (a
+        conversation's read markers): ``scan(table, prefix, limit=limit)`` then
+        answers from what this read, as from its own first base page. One
+        ``ScanMerge.scan_merge`` per ``MAX_MERGE_PREFIXES`` prefixes, of at most
+        ``MAX_GET_MANY`` entries; when that many come back some range may be cut
+        short, so none of that call is kept (each is scanned when read). A base
+        without ``ScanMerge`` reads nothing now. ``prefixes`` as for
+        ``scan_merge`` (distinct, none starting another; ``ValidationError``).
+        """
+        if not isinstance(self.base, ScanMerge):
+            return
+        wanted = [p for p in dict.fromkeys(prefixes) if (table, p, None, limit) not in self._scans]
+        for start in range(0, len(wanted), MAX_MERGE_PREFIXES):
+            chunk = sorted(validate_scan_merge(table, wanted[start : start + MAX_MERGE_PREFIXES], None, 1, "pk"))
+            rows = self.base.scan_merge(table, chunk, None, MAX_GET_MANY)
+            if len(rows) >= MAX_GET_MANY:
+                continue
+            pages: dict[str, list[Entry]] = {p: [] for p in chunk}
+            for entry, _ in rows:
+                # The prefix of a key: the last one not after it (none starts another, so it is that one).
+                pages[chunk[bisect.bisect_right(chunk, entry.key) - 1]].append(entry)
+            for prefix, page in pages.items():
+                if len(page) < limit:  # a whole range: scan's own first page would be the same
+                    self._scans[(table, prefix, None, limit)] = sorted(page, key=lambda e: e.key)
 
     def get(self, table: str, key: str) -> Entry | None:
         """Return the entry as the batch sees it (the base as first read, plus the buffered commits)."""

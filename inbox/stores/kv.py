@@ -398,11 +398,14 @@ class KvInboxStore:
         return KvInboxStore(BufferedKv(self.kv))
 
     def prefetch(self, tenant: str, *, chats: list[tuple[str, str | None]], message_ids: list[str]) -> None:
-        """Read now, in two ``get_many``, what projecting these chats and message ids will read.
+        """Read now what projecting these chats and message ids will read: two ``get_many`` and the markers.
 
         ``chats``: ``(chat key, channel name)``; ``message_ids``: message ids
         and provider ids (both claims and provider pointers are read, then the
-        messages they point to). Only a buffered store keeps what it read.
+        messages they point to). The read markers of the conversations found
+        (which an inbound message moves) are read with one merged scan per 64
+        conversations (``BufferedKv.prefetch_scans``) instead of one scan each.
+        Only a buffered store keeps what it read.
         """
         if not isinstance(self.kv, BufferedKv):
             return
@@ -416,6 +419,9 @@ class KvInboxStore:
         self.kv.prefetch(table, keys + pointers)
         found = [e for e in self.kv.get_many(table, pointers) if e is not None and isinstance(e.value, dict)]
         self.kv.prefetch(table, sorted({f"m/{e.value['c']}/{e.value['k']}" for e in found}))
+        conversations = [e for e in self.kv.get_many(table, keys) if e is not None and isinstance(e.value, dict)]
+        ids = sorted({str(e.value["id"]) for e in conversations if e.value.get("id")})
+        self.kv.prefetch_scans(table, [f"r/{conversation_id}/" for conversation_id in ids], MAX_SCAN)
 
     # -- conversations ----------------------------------------------------------
 

@@ -159,6 +159,35 @@ def test_a_conversation_changed_during_the_batch_is_projected_again_record_by_re
     assert CHATS[1] in seen["conversations"]
 
 
+def test_a_marker_written_after_the_batch_read_the_markers_still_counts_the_late_message(
+    any_kv: DurableKv, tenant_id: str
+) -> None:
+    """The batch reads its conversations' markers ahead (one merged scan); a marker written after that read
+    makes the conversation's commit fail, and its record is projected again: every unread count stays exact."""
+    from inbox.services import read_marker_set
+
+    store = KvInboxStore(any_kv)
+    with use_store(store):
+        event_project(tenant_id, inbound(CHATS[0], "wamid.k1", 5_000))
+        event_project(tenant_id, inbound(CHATS[0], "wamid.k3", 5_003))
+        conv = store.conversation_by_chat(tenant_id, CHATS[0])
+        assert conv is not None
+        read_marker_set(tenant_id, conv.id, agent="ana")
+
+        def prefetch(over: Any) -> None:
+            over.prefetch(tenant_id, chats=[(CHATS[0], None)], message_ids=["wamid.k2"])
+            read_marker_set(tenant_id, conv.id, agent="ben")  # another writer, after the markers were read
+
+        # Sent before the agents read the newest message, delivered after: it counts as read for both.
+        late = partial(event_project, tenant_id, inbound(CHATS[0], "wamid.k2", 5_002, "late"))
+        assert project_batched([late], prefetch=prefetch) == [None]
+    assert [store.unread_sum(tenant_id, agent=a) for a in ("ana", "ben", "cleo")] == [0, 0, 3]
+    seen = snapshot(store, tenant_id)
+    assert [m["text"] for m in seen["threads"][CHATS[0]]] == ["hola", "late", "hola"]
+    layout = CONVERSATIONS.layout(any_kv)
+    assert all(not any(layout.check(store._table(tenant_id), i).values()) for i in layout.index_names())
+
+
 def test_a_message_whose_id_a_placeholder_holds_in_another_chat_is_refused_alone_and_in_a_batch(
     tenant_id: str,
 ) -> None:

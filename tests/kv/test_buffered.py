@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from botmesh_admin.kv import ABSENT, Add, Check, ConflictError, Delete, DurableKv, Put
+from botmesh_admin.kv.base import ScanMerge
 from botmesh_admin.kv.buffered import BufferedKv
+from botmesh_admin.kv.validation import MAX_GET_MANY
 from tests import backends
 
 
@@ -182,3 +184,59 @@ def test_adds_whose_sum_leaves_the_counter_range_fail_their_group_and_write_noth
     [group] = kv.flush(joined=[(0, 1)])  # one group: its two adds to n become one
     assert isinstance(group.error, ValidationError) and "n" in group.error.field
     assert any_kv.get(table, "n") is None and any_kv.get(table, "a") is None
+
+
+class ScanCountingKv:
+    """Forwards to ``kv``, counting its ``scan`` and ``scan_merge`` calls (the real Kv, observed)."""
+
+    def __init__(self, kv: DurableKv) -> None:
+        self.kv, self.url, self.scans, self.merges = kv, kv.url, 0, 0
+
+    def scan(self, *args: object, **kwargs: object) -> object:
+        self.scans += 1
+        return self.kv.scan(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        if name == "scan_merge":  # only where the real Kv has the capability
+            merge = getattr(self.kv, name)
+
+            def counted(*args: object, **kwargs: object) -> object:
+                self.merges += 1
+                return merge(*args, **kwargs)
+
+            return counted
+        return getattr(self.kv, name)
+
+
+def test_prefetched_scans_answer_as_the_base_did_in_one_read(any_kv: DurableKv, table: str) -> None:
+    # Read markers of three conversations: two agents, none, and more than a page holds.
+    any_kv.commit(table, [Put("r/c1/ana", 1), Put("r/c1/ben", 2), Put("r/c1/#", 3), Put("r/c10/ana", 4)])
+    any_kv.commit(table, [Put(f"r/c3/agent{n:02}", n) for n in range(5)])
+    base = ScanCountingKv(any_kv)
+    kv = BufferedKv(base)  # type: ignore[arg-type]
+    kv.prefetch_scans(table, ["r/c1/", "r/c2/", "r/c3/", "r/c10/"], 5)
+    native = isinstance(any_kv, ScanMerge)
+    assert base.merges == (1 if native else 0) and base.scans == 0
+    any_kv.commit(table, [Put("r/c2/late", 9)])  # after the read: the batch sees the base as first read
+    pages = {p: [(e.key, e.value) for e in kv.scan(table, prefix=p, limit=5)] for p in ("r/c1/", "r/c2/", "r/c10/")}
+    assert pages == {
+        "r/c1/": [("r/c1/#", 3), ("r/c1/ana", 1), ("r/c1/ben", 2)],
+        "r/c2/": [] if native else [("r/c2/late", 9)],
+        "r/c10/": [("r/c10/ana", 4)],
+    }
+    assert base.scans == (0 if native else 3), "each whole range answered from the one read"
+    # A range as long as the page was not kept (it may go on): it is scanned, and answers in full.
+    assert [e.key for e in kv.scan(table, prefix="r/c3/", limit=5)] == [f"r/c3/agent{n:02}" for n in range(5)]
+    assert base.scans == (1 if native else 4)
+
+
+def test_a_prefetch_that_reads_the_whole_merge_limit_keeps_nothing(any_kv: DurableKv, table: str) -> None:
+    for start in range(0, MAX_GET_MANY, 500):
+        any_kv.commit(table, [Put(f"r/c1/a{n:04}", n) for n in range(start, start + 500)])
+    any_kv.commit(table, [Put("r/c2/ana", 1)])
+    base = ScanCountingKv(any_kv)
+    kv = BufferedKv(base)  # type: ignore[arg-type]
+    kv.prefetch_scans(table, ["r/c1/", "r/c2/"], 5000)
+    assert [e.key for e in kv.scan(table, prefix="r/c2/", limit=5000)] == ["r/c2/ana"]
+    assert len(kv.scan(table, prefix="r/c1/", limit=5000)) == MAX_GET_MANY
+    assert base.scans == 2, "cut short at the merge's limit, so neither range was taken from it"
