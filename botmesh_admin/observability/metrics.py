@@ -26,6 +26,7 @@ in every process; ``reset_metrics()`` zeroes the counters and starts them again.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -63,6 +64,7 @@ MAX_PENDING = 1000
 _lock = threading.Lock()
 _pending: dict[str, int] = {}
 _override: CounterStore | None = None
+_deferred: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("metrics_deferred", default=None)
 
 
 def _redis_counter_store() -> CounterStore:
@@ -132,8 +134,34 @@ def count(name: str, n: int = 1, *, duration_ms: float | None = None) -> None:
     _add(deltas)
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Sum the counts of the block in memory and add them to the store once, when it ends (also on error).
+
+    For a batch that counts per item (a projected journal batch counts each
+    message): one store write (one Redis round trip) instead of one per count.
+    Counts of a nested block go to the outermost one.
+    """
+    if _deferred.get() is not None:
+        yield
+        return
+    held: dict[str, int] = {}
+    token = _deferred.set(held)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+        if held:
+            _add(held)
+
+
 def _add(deltas: dict[str, int]) -> None:
     global _last_error_log
+    held = _deferred.get()
+    if held is not None:
+        for key, value in deltas.items():
+            held[key] = held.get(key, 0) + value
+        return
     with _lock:
         if _pending:
             for key, value in _pending.items():

@@ -836,12 +836,15 @@ def project_batched(
                 type(g.error).__name__,
             )
     redo = {n for n, (start, end, seen) in enumerate(spans) if failed & (set(range(start, end)) | seen)}
-    for effect, n in batch.effects:
-        if n not in redo:
-            try:
-                effect()
-            except Exception:  # a metric or a log line never fails the records it reports on
-                log.exception("inbox batch: an effect of a projected record failed")
+    from botmesh_admin.observability import metrics
+
+    with metrics.deferred():  # the batch's counts in one write of the counter store
+        for effect, n in batch.effects:
+            if n not in redo:
+                try:
+                    effect()
+                except Exception:  # a metric or a log line never fails the records it reports on
+                    log.exception("inbox batch: an effect of a projected record failed")
     for n in sorted(redo):
         outcomes[n] = _outcome(units[n])
     return outcomes

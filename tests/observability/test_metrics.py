@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -104,6 +105,44 @@ def test_counts_survive_a_store_outage_and_are_written_later() -> None:
         store.down = False
         metrics.count("errors")
         assert store.read() == {"messages.in": 2, "errors": 1}
+
+
+class WritesCounted(MemoryCounterStore):
+    """The memory store, counting its writes."""
+
+    writes = 0
+
+    def add(self, deltas: Any) -> None:
+        self.writes += 1
+        super().add(deltas)
+
+
+def test_deferred_counts_are_written_once_when_the_block_ends_even_on_error(redis_url: str) -> None:
+    store = WritesCounted()
+    with metrics.use_counter_store(store):
+        with pytest.raises(RuntimeError), metrics.deferred():
+            metrics.count("messages.in")
+            with metrics.deferred():  # nested: to the outer block
+                metrics.count("messages.in", n=2)
+                metrics.count("conversations.completed", duration_ms=400)
+            assert (store.writes, store.read()) == (0, {}), "nothing written inside the block"
+            raise RuntimeError("the batch failed after counting")
+        assert store.writes == 1
+        assert store.read() == {
+            "messages.in": 3,
+            "conversations.completed": 1,
+            "conversations.duration_ms_sum": 400,
+            "conversations.duration_count": 1,
+        }
+    redis_store = RedisCounterStore(redis_url, key=f"test:metrics:{os.getpid()}:{time.time_ns()}")
+    try:
+        with metrics.use_counter_store(redis_store), metrics.deferred():
+            for _ in range(5):
+                metrics.count("messages.in")
+        assert redis_store.read() == {"messages.in": 5}
+    finally:
+        redis_store.reset()
+        redis_store.close()
 
 
 def test_store_is_redis_when_redis_url_is_set(redis_url: str) -> None:
