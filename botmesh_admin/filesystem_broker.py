@@ -197,6 +197,11 @@ class Transport(filesystem.Transport):
     Channel = Channel
     worker_wait_s: float | None = None
 
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        """Return no host: this broker is a directory (kombu's default, ``localhost``, made it warn at every start)."""
+        return {"port": self.default_port}
+
     def drain_events(self, connection: Any, timeout: float | None = None) -> Any:
         wait = self.worker_wait_s
         if wait is not None and timeout is not None and timeout > wait:

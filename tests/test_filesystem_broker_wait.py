@@ -51,3 +51,14 @@ def test_outside_a_worker_a_callers_timeout_is_kept(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(filesystem_broker.Transport, "worker_wait_s", None)  # the default: set when a worker starts
     with _connection(tmp_path) as conn:
         assert _waited(conn, 0.4) >= 0.4
+
+
+def test_the_embedded_broker_names_no_host_and_does_not_warn_about_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kombu's virtual transports default to "localhost" and warn at every connection that none was
+    # given: a line in every ./dev run and worker start about a host this directory broker never uses.
+    with caplog.at_level("WARNING", logger="kombu.connection"), _connection(tmp_path) as conn:
+        info = conn.info()  # what Celery's start banner and every connection read
+    assert not info["hostname"]
+    assert [r.getMessage() for r in caplog.records if r.name == "kombu.connection"] == []
