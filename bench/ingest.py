@@ -581,9 +581,7 @@ def measure(args: argparse.Namespace, url: str, base: str, groups_now: Callable[
     return 0 if ratio >= TARGET_RATIO else 1
 
 
-def measure_share(
-    args: argparse.Namespace, url: str, base: str, groups_now: Callable[[], dict[str, list[int]]]
-) -> int:
+def measure_share(args: argparse.Namespace, url: str, base: str, groups_now: Callable[[], dict[str, list[int]]]) -> int:
     """Alternate rounds between the indexed and the raw tenant; print the upkeep's share; 0 if within target."""
     done = {TENANT: 0, RAW_TENANT: 0}
     for tenant in done:  # each tenant's first contacts, conversations and index states
@@ -612,7 +610,8 @@ def measure_share(
         sides[tenant].append((len(items) / (end - start), cpu))
         server = sum(ms for name, ms in cpu.items() if name != "senders (bench)")
         label = "idx" if tenant == TENANT else "raw"
-        print(f"  round {n + 1} {label}: {sides[tenant][-1][0]:6.0f} msg/s, server CPU {server:5.2f} ms/msg", flush=True)
+        rate = sides[tenant][-1][0]
+        print(f"  round {n + 1} {label}: {rate:6.0f} msg/s, server CPU {server:5.2f} ms/msg", flush=True)
 
     def median_of(tenant: str, name: str | None) -> float:
         if name is None:  # the server side: every group but the bench's own client
@@ -629,11 +628,15 @@ def measure_share(
     for name in [*names, None]:
         idx, raw = median_of(TENANT, name), median_of(RAW_TENANT, name)
         share = idx / raw - 1 if raw else 0.0
-        print(f"  CPU/msg {name or 'server side':12} with indexes {idx:5.2f} ms   without {raw:5.2f} ms   {share:+6.1%}")
+        label = name or "server side"
+        print(f"  CPU/msg {label:12} with indexes {idx:5.2f} ms   without {raw:5.2f} ms   {share:+6.1%}")
     idx_rate = statistics.median(rate for rate, _ in sides[TENANT])
     raw_rate = statistics.median(rate for rate, _ in sides[RAW_TENANT])
     time_share = raw_rate / idx_rate - 1
-    print(f"  msg/s                with indexes {idx_rate:5.0f}      without {raw_rate:5.0f}      time/msg {time_share:+6.1%}")
+    print(
+        f"  msg/s                with indexes {idx_rate:5.0f}      without {raw_rate:5.0f}      "
+        f"time/msg {time_share:+6.1%}"
+    )
     share = median_of(TENANT, None) / median_of(RAW_TENANT, None) - 1
     verdict = "OK" if share <= UPKEEP_TARGET else "ABOVE TARGET"
     print(f"  upkeep's share of ingest (server CPU per message) {share:+.1%} (target <= {UPKEEP_TARGET:.0%}) {verdict}")

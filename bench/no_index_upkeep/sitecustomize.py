@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from botmesh_admin.kv import indexes
 from botmesh_admin.kv.base import Entry, Op
 
-
 _ONLY = os.environ.get("BOTMESH_BENCH_NO_UPKEEP_TENANT")
 _MARK = f"/{_ONLY}/" if _ONLY else None  # a tenant table is "<package>/<tenant>/<collection>"
 _with_upkeep = indexes.IndexedTable.commit
