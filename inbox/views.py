@@ -95,10 +95,23 @@ def _query(filters: dict[str, Any], **extra: Any) -> str:
     return urlencode(data)
 
 
-def _list_context(request: HttpRequest, tenant: str, selected: str | None) -> dict[str, Any]:
+def _list_context(request: HttpRequest, tenant: str, selected: str | None, *, head: bool = True) -> dict[str, Any]:
+    """The list's template context; ``head``: also the unread count of each view, for the page's head.
+
+    The htmx poll of the rows alone (``list_fragment``) leaves the counts out.
+    """
     filters = _filters(request)
     agent = _agent(request)
+    context = _rows_context(request, tenant, selected, filters, agent)
+    if head:
+        # Exact and O(1) each (two count reads): the same number the overview shows for "all".
+        context["view_unread"] = {v: selectors.unread_total(tenant, agent=agent, view=v) for v in selectors.VIEWS}
+    return context
 
+
+def _rows_context(
+    request: HttpRequest, tenant: str, selected: str | None, filters: dict[str, Any], agent: str
+) -> dict[str, Any]:
     if filters["q"]:
         return _search_context(request, tenant, selected, filters, agent)
     with list_query_checked():
@@ -139,7 +152,6 @@ def _page_context(
         "agent": agent,
         "views": [("mine", "Mine"), ("unassigned", "Unassigned"), ("all", "All")],
         "view_links": {v: _query(dict(filters, view=v)) for v in selectors.VIEWS},
-        "total_unread": sum(r.unread for r in rows),
     }
 
 
@@ -268,7 +280,7 @@ def conversation(request: HttpRequest, tenant: str, conversation_id: str) -> Htt
 @tenant_page("agent")
 def list_fragment(request: HttpRequest, tenant: str) -> HttpResponse:
     """The list panel alone (htmx polling)."""
-    return render(request, "inbox/_list.html", _list_context(request, tenant, request.GET.get("selected")))
+    return render(request, "inbox/_list.html", _list_context(request, tenant, request.GET.get("selected"), head=False))
 
 
 @tenant_page("agent")

@@ -47,6 +47,28 @@ def test_list_shows_conversations_newest_first_with_unread_badges(agent):
     assert 'class="badge"' in html and "Mine" in html and "Unassigned" in html
 
 
+def test_the_inbox_head_counts_the_unread_of_each_view_not_of_the_page(agent):
+    from inbox import selectors
+
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    services.conversation_assign(tenant, conv.id, agent=username, expected_version=conv.version)
+    totals = {v: selectors.unread_total(tenant, agent=username, view=v) for v in ("all", "mine", "unassigned")}
+    assert totals["all"] == totals["mine"] + totals["unassigned"] and totals["mine"] == conv.inbound_count > 0
+    # A filter that leaves no conversation on the page: the head still tells what waits in the view.
+    html = client.get(f"/t/{tenant}/inbox/?view=all&status=resolved").content.decode()
+    assert '<li class="inbox-row' not in html
+    assert re.search(r'data-testid="view-unread"[^>]*>(\d+)<', html).group(1) == str(totals["all"])
+    tabs = dict(re.findall(r'data-testid="tab-unread-(\w+)">(\d+)<', html))
+    assert tabs == {v: str(n) for v, n in totals.items() if n}
+    overview = client.get(f"/t/{tenant}/").content.decode()
+    assert str(totals["all"]) in overview and "unread for you" in overview
+    mine = client.get(f"/t/{tenant}/inbox/?view=mine").content.decode()
+    assert re.search(r'data-testid="view-unread"[^>]*>(\d+)<', mine).group(1) == str(totals["mine"])
+    fragment = client.get(f"/t/{tenant}/inbox/_list?view=mine")
+    assert fragment.status_code == 200 and "view-unread" not in fragment.content.decode()
+
+
 def test_conversation_page_shows_the_thread_and_marks_it_read(agent):
     tenant, username, client = agent
     conv = first_conversation(tenant)
