@@ -157,6 +157,19 @@ def _conversation_of(
     return stored, stored
 
 
+PENDING_PREVIEW = "[not in the ledger yet]"
+"""The list row's preview of a bot message known only from its delivery status (the thread says the same)."""
+
+
+def _preview_of(m: Message) -> str:
+    """Return the list row's preview of ``m``: its text, else what it is (``[image]``, ``PENDING_PREVIEW``)."""
+    if m.text:
+        return preview(m.text) or ""
+    if m.placeholder and m.direction == "out":
+        return PENDING_PREVIEW
+    return f"[{m.type}]"
+
+
 def _after_message(conv: Conversation, m: Message, now: int, removed: Message | None = None) -> Conversation:
     """Return the conversation with ``m`` counted (``removed``: the placeholder it replaces)."""
     newest = (m.timestamp_ms, m.id) >= (conv.last_activity_ms, conv.last_message_id or "")
@@ -170,7 +183,7 @@ def _after_message(conv: Conversation, m: Message, now: int, removed: Message | 
         changes.update(
             last_activity_ms=max(m.timestamp_ms, 0),
             last_message_id=m.id,
-            last_text=preview(m.text) if m.text else f"[{m.type}]",
+            last_text=_preview_of(m),
             last_direction=m.direction,
             last_author=m.reply.author if m.reply is not None else None,
         )

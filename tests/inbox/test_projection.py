@@ -180,6 +180,8 @@ def test_statuses_only_move_forward_and_failed_is_final(inbox, tenant_id):
 def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_id):
     status = whatsapp_events("06_statuses.json")[2]  # read
     event_project(tenant_id, status)
+    waiting = inbox.conversation_by_chat(tenant_id, "whatsapp:573001112233")
+    assert (waiting.last_text, waiting.last_direction) == ("[not in the ledger yet]", "out"), "not '[text]'"
     record = {
         "id": "msg_bot_1",
         "channel": "whatsapp",
@@ -198,6 +200,7 @@ def test_ledger_record_replaces_the_placeholder_a_status_created(inbox, tenant_i
     ]
     conv = inbox.conversation_by_chat(tenant_id, "whatsapp:573001112233")
     assert conv.message_count == 1
+    assert conv.last_text == "¿Te ayudo con algo más?"
 
 
 def test_same_message_from_webhook_and_ledger_is_one_message(inbox, tenant_id):
