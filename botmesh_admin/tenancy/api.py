@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 
 from botmesh_admin.api import ErrorOut, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
@@ -85,12 +85,12 @@ def token_list(request: HttpRequest, tenant: str) -> list[TokenOut]:
 
 @router.post("tokens", response={201: TokenCreatedOut, 403: ErrorOut, 422: ErrorOut})
 @requires("admin")
-def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> tuple[int, TokenCreatedOut]:
+def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> Status:
     """Create a token; the plaintext ``token`` is returned once and never stored."""
     p = principal(request)
     token, plaintext = services.token_create(tenant, name=body.name, role=body.role, created_by=p.actor, bot=body.bot)
     out = TokenCreatedOut(**TokenOut.from_orm(token).dict(), token=plaintext)
-    return 201, out
+    return Status(201, out)
 
 
 @router.delete("tokens/{token_id}", response={200: TokenOut, 403: ErrorOut, 404: ErrorOut})
