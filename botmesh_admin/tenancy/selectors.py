@@ -127,6 +127,11 @@ def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
     return Principal(tenant=tenant, role=token.role, actor=f"token:{token.name}", token_id=token.pk, bot=token.bot)
 
 
+def token_name(tenant: str, token_id: int) -> str | None:
+    """Return the name of the tenant's token ``token_id`` (revoked ones too), or ``None`` if it has none such."""
+    return ApiToken.objects.filter(tenant_id=tenant, pk=token_id).values_list("name", flat=True).first()
+
+
 def token_list(tenant: str) -> list[ApiToken]:
     """Return the tenant's tokens, newest first (revoked ones included)."""
     return list(ApiToken.objects.filter(tenant_id=tenant))

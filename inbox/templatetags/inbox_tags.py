@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django import template
 
 from botmesh_admin.timefmt import when
@@ -16,6 +18,35 @@ REPLY_LABELS = {
     "failed": "not delivered",
     "not_confirmed": "not confirmed",
 }
+
+
+_TOKEN_AGENT = re.compile(r"token-([1-9][0-9]{0,17})")
+
+
+def _token_label(tenant: str, token_id: int) -> str | None:
+    from botmesh_admin.tenancy.selectors import token_name
+
+    name = token_name(tenant, token_id)
+    return None if name is None else f"token:{name}"
+
+
+@register.filter
+def actor(agent_id: object, tenant: str) -> object:
+    """Return how the pages name an agent id (``actor_label``); the filter form, ``{{ id|actor:tenant }}``."""
+    return actor_label(agent_id, tenant)
+
+
+def actor_label(agent_id: object, tenant: str | None) -> object:
+    """Return an agent id as the pages show it: a username as it is, an API token's ``token-<id>`` as ``token:<name>``.
+
+    ``token-<id>`` is the agent id an API token acts as (``inbox.api.agent_of``);
+    its name is what ``/whoami`` and the audit log say (``token:<name>``). A
+    token of another tenant, or none, leaves the id as it is (one indexed
+    query per token shown; most threads show none).
+    """
+    if not isinstance(agent_id, str) or not tenant or not (m := _TOKEN_AGENT.fullmatch(agent_id)):
+        return agent_id
+    return _token_label(tenant, int(m.group(1))) or agent_id
 
 
 @register.filter
@@ -123,16 +154,18 @@ STATUS_EVENTS = {
 
 
 @register.filter
-def event_text(event: object) -> str:
+def event_text(event: object, tenant: str | None = None) -> str:
     """Return what an agent reads for a conversation event: ``sofia assigned it to @mateo``.
 
-    The actor is the agent who acted (``you`` never: the thread is shared) or,
-    without one, the system (the wake-up job reopening a snoozed conversation).
+    The actor is the agent who acted (``you`` never: the thread is shared;
+    an API token as ``actor`` names it) or, without one, the system (the
+    wake-up job reopening a snoozed conversation).
     """
     kind, value = getattr(event, "kind", ""), getattr(event, "value", None)
-    actor = getattr(event, "actor", None)
+    raw = getattr(event, "actor", None)
+    actor = actor_label(raw, tenant) if raw and tenant else raw
     if kind == "assigned":
-        what = "took the conversation" if value == actor else f"assigned it to @{value}"
+        what = "took the conversation" if value == raw else f"assigned it to @{value}"
     elif kind == "unassigned":
         what = "unassigned it"
     elif kind == "handoff_taken":

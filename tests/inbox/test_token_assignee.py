@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+
 from .test_api import api, conversation  # noqa: F401  (the fixtures)
 
 
@@ -26,3 +28,23 @@ def test_a_tokens_reply_with_assign_is_422_and_its_reply_or_handoff_assigns_nobo
         "post", f"conversations/{cid}/assign", {"agent": "ana", "expected_version": conv["version"]}
     )
     assert (status, conv["assignee"]) == (200, "ana")
+
+
+def test_the_thread_names_an_api_token_as_whoami_does_not_by_its_row_id(api, conversation) -> None:  # noqa: F811
+    import re
+
+    from django.test import Client
+
+    cid = conversation["id"]
+    status, _ = api.call("post", f"conversations/{cid}/notes", {"text": "order 1042 refunded"}, token=api.agent_token)
+    assert status == 201
+    status, _ = api.call("post", f"conversations/{cid}/handoff", {"active": True}, token=api.agent_token)
+    assert status == 200
+    status, me = api.call("get", "whoami", token=api.agent_token)
+    assert (status, me["actor"]) == (200, "token:bot")
+    agent = Client()
+    agent.force_login(get_user_model().objects.get(username="ana"))
+    page = agent.get(f"/t/{api.tenant}/inbox/{cid}/").content.decode()
+    assert "Private note · token:bot" in page and "taken by token:bot" in page
+    assert "token:bot took the chat from the bot" in page
+    assert not re.search(r"\btoken-\d+\b", page), "the id a token acts as is no name an agent knows"
