@@ -335,15 +335,23 @@ def _as_shown(exc: DomainError, tenant: str, conversation_id: str) -> DomainErro
 
 
 def _action_refused(request: HttpRequest, tenant: str, conversation_id: str, exc: DomainError) -> HttpResponse:
-    if request.headers.get("HX-Request"):
-        # Re-render the thread with the error on top: the agent sees why
-        # (e.g. 409, someone else assigned it) and the current state.
-        shown = _as_shown(exc, tenant, conversation_id)
-        context = {**_thread_context(request, tenant, conversation_id), "error": shown}
-        return render(request, "inbox/_thread.html", context, status=exc.status)
+    """Answer a refused action with its status (409, 422 …): the thread, or the whole page, with the error on top.
+
+    The agent sees why (someone else assigned it; a value no form sends) and
+    the conversation as it is now. Only when the conversation itself is gone
+    does the answer redirect back with the error as a message.
+    """
     shown = _as_shown(exc, tenant, conversation_id)
-    flash.error(request, f"{shown.title} {shown.message}" if isinstance(shown, _Shown) else exc.message)
-    return _after_action(request, tenant, conversation_id, None)
+    try:
+        thread = _thread_context(request, tenant, conversation_id)
+    except NotFound:
+        flash.error(request, f"{shown.title} {shown.message}" if isinstance(shown, _Shown) else exc.message)
+        return _after_action(request, tenant, conversation_id, None)
+    if request.headers.get("HX-Request"):
+        return render(request, "inbox/_thread.html", {**thread, "error": shown}, status=exc.status)
+    context = _list_context(request, tenant, conversation_id)
+    context.update(thread, error=shown)
+    return render(request, "inbox/inbox.html", context, status=exc.status)
 
 
 TYPED_FORMS = {
@@ -391,10 +399,13 @@ def _action(view: Any) -> Any:
 
 
 def _version(request: HttpRequest) -> int:
-    try:
-        return int(request.POST.get("expected_version", ""))
-    except ValueError:
-        raise ValidationError("expected_version", "not a number") from None
+    """Return the form's ``expected_version`` (the version the agent saw); ``ValidationError`` naming it otherwise."""
+    given = request.POST.get("expected_version")
+    if not given:
+        raise ValidationError("expected_version", "is missing: reload the conversation and try again")
+    if not (given.isascii() and given.isdigit() and len(given) <= 18):
+        raise ValidationError("expected_version", "must be the conversation's version, a whole number")
+    return int(given)
 
 
 @_action
@@ -411,8 +422,11 @@ def assign(request: HttpRequest, tenant: str, conversation_id: str) -> str:
 
 @_action
 def handoff(request: HttpRequest, tenant: str, conversation_id: str) -> str:
-    """Take the chat from the bot, or give it back."""
-    active = request.POST.get("active") == "1"
+    """Take the chat from the bot (``active=1``), or give it back (``active=0``)."""
+    given = request.POST.get("active")
+    if given not in ("0", "1"):  # never read a value no form sends as "give it back"
+        raise ValidationError("active", "choose 1 (take the chat from the bot) or 0 (give it back)")
+    active = given == "1"
     services.conversation_handoff(tenant, conversation_id, active=active, actor=_agent(request))
     return "You took this chat from the bot" if active else "The bot answers this chat again"
 

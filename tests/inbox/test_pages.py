@@ -132,6 +132,33 @@ def test_other_tenant_is_404(agent):
     assert client.get(f"/t/{other}/inbox/").status_code == 404
 
 
+def test_a_refused_action_answers_its_status_and_changes_nothing_without_javascript(agent):
+    """A fresh user's report: values no form sends (a non-member, no version, active=maybe) answered 200 after a
+    redirect, and ``active=maybe`` gave the chat back to the bot."""
+    tenant, username, client = agent
+    conv = first_conversation(tenant)
+    base = f"/t/{tenant}/inbox/{conv.id}"
+    assert client.post(f"{base}/handoff", {"active": "1"}).status_code == 302
+    before = default_store().conversation_get(tenant, conv.id)
+    refused = {
+        "assign": [
+            ({"agent": "nobody", "expected_version": before.version}, "is not a member of this tenant"),
+            ({"agent": username}, "is missing: reload the conversation"),
+            ({"agent": username, "expected_version": "zz"}, "a whole number"),
+        ],
+        "handoff": [({"active": "maybe"}, "choose 1"), ({"active": "\x00"}, "choose 1"), ({}, "choose 1")],
+    }
+    for action, cases in refused.items():
+        for data, words in cases:
+            response = client.post(f"{base}/{action}", data)
+            html = response.content.decode()
+            assert response.status_code == 422, (action, data, response.status_code)
+            assert 'class="error-box"' in html and words in html, (action, data)
+            assert 'class="inbox-thread' in html or 'id="inbox-live"' in html, "the thread as it is now"
+    after = default_store().conversation_get(tenant, conv.id)
+    assert after.handed_off and (after.assignee, after.revision) == (username, before.revision), "nothing changed"
+
+
 def test_stale_assign_over_htmx_shows_the_conflict_in_the_thread(agent):
     """Found by exploratory testing: htmx dropped 4xx answers, so a stale assign showed nothing."""
     tenant, username, client = agent
