@@ -7,6 +7,8 @@ current ``assignee``; a conversation of another tenant is 404.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.http import HttpRequest
@@ -34,6 +36,23 @@ def agent_of(p: Principal) -> str:
     if p.actor.startswith("user:"):
         return p.actor.removeprefix("user:")
     return f"token-{p.token_id}"
+
+
+@contextmanager
+def request_fields(names: Mapping[str, str]) -> Iterator[None]:
+    """Raise a ``ValidationError`` of a domain path (``note.text``) under the body's own field (``text``).
+
+    A 422 names the field of the request the caller sent, whichever check
+    refused it: the schema's (a wrong type) or the service's (blank, too long,
+    a bidi override). ``names``: domain path → request field; others pass as they are.
+    """
+    try:
+        yield
+    except ValidationError as exc:
+        field = names.get(exc.field or "")
+        if field is None:
+            raise
+        raise type(exc)(field, exc.problem) from None
 
 
 # -- schemas ------------------------------------------------------------------------------
@@ -404,7 +423,8 @@ def event_list(
 @requires("agent")
 def note_add(request: HttpRequest, tenant: str, conversation_id: str, body: NoteIn) -> Status:
     """Add a private note (never sent to the customer) as the caller."""
-    note = services.note_add(tenant, conversation_id, author=agent_of(principal(request)), text=body.text)
+    with request_fields({"note.text": "text"}):
+        note = services.note_add(tenant, conversation_id, author=agent_of(principal(request)), text=body.text)
     return Status(201, note_out(note))
 
 
@@ -481,16 +501,17 @@ def conversation_reply(request: HttpRequest, tenant: str, conversation_id: str, 
     tenant's ``reply_to_others`` is on, or ``assign`` is true.
     """
     caller = principal(request)
-    message = replies.reply_create(
-        tenant,
-        conversation_id,
-        author=agent_of(caller),
-        text=body.text,
-        idempotency_key=body.idempotency_key,
-        admin=caller.can("admin"),
-        assign=body.assign,
-        assignable=caller.token_id is None,  # a token never becomes the assignee
-    )
+    with request_fields({"reply.text": "text", "reply.idempotency_key": "idempotency_key"}):
+        message = replies.reply_create(
+            tenant,
+            conversation_id,
+            author=agent_of(caller),
+            text=body.text,
+            idempotency_key=body.idempotency_key,
+            admin=caller.can("admin"),
+            assign=body.assign,
+            assignable=caller.token_id is None,  # a token never becomes the assignee
+        )
     return Status(202, message_out(message))
 
 

@@ -202,7 +202,7 @@ def test_notes_and_read_markers(api, conversation):
     assert [n["text"] for n in page["items"]] == ["n0", "n1"]
     rest = api.call("get", f"conversations/{cid}/notes?limit=2&after={page['next']}")[1]
     assert [n["text"] for n in rest["items"]] == ["n2"] and rest["next"] is None
-    assert api.call("post", f"conversations/{cid}/notes", {"text": ""})[1]["field"] == "note.text"
+    assert api.call("post", f"conversations/{cid}/notes", {"text": ""})[1]["field"] == "text"
     before = api.call("get", f"conversations/{cid}")[1]
     assert before["unread"] == before["inbound_count"]
     status, read = api.call("post", f"conversations/{cid}/read", {})
@@ -263,14 +263,27 @@ def test_openapi_documents_the_inbox_schemas(api):
     assert "application/x-ndjson" in ledger["requestBody"]["content"]
 
 
+def test_a_refused_note_or_reply_names_the_body_field_it_sent_whichever_check_refused_it(api, conversation):
+    """A fresh user's report: a note's type error named ``text`` and its blank text ``note.text``."""
+    cid = conversation["id"]
+    for path in ("notes", "reply"):
+        for text in (5, "", " \n ", "x" * 5000):
+            status, body = api.call("post", f"conversations/{cid}/{path}", {"text": text})
+            assert (status, body["field"]) == (422, "text"), (path, text, body)
+            assert body["message"].startswith("text: "), body["message"]
+    status, body = api.call("post", f"conversations/{cid}/reply", {"text": "hola", "idempotency_key": "k\x00"})
+    assert (status, body["field"]) == (422, "idempotency_key") and body["message"].startswith("idempotency_key: ")
+    assert api.call("get", f"conversations/{cid}/notes")[1]["items"] == []
+
+
 @pytest.mark.parametrize("text", ["ring\x07ring", "pay\u202eknil", "a\u2066b", "x\x1by", "c1\x85"])
 def test_note_and_reply_with_a_control_or_bidi_override_character_are_422(api, conversation, text):
     """Found by exploratory testing: notes kept BEL and U+202E, which make a note read otherwise than it says."""
     cid = conversation["id"]
     status, body = api.call("post", f"conversations/{cid}/notes", {"text": text})
-    assert (status, body["field"]) == (422, "note.text")
+    assert (status, body["field"]) == (422, "text")
     status, body = api.call("post", f"conversations/{cid}/reply", {"text": text})
-    assert (status, body["field"]) == (422, "reply.text")
+    assert (status, body["field"]) == (422, "text")
     assert api.call("get", f"conversations/{cid}/notes")[1]["items"] == []
 
 
