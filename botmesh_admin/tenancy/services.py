@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable
 
@@ -54,10 +55,21 @@ def tenant_time_zone_set(tenant: str, *, time_zone: str, only_if_unset: bool = F
     return rows.exclude(time_zone=time_zone).update(time_zone=time_zone) > 0
 
 
+TOKEN_AGENT_RE = re.compile(r"token-[0-9]+")
+"""The agent ids API tokens act as (``token-<id>``, ``inbox.api.agent_of``): no member may be named so."""
+
+
 def membership_set(tenant: str, *, username: str, role: str) -> Membership:
-    """Give ``username`` the ``role`` (agent or admin) in ``tenant``."""
+    """Give ``username`` the ``role`` (agent or admin) in ``tenant``.
+
+    Raise ``ValidationError`` for another role, or a username of the form
+    ``token-<number>`` (the id an API token acts as: its notes, handoffs and
+    read markers would be the member's); ``NotFound`` for no such user or tenant.
+    """
     if role not in HUMAN_ROLES:
         raise ValidationError("membership.role", f"must be one of {', '.join(HUMAN_ROLES)}")
+    if TOKEN_AGENT_RE.fullmatch(username):
+        raise ValidationError("membership.username", "token-<number> is the name API tokens act as; choose another")
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise NotFound(f"user {username!r} not found")

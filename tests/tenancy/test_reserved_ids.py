@@ -98,3 +98,21 @@ def test_api_answers_a_malformed_tenant_id_422_naming_it_and_the_format_as_a_res
             assert body["field"] == "tenant" and repr(bad) in body["message"], body
             assert "1-63 characters of a-z, 0-9" in body["message"], body
     assert bearer.get(f"/api/v1/tenants/{tenant}/whoami").status_code == 200
+
+
+@pytest.mark.django_db
+def test_no_member_can_be_named_as_an_api_token_acts() -> None:
+    """``token-<id>`` is the agent id of an API token (its notes, handoffs, read markers): a user of that name
+    would share them, and the pages would name the token for them."""
+    from botmesh_admin.tenancy import services
+
+    tenant = unique_id("shop")
+    services.tenant_create(tenant, name="Shop")
+    for name in ("token-7", "token-0042"):
+        get_user_model().objects.create_user(name, password="pw-token-like-123")
+        with pytest.raises(ValidationError) as refused:
+            services.membership_set(tenant, username=name, role="agent")
+        assert refused.value.field == "membership.username" and "API tokens" in refused.value.message
+    get_user_model().objects.create_user("token-maria", password="pw-token-like-123")
+    assert services.membership_set(tenant, username="token-maria", role="agent").role == "agent"
+    assert [m.user.username for m in services.Membership.objects.filter(tenant_id=tenant)] == ["token-maria"]
