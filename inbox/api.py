@@ -18,7 +18,7 @@ from pydantic import ConfigDict, StrictBool
 from botmesh_admin.api import CursorParams, ErrorOut, one_of, principal, requires
 from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import ValidationError
-from botmesh_admin.tenancy.principal import Principal
+from botmesh_admin.tenancy.principal import Principal, token_agent
 
 from . import selectors, services
 from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
@@ -35,7 +35,7 @@ def agent_of(p: Principal) -> str:
     """Return the agent id a principal acts as: its username, or ``token-<id>`` for an API token."""
     if p.actor.startswith("user:"):
         return p.actor.removeprefix("user:")
-    return f"token-{p.token_id}"
+    return token_agent(p.token_id)
 
 
 @contextmanager

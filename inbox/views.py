@@ -2,8 +2,9 @@
 
 The list (mine / unassigned / all, by status and channel, unread only) sits
 beside the open thread; its head shows each view's unread messages (exact
-count reads, the overview's number for "all"). Everything is readable without JavaScript: filters are
-a GET form, actions are POST forms that redirect back (PRG). With htmx the list
+count reads, the overview's number for "all"). Everything is readable without
+JavaScript: filters are a GET form, actions are POST forms that redirect back
+(PRG); a refused one answers its status with the page. With htmx the list
 and the thread poll for updates (``_list`` / ``_thread`` fragments) and actions
 swap the thread panel in place. Opening a conversation moves the agent's read
 marker to its newest message.

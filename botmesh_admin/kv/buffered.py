@@ -67,7 +67,6 @@ from .validation import (
     now_ms,
     validate_commit,
     validate_delta,
-    validate_scan_merge,
 )
 
 _UNKNOWN = object()  # a key's base entry, not read
@@ -199,7 +198,7 @@ class BufferedKv:
             return
         wanted = [p for p in dict.fromkeys(prefixes) if (table, p, None, limit) not in self._scans]
         for start in range(0, len(wanted), MAX_MERGE_PREFIXES):
-            chunk = sorted(validate_scan_merge(table, wanted[start : start + MAX_MERGE_PREFIXES], None, 1, "pk"))
+            chunk = sorted(wanted[start : start + MAX_MERGE_PREFIXES])  # the base's scan_merge validates them
             rows = self.base.scan_merge(table, chunk, None, MAX_GET_MANY)
             if len(rows) >= MAX_GET_MANY:
                 continue

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from botmesh_admin.errors import PermissionDenied
 
 ROLE_RANK = {"bot": 0, "agent": 1, "admin": 2}
+
+TOKEN_AGENT_RE = re.compile(r"token-([0-9]+)")
+"""The form of the agent id an API token acts as (``token_agent``); no member may be named so."""
+
+
+def token_agent(token_id: int | None) -> str:
+    """Return the agent id API token ``token_id`` acts as in the inbox: ``token-<id>``.
+
+    (``Principal.token_id`` is ``None`` only for a caller that is no token; the
+    inbox names every non-user principal this way, as it always has.)
+    """
+    return f"token-{token_id}"
+
+
+def token_of_agent(agent_id: str) -> int | None:
+    """Return the token id of an agent id ``token_agent`` made, or ``None`` for any other (a username)."""
+    m = TOKEN_AGENT_RE.fullmatch(agent_id)
+    if m is None or m.group(1).startswith("0") or len(m.group(1)) > 18:  # never made by token_agent
+        return None
+    return int(m.group(1))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable
 
@@ -15,6 +14,7 @@ from botmesh_admin.kv.tenant import validate_tenant_id
 from botmesh_admin.validation import validate_text
 
 from .models import HUMAN_ROLES, ApiToken, LastTenant, Membership, Role, Tenant
+from .principal import TOKEN_AGENT_RE
 from .selectors import token_digest
 
 
@@ -53,10 +53,6 @@ def tenant_time_zone_set(tenant: str, *, time_zone: str, only_if_unset: bool = F
     if only_if_unset:
         rows = rows.filter(time_zone="")
     return rows.exclude(time_zone=time_zone).update(time_zone=time_zone) > 0
-
-
-TOKEN_AGENT_RE = re.compile(r"token-[0-9]+")
-"""The agent ids API tokens act as (``token-<id>``, ``inbox.api.agent_of``): no member may be named so."""
 
 
 def membership_set(tenant: str, *, username: str, role: str) -> Membership:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from django import template
 
 from botmesh_admin.timefmt import when
@@ -18,9 +16,6 @@ REPLY_LABELS = {
     "failed": "not delivered",
     "not_confirmed": "not confirmed",
 }
-
-
-_TOKEN_AGENT = re.compile(r"token-([1-9][0-9]{0,17})")
 
 
 def _token_label(tenant: str, token_id: int) -> str | None:
@@ -39,14 +34,17 @@ def actor(agent_id: object, tenant: str) -> object:
 def actor_label(agent_id: object, tenant: str | None) -> object:
     """Return an agent id as the pages show it: a username as it is, an API token's ``token-<id>`` as ``token:<name>``.
 
-    ``token-<id>`` is the agent id an API token acts as (``inbox.api.agent_of``);
+    ``token-<id>`` is the agent id an API token acts as (``tenancy.principal.token_agent``);
     its name is what ``/whoami`` and the audit log say (``token:<name>``). A
     token of another tenant, or none, leaves the id as it is (one indexed
     query per token shown; most threads show none).
     """
-    if not isinstance(agent_id, str) or not tenant or not (m := _TOKEN_AGENT.fullmatch(agent_id)):
+    if not isinstance(agent_id, str) or not tenant:
         return agent_id
-    return _token_label(tenant, int(m.group(1))) or agent_id
+    from botmesh_admin.tenancy.principal import token_of_agent
+
+    token_id = token_of_agent(agent_id)
+    return agent_id if token_id is None else _token_label(tenant, token_id) or agent_id
 
 
 @register.filter
