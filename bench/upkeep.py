@@ -21,11 +21,14 @@ this process plus that of the PostgreSQL backends of this database. Printed:
 the median per side, per message, and the upkeep's share
 ``idx / raw − 1`` (target ≤ 10 %), for CPU and for wall time. The first slice
 of each side warms up (tables, plans, first contacts) and is left out.
+``--profile FILE`` also writes a cProfile of the indexed side's drains (its
+figures then include the profiler's overhead).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib.util
 import os
 import statistics
@@ -92,6 +95,9 @@ def main() -> int:
     parser.add_argument("--slices", type=int, default=8, help="slices per side (the first is a warm-up)")
     parser.add_argument("--messages", type=int, default=250, help="messages per slice")
     parser.add_argument("--chats", type=int, default=200, help="distinct senders per tenant")
+    parser.add_argument(
+        "--profile", metavar="FILE", help="also write a cProfile of the indexed side's drains to FILE (pstats)"
+    )
     args = parser.parse_args()
     if args.slices < 2 or args.messages < 1 or args.chats < 1:
         parser.error("--slices >= 2, --messages >= 1, --chats >= 1")
@@ -122,6 +128,7 @@ def main() -> int:
         own: dict[str, list[float]] = {IDX: [], RAW: []}
         wall: dict[str, list[float]] = {IDX: [], RAW: []}
         done = {IDX: 0, RAW: 0}
+        profiler = cProfile.Profile() if args.profile else None
         order = [IDX, RAW, RAW, IDX] * ((args.slices + 1) // 2)
         order = [t for t in order][: 2 * args.slices]
         for tenant in order:
@@ -131,6 +138,9 @@ def main() -> int:
             before = ingest.cpu_by_pid([os.getpid(), *backends])
             t0 = time.perf_counter()
             drained = 0
+            profiling = profiler is not None and tenant == IDX and done[tenant] > 0
+            if profiling:
+                profiler.enable()
             while drained < args.messages:
                 got = worker.run_batch(dispatch, 50)
                 if not sum(got.values()):
@@ -139,6 +149,8 @@ def main() -> int:
                 if got.get("failed") or got.get("dead"):
                     raise SystemExit(f"records failed: {got}")
             elapsed = time.perf_counter() - t0
+            if profiling:
+                profiler.disable()
             after = ingest.cpu_by_pid([os.getpid(), *ingest.database_backends(url)])
             done[tenant] += args.messages
             cpu[tenant].append(ingest.cpu_used(before, after) * 1000 / args.messages)
@@ -148,6 +160,8 @@ def main() -> int:
             per = f"{cpu[tenant][-1]:5.2f} ms CPU/msg, {wall[tenant][-1]:5.2f} ms wall/msg"
             print(f"  slice {tenant}: {per}", flush=True)
         _check(IDX, done[IDX], args.chats)
+        if profiler is not None:
+            profiler.dump_stats(args.profile)  # the CPU figures of the profiled slices include its overhead
         print(
             f"index upkeep on the worker's write path, PostgreSQL: {args.slices} slices of {args.messages} messages "
             f"per side over {args.chats} senders (first slice of each side left out), medians per message"

@@ -257,6 +257,14 @@ _PG_COMMIT = (
     "SELECT r_pos, r_failure, r_version, r_expires_at, r_value FROM botmesh_kv_commit_v4("
     "%s::text, %b::int[], %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
 )
+# commit_groups reads only the ops that failed their own check (a conflict, a refused
+# add): a flush sends hundreds of ops and needs no row of the others, so they are
+# neither sent back nor decoded.
+_PG_COMMIT_FAILURES = (
+    "SELECT r_pos, r_failure, r_version, r_value FROM botmesh_kv_commit_v4("
+    "%s::text, %b::int[], %b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[])"
+    " WHERE r_failure IN ('conflict', 'add')"
+)
 # Single-op fast paths: one statement that updates or deletes an existing live row.
 # They never insert, so the function's "absent stays absent under the advisory
 # lock" rule holds; and they lock the row, as the function does, before deciding.
@@ -473,8 +481,12 @@ class _Postgres:
         current = conn.execute(_PG_VERSION, (table, op.key)).fetchone()
         raise ConflictError(table, op.key, op.expect, current and current[0])
 
-    def _call(self, table: str, groups: Sequence[int], ops: Sequence[Op]) -> list[Any]:
-        """Run the commit function over ``ops`` (op i in group ``groups[i]``); return its rows, one per op."""
+    def _call(self, table: str, groups: Sequence[int], ops: Sequence[Op], query: str = _PG_COMMIT) -> list[Any]:
+        """Run the commit function over ``ops`` (op i in group ``groups[i]``); return the rows ``query`` selects.
+
+        ``_PG_COMMIT``: one row per op, in order; ``_PG_COMMIT_FAILURES``: ``(pos, failure, version, value)``
+        of the ops that failed their own check only (``pos`` counts from 1).
+        """
         kinds: list[str] = []
         keys: list[str] = []
         values: list[str | None] = []
@@ -490,7 +502,7 @@ class _Postgres:
             kinds.append(_kind(op))
         with self._errors():
             params = (table, list(groups), kinds, keys, values, expects, ttls, deltas)
-            return self._conns.get().execute(_PG_COMMIT, params).fetchall()
+            return self._conns.get().execute(query, params).fetchall()
 
     def _commit_batch(self, table: str, ops: Sequence[Op]) -> list[Entry | None]:
         rows = self._call(table, [0] * len(ops), ops)
@@ -522,22 +534,23 @@ class _Postgres:
         flat = [op for ops in groups for op in ops]
         if not flat:
             return [None] * len(groups)
-        rows = self._call(table, ids, flat)
-        conflicted = {n for n, row in zip(ids, rows, strict=True) if row[1] == "conflict"}
-        if any(row[1] == "add" and n not in conflicted for n, row in zip(ids, rows, strict=True)):
+        rows = self._call(table, ids, flat, _PG_COMMIT_FAILURES)
+        failures = {pos - 1: (failure, version, value) for pos, failure, version, value in rows}
+        conflicted = {ids[i] for i, (failure, _, _) in failures.items() if failure == "conflict"}
+        if any(failure == "add" and ids[i] not in conflicted for i, (failure, _, _) in failures.items()):
             return [self._one_of(table, ops) for ops in groups]  # nothing was written: name the group
         out: list[Exception | None] = []
         at = 0
         for ops in groups:
-            failed = next(((j, rows[at + j]) for j in range(len(ops)) if rows[at + j][1] in ("conflict", "add")), None)
+            failed = next(((j, failures[at + j]) for j in range(len(ops)) if at + j in failures), None)
             at += len(ops)
             if failed is None:
                 out.append(None)
-            elif failed[1][1] == "conflict":
-                out.append(ConflictError(table, ops[failed[0]].key, ops[failed[0]].expect, failed[1][2]))
+            elif failed[1][0] == "conflict":
+                out.append(ConflictError(table, ops[failed[0]].key, ops[failed[0]].expect, failed[1][1]))
             else:
                 try:
-                    _refuse_add(ops, failed[0], failed[1][4])
+                    _refuse_add(ops, failed[0], failed[1][2])
                 except (ValidationError, StoreUnavailable) as exc:
                     out.append(exc)
         return out
