@@ -45,18 +45,34 @@ def zone_or_none(name: str | None) -> zoneinfo.ZoneInfo | None:
 def instant(value: object) -> dt.datetime | None:
     """Return ``value`` as an aware UTC datetime, or ``None`` for nothing.
 
-    ``value`` is epoch milliseconds (``int``/``float``, the store's unit), an
-    aware ``datetime`` (Django models), or ``None`` / ``""``.
+    ``value`` is epoch milliseconds (``int``/``float``, the store's unit, or
+    their ASCII digits as text), an aware ``datetime`` (Django models), or
+    ``None`` / ``""``. Milliseconds no ``datetime`` can hold (NaN, infinite,
+    outside years 1..9999, less a day at each end so that every
+    time zone can show them) and any other text are ``None`` too: a page shows
+    nothing for them rather than failing.
     """
     if value is None or value == "" or isinstance(value, bool):
         return None
     if isinstance(value, dt.datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, str):
+        digits = value.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):  # int() refuses 4,300+ digits
+            return None
+        value = int(value)
     if isinstance(value, int | float):
-        return dt.datetime.fromtimestamp(float(value) / 1000, tz=dt.UTC)
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return dt.datetime.fromtimestamp(int(value) / 1000, tz=dt.UTC)
+        try:
+            at = dt.datetime.fromtimestamp(float(value) / 1000, tz=dt.UTC)
+        except (OverflowError, OSError, ValueError):  # out of time_t or datetime's range, or NaN
+            return None
+        return at if _SHOWN_FROM <= at <= _SHOWN_UNTIL else None
     return None
+
+
+# A day inside datetime's range at each end: the instant then fits in every time zone it is shown in.
+_SHOWN_FROM = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+_SHOWN_UNTIL = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
 
 
 def zone_label(at: dt.datetime) -> str:

@@ -33,6 +33,21 @@ def test_an_instant_is_shown_in_the_active_zone_with_the_zone() -> None:
     assert format_instant(None) == "" and format_instant("") == "" and when(None) == ""
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["²", "١٢", "9" * 30, "12ab", 10**20, -(10**18), float("nan"), float("inf"), -62135596800000],
+)
+def test_an_instant_no_datetime_holds_shows_nothing_instead_of_failing_the_page(value: object) -> None:
+    """Stored milliseconds out of datetime's range, or text that is no ASCII number, render as nothing."""
+    with timezone.override("America/Bogota"):  # year 1, 00:00 UTC, is out of range at -05
+        assert format_instant(value) == "" and when(value) == ""
+
+
+def test_milliseconds_as_text_read_as_the_number() -> None:
+    with timezone.override("UTC"):
+        assert format_instant(str(INSTANT_MS)) == format_instant(INSTANT_MS) == "2026-12-01 14:55:59 UTC"
+
+
 def test_every_template_uses_the_one_time_filter() -> None:
     """No template formats a time itself: ``|date``, ``|time`` and the old per-package filters are gone."""
     offenders = []

@@ -75,6 +75,11 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRY_AFTER_MS = 1000
 
 
+def _ascii_digits(text: str) -> bool:
+    """Return True for 1..18 ASCII digits: what ``int`` reads as a Telegram id (``"²".isdigit()`` is True too)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 @runtime_checkable
 class Provider(Protocol):
     """Send messages to one channel account."""
@@ -400,12 +405,12 @@ class TelegramProvider(_HttpProvider):
         """Return the ``sendMessage`` JSON body for ``message``."""
         address = address_of(message.chat_key, self.kind)
         body: dict[str, Any] = {
-            "chat_id": int(address) if address.lstrip("-").isdigit() else address,
+            "chat_id": int(address) if _ascii_digits(address.removeprefix("-")) else address,
             "text": message.text,
         }
         if message.reply_to:
             reply_id = message.reply_to.rsplit(":", 1)[-1]
-            if reply_id.isdigit():
+            if _ascii_digits(reply_id):
                 body["reply_parameters"] = {"message_id": int(reply_id), "allow_sending_without_reply": True}
         return body
 
