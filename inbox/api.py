@@ -19,6 +19,7 @@ from botmesh_admin.api import CursorParams, ErrorOut, one_of, principal, require
 from botmesh_admin.channels.domain import CHANNEL_KINDS
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.tenancy.principal import Principal, token_agent
+from botmesh_admin.tenancy.selectors import agent_label
 
 from . import selectors, services
 from .domain import CONVERSATION_STATUSES, Conversation, Message, Note
@@ -36,6 +37,16 @@ def agent_of(p: Principal) -> str:
     if p.actor.startswith("user:"):
         return p.actor.removeprefix("user:")
     return token_agent(p.token_id)
+
+
+def _name_in(context: Any, agent_id: str | None) -> str | None:
+    """Return ``agent_label`` of ``agent_id`` in the tenant of the request being answered (``None``: none)."""
+    if agent_id is None:
+        return None
+    request = context["request"] if context else None
+    tenant = getattr(request, "auth", None)
+    tenant = tenant.tenant if isinstance(tenant, Principal) else None
+    return agent_id if tenant is None else agent_label(tenant, agent_id)
 
 
 @contextmanager
@@ -65,14 +76,27 @@ class BodyIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
+NAME_DESCRIPTION = "how the pages name the agent: a username as it is, an API token as token:<name>"
+
+
 class HandoffOut(Schema):
     """Who took the chat from the bot and when; ``active`` False once given back."""
 
     active: bool
     taken_by: str
+    taken_by_name: str = Field("", description=NAME_DESCRIPTION)
     taken_at_ms: int
     released_by: str | None = None
+    released_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     released_at_ms: int | None = None
+
+    @staticmethod
+    def resolve_taken_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj["taken_by"])
+
+    @staticmethod
+    def resolve_released_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj.get("released_by"))
 
 
 class ConversationOut(Schema):
@@ -91,6 +115,7 @@ class ConversationOut(Schema):
     status: str
     stored_status: str
     assignee: str | None
+    assignee_name: str | None = Field(None, description=NAME_DESCRIPTION)
     version: int
     contact_id: str | None
     display_name: str | None
@@ -105,6 +130,10 @@ class ConversationOut(Schema):
     message_count: int
     inbound_count: int
     unread: int
+
+    @staticmethod
+    def resolve_assignee_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj.get("assignee"))
 
 
 class ReactionOut(Schema):
@@ -124,12 +153,17 @@ class ReplyOut(Schema):
     """Delivery of an agent's reply: queued, sending, accepted, failed (``error_code``) or not_confirmed."""
 
     author: str
+    author_name: str = Field("", description=NAME_DESCRIPTION)
     state: str
     attempts: int
     error_code: int | None
     error_title: str | None
     retry_at_ms: int | None
     updated_at_ms: int
+
+    @staticmethod
+    def resolve_author_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj["author"])
 
 
 class MessageOut(Schema):
@@ -164,8 +198,13 @@ class NoteOut(Schema):
     id: str
     conversation_id: str
     author: str
+    author_name: str = Field("", description=NAME_DESCRIPTION)
     text: str
     created_at_ms: int
+
+    @staticmethod
+    def resolve_author_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj["author"])
 
 
 class ConversationPage(Schema):
@@ -401,7 +440,12 @@ class ConversationEventOut(Schema):
     kind: str
     at_ms: int
     actor: str | None
+    actor_name: str | None = Field(None, description=NAME_DESCRIPTION)
     value: str | None
+
+    @staticmethod
+    def resolve_actor_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj.get("actor"))
 
 
 class ConversationEventPage(Schema):

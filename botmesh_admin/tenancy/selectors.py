@@ -13,7 +13,7 @@ from botmesh_admin.errors import NotFound
 from botmesh_admin.kv.tenant import RESERVED_TENANT_IDS, validate_tenant_id
 
 from .models import ApiToken, LastTenant, Membership, Tenant
-from .principal import Principal
+from .principal import Principal, token_of_agent
 
 log = logging.getLogger("botmesh.tenancy")
 
@@ -130,6 +130,19 @@ def principal_for_token(plaintext: str, tenant: str) -> Principal | None:
 def token_name(tenant: str, token_id: int) -> str | None:
     """Return the name of the tenant's token ``token_id`` (revoked ones too), or ``None`` if it has none such."""
     return ApiToken.objects.filter(tenant_id=tenant, pk=token_id).values_list("name", flat=True).first()
+
+
+def agent_label(tenant: str, agent_id: str) -> str:
+    """Return how pages and API name an agent id: a username as it is, a token's ``token-<id>`` as ``token:<name>``.
+
+    ``token-<id>`` is the agent id an API token acts as in the inbox
+    (``principal.token_agent``); its name is what ``/whoami`` and the audit
+    log say (``token:<name>``, revoked tokens too). A token id the tenant has
+    no token for stays as it is. One indexed query per token id named.
+    """
+    token_id = token_of_agent(agent_id)
+    name = None if token_id is None else token_name(tenant, token_id)
+    return agent_id if name is None else f"token:{name}"
 
 
 def token_list(tenant: str) -> list[ApiToken]:

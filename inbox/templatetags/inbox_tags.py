@@ -18,13 +18,6 @@ REPLY_LABELS = {
 }
 
 
-def _token_label(tenant: str, token_id: int) -> str | None:
-    from botmesh_admin.tenancy.selectors import token_name
-
-    name = token_name(tenant, token_id)
-    return None if name is None else f"token:{name}"
-
-
 @register.filter
 def actor(agent_id: object, tenant: str) -> object:
     """Return how the pages name an agent id (``actor_label``); the filter form, ``{{ id|actor:tenant }}``."""
@@ -32,19 +25,12 @@ def actor(agent_id: object, tenant: str) -> object:
 
 
 def actor_label(agent_id: object, tenant: str | None) -> object:
-    """Return an agent id as the pages show it: a username as it is, an API token's ``token-<id>`` as ``token:<name>``.
-
-    ``token-<id>`` is the agent id an API token acts as (``tenancy.principal.token_agent``);
-    its name is what ``/whoami`` and the audit log say (``token:<name>``). A
-    token of another tenant, or none, leaves the id as it is (one indexed
-    query per token shown; most threads show none).
-    """
+    """Return an agent id as the pages show it (``tenancy.selectors.agent_label``); anything else as it is."""
     if not isinstance(agent_id, str) or not tenant:
         return agent_id
-    from botmesh_admin.tenancy.principal import token_of_agent
+    from botmesh_admin.tenancy.selectors import agent_label
 
-    token_id = token_of_agent(agent_id)
-    return agent_id if token_id is None else _token_label(tenant, token_id) or agent_id
+    return agent_label(tenant, agent_id)
 
 
 @register.filter

@@ -92,7 +92,7 @@ def test_telegram_accepted(fake) -> None:
 
 
 def test_telegram_reply_to_an_id_that_is_no_ascii_number_is_sent_without_reply_parameters(fake) -> None:
-    """``"²".isdigit()`` is True but ``int("²")`` fails: such an id is no Telegram message id, and no send fails on it."""
+    """``"²".isdigit()`` is True but ``int("²")`` fails: no Telegram message id, and no send fails on it."""
     result = tg(fake).send(OutboundMessage("telegram:700000001", text="hola", reply_to="700000001:²"))
     assert result.accepted
     assert fake.requests[0].body == {"chat_id": 700000001, "text": "hola"}
