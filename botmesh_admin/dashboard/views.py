@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 
 from botmesh_admin.coordination import selectors, services
 from botmesh_admin.coordination.domain import CATCH_UP_POLICIES
-from botmesh_admin.errors import BadRequest, DomainError, ValidationError
+from botmesh_admin.errors import BadRequest, DomainError, PermissionDenied, ValidationError
 from botmesh_admin.formerrors import FormError, form_error
 from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
 from botmesh_admin.timefmt import format_instant
@@ -158,11 +158,16 @@ JOB_FIELDS = {
 """The job form's inputs by the domain field path a refusal names (``botmesh_admin.formerrors``)."""
 
 
-def _job_context(tenant: str, refused: FormError | None = None) -> dict[str, Any]:
+JOBS_NEED_SUPERUSER = "scheduled jobs run for every tenant of the installation: only a superuser changes them"
+
+
+def _job_context(tenant: str, refused: FormError | None = None, *, can_edit: bool = False) -> dict[str, Any]:
     now = services.now_ms()
     rows = selectors.job_list(at_ms=now)
     return {
         "tenant": tenant,
+        "can_edit": can_edit,
+        "read_only_reason": JOBS_NEED_SUPERUSER,
         "poll_s": JOBS_POLL_S,
         "form_error": refused,
         "policies": CATCH_UP_POLICIES,
@@ -183,12 +188,14 @@ def _job_context(tenant: str, refused: FormError | None = None) -> dict[str, Any
 def jobs(request: HttpRequest, tenant: str) -> HttpResponse:
     """Scheduled jobs: schedule, next and last occurrences with their outcomes, and edit forms."""
     template = "dashboard/_jobs.html" if request.headers.get("HX-Request") else "dashboard/jobs.html"
-    return render(request, template, _job_context(tenant))
+    return render(request, template, _job_context(tenant, can_edit=request.user.is_superuser))
 
 
 @tenant_page("admin")
 def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
     """Save a job's schedule, enabled flag and catch-up policy (compare-and-set on its version).
+
+    A superuser only: a job runs for every tenant, so a tenant's admin gets the 403 page.
 
     A GET (the form's address opened as a page) is the 405 page saying the address is a button's, as
     for every form (README), or the 404 page for a job that is not declared.
@@ -196,11 +203,15 @@ def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
     if request.method != "POST":
         selectors.job_get(job_id)
         return HttpResponseNotAllowed(["POST"])
+    if not request.user.is_superuser:
+        # A job runs for every tenant of the installation: a tenant's admin sees it, only an operator changes it.
+        selectors.job_get(job_id)
+        return render_error(request, PermissionDenied(JOBS_NEED_SUPERUSER))
     form = JobForm(request.POST)
     if not form.is_valid():
         field, problems = next(iter(form.errors.items()))
         refused = form_error(ValidationError(field, problems[0]), form=job_id, fields=JOB_FIELDS, typed=request.POST)
-        return render(request, "dashboard/jobs.html", _job_context(tenant, refused), status=422)
+        return render(request, "dashboard/jobs.html", _job_context(tenant, refused, can_edit=True), status=422)
     data = form.cleaned_data
     try:
         services.job_update(
@@ -215,7 +226,7 @@ def job_edit(request: HttpRequest, tenant: str, job_id: str) -> HttpResponse:
         )
     except ValidationError as exc:
         refused = form_error(exc, form=job_id, fields=JOB_FIELDS, typed=request.POST)
-        return render(request, "dashboard/jobs.html", _job_context(tenant, refused), status=422)
+        return render(request, "dashboard/jobs.html", _job_context(tenant, refused, can_edit=True), status=422)
     except DomainError as exc:
         return render_error(request, exc)
     messages.success(request, f"Job {job_id} saved.")

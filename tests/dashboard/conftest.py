@@ -24,6 +24,7 @@ def members(db) -> None:  # type: ignore[no-untyped-def]
     users.objects.create_user("alice", password="alice-password-1")
     users.objects.create_user("bob", password="bob-password-1")
     users.objects.create_user("eve", password="eve-password-1")
+    users.objects.create_superuser("root", password="root-password-1")  # the installation's operator
     tenancy.tenant_create("tienda", name="Tienda")
     tenancy.tenant_create("otra", name="Otra")
     tenancy.membership_set("tienda", username="alice", role="admin")

@@ -29,8 +29,8 @@ def test_replicas_page_refreshes_itself(page, hub, web, screenshot_dir) -> None:
     late.close()
 
 
-def test_admin_changes_a_schedule_in_the_form(page, web, screenshot_dir) -> None:  # type: ignore[no-untyped-def]
-    login(page, "alice", "alice-password-1")
+def test_a_superuser_changes_a_schedule_in_the_form(page, web, screenshot_dir) -> None:  # type: ignore[no-untyped-def]
+    login(page, "root", "root-password-1")
     page.goto("/t/tienda/jobs/")
     page.locator("#edit-kv\\.sweep summary").click()
     form = page.locator("#edit-kv\\.sweep form")
@@ -46,7 +46,7 @@ def test_admin_changes_a_schedule_in_the_form(page, web, screenshot_dir) -> None
 
 def test_a_refused_crontab_keeps_what_was_typed_next_to_its_field(page, web) -> None:  # type: ignore[no-untyped-def]
     """Issue 20 item 6: the schedule typed is still in the form, the error under the crontab input."""
-    login(page, "alice", "alice-password-1")
+    login(page, "root", "root-password-1")
     page.goto("/t/tienda/jobs/")
     page.locator("#edit-kv\\.sweep summary").click()
     form = page.locator("#edit-kv\\.sweep form")
