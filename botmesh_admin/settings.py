@@ -212,5 +212,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"django.server": {"level": "WARNING"}},
+    # Every line goes through the root's handler, which install() gives the id and secret filters:
+    # Django's defaults give "django" a console handler of its own (with DEBUG) and "django.server"
+    # none with propagate off, so Python's last-resort handler printed runserver's 4xx lines —
+    # request paths with raw chat keys — unfiltered, and DEBUG printed django.request's twice.
+    "loggers": {
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": [], "level": "WARNING", "propagate": True},
+    },
 }

@@ -5,6 +5,9 @@
   ``hashed`` (default: ``hash_id(value)``, the same hash traces use), ``raw``, or
   ``omit`` (the field is removed). ``log_id(value)`` does the same for an id
   written into the message itself (``log.info("sent to %s", log_id(chat_key))``).
+  A chat key that reaches a message's text some other way — a request path
+  Django or runserver logs (``Unprocessable Entity: …/handoff/whatsapp:573…``) —
+  is rewritten too (``hide_chat_keys``): ``whatsapp:<hash>``.
 - ``RedactFilter`` masks secrets in the message, its arguments, the exception
   text and extra fields: API tokens (``bm_…``), bearer/basic credentials,
   Telegram bot tokens, Meta access tokens, signature headers, PEM private keys,
@@ -94,6 +97,28 @@ def log_id(value: object) -> str:
     return hash_id(value)
 
 
+# A chat key in text: ``whatsapp:<digits>``, ``telegram:<id>[:<id>]``, also URL-encoded (``%3A``) and
+# with a ``+`` (or ``%2B``) before an E.164 number, as request paths and query strings carry them.
+_CHAT_KEY_RE = re.compile(r"\b(whatsapp|telegram)(:|%3[Aa])((?:\+|%2[Bb])?-?\d{3,20}(?:(?::|%3[Aa])-?\d{1,20})?)")
+
+
+def hide_chat_keys(text: str, mode: str | None = None) -> str:
+    """Return ``text`` with each chat key in it as ``BOTMESH_LOG_IDS`` says: ``whatsapp:<hash_id>``, kept, or ``-``.
+
+    The hash is ``hash_id`` of the whole key (``whatsapp:573001112233``), the one
+    ``log_id`` and the traces give, so a hashed log line still finds its trace.
+    """
+    mode = mode or log_ids_mode()
+    if mode == "raw" or ("whatsapp" not in text and "telegram" not in text):
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        key = f"{m.group(1)}:{re.sub('%3[Aa]', ':', m.group(3)).replace('%2B', '+').replace('%2b', '+')}"
+        return f"{m.group(1)}:-" if mode == "omit" else f"{m.group(1)}:{hash_id(key)}"
+
+    return _CHAT_KEY_RE.sub(one, text)
+
+
 class IdFilter(logging.Filter):
     """Hash, keep or drop the ``chat_id``/``sender_id``/``phone`` extras (``mode``: hashed, raw, omit)."""
 
@@ -115,6 +140,17 @@ class IdFilter(logging.Filter):
                     delattr(record, name)
                 else:
                     setattr(record, name, hash_id(record.__dict__[name]))
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: RedactFilter logs it as it can
+            message = None
+        if message is not None:
+            hidden = hide_chat_keys(message, mode)
+            if hidden != message:
+                record.msg, record.args = hidden, None
+        for key, value in _extras(record).items():
+            if isinstance(value, str) and key not in ID_FIELDS:
+                setattr(record, key, hide_chat_keys(value, mode))
         record._botmesh_ids_done = True
         return True
 
@@ -156,7 +192,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         for key, value in _extras(record).items():
-            body[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+            # Anything else as its repr, masked as messages are (Django's ``request`` extra names the path).
+            plain = isinstance(value, (str, int, float, bool, type(None)))
+            body[key] = value if plain else hide_chat_keys(redact(repr(value)))
         from opentelemetry import trace
 
         ctx = trace.get_current_span().get_span_context()

@@ -142,3 +142,44 @@ def test_a_send_log_and_its_trace_show_one_hash_of_the_chat(settings, caplog) ->
     with caplog.at_level(logging.INFO, logger="botmesh.channels"):
         ConsoleProvider("whatsapp").send(OutboundMessage(chat_key, text="hola"))
     assert "send to - accepted" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("mode", "shown"),
+    [
+        ("hashed", f"whatsapp:{hash_id('whatsapp:573113243508')}"),
+        ("omit", "whatsapp:-"),
+        ("raw", "whatsapp:573113243508"),
+    ],
+)
+def test_a_chat_key_in_a_logged_request_path_follows_the_id_mode(mode: str, shown: str) -> None:
+    """A fresh user's report: Django logged ``Unprocessable Entity: …/handoff/whatsapp:573113243508`` raw."""
+    logger, stream = capture(mode)
+    path = "/api/v1/tenants/tienda/handoff/whatsapp:573113243508"
+    logger.warning("Unprocessable Entity: %s", path, extra={"chat_id": None})
+    logger.warning('"GET %s?q=telegram%%3A-1001234567890%%3A7000 HTTP/1.1" 422 93', path, extra={"chat_id": None})
+    first, second = stream.getvalue().splitlines()
+    assert first == f"Unprocessable Entity: /api/v1/tenants/tienda/handoff/{shown} chat=None"
+    assert shown in second and ("573113243508" in second) == (mode == "raw")
+    assert ("1001234567890" in second) == (mode == "raw")
+
+
+def test_django_request_warnings_do_not_carry_a_raw_chat_key_in_json_lines(settings, client) -> None:  # type: ignore[no-untyped-def]
+    """The ``request`` extra Django adds is written as its repr, masked like the message."""
+    settings.BOTMESH_LOG_IDS = "hashed"
+    logger, stream = capture(json_lines=True)
+    request = client.get("/api/v1/tenants/nobody/handoff/whatsapp:573113243508").wsgi_request
+    logger.warning("Not Found: %s", request.path, extra={"request": request, "status_code": 404})
+    line = json.loads(stream.getvalue())
+    assert "573113243508" not in stream.getvalue()
+    assert line["message"].endswith(f"whatsapp:{hash_id('whatsapp:573113243508')}") and "WSGIRequest" in line["request"]
+
+
+def test_django_and_runserver_lines_go_through_the_filtered_root_handler() -> None:
+    """Django's defaults gave "django" a console handler of its own and left "django.server" with none and
+    propagate off: Python's last-resort handler then printed runserver's 4xx lines, chat keys raw."""
+    for name in ("django", "django.request", "django.server"):
+        logger = logging.getLogger(name)
+        assert logger.handlers == [] and logger.propagate, name
+    # (pytest adds capture handlers of its own to the root: the settings' console handler is filtered)
+    assert any(any(isinstance(f, IdFilter) for f in h.filters) for h in logging.getLogger().handlers)
