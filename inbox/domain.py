@@ -312,7 +312,9 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
     most 191 characters), the chat (``chat_key``), the message a reaction or an
     edit names, a status's message and chat. Such an event fails projection on
     every attempt, so the webhook skips it (``channels.webhooks``) and projection
-    skips one journaled before. A ``reply_to`` that is no id is not a reason:
+    skips one journaled before. So does a WhatsApp or Telegram chat key the
+    bots could not name (``validate_chat_id``: a ``from`` that is no phone
+    number's digits). A ``reply_to`` that is no id is not a reason:
     the message is stored without it.
     """
     kind = getattr(event, "kind", None)
@@ -336,6 +338,13 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
     for name, value in fields:
         try:
             validate_storable_id(value, f"event.{name}")
+            if name == "chat_key":
+                # The key the bots' handoff reads and ledger records name (validate_chat_key): a
+                # conversation under any other one could never be answered (a WhatsApp ``from``
+                # no phone number has, ``12345``, was stored and its handoff refused every minute).
+                kind = str(value).partition(":")[0]
+                if kind in ("whatsapp", "telegram"):
+                    validate_chat_id(kind, value, f"event.{name}")
         except ValidationError as exc:
             return exc
     return None

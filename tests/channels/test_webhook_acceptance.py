@@ -59,3 +59,22 @@ def test_no_channel_or_a_wrong_secret_is_refused_without_reading_the_body(config
         services.webhook_telegram_accept("tienda", name="nope", read_body=_unread, secret=configured.telegram_secret)
     assert refused.value.status == 404
     assert journal.list(tenant="tienda", limit=10) == []
+
+
+def test_a_whatsapp_from_that_is_no_phone_number_is_skipped_not_stored(configured, journal) -> None:
+    """A fresh user's report: ``"from": "12345"`` made conversation whatsapp:12345, whose handoff the
+    bots' API refuses (``must be whatsapp:<wa_id>``): the bot asked every minute and never answered."""
+    import json
+
+    body = json.loads(fixture_path("whatsapp", "raw", "01_text.json").read_text())
+    value = body["entry"][0]["changes"][0]["value"]
+    value["messages"][0]["from"] = "12345"
+    for contact in value.get("contacts", []):
+        contact["wa_id"] = "12345"
+    raw = json.dumps(body).encode()
+    accepted = services.webhook_whatsapp_accept(
+        "tienda", read_body=lambda: raw, signature=signature(raw, configured.app_secret)
+    )
+    assert (len(accepted.events), accepted.skipped) == (0, 1)
+    [record] = journal.list(tenant="tienda", limit=10)  # journaled, as every accepted body: with no event
+    assert record.payload["events"] == []

@@ -67,15 +67,20 @@ def test_a_message_the_inbox_cannot_store_is_skipped_and_the_rest_of_the_body_is
     assert all(selectors.message_get(shop.tenant, m) is not None for m in others)
 
 
-def test_a_sender_that_is_no_phone_number_is_stored(shop):  # noqa: F811
-    """A ``from`` of letters fits an id: stored (the search index had crashed on it)."""
-    body, _ = batch_with(**{"from": "abc"})
+@pytest.mark.parametrize("sender", ["abc", "12345"])
+def test_a_sender_that_is_no_phone_number_is_skipped_and_the_rest_of_the_body_stored(shop, sender):  # noqa: F811
+    """A ``from`` no phone number has is skipped: the bots' handoff and ledger could never name its chat.
+
+    (``abc`` had crashed the search index; stored since, the fresh-user trial found ``whatsapp:12345``
+    listed in the inbox and its bot's handoff read refused every minute.)
+    """
+    body, others = batch_with(**{"from": sender})
     status, answer = post_signed(shop, body)
-    assert (status, answer) == (200, {"received": 3, "event_id": answer["event_id"]})
+    assert (status, answer["received"], answer["skipped"]) == (200, 2, 1)
     drain()
     assert default_journal().counts(shop.tenant) == {("done", "inbound"): 1}
-    conv = default_store().conversation_by_chat(shop.tenant, "whatsapp:abc", channel_name="main")
-    assert conv is not None and conv.message_count == 1
+    assert default_store().conversation_by_chat(shop.tenant, f"whatsapp:{sender}", channel_name="main") is None
+    assert all(selectors.message_get(shop.tenant, m) is not None for m in others)
 
 
 def test_a_quote_id_the_inbox_cannot_store_drops_the_quote_not_the_message(shop):  # noqa: F811
