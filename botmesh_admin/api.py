@@ -23,7 +23,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import APIKeyCookie, HttpBearer
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from botmesh_admin.errors import (
     DomainError,
@@ -330,6 +330,15 @@ class BodyIn(Schema):
     with nothing of it done). Every write schema of the apps derives from it (inbox has its own, the same)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_version_name(cls, data: Any) -> Any:
+        """A body with both ``expected_version`` and ``expected_revision`` (0.1's name) uses the first (README)."""
+        if isinstance(data, dict) and "expected_revision" in data and "expected_version" in data:
+            if "expected_version" in cls.model_fields:
+                return {k: v for k, v in data.items() if k != "expected_revision"}
+        return data
 
 
 class CursorParams(Schema):

@@ -138,3 +138,11 @@ def test_a_stale_expected_version_is_409_and_the_old_name_expected_revision_stil
     again = client.post(_url(world, "/acme.order-status/disable"), {"expected_version": fresh.json()["revision"]},
                         content_type="application/json", **world.admin)  # fmt: skip
     assert again.status_code == 200, again.content
+    # Both names (README: the body uses expected_version): a stale expected_revision does not count.
+    current = again.json()["revision"]
+    both = client.post(_url(world, "/acme.order-status/disable"), {"expected_version": current,
+                       "expected_revision": current + 7}, content_type="application/json", **world.admin)  # fmt: skip
+    assert both.status_code == 200, both.content
+    stale = client.post(_url(world, "/acme.order-status/disable"), {"expected_version": current + 5,
+                        "expected_revision": current}, content_type="application/json", **world.admin)  # fmt: skip
+    assert stale.status_code == 409, stale.content
