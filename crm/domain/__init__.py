@@ -342,7 +342,11 @@ def validate_attributes(attributes: object, field: str = "contact.attributes") -
 def normalize_identities(
     identities: object, default_region: str, field: str = "contact.identities"
 ) -> tuple[Identity, ...]:
-    """Return the identities normalised, without duplicates, in the given order."""
+    """Return the identities normalised, without duplicates, in the given order.
+
+    Each is an ``Identity`` or an object of exactly ``channel`` and ``address``; raise
+    ``ValidationError`` naming the first bad part (``contact.identities[0].verified``).
+    """
     if isinstance(identities, (str, bytes)) or not isinstance(identities, Iterable):
         raise BadType(field, "must be a list of {channel, address}")
     out: list[Identity] = []
@@ -354,6 +358,9 @@ def normalize_identities(
             channel, address = item.channel, item.address
         elif isinstance(item, Mapping):
             channel, address = item.get("channel"), item.get("address")
+            extra = next((k for k in item if k not in ("channel", "address")), None)
+            if extra is not None:  # a typo or a field identities do not have is never dropped silently
+                raise ValidationError(f"{path}.{extra}", "is not a field of an identity: only channel and address")
         else:
             raise BadType(path, "must be an object with channel and address")
         if not isinstance(channel, str):

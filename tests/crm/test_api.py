@@ -91,6 +91,15 @@ def test_create_get_and_find_a_contact_by_identity(api: Api) -> None:
     assert dup.json()["contact_id"] == body["id"]
 
 
+def test_a_field_an_identity_does_not_have_is_a_422_naming_it_and_nothing_is_created(api: Api) -> None:
+    """A fresh user's report: ``{"channel", "address", "verified", "bogus"}`` was a 201, two fields dropped."""
+    identity = {"channel": "email", "address": "x1@example.com", "verified": True}
+    r = api.post("contacts", {"identities": [{"channel": "email", "address": "x0@example.com"}, identity]})
+    assert r.status_code == 422 and r.json()["field"].endswith("identities[1].verified"), r.content
+    assert "only channel and address" in r.json()["message"]
+    assert api.get("contacts", identity="email:x0@example.com").json()["items"] == []
+
+
 def test_update_with_stale_version_is_409_with_current_version(api: Api) -> None:
     cid = api.post("contacts", ANA).json()["id"]
     r = api.patch(f"contacts/{cid}", {"expected_version": 1, "add_tags": ["nuevo"], "attributes": {"score": None}})
