@@ -265,18 +265,24 @@ def contact_edit(request: HttpRequest, tenant: str, contact_id: str) -> HttpResp
 @require_POST
 @tenant_page("agent")
 def contact_tags(request: HttpRequest, tenant: str, contact_id: str) -> HttpResponse:
-    """Add or remove one tag (compare-and-set retry, so concurrent edits are kept)."""
+    """Add or remove one tag (compare-and-set retry, so concurrent edits are kept).
+
+    ``action``: ``add`` (the default: the add form sends none) or ``remove``; any other is a 422, nothing changed.
+    """
     tag = request.POST.get("tag", "")
+    action = request.POST.get("action", "add")
     try:
-        if request.POST.get("action") == "remove":
+        if action == "remove":
             services.contact_tags_remove(tenant, contact_id, tags=[tag])
-        else:
+        elif action == "add":
             services.contact_tags_add(tenant, contact_id, tags=[tag])
+        else:
+            raise ValidationError("action", "unknown action: the tag buttons add or remove")
     except ValidationError as exc:
-        if request.POST.get("action") == "remove":
+        if action == "remove":
             messages.error(request, error_text(exc))
         else:  # the tag typed stays in its box, the problem under it
-            refused = form_error(exc, form="tag", fields={"tags[0]": "tag"}, typed=request.POST)
+            refused = form_error(exc, form="tag", fields={"tags[0]": "tag", "action": "tag"}, typed=request.POST)
             return _contact_page(request, tenant, contact_id, form_error=refused, status=refused.status)
     return redirect("crm:contact", tenant=tenant, contact_id=contact_id)
 

@@ -185,6 +185,17 @@ def test_a_refused_tag_or_consent_keeps_what_was_typed_under_its_field(agent: Cl
     )
 
 
+def test_a_tag_action_other_than_add_or_remove_is_refused_and_changes_nothing(agent: Client, tenant: str) -> None:
+    """A fresh user's report: ``action=explode`` added the tag."""
+    c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
+    r = agent.post(f"/t/{tenant}/crm/contacts/{c.id}/tags", {"tag": "x", "action": "explode"})
+    assert r.status_code == 422 and 'id="tag-tag-error" role="alert"' in r.content.decode()
+    assert "Unknown action: the tag buttons add or remove" in r.content.decode()
+    assert selectors.contact_get(tenant, c.id).tags == ()
+    assert agent.post(f"/t/{tenant}/crm/contacts/{c.id}/tags", {"tag": "x"}).status_code == 302  # the add form's
+    assert selectors.contact_get(tenant, c.id).tags == ("x",)
+
+
 def test_a_contact_edit_with_numbers_of_4400_digits_is_refused_under_its_fields(agent: Client, tenant: str) -> None:
     """Found by a new user: a version or a Telegram id of 4,400 digits was a 500 (Python reads no such integer)."""
     c = services.contact_create(tenant, name="Ana", identities=[{"channel": "telegram", "address": "700001005"}])
@@ -192,8 +203,11 @@ def test_a_contact_edit_with_numbers_of_4400_digits_is_refused_under_its_fields(
     r = agent.post(url, {"version": str(c.version), "name": "Ana", "identities": "telegram " + "9" * 4400})
     assert r.status_code == 422
     assert 'field-error">Line 1, address: not a Telegram user id (a positive integer)' in r.content.decode()
-    r = agent.post(url, {"version": "9" * 4400, "name": "Ann", "identities": "telegram 700001005"})
-    assert r.status_code == 422  # the form shows the contact as it is now, its version in the hidden field
+    for bad in ("9" * 4400, "abc", "", "-1"):
+        r = agent.post(url, {"version": bad, "name": "Ann", "identities": "telegram 700001005"})
+        assert r.status_code == 422  # the form shows the contact as it is now, its version in the hidden field
+        # and says why (a fresh user's report: a 422 with no error anywhere on the page)
+        assert 'id="edit-version-error" role="alert" data-testid="field-error">Reload the page' in r.content.decode()
     stored = selectors.contact_get(tenant, c.id)
     assert (stored.version, stored.name) == (c.version, "Ana")
 
