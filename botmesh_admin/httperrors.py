@@ -138,10 +138,19 @@ probes ask by IP (``Host: 127.0.0.1:8000``), which ``ALLOWED_HOSTS`` (the public
 
 def _probe(request: HttpRequest) -> HttpResponse:
     """Serve a probe path through its view (its own rules kept: ``/metrics``' bearer token, GET only)
-    before any middleware asks ``request.get_host()``; they read no session, user or form."""
+    before any middleware asks ``request.get_host()``; they read no session, user or form.
+
+    A method the probe lacks is the JSON 405 (``Allow`` kept), as ``/healthz`` and ``/readyz`` answer JSON:
+    ``require_GET``'s own answer is blank ``text/html``.
+    """
     from django.urls import resolve
 
-    return resolve(request.path_info).func(request)  # type: ignore[no-any-return]
+    response: HttpResponse = resolve(request.path_info).func(request)
+    if response.status_code == 405 and not response.content:
+        replacement = JsonResponse(error_body(405), status=405)
+        replacement["Allow"] = response["Allow"]
+        return replacement
+    return response
 
 
 def _disallowed_host_page(request: HttpRequest) -> HttpResponse:

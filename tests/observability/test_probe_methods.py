@@ -6,6 +6,7 @@ Regression (session 7 review): a POST (or PUT, DELETE) to a probe was answered a
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 
@@ -29,5 +30,7 @@ def test_a_probe_answers_get_and_head_and_refuses_other_methods_with_405_and_all
     status, _, body = _call(live_server.url + path, "HEAD")
     assert status in (200, 503) and body == b""
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        status, allow, _ = _call(live_server.url + path, method)
+        status, allow, body = _call(live_server.url + path, method)
         assert (status, allow) == (405, "GET, HEAD"), method
+        # JSON as the probe's own answers (a fresh user's report: a blank text/html body)
+        assert json.loads(body)["error"] == "method_not_allowed", method
