@@ -63,6 +63,22 @@ def refuse_lone_surrogate(value: str, field: str) -> None:
         )
 
 
+def display_name(value: str | None, *, max_len: int = 200) -> str | None:
+    """Return a name a provider sent (a WhatsApp profile name, a Telegram first name) as the admin shows it.
+
+    Control characters (``CONTROL_RE``, tab and line feed too) and the format characters
+    that disguise text (``SPOOFING_RE``: bidi overrides, zero-width space…) are removed,
+    runs of white space become one space, and the result is cut to ``max_len``
+    characters; ``None`` if nothing is left. A customer's name is their data, so it is
+    cleaned, not refused: the message is still stored, and the inbox and the CRM (whose
+    ``validate_name`` refuses those characters) get the same name.
+    """
+    if value is None:
+        return None
+    cleaned = " ".join(SPOOFING_RE.sub("", re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", value)).split())
+    return cleaned[:max_len].rstrip() or None
+
+
 def _refuse_spoofing(value: str, field: str) -> None:
     named = spoofing_character(value)
     if named:

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from botmesh_admin.errors import ValidationError
+from botmesh_admin.validation import display_name
 
 from .credentials import secret_matches
 from .domain import (
@@ -90,8 +91,9 @@ def chat_key(chat: dict[str, Any], user: dict[str, Any] | None) -> str | None:
 
 
 def _name(user: dict[str, Any]) -> str | None:
+    """Return the user's name as the admin shows it (``validation.display_name``), else the username."""
     full = " ".join(p for p in (_str(user.get("first_name")), _str(user.get("last_name"))) if p)
-    return full or _str(user.get("username"))
+    return display_name(full) or display_name(_str(user.get("username")))
 
 
 def parse_update(

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from botmesh_admin.errors import ValidationError
+from botmesh_admin.validation import display_name
 
 from .domain import (
     STATUSES,
@@ -147,7 +148,8 @@ def parse_webhook(
             contact = _dict(contact)
             wa_id = _str(contact.get("wa_id"))
             if wa_id:
-                names[wa_id] = _str(_dict(contact.get("profile")).get("name"))
+                # as the admin shows it: no control or bidi characters (validation.display_name)
+                names[wa_id] = display_name(_str(_dict(contact.get("profile")).get("name")))
         for k, message in enumerate(_list(value.get("messages"))):
             parsed = _message(_dict(message), names, f"{path}.messages[{k}]", channel_name)
             if parsed is not None:

@@ -134,3 +134,13 @@ def test_a_date_that_is_not_unix_seconds_is_refused_naming_it(name, path, date) 
     with pytest.raises(ValidationError) as info:
         telegram.parse_update(update)
     assert info.value.field == ".".join(path)
+
+
+def test_a_first_name_of_bidi_and_control_characters_only_falls_back_to_the_username() -> None:
+    update = json.loads(json.dumps(telegram_updates()["01_start.json"]))
+    update["message"]["from"].update({"first_name": "\u202eRLO\u0007", "last_name": "\u200b"})
+    [msg] = telegram.parse_update(update, now_ms=1764489700000)
+    assert msg.sender_name == "RLO"
+    update["message"]["from"].update({"first_name": "\u202e", "last_name": None, "username": "sofi_d"})
+    [msg] = telegram.parse_update(update, now_ms=1764489700000)
+    assert msg.sender_name == "sofi_d"

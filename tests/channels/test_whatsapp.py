@@ -209,3 +209,16 @@ def test_a_status_time_that_is_not_unix_seconds_is_refused_naming_it() -> None:
     with pytest.raises(ValidationError) as info:
         whatsapp.parse_webhook(body)
     assert info.value.field == "entry[0].changes[0].value.statuses[0].timestamp"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("Evil\u202eName", "EvilName"), ("Ctl\x07Name", "Ctl Name"), ("Zero\u200bWidth", "ZeroWidth"), ("\u202e", None),
+     ("محمد", "محمد"), ("👩\u200d💻 Ana", "👩\u200d💻 Ana")],
+)  # fmt: skip
+def test_a_profile_name_loses_control_and_bidi_characters_and_nothing_else(name: str, shown: str | None) -> None:
+    """A fresh user's report: ``Evil\\u202eName`` was shown raw in the inbox while the CRM dropped it."""
+    body = json.loads(json.dumps(whatsapp_bodies()["01_text.json"]))
+    body["entry"][0]["changes"][0]["value"]["contacts"][0]["profile"]["name"] = name
+    [msg] = whatsapp.parse_webhook(body)
+    assert msg.sender_name == shown
