@@ -103,6 +103,7 @@ class ErasureOut(Schema):
     attributes: int
     consent_records: int
     suppressed_channels: list[str] = Field(..., description="channels kept as hashed suppression entries")
+    conversations: int = Field(0, description="inbox conversations linked to the contact, erased with it")
 
 
 class RowReportOut(Schema):
@@ -435,7 +436,7 @@ def consent_set(request: HttpRequest, tenant: str, contact_id: str, body: Consen
 @router.delete("contacts/{contact_id}", response={200: ErasureOut, **ERRORS})
 @requires("admin")
 def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> dict[str, Any]:
-    """Erase a contact (admins): identities, tags, attributes, consent history. Reports what went."""
+    """Erase a contact (admins): identities, tags, attributes, consent history, its conversations. Reports what went."""
     report = services.contact_erase(tenant, contact_id)
     return {
         **report.__dict__,

@@ -321,8 +321,8 @@ def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpRes
             question=f"Erase the contact {contact.name or contact.id!r} for good?",
             consequences=[
                 "Right to erasure: its identities, tags, attributes and consent history are deleted and cannot be"
-                " brought back. A denied consent survives only as a hashed suppression entry, so the person is"
-                " never messaged again by mistake."
+                " brought back, and so are its inbox conversations (messages, notes). A denied consent survives"
+                " only as a hashed suppression entry, so the person is never messaged again by mistake."
             ],
             button="Erase the contact",
             cancel_url=reverse("crm:contact", kwargs={"tenant": tenant, "contact_id": contact_id}),
@@ -336,7 +336,8 @@ def contact_erase(request: HttpRequest, tenant: str, contact_id: str) -> HttpRes
     messages.success(
         request,
         f"Contact {report.contact_id} erased: {report.identities} identities, {report.tags} tags, "
-        f"{report.attributes} attributes, {report.consent_records} consent records{kept}.",
+        f"{report.attributes} attributes, {report.consent_records} consent records, "
+        f"{report.conversations} conversation{'' if report.conversations == 1 else 's'}{kept}.",
     )
     return confirmation.done(request, reverse("crm:contacts", kwargs={"tenant": tenant}))
 

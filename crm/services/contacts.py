@@ -395,16 +395,54 @@ class ErasureReport:
     attributes: int
     consent_records: int
     suppressed_channels: tuple[str, ...]
+    conversations: int = 0
+    """The inbox conversations linked to the contact, erased with it (their messages, notes, markers)."""
 
 
-def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
-    """Erase a contact: the record, its identities, tags, attributes and consent history.
+ERASE_CONVERSATIONS_PAGE = 50
 
-    A ``denied`` consent survives as suppression entries keyed by the keyed hash
-    of each identity on that channel (``identity_hash``), so re-importing the
-    same phone does not revive marketing consent. Raise ``NotFound``.
+
+def _erase_conversations(tenant: str, contact_id: str) -> int:
+    """Erase every inbox conversation linked to ``contact_id`` (``inbox.services.conversation_erase``).
+
+    Reads the first page of the ``conv_contact`` index again after each page (an erased one leaves
+    it) until it holds none not tried yet; return how many were erased.
+    """
+    from inbox.selectors import conversation_list
+    from inbox.services.conversations import conversation_erase
+
+    erased, tried = 0, set()
+    while True:
+        rows, _ = conversation_list(tenant, agent="system", contact_id=contact_id, limit=ERASE_CONVERSATIONS_PAGE)
+        fresh = [row.conversation.id for row in rows if row.conversation.id not in tried]
+        if not fresh:
+            return erased
+        for conversation_id in fresh:
+            tried.add(conversation_id)
+            try:
+                conversation_erase(tenant, conversation_id)
+            except NotFound:
+                continue  # erased meanwhile (another erasure, a concurrent request)
+            erased += 1
+
+
+def contact_erase(tenant: str, contact_id: str, *, conversations: bool = True) -> ErasureReport:
+    """Erase a contact: the record, its identities, tags, attributes and consent history, and its conversations.
+
+    Right to erasure: the inbox conversations linked to it (their messages, notes
+    and read markers: the person's name, number and words) go first, so an
+    erasure cut short is finished by erasing again while the contact still
+    exists. A ``denied`` consent survives as suppression entries keyed by the
+    keyed hash of each identity on that channel (``identity_hash``), so
+    re-importing the same phone does not revive marketing consent. Raise
+    ``NotFound``. (A chat that writes again later starts a new conversation and
+    contact.) ``conversations=False`` leaves the conversations, unlinked from
+    nothing: what an erasure of a release before this one left.
     """
     store = default_store()
+    if store.contact_get(tenant, contact_id) is None:
+        raise NotFound(f"contact {bounded(str(contact_id), 60)} not found")
+    erased_conversations = _erase_conversations(tenant, contact_id) if conversations else 0
 
     def attempt() -> tuple[Contact, dict[str, dict[str, Any]]]:
         contact = store.contact_get(tenant, contact_id)
@@ -440,6 +478,7 @@ def contact_erase(tenant: str, contact_id: str) -> ErasureReport:
         attributes=len(contact.attributes),
         consent_records=len(contact.consent_history),
         suppressed_channels=tuple(dict.fromkeys(r["channel"] for r in suppressions.values())),
+        conversations=erased_conversations,
     )
 
 

@@ -64,7 +64,7 @@ def test_channel_delete_and_token_revoke_ask_first_with_javascript(page, admin: 
     page.once("dialog", dismiss)
     page.get_by_test_id("erase-contact").click()
     page.wait_for_timeout(300)
-    assert "Erase this contact for good?" in asked[-1]
+    assert "Erase this contact and its conversations for good?" in asked[-1]
     assert crm_selectors.contact_get(tenant, contact.id).name == "Ana"  # dismissed: still there
     page.once("dialog", lambda d: d.accept())
     page.get_by_test_id("erase-contact").click()

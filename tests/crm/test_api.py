@@ -197,6 +197,7 @@ def test_consent_endpoint_and_erasure_report(api: Api) -> None:
         "attributes": 2,
         "consent_records": 2,
         "suppressed_channels": ["whatsapp"],
+        "conversations": 0,  # none linked: a contact created through the API
     }
     assert api.get(f"contacts/{cid}").status_code == 404
     assert api.delete(f"contacts/{cid}").status_code == 404
