@@ -13,6 +13,7 @@ import logging
 from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import NotFound, ValidationError
 from botmesh_admin.kv.cas import CONTENDED_ATTEMPTS, cas_retry
+from botmesh_admin.validation import validate_text
 
 from ..domain import (
     DECISIONS,
@@ -166,6 +167,8 @@ def gate_run_finish(
         raise ValidationError("details", "must be a string")
     if len(details) > MAX_DETAILS:
         raise ValidationError("details", f"longer than {MAX_DETAILS} characters")
+    # audit text: no control character but tab and line feed, no bidi or zero-width disguise (as version notes)
+    validate_text(details, "details", max_len=MAX_DETAILS, blank=True, allowed_controls="\t\n")
 
     def attempt() -> BotVersion:
         current = retained_version(tenant, bot, version)
@@ -227,6 +230,7 @@ def gate_decide(
     reason = reason.strip()
     if len(reason) > MAX_REASON:
         raise ValidationError("reason", f"longer than {MAX_REASON} characters")
+    validate_text(reason, "reason", max_len=MAX_REASON, allowed_controls="\t\n")  # audit text, as version notes
     validate_gate(gate)
     current = retained_version(tenant, bot, version)
     state = _gate_of(current, bot, version, gate)

@@ -138,6 +138,10 @@ def test_an_admin_decides_a_manual_gate_with_a_reason_and_only_such_a_gate(
     assert empty.status_code == 422 and empty.json()["field"] == "reason"
     bad = _post(client, url, {"decision": "maybe", "reason": "x"}, world.admin)
     assert bad.status_code == 422 and bad.json()["field"] == "decision"
+    # audit text (a fresh user's report: a bell, a zero-width space and a bidi override were stored)
+    for disguised in ("no\u0007bell", "zero\u200bwidth", "flip \u202e rlo"):
+        spoofed = _post(client, url, {"decision": "reject", "reason": disguised}, world.admin)
+        assert spoofed.status_code == 422 and spoofed.json()["field"] == "reason", disguised
     runner_gate = _bot(world, f"/versions/{rc['version']}/gates/unit-tests/decision")
     refused = _post(client, runner_gate, {"decision": "approve", "reason": "trust me"}, world.admin)
     assert refused.status_code == 409 and refused.json()["error"] == "gate_not_decidable"
