@@ -329,7 +329,7 @@ class BodyIn(Schema):
     or a field of another action, such as ``scheduled_at`` on a create, is never ignored and answered 2xx
     with nothing of it done). Every write schema of the apps derives from it (inbox has its own, the same)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -73,7 +73,7 @@ class BodyIn(Schema):
     """A request body: a field it does not declare is a 422 naming that field (a typo is
     never ignored and answered 200 with nothing changed)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 NAME_DESCRIPTION = "how the pages name the agent: a username as it is, an API token as token:<name>"

@@ -147,3 +147,13 @@ def test_a_plugin_manifest_name_with_a_bidi_override_is_422_naming_it(api: Api) 
     r = api.post("plugins", json.dumps(manifest), content_type="application/json")
     assert r.status_code == 422, r.content
     assert r.json()["field"] == "manifest.name" and "U+202E RIGHT-TO-LEFT OVERRIDE" in r.json()["message"]
+
+
+@pytest.mark.parametrize("given", [True, "1", 1.0])
+def test_a_number_field_takes_a_json_integer_only_not_a_boolean_or_a_string(api: Api, given: object) -> None:
+    """A fresh user's report: ``"fence": true`` and ``"snoozed_until_ms": true`` were read as 1 (pydantic's lax
+    mode); request bodies are strict, so the 422 names the field and nothing changes."""
+    cid = api.post("contacts", {"name": "Ana", "identities": EMAIL}).json()["id"]
+    r = api.patch(f"contacts/{cid}", {"expected_version": given, "name": "Ann"})
+    assert r.status_code == 422 and r.json()["field"] == "expected_version", r.content
+    assert api.get(f"contacts/{cid}").json()["name"] == "Ana"
