@@ -479,8 +479,9 @@ def segment_preview_rules(
 @router.get("segments/{segment_id}", response={200: SegmentOut, **ERRORS})
 @requires("agent")
 def segment_get(request: HttpRequest, tenant: str, segment_id: str) -> dict[str, Any]:
-    """One segment."""
-    return segment_out(selectors.segment_get(tenant, segment_id))
+    """One segment, with its live count (``count``: what ``/count`` and the segments page say)."""
+    segment = selectors.segment_get(tenant, segment_id)
+    return segment_out(segment, selectors.segment_counts(tenant, [segment])[segment.id])
 
 
 @router.patch("segments/{segment_id}", response={200: SegmentOut, **ERRORS})

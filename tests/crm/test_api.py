@@ -386,6 +386,7 @@ def test_segments_crud_count_and_preview(api: Api) -> None:
     assert r.status_code == 201, r.content
     sid = r.json()["id"]
     assert api.get(f"segments/{sid}/count").json() == {"count": 1}
+    assert api.get(f"segments/{sid}").json()["count"] == 1  # the detail says it too (it said null)
     preview = api.get(f"segments/{sid}/preview", limit=5).json()
     assert preview["count"] == 1 and [c["name"] for c in preview["items"]] == ["P1"]
     unsaved = api.post("segments/preview", {"rules": {"attributes": {"plan": "1"}}}).json()
