@@ -31,6 +31,7 @@ import hashlib
 import re
 import secrets
 import threading
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from typing import Any
@@ -193,14 +194,17 @@ def validate_typed_text(value: object, field: str, *, max_len: int, required: bo
 
     For what agents type (notes, replies). A line break must be a line feed:
     pass form input through ``unify_line_breaks`` first. The refusal names the
-    character (``contains U+202E, a control or bidi override character``); the
+    character (``contains U+202E RIGHT-TO-LEFT OVERRIDE, a control or bidi override character``); the
     kernel family's ``SPOOFING_RE`` refuses a wider set with another message, so
     this check stays local (see ``validate_storable_text``).
     """
     text = validate_storable_text(value, field, max_len=max_len, required=required)
     found = TYPED_TEXT_FORBIDDEN_RE.search(text or "")
     if found:
-        raise ValidationError(field, f"contains U+{ord(found.group()):04X}, a control or bidi override character")
+        # named as the kernel's checks name one (``U+202E RIGHT-TO-LEFT OVERRIDE``); a control has no name
+        name = unicodedata.name(found.group(), "")
+        named = f"U+{ord(found.group()):04X}{' ' + name if name else ''}"
+        raise ValidationError(field, f"contains {named}, a control or bidi override character")
     return text
 
 

@@ -148,7 +148,7 @@ def _refused_as_the_agent_reads_it(page, box: str, form: str, typed: str) -> Non
     page.wait_for_selector(f"{box}[aria-invalid=true]")
     assert page.input_value(box) == typed
     error = page.locator(f"{form} .field-error")
-    assert error.inner_text() == "Contains U+202E, a control or bidi override character."
+    assert error.inner_text() == "Contains U+202E RIGHT-TO-LEFT OVERRIDE, a control or bidi override character."
     assert page.get_attribute(box, "aria-describedby") == error.get_attribute("id")
     text = page.inner_text("main")
     for raw in ("validation_error", "422", "reply.text", "note.text"):
