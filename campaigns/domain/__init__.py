@@ -150,6 +150,19 @@ class Message:
 
 
 TEMPLATE_NAME_RE = re.compile(r"^[a-z0-9_]{1,512}$")
+PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+PLACEHOLDERS = ("name",)
+"""What ``Message.render`` fills in: ``{name}``, the contact's name."""
+
+
+def _placeholders_known(text: str, field: str) -> str:
+    """Return ``text`` if every ``{word}`` in it is one ``Message.render`` fills in, else raise naming ``field``."""
+    for m in PLACEHOLDER_RE.finditer(text):
+        if m.group(1) not in PLACEHOLDERS:
+            raise ValidationError(field, f"{{{m.group(1)}}} is filled in by nothing: only {{name}} is")
+    return text
+
+
 LANGUAGE_RE = re.compile(r"^[a-z]{2,3}(_[A-Z]{2})?$")
 
 
@@ -187,7 +200,12 @@ def message_from_input(data: object, channel: str, field: str = "campaign.messag
             raise BadType(f"{field}.parameters", "must be a list of strings")
         if len(raw) > MAX_PARAMETERS:
             raise ValidationError(f"{field}.parameters", f"more than {MAX_PARAMETERS} parameters")
-        params = tuple(_text(p, f"{field}.parameters[{i}]", MAX_PARAMETER, required=True) for i, p in enumerate(raw))
+        params = tuple(
+            _placeholders_known(
+                _text(p, f"{field}.parameters[{i}]", MAX_PARAMETER, required=True), f"{field}.parameters[{i}]"
+            )
+            for i, p in enumerate(raw)
+        )
         return Message(template=template, language=language, parameters=params)
     if template is not None:
         raise ValidationError(f"{field}.template", f"{channel} has no message templates; send a text")
@@ -195,7 +213,7 @@ def message_from_input(data: object, channel: str, field: str = "campaign.messag
         raise ValidationError(f"{field}.parameters", "parameters belong to a WhatsApp template")
     if text is None:
         raise ValidationError(f"{field}.text", "must not be empty")
-    return Message(text=_text(text, f"{field}.text", MAX_TEXT, required=True))
+    return Message(text=_placeholders_known(_text(text, f"{field}.text", MAX_TEXT, required=True), f"{field}.text"))
 
 
 # --------------------------------------------------------------------------- campaign
@@ -355,12 +373,20 @@ def validate_rate(value: object, field: str = "campaign.rate_per_s") -> float | 
     return float(value)
 
 
-def validate_contact_ids(value: object, field: str = "campaign.contact_ids") -> tuple[str, ...] | None:
-    """Return the listed contact ids in the given order (duplicates kept: the planner counts them)."""
+def validate_contact_ids(
+    value: object, field: str = "campaign.contact_ids", *, given: bool = False
+) -> tuple[str, ...] | None:
+    """Return the listed contact ids in the given order (duplicates kept: the planner counts them).
+
+    ``given``: a list a client sends (create, update, preview) must name a contact: an empty one would
+    make a campaign that sends nothing (leave the field out to send to the whole segment).
+    """
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise BadType(field, "must be a list of contact ids")
+    if given and not value:
+        raise ValidationError(field, "names no contact: leave it out to send to everyone the segment holds")
     if len(value) > MAX_CONTACT_IDS:
         raise ValidationError(field, f"more than {MAX_CONTACT_IDS} contacts")
     for i, item in enumerate(value):

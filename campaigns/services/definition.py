@@ -121,7 +121,7 @@ def campaign_create(
         channel=channel,
         message=message_from_input(message, channel),
         channel_name=_validate_sending_channel(tenant, channel, validate_channel_name(channel_name)),
-        contact_ids=validate_contact_ids(contact_ids),
+        contact_ids=validate_contact_ids(contact_ids, given=True),
         rate_per_s=validate_rate(rate_per_s),
         created_by=str(actor)[:150],
         created_at=at,
@@ -162,7 +162,7 @@ def campaign_update(
     wanted_name = validate_channel_name(channel_name) if channel_name is not UNSET else current.channel_name
     changes["channel_name"] = _validate_sending_channel(tenant, new_channel, wanted_name)
     if contact_ids is not UNSET:
-        changes["contact_ids"] = validate_contact_ids(contact_ids)
+        changes["contact_ids"] = validate_contact_ids(contact_ids, given=True)
     if rate_per_s is not UNSET:
         changes["rate_per_s"] = validate_rate(rate_per_s)
     if current.version != expected_version:

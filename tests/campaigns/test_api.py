@@ -147,6 +147,10 @@ def test_bad_input_is_422_naming_the_field(admin: Api, tenant: str) -> None:
         ({"rate_per_s": 0}, "campaign.rate_per_s"),
         ({"contact_ids": ["c_1"]}, "campaign.contact_ids[0]"),
         ({"channel": "telegram", "channel_name": None, "message": {"template": "x"}}, "campaign.message.template"),
+        # a fresh user's report: "{unknown}" was sent as it is to every recipient, and [] made an empty campaign
+        ({"message": {"template": "promo_nov", "parameters": ["{name}", "{x}"]}}, "campaign.message.parameters[1]"),
+        ({"channel": "telegram", "channel_name": None, "message": {"text": "Hola {nombre}"}}, "campaign.message.text"),
+        ({"contact_ids": []}, "campaign.contact_ids"),
     ]
     for change, field in cases:
         body = {
