@@ -181,5 +181,5 @@ def test_django_and_runserver_lines_go_through_the_filtered_root_handler() -> No
     for name in ("django", "django.request", "django.server"):
         logger = logging.getLogger(name)
         assert logger.handlers == [] and logger.propagate, name
-    # (pytest adds capture handlers of its own to the root: the settings' console handler is filtered)
-    assert any(any(isinstance(f, IdFilter) for f in h.filters) for h in logging.getLogger().handlers)
+    # That install() filters the root's handlers is test_install_puts_the_filters_on_every_root_handler_once's:
+    # which handlers the root holds here depends on the tests before (pytest's capture, a Celery worker's setup).
