@@ -340,9 +340,19 @@ class HandoffStateOut(Schema):
     handed_off: bool
     conversation_id: str | None
     taken_by: str | None
+    taken_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     taken_at_ms: int | None
     released_by: str | None
+    released_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     released_at_ms: int | None
+
+    @staticmethod
+    def resolve_taken_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj.get("taken_by"))
+
+    @staticmethod
+    def resolve_released_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
+        return _name_in(context, obj.get("released_by"))
 
 
 def conversation_out(c: Conversation, unread: int) -> dict[str, Any]:

@@ -57,6 +57,8 @@ def test_the_api_names_a_token_author_as_the_pages_do_next_to_the_agent_id(api, 
     assert status == 201 and note["author"].startswith("token-") and note["author_name"] == "token:bot"
     status, conv = api.call("post", f"conversations/{cid}/handoff", {"active": True}, token=api.agent_token)
     assert status == 200 and conv["handoff"]["taken_by_name"] == "token:bot"
+    status, state = api.call("get", f"handoff/{conversation['chat_key']}")  # what a bot asks
+    assert (status, state["handed_off"], state["taken_by_name"]) == (200, True, "token:bot")
     assert conv["handoff"]["released_by_name"] is None and conv["assignee_name"] is None
     status, conv = api.call("post", f"conversations/{cid}/handoff", {"active": False})  # the admin token
     status, notes = api.call("get", f"conversations/{cid}/notes")
