@@ -436,8 +436,8 @@ def contact_erase(tenant: str, contact_id: str, *, conversations: bool = True) -
     keyed hash of each identity on that channel (``identity_hash``), so
     re-importing the same phone does not revive marketing consent. Raise
     ``NotFound``. (A chat that writes again later starts a new conversation and
-    contact.) ``conversations=False`` leaves the conversations, unlinked from
-    nothing: what an erasure of a release before this one left.
+    contact.) ``conversations=False`` keeps them, linked to a contact that no
+    longer exists: the state an erasure of an earlier release left.
     """
     store = default_store()
     if store.contact_get(tenant, contact_id) is None:
