@@ -210,7 +210,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The id and secret filters are declared here, not only added by logs.install() from ready():
+    # runserver loads wsgi.py, whose django.setup() configures logging again after the apps are
+    # ready, and its new handler printed django-ninja's "Unexpected auth - 'Basic …'" in clear.
+    "filters": {
+        "ids": {"()": "botmesh_admin.observability.logs.IdFilter"},
+        "secrets": {"()": "botmesh_admin.observability.logs.RedactFilter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["ids", "secrets"]}},
     "root": {"handlers": ["console"], "level": "INFO"},
     # Every line goes through the root's handler, which install() gives the id and secret filters:
     # Django's defaults give "django" a console handler of its own (with DEBUG) and "django.server"

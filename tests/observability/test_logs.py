@@ -183,3 +183,29 @@ def test_django_and_runserver_lines_go_through_the_filtered_root_handler() -> No
         assert logger.handlers == [] and logger.propagate, name
     # That install() filters the root's handlers is test_install_puts_the_filters_on_every_root_handler_once's:
     # which handlers the root holds here depends on the tests before (pytest's capture, a Celery worker's setup).
+
+
+def test_credentials_stay_masked_after_the_wsgi_module_configures_logging_again(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A fresh user's report: runserver (``./dev run``) logged ``Unexpected auth - 'Basic YWRt…'`` (django-ninja,
+    for an Authorization header that is no Bearer) in clear. runserver imports ``wsgi.py``, whose
+    ``django.setup()`` configures logging again after ``ready()`` had filtered the handlers."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import django, logging; django.setup()\n"
+        "from botmesh_admin.wsgi import application\n"  # configures logging a second time, as runserver does
+        "from django.test import Client\n"
+        "Client().get('/api/v1/tenants/tienda/whoami', HTTP_AUTHORIZATION='Basic YWRtaW46Ym90bWVzaC1kZW1v')\n"
+        "Client().get('/api/v1/tenants/tienda/whoami', HTTP_AUTHORIZATION='bm_990a5588804b_OjgY-V9pf2yLX6xlg6Ob')\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "botmesh_admin.settings", "BOTMESH_DATA_DIR": str(tmp_path)}
+    env.pop("BOTMESH_LOG_IDS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "Unexpected auth - 'Basic ***'" in done.stderr, done.stderr[-2000:]
+    assert "YWRtaW46" not in done.stderr and "OjgY-V9pf2yLX6xlg6Ob" not in done.stderr
