@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Schema, Status
 
-from botmesh_admin.api import ErrorOut, one_of, requires
+from botmesh_admin.api import BodyIn, ErrorOut, one_of, requires
 
 from . import selectors, services
 from .domain import CHANNEL_KINDS, Channel
@@ -17,7 +17,7 @@ from .domain import CHANNEL_KINDS, Channel
 router = Router(tags=["channels"])
 
 
-class ChannelIn(Schema):
+class ChannelIn(BodyIn):
     """Create or update a channel. Omitted (or empty) secrets keep their stored value."""
 
     kind: str = one_of(CHANNEL_KINDS)

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from botmesh_admin.api import ErrorOut, one_of, principal, requires
+from botmesh_admin.api import BodyIn, ErrorOut, one_of, principal, requires
 from botmesh_admin.errors import ValidationError
 
 from . import selectors, services
@@ -21,7 +21,7 @@ class WhoAmIOut(Schema):
     actor: str
 
 
-class TokenIn(Schema):
+class TokenIn(BodyIn):
     name: str
     role: str = one_of(("admin", "agent", "bot"), "admin")
     bot: str | None = Field(None, description="role bot: the one bot id the token acts as (default: name)")
@@ -51,7 +51,7 @@ def whoami(request: HttpRequest, tenant: str) -> WhoAmIOut:
     return WhoAmIOut(tenant=p.tenant, role=p.role, actor=p.actor)
 
 
-class TenantEraseIn(Schema):
+class TenantEraseIn(BodyIn):
     confirm: str
 
 

@@ -69,6 +69,11 @@ def test_bad_input_is_422_naming_the_field(world, client: Client) -> None:
     )
     assert resp.status_code == 422
     assert resp.json()["field"] == "name"
+    # a field the body does not declare (a fresh user's report: created the token) and a number for the name
+    for body, field in (({"name": "x", "role": "admin", "extra": 1}, "extra"), ({"name": 123}, "name")):
+        resp = client.post("/api/v1/tenants/acme/tokens", body, content_type="application/json",
+                           **bearer(world.acme_token))  # fmt: skip
+        assert (resp.status_code, resp.json()["field"]) == (422, field), resp.content
     assert ApiToken.objects.filter(tenant_id="acme").count() == 2
 
 
