@@ -20,7 +20,7 @@ from botmesh_admin.formerrors import error_text, form_error
 from botmesh_admin.tenancy.decorators import page_principal, tenant_page
 
 from . import selectors, services
-from .domain import MAX_REASON, validate_bot
+from .domain import MAX_REASON, ActivePointer, BotVersion, validate_bot
 
 PAGE = 50
 ACTIONS = ("activate", "rollback")
@@ -108,11 +108,15 @@ def gate_decide(request: HttpRequest, tenant: str, bot: str, version: str, gate:
 
 
 def _revision(request: HttpRequest) -> int | None:
-    raw = request.POST.get("expected_revision", "")
-    try:
-        return int(raw) if raw else None
-    except ValueError:
-        raise ValidationError("expected_revision", "not a number") from None
+    """Return the active pointer's revision the confirm form showed (``expected_version``, the API's name;
+    ``expected_revision`` from a page opened before the rename), ``None`` if it sent none."""
+    name = "expected_version" if "expected_version" in request.POST else "expected_revision"
+    raw = request.POST.get(name, "")
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise ValidationError(name, "not a revision number")
+    return int(raw)
 
 
 @tenant_page("agent")
@@ -147,8 +151,24 @@ def confirm(request: HttpRequest, tenant: str, bot: str, action: str, version: s
         except DomainError as exc:
             if exc.status == 404:
                 raise
-            messages.error(request, error_text(exc))
+            # The question again, as it stands now, with why it was refused (409: someone changed the
+            # active deployment meanwhile), never a redirect that answers 200.
+            active = selectors.deployment_active(tenant, bot)
+            return _confirm_page(request, tenant, bot, action, target, active, refused=exc)
         return redirect("deployments:bot", tenant=tenant, bot=bot)
+    return _confirm_page(request, tenant, bot, action, target, active)
+
+
+def _confirm_page(
+    request: HttpRequest,
+    tenant: str,
+    bot: str,
+    action: str,
+    target: BotVersion,
+    active: ActivePointer | None,
+    refused: DomainError | None = None,
+) -> HttpResponse:
+    """Render the activate / roll back question (``refused``: the error of the last try, its status)."""
     return render(
         request,
         "deployments/confirm.html",
@@ -160,7 +180,10 @@ def confirm(request: HttpRequest, tenant: str, bot: str, action: str, version: s
             "active": active,
             "revision": active.revision if active else 0,
             "can_write": page_principal(request).can("admin"),
+            "refused": refused,
+            "refused_text": error_text(refused) if refused is not None else "",
         },
+        status=refused.status if refused is not None else 200,
     )
 
 

@@ -71,6 +71,18 @@ def test_a_stale_confirmation_is_a_conflict(client: Client, world: World, versio
     )
     assert "changed" in resp.content.decode()
     assert selectors.deployment_active(world.a, BOT).version == "1.2.0"
+    # The page's own field is expected_version now: a stale one is the question again, 409, nothing done
+    # (a fresh user's report: a redirect answering 200, and expected_version ignored, 1.0.0 activated)
+    url = f"/t/{world.a}/deployments/{BOT}/confirm/rollback/1.1.0"
+    assert 'name="expected_version"' in client.get(url).content.decode()
+    resp = client.post(url, {"expected_version": 0})
+    html = resp.content.decode()
+    assert resp.status_code == 409 and "Someone changed this meanwhile." in html and 'data-testid="confirm"' in html
+    assert selectors.deployment_active(world.a, BOT).version == "1.2.0"
+    revision = selectors.deployment_active(world.a, BOT).revision
+    assert f'name="expected_version" value="{revision}"' in html  # confirming again goes ahead
+    assert client.post(url, {"expected_version": revision}).status_code == 302
+    assert selectors.deployment_active(world.a, BOT).version == "1.1.0"
 
 
 def test_agents_see_but_cannot_switch(client: Client, world: World, versions) -> None:
