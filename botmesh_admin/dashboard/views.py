@@ -74,13 +74,17 @@ def _bot_context(bot: selectors.BotReplicas, default_lease_ms: int) -> dict[str,
 
 
 def _bot_filter(value: str | None) -> str | None:
-    """Return the Replicas page's ``?bot=`` filter, or raise ``BadRequest`` (400) naming it, as the other lists do."""
-    from deployments.domain import validate_bot
+    """Return the Replicas page's ``?bot=`` filter, or raise ``BadRequest`` (400) naming it, as the other lists do.
+
+    A bot id is what the replicas API and the metrics page take (``validate_bot_id``: any Unicode text of
+    1-63 characters); the deployments registry's slug rule refused ids the page itself listed.
+    """
+    from botmesh_admin.observability.domain import validate_bot_id
 
     if value is None:
         return None
     try:
-        return validate_bot(value)
+        return validate_bot_id(value)
     except ValidationError as exc:
         raise BadRequest(f"{exc.message} (remove it from the address to see every bot)", field="bot") from None
 

@@ -91,6 +91,16 @@ def test_the_fragment_polls_itself_and_keeps_the_bot_filter(bots: BotHubs) -> No
     assert 'data-bot="tienda-bot"' in fragment and 'data-bot="quiet-bot"' not in fragment
 
 
+def test_the_bot_filter_takes_every_bot_id_the_api_takes(bots: BotHubs) -> None:
+    """A fresh user's report: ``?bot=Tienda%20Bot`` was a 400 (the registry's slug rule) while the page listed it."""
+    spaced = bots.replica("tienda", "Tienda Bot é", "r-1")
+    spaced._beat()
+    response = client_for("bob").get("/t/tienda/replicas/", {"bot": "Tienda Bot é"})
+    assert response.status_code == 200 and 'data-bot-replica="r-1"' in response.content.decode()
+    too_long = client_for("bob").get("/t/tienda/replicas/", {"bot": "b" * 64})
+    assert too_long.status_code == 400 and "remove it from the address" in too_long.content.decode()
+
+
 def test_a_tenant_without_bots_says_how_one_appears(bots: BotHubs) -> None:
     html = client_for("eve").get("/t/otra/replicas/").content.decode()
     assert 'data-testid="no-bots"' in html and "pushes metrics" in html
@@ -214,10 +224,15 @@ def test_a_tenant_never_sees_another_tenants_bot_of_the_same_id(bots: BotHubs) -
 def test_a_bad_bot_id_is_refused_naming_the_field(bots: BotHubs) -> None:
     response = _api("tienda").get(f"/api/v1/tenants/tienda/bots/{'x' * 64}/replicas")
     assert response.status_code == 422 and response.json()["field"] == "bot"
-    # The page's filter is a 400 page naming it, as the other lists' (a new user found a NUL showed every bot).
-    for bad in ("x" * 64, "x" * 5000, "\x00", "tienda bot"):
+    # The page's filter is a 400 page naming it, as the other lists' — for what the API refuses too: a bot id
+    # is any text of 1-63 characters (validate_bot_id), so a NUL is one, and it shows no other bot (a new user
+    # had found that a NUL showed every bot).
+    for bad in ("x" * 64, "x" * 5000):
         page = client_for("bob").get("/t/tienda/replicas/", {"bot": bad})
         assert page.status_code == 400 and "remove it from the address to see every bot" in page.content.decode(), bad
+    _three_replicas(bots)
+    page = client_for("bob").get("/t/tienda/replicas/", {"bot": "\x00"})
+    assert page.status_code == 200 and 'data-bot="tienda-bot"' not in page.content.decode()
 
 
 def test_an_unreachable_coordinator_is_said_on_the_page_and_in_the_api(web) -> None:  # type: ignore[no-untyped-def]
