@@ -138,6 +138,11 @@ def event_replay(request: HttpRequest, tenant: str, event_id: str) -> HttpRespon
             )
         record = services.event_replay(tenant, event_id=event_id, actor=actor)
     except DomainError as exc:
+        if exc.status == 404 or getattr(exc, "field", None) == "event_id":
+            # An event this tenant has not (another tenant's, a mistyped id) is the 404 page, as its
+            # detail address is (tenant_page words a bad id so): a redirect to the list with a flash
+            # answered 200 and named nothing.
+            raise
         if htmx:
             return render_error(request, exc)
         messages.error(request, error_text(exc))

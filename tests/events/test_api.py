@@ -290,6 +290,13 @@ def test_replay_button_without_and_with_htmx(world: World, client: Client) -> No
     assert f"Event {b.id} replayed" in fragment and "<html" not in fragment
     again = client.post(f"/t/acme/journal/{b.id}/replay", HTTP_HX_REQUEST="true")
     assert again.status_code == 409
+    # Another tenant's event or a mistyped id: the 404 page, as the API says (a fresh user's report: a
+    # redirect to the list that answered 200 with a flash naming nothing); nothing is replayed.
+    [theirs] = publish(1, tenant="globex")
+    for event_id in (theirs.id, "ev_000000000000000000000000"):
+        missing = client.post(f"/t/acme/journal/{event_id}/replay", {"confirm": "yes"})
+        assert missing.status_code == 404 and 'class="error-box" role="alert"' in missing.content.decode(), event_id
+    assert world.journal.get(theirs.id) == theirs
 
 
 def test_event_detail_shows_payload_and_last_error(world: World, client: Client) -> None:
