@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from botmesh_admin.errors import ValidationError
+from botmesh_admin.errors import ValidationError, bounded
 from botmesh_admin.jsonbody import json_load
 from crm.domain import (
     ATTRIBUTE_NAME_RE,
@@ -73,7 +73,10 @@ class RowError:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "field": self.field, "message": self.message}
+        """Return the report's form; ``field`` and ``message`` cut to 200 characters (``bounded``): a column
+        name is the client's text, and a 20,000-character header came back whole in every report."""
+        field = None if self.field is None else bounded(self.field)
+        return {"row": self.row, "field": field, "message": bounded(self.message, 500)}
 
 
 @dataclass

@@ -230,7 +230,7 @@ def contact_import_run(tenant: str, job_id: str, *, claim: Claim | None = None, 
                         merges.append({"row": number, "contact_id": into.id, "name": into.name})
                     notices += [{"row": number, "field": None, "message": n} for n in row_notices]
                 except (ValidationError, Conflict) as exc:
-                    errors.append({"row": number, "field": exc.field, "message": getattr(exc, "problem", exc.message)})
+                    errors.append(csvio.RowError(number, exc.field, getattr(exc, "problem", exc.message)).to_json())
                     counts["failed_rows"] += 1
             counts["processed"] = index + 1
             if counts["processed"] % PROGRESS_EVERY_ROWS == 0:

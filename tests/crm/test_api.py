@@ -347,6 +347,18 @@ def test_import_refuses_an_undecodable_file_with_422_naming_the_encoding(
     assert api.get("contacts/imports").json() == [], "no job was recorded"
 
 
+def test_an_import_report_cuts_a_column_name_the_client_wrote_to_200_characters(api: Api) -> None:
+    """A fresh user's report: a header of a 20,000-character column came back whole in ``errors[0].field``."""
+    long = "x" * 20_000
+    r = api.post("contacts/imports", f"name,email,{long}\nAna,ana@example.com,1\n".encode(), content_type="text/csv")
+    assert r.status_code == 202, r.content
+    job = api.get(f"contacts/imports/{r.json()['id']}").json()
+    reported = [e for e in job["errors"] + job.get("notices", []) if long[:50] in (e.get("field") or "") + e["message"]]
+    assert reported, job
+    for entry in reported:
+        assert len(entry.get("field") or "") <= 200 and len(entry["message"]) <= 500, entry
+
+
 def test_import_reports_a_row_with_more_columns_than_the_header(api: Api) -> None:
     """Issue 24, item 3: "Too Many,...,extra,extra" was imported and its extra values silently dropped."""
     csv = (
