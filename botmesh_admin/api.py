@@ -93,7 +93,10 @@ def _check_role(p: Principal, role: str) -> None:
     if allows(p, role):
         return
     if p.role == "bot":
-        raise PermissionDenied("a bot token may only push its ledger and metrics and read handoffs")
+        raise PermissionDenied(
+            "a bot token may only push its ledger and metrics, read handoffs and its inbound feed, and answer"
+            " through …/bots/{bot}/replies"
+        )
     raise PermissionDenied(f"this action needs the {role} role in tenant {p.tenant!r}")
 
 

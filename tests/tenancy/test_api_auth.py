@@ -128,6 +128,8 @@ def test_bot_token_may_push_but_not_read_conversations(world, client: Client) ->
     assert client.get("/api/v1/tenants/acme/handoff/whatsapp:573001112233", **bearer(bot)).status_code == 200
     resp = client.get("/api/v1/tenants/acme/conversations", **bearer(bot))
     assert resp.status_code == 403 and resp.json()["error"] == "permission_denied"
+    # It says all a bot token may do (it left out the inbound feed and the replies)
+    assert "inbound feed" in resp.json()["message"] and "/bots/{bot}/replies" in resp.json()["message"]
     assert client.get("/api/v1/tenants/acme/contacts", **bearer(bot)).status_code == 403
     record = {
         "id": "m1",
