@@ -24,6 +24,13 @@ def test_a_malformed_id_in_the_path_is_404_not_found(api: Api, path: str) -> Non
     assert r.json()["error"] == "not_found", r.content
 
 
+@pytest.mark.parametrize("token_id", ["abc", "-1", "9" * 40, "999999"])
+def test_revoking_a_token_id_no_token_has_is_404(api: Api, token_id: str) -> None:
+    """A fresh user's report: ``DELETE …/tokens/abc`` was a 422 on ``token_id``."""
+    r = api.delete(f"tokens/{token_id}")
+    assert (r.status_code, r.json()["error"]) == (404, "not_found"), r.content
+
+
 BAD_IDS = [pytest.param("x%00y", id="NUL"), pytest.param("a" * 5000, id="5000 characters")]
 
 

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from botmesh_admin.api import BodyIn, ErrorOut, one_of, principal, requires
-from botmesh_admin.errors import ValidationError
+from botmesh_admin.errors import NotFound, ValidationError, bounded
 
 from . import selectors, services
 
@@ -95,6 +95,8 @@ def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> Status:
 
 @router.delete("tokens/{token_id}", response={200: TokenOut, 403: ErrorOut, 404: ErrorOut})
 @requires("admin")
-def token_revoke(request: HttpRequest, tenant: str, token_id: int) -> TokenOut:
-    """Revoke a token (admins only)."""
-    return TokenOut.from_orm(services.token_revoke(tenant, token_id=token_id))
+def token_revoke(request: HttpRequest, tenant: str, token_id: str) -> TokenOut:
+    """Revoke a token (admins only). An id no token can have (``abc``) is 404, as an id of none is (README)."""
+    if not (token_id.isascii() and token_id.isdigit() and len(token_id) <= 18):
+        raise NotFound(f"token {bounded(token_id, 60)} not found")
+    return TokenOut.from_orm(services.token_revoke(tenant, token_id=int(token_id)))
