@@ -219,8 +219,8 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["ids", "secrets"]}},
     "root": {"handlers": ["console"], "level": "INFO"},
-    # Every line goes through the root's handler, which install() gives the id and secret filters:
-    # Django's defaults give "django" a console handler of its own (with DEBUG) and "django.server"
+    # Every line goes through the root's handler and its id and secret filters (above): Django's
+    # defaults give "django" a console handler of its own (with DEBUG) and "django.server"
     # none with propagate off, so Python's last-resort handler printed runserver's 4xx lines —
     # request paths with raw chat keys — unfiltered, and DEBUG printed django.request's twice.
     "loggers": {

@@ -23,6 +23,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from botmesh_admin.validation import ascii_digits
+
 register = template.Library()
 
 FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -57,8 +59,7 @@ def instant(value: object) -> dt.datetime | None:
     if isinstance(value, dt.datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
     if isinstance(value, str):
-        digits = value.removeprefix("-")
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):  # int() refuses 4,300+ digits
+        if not ascii_digits(value.removeprefix("-")):
             return None
         value = int(value)
     if isinstance(value, int | float):

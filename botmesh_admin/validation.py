@@ -63,6 +63,16 @@ def refuse_lone_surrogate(value: str, field: str) -> None:
         )
 
 
+def ascii_digits(text: str, max_digits: int = 18) -> bool:
+    """Return True if ``text`` is 1..``max_digits`` ASCII digits: what ``int(text)`` may read.
+
+    ``str.isdigit`` alone is True for ``"²"`` (``int`` then fails) and ``"١٢"`` (Arabic-Indic digits),
+    and ``int`` refuses more than 4,300 digits: an id, version or milliseconds from a client or a
+    stored record is read only once this holds. 18 digits fit a signed 64-bit integer.
+    """
+    return text.isascii() and text.isdigit() and len(text) <= max_digits
+
+
 def display_name(value: str | None, *, max_len: int = 200) -> str | None:
     """Return a name a provider sent (a WhatsApp profile name, a Telegram first name) as the admin shows it.
 
@@ -75,7 +85,7 @@ def display_name(value: str | None, *, max_len: int = 200) -> str | None:
     """
     if value is None:
         return None
-    cleaned = " ".join(SPOOFING_RE.sub("", re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", value)).split())
+    cleaned = " ".join(SPOOFING_RE.sub("", _controls_re("").sub(" ", value)).split())
     return cleaned[:max_len].rstrip() or None
 
 

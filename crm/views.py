@@ -22,7 +22,7 @@ from botmesh_admin.errors import Conflict, DomainError, ValidationError
 from botmesh_admin.formerrors import FormError, check_all, error_text, form_error
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.tenancy.decorators import page_principal, render_error, tenant_page
-from botmesh_admin.validation import CONTROL_RE
+from botmesh_admin.validation import CONTROL_RE, ascii_digits
 
 from . import selectors, services, tasks
 from .domain import CHANNELS, CONSENT_STATUSES, normalize_identities, validate_attributes, validate_name
@@ -208,7 +208,7 @@ def _edit_typed(tenant: str, typed: Any) -> tuple[int, list[dict[str, str]], dic
     attributes: dict[str, Any] = {}
 
     def version() -> None:
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 20):  # int() refuses 4,300+ digits
+        if not ascii_digits(raw, max_digits=20):
             raise ValidationError("version", "reload the page: the form lost its version")
 
     checks: list[Any] = [version, lambda: validate_name(typed.get("name", ""))]

@@ -18,6 +18,7 @@ from botmesh_admin.clock import now_ms
 from botmesh_admin.errors import DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import error_text, form_error
 from botmesh_admin.tenancy.decorators import page_principal, tenant_page
+from botmesh_admin.validation import ascii_digits
 
 from . import selectors, services
 from .domain import MAX_REASON, ActivePointer, BotVersion, validate_bot
@@ -114,7 +115,7 @@ def _revision(request: HttpRequest) -> int | None:
     raw = request.POST.get(name, "")
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+    if not ascii_digits(raw):
         raise ValidationError(name, "not a revision number")
     return int(raw)
 

@@ -79,24 +79,29 @@ class BodyIn(Schema):
 NAME_DESCRIPTION = "how the pages name the agent: a username as it is, an API token as token:<name>"
 
 
-class HandoffOut(Schema):
-    """Who took the chat from the bot and when; ``active`` False once given back."""
+class _HandoffNames(Schema):
+    """``taken_by_name`` and ``released_by_name`` of a handoff's ``taken_by`` / ``released_by`` (``_name_in``)."""
 
-    active: bool
-    taken_by: str
-    taken_by_name: str = Field("", description=NAME_DESCRIPTION)
-    taken_at_ms: int
-    released_by: str | None = None
+    taken_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     released_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
-    released_at_ms: int | None = None
 
     @staticmethod
     def resolve_taken_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
-        return _name_in(context, obj["taken_by"])
+        return _name_in(context, obj.get("taken_by"))
 
     @staticmethod
     def resolve_released_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
         return _name_in(context, obj.get("released_by"))
+
+
+class HandoffOut(_HandoffNames):
+    """Who took the chat from the bot and when; ``active`` False once given back."""
+
+    active: bool
+    taken_by: str
+    taken_at_ms: int
+    released_by: str | None = None
+    released_at_ms: int | None = None
 
 
 class ConversationOut(Schema):
@@ -333,26 +338,16 @@ class LedgerOut(Schema):
     duplicates: int
 
 
-class HandoffStateOut(Schema):
+class HandoffStateOut(_HandoffNames):
     """``handed_off`` true: a human holds the chat and the bot must not answer it."""
 
     chat_id: str
     handed_off: bool
     conversation_id: str | None
     taken_by: str | None
-    taken_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     taken_at_ms: int | None
     released_by: str | None
-    released_by_name: str | None = Field(None, description=NAME_DESCRIPTION)
     released_at_ms: int | None
-
-    @staticmethod
-    def resolve_taken_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
-        return _name_in(context, obj.get("taken_by"))
-
-    @staticmethod
-    def resolve_released_by_name(obj: Mapping[str, Any], context: Any) -> str | None:
-        return _name_in(context, obj.get("released_by"))
 
 
 def conversation_out(c: Conversation, unread: int) -> dict[str, Any]:

@@ -347,7 +347,7 @@ def inbound_event_problem(event: Any) -> ValidationError | None:
                 # conversation under any other one could never be answered (a WhatsApp ``from``
                 # no phone number has, ``12345``, was stored and its handoff refused every minute).
                 kind = str(value).partition(":")[0]
-                if kind in ("whatsapp", "telegram"):
+                if kind in CHANNEL_KINDS:
                     validate_chat_id(kind, value, f"event.{name}")
         except ValidationError as exc:
             return exc

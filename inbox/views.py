@@ -27,7 +27,7 @@ from botmesh_admin.channels.domain import CHANNEL_KINDS, send_hint
 from botmesh_admin.errors import BadRequest, Conflict, DomainError, NotFound, ValidationError
 from botmesh_admin.formerrors import form_error
 from botmesh_admin.tenancy.decorators import list_query_checked, page_principal, tenant_page
-from botmesh_admin.validation import validate_text
+from botmesh_admin.validation import ascii_digits, validate_text
 
 from . import selectors, services
 from .domain import CONVERSATION_ID_RE, CONVERSATION_STATUSES, Conversation, ConversationEvent, Message, Note
@@ -404,7 +404,7 @@ def _version(request: HttpRequest) -> int:
     given = request.POST.get("expected_version")
     if not given:
         raise ValidationError("expected_version", "is missing: reload the conversation and try again")
-    if not (given.isascii() and given.isdigit() and len(given) <= 18):
+    if not ascii_digits(given):
         raise ValidationError("expected_version", "must be the conversation's version, a whole number")
     return int(given)
 

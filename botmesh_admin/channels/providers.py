@@ -56,6 +56,7 @@ from typing import Any, Protocol, runtime_checkable
 from botmesh_admin.errors import ValidationError
 from botmesh_admin.jsonbody import json_load
 from botmesh_admin.observability.logs import log_id
+from botmesh_admin.validation import ascii_digits
 
 from .domain import (
     WHATSAPP_RATE_LIMIT_CODES,
@@ -73,11 +74,6 @@ WHATSAPP_API_BASE = "https://graph.facebook.com/v21.0"
 TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRY_AFTER_MS = 1000
-
-
-def _ascii_digits(text: str) -> bool:
-    """Return True for 1..18 ASCII digits: what ``int`` reads as a Telegram id (``"²".isdigit()`` is True too)."""
-    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 @runtime_checkable
@@ -405,12 +401,12 @@ class TelegramProvider(_HttpProvider):
         """Return the ``sendMessage`` JSON body for ``message``."""
         address = address_of(message.chat_key, self.kind)
         body: dict[str, Any] = {
-            "chat_id": int(address) if _ascii_digits(address.removeprefix("-")) else address,
+            "chat_id": int(address) if ascii_digits(address.removeprefix("-")) else address,
             "text": message.text,
         }
         if message.reply_to:
             reply_id = message.reply_to.rsplit(":", 1)[-1]
-            if _ascii_digits(reply_id):
+            if ascii_digits(reply_id):
                 body["reply_parameters"] = {"message_id": int(reply_id), "allow_sending_without_reply": True}
         return body
 

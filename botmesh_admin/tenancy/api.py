@@ -9,6 +9,7 @@ from ninja import Field, Router, Schema, Status
 
 from botmesh_admin.api import BodyIn, ErrorOut, one_of, principal, requires
 from botmesh_admin.errors import NotFound, ValidationError, bounded
+from botmesh_admin.validation import ascii_digits
 
 from . import selectors, services
 
@@ -97,6 +98,6 @@ def token_create(request: HttpRequest, tenant: str, body: TokenIn) -> Status:
 @requires("admin")
 def token_revoke(request: HttpRequest, tenant: str, token_id: str) -> TokenOut:
     """Revoke a token (admins only). An id no token can have (``abc``) is 404, as an id of none is (README)."""
-    if not (token_id.isascii() and token_id.isdigit() and len(token_id) <= 18):
+    if not ascii_digits(token_id):
         raise NotFound(f"token {bounded(token_id, 60)} not found")
     return TokenOut.from_orm(services.token_revoke(tenant, token_id=int(token_id)))
